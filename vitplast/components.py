@@ -1,0 +1,164 @@
+"""Components: the five parts of a pre-norm ViT block, as named selectors over a timm model.
+
+Paper: section 3, the components LN1, MHA, LN2, FC1, FC2 of every block.
+
+=========  ======================  =============================================
+component  timm module (block i)   what it computes
+=========  ======================  =============================================
+LN1        ``blocks.i.norm1``      LayerNorm before attention
+MHA        ``blocks.i.attn``       multi-head self-attention incl. output projection
+LN2        ``blocks.i.norm2``      LayerNorm before the MLP
+FC1        ``blocks.i.mlp.fc1``    first MLP linear (d -> 4d)
+FC2        ``blocks.i.mlp.fc2``    second MLP linear (4d -> d)
+=========  ======================  =============================================
+
+A component's output is its module's own output: before LayerScale (``ls1``/``ls2`` in
+DINOv2-style models), dropout and the residual connection.
+
+Finetuning configurations (``CONFIGS``) name the parameters each configuration trains; the
+new head and the final norm (``ALWAYS_TRAINED``) train in every configuration, as in the paper.
+
+Used by notebooks 01-06.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+import torch
+from torch import nn
+
+#: Paper name -> module path inside a block, in block order.
+COMPONENTS = {"LN1": "norm1", "MHA": "attn", "LN2": "norm2", "FC1": "mlp.fc1", "FC2": "mlp.fc2"}
+
+#: Finetuning configuration -> parameter-name patterns (fnmatch) it trains.
+CONFIGS = {
+    "full": ["*"],
+    "head": [],
+    **{c: [f"blocks.*.{path}.*"] for c, path in COMPONENTS.items()},
+    "embedding": ["patch_embed.*", "cls_token", "reg_token", "pos_embed"],
+}
+#: Parameters that train in every configuration (the new head and the final norm).
+ALWAYS_TRAINED = ["head.*", "norm.*", "fc_norm.*", "head_norm.*"]
+
+
+def check_supported(model: nn.Module) -> None:
+    """Raise a clear error unless ``model`` has hookable ViT blocks with the five components.
+
+    timm's EVA, for example, applies its qkv projection functionally inside ``attn`` and has
+    no ``norm1 -> attn(qkv, proj)`` layout that hooks can observe the same way.
+    """
+    name = type(model).__name__
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.Sequential) or len(blocks) == 0:
+        raise TypeError(f"{name} has no `blocks` sequence: vitplast supports timm "
+                        "VisionTransformer models (ViT, DeiT, DINOv2-style with LayerScale)")
+    if name == "Eva" or "eva" in str(getattr(model, "pretrained_cfg", {}).get("architecture", "")):
+        raise TypeError("timm's EVA applies qkv functionally (with rotary embeddings), so "
+                        "component hooks would not see the same computation; use a "
+                        "VisionTransformer (vit_*, deit_*, vit_*_dinov2)")
+    for i, block in enumerate(blocks):
+        for comp in COMPONENTS:
+            module = _get(block, COMPONENTS[comp])
+            if module is None:
+                raise TypeError(f"{name}.blocks[{i}] has no `{COMPONENTS[comp]}` ({comp}); "
+                                f"expected a pre-norm ViT block with {list(COMPONENTS.values())}")
+        attn = block.attn
+        if not (isinstance(getattr(attn, "qkv", None), nn.Linear)
+                and isinstance(getattr(attn, "proj", None), nn.Linear)):
+            raise TypeError(f"{name}.blocks[{i}].attn ({type(attn).__name__}) has no fused "
+                            "`qkv` and `proj` linears: MHA bounds and counts need them")
+
+
+def _get(root: nn.Module, path: str):
+    for part in path.split("."):
+        root = getattr(root, part, None)
+        if root is None:
+            return None
+    return root
+
+
+def check_component(component: str) -> str:
+    """Return ``component`` if valid, else raise naming the valid ones."""
+    if component not in COMPONENTS:
+        raise ValueError(f"unknown component {component!r}; valid: {list(COMPONENTS)}")
+    return component
+
+
+def component_modules(model: nn.Module) -> dict[tuple[int, str], nn.Module]:
+    """(layer, component) -> module, for every block of a supported model."""
+    check_supported(model)
+    return {(i, c): _get(block, path) for i, block in enumerate(model.blocks)
+            for c, path in COMPONENTS.items()}
+
+
+def component_of(param_name: str) -> str:
+    """The group a parameter belongs to: a component name, ``head``, ``norm``, or ``other``."""
+    for comp, path in COMPONENTS.items():
+        if fnmatch.fnmatch(param_name, f"blocks.*.{path}.*"):
+            return comp
+    if param_name.startswith("head"):
+        return "head"
+    if param_name.startswith(("norm.", "fc_norm.")):
+        return "norm"
+    if fnmatch.fnmatch(param_name, "blocks.*"):
+        return "other"  # LayerScale, ...
+    return "embedding"
+
+
+def count_parameters(model: nn.Module, component: str) -> int:
+    """Number of parameters of ``component`` summed over all blocks (exact)."""
+    check_component(component)
+    return sum(p.numel() for n, p in model.named_parameters() if component_of(n) == component)
+
+
+def trainable_names(model: nn.Module, config: str | list[str], *, train_head: bool = True
+                    ) -> list[str]:
+    """Names of the parameters a finetuning configuration trains.
+
+    Args:
+        config: a name in ``CONFIGS`` or a list of fnmatch patterns over parameter names.
+        train_head: also train the head and final norm (the paper always does).
+    """
+    if isinstance(config, str):
+        if config not in CONFIGS:
+            raise ValueError(f"unknown configuration {config!r}; valid: {list(CONFIGS)} "
+                             "or a list of parameter-name patterns")
+        patterns = CONFIGS[config]
+    else:
+        patterns = list(config)
+    if train_head:
+        patterns = patterns + ALWAYS_TRAINED
+    names = [n for n, _ in model.named_parameters()
+             if any(fnmatch.fnmatch(n, p) for p in patterns)]
+    if not names:
+        raise ValueError(f"configuration {config!r} selects no parameter of {type(model).__name__}")
+    return names
+
+
+def set_trainable(model: nn.Module, names: list[str]) -> int:
+    """Turn ``requires_grad`` on for exactly ``names`` and off for all others; return the count."""
+    chosen = set(names)
+    unknown = chosen - {n for n, _ in model.named_parameters()}
+    if unknown:
+        raise ValueError(f"no such parameters: {sorted(unknown)[:5]}")
+    total = 0
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in chosen)
+        total += p.numel() if n in chosen else 0
+    return total
+
+
+def parameter_table(model: nn.Module) -> "dict[str, int]":
+    """Parameter count per group (components, head, norm, embedding, other) and in total."""
+    counts: dict[str, int] = {}
+    for n, p in model.named_parameters():
+        g = component_of(n)
+        counts[g] = counts.get(g, 0) + p.numel()
+    counts["total"] = sum(p.numel() for p in model.parameters())
+    return counts
+
+
+__all__ = ["ALWAYS_TRAINED", "COMPONENTS", "CONFIGS", "check_component", "check_supported",
+           "component_modules", "component_of", "count_parameters", "parameter_table",
+           "set_trainable", "trainable_names", "torch"]

@@ -1,0 +1,217 @@
+"""Finetuning: the one training loop, used for every configuration and for pretraining.
+
+Paper: section 5 and Takeaway 3 (finetuning each component alone). The default recipe is
+the paper's: SGD, momentum 0.9, weight decay 0, global gradient-norm clip 1.0, cosine
+schedule to 0 after a linear warm-up (``RECIPES["paper"]``).
+
+Frozen parameters have ``requires_grad=False`` (no gradient is ever computed for them);
+the optimizer sees only trainable ones. The best-validation weights are kept and tested.
+
+Logged (``TrainResult.history``, one row per logged step): ``step``, ``loss``, ``lr``,
+``grad_norm`` (global, before clipping), ``grad_norm/<group>`` and
+``grad_norm_per_param/<group>`` (= norm / sqrt(#params of the group)), and at evaluation
+steps ``val_loss`` and ``val_acc``.
+
+Used by notebooks 04 and 05, and by ``python -m vitplast pretrain``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from vitplast.components import component_of, set_trainable, trainable_names
+from vitplast.models import pick_device
+
+#: Named recipes (keyword arguments of ``train``). ``paper`` is PAPER.md section 2.
+RECIPES = {
+    "paper": dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, clip_grad_norm=1.0,
+                  warmup_steps=2000, steps=10_000, batch_size=512),
+    # Sized for the embedded model on a 2-core CPU: ~13 epochs of a 4,000-image train split.
+    "embedded": dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, clip_grad_norm=1.0,
+                     warmup_steps=40, steps=400, batch_size=128, eval_every=50),
+}
+OPTIMIZERS = ("sgd", "adamw")
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python, NumPy and torch; return a torch generator for data order. The one place
+    vitplast seeds."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def lr_at(step: int, *, lr: float, steps: int, warmup_steps: int) -> float:
+    """Linear warm-up from ~0 to ``lr`` over ``warmup_steps``, then cosine decay to 0."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, steps - warmup_steps)
+    return 0.5 * lr * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, dataset: Dataset, *, batch_size: int = 256,
+             device: torch.device | str | None = None) -> tuple[float, float]:
+    """(mean cross-entropy loss, accuracy) of ``model`` on ``dataset``."""
+    device = pick_device(device)
+    was_training = model.training
+    model.eval()
+    loss_sum, correct, n = 0.0, 0, 0
+    for x, y in DataLoader(dataset, batch_size=batch_size):
+        x, y = x.to(device), y.to(device)
+        with _autocast(device):
+            logits = model(x).float()
+        loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
+        correct += (logits.argmax(-1) == y).sum().item()
+        n += len(y)
+    model.train(was_training)
+    return loss_sum / max(n, 1), correct / max(n, 1)
+
+
+def _autocast(device: torch.device):
+    """bf16 autocast on CUDA, nothing elsewhere."""
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
+def _batches(dataset: Dataset, batch_size: int, generator: torch.Generator, workers: int):
+    """Shuffled batches forever (a fresh permutation per epoch)."""
+    while True:
+        yield from DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
+                              generator=generator, num_workers=workers)
+
+
+def _group_norms(named_params: list[tuple[str, nn.Parameter]]) -> dict[str, float]:
+    """Gradient norm per group (component, head, norm...) and per parameter of the group."""
+    sq: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for n, p in named_params:
+        g = component_of(n)
+        sq[g] = sq.get(g, 0.0) + p.grad.detach().float().pow(2).sum().item()
+        count[g] = count.get(g, 0) + p.numel()
+    out = {}
+    for g in sq:
+        out[f"grad_norm/{g}"] = math.sqrt(sq[g])
+        out[f"grad_norm_per_param/{g}"] = math.sqrt(sq[g] / count[g])
+    return out
+
+
+@dataclass
+class TrainResult:
+    """What ``train`` returns. ``history`` rows are documented in the module docstring."""
+
+    history: list[dict] = field(default_factory=list)
+    best_val_acc: float = float("nan")
+    best_step: int = -1
+    test_loss: float = float("nan")
+    test_acc: float = float("nan")
+    trainable: int = 0
+    diverged: bool = False
+    seconds: float = 0.0
+    device: str = "cpu"
+
+
+def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
+          test_set: Dataset | None = None, *, config: str | list[str] = "full",
+          train_head: bool = True, steps: int = 400, batch_size: int = 128, lr: float = 1e-2,
+          optimizer: str = "sgd", momentum: float = 0.9, weight_decay: float = 0.0,
+          betas: tuple[float, float] = (0.9, 0.999), clip_grad_norm: float | None = 1.0,
+          warmup_steps: int = 0, accum_steps: int = 1, label_smoothing: float = 0.0,
+          augment=None, eval_every: int = 100, log_every: int = 10, seed: int = 0,
+          device: str | torch.device | None = None, workers: int = 0, on_eval=None,
+          progress: bool = True) -> TrainResult:
+    """Train the parameters a configuration selects; keep the best-validation weights.
+
+    Args:
+        model: a timm ViT whose head already has the task's number of classes.
+        train_set, val_set, test_set: datasets of (image, label); ``val_set`` chooses the
+            kept weights (the last ones if ``None``), ``test_set`` is evaluated once at the end.
+        config: a configuration of ``vitplast.components.CONFIGS`` or parameter patterns.
+        train_head: train the head and final norm too (the paper always does).
+        steps, batch_size, lr: optimisation length, batch (split in ``accum_steps``
+            micro-batches of equal size) and peak learning rate.
+        optimizer: ``"sgd"`` (with ``momentum``) or ``"adamw"`` (with ``betas``).
+        clip_grad_norm: global gradient-norm clip (``None``: no clipping).
+        warmup_steps: linear warm-up before the cosine decay.
+        augment: optional ``f(x, generator) -> x`` applied to each training batch.
+        eval_every, log_every: evaluation and logging periods in steps.
+        on_eval: optional ``f(step, model, row)`` called after each evaluation.
+        progress: show a tqdm bar.
+    """
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; valid: {list(OPTIMIZERS)}")
+    if batch_size % accum_steps:
+        raise ValueError(f"batch_size {batch_size} is not divisible by accum_steps {accum_steps}")
+    device = pick_device(device)
+    generator = seed_everything(seed)
+    model.to(device).train()
+    names = trainable_names(model, config, train_head=train_head)
+    result = TrainResult(trainable=set_trainable(model, names), device=str(device))
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    else:
+        opt = torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
+
+    best = None
+    batches = _batches(train_set, batch_size // accum_steps, generator, workers)
+    start = time.perf_counter()
+    from tqdm.auto import tqdm
+
+    bar = tqdm(range(steps), desc=f"train {config if isinstance(config, str) else 'custom'}",
+               disable=not progress, leave=False)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, lr=lr, steps=steps, warmup_steps=warmup_steps)
+        loss_total = 0.0
+        for _ in range(accum_steps):
+            x, y = next(batches)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            if augment is not None:
+                x = augment(x, generator)
+            with _autocast(device):
+                loss = F.cross_entropy(model(x).float(), y, label_smoothing=label_smoothing)
+            (loss / accum_steps).backward()
+            loss_total += loss.item() / accum_steps
+        row = {"step": step, "loss": loss_total, "lr": opt.param_groups[0]["lr"]}
+        if not math.isfinite(loss_total):
+            result.diverged = True
+            result.history.append(row)
+            break
+        logged = step % log_every == 0 or step == steps - 1
+        if logged:
+            row.update(_group_norms(named))
+        norm = torch.nn.utils.clip_grad_norm_(params, clip_grad_norm or float("inf"))
+        if logged:
+            row["grad_norm"] = norm.item()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if val_set is not None and ((step + 1) % eval_every == 0 or step == steps - 1):
+            row["val_loss"], row["val_acc"] = evaluate(model, val_set, device=device)
+            bar.set_postfix(loss=f"{loss_total:.3f}", val_acc=f"{row['val_acc']:.3f}")
+            if not row["val_acc"] <= result.best_val_acc:  # also true for the first (NaN)
+                result.best_val_acc, result.best_step = row["val_acc"], step
+                best = {n: p.detach().clone() for n, p in named}
+            if on_eval is not None:
+                on_eval(step, model, row)
+        if logged or "val_acc" in row:
+            result.history.append(row)
+    result.seconds = time.perf_counter() - start
+    if best is not None and not result.diverged:
+        with torch.no_grad():
+            for n, p in named:
+                p.copy_(best[n])
+    if test_set is not None and not result.diverged:
+        result.test_loss, result.test_acc = evaluate(model, test_set, device=device)
+    model.eval()
+    return result

@@ -1,0 +1,126 @@
+"""Pretraining of the embedded model on Fashion-MNIST (``python -m vitplast pretrain``).
+
+The embedded default stands in for the paper's ImageNet-21k pretraining: a small timm
+VisionTransformer (``vitplast.models.EMBEDDED_ARCH``) trained from timm's random init with
+the one training loop of ``vitplast.finetune``. The whole recipe is ``RECIPE`` below.
+
+Writes to ``data/`` (or ``out_dir``): one safetensors file per checkpoint (``init`` before
+training, then after the epochs in ``CHECKPOINT_EPOCHS``, ``final`` at the end) and the
+manifest ``checkpoints.json`` (file, sha256, epoch, step, accuracies), rewritten atomically
+after each checkpoint so an interrupted run keeps what it finished.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from vitplast import data, finetune, models, store
+
+#: The pretraining recipe (keyword arguments of ``vitplast.finetune.train``).
+RECIPE = dict(config="full", optimizer="adamw", lr=1e-3, weight_decay=0.05, betas=(0.9, 0.999),
+              clip_grad_norm=1.0, batch_size=128, label_smoothing=0.1, seed=0)
+EPOCHS = 12
+VAL_SIZE = 6000  # held out of the 60,000 train images to choose nothing but to watch
+CHECKPOINT_EPOCHS = (1, 3, 6)
+TEST_SUBSET = 1000  # the first 1,000 test images: the accuracy tests recompute
+
+
+def augment(x: torch.Tensor, generator: torch.Generator, pad: int = 2) -> torch.Tensor:
+    """Random translation by up to ``pad`` pixels (zero-padding in pixel space) and a
+    random horizontal flip, per image of a normalised batch (B, C, H, W)."""
+    b, c, h, w = x.shape
+    background = (0.0 - data.FASHION_MNIST_MEAN) / data.FASHION_MNIST_STD
+    xp = F.pad(x, (pad, pad, pad, pad), value=background)
+    dy, dx = (torch.randint(0, 2 * pad + 1, (2, b), generator=generator)).to(x.device)
+    rows = dy[:, None] + torch.arange(h, device=x.device)  # (B, H)
+    cols = dx[:, None] + torch.arange(w, device=x.device)  # (B, W)
+    out = xp[torch.arange(b, device=x.device)[:, None, None], :, rows[:, :, None], cols[:, None, :]]
+    out = out.permute(0, 3, 1, 2)  # (B, H, W, C) -> (B, C, H, W)
+    flip = (torch.rand(b, generator=generator) < 0.5).to(x.device)
+    return torch.where(flip[:, None, None, None], out.flip(-1), out)
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=Path(__file__).parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def pretrain(out_dir: str | Path = models.DATA_DIR, *, epochs: int = EPOCHS,
+             train_limit: int | None = None, root: str | Path | None = None,
+             device: str | None = None, progress: bool = True) -> dict:
+    """Pretrain the embedded model and write its checkpoints and manifest to ``out_dir``.
+
+    Args:
+        epochs: passes over the training split (the shipped model: ``EPOCHS``).
+        train_limit: use only this many training images (for tests).
+        root: Fashion-MNIST folder (see ``vitplast.data.fashion_mnist_arrays``).
+
+    Returns:
+        The manifest written to ``out_dir/checkpoints.json``.
+    """
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    x, y = data.fashion_mnist_arrays(train=True, root=root)
+    xte, yte = data.fashion_mnist_arrays(train=False, root=root)
+    full = data.NormalizedTensors(x, y)
+    train_set, val_set = data.split(full, 1 - VAL_SIZE / len(full), seed=0)
+    if train_limit is not None:
+        train_set = torch.utils.data.Subset(train_set, list(range(min(train_limit, len(train_set)))))
+    test_set = data.NormalizedTensors(xte, yte)
+    first = torch.utils.data.Subset(test_set, list(range(TEST_SUBSET)))
+    steps_per_epoch = len(train_set) // RECIPE["batch_size"]
+    steps = epochs * steps_per_epoch
+    at_step = {e * steps_per_epoch - 1: f"epoch{e}" for e in CHECKPOINT_EPOCHS if e < epochs}
+    at_step[steps - 1] = "final"
+    manifest = dict(
+        model=models.EMBEDDED_NAME, arch=models.EMBEDDED_ARCH,
+        recipe={**RECIPE, "epochs": epochs, "steps": steps, "warmup_steps": steps_per_epoch,
+                "augment": "translate<=2px + hflip", "train_images": len(train_set),
+                "val_images": len(val_set)},
+        command="python -m vitplast pretrain", commit=_commit(),
+        machine=f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        torch=torch.__version__, device=str(models.pick_device(device)),
+        python=sys.version.split()[0], checkpoints={}, history=[])
+    start = time.perf_counter()
+
+    def save(name: str, model, epoch: float, step: int):
+        path = out_dir / f"{models.EMBEDDED_NAME}_{name}.safetensors"
+        tmp = path.with_suffix(".tmp")
+        state = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+        save_file(state, str(tmp))
+        os.replace(tmp, path)
+        test_loss, test_acc = finetune.evaluate(model, test_set, device=device)
+        manifest["checkpoints"][name] = dict(
+            file=path.name, sha256=models.sha256(path), epoch=epoch, step=step,
+            test_acc=test_acc, test_loss=test_loss,
+            test_acc_first1000=finetune.evaluate(model, first, device=device)[1],
+            seconds=round(time.perf_counter() - start, 1))
+        store.write_json(out_dir / "checkpoints.json", manifest)
+
+    def on_eval(step, model, row):
+        manifest["history"].append({k: row[k] for k in ("step", "loss", "val_loss", "val_acc")})
+        if step in at_step:
+            save(at_step[step], model, round((step + 1) / steps_per_epoch, 3), step + 1)
+
+    finetune.seed_everything(RECIPE["seed"])
+    model = models.build_embedded()
+    save("init", model, 0, 0)
+    finetune.train(model, train_set, val_set, steps=steps, warmup_steps=steps_per_epoch,
+                   eval_every=steps_per_epoch, log_every=50, augment=augment, device=device,
+                   on_eval=on_eval, progress=progress, **RECIPE)
+    manifest["wall_seconds"] = round(time.perf_counter() - start, 1)
+    store.write_json(out_dir / "checkpoints.json", manifest)
+    return manifest

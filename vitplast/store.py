@@ -1,0 +1,73 @@
+"""The results store: one JSON file per run, named by a hash of its full config.
+
+Files are written atomically (a temp file in the same folder, then ``os.replace``), so a run
+killed mid-write leaves either the old file or none, never a half-written one; readers skip
+anything that does not parse. A sweep asks ``exists`` before running, so it resumes.
+
+Used by ``vitplast.sweep``, ``python -m vitplast pretrain`` and notebooks 04-06.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def config_hash(config: dict) -> str:
+    """A short stable hash of a JSON-serialisable config (key order does not matter)."""
+    text = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def write_json(path: str | Path, obj) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_json(path: str | Path):
+    """The parsed JSON at ``path``, or ``None`` if it is missing or unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_path(root: str | Path, config: dict) -> Path:
+    """Where the run of ``config`` is stored under ``root``."""
+    return Path(root) / f"{config_hash(config)}.json"
+
+
+def exists(root: str | Path, config: dict) -> bool:
+    """Whether a complete record of ``config``'s run is stored."""
+    record = read_json(run_path(root, config))
+    return record is not None and record.get("config") == json.loads(json.dumps(config, default=str))
+
+
+def save_run(root: str | Path, config: dict, record: dict) -> Path:
+    """Store ``record`` (with ``config`` inside) for ``config``, atomically."""
+    return write_json(run_path(root, config), {"config": config, **record})
+
+
+def load_runs(root: str | Path) -> list[dict]:
+    """Every complete run record under ``root`` (half-written or foreign files skipped)."""
+    runs = []
+    for path in sorted(Path(root).glob("*.json")):
+        record = read_json(path)
+        if isinstance(record, dict) and "config" in record:
+            runs.append(record)
+    return runs
