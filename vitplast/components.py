@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import fnmatch
 
-import torch
 from torch import nn
 
 #: Paper name -> module path inside a block, in block order.
@@ -49,14 +48,14 @@ def check_supported(model: nn.Module) -> None:
     no ``norm1 -> attn(qkv, proj)`` layout that hooks can observe the same way.
     """
     name = type(model).__name__
-    blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.Sequential) or len(blocks) == 0:
-        raise TypeError(f"{name} has no `blocks` sequence: vitplast supports timm "
-                        "VisionTransformer models (ViT, DeiT, DINOv2-style with LayerScale)")
     if name == "Eva" or "eva" in str(getattr(model, "pretrained_cfg", {}).get("architecture", "")):
         raise TypeError("timm's EVA applies qkv functionally (with rotary embeddings), so "
                         "component hooks would not see the same computation; use a "
                         "VisionTransformer (vit_*, deit_*, vit_*_dinov2)")
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, (nn.Sequential, nn.ModuleList)) or len(blocks) == 0:
+        raise TypeError(f"{name} has no `blocks` sequence: vitplast supports timm "
+                        "VisionTransformer models (ViT, DeiT, DINOv2-style with LayerScale)")
     for i, block in enumerate(blocks):
         for comp in COMPONENTS:
             module = _get(block, COMPONENTS[comp])
@@ -161,4 +160,4 @@ def parameter_table(model: nn.Module) -> "dict[str, int]":
 
 __all__ = ["ALWAYS_TRAINED", "COMPONENTS", "CONFIGS", "check_component", "check_supported",
            "component_modules", "component_of", "count_parameters", "parameter_table",
-           "set_trainable", "trainable_names", "torch"]
+           "set_trainable", "trainable_names"]

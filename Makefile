@@ -1,0 +1,42 @@
+# vitplast: `make run` runs the notebook sequence on the embedded default; `make test` tests.
+# Both create .venv if missing, install the kit, and fetch the offline data. Idempotent.
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+PROFILE ?= default
+FMNIST  := /usr/share/datasets/fashion-mnist
+
+.PHONY: install data run test test-fast lint benchmarks browser-test pretrain clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+# Fashion-MNIST from the Debian package when we can install it, else torchvision's download.
+data: install
+	@if [ ! -d $(FMNIST) ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) || true; fi
+	$(PY) -c "from vitplast import data; data.fashion_mnist_arrays(); print('Fashion-MNIST ready')"
+
+run: data
+	$(PY) -m vitplast notebooks run --profile $(PROFILE)
+
+test: data
+	$(PY) -m pytest
+
+test-fast: install
+	$(PY) -m pytest -m "not slow and not browser"
+
+lint: install
+	$(VENV)/bin/ruff check vitplast tests benchmarks
+
+benchmarks: data
+	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+
+pretrain: data
+	$(PY) -m vitplast pretrain
+
+clean:
+	rm -rf runs .cache .pytest_cache

@@ -1,0 +1,119 @@
+"""The estimator: hook rates equal direct recomputation; both protocols; pairs; errors."""
+
+import pytest
+import torch
+from conftest import tiny_vit
+
+from vitplast import components, plasticity
+
+
+def direct_rates(model, x, y, protocol):
+    """Recompute every component's rate by applying the module to its captured input."""
+    xin = plasticity.component_inputs(model, x, protocol)
+    yin = plasticity.component_inputs(model, y, protocol)
+    out = {}
+    for key, module in components.component_modules(model).items():
+        with torch.no_grad():
+            out[key] = plasticity.rate(module, xin[key], yin[key])
+    return out
+
+
+@pytest.mark.parametrize("protocol", plasticity.PROTOCOLS)
+@pytest.mark.parametrize("variant", ["vit", "dinov2", "deit"])
+def test_hook_rates_equal_direct_recomputation(images, protocol, variant):
+    kwargs = {"vit": {}, "dinov2": dict(init_values=1e-5, reg_tokens=4),
+              "deit": dict(class_token=True, global_pool="avg", fc_norm=True)}[variant]
+    model = tiny_vit(**kwargs)
+    x, y = images
+    hooked = plasticity.batch_rates(model, x, y, protocol)
+    direct = direct_rates(model, x, y, protocol)
+    assert set(hooked) == {(i, c) for i in range(2) for c in components.COMPONENTS}
+    for key in hooked:
+        torch.testing.assert_close(hooked[key], direct[key], rtol=1e-5, atol=1e-6)
+
+
+def test_embedding_protocol_feeds_every_component_the_embedding(model, images):
+    x, y = images
+    ex, ey = plasticity.embed(model, x), plasticity.embed(model, y)
+    rates = plasticity.batch_rates(model, x, y, "embedding")
+    fc2 = model.blocks[1].mlp.fc2
+    pad = lambda e: torch.nn.functional.pad(e, (0, fc2.in_features - e.shape[-1]))  # noqa: E731
+    with torch.no_grad():
+        expected = (fc2(pad(ex)) - fc2(pad(ey))).flatten(1).norm(dim=1) / (ex - ey).flatten(1).norm(dim=1)
+        mha = plasticity.rate(model.blocks[0].attn, ex, ey)
+    torch.testing.assert_close(rates[(1, "FC2")], expected)
+    torch.testing.assert_close(rates[(0, "MHA")], mha)
+
+
+def test_hidden_protocol_uses_in_network_inputs(model, images):
+    x, _ = images
+    inputs = plasticity.component_inputs(model, x, "hidden")
+    with torch.no_grad():
+        torch.testing.assert_close(inputs[(0, "MHA")], model.blocks[0].norm1(inputs[(0, "LN1")]))
+        torch.testing.assert_close(inputs[(0, "LN1")], plasticity.embed(model, x))
+        assert inputs[(1, "FC2")].shape[-1] == 4 * 32
+
+
+def test_measure_is_tidy_streams_and_counts_identical_pairs(model, images):
+    x, y = images
+    y = y.clone()
+    y[[3, 7]] = x[[3, 7]]
+    df = plasticity.measure(model, x, y, batch_size=5, progress=False, meta={"task": "t"})
+    assert df.attrs["excluded"] == 2
+    assert len(df) == 22 * 2 * 5
+    assert list(df.columns) == ["task", "protocol", "layer", "component", "pair", "rate"]
+    assert not {3, 7} & set(df["pair"])
+    one_batch = plasticity.measure(model, x, y, batch_size=64, progress=False)
+    torch.testing.assert_close(torch.tensor(df["rate"].values), torch.tensor(one_batch["rate"].values))
+
+
+def test_summary_and_ranking(model, images):
+    df = plasticity.measure(model, *images, progress=False)
+    s = plasticity.summarize(df)
+    assert len(s) == 10 and (s["n"] == 24).all()
+    row = s.iloc[0]
+    sub = df[(df.layer == row.layer) & (df.component == row.component)]["rate"]
+    assert row.plasticity == pytest.approx(sub.mean())
+    assert row.ci95 == pytest.approx(1.96 * sub.std() / 24 ** 0.5)
+    r = plasticity.ranking(df)
+    assert sorted(r["rank"]) == [1, 2, 3, 4, 5]
+    assert plasticity.order(r).count(">") == 4
+
+
+def test_make_pairs(images):
+    x, y = images
+    px, py = plasticity.make_pairs(x, y, n_pairs=10)
+    assert torch.equal(px, x[:10]) and torch.equal(py, y[:10])
+    wx, wy = plasticity.make_pairs(x, n_pairs=50, seed=3)
+    assert wx.shape == (50, 1, 16, 16)
+    assert torch.equal(wx, plasticity.make_pairs(x, n_pairs=50, seed=3)[0])
+    with pytest.raises(ValueError, match="differ in shape"):
+        plasticity.make_pairs(x, torch.zeros(5, 1, 8, 8))
+
+
+def test_errors(model, images):
+    x, y = images
+    with pytest.raises(ValueError, match="valid: \\['hidden', 'embedding'\\]"):
+        plasticity.measure(model, x, y, protocol="input")
+    with pytest.raises(ValueError, match="identical"):
+        plasticity.measure(model, x, x.clone(), progress=False)
+    with pytest.raises(ValueError, match="same positive number"):
+        plasticity.measure(model, x[:0], y[:0])
+
+
+def test_hooks_removed_even_after_an_error(model):
+    with pytest.raises(RuntimeError):
+        with plasticity.hooked_rates(model):
+            model.forward_features(torch.randn(3, 1, 16, 16))  # odd batch still runs
+            raise RuntimeError("boom")
+    assert all(not m._forward_hooks for m in model.modules())
+
+
+def test_unsupported_architectures_fail_clearly():
+    import timm
+
+    eva = timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=28, patch_size=14)
+    with pytest.raises(TypeError, match="EVA"):
+        components.component_modules(eva)
+    with pytest.raises(TypeError, match="no `blocks`"):
+        components.component_modules(torch.nn.Linear(2, 2))

@@ -1,0 +1,260 @@
+"""Plasticity: the average rate of change of a component (Definition 1 of the paper).
+
+    P(f) = E_{(x, y)} [ ||f(x) - f(y)||_F / ||x - y||_F ],   P(f) <= Lip(f),
+
+where x, y are token sequences (n x d) and the expectation is over a data distribution of
+pairs (the paper writes "uniform"; in practice, and here, it is the pairs one feeds in).
+
+The estimator runs ONE forward pass over the batch [x; y] with scoped forward hooks on every
+component of every block; each hook turns its (input, output) into one rate per pair on the
+spot, so memory is O(batch) whatever the number of pairs.
+
+Two input protocols (``PROTOCOLS``):
+
+- ``hidden``: each component gets its real input in the network (LN1 the residual stream,
+  MHA the output of LN1, ...). The rate's denominator is that input's difference.
+- ``embedding``: the public reference protocol. Every component of every block is applied
+  to the embedding output (patch tokens + CLS + positions); FC2 gets it zero-padded from d to
+  its input width; no residuals; the denominator is the embedding difference.
+
+Pairs whose two images are identical are excluded and counted (``df.attrs["excluded"]``).
+
+Tidy output of ``measure`` (one row per pair x layer x component): ``protocol``, ``layer``,
+``component``, ``pair`` (index of the pair), ``rate``; plus any ``meta`` columns.
+
+Used by notebooks 01, 02, 03, 05, 06.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from vitplast.components import COMPONENTS, component_modules
+from vitplast.models import pick_device
+
+PROTOCOLS = ("hidden", "embedding")
+
+
+def rate(f, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-pair rate ||f(x) - f(y)|| / ||x - y|| (Frobenius over all but the first dim).
+
+    Paper: Definition 1, the quantity averaged into plasticity.
+    """
+    num = (f(x) - f(y)).flatten(1).norm(dim=1)
+    return num / (x - y).flatten(1).norm(dim=1)
+
+
+def _pair_rate(inp: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Rates of a batch [x; y] (first half x, second half y) given inputs and outputs."""
+    b = inp.shape[0] // 2
+    num = (out[:b].float() - out[b:].float()).flatten(1).norm(dim=1)
+    return num / (inp[:b].float() - inp[b:].float()).flatten(1).norm(dim=1)
+
+
+def embed(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """The embedding output fed to the first block: patch tokens + CLS (+ registers) +
+    positions, after ``norm_pre``. Shape (B, n, d)."""
+    x = model.patch_embed(images)
+    x = model._pos_embed(x)
+    x = model.patch_drop(x)
+    return model.norm_pre(x)
+
+
+def _pad_to(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Zero-pad the last dim of x to ``width`` (FC2's input under the embedding protocol)."""
+    return nn.functional.pad(x, (0, width - x.shape[-1]))
+
+
+def _embedding_input(module: nn.Module, component: str, e: torch.Tensor) -> torch.Tensor:
+    return _pad_to(e, module.in_features) if component == "FC2" else e
+
+
+@contextmanager
+def hooked_rates(model: nn.Module):
+    """Scoped hooks filling ``{(layer, component): [rates per batch]}`` under ``hidden``.
+
+    The handles are removed on exit, also after an exception.
+    """
+    rates: dict[tuple[int, str], list[torch.Tensor]] = {}
+    handles = []
+    for key, module in component_modules(model).items():
+        rates[key] = []
+
+        def hook(mod, args, out, key=key):
+            rates[key].append(_pair_rate(args[0], out).detach())
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        yield rates
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@torch.no_grad()
+def batch_rates(model: nn.Module, x: torch.Tensor, y: torch.Tensor, protocol: str = "hidden"
+                ) -> dict[tuple[int, str], torch.Tensor]:
+    """Rates of every component of every block for a batch of image pairs.
+
+    Args:
+        x, y: images (B, C, H, W), pair i is (x[i], y[i]).
+        protocol: ``"hidden"`` or ``"embedding"`` (see module docstring).
+
+    Returns:
+        ``{(layer, component): rates (B,)}`` on the model's device.
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
+    xy = torch.cat([x, y])
+    if protocol == "hidden":
+        with hooked_rates(model) as rates:
+            model.forward_features(xy)
+        return {k: v[0] for k, v in rates.items()}
+    e = embed(model, xy)
+    out = {}
+    for (layer, comp), module in component_modules(model).items():
+        inp = _embedding_input(module, comp, e)
+        out[(layer, comp)] = _pair_rate(inp, module(inp))
+    return out
+
+
+@torch.no_grad()
+def component_inputs(model: nn.Module, images: torch.Tensor, protocol: str = "hidden"
+                     ) -> dict[tuple[int, str], torch.Tensor]:
+    """Each component's input for a (small) batch of images under a protocol, (B, n, d_in).
+
+    For bounds that need data (LayerNorm sigma, MHA radius) and Jacobian estimates.
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
+    modules = component_modules(model)
+    if protocol == "embedding":
+        e = embed(model, images)
+        return {k: _embedding_input(m, k[1], e) for k, m in modules.items()}
+    inputs, handles = {}, []
+    for key, module in modules.items():
+        handles.append(module.register_forward_hook(
+            lambda mod, args, out, key=key: inputs.__setitem__(key, args[0].detach())))
+    try:
+        model.forward_features(images)
+    finally:
+        for h in handles:
+            h.remove()
+    return inputs
+
+
+def _as_tensor(source, n: int) -> torch.Tensor:
+    """The first n images of a tensor or a dataset of (image, label)."""
+    if isinstance(source, torch.Tensor):
+        return source[:n]
+    return torch.stack([source[i][0] for i in range(min(n, len(source)))])
+
+
+def make_pairs(x_source, y_source=None, *, n_pairs: int = 1024, seed: int = 0
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pairs of images, as two aligned tensors (N, C, H, W).
+
+    - ``y_source`` given (the paper's pairs): x = x_source[i], y = y_source[i], in dataset
+      order, unshuffled, for i < n_pairs.
+    - ``y_source`` None (within one set): two independent random orders of x_source.
+    """
+    if y_source is not None:
+        n = min(n_pairs, len(x_source), len(y_source))
+        x, y = _as_tensor(x_source, n), _as_tensor(y_source, n)
+        if x.shape[1:] != y.shape[1:]:
+            raise ValueError(f"x images {tuple(x.shape[1:])} and y images {tuple(y.shape[1:])} "
+                             "differ in shape")
+        return x, y
+    pool = _as_tensor(x_source, len(x_source))
+    g = torch.Generator().manual_seed(seed)
+    i = torch.randint(len(pool), (n_pairs,), generator=g)
+    j = torch.randint(len(pool), (n_pairs,), generator=g)
+    return pool[i], pool[j]
+
+
+def measure(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, protocol: str = "hidden",
+            batch_size: int = 64, device: str | torch.device | None = None,
+            progress: bool = True, meta: dict | None = None) -> pd.DataFrame:
+    """Per-pair rates of every component of every block, streamed over batches of pairs.
+
+    Paper: Definition 1 and section 4 (the empirical plasticity of Fig. 2-3).
+
+    Args:
+        model: a timm VisionTransformer (see ``vitplast.components.check_supported``).
+        x, y: aligned image pairs (N, C, H, W), e.g. from ``make_pairs``.
+        protocol: ``"hidden"`` or ``"embedding"``.
+        batch_size: pairs per forward pass (the pass sees 2 x batch_size images).
+        meta: constant columns to add, e.g. ``{"model": ..., "task": ...}``.
+
+    Returns:
+        The tidy per-pair table (module docstring); ``attrs["excluded"]`` counts the
+        identical pairs left out.
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
+    if len(x) != len(y) or len(x) == 0:
+        raise ValueError(f"need the same positive number of x and y images, got {len(x)}, {len(y)}")
+    same = (x - y).flatten(1).abs().amax(dim=1) == 0
+    keep = torch.nonzero(~same).flatten()
+    if len(keep) == 0:
+        raise ValueError(f"all {len(x)} pairs are identical images: plasticity is undefined")
+    device = pick_device(device) if device is not None else next(model.parameters()).device
+    model = model.to(device).eval()
+    from tqdm.auto import tqdm
+
+    chunks: dict[tuple[int, str], list[np.ndarray]] = {}
+    for start in tqdm(range(0, len(keep), batch_size), desc=f"plasticity ({protocol})",
+                      disable=not progress, leave=False):
+        idx = keep[start:start + batch_size]
+        rates = batch_rates(model, x[idx].to(device), y[idx].to(device), protocol)
+        for key, r in rates.items():
+            chunks.setdefault(key, []).append(r.cpu().numpy())
+    pairs = keep.numpy()
+    frames = [pd.DataFrame({"layer": layer, "component": comp, "pair": pairs,
+                            "rate": np.concatenate(parts)})
+              for (layer, comp), parts in chunks.items()]
+    df = pd.concat(frames, ignore_index=True)
+    df.insert(0, "protocol", protocol)
+    for k, v in (meta or {}).items():
+        df.insert(0, k, v)
+    df["component"] = pd.Categorical(df["component"], categories=list(COMPONENTS))
+    df.attrs["excluded"] = int(same.sum())
+    return df
+
+
+def summarize(df: pd.DataFrame, by: tuple[str, ...] = ("layer", "component")) -> pd.DataFrame:
+    """Plasticity per group: ``plasticity`` (mean rate), ``std``, ``n``, ``ci95``
+    (1.96 std / sqrt(n), as the paper), ``max_rate``.
+
+    Extra columns (model, task, protocol) present in ``df`` are kept as grouping keys.
+    """
+    keys = [c for c in ("model", "task", "checkpoint", "protocol") if c in df.columns]
+    keys += [k for k in by if k not in keys]
+    g = df.groupby(keys, observed=True)["rate"]
+    out = g.agg(plasticity="mean", std="std", n="count", max_rate="max").reset_index()
+    out["ci95"] = 1.96 * out["std"] / np.sqrt(out["n"])
+    return out
+
+
+def ranking(df: pd.DataFrame) -> pd.DataFrame:
+    """Per component: plasticity averaged over layers (of per-layer means), and its rank
+    (1 = most plastic), per protocol / model / task present in ``df``.
+
+    Paper: Takeaway 2 (empirical ranking MHA > FC1 > FC2 > LN2 > LN1 on ViT-B).
+    """
+    per_layer = summarize(df)
+    keys = [c for c in ("model", "task", "checkpoint", "protocol") if c in per_layer.columns]
+    out = (per_layer.groupby(keys + ["component"], observed=True)["plasticity"].mean()
+           .reset_index())
+    out["rank"] = out.groupby(keys)["plasticity"].rank(ascending=False, method="min").astype(int)
+    return out.sort_values(keys + ["rank"]).reset_index(drop=True)
+
+
+def order(ranked: pd.DataFrame) -> str:
+    """The ranking as text, e.g. ``"MHA > FC1 > FC2 > LN2 > LN1"`` (one group)."""
+    return " > ".join(ranked.sort_values("rank")["component"].astype(str))
