@@ -116,7 +116,10 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
     if name == EMBEDDED_NAME:
         if timm_kwargs or weights_file is not None:
             raise ValueError(f"{EMBEDDED_NAME} takes no timm kwargs or weights_file")
-        model = _load_embedded(checkpoint, num_classes) if pretrained else build_embedded(num_classes)
+        if pretrained:
+            model = _load_embedded(checkpoint, num_classes)
+        else:
+            model = build_embedded(num_classes)
         return model.to(pick_device(device)).eval()
     if name.split(".")[0] not in timm.list_models():
         close = difflib.get_close_matches(name.split(".")[0], timm.list_models("*vit*"), n=5)

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from vitplast.paper_datasets import PAPER_DATASETS
+
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 #: The notebook sequence, in order.
 NOTEBOOKS = ["01_definitions", "02_bounds", "03_plasticity", "04_finetuning", "05_confounds",
@@ -31,19 +33,23 @@ NOTEBOOKS = ["01_definitions", "02_bounds", "03_plasticity", "04_finetuning", "0
 #: Profile -> notebook -> parameters overriding the notebook's defaults.
 PROFILES: dict[str, dict[str, dict]] = {
     "smoke": {
-        "01_definitions": dict(n_pairs=64),
+        "01_definitions": dict(n_pairs=64, n_samples=500),
         "02_bounds": dict(n_pairs=32, n_seeds=2, power_iters=5),
         "03_plasticity": dict(n_pairs=32, tasks=["fmnist_contrast", "digits"],
-                              checkpoints=["init", "final"]),
+                              checkpoints=["init", "final"], scales=[0.5, 1.0, 2.0]),
         "04_finetuning": dict(recompute=True, steps=4, tasks=["digits"], lrs=[1e-2],
                               seeds=[0], n_pairs=16),
         "05_confounds": dict(recompute=True, steps=4, tasks=["digits"], seeds=[0]),
         "06_explorer": dict(n_pairs=16),
     },
     "default": {},
+    # The paper's protocol on a GPU: ViT-B/16 in21k (hub, or -p weights_file ...), the 11
+    # datasets under data_root (layouts: vitplast.paper_datasets), pairs within each dataset
+    # (no ImageNet val ships with the kit), 12,800 pairs as the paper.
     "paper": {
-        nb: dict(model_name="vit_base_patch16_224.orig_in21k", profile="paper")
-        for nb in ["02_bounds", "03_plasticity", "04_finetuning", "05_confounds"]
+        "03_plasticity": dict(model_name="vit_base_patch16_224.orig_in21k", checkpoints=["final"],
+                              tasks=list(PAPER_DATASETS), source="", data_root="data/paper",
+                              n_pairs=12_800, batch_size=64),
     },
 }
 

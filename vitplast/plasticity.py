@@ -177,6 +177,14 @@ def make_pairs(x_source, y_source=None, *, n_pairs: int = 1024, seed: int = 0
     return pool[i], pool[j]
 
 
+def pairs_for_task(task, source=None, *, n_pairs: int = 256, seed: int = 0):
+    """Image pairs for a task: (source test image i, task test image i) as in the paper when
+    ``source`` is a Task (the pretraining domain), else random pairs within the task."""
+    if source is None:
+        return make_pairs(task.test, n_pairs=n_pairs, seed=seed)
+    return make_pairs(source.test, task.test, n_pairs=n_pairs)
+
+
 def measure(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, protocol: str = "hidden",
             batch_size: int = 64, device: str | torch.device | None = None,
             progress: bool = True, meta: dict | None = None) -> pd.DataFrame:
@@ -258,3 +266,25 @@ def ranking(df: pd.DataFrame) -> pd.DataFrame:
 def order(ranked: pd.DataFrame) -> str:
     """The ranking as text, e.g. ``"MHA > FC1 > FC2 > LN2 > LN1"`` (one group)."""
     return " > ".join(ranked.sort_values("rank")["component"].astype(str))
+
+
+
+@torch.no_grad()
+def scale_curve(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scales: list[float],
+                component: str = "MHA") -> pd.DataFrame:
+    """Plasticity of a component of every block applied to the embedding times c.
+
+    Under the embedding protocol MHA sees the un-normalised embedding, and attention is not
+    scale-invariant: this curve shows how much its rate depends on that scale.
+    Columns: ``layer``, ``component``, ``scale``, ``plasticity``.
+    """
+    ex, ey = embed(model, x), embed(model, y)
+    rows = []
+    for (layer, comp), module in component_modules(model).items():
+        if comp != component:
+            continue
+        for c in scales:
+            r = _pair_rate(torch.cat([c * ex, c * ey]),
+                           module(_embedding_input(module, comp, torch.cat([c * ex, c * ey]))))
+            rows.append(dict(layer=layer, component=comp, scale=c, plasticity=r.mean().item()))
+    return pd.DataFrame(rows)

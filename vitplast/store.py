@@ -55,7 +55,8 @@ def run_path(root: str | Path, config: dict) -> Path:
 def exists(root: str | Path, config: dict) -> bool:
     """Whether a complete record of ``config``'s run is stored."""
     record = read_json(run_path(root, config))
-    return record is not None and record.get("config") == json.loads(json.dumps(config, default=str))
+    as_stored = json.loads(json.dumps(config, default=str))
+    return record is not None and record.get("config") == as_stored
 
 
 def save_run(root: str | Path, config: dict, record: dict) -> Path:
@@ -71,3 +72,30 @@ def load_runs(root: str | Path) -> list[dict]:
         if isinstance(record, dict) and "config" in record:
             runs.append(record)
     return runs
+
+
+def load_or_compute(name: str, params: dict, compute, folder: str | Path | None = None):
+    """Return the cached result of ``compute()`` for ``params``, computing it once.
+
+    The result (any picklable object, typically a DataFrame) is stored atomically as
+    ``<folder>/<name>-<hash of params>.pkl`` with the params beside it in a ``.json``.
+    """
+    import pickle
+
+    from vitplast.data import cache_dir
+
+    folder = Path(folder) if folder is not None else cache_dir() / "results"
+    path = folder / f"{name}-{config_hash(params)}.pkl"
+    if path.exists():
+        try:
+            return pickle.loads(path.read_bytes())
+        except Exception:  # unreadable cache: recompute
+            pass
+    result = compute()
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        pickle.dump(result, f)
+    os.replace(tmp, path)
+    write_json(path.with_suffix(".json"), params)
+    return result

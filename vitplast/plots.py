@@ -1,0 +1,107 @@
+"""Figures as pure functions: a tidy DataFrame in, a matplotlib Figure out.
+
+Nothing here computes results or holds numbers: callers pass the tables that
+``vitplast.plasticity``, ``.bounds``, ``.sweep`` produce. Notebooks save what they show with
+``save``.
+
+Used by notebooks 01-06.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import seaborn as sns
+
+from vitplast.components import COMPONENTS
+
+ORDER = list(COMPONENTS)
+sns.set_theme(style="whitegrid", context="notebook")
+
+
+def save(fig: plt.Figure, folder: str | Path, name: str) -> Path | None:
+    """Save ``fig`` as ``folder/name.png`` (nothing when ``folder`` is empty)."""
+    if not folder:
+        return None
+    path = Path(folder) / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+def _grid(df, col, height=3.2, aspect=1.2, **kw):
+    cols = list(dict.fromkeys(df[col])) if col else [None]
+    fig, axes = plt.subplots(1, len(cols), figsize=(height * aspect * len(cols), height),
+                             squeeze=False, sharey=kw.pop("sharey", True))
+    return fig, axes[0], cols
+
+
+def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None):
+    """Fig. 2 analogue: per component, a box over layers of per-layer plasticity.
+
+    Args:
+        summary: ``vitplast.plasticity.summarize`` output (one row per layer x component).
+        col: a column to split into panels (e.g. protocol), or None.
+        hue: a column to colour by (e.g. task or checkpoint), or None.
+    """
+    fig, axes, cols = _grid(summary, col, sharey=False)
+    for ax, value in zip(axes, cols):
+        sub = summary if value is None else summary[summary[col] == value]
+        sns.boxplot(sub, x="component", y="plasticity", hue=hue, order=ORDER, ax=ax)
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set_title(f"{col} = {value}" if value is not None else "")
+    fig.tight_layout()
+    return fig
+
+
+def plasticity_by_layer(summary, col: str | None = "protocol", style: str | None = None):
+    """Fig. 3 analogue: per-layer plasticity curves per component, with 95% CI bands."""
+    fig, axes, cols = _grid(summary, col, sharey=False)
+    for ax, value in zip(axes, cols):
+        sub = summary if value is None else summary[summary[col] == value]
+        for comp in ORDER:
+            part = sub[sub["component"] == comp].groupby("layer")[["plasticity", "ci95"]].mean()
+            line, = ax.plot(part.index, part["plasticity"], marker="o", label=comp)
+            ax.fill_between(part.index, part["plasticity"] - part["ci95"],
+                            part["plasticity"] + part["ci95"], color=line.get_color(), alpha=0.2)
+        ax.set_xlabel("layer")
+        ax.set_ylabel("plasticity")
+        ax.set_yscale("log")
+        ax.set_title(f"{col} = {value}" if value is not None else "")
+    axes[-1].legend(bbox_to_anchor=(1.02, 1), loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def rate_distributions(df, col: str | None = "protocol"):
+    """Per-pair rate distributions per component (all layers pooled), log scale."""
+    fig, axes, cols = _grid(df, col, sharey=False)
+    for ax, value in zip(axes, cols):
+        sub = df if value is None else df[df[col] == value]
+        sns.violinplot(sub, x="component", y="rate", order=ORDER, ax=ax, log_scale=True, cut=0)
+        ax.set_title(f"{col} = {value}" if value is not None else "")
+    fig.tight_layout()
+    return fig
+
+
+def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = False,
+          logy: bool = False, band: str | None = None, title: str = ""):
+    """Generic line plot of ``y`` against ``x`` per ``hue`` (optionally ``band`` = +- column)."""
+    fig, axes, cols = _grid(df, col, sharey=False)
+    for ax, value in zip(axes, cols):
+        sub = df if value is None else df[df[col] == value]
+        for key, g in sub.groupby(hue, observed=True, sort=False):
+            g = g.groupby(x)[[y] + ([band] if band else [])].mean().reset_index()
+            line, = ax.plot(g[x], g[y], marker="o", label=str(key))
+            if band:
+                ax.fill_between(g[x], g[y] - g[band], g[y] + g[band], alpha=0.2,
+                                color=line.get_color())
+        ax.set_xscale("log" if logx else "linear")
+        ax.set_yscale("log" if logy else "linear")
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.set_title(f"{title}{col} = {value}" if value is not None else title)
+    axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
+    fig.tight_layout()
+    return fig
