@@ -39,7 +39,8 @@ def test_embedding_protocol_feeds_every_component_the_embedding(model, images):
     fc2 = model.blocks[1].mlp.fc2
     pad = lambda e: torch.nn.functional.pad(e, (0, fc2.in_features - e.shape[-1]))  # noqa: E731
     with torch.no_grad():
-        expected = (fc2(pad(ex)) - fc2(pad(ey))).flatten(1).norm(dim=1) / (ex - ey).flatten(1).norm(dim=1)
+        num = (fc2(pad(ex)) - fc2(pad(ey))).flatten(1).norm(dim=1)
+        expected = num / (ex - ey).flatten(1).norm(dim=1)
         mha = plasticity.rate(model.blocks[0].attn, ex, ey)
     torch.testing.assert_close(rates[(1, "FC2")], expected)
     torch.testing.assert_close(rates[(0, "MHA")], mha)
@@ -64,7 +65,8 @@ def test_measure_is_tidy_streams_and_counts_identical_pairs(model, images):
     assert list(df.columns) == ["task", "protocol", "layer", "component", "pair", "rate"]
     assert not {3, 7} & set(df["pair"])
     one_batch = plasticity.measure(model, x, y, batch_size=64, progress=False)
-    torch.testing.assert_close(torch.tensor(df["rate"].values), torch.tensor(one_batch["rate"].values))
+    torch.testing.assert_close(torch.tensor(df["rate"].values),
+                               torch.tensor(one_batch["rate"].values))
 
 
 def test_summary_and_ranking(model, images):
@@ -80,15 +82,25 @@ def test_summary_and_ranking(model, images):
     assert plasticity.order(r).count(">") == 4
 
 
-def test_make_pairs(images):
+def test_pairs(images):
     x, y = images
-    px, py = plasticity.make_pairs(x, y, n_pairs=10)
+    px, py = plasticity.make_pairs(x, y, n_pairs=10).tensors()
     assert torch.equal(px, x[:10]) and torch.equal(py, y[:10])
-    wx, wy = plasticity.make_pairs(x, n_pairs=50, seed=3)
-    assert wx.shape == (50, 1, 16, 16)
-    assert torch.equal(wx, plasticity.make_pairs(x, n_pairs=50, seed=3)[0])
+    within = plasticity.make_pairs(x, n_pairs=50, seed=3)
+    wx, _ = within.tensors()
+    assert wx.shape == (50, 1, 16, 16) and len(within) == 50
+    assert torch.equal(wx, plasticity.make_pairs(x, n_pairs=50, seed=3).tensors()[0])
     with pytest.raises(ValueError, match="differ in shape"):
         plasticity.make_pairs(x, torch.zeros(5, 1, 8, 8))
+
+
+def test_streamed_pairs_equal_tensors(model, images):
+    x, y = images
+    labelled = torch.utils.data.TensorDataset(y, torch.zeros(len(y)))  # a dataset source
+    pairs = plasticity.make_pairs(x, labelled, n_pairs=20)
+    streamed = plasticity.measure(model, pairs, batch_size=6, progress=False)
+    direct = plasticity.measure(model, x[:20], y[:20], progress=False)
+    assert streamed.equals(direct)
 
 
 def test_errors(model, images):
@@ -97,8 +109,10 @@ def test_errors(model, images):
         plasticity.measure(model, x, y, protocol="input")
     with pytest.raises(ValueError, match="identical"):
         plasticity.measure(model, x, x.clone(), progress=False)
-    with pytest.raises(ValueError, match="same positive number"):
+    with pytest.raises(ValueError, match="no pairs"):
         plasticity.measure(model, x[:0], y[:0])
+    with pytest.raises(ValueError, match="as many x as y"):
+        plasticity.measure(model, x[:3], y[:2])
 
 
 def test_hooks_removed_even_after_an_error(model):

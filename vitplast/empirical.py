@@ -51,9 +51,9 @@ def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
         source_task = load_task_for(source, model, data_root) if source else None
         for name in tasks:
             task = load_task_for(name, model, data_root)
-            x, y = pairs_for_task(task, source_task, n_pairs=n_pairs)
+            pairs = pairs_for_task(task, source_task, n_pairs=n_pairs)
             for protocol in protocols:
-                frames.append(measure(model, x, y, protocol=protocol, batch_size=batch_size,
+                frames.append(measure(model, pairs, protocol=protocol, batch_size=batch_size,
                                       progress=progress, meta=dict(model=model_name,
                                                                    checkpoint=ckpt, task=name)))
     return pd.concat(frames, ignore_index=True)

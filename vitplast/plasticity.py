@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from vitplast.components import COMPONENTS, component_modules
 from vitplast.models import pick_device
@@ -148,33 +149,52 @@ def component_inputs(model: nn.Module, images: torch.Tensor, protocol: str = "hi
     return inputs
 
 
-def _as_tensor(source, n: int) -> torch.Tensor:
-    """The first n images of a tensor or a dataset of (image, label)."""
-    if isinstance(source, torch.Tensor):
-        return source[:n]
-    return torch.stack([source[i][0] for i in range(min(n, len(source)))])
+class Pairs(Dataset):
+    """Image pairs (x_i, y_i), read lazily from one or two sources, so that measuring
+    12,800 pairs of 224 px images never holds them all in memory.
 
-
-def make_pairs(x_source, y_source=None, *, n_pairs: int = 1024, seed: int = 0
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pairs of images, as two aligned tensors (N, C, H, W).
+    A source is an image tensor (N, C, H, W) or a dataset of (image, label).
 
     - ``y_source`` given (the paper's pairs): x = x_source[i], y = y_source[i], in dataset
       order, unshuffled, for i < n_pairs.
     - ``y_source`` None (within one set): two independent random orders of x_source.
     """
-    if y_source is not None:
-        n = min(n_pairs, len(x_source), len(y_source))
-        x, y = _as_tensor(x_source, n), _as_tensor(y_source, n)
-        if x.shape[1:] != y.shape[1:]:
-            raise ValueError(f"x images {tuple(x.shape[1:])} and y images {tuple(y.shape[1:])} "
-                             "differ in shape")
-        return x, y
-    pool = _as_tensor(x_source, len(x_source))
-    g = torch.Generator().manual_seed(seed)
-    i = torch.randint(len(pool), (n_pairs,), generator=g)
-    j = torch.randint(len(pool), (n_pairs,), generator=g)
-    return pool[i], pool[j]
+
+    def __init__(self, x_source, y_source=None, *, n_pairs: int = 1024, seed: int = 0):
+        self.x_source = x_source
+        self.y_source = x_source if y_source is None else y_source
+        if y_source is not None:
+            n = min(n_pairs, len(x_source), len(y_source))
+            self.ix = self.iy = torch.arange(n)
+            if self._image(self.x_source, 0).shape != self._image(self.y_source, 0).shape:
+                raise ValueError(f"x images {tuple(self._image(x_source, 0).shape)} and y images "
+                                 f"{tuple(self._image(y_source, 0).shape)} differ in shape")
+        else:
+            g = torch.Generator().manual_seed(seed)
+            self.ix = torch.randint(len(x_source), (n_pairs,), generator=g)
+            self.iy = torch.randint(len(x_source), (n_pairs,), generator=g)
+
+    @staticmethod
+    def _image(source, i: int) -> torch.Tensor:
+        return source[i] if isinstance(source, torch.Tensor) else source[i][0]
+
+    def __len__(self) -> int:
+        return len(self.ix)
+
+    def __getitem__(self, i: int):
+        return (self._image(self.x_source, int(self.ix[i])),
+                self._image(self.y_source, int(self.iy[i])))
+
+    def tensors(self, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``limit`` pairs as two aligned tensors (N, C, H, W)."""
+        n = len(self) if limit is None else min(limit, len(self))
+        items = [self[i] for i in range(n)]
+        return torch.stack([a for a, _ in items]), torch.stack([b for _, b in items])
+
+
+def make_pairs(x_source, y_source=None, *, n_pairs: int = 1024, seed: int = 0) -> Pairs:
+    """``Pairs`` of images from one source (random pairs) or two (aligned, unshuffled)."""
+    return Pairs(x_source, y_source, n_pairs=n_pairs, seed=seed)
 
 
 def pairs_for_task(task, source=None, *, n_pairs: int = 256, seed: int = 0):
@@ -185,8 +205,8 @@ def pairs_for_task(task, source=None, *, n_pairs: int = 256, seed: int = 0):
     return make_pairs(source.test, task.test, n_pairs=n_pairs)
 
 
-def measure(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, protocol: str = "hidden",
-            batch_size: int = 64, device: str | torch.device | None = None,
+def measure(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
+            batch_size: int = 64, device: str | torch.device | None = None, workers: int = 0,
             progress: bool = True, meta: dict | None = None) -> pd.DataFrame:
     """Per-pair rates of every component of every block, streamed over batches of pairs.
 
@@ -194,9 +214,10 @@ def measure(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, protocol: str
 
     Args:
         model: a timm VisionTransformer (see ``vitplast.components.check_supported``).
-        x, y: aligned image pairs (N, C, H, W), e.g. from ``make_pairs``.
+        x, y: aligned image tensors (N, C, H, W); or ``x`` a ``Pairs`` dataset and ``y`` None.
         protocol: ``"hidden"`` or ``"embedding"``.
         batch_size: pairs per forward pass (the pass sees 2 x batch_size images).
+        workers: DataLoader workers reading the pairs.
         meta: constant columns to add, e.g. ``{"model": ..., "task": ...}``.
 
     Returns:
@@ -205,24 +226,33 @@ def measure(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, protocol: str
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
-    if len(x) != len(y) or len(x) == 0:
-        raise ValueError(f"need the same positive number of x and y images, got {len(x)}, {len(y)}")
-    same = (x - y).flatten(1).abs().amax(dim=1) == 0
-    keep = torch.nonzero(~same).flatten()
-    if len(keep) == 0:
-        raise ValueError(f"all {len(x)} pairs are identical images: plasticity is undefined")
+    if y is not None:
+        if len(x) != len(y):
+            raise ValueError(f"need as many x as y images, got {len(x)} and {len(y)}")
+        x = TensorDataset(x, y)
+    if len(x) == 0:
+        raise ValueError("no pairs to measure")
     device = pick_device(device) if device is not None else next(model.parameters()).device
     model = model.to(device).eval()
     from tqdm.auto import tqdm
 
     chunks: dict[tuple[int, str], list[np.ndarray]] = {}
-    for start in tqdm(range(0, len(keep), batch_size), desc=f"plasticity ({protocol})",
-                      disable=not progress, leave=False):
-        idx = keep[start:start + batch_size]
-        rates = batch_rates(model, x[idx].to(device), y[idx].to(device), protocol)
+    kept, excluded, start = [], 0, 0
+    loader = DataLoader(x, batch_size=batch_size, num_workers=workers)
+    for xb, yb in tqdm(loader, desc=f"plasticity ({protocol})", disable=not progress, leave=False):
+        same = (xb - yb).flatten(1).abs().amax(dim=1) == 0
+        keep = torch.nonzero(~same).flatten()
+        excluded += int(same.sum())
+        kept.append(start + keep.numpy())
+        start += len(xb)
+        if len(keep) == 0:
+            continue
+        rates = batch_rates(model, xb[keep].to(device), yb[keep].to(device), protocol)
         for key, r in rates.items():
             chunks.setdefault(key, []).append(r.cpu().numpy())
-    pairs = keep.numpy()
+    if not chunks:
+        raise ValueError(f"all {start} pairs are identical images: plasticity is undefined")
+    pairs = np.concatenate(kept)
     frames = [pd.DataFrame({"layer": layer, "component": comp, "pair": pairs,
                             "rate": np.concatenate(parts)})
               for (layer, comp), parts in chunks.items()]
@@ -231,7 +261,7 @@ def measure(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, protocol: str
     for k, v in (meta or {}).items():
         df.insert(0, k, v)
     df["component"] = pd.Categorical(df["component"], categories=list(COMPONENTS))
-    df.attrs["excluded"] = int(same.sum())
+    df.attrs["excluded"] = excluded
     return df
 
 
