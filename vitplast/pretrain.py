@@ -123,4 +123,43 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, epochs: int = EPOCHS,
                    on_eval=on_eval, progress=progress, **RECIPE)
     manifest["wall_seconds"] = round(time.perf_counter() - start, 1)
     store.write_json(out_dir / "checkpoints.json", manifest)
+    (out_dir / "README.md").write_text(model_card(manifest))
     return manifest
+
+
+def model_card(manifest: dict) -> str:
+    """The model card (data/README.md) as Markdown, written from the manifest's values."""
+    r = manifest["recipe"]
+    rows = "\n".join(
+        f"| `{name}` | {c['epoch']} | {c['step']} | {100 * c['test_acc']:.2f} | "
+        f"{100 * c['test_acc_first1000']:.1f} | {c['seconds']:.0f} | `{c['file']}` | "
+        f"`{c['sha256']}` |" for name, c in manifest["checkpoints"].items())
+    arch = ", ".join(f"{k}={v}" for k, v in manifest["arch"].items())
+    return f"""# data/: the embedded model and shipped results
+
+## Model card: `{manifest['model']}`
+
+A small timm `VisionTransformer` ({arch}; 1,199,882 parameters) pretrained from timm's random
+initialisation on Fashion-MNIST, the embedded stand-in for the paper's ImageNet-21k
+pretraining. Inputs: 28x28 grayscale, normalised with mean {data.FASHION_MNIST_MEAN} and std
+{data.FASHION_MNIST_STD}. Load it with `vitplast.models.load_model("{manifest['model']}",
+checkpoint=NAME)`; every file is checked against the sha256 below (and in `checkpoints.json`).
+
+- Command: `{manifest['command']}` (commit `{manifest['commit']}`), recipe in
+  `vitplast/pretrain.py`: {r['optimizer']} lr {r['lr']}, weight decay {r['weight_decay']},
+  betas {r['betas']}, grad-norm clip {r['clip_grad_norm']}, batch {r['batch_size']}, label
+  smoothing {r['label_smoothing']}, {r['epochs']} epochs = {r['steps']} steps, cosine schedule
+  after {r['warmup_steps']} warm-up steps, augmentation {r['augment']}, seed {r['seed']};
+  {r['train_images']} training images, {r['val_images']} held out for validation.
+- Machine: {manifest['machine']}; device {manifest['device']}; torch {manifest['torch']},
+  Python {manifest['python']}. Wall time: {manifest.get('wall_seconds', float('nan')):.0f} s.
+- Test accuracy on the 10,000 Fashion-MNIST test images, and on the first 1,000 (which
+  `tests/test_models.py` recomputes):
+
+| checkpoint | epoch | step | test acc. (%) | first 1,000 (%) | seconds | file | sha256 |
+|---|---|---|---|---|---|---|---|
+{rows}
+
+Files: fp32 safetensors, one per checkpoint; `checkpoints.json` holds the same values plus the
+validation history. Remake them all with `make pretrain` (about an hour on 2 CPU cores).
+"""
