@@ -215,3 +215,50 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
         result.test_loss, result.test_acc = evaluate(model, test_set, device=device)
     model.eval()
     return result
+
+
+@torch.no_grad()
+def linear_probe(model: nn.Module, task, *, max_iter: int = 1000, C: float = 1.0) -> dict:
+    """Logistic regression on the frozen model's features: the paper's "lin. probe" baseline.
+
+    Paper: section 2 and the main table's "lin. probe" column. Features are what the head
+    sees, ``model.forward_head(model.forward_features(x), pre_logits=True)``, standardised on
+    the train split (the public code probes the last block's attention output instead). Train
+    images get the eval transform when the task has one (no augmentation). L-BFGS:
+    deterministic for given features. Used by notebook 04.
+
+    Args:
+        model: a timm ViT (its head is not used; nothing is trained).
+        task: a ``vitplast.data.Task``.
+        max_iter, C: of scikit-learn's ``LogisticRegression`` (``C``: inverse L2 strength).
+
+    Returns:
+        dict(train_acc, val_acc, test_acc, n_train, n_features), accuracies in [0, 1].
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+
+    def features(dataset):
+        xs, ys = [], []
+        for x, y in DataLoader(dataset, batch_size=256):
+            with _autocast(device):
+                f = model.forward_head(model.forward_features(x.to(device)), pre_logits=True)
+            xs.append(f.float().cpu().numpy())
+            ys.append(np.asarray(y))
+        return np.concatenate(xs), np.concatenate(ys)
+
+    train_set = task.train
+    if hasattr(train_set, "transform") and hasattr(task.val, "transform"):  # paper datasets
+        train_set = type(train_set)(train_set.dataset, task.val.transform)
+    (xtr, ytr), (xva, yva), (xte, yte) = (features(d) for d in (train_set, task.val, task.test))
+    model.train(was_training)
+    clf = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=max_iter))
+    clf.fit(xtr, ytr)
+    return dict(train_acc=float(clf.score(xtr, ytr)), val_acc=float(clf.score(xva, yva)),
+                test_acc=float(clf.score(xte, yte)), n_train=int(len(ytr)),
+                n_features=int(xtr.shape[1]))

@@ -1,0 +1,254 @@
+"""Sweeps: grids, the store by hash, resume after a kill, divergence, executors, tables."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import tiny_vit
+
+from vitplast import data, finetune, paper_datasets, store, sweep
+
+#: A random embedded ViT on digits, a few steps: seconds on a CPU.
+TINY = dict(pretrained=False, steps=2, batch_size=16, eval_every=100)
+#: A smaller random timm ViT, for runs whose numbers the test does not read.
+TINIER = dict(TINY, model="vit_tiny_patch16_224", model_kwargs=dict(
+    img_size=28, patch_size=7, in_chans=1, embed_dim=32, depth=1, num_heads=2))
+
+
+class FakeTrain:
+    """Stands in for ``finetune.train``: records (model, kwargs) per call, and raises
+    ``KeyboardInterrupt`` at call number ``kill_at`` (a sweep killed during that run)."""
+
+    def __init__(self):
+        self.calls, self.kill_at = [], None
+
+    def __call__(self, model, train_set, val_set, test_set, **kwargs):
+        self.calls.append((model, kwargs))
+        if len(self.calls) == self.kill_at:
+            raise KeyboardInterrupt
+        return finetune.TrainResult(history=[{"step": 0, "loss": 1.5}], best_val_acc=0.5,
+                                    best_step=0, test_acc=0.25, trainable=7)
+
+
+@pytest.fixture
+def fake_train(monkeypatch):
+    fake = FakeTrain()
+    monkeypatch.setattr(finetune, "train", fake)
+    return fake
+
+
+def test_grid_size_order_and_recipes():
+    configs = sweep.grid(["digits", "fmnist"], ["full", "MHA", ["blocks.0.attn.*"]],
+                         [1e-2, 1e-3], [0, 1], **TINY)
+    assert len(configs) == 2 * 3 * 2 * 2
+    assert len({store.config_hash(c) for c in configs}) == 24
+    assert [(c["task"], c["config"], c["lr"], c["seed"]) for c in configs[:5]] == [
+        ("digits", "full", 1e-2, 0), ("digits", "full", 1e-2, 1), ("digits", "full", 1e-3, 0),
+        ("digits", "full", 1e-3, 1), ("digits", "MHA", 1e-2, 0)]
+    assert configs[8]["config"] == ["blocks.0.attn.*"] and configs[-1]["task"] == "fmnist"
+    c = configs[0]
+    for key in ("kind", "model", "checkpoint", "task", "severity", "train_size", "config",
+                "train_head", "optimizer", "lr", "seed", "steps", "batch_size", "warmup_steps",
+                "momentum", "weight_decay", "clip_grad_norm", "eval_every", "accum_steps"):
+        assert key in c, key
+    assert c["warmup_steps"] == finetune.RECIPES["embedded"]["warmup_steps"]
+    assert c["steps"] == 2 and c["pretrained"] is False and c["kind"] == "finetune"
+    assert json.loads(json.dumps(c)) == c
+    paper = sweep.run_config("pet", "LN1", lr=1e-3, recipe="paper", data_root="/data",
+                             ablation={"c": 2.0})
+    assert paper["steps"] == paper_datasets.PAPER_STEPS["pet"]
+    assert paper["batch_size"] == finetune.RECIPES["paper"]["batch_size"]
+    assert paper["ablation"] == {"c": 2.0} and "ablation" not in c
+    with pytest.raises(ValueError, match="valid: \\['paper', 'embedded'\\]"):
+        sweep.run_config("digits", lr=1.0, recipe="fast")
+    with pytest.raises(ValueError, match="unknown task 'pet'.*data_root"):
+        sweep.run_config("pet", lr=1.0)
+    with pytest.raises(ValueError, match="unknown configuration 'attention'"):
+        sweep.run_config("digits", "attention", lr=1.0)
+
+
+def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch):
+    config = sweep.run_config("digits", "MHA", lr=1e-2, **TINY)
+    summary = sweep.run_sweep([config, config], tmp_path, device="cpu", progress=False)
+    path = tmp_path / f"{store.config_hash(config)}.json"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    record = json.loads(path.read_text())
+    assert record["config"] == config and record["status"] == "ok"
+    assert 0.0 <= record["test_acc"] <= 1.0 and 0.0 <= record["best_val_acc"] <= 1.0
+    assert record["best_step"] == 1 and record["device"] == "cpu"
+    # MHA (qkv, proj) of 6 blocks + the new head + the final norm
+    assert record["trainable"] == 6 * (128 * 384 + 384 + 128 * 128 + 128) + 1290 + 256
+    assert [h["step"] for h in record["history"]] == [0, 1] and "val_acc" in record["history"][1]
+    assert record["machine"].endswith("cores") and record["torch"] == torch.__version__
+    assert len(summary) == 1 and summary.loc[0, "run"] == path.stem
+
+    curves = sweep.history(tmp_path)
+    assert list(curves.columns) == ["run", "step", "metric", "value"]
+    assert len(curves) == sum(len(h) - 1 for h in record["history"])
+    val = curves[curves.metric == "val_acc"]
+    assert val["value"].tolist() == [record["best_val_acc"]] and val["step"].tolist() == [1]
+
+    monkeypatch.setattr(sweep, "run_one", lambda *a, **k: pytest.fail("re-ran a stored run"))
+    again = sweep.run_sweep([config], tmp_path, progress=False)
+    assert again.loc[0, "test_acc"] == record["test_acc"]
+
+
+def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path, fake_train):
+    configs = [sweep.run_config("digits", lr=lr, **TINY) for lr in (1, 2, 3, 4, 5)]
+    fake_train.kill_at = 3
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run_sweep(configs, tmp_path, progress=False)
+    assert len(fake_train.calls) == 3
+    assert sorted(sweep.results(tmp_path)["lr"]) == [1, 2]
+    # debris of a kill: a half-written temp file, a truncated record of the 4th run
+    (tmp_path / f".{store.config_hash(configs[2])}.json.x.tmp").write_text('{"config": {')
+    full = json.dumps({"config": configs[3], "status": "ok"})
+    store.run_path(tmp_path, configs[3]).write_text(full[: len(full) // 2])
+    assert sorted(sweep.results(tmp_path)["lr"]) == [1, 2]
+
+    summary = sweep.run_sweep(configs, tmp_path, progress=False)  # the same sweep again
+    assert [kw["lr"] for _, kw in fake_train.calls[3:]] == [3, 4, 5]  # first two not re-run
+    table = sweep.results(tmp_path)
+    assert sorted(table["lr"]) == [1, 2, 3, 4, 5] and table["run"].is_unique
+    assert summary["lr"].tolist() == [1, 2, 3, 4, 5] and (summary["status"] == "ok").all()
+
+
+def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatch):
+    config = sweep.run_config("digits", "LN2", lr=0.5, seed=3, optimizer="adamw", **TINY)
+    record = sweep.run_one(config)
+    assert record["status"] == "ok" and record["test_acc"] == 0.25
+    model, kwargs = fake_train.calls[0]
+    expected = {k: config[k] for k in sweep._TRAIN_DEFAULTS}
+    expected["betas"] = (0.9, 0.999)
+    assert {k: kwargs[k] for k in expected} == expected
+    assert kwargs["device"] == torch.device("cpu") and model.head.out_features == 10
+    sweep.run_one(config)
+    sweep.run_one({**config, "seed": 4})
+    heads = [m.head.weight for m, _ in fake_train.calls]
+    assert torch.equal(heads[0], heads[1]) and not torch.equal(heads[0], heads[2])
+
+    monkeypatch.setitem(sweep.PREPARE, "mark", lambda m, c: setattr(m, "mark", c["ablation"]))
+    sweep.run_one({**config, "prepare": "mark", "ablation": {"c": 3}})
+    assert fake_train.calls[-1][0].mark == {"c": 3}
+    failed = sweep.run_one({**config, "prepare": "nope"})
+    assert failed["status"] == "failed" and "valid: ['mark']" in failed["error"]
+    with pytest.raises(ValueError, match="unknown prepare \\['nope'\\]; valid: \\['mark'\\]"):
+        sweep.run_sweep([{**config, "prepare": "nope"}], "unused", progress=False)
+
+
+def test_diverged_and_failed_runs_are_recorded_and_the_sweep_goes_on(tmp_path):
+    diverge = sweep.run_config("digits", lr=1e30, clip_grad_norm=None, **TINY)
+    fail = sweep.run_config("digits", ["nothing.*"], lr=1e-2, train_head=False, **TINY)
+    ok = sweep.run_config("digits", "LN1", lr=1e-2, **TINIER)
+    summary = sweep.run_sweep([diverge, fail, ok], tmp_path, device="cpu", progress=False)
+    assert summary["status"].tolist() == ["diverged", "failed", "ok"]
+    assert "ValueError: configuration ['nothing.*'] selects no parameter" in summary["error"][1]
+    assert math.isnan(summary["test_acc"][0]) and math.isnan(summary["test_acc"][1])
+    text = store.run_path(tmp_path, diverge).read_text()
+    record = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
+    assert record["history"][-1]["loss"] is None and record["test_acc"] is None
+    table = sweep.results(tmp_path)
+    assert set(table["status"]) == {"diverged", "failed", "ok"}
+    main = sweep.main_table(table)  # a real table: None and list-valued settings
+    assert main["task"].tolist() == ["digits"] * 3 + ["average"] * 3  # 3 settings
+    ok_acc = 100 * summary["test_acc"][2]
+    for task in ("digits", "average"):
+        acc = main[main.task == task].set_index("config")["test_acc_mean"]
+        assert math.isnan(acc["full"]) and math.isnan(acc['["nothing.*"]'])
+        assert acc["LN1"] == pytest.approx(ok_acc)
+
+
+def _synthetic(rows):
+    """A results-like table from (task, config, lr, seed, status, best_val_acc, test_acc)."""
+    return pd.DataFrame(rows, columns=["task", "config", "lr", "seed", "status", "best_val_acc",
+                                       "test_acc"])
+
+
+def test_select_lr_on_validation_not_test():
+    rows = [  # (val, test): 1e-2 is better on validation, 1e-3 on test
+        ("digits", "MHA", 1e-2, 0, "ok", 0.90, 0.70), ("digits", "MHA", 1e-3, 0, "ok", 0.80, 0.95),
+        ("digits", "MHA", 1e-2, 1, "ok", 0.92, 0.72), ("digits", "MHA", 1e-3, 1, "ok", 0.82, 0.97),
+        # missing, not zero nor one:
+        ("digits", "MHA", 3e-2, 0, "diverged", 1.0, float("nan")),  # val before diverging
+        ("digits", "MHA", 1e-2, 2, "failed", float("nan"), 0.0)]
+    df = _synthetic(rows)
+    by_val = sweep.select_lr(df)
+    assert by_val[["task", "config", "lr", "n_seeds", "selected_on"]].values.tolist() == [
+        ["digits", "MHA", 1e-2, 2, "val"]]
+    assert by_val["selection_score"][0] == pytest.approx(0.91)
+    by_test = sweep.select_lr(df, on="test")
+    assert by_test["lr"].tolist() == [1e-3] and by_test["selected_on"].tolist() == ["test"]
+    assert by_test["selection_score"][0] == pytest.approx(0.96)
+    with pytest.raises(ValueError, match="'val' or 'test'"):
+        sweep.select_lr(df, on="train")
+    # an extra config key given to some runs only (None elsewhere) is one more setting
+    df["ablation.c"] = [None, None, None, None, 2.0, None]
+    assert sweep.select_lr(df)["ablation.c"].isna().tolist() == [True]  # 2.0: diverged only
+    df.loc[4, "status"] = "ok"
+    assert sweep.select_lr(df)[["lr", "ablation.c"]].fillna(0).values.tolist() == [
+        [3e-2, 2.0], [1e-2, 0]]
+
+
+def test_main_table_mean_and_std_over_seeds_are_exact():
+    test = {("a", "MHA"): [0.90, 0.92, 0.94], ("a", "LN1"): [0.80, 0.81, 0.85],
+            ("b", "MHA"): [0.60, 0.70, 0.80], ("b", "LN1"): [0.50, 0.50, 0.56]}
+    rows = []
+    for (task, config), accs in test.items():
+        for seed, acc in zip((0, 42, 3407), accs):
+            rows.append((task, config, 1e-2, seed, "ok", 0.9, acc))
+            rows.append((task, config, 1e-3, seed, "ok", 0.1, 1.0))  # worse on val
+    rows.append(("b", "LN1", 1e-2, 7, "diverged", 0.99, float("nan")))  # missing, not zero
+    table = sweep.main_table(_synthetic(rows))
+    assert table["task"].tolist() == ["a", "a", "b", "b", "average", "average"]
+    for (task, config), accs in test.items():
+        row = table[(table.task == task) & (table.config == config)].iloc[0]
+        assert row["lr"] == 1e-2 and row["n_seeds"] == 3 and row["selected_on"] == "val"
+        assert row["test_acc_mean"] == pytest.approx(100 * np.mean(accs), abs=1e-12)
+        assert row["test_acc_std"] == pytest.approx(100 * np.std(accs), abs=1e-12)
+    average = table[table.task == "average"].set_index("config")["test_acc_mean"]
+    assert average["MHA"] == pytest.approx(50 * (np.mean(test["a", "MHA"]) + 0.7))
+    assert average["LN1"] == pytest.approx(50 * (np.mean(test["a", "LN1"]) + 0.52))
+    sample = sweep.main_table(_synthetic(rows), ddof=1)
+    assert sample["test_acc_std"][0] == pytest.approx(100 * np.std(test["a", "LN1"], ddof=1))
+    # a configuration whose runs on one task all failed: that task is NaN, so is its average
+    rows = [r if (r[0], r[1]) != ("b", "MHA") else (*r[:4], "failed", *r[5:]) for r in rows]
+    table = sweep.main_table(_synthetic(rows), on="test")  # picks 1e-3 (test 100%)
+    assert table["selected_on"].eq("test").all()
+    row = table[(table.task == "b") & (table.config == "MHA")].iloc[0]
+    assert math.isnan(row["test_acc_mean"]) and math.isnan(row["lr"])
+    average = table[table.task == "average"].set_index("config")["test_acc_mean"]
+    assert math.isnan(average["MHA"]) and average["LN1"] == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("cluster", ["debug", pytest.param("local", marks=pytest.mark.slow)])
+def test_submitit_jobs_store_their_own_records(tmp_path, cluster):
+    """debug: in this process; local: one subprocess per job (~20 s on 2 busy cores)."""
+    pytest.importorskip("submitit")
+    configs = [sweep.run_config("digits", c, lr=1e-2, **TINIER) for c in ("LN1", "FC2")]
+    summary = sweep.run_sweep(configs, tmp_path / "runs", executor="submitit", cluster=cluster,
+                              folder=tmp_path / "logs", timeout_min=5, slurm_partition="gpu",
+                              device="cpu", progress=False)
+    assert summary["status"].tolist() == ["ok", "ok"]
+    assert all(store.exists(tmp_path / "runs", c) for c in configs)
+    assert list((tmp_path / "logs").iterdir())  # submitit's job files went there
+
+
+def test_unknown_executor_names_the_valid_ones(tmp_path):
+    with pytest.raises(ValueError, match="valid: \\['serial', 'submitit'\\]"):
+        sweep.run_sweep([], tmp_path, executor="slurm")
+
+
+def test_linear_probe_is_deterministic():
+    task = data.load_task("digits")
+    model = tiny_vit(img_size=28, patch_size=7, num_classes=10)
+    before = {n: p.clone() for n, p in model.state_dict().items()}
+    first = finetune.linear_probe(model, task)
+    assert first == finetune.linear_probe(model, task)
+    assert first["n_train"] == len(task.train) and first["n_features"] == 32
+    for split in ("train_acc", "val_acc", "test_acc"):
+        assert 0.0 <= first[split] <= 1.0
+    assert first["test_acc"] > 0.5  # random ViT features of digits are far above chance (0.1)
+    assert all(torch.equal(p, before[n]) for n, p in model.state_dict().items())

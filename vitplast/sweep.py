@@ -1,0 +1,410 @@
+"""Sweeps: grids of finetuning runs, the executors that run them, and the result tables.
+
+Paper: section 2 (finetuning protocol) and its main table (per configuration, the LR with
+the best seed-mean accuracy; mean +- std over seeds).
+
+A run is a flat JSON-able dict (``run_config``) of every setting that affects its result; its
+``store.config_hash`` names the record file. ``run_sweep`` runs only what the store lacks and
+saves each record the moment it finishes, so a killed sweep resumes losing nothing. Unlike
+the public code, the LR is chosen on validation accuracy (``on="test"`` reproduces its
+test-set choice, labelled in ``selected_on``), and diverged or failed runs are missing
+values, never zeros.
+
+Used by notebooks 04-06.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import math
+import os
+import platform
+import subprocess
+import time
+import traceback
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import torch
+
+from vitplast import components, data, finetune, models, paper_datasets, store
+
+KIND = "finetune"
+EXECUTORS = ("serial", "submitit")
+#: The paper's grids (PAPER.md section 2); DomainNet uses ``PAPER_LRS_DOMAINNET``.
+PAPER_LRS = (1e-3, 3e-3, 1e-2, 3e-2)
+PAPER_LRS_DOMAINNET = (3e-3, 1e-2, 3e-2, 6e-2)
+PAPER_SEEDS = (0, 42, 3407)
+#: Name -> ``prepare(model, config)``, run after loading and before training; ablations
+#: register here and a run names one with the config key ``prepare``.
+PREPARE: dict[str, Callable] = {}
+
+_RUNTIME = ("val_set", "test_set", "augment", "device", "on_eval", "progress")
+_TRAIN_DEFAULTS = {k: p.default for k, p in inspect.signature(finetune.train).parameters.items()
+                   if p.default is not inspect.Parameter.empty and k not in _RUNTIME}
+_OUTCOME = ("status", "error", "test_acc", "test_loss", "best_val_acc", "best_step", "trainable",
+            "seconds", "train_seconds", "device", "machine", "vitplast", "torch", "timm",
+            "python", "git_commit", "git_dirty", "date")
+
+
+def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: int = 0,
+               recipe: str = "embedded", model: str = models.EMBEDDED_NAME,
+               checkpoint: str = "final", pretrained: bool = True, severity: int = 5,
+               train_size: int = 5000, test_size: int = 2000, data_seed: int = 0,
+               **settings) -> dict:
+    """One run's config: ``finetune.train``'s defaults, overridden by the recipe
+    ``finetune.RECIPES[recipe]`` (``"paper"`` also takes ``paper_datasets.PAPER_STEPS``), then
+    by ``settings``.
+
+    Args:
+        task: a name of ``data.EMBEDDED_TASKS``, or with ``data_root`` of ``PAPER_DATASETS``.
+        config: a configuration of ``components.CONFIGS`` or a list of parameter patterns.
+        lr, seed: peak learning rate; training seed (data order, the new head's init).
+        model, checkpoint, pretrained: what ``models.load_model`` loads.
+        severity, train_size, test_size, data_seed: task options (``data.load_task``); one
+            ``data_seed`` fixes the splits for every training seed.
+        **settings: ``finetune.train`` keywords (steps, batch_size, optimizer, clip_grad_norm,
+            ...) and extra keys, stored only when given: ``data_root``, ``img_size`` (paper
+            datasets), ``model_kwargs``, ``weights_file`` (``load_model``), ``prepare`` (a
+            ``PREPARE`` name), ``ablation`` (free-form).
+
+    Raises:
+        ValueError: unknown recipe, task, configuration or optimizer (naming the valid ones).
+    """
+    if recipe not in finetune.RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; valid: {list(finetune.RECIPES)}")
+    tasks = list(paper_datasets.PAPER_DATASETS if settings.get("data_root")
+                 else data.EMBEDDED_TASKS)
+    if task not in tasks:
+        raise ValueError(f"unknown task {task!r}; valid: {tasks} (paper datasets need data_root)")
+    if isinstance(config, str) and config not in components.CONFIGS:
+        raise ValueError(f"unknown configuration {config!r}; valid: {list(components.CONFIGS)} "
+                         "or a list of parameter-name patterns")
+    out = {"kind": KIND, "model": model, "checkpoint": checkpoint, "pretrained": pretrained,
+           "task": task, "severity": severity, "train_size": train_size, "test_size": test_size,
+           "data_seed": data_seed, **_TRAIN_DEFAULTS, **finetune.RECIPES[recipe]}
+    if recipe == "paper" and task in paper_datasets.PAPER_STEPS:
+        out["steps"] = paper_datasets.PAPER_STEPS[task]
+    out.update(config=config, lr=lr, seed=seed, **settings)
+    if out["optimizer"] not in finetune.OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {out['optimizer']!r}; valid: {finetune.OPTIMIZERS}")
+    return json.loads(json.dumps(out))  # exactly what the store holds (tuples become lists)
+
+
+def grid(tasks, configs, lrs, seeds, **fixed) -> list[dict]:
+    """Run configs of the cartesian product, ordered task > config > lr > seed (seed fastest).
+
+    Args:
+        tasks, configs, lrs, seeds: lists (a configuration may itself be a list of patterns).
+        **fixed: ``run_config`` keywords shared by every run (recipe, steps, model...).
+    """
+    return [run_config(t, c, lr=lr, seed=s, **fixed)
+            for t in tasks for c in configs for lr in lrs for s in seeds]
+
+
+def run_one(config: dict, *, device: str | torch.device | None = None,
+            progress: bool = False) -> dict:
+    """Run one config; return its record. A failing run is recorded, not raised.
+
+    Record fields: ``status`` ("ok", "diverged" or "failed"), ``error`` (a failed run's
+    exception line) and ``traceback``, ``test_acc``, ``test_loss``, ``best_val_acc``,
+    ``best_step``, ``trainable``, ``seconds`` (whole run), ``train_seconds``, ``device``,
+    ``history`` (``TrainResult.history``, see ``vitplast.finetune``), and provenance:
+    ``machine`` (e.g. "x86_64, 2 cores"), ``vitplast``, ``torch``, ``timm``, ``python``,
+    ``git_commit``, ``git_dirty``, ``date`` (UTC). Non-finite numbers become ``None``.
+
+    Args:
+        config: from ``run_config``.
+        device: where to train; ``None`` picks CUDA when available.
+        progress: show the training loop's progress bar.
+    """
+    start = time.perf_counter()
+    device = models.pick_device(device)
+    record = dict(status="failed", error=None, traceback=None, history=[])
+    try:
+        r = _train(config, device, progress)
+        record.update(status="diverged" if r.diverged else "ok", test_acc=r.test_acc,
+                      test_loss=r.test_loss, best_val_acc=r.best_val_acc, best_step=r.best_step,
+                      trainable=r.trainable, train_seconds=r.seconds, history=r.history)
+    except Exception as err:  # recorded; a KeyboardInterrupt still stops the sweep
+        record["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
+        record["traceback"] = traceback.format_exc()
+    record.update(seconds=time.perf_counter() - start, device=str(device), **_provenance(device))
+    return _finite(record)
+
+
+def _train(config: dict, device: torch.device, progress: bool) -> finetune.TrainResult:
+    """Load the config's task and model, prepare the model, train it."""
+    prepare = config.get("prepare")
+    if prepare is not None and prepare not in PREPARE:
+        raise ValueError(f"unknown prepare {prepare!r}; valid: {sorted(PREPARE)}")
+    if config.get("data_root"):
+        task = paper_datasets.load_paper_task(
+            config["task"], config["data_root"], severity=config["severity"],
+            img_size=config.get("img_size", 224), seed=config["data_seed"])
+    else:
+        task = data.load_task(config["task"], train_size=config["train_size"],
+                              test_size=config["test_size"], severity=config["severity"],
+                              seed=config["data_seed"])
+    finetune.seed_everything(config["seed"])  # the new head's (and a random model's) init
+    model = models.load_model(config["model"], pretrained=config["pretrained"],
+                              checkpoint=config["checkpoint"], num_classes=task.num_classes,
+                              weights_file=config.get("weights_file"), device=device,
+                              **config.get("model_kwargs", {}))
+    if prepare is not None:
+        PREPARE[prepare](model, config)
+    kwargs = {k: config[k] for k in _TRAIN_DEFAULTS if k in config}
+    kwargs["betas"] = tuple(kwargs.get("betas", _TRAIN_DEFAULTS["betas"]))
+    try:
+        return finetune.train(model, task.train, task.val, task.test, device=device,
+                              progress=progress, **kwargs)
+    finally:
+        del model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _finite(obj):
+    """``obj`` with NaN and infinities replaced by ``None`` (strict JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+@functools.lru_cache(maxsize=1)
+def _git() -> tuple[str | None, bool | None]:
+    """(commit, uncommitted changes?) of the vitplast checkout, or (None, None)."""
+    repo = Path(__file__).resolve().parents[1]
+    if not (repo / ".git").exists():  # an installed copy: no enclosing repo's commit
+        return None, None
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              timeout=20, check=True).stdout
+    try:
+        return git("rev-parse", "HEAD").strip(), bool(git("status", "--porcelain", "-uno"))
+    except (OSError, subprocess.SubprocessError):  # no git, or not a checkout
+        return None, None
+
+
+def _provenance(device: torch.device) -> dict:
+    import timm
+
+    import vitplast
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    machine = f"{platform.machine()}, {cores} cores"
+    if device.type == "cuda":
+        machine += f", {torch.cuda.get_device_name(device)}"
+    commit, dirty = _git()
+    return dict(machine=machine, vitplast=vitplast.__version__, torch=torch.__version__,
+                timm=timm.__version__, python=platform.python_version(), git_commit=commit,
+                git_dirty=dirty, date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def run_sweep(configs: list[dict], root: str | Path, *, executor: str = "serial",
+              device: str | torch.device | None = None, progress: bool = True,
+              retry_failed: bool = False, **executor_kwargs) -> pd.DataFrame:
+    """Run the configs the store under ``root`` lacks; each record is saved atomically by
+    whoever ran it (this process or the cluster job) as soon as it finishes.
+
+    Args:
+        configs: run configs (``grid``, ``run_config``); duplicates run once.
+        root: the results folder (``vitplast.store``).
+        executor: ``"serial"`` (here, one run after another) or ``"submitit"`` (a job array:
+            SLURM when available, else submitit's local executor).
+        device: where each run trains; ``None`` picks CUDA when available.
+        progress: a progress bar over runs.
+        retry_failed: also re-run stored runs whose status is "failed".
+        **executor_kwargs: submitit's ``folder`` (default ``root/submitit``), ``cluster``
+            ("slurm", "local", "debug"; default detected) and ``update_parameters`` keywords
+            (``timeout_min``, ``gpus_per_node``, ``slurm_array_parallelism``, ...).
+
+    Returns:
+        ``results`` rows of ``configs``, in order; a run without a record (its job died) has
+        status "missing" and runs again next time.
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; valid: {list(EXECUTORS)}")
+    if executor == "serial" and executor_kwargs:
+        raise TypeError(f"the serial executor takes no options, got {sorted(executor_kwargs)}")
+    unknown = {c["prepare"] for c in configs if c.get("prepare") is not None} - set(PREPARE)
+    if unknown:
+        raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(PREPARE)}")
+    todo = {store.config_hash(c): c for c in configs if not store.exists(root, c)
+            or (retry_failed and _stored(root, c)["status"] == "failed")}
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(todo), desc=f"sweep ({len(configs) - len(todo)} stored)",
+               disable=not progress)
+    if executor == "serial":
+        for c in todo.values():
+            _run_and_save(c, str(root), device)
+            bar.update()
+    elif todo:
+        _submit(list(todo.values()), root, device, bar, **executor_kwargs)
+    bar.close()
+    records = {store.config_hash(c): _stored(root, c) or {"config": c, "status": "missing"}
+               for c in configs}
+    return _table(list(records.values()))
+
+
+def _stored(root, config: dict) -> dict | None:
+    return store.read_json(store.run_path(root, config)) if store.exists(root, config) else None
+
+
+def _run_and_save(config: dict, root: str, device, registry: dict | None = None) -> str:
+    """The job: run ``config`` and store its record; return its status."""
+    PREPARE.update(registry or {})  # a fresh job process has only what its pickle brings
+    record = run_one(config, device=device)
+    store.save_run(root, config, record)
+    return record["status"]
+
+
+def _submit(configs, root, device, bar, folder=None, cluster=None, **parameters) -> None:
+    """One submitit job array; wait for every job, warn about those that died."""
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=folder or Path(root) / "submitit", cluster=cluster)
+    executor.update_parameters(**parameters)
+    n = len(configs)
+    jobs = executor.map_array(_run_and_save, configs, [str(root)] * n, [device] * n,
+                              [dict(PREPARE)] * n)
+    for job in jobs:
+        try:
+            job.result()
+        except Exception as err:  # killed (time limit, preemption...): no record, re-run later
+            warnings.warn(f"job {job.job_id} died without a record: {err}", stacklevel=3)
+        bar.update()
+
+
+def _flat(config: dict, prefix: str = "") -> dict:
+    """Nested dicts become ``a.b`` columns; lists become their JSON text (hashable)."""
+    out = {}
+    for k, v in config.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = json.dumps(v) if isinstance(v, list) else v
+    return out
+
+
+def _table(records: list[dict]) -> pd.DataFrame:
+    rows = [{"run": store.config_hash(r["config"]), **_flat(r["config"]),
+             **{k: r.get(k) for k in _OUTCOME}} for r in records]
+    settings = dict.fromkeys(["run", *(k for row in rows for k in row if k not in _OUTCOME)])
+    df = pd.DataFrame(rows).reindex(columns=[*settings, *_OUTCOME])
+    for k in ("test_acc", "test_loss", "best_val_acc", "seconds", "train_seconds"):
+        df[k] = pd.to_numeric(df[k]).astype(float)
+    return df
+
+
+def results(root: str | Path) -> pd.DataFrame:
+    """One row per stored run (half-written or unreadable files are not runs).
+
+    Columns: ``run`` (``store.config_hash`` of its config); every config key (``run_config``:
+    kind, model, checkpoint, pretrained, task, ..., config, lr, seed, steps, optimizer, ...;
+    nested dicts as ``key.sub``, lists as JSON text); ``status`` ("ok", "diverged",
+    "failed"); ``error``; ``test_acc``, ``best_val_acc`` (in [0, 1]; NaN unless ok) and
+    ``test_loss``; ``best_step`` (step of the kept weights); ``trainable`` (parameters
+    trained); ``seconds`` (whole run), ``train_seconds``; ``device``; provenance
+    (``machine``, ``vitplast``, ``torch``, ``timm``, ``python``, ``git_commit``,
+    ``git_dirty``, ``date``).
+    """
+    return _table(store.load_runs(root))
+
+
+def history(root: str | Path, metrics: list[str] | None = None) -> pd.DataFrame:
+    """Every stored run's logged curves, one row per run x step x metric.
+
+    Columns: ``run`` (join ``results`` on it), ``step``, ``metric`` (``loss``, ``lr``,
+    ``grad_norm``, ``grad_norm/<group>``, ``grad_norm_per_param/<group>``, ``val_loss``,
+    ``val_acc``: see ``vitplast.finetune``), ``value`` (NaN where not finite).
+
+    Args:
+        metrics: keep only these metrics (default: all).
+    """
+    rows = [(store.config_hash(r["config"]), h["step"], k, v)
+            for r in store.load_runs(root) for h in r.get("history") or []
+            for k, v in h.items() if k != "step" and (metrics is None or k in metrics)]
+    df = pd.DataFrame(rows, columns=["run", "step", "metric", "value"])
+    return df.astype({"value": float})
+
+
+def _select(df: pd.DataFrame, on: str):
+    """(setting columns, ``df`` with a ``_setting`` id, per id the chosen ``lr`` and score)."""
+    if on not in ("val", "test"):
+        raise ValueError(f"on must be 'val' or 'test', got {on!r}")
+    keys = [c for c in df.columns if c not in (*_OUTCOME, "run", "lr", "seed")]
+    df = df.assign(_setting=df.groupby(keys, dropna=False).ngroup())  # NaN keys are a value
+    scores = (df[df["status"] == "ok"].groupby(["_setting", "lr"])
+              ["best_val_acc" if on == "val" else "test_acc"]
+              .agg(selection_score="mean", n_seeds="count").reset_index())  # by lr: ties -> min
+    best = scores.sort_values("selection_score", ascending=False, kind="stable")
+    return keys, df, best.drop_duplicates("_setting")
+
+
+def select_lr(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
+    """Per setting (all config columns but lr and seed: task, config, optimizer...), the LR
+    with the best seed-mean accuracy; ties go to the smaller LR.
+
+    Diverged and failed runs are missing (the mean is over the seeds left, ``n_seeds``),
+    never zeros.
+
+    Args:
+        df: ``results``, or a table with setting columns, ``lr``, ``seed``, ``status``,
+            ``best_val_acc`` and ``test_acc``.
+        on: ``"val"`` (``best_val_acc``) or ``"test"``: the public code's optimistic choice on
+            test accuracy, kept to reproduce its numbers.
+
+    Returns:
+        One row per setting: its columns, ``lr``, ``selection_score`` (the seed-mean
+        accuracy it was chosen on), ``n_seeds`` and ``selected_on`` (``on``).
+    """
+    keys, df, best = _select(df, on)
+    out = df.drop_duplicates("_setting")[["_setting", *keys]].merge(best, on="_setting")
+    return out.sort_values("_setting").drop(columns="_setting").assign(
+        selected_on=on).reset_index(drop=True)
+
+
+def main_table(df: pd.DataFrame, on: str = "val", ddof: int = 0) -> pd.DataFrame:
+    """The paper's main table: per task x configuration, test accuracy at the selected LR.
+
+    Args:
+        df: ``results``.
+        on: where the LR is selected (``select_lr``); ``selected_on`` says which.
+        ddof: of the std over seeds; 0 as the public code (``np.std``).
+
+    Returns:
+        Per setting (task, config, ...): ``lr``, ``test_acc_mean`` and ``test_acc_std`` over
+        the seeds with status "ok" (in %; NaN when there are none), ``n_seeds``,
+        ``selected_on``; then per setting but task, a row with task "average": the mean of
+        ``test_acc_mean`` over tasks, NaN unless every task has one (lr, std, n_seeds NaN).
+    """
+    keys, df, best = _select(df, on)
+    chosen = df[df["status"] == "ok"].merge(best[["_setting", "lr"]], on=["_setting", "lr"])
+    stats = chosen.groupby("_setting")["test_acc"].agg(
+        test_acc_mean=lambda s: 100 * s.mean(), test_acc_std=lambda s: 100 * s.std(ddof=ddof),
+        n_seeds="count")
+    table = (df.drop_duplicates("_setting")[["_setting", *keys]]
+             .merge(best[["_setting", "lr"]], on="_setting", how="left")
+             .merge(stats, on="_setting", how="left").sort_values("_setting"))
+    rest = [k for k in keys if k != "task"]
+    table["_rest"] = table.groupby(rest, dropna=False).ngroup() if rest else 0
+    n_tasks = table["task"].nunique()
+    means = table.groupby("_rest")["test_acc_mean"].agg(
+        lambda s: s.mean() if s.notna().sum() == n_tasks else math.nan)
+    average = table.drop_duplicates("_rest")[["_rest", *rest]].assign(
+        task="average", test_acc_mean=lambda d: d["_rest"].map(means))
+    out = pd.concat([table, average], ignore_index=True).assign(selected_on=on)
+    return out.drop(columns=["_setting", "_rest"])[[*keys, "lr", "test_acc_mean", "test_acc_std",
+                                                    "n_seeds", "selected_on"]]
