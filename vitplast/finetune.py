@@ -105,6 +105,19 @@ def _group_norms(named_params: list[tuple[str, nn.Parameter]]) -> dict[str, floa
     return out
 
 
+def _check_masks(masks: dict, trainable: dict, weight_decay: float) -> dict:
+    """Gradient masks, checked against the trainable parameters."""
+    if masks and weight_decay:
+        raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
+    for n, m in masks.items():
+        if n not in trainable:
+            raise ValueError(f"grad_masks names {n!r}, which the configuration does not train")
+        if m.shape != trainable[n].shape:
+            raise ValueError(f"mask for {n} has shape {tuple(m.shape)}, "
+                             f"not {tuple(trainable[n].shape)}")
+    return {n: m.to(trainable[n].device, trainable[n].dtype) for n, m in masks.items()}
+
+
 @dataclass
 class TrainResult:
     """What ``train`` returns. ``history`` rows are documented in the module docstring."""
@@ -128,7 +141,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
           warmup_steps: int = 0, accum_steps: int = 1, label_smoothing: float = 0.0,
           augment=None, eval_every: int = 100, log_every: int = 10, seed: int = 0,
           device: str | torch.device | None = None, workers: int = 0, on_eval=None,
-          progress: bool = True) -> TrainResult:
+          grad_masks: dict[str, torch.Tensor] | None = None, progress: bool = True
+          ) -> TrainResult:
     """Train the parameters a configuration selects; keep the best-validation weights.
 
     Args:
@@ -145,6 +159,9 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
         augment: optional ``f(x, generator) -> x`` applied to each training batch.
         eval_every, log_every: evaluation and logging periods in steps.
         on_eval: optional ``f(step, model, row)`` called after each evaluation.
+        grad_masks: parameter name -> boolean mask of the entries that train (the others get
+            a zero gradient, so they never change; needs ``weight_decay=0``). The trainable
+            count then counts mask entries.
         progress: show a tqdm bar.
     """
     if optimizer not in OPTIMIZERS:
@@ -158,6 +175,9 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
     result = TrainResult(trainable=set_trainable(model, names), device=str(device))
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]
+    masks = _check_masks(grad_masks or {}, dict(named), weight_decay)
+    result.trainable -= sum(m.numel() - int(m.sum()) for m in masks.values())
+    masked = [(dict(named)[n], m) for n, m in masks.items()]
     if optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     else:
@@ -188,6 +208,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
             result.diverged = True
             result.history.append(row)
             break
+        for p, m in masked:
+            p.grad.mul_(m)
         logged = step % log_every == 0 or step == steps - 1
         if logged:
             row.update(_group_norms(named))

@@ -32,7 +32,7 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from vitplast import components, data, finetune, models, paper_datasets, store
+from vitplast import ablations, components, data, finetune, models, paper_datasets, store
 
 KIND = "finetune"
 EXECUTORS = ("serial", "submitit")
@@ -42,7 +42,7 @@ PAPER_LRS_DOMAINNET = (3e-3, 1e-2, 3e-2, 6e-2)
 PAPER_SEEDS = (0, 42, 3407)
 #: Name -> ``prepare(model, config)``, run after loading and before training; ablations
 #: register here and a run names one with the config key ``prepare``.
-PREPARE: dict[str, Callable] = {}
+PREPARE: dict[str, Callable] = dict(ablations.PREPARE)
 
 _RUNTIME = ("val_set", "test_set", "augment", "device", "on_eval", "progress")
 _TRAIN_DEFAULTS = {k: p.default for k, p in inspect.signature(finetune.train).parameters.items()
@@ -156,9 +156,9 @@ def _train(config: dict, device: torch.device, progress: bool) -> finetune.Train
                               checkpoint=config["checkpoint"], num_classes=task.num_classes,
                               weights_file=config.get("weights_file"), device=device,
                               **config.get("model_kwargs", {}))
-    if prepare is not None:
-        PREPARE[prepare](model, config)
     kwargs = {k: config[k] for k in _TRAIN_DEFAULTS if k in config}
+    if prepare is not None:
+        kwargs.update(PREPARE[prepare](model, config) or {})
     kwargs["betas"] = tuple(kwargs.get("betas", _TRAIN_DEFAULTS["betas"]))
     try:
         return finetune.train(model, task.train, task.val, task.test, device=device,

@@ -1,0 +1,103 @@
+"""Confound ablations: function preservation, plasticity scaling, masks, adapters, counts."""
+
+import pytest
+import torch
+from conftest import tiny_vit
+from test_finetune import toy_task
+
+from vitplast import ablations, components, finetune, plasticity, sweep
+
+
+@pytest.mark.parametrize("ln", ["LN1", "LN2"])
+def test_function_preserving_rescale(ln, images):
+    model, x = tiny_vit(), images[0]
+    before = model(x)
+    ablations.rescale_layernorm(model, ln, 7.0, preserve=True)
+    torch.testing.assert_close(model(x), before, rtol=1e-5, atol=1e-5)
+    raw = ablations.rescale_layernorm(tiny_vit(), ln, 7.0, preserve=False)
+    assert (raw(x) - before).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("ln", ["LN1", "LN2"])
+def test_rescale_multiplies_layernorm_plasticity_by_c(ln, images):
+    base = plasticity.batch_rates(tiny_vit(), *images)
+    scaled = plasticity.batch_rates(ablations.rescale_layernorm(tiny_vit(), ln, 3.0), *images)
+    for layer in range(2):
+        torch.testing.assert_close(scaled[(layer, ln)], 3.0 * base[(layer, ln)], rtol=1e-4, atol=0)
+        other = "LN2" if ln == "LN1" else "LN1"
+        torch.testing.assert_close(scaled[(layer, other)], base[(layer, other)], rtol=1e-4, atol=0)
+    assert ablations.matching_scale(0.5, 4.0) == 8.0
+
+
+def test_rescale_errors():
+    with pytest.raises(ValueError, match="\\['LN1', 'LN2'\\]"):
+        ablations.rescale_layernorm(tiny_vit(), "FC1", 2.0)
+    with pytest.raises(ValueError, match="> 0"):
+        ablations.rescale_layernorm(tiny_vit(), "LN1", 0.0)
+
+
+def test_sparse_masks_train_exactly_count_entries():
+    model = tiny_vit()
+    count = components.count_parameters(model, "LN1")
+    masks = ablations.sparse_masks(model, "FC1", count, seed=1)
+    assert sum(int(m.sum()) for m in masks.values()) == count
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    result = finetune.train(model, toy_task(), steps=3, batch_size=16, lr=0.5, config="FC1",
+                            grad_masks=masks, progress=False)
+    head = sum(p.numel() for n, p in model.named_parameters()
+               if components.component_of(n) in ("head", "norm"))
+    assert result.trainable == count + head
+    changed = 0
+    for n, m in masks.items():
+        p = dict(model.named_parameters())[n]
+        assert torch.equal(p[~m], before[n][~m]), n
+        changed += int((p[m] != before[n][m]).sum())
+    assert changed > count // 2
+    with pytest.raises(ValueError, match="weight_decay=0"):
+        finetune.train(tiny_vit(), toy_task(), steps=1, config="FC1", weight_decay=0.1,
+                       grad_masks=masks, progress=False)
+    with pytest.raises(ValueError, match="1\\.\\."):
+        ablations.sparse_masks(model, "LN1", 10**9)
+
+
+@pytest.mark.parametrize("component", ["MHA", "FC1", "FC2"])
+def test_lora_starts_as_identity_and_merges_exactly(component, images):
+    model, x = tiny_vit(), images[0]
+    before = model(x)
+    ablations.add_lora(model, component, rank=2)
+    torch.testing.assert_close(model(x), before)
+    n_lora = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
+    assert n_lora == ablations.lora_count(model, component, 2)
+    finetune.train(model, toy_task(), steps=2, batch_size=16, lr=0.5,
+                   config=ablations.LORA_PATTERNS, progress=False)
+    adapted = model(x)
+    assert (adapted - before).abs().max() > 1e-4
+    ablations.merge_lora(model)
+    assert not any("lora_" in n for n, _ in model.named_parameters())
+    torch.testing.assert_close(model(x), adapted, rtol=1e-4, atol=1e-5)
+
+
+def test_lora_rank_for_a_budget():
+    model = tiny_vit()  # d = 32: FC1 rank 1 costs (32 + 128) per block, 2 blocks
+    assert ablations.lora_count(model, "FC1", 1) == 320
+    assert ablations.rank_for_budget(model, "FC1", 1000) == 3
+    assert ablations.lora_count(model, "MHA", 1) == 2 * ((32 + 96) + (32 + 32))
+
+
+def test_bias_only_counts_are_exact():
+    model = tiny_vit()
+    d, blocks = 32, 2
+    expected = {"LN1": d, "MHA": 3 * d + d, "LN2": d, "FC1": 4 * d, "FC2": d}
+    for comp, per_block in expected.items():
+        names = components.trainable_names(model, ablations.BIAS_ONLY[comp], train_head=False)
+        assert sum(dict(model.named_parameters())[n].numel() for n in names) == blocks * per_block
+
+
+def test_ablations_run_through_the_sweep(tmp_path):
+    config = sweep.run_config("digits", "FC2", lr=0.01, pretrained=False, steps=2,
+                              batch_size=16, prepare="sparse",
+                              ablation=dict(component="FC2", count=100))
+    record = sweep.run_one(config)
+    assert record["status"] == "ok", record["error"]
+    head = 128 * 10 + 10 + 2 * 128
+    assert record["trainable"] == 100 + head
