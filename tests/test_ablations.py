@@ -101,3 +101,32 @@ def test_ablations_run_through_the_sweep(tmp_path):
     assert record["status"] == "ok", record["error"]
     head = 128 * 10 + 10 + 2 * 128
     assert record["trainable"] == 100 + head
+
+
+def test_variants_and_their_exact_counts():
+    model = tiny_vit()
+    table = ablations.variants(model, {"LN1": 4.0})
+    assert {"LN1 x 4 (preserved)", "LN1 x 4 (raw)", "LN1 lr/c^2 (c=4)", "FC1 sparse",
+            "MHA LoRA r1", "FC2 bias"} <= set(table)
+    counts = {r["variant"]: r["trainable"] for r in ablations.variant_counts(model, table)}
+    head = sum(p.numel() for n, p in model.named_parameters()
+               if components.component_of(n) in ("head", "norm"))
+    ln1 = components.count_parameters(model, "LN1")
+    assert counts["FC1 sparse"] == counts["MHA sparse"] == ln1 + head
+    assert counts["LN1 x 4 (preserved)"] == counts["LN1 lr/c^2 (c=4)"] == ln1 + head
+    assert counts["FC1 LoRA r1"] == ablations.lora_count(model, "FC1", 1) + head
+    assert counts["FC2 bias"] == 2 * 32 + head
+    configs = sweep.grid(["digits"], list(table.values())[:2], [0.01], [0], pretrained=False)
+    assert configs[0]["ablation"]["variant"] == "LN1 x 4 (preserved)"
+
+
+def test_preserved_rescale_is_an_lr_change_under_sgd():
+    """Momentum-free SGD, no clipping: LN gamma rescaled by c (function preserved) moves, in
+    the original units, like the plain LN at lr / c^2."""
+    c, kw = 4.0, dict(steps=2, batch_size=16, lr=0.1, momentum=0.0, clip_grad_norm=None,
+                      config="LN1", train_head=False, progress=False)
+    a = ablations.rescale_layernorm(tiny_vit(), "LN1", c)
+    b = tiny_vit()
+    finetune.train(a, toy_task(), **kw)
+    finetune.train(b, toy_task(), lr_scales={"blocks.*.norm1.*": 1 / c**2}, **kw)
+    torch.testing.assert_close(a.blocks[0].norm1.weight / c, b.blocks[0].norm1.weight)

@@ -110,3 +110,17 @@ def test_pretraining_augmentation_keeps_shape_and_is_seeded():
     b = pretrain.augment(x, torch.Generator().manual_seed(0))
     assert a.shape == x.shape and torch.equal(a, b)
     assert not torch.equal(a, x)
+
+
+def test_lr_scales_make_a_parameter_group_move_slower():
+    """With momentum-free SGD and no clipping, one step moves each parameter by -lr * grad:
+    a group at scale 0.25 moves exactly a quarter of what it moves at scale 1."""
+    kw = dict(steps=1, batch_size=16, lr=0.1, momentum=0.0, clip_grad_norm=None, config="LN1",
+              progress=False)
+    a, b = tiny_vit(), tiny_vit()
+    start = a.blocks[0].norm1.weight.detach().clone()
+    finetune.train(a, toy_task(), **kw)
+    finetune.train(b, toy_task(), lr_scales={"blocks.*.norm1.*": 0.25}, **kw)
+    torch.testing.assert_close(b.blocks[0].norm1.weight - start,
+                               0.25 * (a.blocks[0].norm1.weight - start))
+    torch.testing.assert_close(a.head.weight, b.head.weight)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import tiny_vit
 
-from vitplast import data, finetune, paper_datasets, store, sweep
+from vitplast import data, finetune, paper_datasets, results, store, sweep
 
 #: A random embedded ViT on digits, a few steps: seconds on a CPU.
 TINY = dict(pretrained=False, steps=2, batch_size=16, eval_every=100)
@@ -85,7 +85,7 @@ def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch
     assert record["machine"].endswith("cores") and record["torch"] == torch.__version__
     assert len(summary) == 1 and summary.loc[0, "run"] == path.stem
 
-    curves = sweep.history(tmp_path)
+    curves = results.history(tmp_path)
     assert list(curves.columns) == ["run", "step", "metric", "value"]
     assert len(curves) == sum(len(h) - 1 for h in record["history"])
     val = curves[curves.metric == "val_acc"]
@@ -102,16 +102,16 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path, fake_train):
     with pytest.raises(KeyboardInterrupt):
         sweep.run_sweep(configs, tmp_path, progress=False)
     assert len(fake_train.calls) == 3
-    assert sorted(sweep.results(tmp_path)["lr"]) == [1, 2]
+    assert sorted(results.results(tmp_path)["lr"]) == [1, 2]
     # debris of a kill: a half-written temp file, a truncated record of the 4th run
     (tmp_path / f".{store.config_hash(configs[2])}.json.x.tmp").write_text('{"config": {')
     full = json.dumps({"config": configs[3], "status": "ok"})
     store.run_path(tmp_path, configs[3]).write_text(full[: len(full) // 2])
-    assert sorted(sweep.results(tmp_path)["lr"]) == [1, 2]
+    assert sorted(results.results(tmp_path)["lr"]) == [1, 2]
 
     summary = sweep.run_sweep(configs, tmp_path, progress=False)  # the same sweep again
     assert [kw["lr"] for _, kw in fake_train.calls[3:]] == [3, 4, 5]  # first two not re-run
-    table = sweep.results(tmp_path)
+    table = results.results(tmp_path)
     assert sorted(table["lr"]) == [1, 2, 3, 4, 5] and table["run"].is_unique
     assert summary["lr"].tolist() == [1, 2, 3, 4, 5] and (summary["status"] == "ok").all()
 
@@ -150,9 +150,9 @@ def test_diverged_and_failed_runs_are_recorded_and_the_sweep_goes_on(tmp_path):
     text = store.run_path(tmp_path, diverge).read_text()
     record = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
     assert record["history"][-1]["loss"] is None and record["test_acc"] is None
-    table = sweep.results(tmp_path)
+    table = results.results(tmp_path)
     assert set(table["status"]) == {"diverged", "failed", "ok"}
-    main = sweep.main_table(table)  # a real table: None and list-valued settings
+    main = results.main_table(table)  # a real table: None and list-valued settings
     assert main["task"].tolist() == ["digits"] * 3 + ["average"] * 3  # 3 settings
     ok_acc = 100 * summary["test_acc"][2]
     for task in ("digits", "average"):
@@ -175,20 +175,20 @@ def test_select_lr_on_validation_not_test():
         ("digits", "MHA", 3e-2, 0, "diverged", 1.0, float("nan")),  # val before diverging
         ("digits", "MHA", 1e-2, 2, "failed", float("nan"), 0.0)]
     df = _synthetic(rows)
-    by_val = sweep.select_lr(df)
+    by_val = results.select_lr(df)
     assert by_val[["task", "config", "lr", "n_seeds", "selected_on"]].values.tolist() == [
         ["digits", "MHA", 1e-2, 2, "val"]]
     assert by_val["selection_score"][0] == pytest.approx(0.91)
-    by_test = sweep.select_lr(df, on="test")
+    by_test = results.select_lr(df, on="test")
     assert by_test["lr"].tolist() == [1e-3] and by_test["selected_on"].tolist() == ["test"]
     assert by_test["selection_score"][0] == pytest.approx(0.96)
     with pytest.raises(ValueError, match="'val' or 'test'"):
-        sweep.select_lr(df, on="train")
+        results.select_lr(df, on="train")
     # an extra config key given to some runs only (None elsewhere) is one more setting
     df["ablation.c"] = [None, None, None, None, 2.0, None]
-    assert sweep.select_lr(df)["ablation.c"].isna().tolist() == [True]  # 2.0: diverged only
+    assert results.select_lr(df)["ablation.c"].isna().tolist() == [True]  # 2.0: diverged only
     df.loc[4, "status"] = "ok"
-    assert sweep.select_lr(df)[["lr", "ablation.c"]].fillna(0).values.tolist() == [
+    assert results.select_lr(df)[["lr", "ablation.c"]].fillna(0).values.tolist() == [
         [3e-2, 2.0], [1e-2, 0]]
 
 
@@ -201,7 +201,7 @@ def test_main_table_mean_and_std_over_seeds_are_exact():
             rows.append((task, config, 1e-2, seed, "ok", 0.9, acc))
             rows.append((task, config, 1e-3, seed, "ok", 0.1, 1.0))  # worse on val
     rows.append(("b", "LN1", 1e-2, 7, "diverged", 0.99, float("nan")))  # missing, not zero
-    table = sweep.main_table(_synthetic(rows))
+    table = results.main_table(_synthetic(rows))
     assert table["task"].tolist() == ["a", "a", "b", "b", "average", "average"]
     for (task, config), accs in test.items():
         row = table[(table.task == task) & (table.config == config)].iloc[0]
@@ -211,11 +211,11 @@ def test_main_table_mean_and_std_over_seeds_are_exact():
     average = table[table.task == "average"].set_index("config")["test_acc_mean"]
     assert average["MHA"] == pytest.approx(50 * (np.mean(test["a", "MHA"]) + 0.7))
     assert average["LN1"] == pytest.approx(50 * (np.mean(test["a", "LN1"]) + 0.52))
-    sample = sweep.main_table(_synthetic(rows), ddof=1)
+    sample = results.main_table(_synthetic(rows), ddof=1)
     assert sample["test_acc_std"][0] == pytest.approx(100 * np.std(test["a", "LN1"], ddof=1))
     # a configuration whose runs on one task all failed: that task is NaN, so is its average
     rows = [r if (r[0], r[1]) != ("b", "MHA") else (*r[:4], "failed", *r[5:]) for r in rows]
-    table = sweep.main_table(_synthetic(rows), on="test")  # picks 1e-3 (test 100%)
+    table = results.main_table(_synthetic(rows), on="test")  # picks 1e-3 (test 100%)
     assert table["selected_on"].eq("test").all()
     row = table[(table.task == "b") & (table.config == "MHA")].iloc[0]
     assert math.isnan(row["test_acc_mean"]) and math.isnan(row["lr"])

@@ -207,3 +207,57 @@ def _prepare_lora(model: nn.Module, config: dict) -> None:
 
 #: Name -> prepare function, registered in ``vitplast.sweep.PREPARE``.
 PREPARE = {"rescale_ln": _prepare_rescale, "sparse": _prepare_sparse, "lora": _prepare_lora}
+
+
+def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1",
+             lora_rank: int = 1) -> dict[str, dict]:
+    """The confound experiments as named variants: ``run_config`` keywords for each.
+
+    - ``<LN> x c (preserved)`` / ``<LN> x c (raw)``: LayerNorm rescaled by ``scales[LN]``.
+    - ``<LN> lr/c^2``: the plain LayerNorm with its learning rate divided by c^2, which under
+      SGD is exactly what the preserved rescale does to it (module docstring): the control.
+    - ``<C> sparse``: MHA / FC1 / FC2 with exactly ``budget_from``'s trainable count.
+    - ``<C> LoRA r``: rank-``lora_rank`` adapters on MHA / FC1 / FC2.
+    - ``<C> bias``: only the biases of each component (BitFit-style).
+
+    The variant's name is stored in the run's ``ablation["variant"]``.
+    """
+    from vitplast.components import count_parameters
+
+    out: dict[str, dict] = {}
+    for ln, c in scales.items():
+        path = COMPONENTS[ln]
+        for preserve in (True, False):
+            name = f"{ln} x {c:.3g} ({'preserved' if preserve else 'raw'})"
+            out[name] = dict(config=ln, prepare="rescale_ln", ablation=dict(
+                variant=name, component=ln, c=c, preserve=preserve))
+        name = f"{ln} lr/c^2 (c={c:.3g})"
+        out[name] = dict(config=ln, lr_scales={f"blocks.*.{path}.*": 1 / c**2},
+                         ablation=dict(variant=name))
+    budget = count_parameters(model, budget_from)
+    for comp in LORA_TARGETS:
+        out[f"{comp} sparse"] = dict(config=comp, prepare="sparse", ablation=dict(
+            variant=f"{comp} sparse", component=comp, count=budget))
+        out[f"{comp} LoRA r{lora_rank}"] = dict(config=LORA_PATTERNS, prepare="lora", ablation=dict(
+            variant=f"{comp} LoRA r{lora_rank}", component=comp, rank=lora_rank))
+    for comp in COMPONENTS:
+        out[f"{comp} bias"] = dict(config=BIAS_ONLY[comp], ablation=dict(variant=f"{comp} bias"))
+    return out
+
+
+def variant_counts(model: nn.Module, table: dict[str, dict]) -> list[dict]:
+    """Exact trainable counts (head and final norm included) of each variant of ``variants``
+    on ``model``: each is prepared on a copy and counted as ``finetune.train`` counts."""
+    import copy
+
+    from vitplast.components import trainable_names
+
+    rows = []
+    for name, kw in table.items():
+        m = copy.deepcopy(model)
+        extra = PREPARE[kw["prepare"]](m, kw) if kw.get("prepare") else None
+        names = set(trainable_names(m, kw["config"]))
+        n = sum(p.numel() for k, p in m.named_parameters() if k in names)
+        n -= sum(mk.numel() - int(mk.sum()) for mk in (extra or {}).get("grad_masks", {}).values())
+        rows.append(dict(variant=name, trainable=n))
+    return rows

@@ -105,6 +105,17 @@ def _group_norms(named_params: list[tuple[str, nn.Parameter]]) -> dict[str, floa
     return out
 
 
+def _param_groups(named: list, lr_scales: dict[str, float]) -> list[dict]:
+    """Optimizer groups by learning-rate multiplier (``lr_scale``)."""
+    import fnmatch
+
+    by_scale: dict[float, list] = {}
+    for n, p in named:
+        scale = next((s for pat, s in lr_scales.items() if fnmatch.fnmatch(n, pat)), 1.0)
+        by_scale.setdefault(scale, []).append(p)
+    return [{"params": ps, "lr_scale": s} for s, ps in by_scale.items()]
+
+
 def _check_masks(masks: dict, trainable: dict, weight_decay: float) -> dict:
     """Gradient masks, checked against the trainable parameters."""
     if masks and weight_decay:
@@ -141,8 +152,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
           warmup_steps: int = 0, accum_steps: int = 1, label_smoothing: float = 0.0,
           augment=None, eval_every: int = 100, log_every: int = 10, seed: int = 0,
           device: str | torch.device | None = None, workers: int = 0, on_eval=None,
-          grad_masks: dict[str, torch.Tensor] | None = None, progress: bool = True
-          ) -> TrainResult:
+          grad_masks: dict[str, torch.Tensor] | None = None,
+          lr_scales: dict[str, float] | None = None, progress: bool = True) -> TrainResult:
     """Train the parameters a configuration selects; keep the best-validation weights.
 
     Args:
@@ -162,6 +173,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
         grad_masks: parameter name -> boolean mask of the entries that train (the others get
             a zero gradient, so they never change; needs ``weight_decay=0``). The trainable
             count then counts mask entries.
+        lr_scales: parameter-name pattern -> learning-rate multiplier (first match wins), e.g.
+            ``{"blocks.*.norm1.*": 0.25}``; other parameters use ``lr``.
         progress: show a tqdm bar.
     """
     if optimizer not in OPTIMIZERS:
@@ -178,10 +191,11 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
     masks = _check_masks(grad_masks or {}, dict(named), weight_decay)
     result.trainable -= sum(m.numel() - int(m.sum()) for m in masks.values())
     masked = [(dict(named)[n], m) for n, m in masks.items()]
+    groups = _param_groups(named, lr_scales or {})
     if optimizer == "sgd":
-        opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        opt = torch.optim.SGD(groups, lr=lr, momentum=momentum, weight_decay=weight_decay)
     else:
-        opt = torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
+        opt = torch.optim.AdamW(groups, lr=lr, betas=betas, weight_decay=weight_decay)
 
     best = None
     batches = _batches(train_set, batch_size // accum_steps, generator, workers)
@@ -192,7 +206,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
                disable=not progress, leave=False)
     for step in bar:
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, lr=lr, steps=steps, warmup_steps=warmup_steps)
+            group["lr"] = group["lr_scale"] * lr_at(step, lr=lr, steps=steps,
+                                                    warmup_steps=warmup_steps)
         loss_total = 0.0
         for _ in range(accum_steps):
             x, y = next(batches)
@@ -203,7 +218,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
                 loss = F.cross_entropy(model(x).float(), y, label_smoothing=label_smoothing)
             (loss / accum_steps).backward()
             loss_total += loss.item() / accum_steps
-        row = {"step": step, "loss": loss_total, "lr": opt.param_groups[0]["lr"]}
+        row = {"step": step, "loss": loss_total, "lr": lr_at(step, lr=lr, steps=steps,
+                                                             warmup_steps=warmup_steps)}
         if not math.isfinite(loss_total):
             result.diverged = True
             result.history.append(row)

@@ -34,7 +34,7 @@ NOTEBOOKS = ["01_definitions", "02_bounds", "03_plasticity", "04_finetuning", "0
 PROFILES: dict[str, dict[str, dict]] = {
     "smoke": {
         "01_definitions": dict(n_pairs=64, n_samples=500),
-        "02_bounds": dict(n_pairs=32, n_seeds=2, power_iters=5),
+        "02_bounds": dict(n_pairs=32, n_seeds=2, power_iters=5, n_lipschitz=4),
         "03_plasticity": dict(n_pairs=32, tasks=["fmnist_contrast", "digits"],
                               checkpoints=["init", "final"], scales=[0.5, 1.0, 2.0]),
         "04_finetuning": dict(recompute=True, steps=4, tasks=["digits"], lrs=[1e-2],

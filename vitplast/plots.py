@@ -105,3 +105,15 @@ def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = Fal
     axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
     fig.tight_layout()
     return fig
+
+
+def scatter(df, x: str, y: str, hue: str, logx: bool = False, title: str = ""):
+    """Scatter of ``y`` against ``x`` coloured by ``hue``."""
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    sns.scatterplot(df, x=x, y=y, hue=hue, ax=ax)
+    ax.set_xscale("log" if logx else "linear")
+    ax.axhline(0, color="k", lw=0.8, ls="--")
+    ax.set_title(title)
+    ax.legend(bbox_to_anchor=(1.02, 1), loc="upper left")
+    fig.tight_layout()
+    return fig

@@ -1,14 +1,11 @@
-"""Sweeps: grids of finetuning runs, the executors that run them, and the result tables.
+"""Sweeps: grids of finetuning runs and the executors that run them.
 
-Paper: section 2 (finetuning protocol) and its main table (per configuration, the LR with
-the best seed-mean accuracy; mean +- std over seeds).
+Paper: section 2 (finetuning protocol: configurations x LR grid x seeds per dataset).
 
 A run is a flat JSON-able dict (``run_config``) of every setting that affects its result; its
 ``store.config_hash`` names the record file. ``run_sweep`` runs only what the store lacks and
-saves each record the moment it finishes, so a killed sweep resumes losing nothing. Unlike
-the public code, the LR is chosen on validation accuracy (``on="test"`` reproduces its
-test-set choice, labelled in ``selected_on``), and diverged or failed runs are missing
-values, never zeros.
+saves each record the moment it finishes, so a killed sweep resumes losing nothing; a
+diverged or failed run is recorded as such. Tables over the store: ``vitplast.results``.
 
 Used by notebooks 04-06.
 """
@@ -33,6 +30,7 @@ import pandas as pd
 import torch
 
 from vitplast import ablations, components, data, finetune, models, paper_datasets, store
+from vitplast.results import runs_table
 
 KIND = "finetune"
 EXECUTORS = ("serial", "submitit")
@@ -47,10 +45,6 @@ PREPARE: dict[str, Callable] = dict(ablations.PREPARE)
 _RUNTIME = ("val_set", "test_set", "augment", "device", "on_eval", "progress")
 _TRAIN_DEFAULTS = {k: p.default for k, p in inspect.signature(finetune.train).parameters.items()
                    if p.default is not inspect.Parameter.empty and k not in _RUNTIME}
-_OUTCOME = ("status", "error", "test_acc", "test_loss", "best_val_acc", "best_step", "trainable",
-            "seconds", "train_seconds", "device", "machine", "vitplast", "torch", "timm",
-            "python", "git_commit", "git_dirty", "date")
-
 
 def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: int = 0,
                recipe: str = "embedded", model: str = models.EMBEDDED_NAME,
@@ -100,11 +94,17 @@ def grid(tasks, configs, lrs, seeds, **fixed) -> list[dict]:
     """Run configs of the cartesian product, ordered task > config > lr > seed (seed fastest).
 
     Args:
-        tasks, configs, lrs, seeds: lists (a configuration may itself be a list of patterns).
+        tasks, configs, lrs, seeds: lists. A configuration is a name of
+            ``components.CONFIGS``, a list of patterns, or a dict of ``run_config`` keywords
+            (with ``config``), as ``vitplast.ablations.variants`` makes.
         **fixed: ``run_config`` keywords shared by every run (recipe, steps, model...).
     """
-    return [run_config(t, c, lr=lr, seed=s, **fixed)
-            for t in tasks for c in configs for lr in lrs for s in seeds]
+    def one(t, c, lr, s):
+        if isinstance(c, dict):
+            return run_config(t, lr=lr, seed=s, **{**fixed, **c})
+        return run_config(t, c, lr=lr, seed=s, **fixed)
+
+    return [one(t, c, lr, s) for t in tasks for c in configs for lr in lrs for s in seeds]
 
 
 def run_one(config: dict, *, device: str | torch.device | None = None,
@@ -255,7 +255,7 @@ def run_sweep(configs: list[dict], root: str | Path, *, executor: str = "serial"
     bar.close()
     records = {store.config_hash(c): _stored(root, c) or {"config": c, "status": "missing"}
                for c in configs}
-    return _table(list(records.values()))
+    return runs_table(list(records.values()))
 
 
 def _stored(root, config: dict) -> dict | None:
@@ -287,124 +287,18 @@ def _submit(configs, root, device, bar, folder=None, cluster=None, **parameters)
         bar.update()
 
 
-def _flat(config: dict, prefix: str = "") -> dict:
-    """Nested dicts become ``a.b`` columns; lists become their JSON text (hashable)."""
-    out = {}
-    for k, v in config.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = json.dumps(v) if isinstance(v, list) else v
-    return out
+#: Where the embedded study's results are shipped (one JSON per run).
+EMBEDDED_RESULTS = models.DATA_DIR / "finetune"
 
 
-def _table(records: list[dict]) -> pd.DataFrame:
-    rows = [{"run": store.config_hash(r["config"]), **_flat(r["config"]),
-             **{k: r.get(k) for k in _OUTCOME}} for r in records]
-    settings = dict.fromkeys(["run", *(k for row in rows for k in row if k not in _OUTCOME)])
-    df = pd.DataFrame(rows).reindex(columns=[*settings, *_OUTCOME])
-    for k in ("test_acc", "test_loss", "best_val_acc", "seconds", "train_seconds"):
-        df[k] = pd.to_numeric(df[k]).astype(float)
-    return df
-
-
-def results(root: str | Path) -> pd.DataFrame:
-    """One row per stored run (half-written or unreadable files are not runs).
-
-    Columns: ``run`` (``store.config_hash`` of its config); every config key (``run_config``:
-    kind, model, checkpoint, pretrained, task, ..., config, lr, seed, steps, optimizer, ...;
-    nested dicts as ``key.sub``, lists as JSON text); ``status`` ("ok", "diverged",
-    "failed"); ``error``; ``test_acc``, ``best_val_acc`` (in [0, 1]; NaN unless ok) and
-    ``test_loss``; ``best_step`` (step of the kept weights); ``trainable`` (parameters
-    trained); ``seconds`` (whole run), ``train_seconds``; ``device``; provenance
-    (``machine``, ``vitplast``, ``torch``, ``timm``, ``python``, ``git_commit``,
-    ``git_dirty``, ``date``).
-    """
-    return _table(store.load_runs(root))
-
-
-def history(root: str | Path, metrics: list[str] | None = None) -> pd.DataFrame:
-    """Every stored run's logged curves, one row per run x step x metric.
-
-    Columns: ``run`` (join ``results`` on it), ``step``, ``metric`` (``loss``, ``lr``,
-    ``grad_norm``, ``grad_norm/<group>``, ``grad_norm_per_param/<group>``, ``val_loss``,
-    ``val_acc``: see ``vitplast.finetune``), ``value`` (NaN where not finite).
-
-    Args:
-        metrics: keep only these metrics (default: all).
-    """
-    rows = [(store.config_hash(r["config"]), h["step"], k, v)
-            for r in store.load_runs(root) for h in r.get("history") or []
-            for k, v in h.items() if k != "step" and (metrics is None or k in metrics)]
-    df = pd.DataFrame(rows, columns=["run", "step", "metric", "value"])
-    return df.astype({"value": float})
-
-
-def _select(df: pd.DataFrame, on: str):
-    """(setting columns, ``df`` with a ``_setting`` id, per id the chosen ``lr`` and score)."""
-    if on not in ("val", "test"):
-        raise ValueError(f"on must be 'val' or 'test', got {on!r}")
-    keys = [c for c in df.columns if c not in (*_OUTCOME, "run", "lr", "seed")]
-    df = df.assign(_setting=df.groupby(keys, dropna=False).ngroup())  # NaN keys are a value
-    scores = (df[df["status"] == "ok"].groupby(["_setting", "lr"])
-              ["best_val_acc" if on == "val" else "test_acc"]
-              .agg(selection_score="mean", n_seeds="count").reset_index())  # by lr: ties -> min
-    best = scores.sort_values("selection_score", ascending=False, kind="stable")
-    return keys, df, best.drop_duplicates("_setting")
-
-
-def select_lr(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
-    """Per setting (all config columns but lr and seed: task, config, optimizer...), the LR
-    with the best seed-mean accuracy; ties go to the smaller LR.
-
-    Diverged and failed runs are missing (the mean is over the seeds left, ``n_seeds``),
-    never zeros.
-
-    Args:
-        df: ``results``, or a table with setting columns, ``lr``, ``seed``, ``status``,
-            ``best_val_acc`` and ``test_acc``.
-        on: ``"val"`` (``best_val_acc``) or ``"test"``: the public code's optimistic choice on
-            test accuracy, kept to reproduce its numbers.
-
-    Returns:
-        One row per setting: its columns, ``lr``, ``selection_score`` (the seed-mean
-        accuracy it was chosen on), ``n_seeds`` and ``selected_on`` (``on``).
-    """
-    keys, df, best = _select(df, on)
-    out = df.drop_duplicates("_setting")[["_setting", *keys]].merge(best, on="_setting")
-    return out.sort_values("_setting").drop(columns="_setting").assign(
-        selected_on=on).reset_index(drop=True)
-
-
-def main_table(df: pd.DataFrame, on: str = "val", ddof: int = 0) -> pd.DataFrame:
-    """The paper's main table: per task x configuration, test accuracy at the selected LR.
-
-    Args:
-        df: ``results``.
-        on: where the LR is selected (``select_lr``); ``selected_on`` says which.
-        ddof: of the std over seeds; 0 as the public code (``np.std``).
-
-    Returns:
-        Per setting (task, config, ...): ``lr``, ``test_acc_mean`` and ``test_acc_std`` over
-        the seeds with status "ok" (in %; NaN when there are none), ``n_seeds``,
-        ``selected_on``; then per setting but task, a row with task "average": the mean of
-        ``test_acc_mean`` over tasks, NaN unless every task has one (lr, std, n_seeds NaN).
-    """
-    keys, df, best = _select(df, on)
-    chosen = df[df["status"] == "ok"].merge(best[["_setting", "lr"]], on=["_setting", "lr"])
-    stats = chosen.groupby("_setting")["test_acc"].agg(
-        test_acc_mean=lambda s: 100 * s.mean(), test_acc_std=lambda s: 100 * s.std(ddof=ddof),
-        n_seeds="count")
-    table = (df.drop_duplicates("_setting")[["_setting", *keys]]
-             .merge(best[["_setting", "lr"]], on="_setting", how="left")
-             .merge(stats, on="_setting", how="left").sort_values("_setting"))
-    rest = [k for k in keys if k != "task"]
-    table["_rest"] = table.groupby(rest, dropna=False).ngroup() if rest else 0
-    n_tasks = table["task"].nunique()
-    means = table.groupby("_rest")["test_acc_mean"].agg(
-        lambda s: s.mean() if s.notna().sum() == n_tasks else math.nan)
-    average = table.drop_duplicates("_rest")[["_rest", *rest]].assign(
-        task="average", test_acc_mean=lambda d: d["_rest"].map(means))
-    out = pd.concat([table, average], ignore_index=True).assign(selected_on=on)
-    return out.drop(columns=["_setting", "_rest"])[[*keys, "lr", "test_acc_mean", "test_acc_std",
-                                                    "n_seeds", "selected_on"]]
+def trainable_table(model: torch.nn.Module, configs, *, train_head: bool = True) -> pd.DataFrame:
+    """Exact trainable-parameter counts per configuration (``trainable``), and their share of
+    the model (``percent``)."""
+    total = sum(p.numel() for p in model.parameters())
+    rows = []
+    for config in configs:
+        names = set(components.trainable_names(model, config, train_head=train_head))
+        n = sum(p.numel() for name, p in model.named_parameters() if name in names)
+        rows.append(dict(config=config if isinstance(config, str) else json.dumps(config),
+                         trainable=n, percent=100 * n / total))
+    return pd.DataFrame(rows)
