@@ -5,7 +5,7 @@ import torch
 from conftest import tiny_vit
 from test_finetune import toy_task
 
-from vitplast import ablations, components, finetune, plasticity, sweep
+from vitplast import ablations, components, confounds, finetune, plasticity, sweep
 
 
 @pytest.mark.parametrize("ln", ["LN1", "LN2"])
@@ -105,10 +105,10 @@ def test_ablations_run_through_the_sweep(tmp_path):
 
 def test_variants_and_their_exact_counts():
     model = tiny_vit()
-    table = ablations.variants(model, {"LN1": 4.0})
+    table = confounds.variants(model, {"LN1": 4.0})
     assert {"LN1 x 4 (preserved)", "LN1 x 4 (raw)", "LN1 lr/c^2 (c=4)", "FC1 sparse",
             "MHA LoRA r1", "FC2 bias"} <= set(table)
-    counts = {r["variant"]: r["trainable"] for r in ablations.variant_counts(model, table)}
+    counts = dict(confounds.variant_counts(model, table).values.tolist())
     head = sum(p.numel() for n, p in model.named_parameters()
                if components.component_of(n) in ("head", "norm"))
     ln1 = components.count_parameters(model, "LN1")

@@ -48,8 +48,15 @@ def runs_table(records: list[dict]) -> pd.DataFrame:
     return df
 
 
-def results(root: str | Path) -> pd.DataFrame:
-    """One row per stored run (half-written or unreadable files are not runs).
+def _records(roots) -> list[dict]:
+    """Stored runs of one or more results folders, each run once."""
+    return list({store.config_hash(r["config"]): r
+                 for root in roots for r in store.load_runs(root)}.values())
+
+
+def results(*roots: str | Path) -> pd.DataFrame:
+    """One row per stored run of one or more results folders (half-written or unreadable
+    files are not runs).
 
     Columns: ``run`` (``store.config_hash`` of its config); every config key (``run_config``:
     kind, model, checkpoint, pretrained, task, ..., config, lr, seed, steps, optimizer, ...;
@@ -60,10 +67,10 @@ def results(root: str | Path) -> pd.DataFrame:
     (``machine``, ``vitplast``, ``torch``, ``timm``, ``python``, ``git_commit``,
     ``git_dirty``, ``date``).
     """
-    return runs_table(store.load_runs(root))
+    return runs_table(_records(roots))
 
 
-def history(root: str | Path, metrics: list[str] | None = None) -> pd.DataFrame:
+def history(*roots: str | Path, metrics: list[str] | None = None) -> pd.DataFrame:
     """Every stored run's logged curves, one row per run x step x metric.
 
     Columns: ``run`` (join ``results`` on it), ``step``, ``metric`` (``loss``, ``lr``,
@@ -74,7 +81,7 @@ def history(root: str | Path, metrics: list[str] | None = None) -> pd.DataFrame:
         metrics: keep only these metrics (default: all).
     """
     rows = [(store.config_hash(r["config"]), h["step"], k, v)
-            for r in store.load_runs(root) for h in r.get("history") or []
+            for r in _records(roots) for h in r.get("history") or []
             for k, v in h.items() if k != "step" and (metrics is None or k in metrics)]
     df = pd.DataFrame(rows, columns=["run", "step", "metric", "value"])
     return df.astype({"value": float})

@@ -1,0 +1,193 @@
+"""The confound study: does plasticity or the trainable-parameter count drive the gap?
+
+Paper: objections 3 and 4 of PAPER.md. The experiments are named variants of the finetuning
+configurations, built from the model changes of ``vitplast.ablations`` and run through the
+same sweep and results store as the main study; this module also chooses the LayerNorm
+scales, checks them, and turns the results into verdicts.
+
+Used by notebook 05.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from vitplast.ablations import BIAS_ONLY, LORA_PATTERNS, LORA_TARGETS, PREPARE, rescale_layernorm
+from vitplast.components import COMPONENTS, count_parameters, trainable_names
+
+
+def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1",
+             lora_rank: int = 1) -> dict[str, dict]:
+    """The confound experiments as named variants: ``run_config`` keywords for each.
+
+    - ``<LN> x c (preserved)`` / ``<LN> x c (raw)``: LayerNorm rescaled by ``scales[LN]``.
+    - ``<LN> lr/c^2``: the plain LayerNorm with its learning rate divided by c^2, which under
+      SGD is exactly what the preserved rescale does to it (module docstring): the control.
+    - ``<C> sparse``: MHA / FC1 / FC2 with exactly ``budget_from``'s trainable count.
+    - ``<C> LoRA r``: rank-``lora_rank`` adapters on MHA / FC1 / FC2.
+    - ``<C> bias``: only the biases of each component (BitFit-style).
+
+    The variant's name is stored in the run's ``ablation["variant"]``.
+    """
+    out: dict[str, dict] = {}
+    for ln, c in scales.items():
+        path = COMPONENTS[ln]
+        for preserve in (True, False):
+            name = f"{ln} x {c:.3g} ({'preserved' if preserve else 'raw'})"
+            out[name] = dict(config=ln, prepare="rescale_ln", ablation=dict(
+                variant=name, component=ln, c=c, preserve=preserve))
+        name = f"{ln} lr/c^2 (c={c:.3g})"
+        out[name] = dict(config=ln, lr_scales={f"blocks.*.{path}.*": 1 / c**2},
+                         ablation=dict(variant=name))
+    budget = count_parameters(model, budget_from)
+    for comp in LORA_TARGETS:
+        out[f"{comp} sparse"] = dict(config=comp, prepare="sparse", ablation=dict(
+            variant=f"{comp} sparse", component=comp, count=budget))
+        out[f"{comp} LoRA r{lora_rank}"] = dict(config=LORA_PATTERNS, prepare="lora", ablation=dict(
+            variant=f"{comp} LoRA r{lora_rank}", component=comp, rank=lora_rank))
+    for comp in COMPONENTS:
+        out[f"{comp} bias"] = dict(config=BIAS_ONLY[comp], ablation=dict(variant=f"{comp} bias"))
+    return out
+
+
+def variant_counts(model: nn.Module, table: dict[str, dict]) -> pd.DataFrame:
+    """Exact trainable counts (head and final norm included) of each variant of ``variants``
+    on ``model``: each is prepared on a copy and counted as ``finetune.train`` counts."""
+    rows = []
+    for name, kw in table.items():
+        m = copy.deepcopy(model)
+        extra = PREPARE[kw["prepare"]](m, kw) if kw.get("prepare") else None
+        names = set(trainable_names(m, kw["config"]))
+        n = sum(p.numel() for k, p in m.named_parameters() if k in names)
+        n -= sum(mk.numel() - int(mk.sum()) for mk in (extra or {}).get("grad_masks", {}).values())
+        rows.append(dict(variant=name, trainable=n))
+    return pd.DataFrame(rows)
+
+
+
+def matching_scales(ranked: pd.DataFrame, target: str = "FC1") -> dict[str, float]:
+    """c per LayerNorm so that its plasticity (mean over layers and tasks, from
+    ``plasticity.ranking``) matches ``target``'s: c = P(target) / P(LN)."""
+    p = ranked.groupby("component", observed=True)["plasticity"].mean()
+    return {ln: float(p[target] / p[ln]) for ln in ("LN1", "LN2")}
+
+
+@torch.no_grad()
+def check_rescale(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scales: dict[str, float]
+                  ) -> pd.DataFrame:
+    """For each LayerNorm and its c: plasticity before and after the preserved rescale
+    (hidden protocol, mean over layers), their ratio (should be c), and the largest output
+    change of the preserved (should be ~0) and raw (should not) variants."""
+    from vitplast import plasticity
+
+    base = plasticity.batch_rates(model, x, y)
+    out0 = model(x)
+    rows = []
+    for ln, c in scales.items():
+        preserved = rescale_layernorm(copy.deepcopy(model), ln, c, preserve=True)
+        raw = rescale_layernorm(copy.deepcopy(model), ln, c, preserve=False)
+        after = plasticity.batch_rates(preserved, x, y)
+        layers = [k for k in base if k[1] == ln]
+        before_p = float(np.mean([base[k].mean().item() for k in layers]))
+        after_p = float(np.mean([after[k].mean().item() for k in layers]))
+        rows.append(dict(component=ln, c=c, plasticity_before=before_p, plasticity_after=after_p,
+                         ratio=after_p / before_p,
+                         max_output_change_preserved=(preserved(x) - out0).abs().max().item(),
+                         max_output_change_raw=(raw(x) - out0).abs().max().item()))
+    return pd.DataFrame(rows)
+
+
+def with_variant(df: pd.DataFrame) -> pd.DataFrame:
+    """Results with a ``variant`` column: the ablation's name, else the configuration, with
+    ``" (AdamW)"`` appended for AdamW runs."""
+    name = df["config"].astype(str)
+    if "ablation.variant" in df:
+        name = df["ablation.variant"].fillna(name)
+    adamw = df["optimizer"] == "adamw"
+    return df.assign(variant=name.where(~adamw, name + " (AdamW)"))
+
+
+def variant_table(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
+    """Per task x variant: the LR chosen on ``on`` and test accuracy mean and std over seeds
+    (in %), from ``with_variant`` results (``vitplast.results.main_table`` per variant)."""
+    from vitplast import results
+
+    keep = [c for c in df.columns if c in ("task", "variant", "lr", "seed", "status", "run",
+                                         "test_acc", "best_val_acc")]
+    table = results.main_table(df[keep], on=on)
+    return table[table["task"] != "average"].reset_index(drop=True)
+
+
+def _diff(table: pd.DataFrame, a: str, b: str) -> tuple[float, float, int]:
+    """Mean over tasks of acc(a) - acc(b), its std over tasks, and the number of tasks."""
+    acc = table.pivot_table(index="task", columns="variant", values="test_acc_mean")
+    if a not in acc or b not in acc:
+        return np.nan, np.nan, 0
+    d = (acc[a] - acc[b]).dropna()
+    return d.mean(), d.std(ddof=1) if len(d) > 1 else np.nan, len(d)
+
+
+def verdicts(table: pd.DataFrame, scales: dict[str, float], target: str = "FC1") -> pd.DataFrame:
+    """The questions of notebook 05, answered from ``variant_table``.
+
+    Columns: ``question``, ``a``, ``b``, ``diff_pp`` (mean over tasks of acc(a) - acc(b)),
+    ``std_pp`` (its std over tasks), ``n_tasks``, ``seed_std_pp`` (mean seed std of a and b:
+    differences smaller than it are within seed noise), ``verdict``.
+    """
+    rows = []
+
+    def ask(question, a, b):
+        d, s, n = _diff(table, a, b)
+        noise = table[table["variant"].isin([a, b])]["test_acc_std"].mean()
+        verdict = ("no data" if n == 0 else "within seed noise" if abs(d) <= noise else
+                   f"{a} better" if d > 0 else f"{b} better")
+        rows.append(dict(question=question, a=a, b=b, diff_pp=d, std_pp=s, n_tasks=n,
+                         seed_std_pp=noise, verdict=verdict))
+
+    for ln, c in scales.items():
+        pres = f"{ln} x {c:.3g} (preserved)"
+        ask(f"does raising {ln}'s plasticity x{c:.3g} help?", pres, ln)
+        ask(f"does it close the gap to {target}?", pres, target)
+        ask("is it just the effective LR (preserved vs lr/c^2 control)?", pres,
+            f"{ln} lr/c^2 (c={c:.3g})")
+        ask(f"raw rescale of {ln} vs plain", f"{ln} x {c:.3g} (raw)", ln)
+    for kind in ("sparse", "LoRA r1", "bias"):
+        ask(f"matched budget ({kind}): MHA vs FC1", f"MHA {kind}", f"FC1 {kind}")
+        ask(f"matched budget ({kind}): FC1 vs FC2", f"FC1 {kind}", f"FC2 {kind}")
+    ask("matched budget: MHA sparse vs LN1 (same count)", "MHA sparse", "LN1")
+    ask("AdamW: MHA vs LN1", "MHA (AdamW)", "LN1 (AdamW)")
+    return pd.DataFrame(rows)
+
+
+def grid(model: nn.Module, scales: dict[str, float], tasks, lrs, seeds, *,
+         adamw_configs=("head", "LN1", "LN2", "MHA", "FC1", "FC2", "full"), **fixed
+         ) -> list[dict]:
+    """Every run of the confound study: each variant under SGD on ``lrs``, and the plain
+    ``adamw_configs`` under AdamW at lr / 100 (the paper's AdamW ablation), x tasks x seeds."""
+    from vitplast import sweep
+
+    runs = sweep.grid(tasks, list(variants(model, scales).values()), lrs, seeds, **fixed)
+    runs += sweep.grid(tasks, list(adamw_configs), [lr / 100 for lr in lrs], seeds,
+                       optimizer="adamw", **fixed)
+    return runs
+
+
+def what_this_shows(checks: pd.DataFrame, verdict: pd.DataFrame, cover: dict) -> str:
+    """Notebook 05's conclusions, computed from its tables."""
+    lines = [f"Runs: {cover}."]
+    for r in checks.itertuples():
+        lines.append(f"{r.component} x {r.c:.3g}: plasticity x{r.ratio:.3g} (expected x{r.c:.3g});"
+                     f" output change preserved {r.max_output_change_preserved:.1e}, raw "
+                     f"{r.max_output_change_raw:.1e}.")
+    for r in verdict.itertuples():
+        if r.n_tasks:
+            lines.append(f"{r.question} {r.a} - {r.b} = {r.diff_pp:+.2f} points over {r.n_tasks}"
+                         f" task(s) (seed std {r.seed_std_pp:.2f}): {r.verdict}.")
+        else:
+            lines.append(f"{r.question}: no data yet.")
+    return "\n".join(lines)
