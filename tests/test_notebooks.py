@@ -46,3 +46,11 @@ def test_cli_errors_exit_before_any_kernel(capsys):
     assert err.value.code == 2 and "valid: ['smoke'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["notebooks", "run", "-p", "no_such_param", "1"])
+
+
+def test_notebook_defaults_are_the_shipped_studies():
+    from vitplast import sweep
+
+    params = notebooks.notebook_parameters("04_finetuning")
+    for key, value in sweep.EMBEDDED_STUDY.items():
+        assert params[key] == value, key

@@ -16,6 +16,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-limit", type=int, default=None, help="use only N training images")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
 
+    sw = sub.add_parser("sweep", help="run (or resume) the embedded finetuning study")
+    sw.add_argument("--root", default=None, help="results folder (default: data/finetune)")
+    sw.add_argument("--executor", default="serial", help="serial | submitit")
+    sw.add_argument("--cluster", default=None, help="submitit cluster: slurm | local | debug")
+    sw.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+    sw.add_argument("--order", default="seed-first", help="seed-first: every (task, config, "
+                    "lr) once before the next seed, so a partial sweep covers the grid; grid")
+    sw.add_argument("--limit", type=int, default=None, help="run at most N missing runs")
+
     nb = sub.add_parser("notebooks", help="run the notebook sequence headlessly (papermill)")
     nb_sub = nb.add_subparsers(dest="action", required=True)
     r = nb_sub.add_parser("run", help="execute the notebooks in order into runs/<timestamp>/")
@@ -36,6 +45,23 @@ def main(argv: list[str] | None = None) -> int:
                                      device=args.device, **kwargs)
         for name, c in manifest["checkpoints"].items():
             print(f"{name:>8}  epoch {c['epoch']:>6}  test acc {c['test_acc']:.4f}  {c['file']}")
+    elif args.command == "sweep":
+        from vitplast import sweep
+
+        configs = sweep.grid(**sweep.EMBEDDED_STUDY)
+        if args.order == "seed-first":
+            configs.sort(key=lambda c: sweep.EMBEDDED_STUDY["seeds"].index(c["seed"]))
+        elif args.order != "grid":
+            parser.error(f"unknown order {args.order!r}; valid: ['seed-first', 'grid']")
+        root = args.root or sweep.EMBEDDED_RESULTS
+        if args.limit is not None:
+            from vitplast import store
+
+            configs = [c for c in configs if not store.exists(root, c)][:args.limit]
+        kwargs = {"cluster": args.cluster} if args.cluster else {}
+        summary = sweep.run_sweep(configs, root, executor=args.executor, device=args.device,
+                                  **kwargs)
+        print(summary["status"].value_counts().to_string())
     elif args.command == "notebooks":
         from vitplast import notebooks
 

@@ -18,6 +18,7 @@ Used by every notebook.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import shutil
@@ -198,6 +199,7 @@ EMBEDDED_TASKS = {
 }
 
 
+@functools.lru_cache(maxsize=16)
 def load_task(name: str, *, train_size: int = 5000, test_size: int = 2000, severity: int = 5,
               seed: int = 0, root: str | Path | None = None) -> Task:
     """Build an embedded task, offline and deterministic for a seed.
@@ -205,6 +207,8 @@ def load_task(name: str, *, train_size: int = 5000, test_size: int = 2000, sever
     Fashion-MNIST tasks take ``train_size`` images from its train set (split 80/20
     train/val) and ``test_size`` from its test set. Digits has no test set: 80/20
     train/test, then 80/20 train/val, as the paper does.
+
+    Tasks are cached in memory (a sweep builds each once); treat them as read-only.
 
     Args:
         name: one of ``EMBEDDED_TASKS`` (or a paper dataset name: see

@@ -289,6 +289,16 @@ def _submit(configs, root, device, bar, folder=None, cluster=None, **parameters)
 
 #: Where the embedded study's results are shipped (one JSON per run).
 EMBEDDED_RESULTS = models.DATA_DIR / "finetune"
+#: The embedded study (notebook 04's defaults): every embedded downstream task but plain
+#: Fashion-MNIST (the pretraining domain) and one of its two geometric shifts, x the paper's
+#: configurations plus head-only, x an SGD grid wide enough for every best LR to be interior,
+#: x the paper's seeds. Recipe: ``finetune.RECIPES["embedded"]``.
+EMBEDDED_STUDY = dict(
+    tasks=["fmnist_contrast", "fmnist_gaussian_noise", "fmnist_motion_blur", "fmnist_snow",
+           "fmnist_speckle_noise", "fmnist_rotate90", "digits"],
+    configs=["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"],
+    lrs=[0.001, 0.003, 0.01, 0.03, 0.1, 0.3],
+    seeds=list(PAPER_SEEDS))
 
 
 def trainable_table(model: torch.nn.Module, configs, *, train_head: bool = True) -> pd.DataFrame:

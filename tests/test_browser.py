@@ -1,0 +1,132 @@
+"""Notebook 06 in a real browser: JupyterLab + headless Chromium, run all, move the slider.
+
+Needs Debian's ``chromium`` (``apt-get install -y chromium chromium-driver``) and the
+``playwright`` wheel (``pip install playwright``: its bundled driver, never ``playwright
+install``). Skipped only when chromium is missing. ``make browser-test`` installs both.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from vitplast import notebooks
+
+CHROMIUM = shutil.which("chromium")
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
+                                 "(apt-get install -y chromium chromium-driver)")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """JupyterLab on a free local port, no token, serving a copy of notebook 06 with small
+    parameters; yields its URL and always stops the server (and its kernels)."""
+    import nbformat
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    nb = load_notebook_node(str(notebooks.NOTEBOOK_DIR / "06_explorer.ipynb"))
+    nb = parameterize_notebook(nb, dict(n_pairs=16))
+    nbformat.write(nb, tmp_path / "06_explorer.ipynb")
+    port = _free_port()
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+               JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"))
+    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)  # no news pop-up over the notebook
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1",
+         f"--port={port}", "--IdentityProvider.token=", "--allow-root",
+         f"--ServerApp.root_dir={tmp_path}", "--ServerApp.open_browser=False"],
+        env=env, cwd=tmp_path, stdout=open(tmp_path / "lab.log", "wb"),
+        stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status", timeout=5)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("JupyterLab did not start:\n"
+                                + (tmp_path / "lab.log").read_text()[-3000:])
+                time.sleep(0.5)
+        yield url
+    finally:
+        server.terminate()  # JupyterLab shuts its kernels down on SIGTERM
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)  # its own session: the server and kernels
+            server.wait(timeout=10)
+
+
+def test_gamma_slider_moves_the_displayed_value_in_jupyterlab(lab):
+    try:
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is not installed: pip install playwright (no browser download "
+                    "needed: the test drives /usr/bin/chromium)")
+    shots = REPO / "runs" / "browser"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(60_000)
+        try:
+            page.goto(f"{lab}/lab/tree/06_explorer.ipynb")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+            try:  # JupyterLab may ask which kernel to start: the notebook's own
+                page.click(".jp-Dialog .jp-mod-accept", timeout=15_000)
+            except PlaywrightTimeout:
+                pass
+            page.click(".lm-MenuBar-item:has-text('Run')")
+            page.click(".lm-Menu-item:has-text('Run All Cells')")
+            labels = page.locator(".vitplast-value")
+            labels.nth(2).wait_for(timeout=240_000)  # the third explorer: the run browser
+            gamma = page.locator(".widget-vbox", has=page.locator(".widget-hslider")).last
+            label = gamma.locator(".vitplast-value")
+            page.wait_for_function(  # the notebook's own move of the slider to c = 2
+                "el => el.textContent.startsWith('c = 2 ')", arg=label.element_handle(),
+                timeout=120_000)
+            before = label.text_content()
+            gamma.locator(".noUi-handle").focus()
+            for _ in range(6):  # 6 steps of 0.05 in log10 c: c = 2 -> ~4
+                page.keyboard.press("ArrowRight")
+            page.wait_for_function("([el, old]) => el.textContent !== old",
+                                   arg=[label.element_handle(), before], timeout=60_000)
+            page.wait_for_timeout(3000)  # let the last step's redraw land
+            after = label.text_content()
+            gamma.scroll_into_view_if_needed()
+            page.screenshot(path=str(shots / "explorer.png"), full_page=False)
+        except Exception:
+            page.screenshot(path=str(shots / "explorer-failed.png"))
+            raise
+        finally:
+            browser.close()
+    value = {k: float(v) for k, v in (p.split(" = ") for p in after.split(" · "))}
+    assert after != before and value["c"] > 2.5
+    assert value["ratio"] == pytest.approx(value["c"], rel=1e-3)
+    assert value["diff_preserved"] < 1e-4

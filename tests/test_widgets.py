@@ -1,0 +1,126 @@
+"""Explorers driven headless: set control values, read the label, the numbers and the figure."""
+
+import re
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+
+from vitplast import bounds, models, plasticity, store, sweep, widgets
+
+
+def shown(explorer, name: str) -> float:
+    """The number the value label displays for ``name``."""
+    return float(re.search(rf"\b{name} = (\S+)", explorer.value_label.value).group(1))
+
+
+@pytest.fixture(scope="module")
+def random_model():
+    torch.manual_seed(0)
+    return models.load_model(models.EMBEDDED_NAME, pretrained=False)
+
+
+@pytest.fixture(scope="module")
+def gamma(random_model):
+    return widgets.gamma_explorer(random_model, task="digits", source="", n_pairs=8)
+
+
+def test_gamma_slider_scales_plasticity_and_bound_and_preserves_the_function(gamma):
+    at_one = dict(gamma.values)
+    label = gamma.value_label.value
+    assert at_one["c"] == 1.0 and at_one["diff_preserved"] == at_one["diff_raw"] == 0.0
+    for c in (2.0, 0.1):
+        gamma.controls["c"].value = c
+        assert gamma.value_label.value != label
+        assert shown(gamma, "c") == pytest.approx(c)
+        assert shown(gamma, "plasticity") == pytest.approx(c * at_one["plasticity"], rel=1e-4)
+        assert gamma.values["bound"] == pytest.approx(c * at_one["bound"], rel=1e-4)
+        assert gamma.values["plasticity"] <= gamma.values["bound"]
+        assert shown(gamma, "diff_preserved") < 1e-4
+        assert gamma.values["diff_raw"] > 1e-3  # the raw rescale changes the network
+        assert len(gamma.output.outputs) == 1
+        assert gamma.output.outputs[0]["data"]["image/png"]
+    gamma.controls["ln"].value = "LN2"
+    gamma.controls["layer"].value = 5
+    assert shown(gamma, "ratio") == pytest.approx(0.1, rel=1e-4)
+    gamma.controls["c"].value = 1.0
+    gamma.controls["ln"].value = "LN1"
+
+
+def test_plasticity_explorer_shows_measured_rates_and_rerenders_from_cache(random_model):
+    view = widgets.plasticity_explorer(random_model, task="digits", source="", n_pairs=12)
+    assert list(view.controls) == ["checkpoint", "task", "protocol", "layer", "component"]
+    x, y = widgets.pair_tensors("digits", "", 12)
+    direct = plasticity.measure(random_model, x, y, progress=False)
+    for layer, comp in ((3, "MHA"), (5, "FC2"), (0, "LN1")):
+        label = view.value_label.value
+        view.controls["layer"].value = layer
+        view.controls["component"].value = comp
+        rates = direct[(direct.layer == layer) & (direct.component == comp)].rate
+        assert view.value_label.value != label
+        assert shown(view, "plasticity") == pytest.approx(rates.mean(), rel=1e-5)
+        assert view.values["max_rate"] <= view.values["bound"]
+        assert view.output.outputs
+    assert len(view.cache) == 1  # layer and component re-render without measuring
+    view.controls["protocol"].value = "embedding"
+    assert len(view.cache) == 2 and view.values["n"] == 12
+    fig = view.figure()
+    assert fig.axes[0].get_xscale() == "log"
+    plt.close(fig)
+
+
+def test_component_bounds_equal_the_intervals_bound(model, images):
+    x, y = images
+    ours = widgets.component_bounds(model, x, y, batch_size=10)
+    table = bounds.intervals(model, x, y, n_lipschitz=2, power_iters=1, batch_size=10)
+    for row in table.itertuples():
+        assert ours[(row.layer, row.component)] == pytest.approx(row.bound, rel=1e-5)
+
+
+def test_what_this_shows_is_computed(random_model, gamma):
+    view = widgets.plasticity_explorer(random_model, task="digits", source="", n_pairs=8)
+    text = widgets.what_this_shows(view, gamma, cs=(0.5, 4.0))
+    assert "plasticity ratio 0.5 " in text and "plasticity ratio 4 " in text
+    assert "Props. 1-3 bound the largest rate in 30/30" in text
+
+
+def _record(lr, seed, test_acc):
+    history = [dict(step=s, loss=2.3 - 0.1 * s, lr=lr, grad_norm=1.0 / (s + 1),
+                    **{"grad_norm/FC1": 0.5, "grad_norm_per_param/FC1": 0.01})
+               for s in range(4)]
+    history[-1].update(val_loss=1.9, val_acc=0.6)
+    return dict(status="ok", error=None, traceback=None, test_acc=test_acc, test_loss=1.2,
+                best_val_acc=0.6, best_step=3, trainable=1234, train_seconds=1.0,
+                history=history, seconds=1.5, device="cpu")
+
+
+def test_results_browser_on_a_tiny_store(tmp_path):
+    for lr, seed, acc in ((0.01, 0, 0.51), (0.01, 1, 0.53), (0.1, 0, 0.42)):
+        store.save_run(tmp_path, sweep.run_config("digits", "FC1", lr=lr, seed=seed),
+                       _record(lr, seed, acc))
+    browser = widgets.results_browser(tmp_path)
+    assert browser.controls["lr"].options == (("0.01", 0.01), ("0.1", 0.1))
+    assert shown(browser, "test_acc") == pytest.approx(0.51)
+    assert len(browser.output.outputs) == 1
+    browser.controls["seed"].value = 1
+    assert browser.values["test_acc"] == pytest.approx(0.53)
+    browser.controls["lr"].value = 0.1  # no run with lr 0.1 and seed 1: a message
+    assert "No run for" in browser.value_label.value and not browser.output.outputs
+    browser.controls["seed"].value = 0
+    assert browser.values["test_acc"] == pytest.approx(0.42) and browser.output.outputs
+    fig = browser.figure()
+    assert [ax.get_title() for ax in fig.axes] == ["loss", "val_acc", "grad_norm"]
+    assert np.isfinite(fig.axes[0].lines[0].get_ydata()).all()
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("folder", ["empty", "missing"])
+def test_results_browser_without_results_shows_a_message(tmp_path, folder):
+    root = tmp_path / folder
+    if folder == "empty":
+        root.mkdir()
+    browser = widgets.results_browser(root)
+    assert "No finetuning results" in browser.value_label.value
+    assert browser.controls == {} and not browser.output.outputs
+    plt.close(browser.figure())
