@@ -11,7 +11,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,browser]"
 	touch $@
 
 # Fashion-MNIST from the Debian package when we can install it, else torchvision's download.
@@ -34,6 +34,12 @@ lint: install
 
 benchmarks: data
 	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+
+# The real-browser check of notebook 06 alone (about a minute; `make test` runs it too when
+# chromium is installed): Debian's chromium driven by Playwright (no browser download).
+browser-test: data
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
+	$(PY) -m pytest -m browser tests/test_browser.py
 
 pretrain: data
 	$(PY) -m vitplast pretrain

@@ -12,20 +12,43 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vitplast.plasticity import PROTOCOLS, measure, order, pairs_for_task, ranking
+from vitplast.plasticity import PROTOCOLS, Pairs, make_pairs, measure, order, ranking
 
 #: The paper's per-component plasticity on ViT-B (read off its Fig. 2: embedding protocol,
 #: 11 datasets, per-layer means). Reference values only; nothing here is computed from them.
 PAPER_VIT_B = {"MHA": 7.5, "FC1": 4.4, "FC2": 2.1, "LN2": 0.5, "LN1": 0.35}
 
 
-def load_task_for(name: str, model, data_root: str | None = None):
+#: Seed of the pretraining-domain sample: another draw than the tasks' (seed 0), because the
+#: Fashion-MNIST tasks are built from the same test images; with one seed, pair i would hold
+#: the same garment clean and corrupted, not two unrelated images as in the paper.
+SOURCE_SEED = 1
+
+
+def load_task_for(name: str, model=None, data_root: str | None = None, *, seed: int = 0,
+                  **task_kwargs):
     """An embedded task, or a paper dataset under ``data_root`` with ``model``'s transforms."""
     from vitplast import data, paper_datasets
 
     if name in data.EMBEDDED_TASKS or not data_root:
-        return data.load_task(name)
-    return paper_datasets.load_paper_task(name, data_root, **paper_datasets.transforms_for(model))
+        return data.load_task(name, seed=seed, **task_kwargs)
+    return paper_datasets.load_paper_task(name, data_root, seed=seed,
+                                          **paper_datasets.transforms_for(model))
+
+
+def task_pairs(task: str, source: str | None = "fmnist", *, n_pairs: int = 256, model=None,
+               data_root: str | None = None, seed: int = 0, **task_kwargs) -> Pairs:
+    """Image pairs for a task, as the paper builds them.
+
+    With a ``source`` (the pretraining domain, the paper's ImageNet val): x = source test
+    image i (drawn with ``SOURCE_SEED``), y = task test image i, unshuffled. Without one (or
+    ``source == task``): random pairs within the task's test set.
+    """
+    y_task = load_task_for(task, model, data_root, **task_kwargs)
+    if not source or source == task:
+        return make_pairs(y_task.test, n_pairs=n_pairs, seed=seed)
+    x_task = load_task_for(source, model, data_root, seed=SOURCE_SEED, **task_kwargs)
+    return make_pairs(x_task.test, y_task.test, n_pairs=n_pairs)
 
 
 def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
@@ -48,10 +71,8 @@ def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
     for ckpt in checkpoints:
         kwargs = {"checkpoint": ckpt} if model_name == models.EMBEDDED_NAME else {}
         model = models.load_model(model_name, device=device, **kwargs)
-        source_task = load_task_for(source, model, data_root) if source else None
         for name in tasks:
-            task = load_task_for(name, model, data_root)
-            pairs = pairs_for_task(task, source_task, n_pairs=n_pairs)
+            pairs = task_pairs(name, source, n_pairs=n_pairs, model=model, data_root=data_root)
             for protocol in protocols:
                 frames.append(measure(model, pairs, protocol=protocol, batch_size=batch_size,
                                       progress=progress, meta=dict(model=model_name,

@@ -197,14 +197,6 @@ def make_pairs(x_source, y_source=None, *, n_pairs: int = 1024, seed: int = 0) -
     return Pairs(x_source, y_source, n_pairs=n_pairs, seed=seed)
 
 
-def pairs_for_task(task, source=None, *, n_pairs: int = 256, seed: int = 0):
-    """Image pairs for a task: (source test image i, task test image i) as in the paper when
-    ``source`` is a Task (the pretraining domain), else random pairs within the task."""
-    if source is None:
-        return make_pairs(task.test, n_pairs=n_pairs, seed=seed)
-    return make_pairs(source.test, task.test, n_pairs=n_pairs)
-
-
 def measure(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
             batch_size: int = 64, device: str | torch.device | None = None, workers: int = 0,
             progress: bool = True, meta: dict | None = None) -> pd.DataFrame:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from matplotlib.ticker import NullFormatter
 
-from vitplast import ablations, bounds, data, models, plasticity, results
+from vitplast import ablations, bounds, data, empirical, models, plasticity, results
 from vitplast.components import COMPONENTS, component_modules
 
 #: Component -> the proposition bounding it.
@@ -118,18 +118,14 @@ def _load(model, checkpoint: str | None):
 
 @functools.lru_cache(maxsize=32)
 def pair_tensors(task: str, source: str = "fmnist", n_pairs: int = 128):
-    """Aligned images (x, y) from ``plasticity.pairs_for_task``: test image i of ``source``
-    and of ``task`` (the paper's pairs), or random pairs within ``task`` when ``source`` is
-    empty or the task itself. Tasks are drawn small (16 train, ``n_pairs`` test images) so
-    switching is fast, and cached for the session.
+    """Aligned images (x, y) of ``empirical.task_pairs`` (the paper's pairs, or pairs within
+    ``task`` when ``source`` is empty or the task itself). Tasks are drawn small (16 train,
+    ``n_pairs`` test images) so switching is fast, and cached for the session.
 
     Paper: Definition 1 (the pairs of the expectation). Used by notebook 06.
     """
-    def load(name):
-        return data.load_task(name, train_size=16, test_size=n_pairs)
-
-    src = load(source) if source and source != task else None
-    return plasticity.pairs_for_task(load(task), src, n_pairs=n_pairs).tensors()
+    return empirical.task_pairs(task, source, n_pairs=n_pairs, train_size=16,
+                                test_size=n_pairs).tensors()
 
 
 @torch.no_grad()
