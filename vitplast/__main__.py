@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -12,7 +13,6 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("pretrain", help="pretrain the embedded model on Fashion-MNIST")
     p.add_argument("--out", default=None, help="output folder (default: the package's data/)")
-    p.add_argument("--epochs", type=int, default=None, help="epochs (default: the recipe's)")
     p.add_argument("--train-limit", type=int, default=None, help="use only N training images")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
 
@@ -40,9 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "pretrain":
         from vitplast import models, pretrain
 
-        kwargs = {} if args.epochs is None else {"epochs": args.epochs}
         manifest = pretrain.pretrain(args.out or models.DATA_DIR, train_limit=args.train_limit,
-                                     device=args.device, **kwargs)
+                                     device=args.device)
         for name, c in manifest["checkpoints"].items():
             print(f"{name:>8}  epoch {c['epoch']:>6}  test acc {c['test_acc']:.4f}  {c['file']}")
     elif args.command == "sweep":
@@ -59,8 +58,11 @@ def main(argv: list[str] | None = None) -> int:
 
             configs = [c for c in configs if not store.exists(root, c)][:args.limit]
         kwargs = {"cluster": args.cluster} if args.cluster else {}
+        start = time.perf_counter()
         summary = sweep.run_sweep(configs, root, executor=args.executor, device=args.device,
                                   **kwargs)
+        sweep.log_session(root, "python -m vitplast " + " ".join(argv or sys.argv[1:]), summary,
+                          time.perf_counter() - start, args.device)
         print(summary["status"].value_counts().to_string())
     elif args.command == "notebooks":
         from vitplast import notebooks
