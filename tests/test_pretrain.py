@@ -1,5 +1,5 @@
 """`python -m vitplast pretrain` end to end on fake Fashion-MNIST files: checkpoints, manifest,
-model card, and loading them back through the sha256 check."""
+model card, resume at stage boundaries, and loading them back through the sha256 check."""
 
 import json
 
@@ -7,22 +7,47 @@ import torch
 
 from vitplast import models, pretrain
 
+STAGES = ((2, 1e-3, 0), (1, 5e-4, 1))
+
 
 def test_pretrain_writes_loadable_checkpoints(fake_fmnist, tmp_path, monkeypatch):
     monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(pretrain, "CHECKPOINT_EPOCHS", (1,))
-    manifest = pretrain.pretrain(tmp_path / "out", epochs=2, train_limit=256, root=fake_fmnist,
+    monkeypatch.setattr(pretrain, "CHECKPOINT_EPOCHS", (1, 2))
+    out = tmp_path / "out"
+    manifest = pretrain.pretrain(out, stages=STAGES, train_limit=256, root=fake_fmnist,
                                  progress=False)
-    assert list(manifest["checkpoints"]) == ["init", "epoch1", "final"]
-    assert manifest["recipe"]["steps"] == 4
-    on_disk = json.loads((tmp_path / "out" / "checkpoints.json").read_text())
+    assert list(manifest["checkpoints"]) == ["init", "epoch1", "epoch2", "final"]
+    assert [c["step"] for c in manifest["checkpoints"].values()] == [0, 2, 4, 6]
+    on_disk = json.loads((out / "checkpoints.json").read_text())
     assert on_disk["checkpoints"] == manifest["checkpoints"]
-    card = (tmp_path / "out" / "README.md").read_text()
+    card = (out / "README.md").read_text()
     for entry in manifest["checkpoints"].values():
         assert entry["sha256"] in card and 0.0 <= entry["test_acc"] <= 1.0
-    assert not list((tmp_path / "out").glob("*.tmp"))
-    monkeypatch.setattr(models, "DATA_DIR", tmp_path / "out")
-    monkeypatch.setattr(models, "MANIFEST", tmp_path / "out" / "checkpoints.json")
+    assert not list(out.glob("*.tmp"))
+    monkeypatch.setattr(models, "DATA_DIR", out)
+    monkeypatch.setattr(models, "MANIFEST", out / "checkpoints.json")
     init = models.load_model("vitplast_fmnist", checkpoint="init")
     final = models.load_model("vitplast_fmnist", checkpoint="final")
     assert not torch.equal(init.blocks[0].attn.qkv.weight, final.blocks[0].attn.qkv.weight)
+
+    # Resume: with the final checkpoint gone, only the last stage runs again, to the same bits.
+    (out / final_file(manifest)).unlink()
+    del on_disk["checkpoints"]["final"]
+    (out / "checkpoints.json").write_text(json.dumps(on_disk))
+    calls = []
+    monkeypatch.setattr(pretrain.finetune, "train", counting(pretrain.finetune.train, calls))
+    again = pretrain.pretrain(out, stages=STAGES, train_limit=256, root=fake_fmnist,
+                              progress=False)
+    assert len(calls) == 1 and calls[0]["seed"] == 1
+    assert again["checkpoints"]["final"]["sha256"] == manifest["checkpoints"]["final"]["sha256"]
+
+
+def final_file(manifest):
+    return manifest["checkpoints"]["final"]["file"]
+
+
+def counting(fn, calls):
+    def wrapper(*args, **kwargs):
+        calls.append(kwargs)
+        return fn(*args, **kwargs)
+    return wrapper

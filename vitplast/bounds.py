@@ -43,7 +43,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from vitplast import plasticity
-from vitplast.components import COMPONENTS, component_modules
+from vitplast.components import component_modules
 
 _KEYS = ("model", "task", "checkpoint", "protocol")
 _COLUMNS = ["protocol", "layer", "component", "n", "plasticity", "max_rate", "local_lipschitz",
@@ -419,29 +419,3 @@ def what_this_shows(df: pd.DataFrame, checks: pd.DataFrame | None = None) -> str
                      f"{cmp.attrs['kendall_tau']:.2f}")
     return "\n".join(lines)
 
-
-# Figures (pure DataFrame -> Figure; to move to vitplast.plots)
-def plot_intervals(df: pd.DataFrame):
-    """Per component, along depth on a log scale: plasticity, lower end and the bounds.
-
-    Paper: Props. 1-4 next to the measured plasticity (Fig. 2-3). Used by notebook 02.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    comps = [c for c in COMPONENTS if c in set(df["component"])]
-    fig, axes = plt.subplots(1, len(comps), figsize=(2.6 * len(comps), 3.3), sharey=True,
-                             squeeze=False)
-    for ax, comp in zip(axes[0], comps):
-        g = df[df["component"] == comp].sort_values("layer")
-        for col, fmt in (("plasticity", "o-"), ("lower", "^--"), ("bound", "v-"),
-                         ("bound_rms", "x:"), ("bound_tight", "s-.")):
-            if g[col].notna().any():
-                ax.plot(g["layer"], g[col], fmt, label=col, ms=4)
-        ax.set(title=comp, xlabel="layer", yscale="log")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[0, 0].set_ylabel("rate")
-    labels = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels())}
-    fig.legend(labels.values(), labels.keys(), loc="lower center", ncol=len(labels), fontsize=8)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return fig

@@ -117,3 +117,29 @@ def scatter(df, x: str, y: str, hue: str, logx: bool = False, title: str = ""):
     ax.legend(bbox_to_anchor=(1.02, 1), loc="upper left")
     fig.tight_layout()
     return fig
+
+
+def intervals(df):
+    """Per component, along depth on a log scale: plasticity, lower end and the bounds.
+
+    Paper: Props. 1-4 next to the measured plasticity; ``df`` from ``bounds.intervals``.
+    Used by notebook 02.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    comps = [c for c in ORDER if c in set(df["component"])]
+    fig, axes = plt.subplots(1, len(comps), figsize=(2.6 * len(comps), 3.3), sharey=True,
+                             squeeze=False)
+    for ax, comp in zip(axes[0], comps):
+        g = df[df["component"] == comp].sort_values("layer")
+        for col, fmt in (("plasticity", "o-"), ("lower", "^--"), ("bound", "v-"),
+                         ("bound_rms", "x:"), ("bound_tight", "s-.")):
+            if g[col].notna().any():
+                ax.plot(g["layer"], g[col], fmt, label=col, ms=4)
+        ax.set(title=comp, xlabel="layer", yscale="log")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0, 0].set_ylabel("rate")
+    labels = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels())}
+    fig.legend(labels.values(), labels.keys(), loc="lower center", ncol=len(labels), fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig

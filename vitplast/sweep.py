@@ -134,7 +134,7 @@ def run_one(config: dict, *, device: str | torch.device | None = None,
     except Exception as err:  # recorded; a KeyboardInterrupt still stops the sweep
         record["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
         record["traceback"] = traceback.format_exc()
-    record.update(seconds=time.perf_counter() - start, device=str(device), **_provenance(device))
+    record.update(seconds=time.perf_counter() - start, device=str(device), **provenance(device))
     return _finite(record)
 
 
@@ -196,7 +196,8 @@ def _git() -> tuple[str | None, bool | None]:
         return None, None
 
 
-def _provenance(device: torch.device) -> dict:
+def provenance(device: torch.device) -> dict:
+    """Where and with what a result was made: machine, versions, git commit, UTC date."""
     import timm
 
     import vitplast
@@ -312,3 +313,15 @@ def trainable_table(model: torch.nn.Module, configs, *, train_head: bool = True)
         rows.append(dict(config=config if isinstance(config, str) else json.dumps(config),
                          trainable=n, percent=100 * n / total))
     return pd.DataFrame(rows)
+
+
+def log_session(root: str | Path, command: str, summary: pd.DataFrame, seconds: float,
+                device: str | torch.device | None = None) -> Path:
+    """Append one sweep session (command, provenance, wall time, status counts) to
+    ``root/study.json``, the study's provenance across sessions."""
+    path = Path(root) / "study.json"
+    log = store.read_json(path) or {"sessions": []}
+    log["sessions"].append(dict(command=command, **provenance(models.pick_device(device)),
+                                wall_seconds=round(seconds, 1),
+                                status=summary["status"].value_counts().to_dict()))
+    return store.write_json(path, log)

@@ -31,8 +31,6 @@ from vitplast.components import COMPONENTS, component_modules
 #: Component -> the proposition bounding it.
 PROPOSITION = {"LN1": "Prop. 1", "LN2": "Prop. 1", "MHA": "Prop. 3", "FC1": "Prop. 2",
                "FC2": "Prop. 2"}
-#: Embedded checkpoints in pretraining order (``available_checkpoints``: those shipped).
-CHECKPOINTS = ("init", "epoch1", "epoch3", "epoch6", "final")
 _CURVES = ("loss", "val_acc", "grad_norm")
 
 
@@ -105,8 +103,7 @@ def available_checkpoints() -> list[str]:
         shipped = models.embedded_checkpoints()
     except FileNotFoundError:
         return []
-    names = [c for c in CHECKPOINTS if c in shipped] + [c for c in shipped if c not in CHECKPOINTS]
-    return [c for c in names if (models.DATA_DIR / shipped[c]["file"]).exists()]
+    return [c for c, entry in shipped.items() if (models.DATA_DIR / entry["file"]).exists()]
 
 
 def _load(model, checkpoint: str | None):
