@@ -178,5 +178,15 @@ checkpoint=NAME)`; every file is checked against the sha256 below (and in `check
 {rows}
 
 Files: fp32 safetensors, one per checkpoint; `checkpoints.json` holds the same values plus the
-validation history. Remake them all with `make pretrain` (about an hour on 2 CPU cores).
+validation history. Remake them with `make pretrain` (about 80 minutes on 2 CPU cores); an
+interrupted run resumes at the last finished stage.
+
+## Shipped results
+
+- `finetune/`: the embedded finetuning study of notebook 04 (`vitplast.sweep.EMBEDDED_STUDY`),
+  one JSON record per run named by the hash of its full config (config, accuracies, curves,
+  provenance: machine, versions, git commit, date). `finetune/study.json` logs every session of
+  `python -m vitplast sweep` that filled it (command, commit, machine, wall time, status counts);
+  the same command resumes it. Notebook 04 reports how much of the grid is present.
+- `confounds/`: the confound study of notebook 05, in the same format, when shipped.
 """

@@ -298,7 +298,7 @@ EMBEDDED_STUDY = dict(
     tasks=["fmnist_contrast", "fmnist_gaussian_noise", "fmnist_motion_blur", "fmnist_snow",
            "fmnist_speckle_noise", "fmnist_rotate90", "digits"],
     configs=["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"],
-    lrs=[0.001, 0.003, 0.01, 0.03, 0.1, 0.3],
+    lrs=[0.003, 0.01, 0.03, 0.1, 0.3, 1.0],
     seeds=list(PAPER_SEEDS))
 
 
