@@ -54,3 +54,19 @@ def test_notebook_defaults_are_the_shipped_studies():
     params = notebooks.notebook_parameters("04_finetuning")
     for key, value in sweep.EMBEDDED_STUDY.items():
         assert params[key] == value, key
+
+
+def test_paper_profile_fails_early_without_gpu_or_data(monkeypatch, tmp_path):
+    import torch
+
+    todo = notebooks.plan("paper", only=["03"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        notebooks.check_requirements("paper", todo)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(FileNotFoundError, match="data_root"):
+        notebooks.check_requirements("paper", [(n, {**p, "data_root": str(tmp_path / "no")})
+                                               for n, p in todo])
+    with pytest.raises(FileNotFoundError, match="cifar-10-batches-py"):
+        notebooks.check_requirements("paper", [(n, {**p, "data_root": str(tmp_path)})
+                                               for n, p in todo])

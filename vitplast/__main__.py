@@ -72,9 +72,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(name, notebooks.notebook_parameters(name))
             return 0
         params = {k: _literal(v) for k, v in args.param}
-        try:
-            notebooks.plan(args.profile, args.only, params)  # fail before any kernel starts
-        except ValueError as err:
+        try:  # fail before any kernel starts
+            notebooks.check_requirements(args.profile,
+                                         notebooks.plan(args.profile, args.only, params))
+        except (ValueError, RuntimeError, FileNotFoundError) as err:
             parser.error(str(err))
         summary = notebooks.run(args.profile, args.only, params, args.out)
         print(summary.to_string(index=False))

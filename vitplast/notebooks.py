@@ -101,6 +101,32 @@ def plan(profile: str = "default", only: list[str] | None = None,
     return out
 
 
+def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
+    """Fail before any kernel starts when a profile's needs are missing.
+
+    The ``paper`` profile needs a CUDA GPU and every dataset of its notebooks under
+    ``data_root`` (each is opened once, so a missing file is named now, not mid-run). Model
+    weights come from the hub or ``-p weights_file PATH``; hub access is found out at load time.
+    """
+    if profile != "paper":
+        return
+    import torch
+
+    from vitplast import paper_datasets
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("the paper profile measures and finetunes ViT-B/16 at 224 px: it needs "
+                           "a CUDA GPU (none found). Use --profile default on a CPU.")
+    for nb, params in todo:
+        root = params.get("data_root")
+        for task in params.get("tasks", []):
+            if task in paper_datasets.PAPER_DATASETS:
+                if not root or not Path(root).is_dir():
+                    raise FileNotFoundError(f"{nb}: data_root {root!r} is not a folder; put the "
+                                            "datasets there (layouts: vitplast.paper_datasets)")
+                paper_datasets.load_paper_task(task, root, img_size=32)
+
+
 def _failing_cell(path: Path) -> str:
     """The source's first line of the cell that raised, from an executed notebook."""
     try:
@@ -125,6 +151,7 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
     import papermill as pm
 
     todo = plan(profile, only, params)
+    check_requirements(profile, todo)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = Path(out_dir) if out_dir else Path("runs") / f"{stamp}-{profile}"
     out_dir.mkdir(parents=True, exist_ok=True)
