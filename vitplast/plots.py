@@ -31,7 +31,7 @@ def save(fig: plt.Figure, folder: str | Path, name: str) -> Path | None:
 
 
 def _grid(df, col, height=3.2, aspect=1.2, **kw):
-    cols = list(dict.fromkeys(df[col])) if col else [None]
+    cols = (list(dict.fromkeys(df[col])) or [None]) if col else [None]
     fig, axes = plt.subplots(1, len(cols), figsize=(height * aspect * len(cols), height),
                              squeeze=False, sharey=kw.pop("sharey", True))
     return fig, axes[0], cols
@@ -102,7 +102,11 @@ def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = Fal
         ax.set_xlabel(x)
         ax.set_ylabel(y)
         ax.set_title(f"{title}{col} = {value}" if value is not None else title)
-    axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
+    if len(df):
+        axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
+    else:
+        axes[0].text(0.5, 0.5, "no data yet", ha="center", va="center",
+                     transform=axes[0].transAxes)
     fig.tight_layout()
     return fig
 

@@ -38,11 +38,18 @@ def _flat(config: dict, prefix: str = "") -> dict:
     return out
 
 
+#: Settings every run has (``sweep.run_config``): the columns of a table, even an empty one.
+_SETTINGS = ("kind", "model", "checkpoint", "pretrained", "task", "config", "optimizer", "lr",
+             "seed", "steps", "batch_size")
+
+
 def runs_table(records: list[dict]) -> pd.DataFrame:
+    """Records (``sweep.run_one`` with their config) as the table ``results`` documents."""
     rows = [{"run": store.config_hash(r["config"]), **_flat(r["config"]),
              **{k: r.get(k) for k in _OUTCOME}} for r in records]
-    settings = dict.fromkeys(["run", *(k for row in rows for k in row if k not in _OUTCOME)])
-    df = pd.DataFrame(rows).reindex(columns=[*settings, *_OUTCOME])
+    settings = dict.fromkeys(["run", *_SETTINGS,
+                              *(k for row in rows for k in row if k not in _OUTCOME)])
+    df = pd.DataFrame(rows, columns=[*settings, *_OUTCOME])
     for k in ("test_acc", "test_loss", "best_val_acc", "seconds", "train_seconds"):
         df[k] = pd.to_numeric(df[k]).astype(float)
     return df
@@ -162,11 +169,9 @@ def gains(main: pd.DataFrame, baseline: str = "head") -> pd.DataFrame:
 
     Columns added to ``main``'s (task, config, test_acc_mean...): ``baseline_acc``,
     ``gain_pp`` (accuracy minus the baseline's, in points) and ``gain_rel`` (the share of the
-    baseline's error removed: gain_pp / (100 - baseline_acc)).
+    baseline's error removed: gain_pp / (100 - baseline_acc)); NaN where the baseline has no
+    result.
     """
-    if baseline not in set(main["config"]):
-        raise ValueError(f"baseline {baseline!r} is not among the configs "
-                         f"{sorted(set(main['config']))}")
     base = main[main["config"] == baseline].set_index("task")["test_acc_mean"]
     out = main.assign(baseline_acc=main["task"].map(base))
     out["gain_pp"] = out["test_acc_mean"] - out["baseline_acc"]
@@ -230,9 +235,9 @@ def paired_tests(df: pd.DataFrame, reference: str = "MHA", on: str = "val") -> p
 
     runs = _selected_runs(df, on)
     acc = runs.pivot_table(index=["task", "seed"], columns="config", values="test_acc")
-    if reference not in acc:
-        raise ValueError(f"reference {reference!r} has no selected runs; have {list(acc)}")
     rows = []
+    if reference not in acc:  # nothing to compare yet
+        acc = pd.DataFrame(columns=[reference])
     for config in [c for c in acc.columns if c != reference]:
         pair = acc[[reference, config]].dropna()
         diff = 100 * (pair[reference] - pair[config])
@@ -241,7 +246,8 @@ def paired_tests(df: pd.DataFrame, reference: str = "MHA", on: str = "val") -> p
         rows.append(dict(config=config, n_pairs=len(pair), mean_diff_pp=diff.mean(),
                          t_stat=t.statistic if t else math.nan, t_p=t.pvalue if t else math.nan,
                          wilcoxon_p=w))
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["config", "n_pairs", "mean_diff_pp", "t_stat", "t_p",
+                                       "wilcoxon_p"])
 
 
 def plasticity_vs_gain(ranked: pd.DataFrame, gain: pd.DataFrame) -> pd.DataFrame:
