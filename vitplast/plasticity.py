@@ -228,32 +228,34 @@ def measure(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str
     model = model.to(device).eval()
     from tqdm.auto import tqdm
 
-    chunks: dict[tuple[int, str], list[np.ndarray]] = {}
-    kept, excluded, start = [], 0, 0
+    # Results go into arrays allocated once: many small tensors kept alive across batches
+    # would pin the heap between the batches' large activations (glibc never returns that
+    # memory), so the process would grow with the number of pairs.
+    n = len(x)
+    pairs, out = np.empty(n, dtype=np.int64), {}
+    done, start = 0, 0
     loader = DataLoader(x, batch_size=batch_size, num_workers=workers)
     for xb, yb in tqdm(loader, desc=f"plasticity ({protocol})", disable=not progress, leave=False):
-        same = (xb - yb).flatten(1).abs().amax(dim=1) == 0
-        keep = torch.nonzero(~same).flatten()
-        excluded += int(same.sum())
-        kept.append(start + keep.numpy())
+        keep = torch.nonzero((xb - yb).flatten(1).abs().amax(dim=1) > 0).flatten()
+        pairs[done:done + len(keep)] = start + keep.numpy()
         start += len(xb)
         if len(keep) == 0:
             continue
         rates = batch_rates(model, xb[keep].to(device), yb[keep].to(device), protocol)
         for key, r in rates.items():
-            chunks.setdefault(key, []).append(r.cpu().numpy())
-    if not chunks:
+            out.setdefault(key, np.empty(n, dtype=np.float32))[done:done + len(keep)] = r.cpu()
+        done += len(keep)
+    if done == 0:
         raise ValueError(f"all {start} pairs are identical images: plasticity is undefined")
-    pairs = np.concatenate(kept)
-    frames = [pd.DataFrame({"layer": layer, "component": comp, "pair": pairs,
-                            "rate": np.concatenate(parts)})
-              for (layer, comp), parts in chunks.items()]
+    frames = [pd.DataFrame({"layer": layer, "component": comp, "pair": pairs[:done],
+                            "rate": rates[:done]})
+              for (layer, comp), rates in out.items()]
     df = pd.concat(frames, ignore_index=True)
     df.insert(0, "protocol", protocol)
     for k, v in (meta or {}).items():
         df.insert(0, k, v)
     df["component"] = pd.Categorical(df["component"], categories=list(COMPONENTS))
-    df.attrs["excluded"] = excluded
+    df.attrs["excluded"] = start - done
     return df
 
 
