@@ -134,8 +134,9 @@ def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatc
     sweep.run_one({**config, "prepare": "mark", "ablation": {"c": 3}})
     assert fake_train.calls[-1][0].mark == {"c": 3}
     failed = sweep.run_one({**config, "prepare": "nope"})
-    assert failed["status"] == "failed" and "valid: ['mark']" in failed["error"]
-    with pytest.raises(ValueError, match="unknown prepare \\['nope'\\]; valid: \\['mark'\\]"):
+    assert failed["status"] == "failed" and "valid: [" in failed["error"]
+    assert "'mark'" in failed["error"] and "'rescale_ln'" in failed["error"]
+    with pytest.raises(ValueError, match="unknown prepare \\['nope'\\]; valid: \\['lora', 'mark'"):
         sweep.run_sweep([{**config, "prepare": "nope"}], "unused", progress=False)
 
 

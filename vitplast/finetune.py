@@ -154,7 +154,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
           augment=None, eval_every: int = 100, log_every: int = 10, seed: int = 0,
           device: str | torch.device | None = None, workers: int = 0, on_eval=None,
           grad_masks: dict[str, torch.Tensor] | None = None,
-          lr_scales: dict[str, float] | None = None, progress: bool = True) -> TrainResult:
+          lr_scales: dict[str, float] | None = None, keep_best: bool = True,
+          progress: bool = True) -> TrainResult:
     """Train the parameters a configuration selects; keep the best-validation weights.
 
     Args:
@@ -176,6 +177,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
             count then counts mask entries.
         lr_scales: parameter-name pattern -> learning-rate multiplier (first match wins), e.g.
             ``{"blocks.*.norm1.*": 0.25}``; other parameters use ``lr``.
+        keep_best: end with the best-validation weights (else the last ones; validation is
+            then only watched).
         progress: show a tqdm bar.
     """
     if optimizer not in OPTIMIZERS:
@@ -240,13 +243,13 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
             bar.set_postfix(loss=f"{loss_total:.3f}", val_acc=f"{row['val_acc']:.3f}")
             if not row["val_acc"] <= result.best_val_acc:  # also true for the first (NaN)
                 result.best_val_acc, result.best_step = row["val_acc"], step
-                best = {n: p.detach().clone() for n, p in named}
+                best = {n: p.detach().clone() for n, p in named} if keep_best else None
             if on_eval is not None:
                 on_eval(step, model, row)
         if logged or "val_acc" in row:
             result.history.append(row)
     result.seconds = time.perf_counter() - start
-    if best is not None and not result.diverged:
+    if keep_best and best is not None and not result.diverged:
         with torch.no_grad():
             for n, p in named:
                 p.copy_(best[n])

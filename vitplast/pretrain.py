@@ -135,8 +135,8 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
 
         finetune.train(model, train_set, val_set, steps=steps, lr=lr, seed=seed,
                        warmup_steps=steps_per_epoch, eval_every=steps_per_epoch, log_every=50,
-                       augment=augment, device=device, on_eval=on_eval, progress=progress,
-                       **RECIPE)
+                       augment=augment, device=device, on_eval=on_eval, keep_best=False,
+                       progress=progress, **RECIPE)
         offset += steps
     (out_dir / "README.md").write_text(model_card(manifest))
     return manifest
