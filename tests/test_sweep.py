@@ -253,3 +253,11 @@ def test_linear_probe_is_deterministic():
         assert 0.0 <= first[split] <= 1.0
     assert first["test_acc"] > 0.5  # random ViT features of digits are far above chance (0.1)
     assert all(torch.equal(p, before[n]) for n, p in model.state_dict().items())
+
+
+def test_shipped_results_belong_to_the_study():
+    """Every shipped record is a run of the embedded study: config hashes did not drift."""
+    shipped = results.results(sweep.EMBEDDED_RESULTS)
+    expected = {store.config_hash(c) for c in sweep.grid(**sweep.EMBEDDED_STUDY)}
+    assert len(shipped) > 0 and set(shipped["run"]) <= expected
+    assert (shipped["status"] != "failed").all()

@@ -58,11 +58,14 @@ def main(argv: list[str] | None = None) -> int:
 
             configs = [c for c in configs if not store.exists(root, c)][:args.limit]
         kwargs = {"cluster": args.cluster} if args.cluster else {}
-        start = time.perf_counter()
-        summary = sweep.run_sweep(configs, root, executor=args.executor, device=args.device,
-                                  **kwargs)
-        sweep.log_session(root, "python -m vitplast " + " ".join(argv or sys.argv[1:]), summary,
-                          time.perf_counter() - start, args.device)
+        start, command = time.perf_counter(), "python -m vitplast " + " ".join(argv or sys.argv[1:])
+        try:
+            sweep.run_sweep(configs, root, executor=args.executor, device=args.device, **kwargs)
+        finally:  # also when interrupted: what the store holds now is logged
+            from vitplast import results
+
+            summary = results.results(root)
+            sweep.log_session(root, command, summary, time.perf_counter() - start, args.device)
         print(summary["status"].value_counts().to_string())
     elif args.command == "notebooks":
         from vitplast import notebooks

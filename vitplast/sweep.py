@@ -42,7 +42,10 @@ PAPER_SEEDS = (0, 42, 3407)
 #: register here and a run names one with the config key ``prepare``.
 PREPARE: dict[str, Callable] = dict(ablations.PREPARE)
 
-_RUNTIME = ("val_set", "test_set", "augment", "device", "on_eval", "progress")
+# Not part of a run's config (runtime objects, or fixed for finetuning). A new keyword of
+# ``finetune.train`` enters every config, changing every hash: list it here unless sweeps vary
+# it (tests/test_sweep.py checks the shipped results still match the study).
+_RUNTIME = ("val_set", "test_set", "augment", "device", "on_eval", "progress", "keep_best")
 _TRAIN_DEFAULTS = {k: p.default for k, p in inspect.signature(finetune.train).parameters.items()
                    if p.default is not inspect.Parameter.empty and k not in _RUNTIME}
 
@@ -317,8 +320,8 @@ def trainable_table(model: torch.nn.Module, configs, *, train_head: bool = True)
 
 def log_session(root: str | Path, command: str, summary: pd.DataFrame, seconds: float,
                 device: str | torch.device | None = None) -> Path:
-    """Append one sweep session (command, provenance, wall time, status counts) to
-    ``root/study.json``, the study's provenance across sessions."""
+    """Append one sweep session (command, provenance, wall time, and the status counts of
+    the store after it) to ``root/study.json``, the study's provenance across sessions."""
     path = Path(root) / "study.json"
     log = store.read_json(path) or {"sessions": []}
     log["sessions"].append(dict(command=command, **provenance(models.pick_device(device)),
