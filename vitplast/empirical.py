@@ -119,16 +119,19 @@ def what_this_shows(rates: pd.DataFrame, final: str = "final") -> str:
     lines = []
     ranked = ranking(rates[rates.checkpoint == final]) if "checkpoint" in rates else ranking(rates)
     for protocol, g in ranked.groupby("protocol"):
-        pooled = g.groupby("component", observed=True).plasticity.mean().reset_index()
-        pooled["rank"] = pooled.plasticity.rank(ascending=False, method="min").astype(int)
-        lines.append(f"[{protocol}, all tasks] " + compare_with_paper(pooled))
+        lines.append(f"[{protocol}, all tasks] " + compare_with_paper(_pooled(g)))
         per_task = g.groupby("task").apply(order, include_groups=False)
         top = per_task.value_counts()
         lines.append(f"  per task, the most common order is {top.index[0]} "
                      f"({top.iloc[0]}/{len(per_task)} tasks).")
     if "checkpoint" in rates and rates.checkpoint.nunique() > 1:
-        by_ckpt = ranking(rates).groupby(["checkpoint", "protocol"]).apply(
-            order, include_groups=False)
-        for (ckpt, protocol), text in by_ckpt.items():
-            lines.append(f"[{protocol}, checkpoint {ckpt}] {text}")
+        for (ckpt, protocol), g in ranking(rates).groupby(["checkpoint", "protocol"], sort=False):
+            lines.append(f"[{protocol}, checkpoint {ckpt}, all tasks] {order(_pooled(g))}")
     return "\n".join(lines)
+
+
+def _pooled(ranked: pd.DataFrame) -> pd.DataFrame:
+    """A ``ranking`` table pooled over tasks: plasticity averaged per component, re-ranked."""
+    pooled = ranked.groupby("component", observed=True).plasticity.mean().reset_index()
+    pooled["rank"] = pooled.plasticity.rank(ascending=False, method="min").astype(int)
+    return pooled
