@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
@@ -58,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
 
             configs = [c for c in configs if not store.exists(root, c)][:args.limit]
         kwargs = {"cluster": args.cluster} if args.cluster else {}
+        # Ctrl-C or `kill` stops it cleanly (also under nohup, which ignores SIGINT): the run in
+        # flight is dropped, the session logged; the same command resumes.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         start, command = time.perf_counter(), "python -m vitplast " + " ".join(argv or sys.argv[1:])
         try:
             sweep.run_sweep(configs, root, executor=args.executor, device=args.device, **kwargs)
