@@ -4,7 +4,7 @@
 injected into each notebook (the notebook's own ``parameters`` cell holds the ``default``
 profile's values):
 
-- ``smoke``: CI, every notebook in about a minute;
+- ``smoke``: CI, every notebook in a minute or two;
 - ``default``: a laptop CPU, the whole sequence in under 30 minutes (the notebooks' defaults);
 - ``paper``: the paper's protocol on a GPU (ViT-B/16 in21k, its datasets and grid); needs the
   weights (hub or ``weights_file``) and the datasets under ``data_root``.

@@ -178,7 +178,7 @@ checkpoint=NAME)`; every file is checked against the sha256 below (and in `check
 {rows}
 
 Files: fp32 safetensors, one per checkpoint; `checkpoints.json` holds the same values plus the
-validation history. Remake them with `make pretrain` (about 80 minutes on 2 CPU cores); an
+validation history. Remake them with `make pretrain` (about 1.5 hours on 2 CPU cores); an
 interrupted run resumes at the last finished stage.
 
 ## Shipped results
