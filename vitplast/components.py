@@ -148,16 +148,6 @@ def set_trainable(model: nn.Module, names: list[str]) -> int:
     return total
 
 
-def parameter_table(model: nn.Module) -> "dict[str, int]":
-    """Parameter count per group (components, head, norm, embedding, other) and in total."""
-    counts: dict[str, int] = {}
-    for n, p in model.named_parameters():
-        g = component_of(n)
-        counts[g] = counts.get(g, 0) + p.numel()
-    counts["total"] = sum(p.numel() for p in model.parameters())
-    return counts
-
-
 __all__ = ["ALWAYS_TRAINED", "COMPONENTS", "CONFIGS", "check_component", "check_supported",
-           "component_modules", "component_of", "count_parameters", "parameter_table",
+           "component_modules", "component_of", "count_parameters",
            "set_trainable", "trainable_names"]

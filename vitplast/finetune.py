@@ -93,11 +93,12 @@ def _batches(dataset: Dataset, batch_size: int, generator: torch.Generator, work
 
 def _group_norms(named_params: list[tuple[str, nn.Parameter]]) -> dict[str, float]:
     """Gradient norm per group (component, head, norm...) and per parameter of the group."""
+    groups = [component_of(n) for n, _ in named_params]
+    per_param = torch.stack([p.grad.detach().float().pow(2).sum() for _, p in named_params])
     sq: dict[str, float] = {}
     count: dict[str, int] = {}
-    for n, p in named_params:
-        g = component_of(n)
-        sq[g] = sq.get(g, 0.0) + p.grad.detach().float().pow(2).sum().item()
+    for g, s, (_, p) in zip(groups, per_param.tolist(), named_params):  # one device sync
+        sq[g] = sq.get(g, 0.0) + s
         count[g] = count.get(g, 0) + p.numel()
     out = {}
     for g in sq:
