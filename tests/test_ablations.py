@@ -1,11 +1,13 @@
 """Confound ablations: function preservation, plasticity scaling, masks, adapters, counts."""
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 from conftest import tiny_vit
 from test_finetune import toy_task
 
-from vitplast import ablations, components, confounds, finetune, plasticity, sweep
+from vitplast import ablations, components, confounds, finetune, plasticity, results, store, sweep
 
 
 @pytest.mark.parametrize("ln", ["LN1", "LN2"])
@@ -130,3 +132,51 @@ def test_preserved_rescale_is_an_lr_change_under_sgd():
     finetune.train(a, toy_task(), **kw)
     finetune.train(b, toy_task(), lr_scales={"blocks.*.norm1.*": 1 / c**2}, **kw)
     torch.testing.assert_close(a.blocks[0].norm1.weight / c, b.blocks[0].norm1.weight)
+
+
+def test_verdicts_against_seed_noise():
+    rows = [("t1", "A", 80.0, 1.0), ("t1", "B", 75.0, 1.0), ("t2", "A", 70.0, 1.0),
+            ("t2", "B", 69.0, 1.0), ("t1", "C", 80.5, 2.0), ("t2", "C", 70.0, 2.0)]
+    table = pd.DataFrame(rows, columns=["task", "variant", "test_acc_mean", "test_acc_std"]
+                         ).assign(n_seeds=3)
+    ask = confounds.verdicts  # the questions are fixed; check the arithmetic on renamed rows
+    out = ask(table.replace({"A": "MHA sparse", "B": "FC1 sparse", "C": "LN1"}), {})
+    first = out.set_index(["a", "b"]).loc[("MHA sparse", "FC1 sparse")]
+    assert first["diff_pp"] == pytest.approx(3.0) and first["n_tasks"] == 2
+    assert first["std_pp"] == pytest.approx(np.std([5.0, 1.0], ddof=1))
+    assert first["verdict"] == "MHA sparse better" and first["seed_std_pp"] == 1.0
+    near = out.set_index(["a", "b"]).loc[("MHA sparse", "LN1")]  # |-0.25| <= 1.5: noise
+    assert near["diff_pp"] == pytest.approx(-0.25) and near["verdict"] == "within seed noise"
+    assert (out.set_index(["a", "b"]).loc[("FC1 bias", "FC2 bias"), "verdict"] == "no data")
+    one = ask(table.assign(n_seeds=1, test_acc_std=0.0).replace(
+        {"A": "MHA sparse", "B": "FC1 sparse", "C": "LN1"}), {})
+    assert one.set_index(["a", "b"]).loc[("MHA sparse", "LN1"), "verdict"] == (
+        "LN1 better (no noise estimate yet)")
+
+
+def test_study_scales_are_measured_once_and_rounded(tmp_path, monkeypatch):
+    from vitplast import empirical, plasticity
+
+    calls = []
+    monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: calls.append(a) or None)
+    monkeypatch.setattr(plasticity, "ranking", lambda rates: pd.DataFrame(dict(
+        component=["LN1", "LN2", "FC1", "FC1"], plasticity=[0.3, 0.7, 1.0, 1.1])))
+    first = confounds.study_scales(tmp_path, ["digits"], n_pairs=8)
+    assert first["scales"] == {"LN1": 3.5, "LN2": 1.5} and len(calls) == 1
+    assert first["plasticity"]["FC1"] == pytest.approx(1.05)
+    assert confounds.study_scales(tmp_path, ["digits"], n_pairs=8) == first and len(calls) == 1
+    confounds.study_scales(tmp_path, ["digits"], n_pairs=16)  # other settings: measured anew
+    assert len(calls) == 2 and len(list(tmp_path.glob("scales-*.json"))) == 2
+
+
+def test_shipped_confound_results_belong_to_the_study(monkeypatch):
+    """Every shipped record is a run of the embedded confound study, with its shipped scales
+    (no re-measurement: the scales file is read)."""
+    from vitplast import empirical
+
+    monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: pytest.fail("re-measured"))
+    shipped = results.results(confounds.EMBEDDED_RESULTS)
+    expected = {store.config_hash(c) for c in confounds.embedded_study()}
+    assert len(expected) == 2 * 24 * 4 * 3
+    assert len(shipped) > 0 and set(shipped["run"]) <= expected
+    assert (shipped["status"] != "failed").all()

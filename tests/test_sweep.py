@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import tiny_vit
 
-from vitplast import data, finetune, paper_datasets, results, store, sweep
+from vitplast import data, finetune, models, paper_datasets, results, store, sweep
 
 #: A random embedded ViT on digits, a few steps: seconds on a CPU.
 TINY = dict(pretrained=False, steps=2, batch_size=16, eval_every=100)
@@ -261,3 +261,28 @@ def test_shipped_results_belong_to_the_study():
     expected = {store.config_hash(c) for c in sweep.grid(**sweep.EMBEDDED_STUDY)}
     assert len(shipped) > 0 and set(shipped["run"]) <= expected
     assert (shipped["status"] != "failed").all()
+
+
+def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkeypatch):
+    """Two ``--shard`` processes over one store run disjoint halves; a bad shard or study is
+    refused naming the valid forms; each session is logged in study.json."""
+    from vitplast.__main__ import main
+
+    monkeypatch.setitem(sweep.EMBEDDED_STUDY, "tasks", ["digits"])
+    monkeypatch.setitem(sweep.EMBEDDED_STUDY, "configs", ["head", "LN1"])
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: torch.nn.Linear(1, 1))
+    for shard in ("0/2", "1/2"):
+        main(["sweep", "--root", str(tmp_path), "--shard", shard, "--limit", "3"])
+    seeds = sweep.EMBEDDED_STUDY["seeds"]
+    expected = sweep.grid(**sweep.EMBEDDED_STUDY)
+    expected.sort(key=lambda c: seeds.index(c["seed"]))  # seed-first
+    stored = results.results(tmp_path)
+    assert len(fake_train.calls) == 6 and stored["run"].is_unique
+    assert set(stored["run"]) == {store.config_hash(c) for c in expected[0::2][:3]
+                                  + expected[1::2][:3]}
+    log = store.read_json(tmp_path / "study.json")["sessions"]
+    assert [s["command"].split()[-3] for s in log] == ["0/2", "1/2"]
+    assert log[-1]["status"] == {"ok": 6}
+    for bad in (["--shard", "2/2"], ["--shard", "half"], ["--study", "main"]):
+        with pytest.raises(SystemExit):
+            main(["sweep", "--root", str(tmp_path), *bad])

@@ -1,4 +1,4 @@
-"""Command line: ``python -m vitplast {pretrain,notebooks} ...``."""
+"""Command line: ``python -m vitplast {pretrain,sweep,notebooks} ...``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 import signal
 import sys
 import time
+
+STUDIES = ["finetune", "confounds"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,14 +19,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-limit", type=int, default=None, help="use only N training images")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
 
-    sw = sub.add_parser("sweep", help="run (or resume) the embedded finetuning study")
-    sw.add_argument("--root", default=None, help="results folder (default: data/finetune)")
+    sw = sub.add_parser("sweep", help="run (or resume) an embedded study")
+    sw.add_argument("--study", default="finetune", help="finetune (notebook 04, into "
+                    "data/finetune) | confounds (notebook 05, into data/confounds)")
+    sw.add_argument("--root", default=None, help="results folder (default: the study's)")
     sw.add_argument("--executor", default="serial", help="serial | submitit")
     sw.add_argument("--cluster", default=None, help="submitit cluster: slurm | local | debug")
     sw.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     sw.add_argument("--order", default="seed-first", help="seed-first: every (task, config, "
                     "lr) once before the next seed, so a partial sweep covers the grid; grid")
     sw.add_argument("--limit", type=int, default=None, help="run at most N missing runs")
+    sw.add_argument("--shard", default=None, metavar="I/N", help="run only every N-th run from "
+                    "the I-th (0-based): N processes or machines share one store")
 
     nb = sub.add_parser("notebooks", help="run the notebook sequence headlessly (papermill)")
     nb_sub = nb.add_subparsers(dest="action", required=True)
@@ -46,14 +52,23 @@ def main(argv: list[str] | None = None) -> int:
         for name, c in manifest["checkpoints"].items():
             print(f"{name:>8}  epoch {c['epoch']:>6}  test acc {c['test_acc']:.4f}  {c['file']}")
     elif args.command == "sweep":
-        from vitplast import sweep
+        from vitplast import confounds, sweep
 
-        configs = sweep.grid(**sweep.EMBEDDED_STUDY)
+        if args.study not in STUDIES:
+            parser.error(f"unknown study {args.study!r}; valid: {STUDIES}")
+        if args.study == "finetune":
+            root = args.root or sweep.EMBEDDED_RESULTS
+            configs, seeds = sweep.grid(**sweep.EMBEDDED_STUDY), sweep.EMBEDDED_STUDY["seeds"]
+        else:
+            root = args.root or confounds.EMBEDDED_RESULTS
+            configs, seeds = confounds.embedded_study(root), confounds.EMBEDDED_STUDY["seeds"]
         if args.order == "seed-first":
-            configs.sort(key=lambda c: sweep.EMBEDDED_STUDY["seeds"].index(c["seed"]))
+            configs.sort(key=lambda c: seeds.index(c["seed"]))
         elif args.order != "grid":
             parser.error(f"unknown order {args.order!r}; valid: ['seed-first', 'grid']")
-        root = args.root or sweep.EMBEDDED_RESULTS
+        if args.shard:
+            i, n = _shard(args.shard, parser)
+            configs = configs[i::n]
         if args.limit is not None:
             from vitplast import store
 
@@ -89,6 +104,17 @@ def main(argv: list[str] | None = None) -> int:
         print(summary.to_string(index=False))
         return 0 if (summary["status"] == "ok").all() else 1
     return 0
+
+
+def _shard(text: str, parser) -> tuple[int, int]:
+    """``"1/4"`` -> (1, 4), or a parser error."""
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        i, n = -1, 0
+    if not 0 <= i < n:
+        parser.error(f"--shard takes I/N with 0 <= I < N, e.g. 0/2; got {text!r}")
+    return i, n
 
 
 def _literal(text: str):

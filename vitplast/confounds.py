@@ -11,14 +11,24 @@ Used by notebook 05.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
+from vitplast import models, store
 from vitplast.ablations import BIAS_ONLY, LORA_PATTERNS, LORA_TARGETS, PREPARE, rescale_layernorm
 from vitplast.components import COMPONENTS, count_parameters, trainable_names
+
+#: Where the embedded confound study is shipped (one JSON per run, and its scales).
+EMBEDDED_RESULTS = models.DATA_DIR / "confounds"
+#: The embedded confound study (notebook 05's defaults): two tasks of the main study (a
+#: corruption and a new domain), the middle of its LR grid (where its best LRs fall), its
+#: seeds. Its plain SGD baselines are runs of the main study (``sweep.EMBEDDED_STUDY``).
+EMBEDDED_STUDY = dict(tasks=["fmnist_contrast", "digits"], lrs=[0.03, 0.1, 0.3, 1.0],
+                      seeds=[0, 42, 3407], target="FC1", n_pairs=256)
 
 
 def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1",
@@ -75,6 +85,36 @@ def matching_scales(ranked: pd.DataFrame, target: str = "FC1") -> dict[str, floa
     ``plasticity.ranking``) matches ``target``'s: c = P(target) / P(LN)."""
     p = ranked.groupby("component", observed=True)["plasticity"].mean()
     return {ln: float(p[target] / p[ln]) for ln in ("LN1", "LN2")}
+
+
+def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int = 256) -> dict:
+    """The LayerNorm scales of the study stored under ``root``, measured once.
+
+    The embedded model's plasticity (hidden protocol, ``n_pairs`` per task) gives
+    ``matching_scales``, rounded to 3 significant digits (the precision of the variant names),
+    and everything is saved in ``root/scales-<hash of the settings>.json``. Later calls, and
+    resumed sweeps, read that file: float noise of a re-measurement never changes a run's
+    config, so its hash stays.
+
+    Returns:
+        ``tasks``, ``target``, ``n_pairs``, ``plasticity`` (mean per component) and
+        ``scales`` (LayerNorm -> c).
+    """
+    from vitplast import empirical, plasticity
+
+    settings = dict(tasks=list(tasks), target=target, n_pairs=n_pairs)
+    path = Path(root) / f"scales-{store.config_hash(settings)}.json"
+    saved = store.read_json(path)
+    if saved is None:
+        rates = empirical.measure_tasks(models.EMBEDDED_NAME, list(tasks), protocols=["hidden"],
+                                        n_pairs=n_pairs)
+        ranked = plasticity.ranking(rates)
+        scales = matching_scales(ranked, target)
+        p = ranked.groupby("component", observed=True)["plasticity"].mean()
+        saved = dict(settings, plasticity=p.to_dict(),
+                     scales={ln: float(f"{c:.3g}") for ln, c in scales.items()})
+        store.write_json(path, saved)
+    return saved
 
 
 @torch.no_grad()
@@ -136,18 +176,23 @@ def verdicts(table: pd.DataFrame, scales: dict[str, float], target: str = "FC1")
     """The questions of notebook 05, answered from ``variant_table``.
 
     Columns: ``question``, ``a``, ``b``, ``diff_pp`` (mean over tasks of acc(a) - acc(b)),
-    ``std_pp`` (its std over tasks), ``n_tasks``, ``seed_std_pp`` (mean seed std of a and b:
-    differences smaller than it are within seed noise), ``verdict``.
+    ``std_pp`` (its std over tasks), ``n_tasks``, ``n_seeds`` (the fewest seeds behind an
+    accuracy of a or b), ``seed_std_pp`` (mean seed std of a and b: differences smaller than
+    it are within seed noise), ``verdict`` (with a single seed there is no noise estimate,
+    and the verdict says so).
     """
     rows = []
 
     def ask(question, a, b):
         d, s, n = _diff(table, a, b)
-        noise = table[table["variant"].isin([a, b])]["test_acc_std"].mean()
-        verdict = ("no data" if n == 0 else "within seed noise" if abs(d) <= noise else
-                   f"{a} better" if d > 0 else f"{b} better")
+        both = table[table["variant"].isin([a, b])]
+        noise, seeds = both["test_acc_std"].mean(), both["n_seeds"].min()
+        verdict = ("no data" if n == 0 else "within seed noise" if seeds > 1 and abs(d) <= noise
+                   else f"{a} better" if d > 0 else f"{b} better")
+        if n and seeds < 2:
+            verdict += " (no noise estimate yet)"
         rows.append(dict(question=question, a=a, b=b, diff_pp=d, std_pp=s, n_tasks=n,
-                         seed_std_pp=noise, verdict=verdict))
+                         n_seeds=seeds, seed_std_pp=noise, verdict=verdict))
 
     for ln, c in scales.items():
         pres = f"{ln} x {c:.3g} (preserved)"
@@ -177,6 +222,14 @@ def grid(model: nn.Module, scales: dict[str, float], tasks, lrs, seeds, *,
     return runs
 
 
+def embedded_study(root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
+    """The runs of ``EMBEDDED_STUDY`` (``grid``), with the scales stored under ``root``."""
+    s = EMBEDDED_STUDY
+    scales = study_scales(root, s["tasks"], target=s["target"], n_pairs=s["n_pairs"])["scales"]
+    return grid(models.load_model(models.EMBEDDED_NAME, num_classes=10), scales, s["tasks"],
+                s["lrs"], s["seeds"])
+
+
 def what_this_shows(checks: pd.DataFrame, verdict: pd.DataFrame, cover: dict) -> str:
     """Notebook 05's conclusions, computed from its tables."""
     lines = [f"Runs: {cover}."]
@@ -186,8 +239,9 @@ def what_this_shows(checks: pd.DataFrame, verdict: pd.DataFrame, cover: dict) ->
                      f"{r.max_output_change_raw:.1e}.")
     for r in verdict.itertuples():
         if r.n_tasks:
+            noise = f"seed std {r.seed_std_pp:.2f}" if r.n_seeds > 1 else "1 seed"
             lines.append(f"{r.question} {r.a} - {r.b} = {r.diff_pp:+.2f} points over {r.n_tasks}"
-                         f" task(s) (seed std {r.seed_std_pp:.2f}): {r.verdict}.")
+                         f" task(s) ({noise}): {r.verdict}.")
         else:
             lines.append(f"{r.question}: no data yet.")
     return "\n".join(lines)
