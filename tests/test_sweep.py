@@ -207,6 +207,7 @@ def test_main_table_mean_and_std_over_seeds_are_exact():
     for (task, config), accs in test.items():
         row = table[(table.task == task) & (table.config == config)].iloc[0]
         assert row["lr"] == 1e-2 and row["n_seeds"] == 3 and row["selected_on"] == "val"
+        assert row["lr_at_edge"]  # 1e-2 is the largest LR of a two-point grid
         assert row["test_acc_mean"] == pytest.approx(100 * np.mean(accs), abs=1e-12)
         assert row["test_acc_std"] == pytest.approx(100 * np.std(accs), abs=1e-12)
     average = table[table.task == "average"].set_index("config")["test_acc_mean"]
@@ -214,6 +215,9 @@ def test_main_table_mean_and_std_over_seeds_are_exact():
     assert average["LN1"] == pytest.approx(50 * (np.mean(test["a", "LN1"]) + 0.52))
     sample = results.main_table(_synthetic(rows), ddof=1)
     assert sample["test_acc_std"][0] == pytest.approx(100 * np.std(test["a", "LN1"], ddof=1))
+    middle = results.main_table(_synthetic(rows + [(*r[:2], 1e-1, *r[3:5], 0.0, 0.0)
+                                                   for r in rows]))
+    assert not middle[middle.task != "average"]["lr_at_edge"].any()  # 1e-2 of 1e-3..1e-1
     # a configuration whose runs on one task all failed: that task is NaN, so is its average
     rows = [r if (r[0], r[1]) != ("b", "MHA") else (*r[:4], "failed", *r[5:]) for r in rows]
     table = results.main_table(_synthetic(rows), on="test")  # picks 1e-3 (test 100%)
@@ -258,7 +262,7 @@ def test_linear_probe_is_deterministic():
 def test_shipped_results_belong_to_the_study():
     """Every shipped record is a run of the embedded study: config hashes did not drift."""
     shipped = results.results(sweep.EMBEDDED_RESULTS)
-    expected = {store.config_hash(c) for c in sweep.grid(**sweep.EMBEDDED_STUDY)}
+    expected = {store.config_hash(c) for c in sweep.study(**sweep.EMBEDDED_STUDY)}
     assert len(shipped) > 0 and set(shipped["run"]) <= expected
     assert (shipped["status"] != "failed").all()
 
@@ -274,7 +278,7 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
     for shard in ("0/2", "1/2"):
         main(["sweep", "--root", str(tmp_path), "--shard", shard, "--limit", "3"])
     seeds = sweep.EMBEDDED_STUDY["seeds"]
-    expected = sweep.grid(**sweep.EMBEDDED_STUDY)
+    expected = sweep.study(**sweep.EMBEDDED_STUDY)
     expected.sort(key=lambda c: seeds.index(c["seed"]))  # seed-first
     stored = results.results(tmp_path)
     assert len(fake_train.calls) == 6 and stored["run"].is_unique

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown study {args.study!r}; valid: {STUDIES}")
         if args.study == "finetune":
             root = args.root or sweep.EMBEDDED_RESULTS
-            configs, seeds = sweep.grid(**sweep.EMBEDDED_STUDY), sweep.EMBEDDED_STUDY["seeds"]
+            configs, seeds = sweep.study(**sweep.EMBEDDED_STUDY), sweep.EMBEDDED_STUDY["seeds"]
         else:
             root = args.root or confounds.EMBEDDED_RESULTS
             configs, seeds = confounds.embedded_study(root), confounds.EMBEDDED_STUDY["seeds"]

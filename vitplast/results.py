@@ -141,7 +141,8 @@ def main_table(df: pd.DataFrame, on: str = "val", ddof: int = 0) -> pd.DataFrame
     Returns:
         Per setting (task, config, ...): ``lr``, ``test_acc_mean`` and ``test_acc_std`` over
         the seeds with status "ok" (in %; NaN when there are none), ``n_seeds``,
-        ``selected_on``; then per setting but task, a row with task "average": the mean of
+        ``selected_on``, ``lr_at_edge`` (the LR is the smallest or largest the setting was
+        run at: the optimum may lie outside the grid); then per setting but task, a row with task "average": the mean of
         ``test_acc_mean`` over tasks, NaN unless every task has one (lr, std, n_seeds NaN).
     """
     keys, df, best = _select(df, on)
@@ -152,6 +153,9 @@ def main_table(df: pd.DataFrame, on: str = "val", ddof: int = 0) -> pd.DataFrame
     table = (df.drop_duplicates("_setting")[["_setting", *keys]]
              .merge(best[["_setting", "lr"]], on="_setting", how="left")
              .merge(stats, on="_setting", how="left").sort_values("_setting"))
+    edges = df.groupby("_setting")["lr"].agg(["min", "max"])
+    table["lr_at_edge"] = (table["lr"].eq(table["_setting"].map(edges["min"]))
+                           | table["lr"].eq(table["_setting"].map(edges["max"])))
     rest = [k for k in keys if k != "task"]
     table["_rest"] = table.groupby(rest, dropna=False).ngroup() if rest else 0
     n_tasks = table["task"].nunique()
@@ -161,7 +165,7 @@ def main_table(df: pd.DataFrame, on: str = "val", ddof: int = 0) -> pd.DataFrame
         task="average", test_acc_mean=lambda d: d["_rest"].map(means))
     out = pd.concat([table, average], ignore_index=True).assign(selected_on=on)
     return out.drop(columns=["_setting", "_rest"])[[*keys, "lr", "test_acc_mean", "test_acc_std",
-                                                    "n_seeds", "selected_on"]]
+                                                    "n_seeds", "selected_on", "lr_at_edge"]]
 
 
 def gains(main: pd.DataFrame, baseline: str = "head") -> pd.DataFrame:
@@ -304,6 +308,14 @@ def what_this_shows(main: pd.DataFrame, tests: pd.DataFrame, robustness: pd.Data
         lines.append(f"Component order {ranked} {verdict} the paper's MHA > FC1 > FC2 > LN2 > LN1.")
     else:
         lines.append("No task has results for every configuration yet: no average row.")
+    chosen = main[(main["task"] != "average") & main["lr"].notna()]
+    edge = chosen[chosen["lr_at_edge"].astype(bool)]
+    if len(chosen):
+        lines.append(f"Chosen LR inside the grid for {len(chosen) - len(edge)} of {len(chosen)} "
+                     "(task, configuration)" + (": at its edge, where a better LR may lie "
+                     "outside, " + ", ".join(f"{r.config} on {r.task} ({r.lr:g})"
+                                             for r in edge.itertuples()) if len(edge) else "")
+                     + ".")
     for r in tests.itertuples():
         lines.append(f"MHA - {r.config}: {r.mean_diff_pp:+.2f} points over {r.n_pairs} (task, "
                      f"seed) pairs; paired t p = {r.t_p:.3g}, Wilcoxon p = {r.wilcoxon_p:.3g}.")

@@ -303,7 +303,18 @@ EMBEDDED_STUDY = dict(
            "fmnist_speckle_noise", "fmnist_rotate90", "digits"],
     configs=["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"],
     lrs=[0.01, 0.03, 0.1, 0.3, 1.0, 3.0],
-    seeds=list(PAPER_SEEDS))
+    seeds=list(PAPER_SEEDS),
+    # head-only (a linear head on frozen features) still peaked at 3 (fmnist_contrast, seed 0)
+    head_lrs=[10.0])
+
+
+def study(tasks, configs, lrs, seeds, head_lrs=(), **fixed) -> list[dict]:
+    """A study's runs: ``grid(tasks, configs, lrs, seeds)``, plus head-only (when among
+    ``configs``) at the extra ``head_lrs``, so that its best LR can be interior too."""
+    runs = grid(tasks, configs, lrs, seeds, **fixed)
+    if "head" in configs:
+        runs += grid(tasks, ["head"], head_lrs, seeds, **fixed)
+    return runs
 
 
 def trainable_table(model: torch.nn.Module, configs, *, train_head: bool = True) -> pd.DataFrame:
