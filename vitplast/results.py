@@ -142,8 +142,9 @@ def main_table(df: pd.DataFrame, on: str = "val", ddof: int = 0) -> pd.DataFrame
         Per setting (task, config, ...): ``lr``, ``test_acc_mean`` and ``test_acc_std`` over
         the seeds with status "ok" (in %; NaN when there are none), ``n_seeds``,
         ``selected_on``, ``lr_at_edge`` (the LR is the smallest or largest the setting was
-        run at: the optimum may lie outside the grid); then per setting but task, a row with task "average": the mean of
-        ``test_acc_mean`` over tasks, NaN unless every task has one (lr, std, n_seeds NaN).
+        run at: the optimum may lie outside the grid); then per setting but task, a row with
+        task "average": the mean of ``test_acc_mean`` over tasks, NaN unless every task has
+        one (lr, std, n_seeds NaN).
     """
     keys, df, best = _select(df, on)
     chosen = df[df["status"] == "ok"].merge(best[["_setting", "lr"]], on=["_setting", "lr"])
