@@ -194,7 +194,9 @@ def _git() -> tuple[str | None, bool | None]:
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
                               timeout=20, check=True).stdout
     try:
-        return git("rev-parse", "HEAD").strip(), bool(git("status", "--porcelain", "-uno"))
+        # results written into data/ while a sweep runs do not make the code dirty
+        return git("rev-parse", "HEAD").strip(), bool(git("status", "--porcelain", "-uno", "--",
+                                                          ".", ":(exclude)data"))
     except (OSError, subprocess.SubprocessError):  # no git, or not a checkout
         return None, None
 
