@@ -125,8 +125,10 @@ def what_this_shows(rates: pd.DataFrame, final: str = "final") -> str:
         lines.append(f"  per task, the most common order is {top.index[0]} "
                      f"({top.iloc[0]}/{len(per_task)} tasks).")
     if "checkpoint" in rates and rates.checkpoint.nunique() > 1:
-        for (ckpt, protocol), g in ranking(rates).groupby(["checkpoint", "protocol"], sort=False):
-            lines.append(f"[{protocol}, checkpoint {ckpt}, all tasks] {order(_pooled(g))}")
+        everything = ranking(rates)
+        for ckpt in rates.checkpoint.unique():  # in the order measured (along pretraining)
+            for protocol, g in everything[everything.checkpoint == ckpt].groupby("protocol"):
+                lines.append(f"[{protocol}, checkpoint {ckpt}, all tasks] {order(_pooled(g))}")
     return "\n".join(lines)
 
 
