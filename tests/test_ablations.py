@@ -49,6 +49,8 @@ def test_sparse_masks_train_exactly_count_entries():
     head = sum(p.numel() for n, p in model.named_parameters()
                if components.component_of(n) in ("head", "norm"))
     assert result.trainable == count + head
+    row = result.history[0]  # per parameter: over the trainable entries only
+    assert row["grad_norm_per_param/FC1"] == pytest.approx(row["grad_norm/FC1"] / count ** 0.5)
     changed = 0
     for n, m in masks.items():
         p = dict(model.named_parameters())[n]

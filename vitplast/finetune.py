@@ -91,15 +91,17 @@ def _batches(dataset: Dataset, batch_size: int, generator: torch.Generator, work
                               generator=generator, num_workers=workers)
 
 
-def _group_norms(named_params: list[tuple[str, nn.Parameter]]) -> dict[str, float]:
-    """Gradient norm per group (component, head, norm...) and per parameter of the group."""
+def _group_norms(named_params: list[tuple[str, nn.Parameter]], trainable: dict[str, int]
+                 ) -> dict[str, float]:
+    """Gradient norm per group (component, head, norm...) and per trainable parameter of the
+    group (``trainable``: name -> count, for the masked parameters)."""
     groups = [component_of(n) for n, _ in named_params]
     per_param = torch.stack([p.grad.detach().float().pow(2).sum() for _, p in named_params])
     sq: dict[str, float] = {}
     count: dict[str, int] = {}
-    for g, s, (_, p) in zip(groups, per_param.tolist(), named_params):  # one device sync
+    for g, s, (n, p) in zip(groups, per_param.tolist(), named_params):  # one device sync
         sq[g] = sq.get(g, 0.0) + s
-        count[g] = count.get(g, 0) + p.numel()
+        count[g] = count.get(g, 0) + trainable.get(n, p.numel())
     out = {}
     for g in sq:
         out[f"grad_norm/{g}"] = math.sqrt(sq[g])
@@ -194,7 +196,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]
     masks = _check_masks(grad_masks or {}, dict(named), weight_decay)
-    result.trainable -= sum(m.numel() - int(m.sum()) for m in masks.values())
+    masked_counts = {n: int(m.sum()) for n, m in masks.items()}
+    result.trainable -= sum(m.numel() - masked_counts[n] for n, m in masks.items())
     masked = [(dict(named)[n], m) for n, m in masks.items()]
     groups = _param_groups(named, lr_scales or {})
     if optimizer == "sgd":
@@ -233,7 +236,7 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
             p.grad.mul_(m)
         logged = step % log_every == 0 or step == steps - 1
         if logged:
-            row.update(_group_norms(named))
+            row.update(_group_norms(named, masked_counts))
         norm = torch.nn.utils.clip_grad_norm_(params, clip_grad_norm or float("inf"))
         if logged:
             row["grad_norm"] = norm.item()
