@@ -1,4 +1,5 @@
-"""Bounds: an interval [lower, upper] around each component's measured plasticity.
+"""Bounds: Propositions 1-4 as functions of a module and statistics of its inputs, and the
+lower side of each component's interval [lower, upper].
 
 Upper side, Propositions 1-4 (``P(f) <= Lip(f) <= bound``):
 
@@ -20,15 +21,10 @@ keep their norm, r^2 -> r^2 + 1 (P3) and ``||X||_F^2 -> ||X||_F^2 + n`` (P4).
 Lower side: the largest observed rate and the Jacobian's spectral norm at data points are both
 <= Lip(f) on the data's domain.
 
-``intervals`` columns (one row per layer x component): ``protocol``, ``layer``, ``component``,
-``n`` (tokens); ``plasticity`` (mean rate), ``max_rate``, ``local_lipschitz`` (max over the
-inputs probed), ``lower`` (max of both); ``bound`` (P1-P3 with the valid statistics: min sigma,
-r_max), ``bound_rms`` (plug-in statistics, NOT a proven bound: mean sigma for LN, r_rms for MHA as
-the paper), ``bound_tight`` (P4, MHA only); ``bound_holds`` = max_rate <= bound, ``rms_holds``,
-``tight_holds`` (never clipped); ``tightness`` = bound / plasticity; the data statistics used:
-``sigma``, ``sigma_mean``, ``sigma_cv`` (LN), ``r_rms``, ``r_max``, ``energy``, ``alpha`` (MHA).
+``model_bounds`` applies Props. 1-4 to every component of a model; ``vitplast.intervals`` puts
+them next to the measured plasticity and the lower side.
 
-Used by notebook 02.
+Used by notebook 02, and by notebook 06 through ``vitplast.widgets``.
 """
 
 from __future__ import annotations
@@ -37,19 +33,12 @@ import math
 from contextlib import contextmanager
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 from vitplast import plasticity
 from vitplast.components import component_modules
-
-_KEYS = ("model", "task", "checkpoint", "protocol")
-_COLUMNS = ["protocol", "layer", "component", "n", "plasticity", "max_rate", "local_lipschitz",
-            "lower", "bound", "bound_rms", "bound_tight", "bound_holds", "rms_holds",
-            "tight_holds", "tightness", "sigma", "sigma_mean", "sigma_cv", "r_rms", "r_max",
-            "energy", "alpha"]
 
 
 def _spec(m: torch.Tensor) -> torch.Tensor:
@@ -240,7 +229,29 @@ def local_lipschitz(f, x: torch.Tensor, iters: int = 20, seed: int = 0) -> torch
     return jv.flatten(1).norm(dim=1).detach()
 
 
-# Intervals on a model
+# Every component of a model
+def model_bounds(model: nn.Module, pairs, *, protocol: str = "hidden",
+                 batch_size: int = 64) -> dict:
+    """Props. 1-4 for every component of every block, with the statistics of the inputs each
+    component gets under ``protocol``, over all 2N images of the pairs.
+
+    Args:
+        pairs: a dataset of (x, y) image pairs (``plasticity.Pairs``, ``TensorDataset``).
+
+    Returns:
+        ``{(layer, component): dict}`` with ``n`` (tokens), ``bound``, ``bound_rms``,
+        ``bound_tight`` (NaN but for MHA) and the statistics they use (``sigma``, ``sigma_mean``,
+        ``sigma_cv`` for LN; ``r_rms``, ``r_max``, ``energy``, ``alpha`` for MHA), as documented
+        in ``vitplast.intervals``.
+
+    Paper: Props. 1-4 on a model (the upper side of the intervals). Used by notebook 02, through
+    ``intervals.intervals``.
+    """
+    stats = _input_stats(model, DataLoader(pairs, batch_size=batch_size), protocol)
+    return {key: dict(**stats[key], **_bounds(module, key[1], stats[key]))
+            for key, module in component_modules(model).items()}
+
+
 def _input_stats(model, loader, protocol) -> dict:
     """(layer, component) -> the statistics its bound needs, over all x and y images."""
     modules, parts = component_modules(model), {}
@@ -248,13 +259,15 @@ def _input_stats(model, loader, protocol) -> dict:
     for xb, yb in loader:
         inputs = plasticity.component_inputs(model, torch.cat([xb, yb]).to(device), protocol)
         for key, inp in inputs.items():
-            stat = (token_sigma(inp, modules[key].eps).flatten() if key[1].startswith("LN")
-                    else inp.float().norm(dim=-1) if key[1] == "MHA" else None)  # (Bn,), (B, n)
-            parts.setdefault(key, dict(n=inp.shape[1], v=[]))["v"].append(stat)
-    summary = {"LN1": _sigma_summary, "LN2": _sigma_summary, "MHA": _token_summary}
+            values = parts.setdefault(key, dict(n=inp.shape[1], v=[]))["v"]
+            if key[1].startswith("LN"):
+                values.append(token_sigma(inp, modules[key].eps).flatten())  # (B n,)
+            elif key[1] == "MHA":
+                values.append(inp.float().norm(dim=-1))  # (B, n)
     out = {}
     for key, p in parts.items():
-        s = summary[key[1]](torch.cat(p["v"])) if key[1] in summary else {}
+        s = (_sigma_summary(torch.cat(p["v"])) if key[1].startswith("LN") else
+             _token_summary(torch.cat(p["v"])) if key[1] == "MHA" else {})
         out[key] = dict(n=p["n"], **s)
     return out
 
@@ -264,158 +277,9 @@ def _bounds(module, comp, s) -> dict:
         return dict(bound=layernorm_bound(module, s["sigma"]),
                     bound_rms=layernorm_bound(module, s["sigma_mean"]), bound_tight=np.nan)
     if comp == "MHA":
-        heads = _head_norms(module)  # the spectral norms, once
+        heads = _head_norms(module)  # the spectral norms once: seconds per layer on ViT-B
         return dict(bound=_prop3(heads, s["n"], s["r_max"]),
                     bound_rms=_prop3(heads, s["n"], s["r_rms"]),
                     bound_tight=_prop4(heads, s["n"], s["alpha"], s["energy"]))
     b = linear_bound(module)
     return dict(bound=b, bound_rms=b, bound_tight=np.nan)
-
-
-def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
-              n_lipschitz: int = 8, power_iters: int = 20, batch_size: int = 64,
-              progress: bool = False) -> pd.DataFrame:
-    """[lower, upper] around the plasticity of every component of every block.
-
-    Args:
-        x, y: the pairs, as for ``plasticity.measure``: aligned image tensors (N, C, H, W),
-            or ``x`` a ``plasticity.Pairs`` dataset and ``y`` None.
-        protocol: ``"hidden"`` or ``"embedding"``; the bounds use the statistics of the inputs
-            each component gets under it, over all 2N images.
-        n_lipschitz: inputs (the first x images) at which ``local_lipschitz`` is probed.
-        power_iters: power-iteration steps of ``local_lipschitz``.
-
-    Returns:
-        One row per (layer, component); columns in the module docstring.
-
-    Paper: Props. 1-4, objection 2 (intervals, not ranked upper bounds). Used by notebook 02.
-    """
-    pairs = x if y is None else TensorDataset(x, y)
-    rates = plasticity.summarize(plasticity.measure(model, pairs, protocol=protocol,
-                                                    batch_size=batch_size, progress=progress))
-    stats = _input_stats(model, DataLoader(pairs, batch_size=batch_size), protocol)
-    first = next(iter(DataLoader(pairs, batch_size=n_lipschitz)))[0]
-    probe = plasticity.component_inputs(model, first.to(next(model.parameters()).device),
-                                        protocol)
-    rows = [dict(layer=key[0], component=key[1], **_bounds(module, key[1], stats[key]),
-                 local_lipschitz=local_lipschitz(module, probe[key], power_iters).max().item(),
-                 **stats[key]) for key, module in component_modules(model).items()]
-    df = rates[["protocol", "layer", "component", "plasticity", "max_rate"]].merge(
-        pd.DataFrame(rows).astype({"component": rates["component"].dtype}))
-    df["lower"] = df[["max_rate", "local_lipschitz"]].max(axis=1)
-    for col, name in (("bound", "bound_holds"), ("bound_rms", "rms_holds"),
-                      ("bound_tight", "tight_holds")):
-        df[name] = (df["max_rate"] <= df[col]).astype("boolean").mask(df[col].isna())
-    df["tightness"] = df["bound"] / df["plasticity"]
-    return df.reindex(columns=_COLUMNS)
-
-
-def random_checks(n_seeds: int = 5, *, n: int = 16, d: int = 32, num_heads: int = 4,
-                  n_pairs: int = 64, power_iters: int = 20) -> pd.DataFrame:
-    """Props. 1-4 on random weights and random inputs that satisfy each assumption exactly.
-
-    Per seed: a LayerNorm with random gamma on tokens built to share sigma = 1 (P1), a d -> 4d
-    linear (P2), a timm Attention with random weights and qkv bias on tokens of random scale (P3
-    with r_max, P4 with the inputs' alpha and energy). One row per seed x proposition:
-    ``bound``, ``plasticity``, ``max_rate`` (over n_pairs random pairs), ``local_lipschitz`` (max
-    over the inputs), ``lower``, ``tightness`` as in ``intervals``; ``bound_holds`` = lower <=
-    bound up to float32 round-off (1e-5 relative).
-
-    Paper: Props. 1-4, where their assumptions hold. Used by notebook 02.
-    """
-    from timm.layers import Attention
-
-    rows = []
-    for seed in range(n_seeds):
-        with torch.random.fork_rng(devices=[]), torch.no_grad():  # the global RNG is left alone
-            torch.manual_seed(seed)
-            ln, fc = nn.LayerNorm(d), nn.Linear(d, 4 * d)
-            attn = Attention(d, num_heads=num_heads, qkv_bias=True).eval()
-            ln.weight.normal_(1.0, 0.5), ln.bias.normal_()
-            for p in attn.parameters():
-                p.normal_(0.0, d ** -0.5)
-            x = torch.randn(2 * n_pairs, n, d) * torch.empty(2 * n_pairs, 1, 1).uniform_(0.5, 2)
-        c = x - x.mean(dim=-1, keepdim=True)  # shared sigma = 1: std of c -> sqrt(1 - eps)
-        x_ln = x + c * (math.sqrt(1 - ln.eps) / c.std(dim=-1, unbiased=False, keepdim=True) - 1)
-        measured = {}  # P3 and P4 share the MHA measurements
-        for prop, f, inp, bound in [("P1", ln, x_ln, layernorm_bound(ln, 1.0)),
-                                    ("P2", fc, x, linear_bound(fc)),
-                                    ("P3", attn, x, mha_bound(attn, n, radius(x)["r_max"])),
-                                    ("P4", attn, x, mha_bound_energy(attn, n, **energy_fit(x)))]:
-            if f not in measured:
-                with torch.no_grad():
-                    r = plasticity.rate(f, inp[:n_pairs], inp[n_pairs:])
-                measured[f] = r, local_lipschitz(f, inp, power_iters).max().item()
-            r, lip = measured[f]
-            rows.append(dict(seed=seed, proposition=prop, bound=bound, plasticity=r.mean().item(),
-                             max_rate=r.max().item(), local_lipschitz=lip,
-                             lower=max(r.max().item(), lip)))
-    df = pd.DataFrame(rows)
-    df["bound_holds"] = df["lower"] <= df["bound"] * (1 + 1e-5)
-    df["tightness"] = df["bound"] / df["plasticity"]
-    return df
-
-
-# Takeaway 1: the ranking of the bounds vs the measured ranking
-def theoretical_ranking(df: pd.DataFrame, column: str = "bound") -> pd.DataFrame:
-    """Per component: ``column`` of ``intervals`` averaged over layers and its rank (1 =
-    largest), by ``plasticity.ranking``.
-
-    Paper: Takeaway 1 (MHA > FC1 ~ FC2 > LN2 ~ LN1 for the bounds). Used by notebook 02.
-    """
-    keys = [k for k in _KEYS if k in df.columns]
-    long = df[keys + ["layer", "component", column]].rename(columns={column: "rate"})
-    return plasticity.ranking(long).rename(columns={"plasticity": column})
-
-
-def compare_rankings(df: pd.DataFrame, column: str = "bound") -> pd.DataFrame:
-    """The measured ranking next to the ranking of ``column``, for one protocol / model / task.
-
-    Columns: ``component``, ``plasticity``, ``rank_measured``, ``column``, ``rank_bound``.
-    ``attrs``: ``measured`` and ``theory`` (the orders as text), ``match`` (same order),
-    ``kendall_tau`` (rank agreement, 1 = same order).
-
-    Paper: Takeaway 1 vs Takeaway 2; objection 2. Used by notebook 02.
-    """
-    from scipy.stats import kendalltau
-
-    keys = [k for k in _KEYS if k in df.columns]
-    out = theoretical_ranking(df, "plasticity").merge(
-        theoretical_ranking(df, column), on=keys + ["component"], suffixes=("_measured", "_bound"))
-    out.attrs["measured"] = plasticity.order(out.rename(columns={"rank_measured": "rank"}))
-    out.attrs["theory"] = plasticity.order(out.rename(columns={"rank_bound": "rank"}))
-    out.attrs["match"] = out.attrs["measured"] == out.attrs["theory"]
-    out.attrs["kendall_tau"] = float(kendalltau(out["plasticity"], out[column]).statistic)
-    return out
-
-
-def what_this_shows(df: pd.DataFrame, checks: pd.DataFrame | None = None) -> str:
-    """Conclusions computed from ``intervals`` (and ``random_checks``), one per line.
-
-    Paper: Props. 1-4, Takeaway 1, objection 2. Used by notebook 02.
-    """
-    lines = [f"{p} on random weights: held in {g.bound_holds.sum()}/{len(g)} seeds; bound / lower "
-             f"median {(g.bound / g.lower).median():.3g}" for p, g in
-             ([] if checks is None else checks.groupby("proposition"))]
-    for name, comps, plug in (("P1 LayerNorm", ["LN1", "LN2"], "mean sigma"),
-                              ("P2 linear", ["FC1", "FC2"], ""), ("P3 MHA", ["MHA"], "r_rms")):
-        g = df[df["component"].isin(comps)]
-        line = (f"{name} on the model: held in {g.bound_holds.sum()}/{len(g)} layers; bound / "
-                f"plasticity median {g.tightness.median():.3g}, bound / lower median "
-                f"{(g.bound / g.lower).median():.3g}")
-        lines.append(line + (f"; with {plug}: held in {g.rms_holds.sum()}/{len(g)}" if plug
-                             else ""))
-    mha, ln = df[df["component"] == "MHA"], df[df["component"].isin(["LN1", "LN2"])]
-    lines.append(f"P4 MHA on the model: held in {mha.tight_holds.sum()}/{len(mha)} layers; "
-                 f"tighter than P3 in {(mha.bound_tight < mha.bound).sum()}/{len(mha)} "
-                 f"(median P4 / P3 {(mha.bound_tight / mha.bound).median():.3g})")
-    lines.append(f"LayerNorm inputs: per-token sigma cv median {ln.sigma_cv.median():.3g} "
-                 f"(0 = Prop. 1's shared sigma); min / mean sigma median "
-                 f"{(ln.sigma / ln.sigma_mean).median():.3g}")
-    for col in ("bound", "bound_rms"):
-        cmp = compare_rankings(df, col)
-        lines.append(f"Ranking measured: {cmp.attrs['measured']}; of {col}: {cmp.attrs['theory']}"
-                     f"; same order: {cmp.attrs['match']}; Kendall tau "
-                     f"{cmp.attrs['kendall_tau']:.2f}")
-    return "\n".join(lines)
-

@@ -1,7 +1,7 @@
 """Figures as pure functions: a tidy DataFrame in, a matplotlib Figure out.
 
 Nothing here computes results or holds numbers: callers pass the tables that
-``vitplast.plasticity``, ``.bounds``, ``.sweep`` produce. Notebooks save what they show with
+``vitplast.plasticity``, ``.intervals``, ``.sweep`` produce. Notebooks save what they show with
 ``save``.
 
 Used by notebooks 01-06.
@@ -126,7 +126,7 @@ def scatter(df, x: str, y: str, hue: str, logx: bool = False, title: str = ""):
 def intervals(df):
     """Per component, along depth on a log scale: plasticity, lower end and the bounds.
 
-    Paper: Props. 1-4 next to the measured plasticity; ``df`` from ``bounds.intervals``.
+    Paper: Props. 1-4 next to the measured plasticity; ``df`` from ``intervals.intervals``.
     Used by notebook 02.
     """
     from matplotlib.ticker import MaxNLocator

@@ -130,7 +130,7 @@ def component_bounds(model, x, y, *, protocol: str = "hidden", batch_size: int =
                      only: tuple[str, ...] = tuple(COMPONENTS)) -> dict:
     """``{(layer, component): bound}``, Props. 1-3 with the statistics valid for the inputs
     each component gets from the pairs under ``protocol`` (min token sigma for LN, max token
-    norm for MHA): the ``bound`` column of ``bounds.intervals`` without its costly lower side.
+    norm for MHA): the ``bound`` column of ``intervals.intervals`` without its costly lower side.
 
     Paper: Props. 1-3. Used by notebook 06.
     """
