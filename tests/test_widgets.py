@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from vitplast import intervals, models, plasticity, store, sweep, widgets
+from vitplast import models, plasticity, store, sweep, widgets
 
 
 def shown(explorer, name: str) -> float:
@@ -68,14 +68,6 @@ def test_plasticity_explorer_shows_measured_rates_and_rerenders_from_cache(rando
     fig = view.figure()
     assert fig.axes[0].get_xscale() == "log"
     plt.close(fig)
-
-
-def test_component_bounds_equal_the_intervals_bound(model, images):
-    x, y = images
-    ours = widgets.component_bounds(model, x, y, batch_size=10)
-    table = intervals.intervals(model, x, y, n_lipschitz=2, power_iters=1, batch_size=10)
-    for row in table.itertuples():
-        assert ours[(row.layer, row.component)] == pytest.approx(row.bound, rel=1e-5)
 
 
 def test_what_this_shows_is_computed(random_model, gamma):

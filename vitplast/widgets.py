@@ -16,7 +16,6 @@ import base64
 import copy
 import functools
 import io
-import math
 from pathlib import Path
 
 import ipywidgets as widgets
@@ -26,7 +25,7 @@ import torch
 from matplotlib.ticker import NullFormatter
 
 from vitplast import ablations, bounds, data, empirical, models, plasticity, results
-from vitplast.components import COMPONENTS, component_modules
+from vitplast.components import COMPONENTS
 
 #: Component -> the proposition bounding it.
 PROPOSITION = {"LN1": "Prop. 1", "LN2": "Prop. 1", "MHA": "Prop. 3", "FC1": "Prop. 2",
@@ -125,30 +124,13 @@ def pair_tensors(task: str, source: str = "fmnist", n_pairs: int = 128):
                                 test_size=n_pairs).tensors()
 
 
-@torch.no_grad()
-def component_bounds(model, x, y, *, protocol: str = "hidden", batch_size: int = 64,
-                     only: tuple[str, ...] = tuple(COMPONENTS)) -> dict:
-    """``{(layer, component): bound}``, Props. 1-3 with the statistics valid for the inputs
-    each component gets from the pairs under ``protocol`` (min token sigma for LN, max token
-    norm for MHA): the ``bound`` column of ``intervals.intervals`` without its costly lower side.
+def _bounds(model, x, y, **kwargs) -> dict:
+    """``{(layer, component): bound}``: the valid bounds (Props. 1-3) of
+    ``bounds.model_bounds`` for the pairs (x, y)."""
+    from torch.utils.data import TensorDataset
 
-    Paper: Props. 1-3. Used by notebook 06.
-    """
-    modules = {k: m for k, m in component_modules(model).items() if k[1] in only}
-    stats: dict = {}
-    device = next(model.parameters()).device
-    for i in range(0, len(x), batch_size):
-        images = torch.cat([x[i:i + batch_size], y[i:i + batch_size]]).to(device)
-        for key, inp in plasticity.component_inputs(model, images, protocol).items():
-            if key in modules and key[1].startswith("LN"):
-                s = bounds.sigma_fit(inp, modules[key].eps)["sigma"]
-                stats[key] = min(stats.get(key, math.inf), s)
-            elif key in modules and key[1] == "MHA":
-                r = bounds.radius(inp)["r_max"]
-                stats[key] = (inp.shape[1], max(stats.get(key, (0, 0.0))[1], r))
-    return {key: (bounds.layernorm_bound(m, stats[key]) if key[1].startswith("LN") else
-                  bounds.mha_bound(m, *stats[key]) if key[1] == "MHA" else bounds.linear_bound(m))
-            for key, m in modules.items()}
+    return {k: b["bound"] for k, b in bounds.model_bounds(model, TensorDataset(x, y),
+                                                             **kwargs).items()}
 
 
 def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str = "digits",
@@ -158,7 +140,7 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
 
     Controls ``checkpoint``, ``task``, ``protocol``, ``layer``, ``component``. A new
     (checkpoint, task, protocol, n_pairs) measures every component once (``plasticity.measure``
-    and ``component_bounds``, cached); layer and component redraw from the cache. ``values``:
+    and ``bounds.model_bounds``, cached); layer and component redraw from the cache. ``values``:
     plasticity, bound, bound_over_plasticity, max_rate, n (pairs kept).
 
     Args:
@@ -179,7 +161,7 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
             m, (x, y) = loaded[checkpoint], pair_tensors(task, source, n_pairs)
             df = plasticity.measure(m, x, y, protocol=protocol, batch_size=batch_size,
                                     progress=False)
-            cache[key] = df, component_bounds(m, x, y, protocol=protocol, batch_size=batch_size)
+            cache[key] = df, _bounds(m, x, y, protocol=protocol, batch_size=batch_size)
         return cache[key]
 
     def draw(checkpoint, task, protocol, layer, component):
@@ -243,7 +225,7 @@ def gamma_explorer(model=None, *, checkpoint: str | None = None, task: str = "di
             rates = plasticity.batch_rates(kept, x.to(images.device), y.to(images.device))
             cache[key] = dict(
                 plasticity={k[0]: r.mean().item() for k, r in rates.items() if k[1] == ln},
-                bound={k[0]: b for k, b in component_bounds(kept, x, y, only=(ln,)).items()},
+                bound={k[0]: b for k, b in _bounds(kept, x, y).items() if k[1] == ln},
                 diff_preserved=(logits(kept) - reference).abs().max().item(),
                 diff_raw=(logits(raw) - reference).abs().max().item())
         return cache[key]
