@@ -61,7 +61,8 @@ def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1
         out[f"{comp} LoRA r{lora_rank}"] = dict(config=LORA_PATTERNS, prepare="lora", ablation=dict(
             variant=f"{comp} LoRA r{lora_rank}", component=comp, rank=lora_rank))
     for comp in COMPONENTS:
-        out[f"{comp} bias"] = dict(config=BIAS_ONLY[comp], ablation=dict(variant=f"{comp} bias"))
+        out[f"{comp} bias"] = dict(config=BIAS_ONLY[comp], ablation=dict(variant=f"{comp} bias",
+                                                                         component=comp))
     return out
 
 
