@@ -290,3 +290,31 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
     for bad in (["--shard", "2/2"], ["--shard", "half"], ["--study", "main"]):
         with pytest.raises(SystemExit):
             main(["sweep", "--root", str(tmp_path), *bad])
+
+
+def test_dynamics_follow_each_variant_at_its_own_lr(tmp_path):
+    """Variants sharing a configuration (plain MHA, sparse MHA) are selected separately, and
+    each run's gradient norms are read on the component it trains."""
+    from vitplast import confounds
+
+    def record(config, lr, val, ablation=None):
+        c = sweep.run_config("digits", config, lr=lr, **TINY, **(
+            {"ablation": ablation} if ablation else {}))
+        history = [{"step": 0, "loss": 1.0, "grad_norm/MHA": 10 * lr, "grad_norm/FC1": 20 * lr,
+                    "grad_norm_per_param/MHA": lr, "grad_norm_per_param/FC1": 2 * lr}]
+        store.save_run(tmp_path, c, dict(status="ok", history=history, best_val_acc=val,
+                                         test_acc=val))
+
+    record("MHA", 0.1, 0.9), record("MHA", 1.0, 0.5)
+    sparse = dict(variant="MHA sparse", component="MHA", count=5)
+    record("MHA", 0.1, 0.5, sparse), record("MHA", 1.0, 0.9, sparse)
+    bias = dict(variant="FC1 bias", component="FC1")
+    fc1_bias = ["blocks.*.mlp.fc1.bias"]
+    record(fc1_bias, 0.1, 0.9, bias), record(fc1_bias, 1.0, 0.1, bias)
+    df = confounds.with_variant(results.results(tmp_path))
+    norms = results.component_grad_norms(results.dynamics(df, results.history(tmp_path)))
+    got = {(r.variant, r.kind): (r.lr, r.value) for r in norms.itertuples()}
+    assert got == {("MHA", "total"): (0.1, 1.0), ("MHA", "per parameter"): (0.1, 0.1),
+                   ("MHA sparse", "total"): (1.0, 10.0),
+                   ("MHA sparse", "per parameter"): (1.0, 1.0),
+                   ("FC1 bias", "total"): (0.1, 2.0), ("FC1 bias", "per parameter"): (0.1, 0.2)}

@@ -210,22 +210,30 @@ def lr_robustness(curves: pd.DataFrame) -> pd.DataFrame:
 
 
 def _selected_runs(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
-    """The runs (all seeds, status ok) at each (task, config)'s selected LR."""
-    chosen = select_lr(df, on)[["task", "config", "lr"]]
-    return df[df["status"] == "ok"].merge(chosen, on=["task", "config", "lr"])
+    """The runs (all seeds, status ok) at each setting's selected LR (``select_lr``)."""
+    _, df, best = _select(df, on)
+    chosen = df[df["status"] == "ok"].merge(best[["_setting", "lr"]], on=["_setting", "lr"])
+    return chosen.drop(columns="_setting")
 
 
 def dynamics(df: pd.DataFrame, curves: pd.DataFrame, on: str = "val") -> pd.DataFrame:
-    """Training curves of the runs at each configuration's selected LR (the Fig. 4 analogue).
+    """Training curves of the runs at each setting's selected LR (the Fig. 4 analogue).
 
     Args:
-        df: ``results``; curves: ``history`` of the same store.
+        df: ``results`` (a ``variant`` column, as ``confounds.with_variant`` adds, is kept);
+            curves: ``history`` of the same store.
 
     Returns:
-        ``history`` rows joined with ``task``, ``config``, ``lr``, ``seed``.
+        ``history`` rows joined with ``task``, ``config``, ``lr``, ``seed``, ``component``
+        (the component the configuration trains: ``ablation.component`` for the confound
+        variants that set it, else the configuration) and ``variant`` when ``df`` has it.
     """
-    runs = _selected_runs(df, on)[["run", "task", "config", "lr", "seed"]]
-    return curves.merge(runs, on="run")
+    runs = _selected_runs(df, on)
+    component = runs["config"]
+    if "ablation.component" in runs:
+        component = runs["ablation.component"].fillna(component)
+    keep = ["run", "task", "config", "lr", "seed", *(["variant"] if "variant" in runs else [])]
+    return curves.merge(runs[keep].assign(component=component), on="run")
 
 
 def paired_tests(df: pd.DataFrame, reference: str = "MHA", on: str = "val") -> pd.DataFrame:
@@ -280,8 +288,8 @@ def correlation(table: pd.DataFrame, x: str = "plasticity", y: str = "gain_pp",
 
 def component_grad_norms(dyn: pd.DataFrame) -> pd.DataFrame:
     """From ``dynamics``: each configuration's gradient norm on its own component, total and
-    per parameter (norm / sqrt(#params)), one row per run x step x ``kind``."""
-    own = dyn[dyn["metric"].str.split("/").str[-1] == dyn["config"]]
+    per trainable parameter (norm / sqrt(#trainable)), one row per run x step x ``kind``."""
+    own = dyn[dyn["metric"].str.split("/").str[-1] == dyn["component"]]
     kind = np.where(own["metric"].str.startswith("grad_norm_per_param/"), "per parameter", "total")
     return own.assign(kind=kind)
 
