@@ -318,3 +318,20 @@ def test_dynamics_follow_each_variant_at_its_own_lr(tmp_path):
                    ("MHA sparse", "total"): (1.0, 10.0),
                    ("MHA sparse", "per parameter"): (1.0, 1.0),
                    ("FC1 bias", "total"): (0.1, 2.0), ("FC1 bias", "per parameter"): (0.1, 0.2)}
+
+
+def test_notebook_04_conclusions_never_claim_an_order_without_data():
+    empty = pd.DataFrame()
+
+    def text(rows):
+        main = results.main_table(_synthetic(rows))
+        return results.what_this_shows(main, empty, empty, empty, {"expected": len(rows)})
+
+    rows = [("a", "full", 0.1, 0, "ok", 0.9, 0.9), ("a", "MHA", 0.1, 0, "ok", 0.8, 0.8),
+            ("a", "LN1", 0.1, 0, "ok", 0.7, 0.7), ("b", "full", 0.1, 0, "ok", 0.9, 0.9)]
+    assert "no order yet" in text(rows) and "matches" not in text(rows)
+    rows += [("b", "MHA", 0.1, 0, "ok", 0.6, 0.6), ("b", "LN1", 0.1, 0, "ok", 0.5, 0.5)]
+    assert "Component order MHA > LN1 matches the paper's" in text(rows)
+    assert "(on the components it has)" in text(rows)
+    rows[-1] = ("b", "LN1", 0.1, 0, "ok", 0.99, 0.99)  # LN1 now above MHA on average
+    assert "Component order LN1 > MHA differs from" in text(rows)

@@ -314,7 +314,11 @@ def what_this_shows(main: pd.DataFrame, tests: pd.DataFrame, robustness: pd.Data
         comps = [c for c in ("MHA", "FC1", "FC2", "LN2", "LN1") if c in avg and avg.notna()[c]]
         ranked = " > ".join(sorted(comps, key=lambda c: -avg[c]))
         verdict = "matches" if ranked == " > ".join(comps) else "differs from"
-        lines.append(f"Component order {ranked} {verdict} the paper's MHA > FC1 > FC2 > LN2 > LN1.")
+        if len(comps) > 1:
+            lines.append(f"Component order {ranked} {verdict} the paper's MHA > FC1 > FC2 > LN2 > "
+                         f"LN1{'' if len(comps) == 5 else ' (on the components it has)'}.")
+        else:
+            lines.append("Too few components have an average over every task: no order yet.")
     else:
         lines.append("No task has results for every configuration yet: no average row.")
     chosen = main[(main["task"] != "average") & main["lr"].notna()]
