@@ -179,6 +179,6 @@ def test_shipped_confound_results_belong_to_the_study(monkeypatch):
     monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: pytest.fail("re-measured"))
     shipped = results.results(confounds.EMBEDDED_RESULTS)
     expected = {store.config_hash(c) for c in confounds.embedded_study()}
-    assert len(expected) == 2 * 24 * 4 * 3
+    assert len(expected) == 2 * 24 * 5 * 3
     assert len(shipped) > 0 and set(shipped["run"]) <= expected
     assert (shipped["status"] != "failed").all()
