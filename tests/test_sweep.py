@@ -267,9 +267,10 @@ def test_shipped_results_belong_to_the_study():
     assert (shipped["status"] != "failed").all()
 
 
-def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkeypatch):
+def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkeypatch, capsys):
     """Two ``--shard`` processes over one store run disjoint halves; a bad shard or study is
-    refused naming the valid forms; each session is logged in study.json."""
+    refused naming the valid forms; each session is logged in study.json; ``--status`` runs
+    nothing and prints the counts."""
     from vitplast.__main__ import main
 
     monkeypatch.setitem(sweep.EMBEDDED_STUDY, "tasks", ["digits"])
@@ -287,6 +288,11 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
     log = store.read_json(tmp_path / "study.json")["sessions"]
     assert [s["command"].split()[-3] for s in log] == ["0/2", "1/2"]
     assert log[-1]["status"] == {"ok": 6}
+    main(["sweep", "--root", str(tmp_path), "--status"])  # runs nothing, logs nothing
+    assert len(fake_train.calls) == 6 and len(store.read_json(tmp_path / "study.json")
+                                              ["sessions"]) == 2
+    total = capsys.readouterr().out.splitlines()[-1].split()  # task, expected, ok, ..., missing
+    assert total[:6] == ["all", str(len(expected)), "6", "0", "0", str(len(expected) - 6)]
     for bad in (["--shard", "2/2"], ["--shard", "half"], ["--study", "main"]):
         with pytest.raises(SystemExit):
             main(["sweep", "--root", str(tmp_path), *bad])
@@ -335,3 +341,19 @@ def test_notebook_04_conclusions_never_claim_an_order_without_data():
     assert "(on the components it has)" in text(rows)
     rows[-1] = ("b", "LN1", 0.1, 0, "ok", 0.99, 0.99)  # LN1 now above MHA on average
     assert "Component order LN1 > MHA differs from" in text(rows)
+
+
+def test_progress_counts_the_study_and_prices_what_is_missing(tmp_path):
+    """Per (task, seed): exact counts by status, and the missing runs priced at the mean time
+    of the stored ok runs of their configuration (of every ok run where it has none)."""
+    configs = sweep.grid(["digits"], ["head", "LN1", "FC1"], [0.1], [0, 42], **TINY)
+    by_key = {(c["config"], c["seed"]): c for c in configs}
+    for key, status, seconds in [(("head", 0), "ok", 3600.0), (("head", 42), "ok", 10800.0),
+                                 (("LN1", 0), "ok", 1800.0), (("FC1", 0), "diverged", 99.0)]:
+        store.save_run(tmp_path, by_key[key], dict(config=by_key[key], status=status,
+                                                   seconds=seconds))
+    table = sweep.progress(configs, tmp_path)
+    assert table.drop(columns="hours_left").values.tolist() == [
+        ["digits", 0, 3, 2, 1, 0, 0], ["digits", 42, 3, 1, 0, 0, 2], ["all", "", 6, 3, 1, 0, 2]]
+    # seed 42 lacks LN1 (its ok mean: 0.5 h) and FC1 (none ok: the mean of all ok, 1.5 h)
+    assert table["hours_left"].tolist() == [0.0, 2.0, 2.0]

@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     sw.add_argument("--limit", type=int, default=None, help="run at most N missing runs")
     sw.add_argument("--shard", default=None, metavar="I/N", help="run only every N-th run from "
                     "the I-th (0-based): N processes or machines share one store")
+    sw.add_argument("--status", action="store_true", help="run nothing: print how much of "
+                    "the study the store holds, per task and seed, and the CPU hours left")
 
     nb = sub.add_parser("notebooks", help="run the notebook sequence headlessly (papermill)")
     nb_sub = nb.add_subparsers(dest="action", required=True)
@@ -62,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             root = args.root or confounds.EMBEDDED_RESULTS
             configs, seeds = confounds.embedded_study(root), confounds.EMBEDDED_STUDY["seeds"]
+        if args.status:
+            print(sweep.progress(configs, root).to_string(index=False))
+            return 0
         if args.order == "seed-first":
             configs.sort(key=lambda c: seeds.index(c["seed"]))
         elif args.order != "grid":
