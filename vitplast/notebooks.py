@@ -37,7 +37,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "02_bounds": dict(n_pairs=32, n_seeds=2, power_iters=5, n_lipschitz=4),
         "03_plasticity": dict(n_pairs=32, tasks=["fmnist_contrast", "digits"],
                               checkpoints=["init", "final"], scales=[0.5, 1.0, 2.0]),
-        "04_finetuning": dict(recompute=True, steps=4, tasks=["digits"], lrs=[1e-2], head_lrs=[],
+        "04_finetuning": dict(recompute=True, steps=4, tasks=["digits"], lrs=[1e-2], extra_lrs={},
                               seeds=[0], n_pairs=16),
         "05_confounds": dict(recompute=True, steps=4, tasks=["digits"], lrs=[0.01], seeds=[0],
                              n_pairs=16),

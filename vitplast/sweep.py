@@ -307,16 +307,20 @@ EMBEDDED_STUDY = dict(
     configs=["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"],
     lrs=[0.01, 0.03, 0.1, 0.3, 1.0, 3.0],
     seeds=list(PAPER_SEEDS),
-    # head-only (a linear head on frozen features) still peaked at 3 (fmnist_contrast, seed 0)
-    head_lrs=[10.0])
+    # head-only (a linear head on frozen features) still peaked at 3 (fmnist_contrast, seed 0);
+    # full and FC2 peaked at 0.01 (fmnist_motion_blur, seed 0), MHA and FC1 at 0.03
+    extra_lrs={"head": [10.0], "full": [0.003], "MHA": [0.003], "FC1": [0.003],
+               "FC2": [0.003]})
 
 
-def study(tasks, configs, lrs, seeds, head_lrs=(), **fixed) -> list[dict]:
-    """A study's runs: ``grid(tasks, configs, lrs, seeds)``, plus head-only (when among
-    ``configs``) at the extra ``head_lrs``, so that its best LR can be interior too."""
+def study(tasks, configs, lrs, seeds, extra_lrs=None, **fixed) -> list[dict]:
+    """A study's runs: ``grid(tasks, configs, lrs, seeds)``, plus each configuration of
+    ``extra_lrs`` (a dict: configuration -> LRs) that is among ``configs`` at its extra LRs,
+    so that its best LR can be interior too."""
     runs = grid(tasks, configs, lrs, seeds, **fixed)
-    if "head" in configs:
-        runs += grid(tasks, ["head"], head_lrs, seeds, **fixed)
+    for config, more in (extra_lrs or {}).items():
+        if config in configs:
+            runs += grid(tasks, [config], more, seeds, **fixed)
     return runs
 
 
