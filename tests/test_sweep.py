@@ -267,6 +267,21 @@ def test_shipped_results_belong_to_the_study():
     assert (shipped["status"] != "failed").all()
 
 
+@pytest.mark.parametrize("study", ["finetune", "confounds"])
+def test_shipped_runs_table_agrees_with_the_shipped_records(study):
+    """``runs.csv``, written at the end of each sweep session, lists only stored runs, with
+    their stored status and accuracies (it may lag the records of a session cut short)."""
+    from vitplast import confounds
+
+    root = {"finetune": sweep.EMBEDDED_RESULTS, "confounds": confounds.EMBEDDED_RESULTS}[study]
+    table = pd.read_csv(root / "runs.csv").set_index("run")
+    stored = results.results(root).set_index("run")
+    assert len(table) > 0 and table.index.isin(stored.index).all()
+    for column in ("status", "test_acc", "best_val_acc", "seconds"):
+        pd.testing.assert_series_equal(table[column], stored.loc[table.index, column],
+                                       check_dtype=False)
+
+
 def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkeypatch, capsys):
     """Two ``--shard`` processes over one store run disjoint halves; a bad shard or study is
     refused naming the valid forms; each session is logged in study.json; ``--status`` runs
@@ -288,6 +303,8 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
     log = store.read_json(tmp_path / "study.json")["sessions"]
     assert [s["command"].split()[-3] for s in log] == ["0/2", "1/2"]
     assert log[-1]["status"] == {"ok": 6}
+    table = pd.read_csv(tmp_path / "runs.csv")  # the store as one table, rewritten each session
+    assert sorted(table["run"]) == sorted(stored["run"]) and (table["status"] == "ok").all()
     main(["sweep", "--root", str(tmp_path), "--status"])  # runs nothing, logs nothing
     assert len(fake_train.calls) == 6 and len(store.read_json(tmp_path / "study.json")
                                               ["sessions"]) == 2

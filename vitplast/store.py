@@ -22,14 +22,14 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def write_json(path: str | Path, obj) -> Path:
-    """Write ``obj`` as JSON to ``path`` atomically."""
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, default=str)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -37,6 +37,11 @@ def write_json(path: str | Path, obj) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_json(path: str | Path, obj) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically."""
+    return write_text(path, json.dumps(obj, indent=1, default=str))
 
 
 def read_json(path: str | Path):

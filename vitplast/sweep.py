@@ -366,10 +366,13 @@ def progress(configs: list[dict], root: str | Path) -> pd.DataFrame:
 def log_session(root: str | Path, command: str, summary: pd.DataFrame, seconds: float,
                 device: str | torch.device | None = None) -> Path:
     """Append one sweep session (command, provenance, wall time, and the status counts of
-    the store after it) to ``root/study.json``, the study's provenance across sessions."""
+    the store after it) to ``root/study.json``, the study's provenance across sessions, and
+    write ``summary`` (``results.results(root)``) to ``root/runs.csv``: every stored run, one
+    row each, for readers without vitplast."""
     path = Path(root) / "study.json"
     log = store.read_json(path) or {"sessions": []}
     log["sessions"].append(dict(command=command, **provenance(models.pick_device(device)),
                                 wall_seconds=round(seconds, 1),
                                 status=summary["status"].value_counts().to_dict()))
+    store.write_text(Path(root) / "runs.csv", summary.sort_values("run").to_csv(index=False))
     return store.write_json(path, log)
