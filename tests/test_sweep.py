@@ -75,6 +75,7 @@ def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch
     summary = sweep.run_sweep([config, config], tmp_path, device="cpu", progress=False)
     path = tmp_path / f"{store.config_hash(config)}.json"
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    assert path.stat().st_mode & 0o777 == 0o644  # readable by all, like any plain file
     record = json.loads(path.read_text())
     assert record["config"] == config and record["status"] == "ok"
     assert 0.0 <= record["test_acc"] <= 1.0 and 0.0 <= record["best_val_acc"] <= 1.0
