@@ -375,3 +375,21 @@ def test_progress_counts_the_study_and_prices_what_is_missing(tmp_path):
         ["digits", 0, 3, 2, 1, 0, 0], ["digits", 42, 3, 1, 0, 0, 2], ["all", "", 6, 3, 1, 0, 2]]
     # seed 42 lacks LN1 (its ok mean: 0.5 h) and FC1 (none ok: the mean of all ok, 1.5 h)
     assert table["hours_left"].tolist() == [0.0, 2.0, 2.0]
+
+
+def test_notebook_04_conclusions_compare_stability_and_the_plasticity_link_with_the_paper():
+    main = results.main_table(_synthetic([("a", "MHA", 0.1, 0, "ok", 0.8, 0.8)]))
+    empty = pd.DataFrame()
+
+    def text(spreads, spearman, p):
+        robustness = pd.DataFrame({"config": list(spreads), "spread": list(spreads.values())})
+        corr = pd.DataFrame([dict(protocol="hidden", spearman=spearman, p=p, n=20)])
+        return results.what_this_shows(main, empty, robustness, corr, {})
+
+    out = text({"MHA": 5.0, "LN1": 9.0, "LN2": 7.0}, 0.6, 0.01)
+    assert "MHA is less LR-sensitive than LN1 and LN2: agrees" in out
+    assert "= +0.60 (p = 0.01, n = 20): a significant positive link" in out
+    out = text({"MHA": 8.0, "LN1": 9.0, "LN2": 7.0}, 0.6, 0.2)
+    assert "MHA is not less LR-sensitive than LN1 and LN2: disagrees" in out
+    assert "no significant positive link" in out
+    assert "no significant positive link" in text({"MHA": 1.0}, -0.6, 0.01)

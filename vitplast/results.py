@@ -335,7 +335,17 @@ def what_this_shows(main: pd.DataFrame, tests: pd.DataFrame, robustness: pd.Data
     if len(robustness):
         lines.append("Least LR-sensitive first (mean spread over the grid, points): " + ", ".join(
             f"{r.config} {r.spread:.1f}" for r in robustness.itertuples()) + ".")
+        spread = robustness.set_index("config")["spread"]
+        lns = [c for c in ("LN1", "LN2") if c in spread]
+        if "MHA" in spread and lns:
+            stabler = all(spread["MHA"] < spread[c] for c in lns)
+            lines.append(f"MHA is {'less' if stabler else 'not less'} LR-sensitive than "
+                         f"{' and '.join(lns)}: {'agrees' if stabler else 'disagrees'} with the "
+                         "paper's claim that high-plasticity components are more stable.")
     for r in corr.itertuples():
+        link = ("a significant positive link, as the paper suggests"
+                if r.spearman > 0 and r.p < 0.05 else
+                "no significant positive link: the paper's plasticity-gain story is not seen here")
         lines.append(f"[{r.protocol}] Spearman(plasticity, gain over head-only) = "
-                     f"{r.spearman:+.2f} (p = {r.p:.3g}, n = {r.n}).")
+                     f"{r.spearman:+.2f} (p = {r.p:.3g}, n = {r.n}): {link}.")
     return "\n".join(lines)

@@ -30,7 +30,8 @@ import pandas as pd
 import torch
 
 from vitplast import ablations, components, data, finetune, models, paper_datasets, store
-from vitplast.results import results as stored_runs, runs_table
+from vitplast.results import results as stored_runs
+from vitplast.results import runs_table
 
 KIND = "finetune"
 EXECUTORS = ("serial", "submitit")
