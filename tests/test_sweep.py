@@ -393,3 +393,15 @@ def test_notebook_04_conclusions_compare_stability_and_the_plasticity_link_with_
     assert "MHA is not less LR-sensitive than LN1 and LN2: disagrees" in out
     assert "no significant positive link" in out
     assert "no significant positive link" in text({"MHA": 1.0}, -0.6, 0.01)
+
+
+def test_lr_robustness_is_exact_and_can_keep_to_the_common_grid():
+    rows = [("a", "MHA", lr, 0, "ok", acc, acc) for lr, acc in [(0.1, 0.8), (1.0, 0.5)]]
+    rows += [("a", "LN1", lr, 0, "ok", acc, acc) for lr, acc in [(0.1, 0.7), (1.0, 0.6),
+                                                                  (10.0, 0.1)]]
+    curves = results.lr_curves(_synthetic(rows))
+    spread = results.lr_robustness(curves).set_index("config")["spread"]
+    assert spread.to_dict() == pytest.approx({"MHA": 30.0, "LN1": 60.0})
+    common = results.lr_robustness(curves, lrs=[0.1, 1.0]).set_index("config")
+    assert common["spread"].to_dict() == pytest.approx({"MHA": 30.0, "LN1": 10.0})
+    assert common["drop_from_best"].to_dict() == pytest.approx({"MHA": 15.0, "LN1": 5.0})

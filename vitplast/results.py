@@ -195,12 +195,18 @@ def lr_curves(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def lr_robustness(curves: pd.DataFrame) -> pd.DataFrame:
+def lr_robustness(curves: pd.DataFrame, lrs=None) -> pd.DataFrame:
     """Per config: how much test accuracy depends on the LR, averaged over tasks.
 
     Columns: ``config``, ``spread`` (max - min over the grid of the seed-mean test accuracy,
     in points), ``drop_from_best`` (best minus the mean over the grid), ``n_tasks``.
+
+    Args:
+        lrs: measure over these LRs only (e.g. the grid every configuration ran, so that the
+            extra LRs of some do not widen their spread); default: every LR in ``curves``.
     """
+    if lrs is not None:
+        curves = curves[curves["lr"].isin(lrs)]
     per_task = curves.groupby(["task", "config"])["test_mean"].agg(
         spread=lambda s: s.max() - s.min(), drop_from_best=lambda s: s.max() - s.mean())
     out = per_task.groupby("config").agg(spread=("spread", "mean"),
@@ -294,11 +300,17 @@ def component_grad_norms(dyn: pd.DataFrame) -> pd.DataFrame:
     return own.assign(kind=kind)
 
 
+def expected_status(df: pd.DataFrame, expected: list[dict]) -> pd.Series:
+    """The status of each expected run in ``results`` table ``df``: "ok", "diverged",
+    "failed", or "missing" where the store lacks it."""
+    status = dict(zip(df["run"], df["status"])) if len(df) else {}
+    return pd.Series([status.get(store.config_hash(c), "missing") for c in expected],
+                     dtype=object)
+
+
 def coverage(df: pd.DataFrame, expected: list[dict]) -> dict:
     """How much of a grid the store holds: counts of expected runs by status."""
-    status = dict(zip(df["run"], df["status"])) if len(df) else {}
-    counts = pd.Series([status.get(store.config_hash(c), "missing") for c in expected])
-    return {"expected": len(expected), **counts.value_counts().to_dict()}
+    return {"expected": len(expected), **expected_status(df, expected).value_counts().to_dict()}
 
 
 def what_this_shows(main: pd.DataFrame, tests: pd.DataFrame, robustness: pd.DataFrame,

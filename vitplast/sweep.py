@@ -30,8 +30,8 @@ import pandas as pd
 import torch
 
 from vitplast import ablations, components, data, finetune, models, paper_datasets, store
+from vitplast.results import expected_status, runs_table
 from vitplast.results import results as stored_runs
-from vitplast.results import runs_table
 
 KIND = "finetune"
 EXECUTORS = ("serial", "submitit")
@@ -341,20 +341,18 @@ def trainable_table(model: torch.nn.Module, configs, *, train_head: bool = True)
 def progress(configs: list[dict], root: str | Path) -> pd.DataFrame:
     """How far a study has got, per task and seed: runs ``expected``, by status (``ok``,
     ``diverged``, ``failed``, ``missing``), and ``hours_left``, the CPU time the missing runs
-    should take at the mean time of the stored ok runs of the same configuration (of any run
-    where that configuration has none). A last row, ``all``, sums them."""
+    should take at the mean time of the stored ok runs of the same configuration (of every
+    stored ok run where that configuration has none). A last row, ``all``, sums them."""
     stored = stored_runs(root)
-    status = dict(zip(stored["run"], stored["status"])) if len(stored) else {}
     ok = stored[stored["status"] == "ok"] if len(stored) else stored
     seconds = ok.groupby("config")["seconds"].mean() if len(ok) else pd.Series(dtype=float)
     fallback = ok["seconds"].mean() if len(ok) else math.nan
-    rows = []
-    for c in configs:
-        state = status.get(store.config_hash(c), "missing")
-        key = c["config"] if isinstance(c["config"], str) else json.dumps(c["config"])
-        rows.append(dict(task=c["task"], seed=c["seed"], status=state,
-                         hours=0.0 if state != "missing" else seconds.get(key, fallback) / 3600))
-    runs = pd.DataFrame(rows)
+    key = [c["config"] if isinstance(c["config"], str) else json.dumps(c["config"])
+           for c in configs]
+    runs = pd.DataFrame(dict(task=[c["task"] for c in configs], seed=[c["seed"] for c in configs],
+                             status=expected_status(stored, configs).to_numpy(),
+                             hours=pd.Series(key).map(seconds).fillna(fallback) / 3600))
+    runs.loc[runs["status"] != "missing", "hours"] = 0.0
     table = pd.crosstab([runs["task"], runs["seed"]], runs["status"])
     table = table.reindex(columns=["ok", "diverged", "failed", "missing"], fill_value=0)
     table.insert(0, "expected", table.sum(axis=1))
