@@ -309,9 +309,11 @@ EMBEDDED_STUDY = dict(
     lrs=[0.01, 0.03, 0.1, 0.3, 1.0, 3.0],
     seeds=list(PAPER_SEEDS),
     # head-only (a linear head on frozen features) still peaked at 3 (fmnist_contrast, seed 0);
-    # full and FC2 peaked at 0.01 (fmnist_motion_blur, seed 0), MHA and FC1 at 0.03
-    extra_lrs={"head": [10.0], "full": [0.003], "MHA": [0.003], "FC1": [0.003],
-               "FC2": [0.003]})
+    # full and FC2 peaked at 0.01 (fmnist_motion_blur, seed 0), MHA and FC1 at 0.03. With
+    # those, head still peaked at 10 (digits), full and MHA at 0.003 (fmnist_gaussian_noise,
+    # fmnist_speckle_noise; seed 0): one more LR each.
+    extra_lrs={"head": [10.0, 30.0], "full": [0.001, 0.003], "MHA": [0.001, 0.003],
+               "FC1": [0.003], "FC2": [0.003]})
 
 
 def study(tasks, configs, lrs, seeds, extra_lrs=None, **fixed) -> list[dict]:
