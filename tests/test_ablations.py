@@ -124,6 +124,20 @@ def test_variants_and_their_exact_counts():
     assert configs[0]["ablation"]["variant"] == "LN1 x 4 (preserved)"
 
 
+def test_extra_lrs_reach_exactly_the_variants_they_match():
+    model = tiny_vit()
+    kw = dict(steps=2, pretrained=False)
+    plain = confounds.grid(model, {"LN1": 4.0}, ["digits"], [0.1], [0], **kw)
+    more = confounds.grid(model, {"LN1": 4.0}, ["digits"], [0.1], [0],
+                          {"FC? sparse": [1.0, 3.0], "LN1 (AdamW)": [10.0]}, **kw)
+    added = [c for c in more if c not in plain]
+    assert len(more) == len(plain) + 5 and len(added) == 5
+    assert sorted((c["ablation"]["variant"], c["lr"]) for c in added if c.get("ablation")) == [
+        ("FC1 sparse", 1.0), ("FC1 sparse", 3.0), ("FC2 sparse", 1.0), ("FC2 sparse", 3.0)]
+    adamw = [c for c in added if not c.get("ablation")]
+    assert [(c["config"], c["optimizer"], c["lr"]) for c in adamw] == [("LN1", "adamw", 0.1)]
+
+
 def test_preserved_rescale_is_an_lr_change_under_sgd():
     """Momentum-free SGD, no clipping: LN gamma rescaled by c (function preserved) moves, in
     the original units, like the plain LN at lr / c^2."""
@@ -179,6 +193,7 @@ def test_shipped_confound_results_belong_to_the_study(monkeypatch):
     monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: pytest.fail("re-measured"))
     shipped = results.results(confounds.EMBEDDED_RESULTS)
     expected = {store.config_hash(c) for c in confounds.embedded_study()}
-    assert len(expected) == 2 * 24 * 5 * 3
+    extra = 2 * 1 + 2 * 1 + 2 * 1 + 1 * 2 + 2 * 2  # sparse, preserved, lr/c^2, AdamW head, LNs
+    assert len(expected) == 2 * (24 * 5 + extra) * 3
     assert len(shipped) > 0 and set(shipped["run"]) <= expected
     assert (shipped["status"] != "failed").all()

@@ -11,6 +11,7 @@ Used by notebook 05.
 from __future__ import annotations
 
 import copy
+import fnmatch
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +28,14 @@ EMBEDDED_RESULTS = models.DATA_DIR / "confounds"
 #: The embedded confound study (notebook 05's defaults): two tasks of the main study (a
 #: corruption and a new domain), the upper part of its LR grid (small trainable sets want
 #: large LRs: on 0.03..1, 16 of 52 settings chose 1), its seeds. Its plain SGD baselines are
-#: runs of the main study (``sweep.EMBEDDED_STUDY``).
+#: runs of the main study (``sweep.EMBEDDED_STUDY``). ``extra_lrs``: where seed 0 chose the
+#: grid's top (digits: FC1 and FC2 sparse, LN2 x c preserved; both tasks: head, LN1 and LN2
+#: under AdamW), the grid goes on up, the lr/c^2 controls with their rescaled variants.
 EMBEDDED_STUDY = dict(tasks=["fmnist_contrast", "digits"], lrs=[0.03, 0.1, 0.3, 1.0, 3.0],
-                      seeds=[0, 42, 3407], target="FC1", n_pairs=256)
+                      seeds=[0, 42, 3407], target="FC1", n_pairs=256,
+                      extra_lrs={"FC? sparse": [10.0], "LN? x * (preserved)": [10.0],
+                                 "LN? lr/c^2 *": [10.0], "head (AdamW)": [10.0, 30.0],
+                                 "LN? (AdamW)": [10.0, 30.0]})
 
 
 def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1",
@@ -211,16 +217,28 @@ def verdicts(table: pd.DataFrame, scales: dict[str, float], target: str = "FC1")
     return pd.DataFrame(rows)
 
 
-def grid(model: nn.Module, scales: dict[str, float], tasks, lrs, seeds, *,
+def grid(model: nn.Module, scales: dict[str, float], tasks, lrs, seeds, extra_lrs=None, *,
          adamw_configs=("head", "LN1", "LN2", "MHA", "FC1", "FC2", "full"), **fixed
          ) -> list[dict]:
     """Every run of the confound study: each variant under SGD on ``lrs``, and the plain
-    ``adamw_configs`` under AdamW at lr / 100 (the paper's AdamW ablation), x tasks x seeds."""
+    ``adamw_configs`` under AdamW at lr / 100 (the paper's AdamW ablation), x tasks x seeds.
+
+    ``extra_lrs`` (variant-name pattern -> LRs, matched as ``fnmatch`` against the names of
+    ``with_variant``, e.g. ``"FC? sparse"`` or ``"LN1 (AdamW)"``) adds LRs to the variants it
+    matches, so that their best LR can be interior too; AdamW runs take them / 100 as well."""
     from vitplast import sweep
 
-    runs = sweep.grid(tasks, list(variants(model, scales).values()), lrs, seeds, **fixed)
-    runs += sweep.grid(tasks, list(adamw_configs), [lr / 100 for lr in lrs], seeds,
-                       optimizer="adamw", **fixed)
+    def lrs_of(name):
+        return list(lrs) + [lr for pat, more in (extra_lrs or {}).items()
+                            if fnmatch.fnmatch(name, pat) for lr in more]
+
+    table, runs = variants(model, scales), []
+    for task in tasks:
+        for name, variant in table.items():
+            runs += sweep.grid([task], [variant], lrs_of(name), seeds, **fixed)
+        for config in adamw_configs:
+            runs += sweep.grid([task], [config], [lr / 100 for lr in lrs_of(f"{config} (AdamW)")],
+                               seeds, optimizer="adamw", **fixed)
     return runs
 
 
@@ -229,7 +247,7 @@ def embedded_study(root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
     s = EMBEDDED_STUDY
     scales = study_scales(root, s["tasks"], target=s["target"], n_pairs=s["n_pairs"])["scales"]
     return grid(models.load_model(models.EMBEDDED_NAME, num_classes=10), scales, s["tasks"],
-                s["lrs"], s["seeds"])
+                s["lrs"], s["seeds"], s["extra_lrs"])
 
 
 def what_this_shows(checks: pd.DataFrame, verdict: pd.DataFrame, cover: dict) -> str:
