@@ -193,7 +193,7 @@ def test_shipped_confound_results_belong_to_the_study(monkeypatch):
     monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: pytest.fail("re-measured"))
     shipped = results.results(confounds.EMBEDDED_RESULTS)
     expected = {store.config_hash(c) for c in confounds.embedded_study()}
-    extra = 2 * 1 + 2 * 1 + 2 * 1 + 1 * 2 + 2 * 2  # sparse, preserved, lr/c^2, AdamW head, LNs
+    extra = 2 * 1 + 2 * 1 + 2 * 1 + 1 * 2 + 2 * 3  # sparse, preserved, lr/c^2, AdamW head, LNs
     assert len(expected) == 2 * (24 * 5 + extra) * 3
     assert len(shipped) > 0 and set(shipped["run"]) <= expected
     assert (shipped["status"] != "failed").all()

@@ -30,12 +30,13 @@ EMBEDDED_RESULTS = models.DATA_DIR / "confounds"
 #: large LRs: on 0.03..1, 16 of 52 settings chose 1), its seeds. Its plain SGD baselines are
 #: runs of the main study (``sweep.EMBEDDED_STUDY``). ``extra_lrs``: where seed 0 chose the
 #: grid's top (digits: FC1 and FC2 sparse, LN2 x c preserved; both tasks: head, LN1 and LN2
-#: under AdamW), the grid goes on up, the lr/c^2 controls with their rescaled variants.
+#: under AdamW), the grid goes on up, the lr/c^2 controls with their rescaled variants; LN2
+#: under AdamW still chose the new top (fmnist_contrast), so the LayerNorms go one LR further.
 EMBEDDED_STUDY = dict(tasks=["fmnist_contrast", "digits"], lrs=[0.03, 0.1, 0.3, 1.0, 3.0],
                       seeds=[0, 42, 3407], target="FC1", n_pairs=256,
                       extra_lrs={"FC? sparse": [10.0], "LN? x * (preserved)": [10.0],
                                  "LN? lr/c^2 *": [10.0], "head (AdamW)": [10.0, 30.0],
-                                 "LN? (AdamW)": [10.0, 30.0]})
+                                 "LN? (AdamW)": [10.0, 30.0, 100.0]})
 
 
 def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1",
