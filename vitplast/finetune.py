@@ -35,7 +35,8 @@ from vitplast.models import pick_device
 RECIPES = {
     "paper": dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, clip_grad_norm=1.0,
                   warmup_steps=2000, steps=10_000, batch_size=512),
-    # The paper's optimiser, sized for the embedded model on a 2-core CPU (~30 s a run):
+    # The paper's optimiser, sized for the embedded model on a CPU (one core: ~30 s a head-only
+    # run, ~80 s a full one, as the shipped study measured):
     # 120 steps of 64 images, about 2 epochs of a 4,000-image train split.
     "embedded": dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, clip_grad_norm=1.0,
                      warmup_steps=12, steps=120, batch_size=64, eval_every=20),
