@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import tiny_vit
+from scipy import stats
 from test_finetune import toy_task
 
 from vitplast import ablations, components, confounds, finetune, plasticity, results, store, sweep
@@ -150,24 +151,48 @@ def test_preserved_rescale_is_an_lr_change_under_sgd():
     torch.testing.assert_close(a.blocks[0].norm1.weight / c, b.blocks[0].norm1.weight)
 
 
-def test_verdicts_against_seed_noise():
-    rows = [("t1", "A", 80.0, 1.0), ("t1", "B", 75.0, 1.0), ("t2", "A", 70.0, 1.0),
-            ("t2", "B", 69.0, 1.0), ("t1", "C", 80.5, 2.0), ("t2", "C", 70.0, 2.0)]
-    table = pd.DataFrame(rows, columns=["task", "variant", "test_acc_mean", "test_acc_std"]
-                         ).assign(n_seeds=3)
-    ask = confounds.verdicts  # the questions are fixed; check the arithmetic on renamed rows
-    out = ask(table.replace({"A": "MHA sparse", "B": "FC1 sparse", "C": "LN1"}), {})
-    first = out.set_index(["a", "b"]).loc[("MHA sparse", "FC1 sparse")]
-    assert first["diff_pp"] == pytest.approx(3.0) and first["n_tasks"] == 2
-    assert first["std_pp"] == pytest.approx(np.std([5.0, 1.0], ddof=1))
-    assert first["verdict"] == "MHA sparse better" and first["seed_std_pp"] == 1.0
-    near = out.set_index(["a", "b"]).loc[("MHA sparse", "LN1")]  # |-0.25| <= 1.5: noise
-    assert near["diff_pp"] == pytest.approx(-0.25) and near["verdict"] == "within seed noise"
-    assert (out.set_index(["a", "b"]).loc[("FC1 bias", "FC2 bias"), "verdict"] == "no data")
-    one = ask(table.assign(n_seeds=1, test_acc_std=0.0).replace(
-        {"A": "MHA sparse", "B": "FC1 sparse", "C": "LN1"}), {})
+def test_verdicts_are_paired_tests_over_task_and_seed():
+    # A beats B by exactly 5, 1, 3 points on three (task, seed) pairs; C ties A but for noise
+    acc = {"A": [0.80, 0.70, 0.60], "B": [0.75, 0.69, 0.57], "C": [0.81, 0.69, 0.60]}
+    keys = [("t1", 0), ("t2", 0), ("t1", 42)]
+    runs = pd.DataFrame([dict(task=t, seed=s, variant=v, lr=0.1, status="ok", run=f"{v}{t}{s}",
+                              test_acc=a[i], best_val_acc=a[i])
+                         for v, a in acc.items() for i, (t, s) in enumerate(keys)])
+    names = {"A": "MHA sparse", "B": "FC1 sparse", "C": "LN1"}
+    out = confounds.verdicts(runs.replace(names), {}).set_index(["a", "b"])
+    first = out.loc[("MHA sparse", "FC1 sparse")]
+    diffs = np.array([5.0, 1.0, 3.0])
+    assert first["n_pairs"] == 3 and first["diff_pp"] == pytest.approx(3.0)
+    assert first["ci95_pp"] == pytest.approx(stats.t.ppf(0.975, 2) * diffs.std(ddof=1) / 3**0.5)
+    assert first["t_p"] == pytest.approx(stats.ttest_1samp(diffs, 0).pvalue)
+    assert first["verdict"] == ("MHA sparse better" if first["t_p"] < 0.05
+                                else "no significant difference")
+    near = out.loc[("MHA sparse", "LN1")]  # -1, +1, 0: mean 0
+    assert near["diff_pp"] == pytest.approx(0.0) and near["verdict"] == "no significant difference"
+    assert out.loc[("FC1 bias", "FC2 bias"), "verdict"] == "no data"
+    one = confounds.verdicts(runs[runs["run"].str.endswith("t10")].replace(names), {})
     assert one.set_index(["a", "b"]).loc[("MHA sparse", "LN1"), "verdict"] == (
         "LN1 better (no noise estimate yet)")
+    strict = confounds.verdicts(runs.replace(names), {}, alpha=1.0).set_index(["a", "b"])
+    assert strict.loc[("MHA sparse", "FC1 sparse"), "verdict"] == "MHA sparse better"
+
+
+def test_what_this_shows_answers_the_two_questions():
+    rows = [("MHA sparse", "FC1 sparse", "MHA sparse better"),
+            ("FC1 sparse", "FC2 sparse", "no significant difference"),
+            ("MHA bias", "FC1 bias", "MHA bias better"),
+            ("FC1 bias", "FC2 bias", "FC1 bias better"),
+            ("MHA LoRA r1", "FC1 LoRA r1", "FC1 LoRA r1 better"),
+            ("FC1 LoRA r1", "FC2 LoRA r1", "FC1 LoRA r1 better")]
+    verdict = pd.DataFrame([dict(question="matched budget", a=a, b=b, verdict=v, n_pairs=0)
+                            for a, b, v in rows] + [
+        dict(question="does it close the gap to FC1?", a="LN1 x 2 (preserved)", b="FC1",
+             verdict="FC1 better", n_pairs=0)])
+    text = confounds.what_this_shows(pd.DataFrame(), verdict, {})
+    assert "close the gap to FC1? no, it stays below FC1." in text
+    assert "(sparse): the paper's MHA > FC1 > FC2 order is not resolved" in text
+    assert "(bias): the paper's MHA > FC1 > FC2 order is kept." in text
+    assert "(LoRA r1): the paper's MHA > FC1 > FC2 order is broken." in text
 
 
 def test_study_scales_are_measured_once_and_rounded(tmp_path, monkeypatch):

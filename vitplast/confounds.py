@@ -172,36 +172,32 @@ def variant_table(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
     return table[table["task"] != "average"].reset_index(drop=True)
 
 
-def _diff(table: pd.DataFrame, a: str, b: str) -> tuple[float, float, int]:
-    """Mean over tasks of acc(a) - acc(b), its std over tasks, and the number of tasks."""
-    acc = table.pivot_table(index="task", columns="variant", values="test_acc_mean")
-    if a not in acc or b not in acc:
-        return np.nan, np.nan, 0
-    d = (acc[a] - acc[b]).dropna()
-    return d.mean(), d.std(ddof=1) if len(d) > 1 else np.nan, len(d)
+def verdicts(df: pd.DataFrame, scales: dict[str, float], target: str = "FC1", on: str = "val",
+             alpha: float = 0.05) -> pd.DataFrame:
+    """The questions of notebook 05, answered from ``with_variant`` results: each compares
+    two variants paired on (task, seed) at their selected LRs (``results.paired_tests``).
 
-
-def verdicts(table: pd.DataFrame, scales: dict[str, float], target: str = "FC1") -> pd.DataFrame:
-    """The questions of notebook 05, answered from ``variant_table``.
-
-    Columns: ``question``, ``a``, ``b``, ``diff_pp`` (mean over tasks of acc(a) - acc(b)),
-    ``std_pp`` (its std over tasks), ``n_tasks``, ``n_seeds`` (the fewest seeds behind an
-    accuracy of a or b), ``seed_std_pp`` (mean seed std of a and b: differences smaller than
-    it are within seed noise), ``verdict`` (with a single seed there is no noise estimate,
-    and the verdict says so).
+    Columns: ``question``, ``a``, ``b``, ``n_pairs``, ``diff_pp`` (mean of acc(a) - acc(b)
+    over the pairs, in points), ``ci95_pp`` (half-width of its 95% t interval), ``t_p``
+    (paired t-test, two-sided), ``verdict``: the better one when ``t_p < alpha``, else "no
+    significant difference"; with a single pair there is no noise estimate, and it says so.
     """
-    rows = []
+    from vitplast import results
+
+    keep = [c for c in ("task", "variant", "lr", "seed", "status", "run", "test_acc",
+                        "best_val_acc") if c in df.columns]
+    runs, rows = df[keep], []
 
     def ask(question, a, b):
-        d, s, n = _diff(table, a, b)
-        both = table[table["variant"].isin([a, b])]
-        noise, seeds = both["test_acc_std"].mean(), both["n_seeds"].min()
-        verdict = ("no data" if n == 0 else "within seed noise" if seeds > 1 and abs(d) <= noise
-                   else f"{a} better" if d > 0 else f"{b} better")
-        if n and seeds < 2:
-            verdict += " (no noise estimate yet)"
-        rows.append(dict(question=question, a=a, b=b, diff_pp=d, std_pp=s, n_tasks=n,
-                         n_seeds=seeds, seed_std_pp=noise, verdict=verdict))
+        tests = results.paired_tests(runs, reference=a, on=on, by="variant").set_index("variant")
+        r = tests.loc[b] if b in tests.index else dict(n_pairs=0, mean_diff_pp=np.nan,
+                                                           ci95_pp=np.nan, t_p=np.nan)
+        d, p, n = r["mean_diff_pp"], r["t_p"], r["n_pairs"]
+        verdict = ("no data" if n == 0 else f"{a if d > 0 else b} better (no noise estimate yet)"
+                   if n < 2 else f"{a if d > 0 else b} better" if p < alpha
+                   else "no significant difference")
+        rows.append(dict(question=question, a=a, b=b, n_pairs=int(n), diff_pp=d,
+                         ci95_pp=r["ci95_pp"], t_p=p, verdict=verdict))
 
     for ln, c in scales.items():
         pres = f"{ln} x {c:.3g} (preserved)"
@@ -215,7 +211,8 @@ def verdicts(table: pd.DataFrame, scales: dict[str, float], target: str = "FC1")
         ask(f"matched budget ({kind}): FC1 vs FC2", f"FC1 {kind}", f"FC2 {kind}")
     ask("matched budget: MHA sparse vs LN1 (same count)", "MHA sparse", "LN1")
     ask("AdamW: MHA vs LN1", "MHA (AdamW)", "LN1 (AdamW)")
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["question", "a", "b", "n_pairs", "diff_pp", "ci95_pp",
+                                       "t_p", "verdict"])
 
 
 def grid(model: nn.Module, scales: dict[str, float], tasks, lrs, seeds, extra_lrs=None, *,
@@ -259,10 +256,35 @@ def what_this_shows(checks: pd.DataFrame, verdict: pd.DataFrame, cover: dict) ->
                      f" output change preserved {r.max_output_change_preserved:.1e}, raw "
                      f"{r.max_output_change_raw:.1e}.")
     for r in verdict.itertuples():
-        if r.n_tasks:
-            noise = f"seed std {r.seed_std_pp:.2f}" if r.n_seeds > 1 else "1 seed"
-            lines.append(f"{r.question} {r.a} - {r.b} = {r.diff_pp:+.2f} points over {r.n_tasks}"
-                         f" task(s) ({noise}): {r.verdict}.")
+        if r.n_pairs:
+            noise = (f"95% CI +- {r.ci95_pp:.2f}, paired t p = {r.t_p:.2g}, " if r.n_pairs > 1
+                     else "")
+            lines.append(f"{r.question} {r.a} - {r.b} = {r.diff_pp:+.2f} points ({noise}"
+                         f"{r.n_pairs} (task, seed) pairs): {r.verdict}.")
         else:
             lines.append(f"{r.question}: no data yet.")
+    lines += _headline(verdict)
     return "\n".join(lines)
+
+
+def _headline(verdict: pd.DataFrame) -> list[str]:
+    """The issue's two questions, answered from the verdict rows."""
+    out = []
+    for r in verdict[verdict["question"].str.startswith("does it close the gap")].itertuples():
+        ln = r.a.split()[0]
+        answer = {f"{r.b} better": "no, it stays below", f"{r.a} better": "yes, it overtakes",
+                  "no data": "no data yet on"}.get(r.verdict, "not resolved: no significant "
+                                                   "difference from")
+        out.append(f"Does raising {ln}'s plasticity at a fixed parameter count close the gap to "
+                   f"{r.b}? {answer} {r.b}.")
+    said = verdict.set_index(["a", "b"])["verdict"]
+    for kind in ("sparse", "LoRA r1", "bias"):
+        steps = [(f"MHA {kind}", f"FC1 {kind}"), (f"FC1 {kind}", f"FC2 {kind}")]
+        found = [said.get(step, "no data") for step in steps]
+        if "no data" in found:
+            continue
+        state = ("kept" if all(v == f"{a} better" for (a, _), v in zip(steps, found))
+                 else "broken" if any(v == f"{b} better" for (_, b), v in zip(steps, found))
+                 else "not resolved (a step is not significant)")
+        out.append(f"Matched budget ({kind}): the paper's MHA > FC1 > FC2 order is {state}.")
+    return out

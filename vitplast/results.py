@@ -215,7 +215,7 @@ def lr_robustness(curves: pd.DataFrame, lrs=None) -> pd.DataFrame:
     return out.sort_values("spread").reset_index()
 
 
-def _selected_runs(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
+def selected_runs(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
     """The runs (all seeds, status ok) at each setting's selected LR (``select_lr``)."""
     _, df, best = _select(df, on)
     chosen = df[df["status"] == "ok"].merge(best[["_setting", "lr"]], on=["_setting", "lr"])
@@ -234,7 +234,7 @@ def dynamics(df: pd.DataFrame, curves: pd.DataFrame, on: str = "val") -> pd.Data
         (the component the configuration trains: ``ablation.component`` for the confound
         variants that set it, else the configuration) and ``variant`` when ``df`` has it.
     """
-    runs = _selected_runs(df, on)
+    runs = selected_runs(df, on)
     component = runs["config"]
     if "ablation.component" in runs:
         component = runs["ablation.component"].fillna(component)
@@ -242,30 +242,33 @@ def dynamics(df: pd.DataFrame, curves: pd.DataFrame, on: str = "val") -> pd.Data
     return curves.merge(runs[keep].assign(component=component), on="run")
 
 
-def paired_tests(df: pd.DataFrame, reference: str = "MHA", on: str = "val") -> pd.DataFrame:
+def paired_tests(df: pd.DataFrame, reference: str = "MHA", on: str = "val",
+                 by: str = "config") -> pd.DataFrame:
     """``reference`` against every other configuration, paired on (task, seed) at each
     configuration's selected LR: paired t-test and Wilcoxon signed-rank test.
 
-    Columns: ``config``, ``n_pairs``, ``mean_diff_pp`` (reference minus config, in points),
-    ``t_stat``, ``t_p``, ``wilcoxon_p`` (two-sided; NaN with fewer than 2 pairs or no
-    difference at all).
+    ``by``: the column naming what is compared (``"variant"`` for ``confounds.with_variant``
+    results). Columns: ``by``, ``n_pairs``, ``mean_diff_pp`` (reference minus it, in points),
+    ``ci95_pp`` (half-width of its 95% t interval), ``t_stat``, ``t_p``, ``wilcoxon_p``
+    (two-sided; NaN with fewer than 2 pairs or no difference at all).
     """
     from scipy import stats
 
-    runs = _selected_runs(df, on)
-    acc = runs.pivot_table(index=["task", "seed"], columns="config", values="test_acc")
+    runs = selected_runs(df, on)
+    acc = runs.pivot_table(index=["task", "seed"], columns=by, values="test_acc")
     rows = []
     if reference not in acc:  # nothing to compare yet
         acc = pd.DataFrame(columns=[reference])
-    for config in [c for c in acc.columns if c != reference]:
-        pair = acc[[reference, config]].dropna()
-        diff = 100 * (pair[reference] - pair[config])
-        t = stats.ttest_rel(pair[reference], pair[config]) if len(pair) > 1 else None
-        w = (stats.wilcoxon(diff).pvalue if len(pair) > 1 and (diff != 0).any() else math.nan)
-        rows.append(dict(config=config, n_pairs=len(pair), mean_diff_pp=diff.mean(),
-                         t_stat=t.statistic if t else math.nan, t_p=t.pvalue if t else math.nan,
-                         wilcoxon_p=w))
-    return pd.DataFrame(rows, columns=["config", "n_pairs", "mean_diff_pp", "t_stat", "t_p",
+    for other in [c for c in acc.columns if c != reference]:
+        pair = acc[[reference, other]].dropna()
+        diff, n = 100 * (pair[reference] - pair[other]), len(pair)
+        t = stats.ttest_rel(pair[reference], pair[other]) if n > 1 else None
+        w = (stats.wilcoxon(diff).pvalue if n > 1 and (diff != 0).any() else math.nan)
+        ci = stats.t.ppf(0.975, n - 1) * diff.std(ddof=1) / math.sqrt(n) if n > 1 else math.nan
+        rows.append({by: other, "n_pairs": n, "mean_diff_pp": diff.mean(), "ci95_pp": ci,
+                     "t_stat": t.statistic if t else math.nan,
+                     "t_p": t.pvalue if t else math.nan, "wilcoxon_p": w})
+    return pd.DataFrame(rows, columns=[by, "n_pairs", "mean_diff_pp", "ci95_pp", "t_stat", "t_p",
                                        "wilcoxon_p"])
 
 
@@ -342,8 +345,9 @@ def what_this_shows(main: pd.DataFrame, tests: pd.DataFrame, robustness: pd.Data
                                              for r in edge.itertuples()) if len(edge) else "")
                      + ".")
     for r in tests.itertuples():
-        lines.append(f"MHA - {r.config}: {r.mean_diff_pp:+.2f} points over {r.n_pairs} (task, "
-                     f"seed) pairs; paired t p = {r.t_p:.3g}, Wilcoxon p = {r.wilcoxon_p:.3g}.")
+        lines.append(f"MHA - {r.config}: {r.mean_diff_pp:+.2f} +- {r.ci95_pp:.2f} points (95% "
+                     f"CI) over {r.n_pairs} (task, seed) pairs; paired t p = {r.t_p:.3g}, "
+                     f"Wilcoxon p = {r.wilcoxon_p:.3g}.")
     if len(robustness):
         lines.append("Least LR-sensitive first (mean spread over the grid, points): " + ", ".join(
             f"{r.config} {r.spread:.1f}" for r in robustness.itertuples()) + ".")
