@@ -173,6 +173,8 @@ def test_verdicts_are_paired_tests_over_task_and_seed():
     one = confounds.verdicts(runs[runs["run"].str.endswith("t10")].replace(names), {})
     assert one.set_index(["a", "b"]).loc[("MHA sparse", "LN1"), "verdict"] == (
         "LN1 better (no noise estimate yet)")
+    tie = confounds.verdicts(runs[runs["run"].str.endswith("t142")].replace(names), {})
+    assert tie.set_index(["a", "b"]).loc[("MHA sparse", "LN1"), "verdict"] == "no difference"
     strict = confounds.verdicts(runs.replace(names), {}, alpha=1.0).set_index(["a", "b"])
     assert strict.loc[("MHA sparse", "FC1 sparse"), "verdict"] == "MHA sparse better"
 

@@ -180,7 +180,8 @@ def verdicts(df: pd.DataFrame, scales: dict[str, float], target: str = "FC1", on
     Columns: ``question``, ``a``, ``b``, ``n_pairs``, ``diff_pp`` (mean of acc(a) - acc(b)
     over the pairs, in points), ``ci95_pp`` (half-width of its 95% t interval), ``t_p``
     (paired t-test, two-sided), ``verdict``: the better one when ``t_p < alpha``, else "no
-    significant difference"; with a single pair there is no noise estimate, and it says so.
+    significant difference"; a single pair gives no noise estimate, and the verdict says so
+    ("no difference" when its two accuracies are equal).
     """
     from vitplast import results
 
@@ -193,9 +194,12 @@ def verdicts(df: pd.DataFrame, scales: dict[str, float], target: str = "FC1", on
         r = tests.loc[b] if b in tests.index else dict(n_pairs=0, mean_diff_pp=np.nan,
                                                            ci95_pp=np.nan, t_p=np.nan)
         d, p, n = r["mean_diff_pp"], r["t_p"], r["n_pairs"]
-        verdict = ("no data" if n == 0 else f"{a if d > 0 else b} better (no noise estimate yet)"
-                   if n < 2 else f"{a if d > 0 else b} better" if p < alpha
-                   else "no significant difference")
+        better = f"{a if d > 0 else b} better"
+        if n < 2:  # no noise estimate
+            verdict = ("no data" if n == 0 else "no difference" if d == 0
+                       else f"{better} (no noise estimate yet)")
+        else:
+            verdict = better if p < alpha else "no significant difference"
         rows.append(dict(question=question, a=a, b=b, n_pairs=int(n), diff_pp=d,
                          ci95_pp=r["ci95_pp"], t_p=p, verdict=verdict))
 
@@ -273,8 +277,7 @@ def _headline(verdict: pd.DataFrame) -> list[str]:
     for r in verdict[verdict["question"].str.startswith("does it close the gap")].itertuples():
         ln = r.a.split()[0]
         answer = {f"{r.b} better": "no, it stays below", f"{r.a} better": "yes, it overtakes",
-                  "no data": "no data yet on"}.get(r.verdict, "not resolved: no significant "
-                                                   "difference from")
+                  "no data": "no data yet on"}.get(r.verdict, "not resolved against")
         out.append(f"Does raising {ln}'s plasticity at a fixed parameter count close the gap to "
                    f"{r.b}? {answer} {r.b}.")
     said = verdict.set_index(["a", "b"])["verdict"]
@@ -285,6 +288,6 @@ def _headline(verdict: pd.DataFrame) -> list[str]:
             continue
         state = ("kept" if all(v == f"{a} better" for (a, _), v in zip(steps, found))
                  else "broken" if any(v == f"{b} better" for (_, b), v in zip(steps, found))
-                 else "not resolved (a step is not significant)")
+                 else "not resolved (a step is not significant, or has one pair)")
         out.append(f"Matched budget ({kind}): the paper's MHA > FC1 > FC2 order is {state}.")
     return out
