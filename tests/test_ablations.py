@@ -224,3 +224,16 @@ def test_shipped_confound_results_belong_to_the_study(monkeypatch):
     assert len(expected) == 2 * (24 * 5 + extra) * 3
     assert len(shipped) > 0 and set(shipped["run"]) <= expected
     assert (shipped["status"] != "failed").all()
+
+
+def test_forest_plot_draws_each_row_at_its_difference_and_interval():
+    from vitplast import plots
+
+    df = pd.DataFrame(dict(q=["a", "b"], diff_pp=[1.0, -2.0], ci95_pp=[0.5, 1.5],
+                           sig=[True, False]))
+    ax = plots.differences(df, label="q", significant="sig").axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
+    bars = [c.lines[2][0].get_segments()[0] for c in ax.containers]
+    np.testing.assert_allclose(bars[0], [[0.5, 1.0], [1.5, 1.0]])  # first row on top
+    np.testing.assert_allclose(bars[1], [[-3.5, 0.0], [-0.5, 0.0]])
+    assert [c.lines[0].get_markerfacecolor() for c in ax.containers][1] == "white"

@@ -123,6 +123,25 @@ def scatter(df, x: str, y: str, hue: str, logx: bool = False, title: str = ""):
     return fig
 
 
+def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
+                significant: str | None = None, title: str = ""):
+    """A forest plot: per row of ``df``, ``diff`` with a +-``ci`` bar, against zero.
+
+    ``significant`` (a boolean column) draws the rows it marks filled, the others hollow.
+    Used by notebooks 04 (paired tests) and 05 (verdicts).
+    """
+    fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(df) + 1.0))
+    y = range(len(df))[::-1]  # first row on top
+    filled = df[significant].astype(bool) if significant else [True] * len(df)
+    for yi, (_, r), full in zip(y, df.iterrows(), filled):
+        ax.errorbar(r[diff], yi, xerr=r[ci], fmt="o", color="C0", capsize=3,
+                    markerfacecolor="C0" if full else "white")
+    ax.axvline(0, color="k", lw=0.8, ls="--")
+    ax.set(yticks=list(y), yticklabels=list(df[label]), xlabel=f"{diff} (+- {ci})", title=title)
+    fig.tight_layout()
+    return fig
+
+
 def intervals(df):
     """Per component, along depth on a log scale: plasticity, lower end and the bounds.
 
