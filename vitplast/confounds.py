@@ -39,6 +39,10 @@ EMBEDDED_STUDY = dict(tasks=["fmnist_contrast", "digits"], lrs=[0.03, 0.1, 0.3, 
                                  "LN? (AdamW)": [10.0, 30.0, 100.0]})
 
 
+#: The plain configurations: the study's SGD baselines (runs of the main study) and its AdamW runs.
+PLAIN_CONFIGS = ("head", "LN1", "LN2", "MHA", "FC1", "FC2", "full")
+
+
 def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1",
              lora_rank: int = 1) -> dict[str, dict]:
     """The confound experiments as named variants: ``run_config`` keywords for each.
@@ -209,19 +213,20 @@ def verdicts(df: pd.DataFrame, scales: dict[str, float], target: str = "FC1", on
         ask(f"does it close the gap to {target}?", pres, target)
         ask("is it just the effective LR (preserved vs lr/c^2 control)?", pres,
             f"{ln} lr/c^2 (c={c:.3g})")
-        ask(f"raw rescale of {ln} vs plain", f"{ln} x {c:.3g} (raw)", ln)
+        ask(f"does the raw rescale of {ln} change it?", f"{ln} x {c:.3g} (raw)", ln)
     for kind in ("sparse", "LoRA r1", "bias"):
-        ask(f"matched budget ({kind}): MHA vs FC1", f"MHA {kind}", f"FC1 {kind}")
-        ask(f"matched budget ({kind}): FC1 vs FC2", f"FC1 {kind}", f"FC2 {kind}")
-    ask("matched budget: MHA sparse vs LN1 (same count)", "MHA sparse", "LN1")
-    ask("AdamW: MHA vs LN1", "MHA (AdamW)", "LN1 (AdamW)")
+        ask(f"at a matched budget ({kind}), does MHA beat FC1?", f"MHA {kind}", f"FC1 {kind}")
+        ask(f"at a matched budget ({kind}), does FC1 beat FC2?", f"FC1 {kind}", f"FC2 {kind}")
+    ask("at LN1's count, does sparse MHA beat LN1?", "MHA sparse", "LN1")
+    ask("under AdamW, does MHA beat LN1?", "MHA (AdamW)", "LN1 (AdamW)")
+    for config in PLAIN_CONFIGS:
+        ask(f"does AdamW beat SGD for {config}?", f"{config} (AdamW)", config)
     return pd.DataFrame(rows, columns=["question", "a", "b", "n_pairs", "diff_pp", "ci95_pp",
                                        "t_p", "verdict"])
 
 
 def grid(model: nn.Module, scales: dict[str, float], tasks, lrs, seeds, extra_lrs=None, *,
-         adamw_configs=("head", "LN1", "LN2", "MHA", "FC1", "FC2", "full"), **fixed
-         ) -> list[dict]:
+         adamw_configs=PLAIN_CONFIGS, **fixed) -> list[dict]:
     """Every run of the confound study: each variant under SGD on ``lrs``, and the plain
     ``adamw_configs`` under AdamW at lr / 100 (the paper's AdamW ablation), x tasks x seeds.
 
@@ -263,8 +268,9 @@ def what_this_shows(checks: pd.DataFrame, verdict: pd.DataFrame, cover: dict) ->
         if r.n_pairs:
             noise = (f"95% CI +- {r.ci95_pp:.2f}, paired t p = {r.t_p:.2g}, " if r.n_pairs > 1
                      else "")
-            lines.append(f"{r.question} {r.a} - {r.b} = {r.diff_pp:+.2f} points ({noise}"
-                         f"{r.n_pairs} (task, seed) pairs): {r.verdict}.")
+            lines.append(f"{r.question[0].upper()}{r.question[1:]} {r.a} - {r.b} = "
+                         f"{r.diff_pp:+.2f} points ({noise}{r.n_pairs} (task, seed) pairs): "
+                         f"{r.verdict}.")
         else:
             lines.append(f"{r.question}: no data yet.")
     lines += _headline(verdict)
