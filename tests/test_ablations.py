@@ -165,8 +165,7 @@ def test_verdicts_are_paired_tests_over_task_and_seed():
     assert first["n_pairs"] == 3 and first["diff_pp"] == pytest.approx(3.0)
     assert first["ci95_pp"] == pytest.approx(stats.t.ppf(0.975, 2) * diffs.std(ddof=1) / 3**0.5)
     assert first["t_p"] == pytest.approx(stats.ttest_1samp(diffs, 0).pvalue)
-    assert first["verdict"] == ("MHA sparse better" if first["t_p"] < 0.05
-                                else "no significant difference")
+    assert first["t_p"] > 0.05 and first["verdict"] == "no significant difference"  # t = 2.6
     near = out.loc[("MHA sparse", "LN1")]  # -1, +1, 0: mean 0
     assert near["diff_pp"] == pytest.approx(0.0) and near["verdict"] == "no significant difference"
     assert out.loc[("FC1 bias", "FC2 bias"), "verdict"] == "no data"
