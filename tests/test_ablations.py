@@ -137,6 +137,9 @@ def test_extra_lrs_reach_exactly_the_variants_they_match():
         ("FC1 sparse", 1.0), ("FC1 sparse", 3.0), ("FC2 sparse", 1.0), ("FC2 sparse", 3.0)]
     adamw = [c for c in added if not c.get("ablation")]
     assert [(c["config"], c["optimizer"], c["lr"]) for c in adamw] == [("LN1", "adamw", 0.1)]
+    base = confounds.baselines(["digits"], [0.1], [0], {"full": [0.01], "FC? sparse": [1.0]}, **kw)
+    assert sorted((c["config"], c["lr"]) for c in base) == sorted(
+        [(c, 0.1) for c in confounds.PLAIN_CONFIGS] + [("full", 0.01)])
 
 
 def test_preserved_rescale_is_an_lr_change_under_sgd():
@@ -221,8 +224,11 @@ def test_shipped_confound_results_belong_to_the_study(monkeypatch):
     expected = {store.config_hash(c) for c in confounds.embedded_study()}
     extra = 2 * 1 + 2 * 1 + 2 * 1 + 1 * 2 + 2 * 3  # sparse, preserved, lr/c^2, AdamW head, LNs
     assert len(expected) == 2 * (24 * 5 + extra) * 3
-    assert len(shipped) > 0 and set(shipped["run"]) <= expected
-    assert (shipped["status"] != "failed").all()
+    assert set(shipped["run"]) == expected and (shipped["status"] == "ok").all()  # complete
+    s = confounds.EMBEDDED_STUDY  # its baselines are runs of the main study
+    main = {store.config_hash(c) for c in sweep.study(**sweep.EMBEDDED_STUDY)}
+    assert {store.config_hash(c) for c in confounds.baselines(s["tasks"], s["lrs"], s["seeds"],
+                                                               s["extra_lrs"])} <= main
 
 
 def test_forest_plot_draws_each_row_at_its_difference_and_interval():

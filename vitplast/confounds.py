@@ -32,11 +32,14 @@ EMBEDDED_RESULTS = models.DATA_DIR / "confounds"
 #: grid's top (digits: FC1 and FC2 sparse, LN2 x c preserved; both tasks: head, LN1 and LN2
 #: under AdamW), the grid goes on up, the lr/c^2 controls with their rescaled variants; LN2
 #: under AdamW still chose the new top (fmnist_contrast), so the LayerNorms go one LR further.
+#: Plain SGD full finetuning chose the grid's bottom (fmnist_contrast): its baseline takes the
+#: main study's lower LRs too (those runs exist there; no run of this study is added).
 EMBEDDED_STUDY = dict(tasks=["fmnist_contrast", "digits"], lrs=[0.03, 0.1, 0.3, 1.0, 3.0],
                       seeds=[0, 42, 3407], target="FC1", n_pairs=256,
                       extra_lrs={"FC? sparse": [10.0], "LN? x * (preserved)": [10.0],
                                  "LN? lr/c^2 *": [10.0], "head (AdamW)": [10.0, 30.0],
-                                 "LN? (AdamW)": [10.0, 30.0, 100.0]})
+                                 "LN? (AdamW)": [10.0, 30.0, 100.0],
+                                 "full": [0.001, 0.003, 0.01]})
 
 
 #: The plain configurations: the study's SGD baselines (runs of the main study) and its AdamW runs.
@@ -235,18 +238,31 @@ def grid(model: nn.Module, scales: dict[str, float], tasks, lrs, seeds, extra_lr
     matches, so that their best LR can be interior too; AdamW runs take them / 100 as well."""
     from vitplast import sweep
 
-    def lrs_of(name):
-        return list(lrs) + [lr for pat, more in (extra_lrs or {}).items()
-                            if fnmatch.fnmatch(name, pat) for lr in more]
-
     table, runs = variants(model, scales), []
     for task in tasks:
         for name, variant in table.items():
-            runs += sweep.grid([task], [variant], lrs_of(name), seeds, **fixed)
+            runs += sweep.grid([task], [variant], _lrs(name, lrs, extra_lrs), seeds, **fixed)
         for config in adamw_configs:
-            runs += sweep.grid([task], [config], [lr / 100 for lr in lrs_of(f"{config} (AdamW)")],
+            runs += sweep.grid([task], [config], [lr / 100 for lr in _lrs(f"{config} (AdamW)", lrs,
+                                                                           extra_lrs)],
                                seeds, optimizer="adamw", **fixed)
     return runs
+
+
+def baselines(tasks, lrs, seeds, extra_lrs=None, **fixed) -> list[dict]:
+    """The plain SGD configurations (``PLAIN_CONFIGS``) on ``lrs`` and the ``extra_lrs`` their
+    names match (as in ``grid``): the runs the variants are compared with, which the main
+    study (``sweep.EMBEDDED_STUDY``) holds for the embedded default."""
+    from vitplast import sweep
+
+    return [run for config in PLAIN_CONFIGS
+            for run in sweep.grid(tasks, [config], _lrs(config, lrs, extra_lrs), seeds, **fixed)]
+
+
+def _lrs(name: str, lrs, extra_lrs) -> list[float]:
+    """``lrs`` and the extra LRs of every ``extra_lrs`` pattern that ``name`` matches."""
+    return list(lrs) + [lr for pat, more in (extra_lrs or {}).items()
+                        if fnmatch.fnmatch(name, pat) for lr in more]
 
 
 def embedded_study(root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
