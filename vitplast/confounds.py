@@ -173,10 +173,15 @@ def variant_table(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
     (in %), from ``with_variant`` results (``vitplast.results.main_table`` per variant)."""
     from vitplast import results
 
-    keep = [c for c in df.columns if c in ("task", "variant", "lr", "seed", "status", "run",
-                                         "test_acc", "best_val_acc")]
-    table = results.main_table(df[keep], on=on)
+    table = results.main_table(_outcomes(df), on=on)
     return table[table["task"] != "average"].reset_index(drop=True)
+
+
+def _outcomes(df: pd.DataFrame) -> pd.DataFrame:
+    """Only the columns that name a run's setting by its variant, and its outcome: so that LR
+    selection groups by (task, variant) and nothing else."""
+    return df[[c for c in ("task", "variant", "lr", "seed", "status", "run", "test_acc",
+                           "best_val_acc") if c in df.columns]]
 
 
 def verdicts(df: pd.DataFrame, scales: dict[str, float], target: str = "FC1", on: str = "val",
@@ -192,12 +197,11 @@ def verdicts(df: pd.DataFrame, scales: dict[str, float], target: str = "FC1", on
     """
     from vitplast import results
 
-    keep = [c for c in ("task", "variant", "lr", "seed", "status", "run", "test_acc",
-                        "best_val_acc") if c in df.columns]
-    runs, rows = df[keep], []
+    runs, rows = _outcomes(df), []
 
     def ask(question, a, b):
-        tests = results.paired_tests(runs, reference=a, on=on, by="variant").set_index("variant")
+        both = runs[runs["variant"].isin([a, b])]
+        tests = results.paired_tests(both, reference=a, on=on, by="variant").set_index("variant")
         r = tests.loc[b] if b in tests.index else dict(n_pairs=0, mean_diff_pp=np.nan,
                                                            ci95_pp=np.nan, t_p=np.nan)
         d, p, n = r["mean_diff_pp"], r["t_p"], r["n_pairs"]
