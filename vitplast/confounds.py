@@ -247,9 +247,8 @@ def grid(model: nn.Module, scales: dict[str, float], tasks, lrs, seeds, extra_lr
         for name, variant in table.items():
             runs += sweep.grid([task], [variant], _lrs(name, lrs, extra_lrs), seeds, **fixed)
         for config in adamw_configs:
-            runs += sweep.grid([task], [config], [lr / 100 for lr in _lrs(f"{config} (AdamW)", lrs,
-                                                                           extra_lrs)],
-                               seeds, optimizer="adamw", **fixed)
+            adamw_lrs = [lr / 100 for lr in _lrs(f"{config} (AdamW)", lrs, extra_lrs)]
+            runs += sweep.grid([task], [config], adamw_lrs, seeds, optimizer="adamw", **fixed)
     return runs
 
 
