@@ -260,12 +260,13 @@ def test_linear_probe_is_deterministic():
     assert all(torch.equal(p, before[n]) for n, p in model.state_dict().items())
 
 
-def test_shipped_results_belong_to_the_study():
-    """Every shipped record is a run of the embedded study: config hashes did not drift."""
+def test_shipped_results_are_the_complete_study():
+    """The shipped records are exactly the embedded study's runs (config hashes did not
+    drift), each finished: 7 tasks x 3 seeds x (7 configurations x 6 LRs + 8 extra LRs)."""
     shipped = results.results(sweep.EMBEDDED_RESULTS)
     expected = {store.config_hash(c) for c in sweep.study(**sweep.EMBEDDED_STUDY)}
-    assert len(shipped) > 0 and set(shipped["run"]) <= expected
-    assert (shipped["status"] != "failed").all()
+    assert len(expected) == 7 * 3 * (7 * 6 + 8)
+    assert set(shipped["run"]) == expected and (shipped["status"] == "ok").all()
 
 
 @pytest.mark.parametrize("study", ["finetune", "confounds"])
