@@ -9,7 +9,8 @@ import pytest
 import torch
 from conftest import tiny_vit
 
-from vitplast import data, finetune, models, paper_datasets, results, store, sweep
+from vitplast import data, finetune, models, paper_datasets, results, store, studies, sweep
+from vitplast.runs import TRAIN_KEYS, run_hash
 
 #: A random embedded ViT on digits, a few steps: seconds on a CPU.
 TINY = dict(pretrained=False, steps=2, batch_size=16, eval_every=100)
@@ -44,7 +45,7 @@ def test_grid_size_order_and_recipes():
     configs = sweep.grid(["digits", "fmnist"], ["full", "MHA", ["blocks.0.attn.*"]],
                          [1e-2, 1e-3], [0, 1], **TINY)
     assert len(configs) == 2 * 3 * 2 * 2
-    assert len({store.config_hash(c) for c in configs}) == 24
+    assert len({run_hash(c) for c in configs}) == 24
     assert [(c["task"], c["config"], c["lr"], c["seed"]) for c in configs[:5]] == [
         ("digits", "full", 1e-2, 0), ("digits", "full", 1e-2, 1), ("digits", "full", 1e-3, 0),
         ("digits", "full", 1e-3, 1), ("digits", "MHA", 1e-2, 0)]
@@ -52,7 +53,7 @@ def test_grid_size_order_and_recipes():
     c = configs[0]
     for key in ("kind", "model", "checkpoint", "task", "severity", "train_size", "config",
                 "train_head", "optimizer", "lr", "seed", "steps", "batch_size", "warmup_steps",
-                "momentum", "weight_decay", "clip_grad_norm", "eval_every", "accum_steps"):
+                "momentum", "weight_decay", "clip_grad_norm", "eval_every"):
         assert key in c, key
     assert c["warmup_steps"] == finetune.RECIPES["embedded"]["warmup_steps"]
     assert c["steps"] == 2 and c["pretrained"] is False and c["kind"] == "finetune"
@@ -73,7 +74,7 @@ def test_grid_size_order_and_recipes():
 def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch):
     config = sweep.run_config("digits", "MHA", lr=1e-2, **TINY)
     summary = sweep.run_sweep([config, config], tmp_path, device="cpu", progress=False)
-    path = tmp_path / f"{store.config_hash(config)}.json"
+    path = tmp_path / f"{run_hash(config)}.json"
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
     assert path.stat().st_mode & 0o777 == 0o644  # readable by all, like any plain file
     record = json.loads(path.read_text())
@@ -105,7 +106,7 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path, fake_train):
     assert len(fake_train.calls) == 3
     assert sorted(results.results(tmp_path)["lr"]) == [1, 2]
     # debris of a kill: a half-written temp file, a truncated record of the 4th run
-    (tmp_path / f".{store.config_hash(configs[2])}.json.x.tmp").write_text('{"config": {')
+    (tmp_path / f".{run_hash(configs[2])}.json.x.tmp").write_text('{"config": {')
     full = json.dumps({"config": configs[3], "status": "ok"})
     store.run_path(tmp_path, configs[3]).write_text(full[: len(full) // 2])
     assert sorted(results.results(tmp_path)["lr"]) == [1, 2]
@@ -118,11 +119,12 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path, fake_train):
 
 
 def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatch):
-    config = sweep.run_config("digits", "LN2", lr=0.5, seed=3, optimizer="adamw", **TINY)
+    config = sweep.run_config("digits", "LN2", lr=0.5, seed=3, optimizer="adamw",
+                              **{**TINY, "pretrained": True})
     record = sweep.run_one(config)
     assert record["status"] == "ok" and record["test_acc"] == 0.25
     model, kwargs = fake_train.calls[0]
-    expected = {k: config[k] for k in sweep._TRAIN_DEFAULTS}
+    expected = {k: config[k] for k in TRAIN_KEYS if k in config}
     expected["betas"] = (0.9, 0.999)
     assert {k: kwargs[k] for k in expected} == expected
     assert kwargs["device"] == torch.device("cpu") and model.head.out_features == 10
@@ -130,6 +132,11 @@ def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatc
     sweep.run_one({**config, "seed": 4})
     heads = [m.head.weight for m, _ in fake_train.calls]
     assert torch.equal(heads[0], heads[1]) and not torch.equal(heads[0], heads[2])
+    # a new head although the task has as many classes as the pretrained one; norm kept
+    pretrained = models.load_model(models.EMBEDDED_NAME, pretrained=True)
+    assert pretrained.head.out_features == 10 and not torch.equal(heads[0], pretrained.head.weight)
+    assert not torch.allclose(fake_train.calls[0][0].head.bias, pretrained.head.bias)
+    assert torch.equal(fake_train.calls[0][0].norm.weight, pretrained.norm.weight)
 
     monkeypatch.setitem(sweep.PREPARE, "mark", lambda m, c: setattr(m, "mark", c["ablation"]))
     sweep.run_one({**config, "prepare": "mark", "ablation": {"c": 3}})
@@ -263,10 +270,15 @@ def test_linear_probe_is_deterministic():
 def test_shipped_results_are_the_complete_study():
     """The shipped records are exactly the embedded study's runs (config hashes did not
     drift), each finished: 7 tasks x 3 seeds x (7 configurations x 6 LRs + 8 extra LRs)."""
-    shipped = results.results(sweep.EMBEDDED_RESULTS)
-    expected = {store.config_hash(c) for c in sweep.study(**sweep.EMBEDDED_STUDY)}
-    assert len(expected) == 7 * 3 * (7 * 6 + 8)
-    assert set(shipped["run"]) == expected and (shipped["status"] == "ok").all()
+    shipped = results.results(studies.MAIN_RESULTS)
+    main = {run_hash(c) for c in studies.runs_of(studies.MAIN)}
+    assert len(main) == 7 * 3 * (9 + 7 + 8 + 9 + 8 + 9 + 9)  # per configuration its LRs
+    budget = {run_hash(c) for c in studies.budget_runs(shipped)}
+    assert 2 * 7 * 2 * 3 <= len(budget) <= 2 * 7 * 3 * 3  # the chosen LR and 1-2 neighbours
+    assert set(shipped["run"]) == main | budget
+    assert shipped["status"].isin(["ok", "diverged"]).all()
+    # every run started from a new head: before any update, about chance on 10 classes
+    assert shipped["initial_val_acc"].max() <= 0.3
 
 
 @pytest.mark.parametrize("study", ["finetune", "confounds"])
@@ -275,7 +287,7 @@ def test_shipped_runs_table_agrees_with_the_shipped_records(study):
     their stored status and accuracies (it may lag the records of a session cut short)."""
     from vitplast import confounds
 
-    root = {"finetune": sweep.EMBEDDED_RESULTS, "confounds": confounds.EMBEDDED_RESULTS}[study]
+    root = {"finetune": studies.MAIN_RESULTS, "confounds": confounds.EMBEDDED_RESULTS}[study]
     table = pd.read_csv(root / "runs.csv").set_index("run")
     stored = results.results(root).set_index("run")
     assert len(table) > 0 and table.index.isin(stored.index).all()
@@ -290,17 +302,18 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
     nothing and prints the counts."""
     from vitplast.__main__ import main
 
-    monkeypatch.setitem(sweep.EMBEDDED_STUDY, "tasks", ["digits"])
-    monkeypatch.setitem(sweep.EMBEDDED_STUDY, "configs", ["head", "LN1"])
+    monkeypatch.setitem(studies.MAIN, "tasks", ["digits"])
+    monkeypatch.setitem(studies.MAIN, "lrs", {"head": [1.0, 3.0], "LN1": [0.1, 0.3, 1.0]})
     monkeypatch.setattr(models, "load_model", lambda *a, **k: torch.nn.Linear(1, 1))
+    monkeypatch.setattr(models, "new_head", lambda model, n, seed: model)
     for shard in ("0/2", "1/2"):
         main(["sweep", "--root", str(tmp_path), "--shard", shard, "--limit", "3"])
-    seeds = sweep.EMBEDDED_STUDY["seeds"]
-    expected = sweep.study(**sweep.EMBEDDED_STUDY)
+    seeds = studies.MAIN["seeds"]
+    expected = studies.runs_of(studies.MAIN)
     expected.sort(key=lambda c: seeds.index(c["seed"]))  # seed-first
     stored = results.results(tmp_path)
     assert len(fake_train.calls) == 6 and stored["run"].is_unique
-    assert set(stored["run"]) == {store.config_hash(c) for c in expected[0::2][:3]
+    assert set(stored["run"]) == {run_hash(c) for c in expected[0::2][:3]
                                   + expected[1::2][:3]}
     log = store.read_json(tmp_path / "study.json")["sessions"]
     assert [s["command"].split()[-3] for s in log] == ["0/2", "1/2"]
@@ -312,7 +325,8 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
                                               ["sessions"]) == 2
     total = capsys.readouterr().out.splitlines()[-1].split()  # task, expected, ok, ..., missing
     assert total[:6] == ["all", str(len(expected)), "6", "0", "0", str(len(expected) - 6)]
-    for bad in (["--shard", "2/2"], ["--shard", "half"], ["--study", "main"]):
+    for bad in (["--shard", "2/2"], ["--shard", "half"], ["--study", "finetune"],
+                ["--precision", "fp8"]):
         with pytest.raises(SystemExit):
             main(["sweep", "--root", str(tmp_path), *bad])
 

@@ -7,7 +7,7 @@ import signal
 import sys
 import time
 
-STUDIES = ["finetune", "confounds"]
+STUDIES = ["main", "budget", "confounds"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,12 +20,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
 
     sw = sub.add_parser("sweep", help="run (or resume) an embedded study")
-    sw.add_argument("--study", default="finetune", help="finetune (notebook 04, into "
-                    "data/finetune) | confounds (notebook 05, into data/confounds)")
+    sw.add_argument("--study", default="main", help="main (notebook 04, into data/finetune) | "
+                    "budget (notebook 04's 4x-steps check, into data/finetune; needs the main "
+                    "study) | confounds (notebook 05, into data/confounds)")
     sw.add_argument("--root", default=None, help="results folder (default: the study's)")
     sw.add_argument("--executor", default="serial", help="serial | submitit")
     sw.add_argument("--cluster", default=None, help="submitit cluster: slurm | local | debug")
     sw.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+    sw.add_argument("--precision", default=None, help="auto | fp32 | bf16: autocast on CUDA "
+                    "(default auto: bf16 where supported); a runtime setting, not in run hashes")
     sw.add_argument("--order", default="seed-first", help="seed-first: every (task, config, "
                     "lr) once before the next seed, so a partial sweep covers the grid; grid")
     sw.add_argument("--limit", type=int, default=None, help="run at most N missing runs")
@@ -54,16 +57,24 @@ def main(argv: list[str] | None = None) -> int:
         for name, c in manifest["checkpoints"].items():
             print(f"{name:>8}  epoch {c['epoch']:>6}  test acc {c['test_acc']:.4f}  {c['file']}")
     elif args.command == "sweep":
-        from vitplast import confounds, sweep
+        from vitplast import confounds, finetune, results, studies, sweep
 
         if args.study not in STUDIES:
             parser.error(f"unknown study {args.study!r}; valid: {STUDIES}")
-        if args.study == "finetune":
-            root = args.root or sweep.EMBEDDED_RESULTS
-            configs, seeds = sweep.study(**sweep.EMBEDDED_STUDY), sweep.EMBEDDED_STUDY["seeds"]
+        if args.study == "main":
+            root = args.root or studies.MAIN_RESULTS
+            configs, seeds = studies.runs_of(studies.MAIN), studies.MAIN["seeds"]
+        elif args.study == "budget":
+            root = args.root or studies.MAIN_RESULTS
+            configs = studies.budget_runs(results.results(root))
+            seeds = studies.BUDGET["seeds"]
         else:
             root = args.root or confounds.EMBEDDED_RESULTS
             configs, seeds = confounds.embedded_study(root), confounds.EMBEDDED_STUDY["seeds"]
+        if args.precision and args.precision not in finetune.PRECISIONS:
+            parser.error(f"unknown precision {args.precision!r}; valid: {list(finetune.PRECISIONS)}")
+        if args.precision:
+            configs = [{**c, "precision": args.precision} for c in configs]
         if args.status:
             print(sweep.progress(configs, root).to_string(index=False))
             return 0
@@ -87,8 +98,6 @@ def main(argv: list[str] | None = None) -> int:
         try:
             sweep.run_sweep(configs, root, executor=args.executor, device=args.device, **kwargs)
         finally:  # also when interrupted: what the store holds now is logged
-            from vitplast import results
-
             summary = results.results(root)
             sweep.log_session(root, command, summary, time.perf_counter() - start, args.device)
         print(summary["status"].value_counts().to_string())

@@ -7,6 +7,10 @@ schedule to 0 after a linear warm-up (``RECIPES["paper"]``).
 Frozen parameters have ``requires_grad=False`` (no gradient is ever computed for them);
 the optimizer sees only trainable ones. The best-validation weights are kept and tested.
 
+A run is ``diverged`` when its loss is not finite or exceeds ``DIVERGENCE_FACTOR`` times its
+first step's loss (with a new head that is ~ln(#classes), so ~230 on 10 classes: far above the
+transient spikes of a high but working LR, which recover); it stops there and is not tested.
+
 Logged (``TrainResult.history``, one row per logged step): ``step``, ``loss``, ``lr``,
 ``grad_norm`` (global, before clipping), ``grad_norm/<group>`` and
 ``grad_norm_per_param/<group>`` (= norm / sqrt(#params of the group)), and at evaluation
@@ -42,6 +46,11 @@ RECIPES = {
                      warmup_steps=12, steps=120, batch_size=64, eval_every=20),
 }
 OPTIMIZERS = ("sgd", "adamw")
+#: A loss above this many times the first step's loss ends the run as diverged.
+DIVERGENCE_FACTOR = 100.0
+#: Numeric precision of the forward pass: ``auto`` is bf16 autocast on a CUDA device that
+#: supports it and fp32 elsewhere; ``fp32`` never autocasts; ``bf16`` insists.
+PRECISIONS = ("auto", "fp32", "bf16")
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -63,7 +72,8 @@ def lr_at(step: int, *, lr: float, steps: int, warmup_steps: int) -> float:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, dataset: Dataset, *, batch_size: int = 256,
-             device: torch.device | str | None = None) -> tuple[float, float]:
+             device: torch.device | str | None = None, precision: str = "auto"
+             ) -> tuple[float, float]:
     """(mean cross-entropy loss, accuracy) of ``model`` on ``dataset``."""
     device = pick_device(device)
     was_training = model.training
@@ -71,7 +81,7 @@ def evaluate(model: nn.Module, dataset: Dataset, *, batch_size: int = 256,
     loss_sum, correct, n = 0.0, 0, 0
     for x, y in DataLoader(dataset, batch_size=batch_size):
         x, y = x.to(device), y.to(device)
-        with _autocast(device):
+        with _autocast(device, precision):
             logits = model(x).float()
         loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
         correct += (logits.argmax(-1) == y).sum().item()
@@ -80,9 +90,13 @@ def evaluate(model: nn.Module, dataset: Dataset, *, batch_size: int = 256,
     return loss_sum / max(n, 1), correct / max(n, 1)
 
 
-def _autocast(device: torch.device):
-    """bf16 autocast on CUDA, nothing elsewhere."""
-    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+def _autocast(device: torch.device, precision: str = "auto"):
+    """bf16 autocast on CUDA (``auto``: where the GPU supports bf16), nothing elsewhere."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; valid: {list(PRECISIONS)}")
+    enabled = device.type == "cuda" and (
+        precision == "bf16" or (precision == "auto" and torch.cuda.is_bf16_supported()))
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=enabled)
 
 
 def _batches(dataset: Dataset, batch_size: int, generator: torch.Generator, workers: int):
@@ -139,6 +153,8 @@ class TrainResult:
     """What ``train`` returns. ``history`` rows are documented in the module docstring."""
 
     history: list[dict] = field(default_factory=list)
+    initial_val_loss: float = float("nan")
+    initial_val_acc: float = float("nan")
     best_val_acc: float = float("nan")
     best_step: int = -1
     test_loss: float = float("nan")
@@ -159,7 +175,7 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
           device: str | torch.device | None = None, workers: int = 0, on_eval=None,
           grad_masks: dict[str, torch.Tensor] | None = None,
           lr_scales: dict[str, float] | None = None, keep_best: bool = True,
-          progress: bool = True) -> TrainResult:
+          precision: str = "auto", progress: bool = True) -> TrainResult:
     """Train the parameters a configuration selects; keep the best-validation weights.
 
     Args:
@@ -183,10 +199,17 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
             ``{"blocks.*.norm1.*": 0.25}``; other parameters use ``lr``.
         keep_best: end with the best-validation weights (else the last ones; validation is
             then only watched).
+        precision: one of ``PRECISIONS`` (autocast on CUDA only).
         progress: show a tqdm bar.
+
+    Returns:
+        A ``TrainResult``; ``initial_val_acc`` is the validation accuracy of the model as
+        given, before the first update (about chance with a new head).
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid: {list(OPTIMIZERS)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; valid: {list(PRECISIONS)}")
     if batch_size % accum_steps:
         raise ValueError(f"batch_size {batch_size} is not divisible by accum_steps {accum_steps}")
     device = pick_device(device)
@@ -206,7 +229,10 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
     else:
         opt = torch.optim.AdamW(groups, lr=lr, betas=betas, weight_decay=weight_decay)
 
-    best = None
+    if val_set is not None:
+        result.initial_val_loss, result.initial_val_acc = evaluate(
+            model, val_set, device=device, precision=precision)
+    best, first_loss = None, None
     batches = _batches(train_set, batch_size // accum_steps, generator, workers)
     start = time.perf_counter()
     from tqdm.auto import tqdm
@@ -223,13 +249,14 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             if augment is not None:
                 x = augment(x, generator)
-            with _autocast(device):
+            with _autocast(device, precision):
                 loss = F.cross_entropy(model(x).float(), y, label_smoothing=label_smoothing)
             (loss / accum_steps).backward()
             loss_total += loss.item() / accum_steps
         row = {"step": step, "loss": loss_total, "lr": lr_at(step, lr=lr, steps=steps,
                                                              warmup_steps=warmup_steps)}
-        if not math.isfinite(loss_total):
+        first_loss = loss_total if first_loss is None else first_loss
+        if not math.isfinite(loss_total) or loss_total > DIVERGENCE_FACTOR * first_loss:
             result.diverged = True
             result.history.append(row)
             break
@@ -244,7 +271,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
         opt.step()
         opt.zero_grad(set_to_none=True)
         if val_set is not None and ((step + 1) % eval_every == 0 or step == steps - 1):
-            row["val_loss"], row["val_acc"] = evaluate(model, val_set, device=device)
+            row["val_loss"], row["val_acc"] = evaluate(model, val_set, device=device,
+                                                       precision=precision)
             bar.set_postfix(loss=f"{loss_total:.3f}", val_acc=f"{row['val_acc']:.3f}")
             if not row["val_acc"] <= result.best_val_acc:  # also true for the first (NaN)
                 result.best_val_acc, result.best_step = row["val_acc"], step
@@ -259,7 +287,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
             for n, p in named:
                 p.copy_(best[n])
     if test_set is not None and not result.diverged:
-        result.test_loss, result.test_acc = evaluate(model, test_set, device=device)
+        result.test_loss, result.test_acc = evaluate(model, test_set, device=device,
+                                                     precision=precision)
     model.eval()
     return result
 

@@ -93,6 +93,28 @@ def _load_embedded(checkpoint: str, num_classes: int | None) -> VisionTransforme
     return model
 
 
+@torch.no_grad()
+def new_head(model: VisionTransformer, num_classes: int, *, seed: int) -> VisionTransformer:
+    """Replace the classifier by a freshly initialised one of ``num_classes`` outputs, in
+    place; everything else (the final norm included) is kept.
+
+    Paper: section 2 ("a new classification head" in every finetuning configuration). The
+    init is PyTorch's default for a linear layer, U(-1/sqrt(d), 1/sqrt(d)) for weight and
+    bias, drawn from a generator seeded by ``seed`` alone: the same seed gives the same head,
+    whatever else used the global random state. Used by every finetuning run
+    (``vitplast.sweep``), notebooks 04-05.
+    """
+    device = next(model.parameters()).device
+    model.reset_classifier(num_classes)
+    head = model.get_classifier()
+    generator = torch.Generator().manual_seed(seed)
+    bound = 1.0 / head.in_features ** 0.5
+    for p in (head.weight, head.bias):
+        p.copy_(torch.rand(p.shape, generator=generator) * 2 * bound - bound)
+    head.to(device)
+    return model
+
+
 def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint: str = "final",
                weights_file: str | Path | None = None, num_classes: int | None = None,
                device: str | torch.device | None = "cpu", **timm_kwargs) -> VisionTransformer:
@@ -105,7 +127,8 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
         checkpoint: for the embedded model, which checkpoint along pretraining
             (``"init"``, ``"epoch1"``, ..., ``"final"``; see ``embedded_checkpoints()``).
         weights_file: a local weights file for a timm name (safetensors or a torch file).
-        num_classes: replace the classifier head with a new one of this size.
+        num_classes: the classifier's size. For the embedded model the pretrained head is
+            kept when it already has this size; finetuning always replaces it (``new_head``).
         device: where to put the model; ``None`` picks CUDA when available.
         **timm_kwargs: passed to ``timm.create_model``.
 

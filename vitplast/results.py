@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast import store
+from vitplast.runs import run_hash
 
 _OUTCOME = ("status", "error", "test_acc", "test_loss", "best_val_acc", "best_step", "trainable",
             "seconds", "train_seconds", "device", "machine", "vitplast", "torch", "timm",
@@ -45,7 +46,7 @@ _SETTINGS = ("kind", "model", "checkpoint", "pretrained", "task", "config", "opt
 
 def runs_table(records: list[dict]) -> pd.DataFrame:
     """Records (``sweep.run_one`` with their config) as the table ``results`` documents."""
-    rows = [{"run": store.config_hash(r["config"]), **_flat(r["config"]),
+    rows = [{"run": run_hash(r["config"]), **_flat(r["config"]),
              **{k: r.get(k) for k in _OUTCOME}} for r in records]
     settings = dict.fromkeys(["run", *_SETTINGS,
                               *(k for row in rows for k in row if k not in _OUTCOME)])
@@ -57,7 +58,7 @@ def runs_table(records: list[dict]) -> pd.DataFrame:
 
 def _records(roots) -> list[dict]:
     """Stored runs of one or more results folders, each run once."""
-    return list({store.config_hash(r["config"]): r
+    return list({run_hash(r["config"]): r
                  for root in roots for r in store.load_runs(root)}.values())
 
 
@@ -65,7 +66,7 @@ def results(*roots: str | Path) -> pd.DataFrame:
     """One row per stored run of one or more results folders (half-written or unreadable
     files are not runs).
 
-    Columns: ``run`` (``store.config_hash`` of its config); every config key (``run_config``:
+    Columns: ``run`` (``runs.run_hash`` of its config); every config key (``run_config``:
     kind, model, checkpoint, pretrained, task, ..., config, lr, seed, steps, optimizer, ...;
     nested dicts as ``key.sub``, lists as JSON text); ``status`` ("ok", "diverged",
     "failed"); ``error``; ``test_acc``, ``best_val_acc`` (in [0, 1]; NaN unless ok) and
@@ -87,7 +88,7 @@ def history(*roots: str | Path, metrics: list[str] | None = None) -> pd.DataFram
     Args:
         metrics: keep only these metrics (default: all).
     """
-    rows = [(store.config_hash(r["config"]), h["step"], k, v)
+    rows = [(run_hash(r["config"]), h["step"], k, v)
             for r in _records(roots) for h in r.get("history") or []
             for k, v in h.items() if k != "step" and (metrics is None or k in metrics)]
     df = pd.DataFrame(rows, columns=["run", "step", "metric", "value"])
@@ -307,7 +308,7 @@ def expected_status(df: pd.DataFrame, expected: list[dict]) -> pd.Series:
     """The status of each expected run in ``results`` table ``df``: "ok", "diverged",
     "failed", or "missing" where the store lacks it."""
     status = dict(zip(df["run"], df["status"])) if len(df) else {}
-    return pd.Series([status.get(store.config_hash(c), "missing") for c in expected],
+    return pd.Series([status.get(run_hash(c), "missing") for c in expected],
                      dtype=object)
 
 

@@ -1,4 +1,5 @@
-"""The results store: one JSON file per run, named by a hash of its full config.
+"""The results store: one JSON file per run, named by the hash of its defining keys
+(``vitplast.runs.run_hash``).
 
 Files are written atomically (a temp file in the same folder, then ``os.replace``), so a run
 killed mid-write leaves either the old file or none, never a half-written one; readers skip
@@ -9,11 +10,14 @@ Used by ``vitplast.sweep``, ``python -m vitplast pretrain`` and notebooks 04-06.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
+
+from vitplast.runs import defining, run_hash
 
 
 def config_hash(config: dict) -> str:
@@ -40,6 +44,22 @@ def write_text(path: str | Path, text: str) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def locked(path: str | Path):
+    """Hold an exclusive lock on ``<path>.lock`` (``fcntl.flock``, released when the block
+    ends or the process dies): read-modify-write of ``path`` by concurrent processes."""
+    import fcntl
+
+    lock = Path(f"{path}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def write_json(path: str | Path, obj) -> Path:
     """Write ``obj`` as JSON to ``path`` atomically."""
     return write_text(path, json.dumps(obj, indent=1, default=str))
@@ -55,14 +75,16 @@ def read_json(path: str | Path):
 
 def run_path(root: str | Path, config: dict) -> Path:
     """Where the run of ``config`` is stored under ``root``."""
-    return Path(root) / f"{config_hash(config)}.json"
+    return Path(root) / f"{run_hash(config)}.json"
 
 
 def exists(root: str | Path, config: dict) -> bool:
-    """Whether a complete record of ``config``'s run is stored."""
+    """Whether a complete record of ``config``'s run is stored: one whose defining keys are
+    ``config``'s (its runtime keys may differ)."""
     record = read_json(run_path(root, config))
-    as_stored = json.loads(json.dumps(config, default=str))
-    return record is not None and record.get("config") == as_stored
+    as_stored = json.loads(json.dumps(defining(config), default=str))
+    return (isinstance(record, dict) and isinstance(record.get("config"), dict)
+            and defining(record["config"]) == as_stored and "status" in record)
 
 
 def save_run(root: str | Path, config: dict, record: dict) -> Path:

@@ -2,10 +2,11 @@
 
 Paper: section 2 (finetuning protocol: configurations x LR grid x seeds per dataset).
 
-A run is a flat JSON-able dict (``run_config``) of every setting that affects its result; its
-``store.config_hash`` names the record file. ``run_sweep`` runs only what the store lacks and
-saves each record the moment it finishes, so a killed sweep resumes losing nothing; a
-diverged or failed run is recorded as such. Tables over the store: ``vitplast.results``.
+A run is a flat JSON-able dict (``vitplast.runs.run_config``, re-exported here with ``grid``);
+the hash of its defining keys (``runs.run_hash``) names the record file. ``run_sweep`` runs only
+what the store lacks and saves each record the moment it finishes, so a killed sweep resumes
+losing nothing; a diverged or failed run is recorded as such. Every run starts from a new,
+seeded head (``models.new_head``). Tables over the store: ``vitplast.results``.
 
 Used by notebooks 04-06.
 """
@@ -13,7 +14,6 @@ Used by notebooks 04-06.
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import math
 import os
@@ -32,8 +32,8 @@ import torch
 from vitplast import ablations, components, data, finetune, models, paper_datasets, store
 from vitplast.results import expected_status, runs_table
 from vitplast.results import results as stored_runs
+from vitplast.runs import TRAIN_KEYS, grid, run_config, run_hash  # noqa: F401 (re-exported)
 
-KIND = "finetune"
 EXECUTORS = ("serial", "submitit")
 #: The paper's grids (PAPER.md section 2); DomainNet uses ``PAPER_LRS_DOMAINNET``.
 PAPER_LRS = (1e-3, 3e-3, 1e-2, 3e-2)
@@ -43,81 +43,20 @@ PAPER_SEEDS = (0, 42, 3407)
 #: register here and a run names one with the config key ``prepare``.
 PREPARE: dict[str, Callable] = dict(ablations.PREPARE)
 
-# Not part of a run's config (runtime objects, or fixed for finetuning). A new keyword of
-# ``finetune.train`` enters every config, changing every hash: list it here unless sweeps vary
-# it (tests/test_sweep.py checks the shipped results still match the study).
-_RUNTIME = ("val_set", "test_set", "augment", "device", "on_eval", "progress", "keep_best")
-_TRAIN_DEFAULTS = {k: p.default for k, p in inspect.signature(finetune.train).parameters.items()
-                   if p.default is not inspect.Parameter.empty and k not in _RUNTIME}
-
-def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: int = 0,
-               recipe: str = "embedded", model: str = models.EMBEDDED_NAME,
-               checkpoint: str = "final", pretrained: bool = True, severity: int = 5,
-               train_size: int = 5000, test_size: int = 2000, data_seed: int = 0,
-               **settings) -> dict:
-    """One run's config: ``finetune.train``'s defaults, overridden by the recipe
-    ``finetune.RECIPES[recipe]`` (``"paper"`` also takes ``paper_datasets.PAPER_STEPS``), then
-    by ``settings``.
-
-    Args:
-        task: a name of ``data.EMBEDDED_TASKS``, or with ``data_root`` of ``PAPER_DATASETS``.
-        config: a configuration of ``components.CONFIGS`` or a list of parameter patterns.
-        lr, seed: peak learning rate; training seed (data order, the new head's init).
-        model, checkpoint, pretrained: what ``models.load_model`` loads.
-        severity, train_size, test_size, data_seed: task options (``data.load_task``); one
-            ``data_seed`` fixes the splits for every training seed.
-        **settings: ``finetune.train`` keywords (steps, batch_size, optimizer, clip_grad_norm,
-            ...) and extra keys, stored only when given: ``data_root``, ``img_size`` (paper
-            datasets), ``model_kwargs``, ``weights_file`` (``load_model``), ``prepare`` (a
-            ``PREPARE`` name), ``ablation`` (free-form).
-
-    Raises:
-        ValueError: unknown recipe, task, configuration or optimizer (naming the valid ones).
-    """
-    if recipe not in finetune.RECIPES:
-        raise ValueError(f"unknown recipe {recipe!r}; valid: {list(finetune.RECIPES)}")
-    tasks = list(paper_datasets.PAPER_DATASETS if settings.get("data_root")
-                 else data.EMBEDDED_TASKS)
-    if task not in tasks:
-        raise ValueError(f"unknown task {task!r}; valid: {tasks} (paper datasets need data_root)")
-    if isinstance(config, str) and config not in components.CONFIGS:
-        raise ValueError(f"unknown configuration {config!r}; valid: {list(components.CONFIGS)} "
-                         "or a list of parameter-name patterns")
-    out = {"kind": KIND, "model": model, "checkpoint": checkpoint, "pretrained": pretrained,
-           "task": task, "severity": severity, "train_size": train_size, "test_size": test_size,
-           "data_seed": data_seed, **_TRAIN_DEFAULTS, **finetune.RECIPES[recipe]}
-    if recipe == "paper" and task in paper_datasets.PAPER_STEPS:
-        out["steps"] = paper_datasets.PAPER_STEPS[task]
-    out.update(config=config, lr=lr, seed=seed, **settings)
-    if out["optimizer"] not in finetune.OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {out['optimizer']!r}; valid: {finetune.OPTIMIZERS}")
-    return json.loads(json.dumps(out))  # exactly what the store holds (tuples become lists)
-
-
-def grid(tasks, configs, lrs, seeds, **fixed) -> list[dict]:
-    """Run configs of the cartesian product, ordered task > config > lr > seed (seed fastest).
-
-    Args:
-        tasks, configs, lrs, seeds: lists. A configuration is a name of
-            ``components.CONFIGS``, a list of patterns, or a dict of ``run_config`` keywords
-            (with ``config``), as ``vitplast.ablations.variants`` makes.
-        **fixed: ``run_config`` keywords shared by every run (recipe, steps, model...).
-    """
-    def one(t, c, lr, s):
-        if isinstance(c, dict):
-            return run_config(t, lr=lr, seed=s, **{**fixed, **c})
-        return run_config(t, c, lr=lr, seed=s, **fixed)
-
-    return [one(t, c, lr, s) for t in tasks for c in configs for lr in lrs for s in seeds]
-
 
 def run_one(config: dict, *, device: str | torch.device | None = None,
             progress: bool = False) -> dict:
     """Run one config; return its record. A failing run is recorded, not raised.
 
+    The model is loaded, its classifier replaced by a new one seeded by the run's seed
+    (``models.new_head``; the final norm stays pretrained), the ablation's ``prepare`` applied,
+    then ``finetune.train`` trains what the configuration selects.
+
     Record fields: ``status`` ("ok", "diverged" or "failed"), ``error`` (a failed run's
-    exception line) and ``traceback``, ``test_acc``, ``test_loss``, ``best_val_acc``,
-    ``best_step``, ``trainable``, ``seconds`` (whole run), ``train_seconds``, ``device``,
+    exception line) and ``traceback``, ``initial_val_acc`` (validation accuracy before the
+    first update: about chance with the new head), ``test_acc``, ``test_loss``,
+    ``best_val_acc``, ``best_step``, ``trainable``, ``seconds`` (whole run), ``train_seconds``,
+    ``device``,
     ``history`` (``TrainResult.history``, see ``vitplast.finetune``), and provenance:
     ``machine`` (e.g. "x86_64, 2 cores"), ``vitplast``, ``torch``, ``timm``, ``python``,
     ``git_commit``, ``git_dirty``, ``date`` (UTC). Non-finite numbers become ``None``.
@@ -132,7 +71,8 @@ def run_one(config: dict, *, device: str | torch.device | None = None,
     record = dict(status="failed", error=None, traceback=None, history=[])
     try:
         r = _train(config, device, progress)
-        record.update(status="diverged" if r.diverged else "ok", test_acc=r.test_acc,
+        record.update(status="diverged" if r.diverged else "ok",
+                      initial_val_acc=r.initial_val_acc, test_acc=r.test_acc,
                       test_loss=r.test_loss, best_val_acc=r.best_val_acc, best_step=r.best_step,
                       trainable=r.trainable, train_seconds=r.seconds, history=r.history)
     except Exception as err:  # recorded; a KeyboardInterrupt still stops the sweep
@@ -155,15 +95,17 @@ def _train(config: dict, device: torch.device, progress: bool) -> finetune.Train
         task = data.load_task(config["task"], train_size=config["train_size"],
                               test_size=config["test_size"], severity=config["severity"],
                               seed=config["data_seed"])
-    finetune.seed_everything(config["seed"])  # the new head's (and a random model's) init
+    finetune.seed_everything(config["seed"])  # a random model's init
     model = models.load_model(config["model"], pretrained=config["pretrained"],
                               checkpoint=config["checkpoint"], num_classes=task.num_classes,
                               weights_file=config.get("weights_file"), device=device,
-                              **config.get("model_kwargs", {}))
-    kwargs = {k: config[k] for k in _TRAIN_DEFAULTS if k in config}
+                              **config.get("model_kwargs") or {})
+    models.new_head(model, task.num_classes, seed=config["seed"])
+    kwargs = {k: config[k] for k in TRAIN_KEYS if config.get(k) is not None}
     if prepare is not None:
         kwargs.update(PREPARE[prepare](model, config) or {})
-    kwargs["betas"] = tuple(kwargs.get("betas", _TRAIN_DEFAULTS["betas"]))
+    if "betas" in kwargs:
+        kwargs["betas"] = tuple(kwargs["betas"])
     try:
         return finetune.train(model, task.train, task.val, task.test, device=device,
                               progress=progress, **kwargs)
@@ -247,7 +189,7 @@ def run_sweep(configs: list[dict], root: str | Path, *, executor: str = "serial"
     unknown = {c["prepare"] for c in configs if c.get("prepare") is not None} - set(PREPARE)
     if unknown:
         raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(PREPARE)}")
-    todo = {store.config_hash(c): c for c in configs if not store.exists(root, c)
+    todo = {run_hash(c): c for c in configs if not store.exists(root, c)
             or (retry_failed and _stored(root, c)["status"] == "failed")}
     from tqdm.auto import tqdm
 
@@ -255,12 +197,13 @@ def run_sweep(configs: list[dict], root: str | Path, *, executor: str = "serial"
                disable=not progress)
     if executor == "serial":
         for c in todo.values():
-            _run_and_save(c, str(root), device)
+            if retry_failed or not store.exists(root, c):  # another process may have run it
+                _run_and_save(c, str(root), device)
             bar.update()
     elif todo:
         _submit(list(todo.values()), root, device, bar, **executor_kwargs)
     bar.close()
-    records = {store.config_hash(c): _stored(root, c) or {"config": c, "status": "missing"}
+    records = {run_hash(c): _stored(root, c) or {"config": c, "status": "missing"}
                for c in configs}
     return runs_table(list(records.values()))
 
@@ -292,39 +235,6 @@ def _submit(configs, root, device, bar, folder=None, cluster=None, **parameters)
         except Exception as err:  # killed (time limit, preemption...): no record, re-run later
             warnings.warn(f"job {job.job_id} died without a record: {err}", stacklevel=3)
         bar.update()
-
-
-#: Where the embedded study's results are shipped (one JSON per run).
-EMBEDDED_RESULTS = models.DATA_DIR / "finetune"
-#: The embedded study (notebook 04's defaults): every embedded downstream task but plain
-#: Fashion-MNIST (the pretraining domain) and one of its two geometric shifts, x the paper's
-#: configurations plus head-only, x an SGD grid wide enough for every best LR to be interior,
-#: x the paper's seeds. Recipe: ``finetune.RECIPES["embedded"]``. (A first grid, 3e-3..1, had
-#: head-only's best at its top and no best at 3e-3 (fmnist_contrast, seed 0): shifted up.)
-EMBEDDED_STUDY = dict(
-    # the confound study's two tasks first: its baselines come from here
-    tasks=["fmnist_contrast", "digits", "fmnist_gaussian_noise", "fmnist_motion_blur",
-           "fmnist_snow", "fmnist_speckle_noise", "fmnist_rotate90"],
-    configs=["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"],
-    lrs=[0.01, 0.03, 0.1, 0.3, 1.0, 3.0],
-    seeds=list(PAPER_SEEDS),
-    # head-only (a linear head on frozen features) still peaked at 3 (fmnist_contrast, seed 0);
-    # full and FC2 peaked at 0.01 (fmnist_motion_blur, seed 0), MHA and FC1 at 0.03. With
-    # those, head still peaked at 10 (digits), full and MHA at 0.003 (fmnist_gaussian_noise,
-    # fmnist_speckle_noise; seed 0): one more LR each.
-    extra_lrs={"head": [10.0, 30.0], "full": [0.001, 0.003], "MHA": [0.001, 0.003],
-               "FC1": [0.003], "FC2": [0.003]})
-
-
-def study(tasks, configs, lrs, seeds, extra_lrs=None, **fixed) -> list[dict]:
-    """A study's runs: ``grid(tasks, configs, lrs, seeds)``, plus each configuration of
-    ``extra_lrs`` (a dict: configuration -> LRs) that is among ``configs`` at its extra LRs,
-    so that its best LR can be interior too."""
-    runs = grid(tasks, configs, lrs, seeds, **fixed)
-    for config, more in (extra_lrs or {}).items():
-        if config in configs:
-            runs += grid(tasks, [config], more, seeds, **fixed)
-    return runs
 
 
 def trainable_table(model: torch.nn.Module, configs, *, train_head: bool = True) -> pd.DataFrame:
@@ -369,11 +279,13 @@ def log_session(root: str | Path, command: str, summary: pd.DataFrame, seconds: 
     """Append one sweep session (command, provenance, wall time, and the status counts of
     the store after it) to ``root/study.json``, the study's provenance across sessions, and
     write ``summary`` (``results.results(root)``) to ``root/runs.csv``: every stored run, one
-    row each, for readers without vitplast."""
+    row each, for readers without vitplast. Concurrent sessions take turns (``store.locked``),
+    so none is lost."""
     path = Path(root) / "study.json"
-    log = store.read_json(path) or {"sessions": []}
-    log["sessions"].append(dict(command=command, **provenance(models.pick_device(device)),
-                                wall_seconds=round(seconds, 1),
-                                status=summary["status"].value_counts().to_dict()))
-    store.write_text(Path(root) / "runs.csv", summary.sort_values("run").to_csv(index=False))
-    return store.write_json(path, log)
+    session = dict(command=command, **provenance(models.pick_device(device)),
+                   wall_seconds=round(seconds, 1), status=summary["status"].value_counts().to_dict())
+    with store.locked(path):
+        log = store.read_json(path) or {"sessions": []}
+        log["sessions"].append(session)
+        store.write_text(Path(root) / "runs.csv", summary.sort_values("run").to_csv(index=False))
+        return store.write_json(path, log)

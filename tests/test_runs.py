@@ -1,0 +1,70 @@
+"""The declared run schema: which keys define a run's hash, which are runtime knobs."""
+
+import inspect
+
+import pytest
+
+from vitplast import finetune, runs, store
+
+BASE = dict(task="digits", config="MHA", lr=0.1, seed=0)
+
+
+def _hash(**changes):
+    return runs.run_hash(runs.run_config(**{**BASE, **changes}))
+
+
+@pytest.mark.parametrize("knob, value", [("device", "cuda"), ("workers", 8), ("log_every", 1),
+                                         ("precision", "fp32"), ("accum_steps", 4),
+                                         ("weights_file", "w.pt")])
+def test_a_runtime_knob_keeps_the_hash(knob, value):
+    assert knob in runs.RUNTIME_KEYS and knob not in runs.RUN_KEYS
+    assert _hash(**{knob: value}) == _hash()
+
+
+def test_where_the_paper_data_lies_is_not_part_of_a_run():
+    assert _hash(task="pet", data_root="/data") == _hash(task="pet", data_root="/scratch/data")
+
+
+@pytest.mark.parametrize("key, value", [("lr", 0.3), ("seed", 1), ("config", "FC1"),
+                                        ("task", "fmnist_snow"), ("steps", 10),
+                                        ("batch_size", 32), ("clip_grad_norm", None),
+                                        ("checkpoint", "init"), ("optimizer", "adamw"),
+                                        ("eval_every", 5), ("ablation", {"c": 2.0})])
+def test_a_defining_key_changes_the_hash(key, value):
+    assert _hash(**{key: value}) != _hash()
+
+
+def test_a_new_training_keyword_does_not_rehash_the_store(monkeypatch):
+    """``run_config`` never reads ``finetune.train``'s signature: a new keyword there (with
+    any default) leaves every config and hash as it was."""
+    before = runs.run_config(**BASE)
+
+    def train(*args, new_knob=3, **kwargs):
+        return finetune.train(*args, **kwargs)
+
+    monkeypatch.setattr(finetune, "train", train)
+    assert "new_knob" in inspect.signature(finetune.train).parameters
+    after = runs.run_config(**BASE)
+    assert after == before and runs.run_hash(after) == runs.run_hash(before)
+
+
+def test_none_valued_keys_are_left_out_of_the_hash():
+    config = runs.run_config(**BASE)
+    assert runs.run_hash({**config, "prepare": None}) == runs.run_hash(config)
+    assert "prepare" not in runs.defining({**config, "prepare": None})
+
+
+def test_every_key_of_a_run_is_declared():
+    config = runs.run_config(**BASE, workers=2, data_root=None)
+    assert set(config) <= set(runs.RUN_KEYS) | set(runs.RUNTIME_KEYS)
+    with pytest.raises(ValueError, match="unknown run setting\\(s\\) \\['wrokers'\\]; valid"):
+        runs.run_config(**BASE, wrokers=2)
+
+
+def test_the_store_finds_a_run_whatever_its_runtime_knobs(tmp_path):
+    config = runs.run_config(**BASE)
+    store.save_run(tmp_path, {**config, "workers": 4}, dict(status="ok"))
+    assert store.exists(tmp_path, config) and store.exists(tmp_path, {**config, "device": "cuda"})
+    assert not store.exists(tmp_path, {**config, "lr": 1.0})
+    store.save_run(tmp_path, {**config, "lr": 1.0}, {})  # a record without a status
+    assert not store.exists(tmp_path, {**config, "lr": 1.0})

@@ -1,0 +1,129 @@
+"""Runs: the declared schema of a finetuning run, its hash, and grids of runs.
+
+Paper: section 2 (finetuning protocol: configurations x LR grid x seeds per dataset).
+
+A run is a flat JSON-able dict (``run_config``). Its keys are of two kinds, declared here once:
+
+- ``RUN_KEYS`` define what a run computes (task, model, configuration, LR, seed, recipe,
+  ablation...). Its hash (``run_hash``) is over these keys only, and names its record file.
+- ``RUNTIME_KEYS`` change how a run executes, not what it computes (device, data loader
+  workers, logging period, numeric precision, where the data and weights lie). They are stored
+  with the record but never hashed: raising ``workers`` on a GPU keeps every stored run.
+
+A key whose value is ``None`` is left out of the hash, so a new defining key added later with a
+``None`` default re-hashes nothing. Nothing here reads ``finetune.train``'s signature: a new
+keyword of the training loop changes no hash either.
+
+Used by ``vitplast.sweep``, ``vitplast.studies`` and notebooks 04-06.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+#: The keys that define a run (and its hash). See ``run_config`` for each one's meaning.
+RUN_KEYS = (
+    # what is finetuned, on what
+    "kind", "model", "checkpoint", "pretrained", "model_kwargs", "task", "severity",
+    "train_size", "test_size", "data_seed", "img_size",
+    # how: the configuration and the recipe
+    "config", "train_head", "lr", "seed", "optimizer", "momentum", "weight_decay", "betas",
+    "clip_grad_norm", "warmup_steps", "steps", "batch_size", "eval_every", "label_smoothing",
+    "lr_scales",
+    # ablations (``vitplast.ablations``): a model change before training, and its arguments
+    "prepare", "ablation")
+#: Keys that change how a run executes, never what it computes: stored, not hashed.
+#: ``accum_steps`` splits a batch into equal micro-batches (the same gradient, less memory).
+RUNTIME_KEYS = ("device", "workers", "log_every", "precision", "accum_steps", "data_root",
+                "weights_file")
+#: ``finetune.train`` keywords a run passes on (the rest of its keys choose task and model).
+TRAIN_KEYS = ("config", "train_head", "lr", "seed", "optimizer", "momentum", "weight_decay",
+              "betas", "clip_grad_norm", "warmup_steps", "steps", "batch_size", "eval_every",
+              "label_smoothing", "lr_scales", "workers", "log_every", "precision", "accum_steps")
+KIND = "finetune"
+#: The training settings of a run before its recipe overrides them.
+TRAIN_DEFAULTS = dict(train_head=True, optimizer="sgd", momentum=0.9, weight_decay=0.0,
+                      betas=[0.9, 0.999], clip_grad_norm=1.0, warmup_steps=0, steps=400,
+                      batch_size=128, eval_every=100, label_smoothing=0.0)
+
+
+def defining(config: dict) -> dict:
+    """The part of a run config that defines it: its ``RUN_KEYS`` that are not ``None``."""
+    return {k: config[k] for k in RUN_KEYS if config.get(k) is not None}
+
+
+def run_hash(config: dict) -> str:
+    """A short stable hash of a run: of its ``defining`` keys only (key order does not
+    matter; runtime keys do not count)."""
+    text = json.dumps(defining(config), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: int = 0,
+               recipe: str = "embedded", model: str | None = None, checkpoint: str = "final",
+               pretrained: bool = True, severity: int = 5, train_size: int = 5000,
+               test_size: int = 2000, data_seed: int = 0, **settings) -> dict:
+    """One run's config: ``TRAIN_DEFAULTS``, overridden by the recipe
+    ``finetune.RECIPES[recipe]`` (``"paper"`` also takes ``paper_datasets.PAPER_STEPS``), then
+    by ``settings``.
+
+    Args:
+        task: a name of ``data.EMBEDDED_TASKS``, or with ``data_root`` of ``PAPER_DATASETS``.
+        config: a configuration of ``components.CONFIGS`` or a list of parameter patterns.
+        lr, seed: peak learning rate; training seed (data order, the new head's init).
+        model, checkpoint, pretrained: what ``models.load_model`` loads (default: the embedded
+            model).
+        severity, train_size, test_size, data_seed: task options (``data.load_task``); one
+            ``data_seed`` fixes the splits for every training seed.
+        **settings: any other key of ``RUN_KEYS`` (``finetune.train`` keywords such as steps,
+            batch_size, optimizer, clip_grad_norm, lr_scales; ``img_size`` of paper datasets;
+            ``model_kwargs`` of ``load_model``; ``prepare``, a ``sweep.PREPARE`` name, and
+            ``ablation``, its arguments) or of ``RUNTIME_KEYS`` (``data_root``,
+            ``weights_file``, ``workers``, ``log_every``, ``precision``, ``accum_steps``).
+
+    Raises:
+        ValueError: unknown key, recipe, task, configuration or optimizer (naming the valid ones).
+    """
+    from vitplast import components, data, finetune, models, paper_datasets
+
+    unknown = sorted(set(settings) - set(RUN_KEYS) - set(RUNTIME_KEYS))
+    if unknown:
+        raise ValueError(f"unknown run setting(s) {unknown}; valid: run keys {list(RUN_KEYS)} "
+                         f"and runtime keys {list(RUNTIME_KEYS)}")
+    if recipe not in finetune.RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; valid: {list(finetune.RECIPES)}")
+    tasks = list(paper_datasets.PAPER_DATASETS if settings.get("data_root")
+                 else data.EMBEDDED_TASKS)
+    if task not in tasks:
+        raise ValueError(f"unknown task {task!r}; valid: {tasks} (paper datasets need data_root)")
+    if isinstance(config, str) and config not in components.CONFIGS:
+        raise ValueError(f"unknown configuration {config!r}; valid: {list(components.CONFIGS)} "
+                         "or a list of parameter-name patterns")
+    out = {"kind": KIND, "model": model or models.EMBEDDED_NAME, "checkpoint": checkpoint,
+           "pretrained": pretrained, "task": task, "severity": severity,
+           "train_size": train_size, "test_size": test_size, "data_seed": data_seed,
+           **TRAIN_DEFAULTS, **finetune.RECIPES[recipe]}
+    if recipe == "paper" and task in paper_datasets.PAPER_STEPS:
+        out["steps"] = paper_datasets.PAPER_STEPS[task]
+    out.update(config=config, lr=lr, seed=seed, **settings)
+    if out["optimizer"] not in finetune.OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {out['optimizer']!r}; valid: {finetune.OPTIMIZERS}")
+    return json.loads(json.dumps(out))  # exactly what the store holds (tuples become lists)
+
+
+def grid(tasks, configs, lrs, seeds, **fixed) -> list[dict]:
+    """Run configs of the cartesian product, ordered task > config > lr > seed (seed fastest).
+
+    Args:
+        tasks, configs, lrs, seeds: lists. A configuration is a name of
+            ``components.CONFIGS``, a list of patterns, or a dict of ``run_config`` keywords
+            (with ``config``), as ``vitplast.confounds.variants`` makes.
+        **fixed: ``run_config`` keywords shared by every run (recipe, steps, model...).
+    """
+    def one(t, c, lr, s):
+        if isinstance(c, dict):
+            return run_config(t, lr=lr, seed=s, **{**fixed, **c})
+        return run_config(t, c, lr=lr, seed=s, **fixed)
+
+    return [one(t, c, lr, s) for t in tasks for c in configs for lr in lrs for s in seeds]

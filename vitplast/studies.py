@@ -1,0 +1,74 @@
+"""Studies: the named sets of finetuning runs that the notebooks read and the CLI runs.
+
+Paper: section 5 (the main table, Fig. 18) on the embedded default. A study is a preset of
+``runs.grid`` arguments; ``runs_of`` turns it into its run configs, and its results store
+holds one record per run. The LR-tuning diary of each study is prose in its store's
+``README.md``.
+
+- ``MAIN``: notebook 04's main study, stored in ``data/finetune/``.
+- ``BUDGET``: the budget-sensitivity check of notebook 04 (every configuration at 4x the
+  steps, at its chosen LR of the main study and that LR's two grid neighbours), stored with
+  the main study. Its LRs depend on the main study's results: ``budget_runs``.
+
+Used by the CLI (``python -m vitplast sweep``), notebooks 04-05 and the tests.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from vitplast import models, runs
+
+#: Where the main study's records are shipped (one JSON per run).
+MAIN_RESULTS = models.DATA_DIR / "finetune"
+#: Half-decade LR steps from 1e-4 to 100: the grid every study's LRs are taken from.
+LR_LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+
+
+def ladder(low: float, high: float) -> list[float]:
+    """The ``LR_LADDER`` values from ``low`` to ``high``, both included."""
+    return [lr for lr in LR_LADDER if low <= lr <= high]
+
+
+#: Notebook 04's study: every embedded downstream task but plain Fashion-MNIST (the
+#: pretraining domain) and one of its two geometric shifts, x the paper's configurations plus
+#: head-only, x a half-decade SGD grid per configuration (centred on what the first study,
+#: which kept the pretrained head, chose, and wide enough that accuracy falls by more than
+#: 2 points on both sides of every best LR), x the paper's seeds. Recipe:
+#: ``finetune.RECIPES["embedded"]``; every run starts from a new head.
+MAIN = dict(
+    tasks=["fmnist_contrast", "digits", "fmnist_gaussian_noise", "fmnist_motion_blur",
+           "fmnist_snow", "fmnist_speckle_noise", "fmnist_rotate90"],
+    lrs={"full": ladder(3e-4, 3.0), "head": ladder(0.03, 30.0), "LN1": ladder(0.01, 30.0),
+         "MHA": ladder(3e-4, 3.0), "LN2": ladder(0.01, 30.0), "FC1": ladder(3e-4, 3.0),
+         "FC2": ladder(3e-4, 3.0)},
+    seeds=[0, 42, 3407])
+#: The budget-sensitivity check: two tasks (the hardest shift and the new domain), every
+#: configuration at 4x the embedded recipe's steps (warm-up and evaluation period scaled too).
+BUDGET = dict(tasks=["fmnist_contrast", "digits"], steps=480, warmup_steps=48, eval_every=80,
+              seeds=[0, 42, 3407])
+
+
+def runs_of(study: dict, **fixed) -> list[dict]:
+    """Every run config of a study preset such as ``MAIN``: per configuration its LRs
+    (``lrs``: configuration -> LRs), x tasks x seeds, ordered task > config > lr > seed."""
+    return [run for task in study["tasks"] for config, lrs in study["lrs"].items()
+            for run in runs.grid([task], [config], lrs, study["seeds"], **fixed)]
+
+
+def budget_runs(main: pd.DataFrame, study: dict = BUDGET) -> list[dict]:
+    """The budget-sensitivity runs, given the main study's ``results`` table ``main``: on each
+    task of ``study``, each configuration at the LR chosen on validation in the main study
+    and its two neighbours on that configuration's grid (``MAIN["lrs"]``)."""
+    from vitplast import results
+
+    in_main = {runs.run_hash(c) for c in runs_of(MAIN)}
+    chosen = results.select_lr(main[main["run"].isin(in_main) & main["task"].isin(study["tasks"])])
+    fixed = {k: study[k] for k in ("steps", "warmup_steps", "eval_every")}
+    out = []
+    for row in chosen.itertuples():
+        grid = MAIN["lrs"][row.config]
+        i = grid.index(row.lr)
+        out += runs.grid([row.task], [row.config], grid[max(0, i - 1):i + 2], study["seeds"],
+                         **fixed)
+    return out
