@@ -338,3 +338,20 @@ def linear_probe(model: nn.Module, task, *, max_iter: int = 1000, C: float = 1.0
     return dict(train_acc=float(clf.score(xtr, ytr)), val_acc=float(clf.score(xva, yva)),
                 test_acc=float(clf.score(xte, yte)), n_train=int(len(ytr)),
                 n_features=int(xtr.shape[1]))
+
+
+def linear_probes(model_name: str, tasks: list[str], **probe_kwargs):
+    """``linear_probe`` of the pretrained ``model_name`` on each embedded task: the paper's
+    linear-probe column. Returns a table: ``task``, ``train_acc``, ``val_acc``, ``test_acc``
+    (in %), ``n_train``, ``n_features``. Used by notebook 04."""
+    import pandas as pd
+
+    from vitplast import data, models
+
+    model = models.load_model(model_name)
+    rows = []
+    for name in tasks:
+        r = linear_probe(model, data.load_task(name), **probe_kwargs)
+        rows.append(dict(task=name, **{k: 100 * v if k.endswith("_acc") else v
+                                       for k, v in r.items()}))
+    return pd.DataFrame(rows)

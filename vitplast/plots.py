@@ -9,6 +9,8 @@ Used by notebooks 01-06.
 
 from __future__ import annotations
 
+import functools
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -17,7 +19,17 @@ import seaborn as sns
 from vitplast.components import COMPONENTS
 
 ORDER = list(COMPONENTS)
-sns.set_theme(style="whitegrid", context="notebook")
+#: At most this many panels per row; more wrap onto new rows.
+MAX_COLS = 4
+
+
+def _themed(fn):
+    """Draw ``fn``'s figure in seaborn's whitegrid style, without changing the global theme."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with sns.axes_style("whitegrid"), sns.plotting_context("notebook"):
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 def save(fig: plt.Figure, folder: str | Path, name: str) -> Path | None:
@@ -31,12 +43,20 @@ def save(fig: plt.Figure, folder: str | Path, name: str) -> Path | None:
 
 
 def _grid(df, col, height=3.2, aspect=1.2, **kw):
+    """A figure with one panel per value of ``col``, at most ``MAX_COLS`` per row; returns
+    (fig, the used axes in order, the values). Unused panels are hidden."""
     cols = (list(dict.fromkeys(df[col])) or [None]) if col else [None]
-    fig, axes = plt.subplots(1, len(cols), figsize=(height * aspect * len(cols), height),
+    ncols = min(len(cols), MAX_COLS)
+    nrows = math.ceil(len(cols) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(height * aspect * ncols, height * nrows),
                              squeeze=False, sharey=kw.pop("sharey", True))
-    return fig, axes[0], cols
+    axes = axes.ravel()
+    for ax in axes[len(cols):]:
+        ax.set_visible(False)
+    return fig, axes[:len(cols)], cols
 
 
+@_themed
 def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None):
     """Fig. 2 analogue: per component, a box over layers of per-layer plasticity.
 
@@ -55,6 +75,7 @@ def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None
     return fig
 
 
+@_themed
 def plasticity_by_layer(summary, col: str | None = "protocol", style: str | None = None):
     """Fig. 3 analogue: per-layer plasticity curves per component, with 95% CI bands."""
     fig, axes, cols = _grid(summary, col, sharey=False)
@@ -74,6 +95,7 @@ def plasticity_by_layer(summary, col: str | None = "protocol", style: str | None
     return fig
 
 
+@_themed
 def rate_distributions(df, col: str | None = "protocol"):
     """Per-pair rate distributions per component (all layers pooled), log scale."""
     fig, axes, cols = _grid(df, col, sharey=False)
@@ -85,9 +107,12 @@ def rate_distributions(df, col: str | None = "protocol"):
     return fig
 
 
+@_themed
 def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = False,
-          logy: bool = False, band: str | None = None, title: str = ""):
-    """Generic line plot of ``y`` against ``x`` per ``hue`` (optionally ``band`` = +- column)."""
+          logy: bool = False, band: str | None = None, title: str = "",
+          xlabel: str | None = None, ylabel: str | None = None):
+    """Line plot of ``y`` against ``x`` per ``hue`` (optionally ``band`` = +- column), one panel
+    per ``col`` value; ``xlabel``/``ylabel`` name the axes in words (default: column names)."""
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
@@ -99,9 +124,9 @@ def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = Fal
                                 color=line.get_color())
         ax.set_xscale("log" if logx else "linear")
         ax.set_yscale("log" if logy else "linear")
-        ax.set_xlabel(x)
-        ax.set_ylabel(y)
-        ax.set_title(f"{title}{col} = {value}" if value is not None else title)
+        ax.set_xlabel(xlabel or x)
+        ax.set_ylabel(ylabel or y)
+        ax.set_title(f"{title}{value}" if value is not None else title)
     if len(df):
         axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
     else:
@@ -111,20 +136,27 @@ def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = Fal
     return fig
 
 
-def scatter(df, x: str, y: str, hue: str, logx: bool = False, title: str = ""):
-    """Scatter of ``y`` against ``x`` coloured by ``hue``."""
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    sns.scatterplot(df, x=x, y=y, hue=hue, ax=ax)
-    ax.set_xscale("log" if logx else "linear")
-    ax.axhline(0, color="k", lw=0.8, ls="--")
-    ax.set_title(title)
-    ax.legend(bbox_to_anchor=(1.02, 1), loc="upper left")
+@_themed
+def scatter(df, x: str, y: str, hue: str, logx: bool = False, title: str = "",
+            col: str | None = None, xlabel: str | None = None, ylabel: str | None = None):
+    """Scatter of ``y`` against ``x`` coloured by ``hue``, one panel per ``col`` value."""
+    fig, axes, cols = _grid(df, col, sharey=False)
+    for ax, value in zip(axes, cols):
+        sub = df if value is None else df[df[col] == value]
+        sns.scatterplot(sub, x=x, y=y, hue=hue, ax=ax, legend=ax is axes[-1], s=60)
+        ax.set_xscale("log" if logx else "linear")
+        ax.axhline(0, color="k", lw=0.8, ls="--")
+        ax.set(title=f"{title}{value}" if value is not None else title, xlabel=xlabel or x,
+               ylabel=ylabel or y)
+    if axes[-1].get_legend() is not None:
+        axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
     fig.tight_layout()
     return fig
 
 
+@_themed
 def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
-                significant: str | None = None, title: str = ""):
+                significant: str | None = None, title: str = "", xlabel: str | None = None):
     """A forest plot: per row of ``df``, ``diff`` with a +-``ci`` bar, against zero.
 
     ``significant`` (a boolean column) draws the rows it marks filled, the others hollow.
@@ -137,11 +169,13 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
         ax.errorbar(r[diff], yi, xerr=r[ci], fmt="o", color="C0", capsize=3,
                     markerfacecolor="C0" if full else "white")
     ax.axvline(0, color="k", lw=0.8, ls="--")
-    ax.set(yticks=list(y), yticklabels=list(df[label]), xlabel=f"{diff} (+- {ci})", title=title)
+    ax.set(yticks=list(y), yticklabels=list(df[label]), title=title,
+           xlabel=xlabel or f"{diff} (+- {ci})")
     fig.tight_layout()
     return fig
 
 
+@_themed
 def intervals(df):
     """Per component, along depth on a log scale: plasticity, lower end and the bounds.
 
@@ -165,4 +199,36 @@ def intervals(df):
     labels = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels())}
     fig.legend(labels.values(), labels.keys(), loc="lower center", ncol=len(labels), fontsize=8)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+@_themed
+def findings(table, unit: str, title: str = ""):
+    """A forest plot of the findings rows measured in ``unit`` (``vitplast.findings``): each
+    difference with its 95% CI, filled where Holm-significant. Used by notebooks 04-05."""
+    rows = table[(table["unit"] == unit) & (table["test"] != "none")].reset_index(drop=True)
+    rows = rows.assign(significant=rows["p_holm"] < 0.05)
+    return differences(rows, label="claim", diff="measured", ci="ci95", significant="significant",
+                       title=title or "filled: significant after Holm correction",
+                       xlabel=unit)
+
+
+@_themed
+def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: str | None = None,
+                title: str = ""):
+    """Bars of ``y`` per ``x`` and ``hue``, one panel per ``col`` value (e.g. accuracy per
+    configuration at two budgets)."""
+    fig, axes, cols = _grid(df, col, aspect=1.5)
+    if not len(df):
+        axes[0].text(0.5, 0.5, "no data", ha="center", va="center", transform=axes[0].transAxes)
+        return fig
+    for ax, value in zip(axes, cols):
+        sub = df if value is None else df[df[col] == value]
+        sns.barplot(sub, x=x, y=y, hue=hue, ax=ax, legend=ax is axes[-1])
+        lo = sub[y].min()
+        ax.set(ylim=(lo - 0.1 * (sub[y].max() - lo) - 1, None), ylabel=ylabel or y,
+               title=f"{title}{value}" if value is not None else title)
+    if axes[-1].get_legend() is not None:
+        axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
+    fig.tight_layout()
     return fig

@@ -23,7 +23,8 @@ import pandas as pd
 from vitplast import store
 from vitplast.runs import run_hash
 
-_OUTCOME = ("status", "error", "test_acc", "test_loss", "best_val_acc", "best_step", "trainable",
+_OUTCOME = ("status", "error", "initial_val_acc", "test_acc", "test_loss", "best_val_acc",
+            "best_step", "trainable",
             "seconds", "train_seconds", "device", "machine", "vitplast", "torch", "timm",
             "python", "git_commit", "git_dirty", "date")
 
@@ -51,7 +52,8 @@ def runs_table(records: list[dict]) -> pd.DataFrame:
     settings = dict.fromkeys(["run", *_SETTINGS,
                               *(k for row in rows for k in row if k not in _OUTCOME)])
     df = pd.DataFrame(rows, columns=[*settings, *_OUTCOME])
-    for k in ("test_acc", "test_loss", "best_val_acc", "seconds", "train_seconds"):
+    for k in ("initial_val_acc", "test_acc", "test_loss", "best_val_acc", "seconds",
+              "train_seconds"):
         df[k] = pd.to_numeric(df[k]).astype(float)
     return df
 
@@ -166,8 +168,69 @@ def main_table(df: pd.DataFrame, on: str = "val", ddof: int = 0) -> pd.DataFrame
     average = table.drop_duplicates("_rest")[["_rest", *rest]].assign(
         task="average", test_acc_mean=lambda d: d["_rest"].map(means))
     out = pd.concat([table, average], ignore_index=True).assign(selected_on=on)
+    out["lr_at_edge"] = out["lr_at_edge"].astype("boolean").fillna(False).astype(bool)
     return out.drop(columns=["_setting", "_rest"])[[*keys, "lr", "test_acc_mean", "test_acc_std",
                                                     "n_seeds", "selected_on", "lr_at_edge"]]
+
+
+def main_wide(main: pd.DataFrame, probe: pd.Series | None = None,
+              value: str = "test_acc_mean") -> pd.DataFrame:
+    """``main_table`` as the paper prints it: tasks as rows (and "average"), configurations as
+    columns, plus the linear probe (``probe``: accuracy in % per task) when given."""
+    wide = main.pivot_table(index="task", columns="config", values=value, sort=False,
+                            dropna=False)
+    if probe is not None:
+        wide["linear probe"] = probe.reindex(wide.index)
+        wide.loc["average", "linear probe"] = probe.mean()
+    order = [c for c in ("full", "head", "MHA", "FC1", "FC2", "LN2", "LN1", "linear probe")
+             if c in wide]
+    return wide[order + [c for c in wide if c not in order]]
+
+
+def compare_with_paper(wide: pd.DataFrame) -> pd.DataFrame:
+    """The average row of ``main_wide`` beside Table 1's average (ViT-B/16 in21k, the
+    paper's 11 datasets): per configuration, both accuracies (%) and both ranks."""
+    from vitplast.paper import TABLE1_CONFIGS, table1_average
+
+    configs = [c for c in TABLE1_CONFIGS if c in wide]
+    out = pd.DataFrame({"config": configs,
+                        "embedded (%)": [wide.loc["average", c] for c in configs],
+                        "paper, Table 1 (%)": [table1_average(c) for c in configs]})
+    out["embedded rank"] = out["embedded (%)"].rank(ascending=False).astype(int)
+    out["paper rank"] = out["paper, Table 1 (%)"].rank(ascending=False).astype(int)
+    return out
+
+
+def finetuning_tables(runs: pd.DataFrame, budget: pd.DataFrame, root, *, rates: pd.DataFrame,
+                      on: str = "val") -> dict:
+    """Every table behind notebook 04's findings, from a study's runs (``studies.load``) and
+    the plasticity ``rates`` of its tasks: ``main`` (``main_table``), ``gain``, ``bands``
+    (``lr_bands``), ``link`` (``plasticity_vs_gain``) and ``corr``
+    (``within_task_correlation``), ``dynamics``, ``grad_norms`` (``component_grad_norms``)
+    and ``grads`` (``grad_norms_by_task``), ``budget`` (``main_table`` of the budget runs,
+    or None)."""
+    from vitplast import plasticity
+
+    main = main_table(runs, on=on)
+    gain = gains(main)
+    link = plasticity_vs_gain(plasticity.ranking(rates), gain)
+    dyn = dynamics(runs, history(root), on=on)
+    norms = component_grad_norms(dyn)
+    return dict(main=main, gain=gain, bands=lr_bands(runs), link=link,
+                corr=within_task_correlation(link), dynamics=dyn, grad_norms=norms,
+                grads=grad_norms_by_task(norms),
+                budget=main_table(budget, on=on) if len(budget) else None)
+
+
+def budget_comparison(main: pd.DataFrame, budget: pd.DataFrame | None) -> pd.DataFrame:
+    """Per task of the budget check x configuration, test accuracy (%) at the main study's
+    budget and at the budget check's (``budget``: "1x" or "4x" steps); empty without one."""
+    if budget is None or not len(budget):
+        return pd.DataFrame(columns=["task", "config", "test_acc_mean", "budget"])
+    tasks = set(budget["task"]) - {"average"}
+    both = [main[main["task"].isin(tasks)].assign(budget="1x steps"),
+            budget[budget["task"].isin(tasks)].assign(budget="4x steps")]
+    return pd.concat(both, ignore_index=True)[["task", "config", "test_acc_mean", "budget"]]
 
 
 def gains(main: pd.DataFrame, baseline: str = "head") -> pd.DataFrame:
@@ -196,24 +259,47 @@ def lr_curves(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def lr_robustness(curves: pd.DataFrame, lrs=None) -> pd.DataFrame:
-    """Per config: how much test accuracy depends on the LR, averaged over tasks.
+def lr_bands(df: pd.DataFrame, within=(1.0, 2.0), chance: float = 10.0) -> pd.DataFrame:
+    """LR robustness relative to each setting's own best LR (the Fig. 18 analogue, measured).
 
-    Columns: ``config``, ``spread`` (max - min over the grid of the seed-mean test accuracy,
-    in points), ``drop_from_best`` (best minus the mean over the grid), ``n_tasks``.
+    Per task x configuration, on the curve of seed-mean validation accuracy (in %) over
+    log10(lr), where a diverged run counts as ``chance`` (its model is unusable) and a failed
+    one is left out: the ``width`` in decades of the band around the best LR where accuracy
+    stays within ``delta`` points of the best (edges interpolated linearly in log-LR between
+    the last LR inside and the first outside), and the ``drop`` in points at best x3 and
+    best / 3 (interpolated). A band that reaches an end of the grid is not ``bracketed``: its
+    width is then NaN, since the grid does not show where it ends.
 
-    Args:
-        lrs: measure over these LRs only (e.g. the grid every configuration ran, so that the
-            extra LRs of some do not widen their spread); default: every LR in ``curves``.
+    Returns:
+        One row per task x config x delta: ``task``, ``config``, ``delta``, ``best_lr``,
+        ``best_acc``, ``width``, ``bracketed``, ``drop_x3``, ``drop_div3``.
     """
-    if lrs is not None:
-        curves = curves[curves["lr"].isin(lrs)]
-    per_task = curves.groupby(["task", "config"])["test_mean"].agg(
-        spread=lambda s: s.max() - s.min(), drop_from_best=lambda s: s.max() - s.mean())
-    out = per_task.groupby("config").agg(spread=("spread", "mean"),
-                                         drop_from_best=("drop_from_best", "mean"),
-                                         n_tasks=("spread", "count"))
-    return out.sort_values("spread").reset_index()
+    runs = df[df["status"].isin(["ok", "diverged"])]
+    acc = 100 * runs["best_val_acc"].where(runs["status"] == "ok", chance / 100)
+    curves = runs.assign(acc=acc).groupby(["task", "config", "lr"])["acc"].mean().reset_index()
+    rows = []
+    for (task, config), c in curves.groupby(["task", "config"]):
+        x, y = np.log10(c["lr"].to_numpy()), c["acc"].to_numpy()
+        best = int(np.argmax(y))
+        for delta in within:
+            lo, hi = _edge(x, y, best, -1, y[best] - delta), _edge(x, y, best, 1, y[best] - delta)
+            rows.append(dict(task=task, config=config, delta=delta, best_lr=10 ** x[best],
+                             best_acc=y[best], width=hi - lo, bracketed=not math.isnan(hi - lo),
+                             drop_x3=y[best] - np.interp(x[best] + math.log10(3), x, y),
+                             drop_div3=y[best] - np.interp(x[best] - math.log10(3), x, y)))
+    return pd.DataFrame(rows)
+
+
+def _edge(x: np.ndarray, y: np.ndarray, start: int, step: int, level: float) -> float:
+    """Where ``y`` first falls below ``level`` walking from ``start`` by ``step`` (log-LR,
+    interpolated); NaN if it never does inside the grid."""
+    i = start
+    while 0 <= i + step < len(x):
+        if y[i + step] < level:
+            t = (y[i] - level) / (y[i] - y[i + step])
+            return x[i] + t * (x[i + step] - x[i])
+        i += step
+    return math.nan
 
 
 def selected_runs(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
@@ -282,18 +368,24 @@ def plasticity_vs_gain(ranked: pd.DataFrame, gain: pd.DataFrame) -> pd.DataFrame
     return merged.drop(columns="config")
 
 
-def correlation(table: pd.DataFrame, x: str = "plasticity", y: str = "gain_pp",
-                by: str = "protocol") -> pd.DataFrame:
-    """Spearman correlation of ``x`` and ``y`` per ``by`` group (all tasks pooled), with
-    its p-value and the number of points."""
+def within_task_correlation(link: pd.DataFrame, x: str = "plasticity", y: str = "gain_pp",
+                            by: str = "protocol") -> pd.DataFrame:
+    """Per task (and ``by`` group): Spearman correlation over the components of ``x`` and
+    ``y`` (``plasticity_vs_gain``), and each component's rank by both (1 = highest): the
+    task is the unit, so that no two points of one correlation come from unlike tasks.
+
+    Returns:
+        One row per by x task x component: ``spearman`` (of its task), ``rank_x``, ``rank_y``.
+    """
     from scipy import stats
 
-    rows = []
-    for key, g in table.dropna(subset=[x, y]).groupby(by):
-        r = stats.spearmanr(g[x], g[y]) if len(g) > 2 else None
-        rows.append({by: key, "spearman": r.statistic if r else np.nan,
-                     "p": r.pvalue if r else np.nan, "n": len(g)})
-    return pd.DataFrame(rows)
+    out = []
+    for key, g in link.dropna(subset=[x, y]).groupby([by, "task"]):
+        rho = stats.spearmanr(g[x], g[y]).statistic if len(g) > 2 else np.nan
+        out.append(g[[by, "task", "component"]].assign(
+            spearman=rho, rank_x=g[x].rank(ascending=False), rank_y=g[y].rank(ascending=False)))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(
+        columns=[by, "task", "component", "spearman", "rank_x", "rank_y"])
 
 
 def component_grad_norms(dyn: pd.DataFrame) -> pd.DataFrame:
@@ -302,6 +394,13 @@ def component_grad_norms(dyn: pd.DataFrame) -> pd.DataFrame:
     own = dyn[dyn["metric"].str.split("/").str[-1] == dyn["component"]]
     kind = np.where(own["metric"].str.startswith("grad_norm_per_param/"), "per parameter", "total")
     return own.assign(kind=kind)
+
+
+def grad_norms_by_task(norms: pd.DataFrame) -> pd.DataFrame:
+    """From ``component_grad_norms``: per task x config x kind, the mean over logged steps and
+    seeds of the gradient norm on the configuration's own component (the task is the unit)."""
+    per_run = norms.groupby(["task", "config", "kind", "run"])["value"].mean()
+    return per_run.groupby(["task", "config", "kind"]).mean().rename("grad_norm").reset_index()
 
 
 def expected_status(df: pd.DataFrame, expected: list[dict]) -> pd.Series:
@@ -315,54 +414,3 @@ def expected_status(df: pd.DataFrame, expected: list[dict]) -> pd.Series:
 def coverage(df: pd.DataFrame, expected: list[dict]) -> dict:
     """How much of a grid the store holds: counts of expected runs by status."""
     return {"expected": len(expected), **expected_status(df, expected).value_counts().to_dict()}
-
-
-def what_this_shows(main: pd.DataFrame, tests: pd.DataFrame, robustness: pd.DataFrame,
-                    corr: pd.DataFrame, cover: dict) -> str:
-    """Notebook 04's conclusions, computed from its tables."""
-    avg = main[main["task"] == "average"].set_index("config")["test_acc_mean"]
-    lines = [f"Runs: {cover}."]
-    if avg.notna().any():
-        order = " > ".join(f"{c} ({v:.2f})" for c, v in avg.dropna().sort_values(
-            ascending=False).items())
-        lines.append(f"Average test accuracy at the LR chosen on {main['selected_on'].iloc[0]}: "
-                     f"{order}.")
-        comps = [c for c in ("MHA", "FC1", "FC2", "LN2", "LN1") if c in avg and avg.notna()[c]]
-        ranked = " > ".join(sorted(comps, key=lambda c: -avg[c]))
-        verdict = "matches" if ranked == " > ".join(comps) else "differs from"
-        if len(comps) > 1:
-            lines.append(f"Component order {ranked} {verdict} the paper's MHA > FC1 > FC2 > LN2 > "
-                         f"LN1{'' if len(comps) == 5 else ' (on the components it has)'}.")
-        else:
-            lines.append("Too few components have an average over every task: no order yet.")
-    else:
-        lines.append("No task has results for every configuration yet: no average row.")
-    chosen = main[(main["task"] != "average") & main["lr"].notna()]
-    edge = chosen[chosen["lr_at_edge"].astype(bool)]
-    if len(chosen):
-        lines.append(f"Chosen LR inside the grid for {len(chosen) - len(edge)} of {len(chosen)} "
-                     "(task, configuration)" + (": at its edge, where a better LR may lie "
-                     "outside, " + ", ".join(f"{r.config} on {r.task} ({r.lr:g})"
-                                             for r in edge.itertuples()) if len(edge) else "")
-                     + ".")
-    for r in tests.itertuples():
-        lines.append(f"MHA - {r.config}: {r.mean_diff_pp:+.2f} +- {r.ci95_pp:.2f} points (95% "
-                     f"CI) over {r.n_pairs} (task, seed) pairs; paired t p = {r.t_p:.3g}, "
-                     f"Wilcoxon p = {r.wilcoxon_p:.3g}.")
-    if len(robustness):
-        lines.append("Least LR-sensitive first (mean spread over the grid, points): " + ", ".join(
-            f"{r.config} {r.spread:.1f}" for r in robustness.itertuples()) + ".")
-        spread = robustness.set_index("config")["spread"]
-        lns = [c for c in ("LN1", "LN2") if c in spread]
-        if "MHA" in spread and lns:
-            stabler = all(spread["MHA"] < spread[c] for c in lns)
-            lines.append(f"MHA is {'less' if stabler else 'not less'} LR-sensitive than "
-                         f"{' and '.join(lns)}: {'agrees' if stabler else 'disagrees'} with the "
-                         "paper's claim that high-plasticity components are more stable.")
-    for r in corr.itertuples():
-        link = ("a significant positive link, as the paper suggests"
-                if r.spearman > 0 and r.p < 0.05 else
-                "no significant positive link: the paper's plasticity-gain story is not seen here")
-        lines.append(f"[{r.protocol}] Spearman(plasticity, gain over head-only) = "
-                     f"{r.spearman:+.2f} (p = {r.p:.3g}, n = {r.n}): {link}.")
-    return "\n".join(lines)

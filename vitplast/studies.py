@@ -6,6 +6,7 @@ holds one record per run. The LR-tuning diary of each study is prose in its stor
 ``README.md``.
 
 - ``MAIN``: notebook 04's main study, stored in ``data/finetune/``.
+- ``SMOKE``: a seconds-long variant of ``MAIN`` (the smoke profile).
 - ``BUDGET``: the budget-sensitivity check of notebook 04 (every configuration at 4x the
   steps, at its chosen LR of the main study and that LR's two grid neighbours), stored with
   the main study. Its LRs depend on the main study's results: ``budget_runs``.
@@ -14,6 +15,8 @@ Used by the CLI (``python -m vitplast sweep``), notebooks 04-05 and the tests.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -39,8 +42,8 @@ def ladder(low: float, high: float) -> list[float]:
 MAIN = dict(
     tasks=["fmnist_contrast", "digits", "fmnist_gaussian_noise", "fmnist_motion_blur",
            "fmnist_snow", "fmnist_speckle_noise", "fmnist_rotate90"],
-    lrs={"full": ladder(3e-4, 3.0), "head": ladder(0.03, 30.0), "LN1": ladder(0.01, 30.0),
-         "MHA": ladder(3e-4, 3.0), "LN2": ladder(0.01, 30.0), "FC1": ladder(3e-4, 3.0),
+    lrs={"full": ladder(3e-4, 3.0), "head": ladder(1e-3, 30.0), "LN1": ladder(1e-3, 30.0),
+         "MHA": ladder(3e-4, 3.0), "LN2": ladder(1e-3, 30.0), "FC1": ladder(3e-4, 3.0),
          "FC2": ladder(3e-4, 3.0)},
     seeds=[0, 42, 3407])
 #: The budget-sensitivity check: two tasks (the hardest shift and the new domain), every
@@ -49,11 +52,63 @@ BUDGET = dict(tasks=["fmnist_contrast", "digits"], steps=480, warmup_steps=48, e
               seeds=[0, 42, 3407])
 
 
+#: A seconds-long variant of ``MAIN`` for the smoke profile: one task, two LRs, 4 steps.
+SMOKE = dict(tasks=["digits"], lrs={c: [0.01, 0.1] for c in MAIN["lrs"]}, seeds=[0],
+             fixed=dict(steps=4, warmup_steps=1, eval_every=2))
+#: Finetuning studies by name (the notebooks' ``study`` parameter, the CLI's ``--study``).
+FINETUNING = {"main": MAIN, "smoke": SMOKE}
+
+
+def get(name: str) -> dict:
+    """A finetuning study preset by name; unknown names fail naming the valid ones."""
+    if name not in FINETUNING:
+        raise ValueError(f"unknown study {name!r}; valid: {list(FINETUNING)}")
+    return FINETUNING[name]
+
+
 def runs_of(study: dict, **fixed) -> list[dict]:
     """Every run config of a study preset such as ``MAIN``: per configuration its LRs
-    (``lrs``: configuration -> LRs), x tasks x seeds, ordered task > config > lr > seed."""
+    (``lrs``: configuration -> LRs), x tasks x seeds, ordered task > config > lr > seed; the
+    preset's ``fixed`` keywords (e.g. steps) and ``fixed`` go to every run."""
+    fixed = {**study.get("fixed", {}), **fixed}
     return [run for task in study["tasks"] for config, lrs in study["lrs"].items()
             for run in runs.grid([task], [config], lrs, study["seeds"], **fixed)]
+
+
+@dataclass
+class StudyResults:
+    """What a finetuning study's store holds: ``runs`` (``results.results`` rows of the
+    study's runs), ``budget`` (rows of its budget check; empty for studies without one),
+    ``coverage`` (expected runs by status) and the store's ``root``."""
+
+    runs: pd.DataFrame
+    budget: pd.DataFrame
+    coverage: dict
+    root: str
+
+
+def load(name: str = "main", results_dir: str = "", recompute: bool = False) -> StudyResults:
+    """Read (or, with ``recompute``, first run or resume) a finetuning study.
+
+    The store is ``results_dir`` if given, else the shipped ``MAIN_RESULTS`` for ``main``
+    (read only), or ``.cache/finetune-<name>`` when recomputing. Used by notebooks 04-06.
+    """
+    from vitplast import data, results, sweep
+
+    study = get(name)
+    root = results_dir or (str(data.cache_dir() / f"finetune-{name}") if recompute
+                           else str(MAIN_RESULTS))
+    expected = runs_of(study)
+    if recompute:
+        sweep.run_sweep(expected, root)
+    stored = results.results(root)
+    hashes = {runs.run_hash(c) for c in expected}
+    in_study = stored[stored["run"].isin(hashes)] if len(stored) else stored
+    budget = stored.iloc[:0]
+    if name == "main" and len(in_study):
+        budget_hashes = {runs.run_hash(c) for c in budget_runs(stored)}
+        budget = stored[stored["run"].isin(budget_hashes)]
+    return StudyResults(in_study, budget, results.coverage(in_study, expected), root)
 
 
 def budget_runs(main: pd.DataFrame, study: dict = BUDGET) -> list[dict]:

@@ -1,0 +1,55 @@
+"""The paper's reference values, each with the table, figure or section it comes from.
+
+Paper: Odonnat et al., *Vision Transformer Finetuning Benefits from Non-Smooth Components*
+(arXiv 2602.06883). One place for every number the kit compares with; the findings tables
+(``vitplast.findings``) put them in their ``paper`` column. Used by notebooks 03-05.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+#: The configurations of the paper's main table, in its column order.
+TABLE1_CONFIGS = ("MHA", "FC1", "FC2", "LN2", "LN1", "full", "linear probe")
+#: Table 1: ViT-B/16 in21k, top-1 test accuracy in %, best LR per configuration, mean over
+#: 3 seeds, per dataset (rows) and configuration (``TABLE1_CONFIGS``).
+TABLE1 = {
+    "CIFAR-10": (98.91, 99.09, 98.91, 98.72, 98.67, 99.02, 91.95),
+    "CIFAR-100": (92.65, 92.85, 92.31, 91.93, 91.43, 92.74, 65.43),
+    "contrast": (97.09, 97.06, 96.28, 96.67, 96.89, 97.23, 73.25),
+    "gaussian noise": (89.41, 89.49, 88.49, 89.55, 88.99, 87.14, 49.20),
+    "motion blur": (94.72, 94.53, 94.04, 93.95, 93.25, 94.67, 59.70),
+    "snow": (95.47, 95.52, 95.27, 95.51, 95.15, 95.42, 59.25),
+    "speckle noise": (90.07, 89.85, 89.22, 89.71, 89.74, 89.58, 51.15),
+    "clipart": (77.31, 76.47, 76.54, 74.37, 74.65, 78.50, 42.76),
+    "sketch": (69.23, 69.31, 69.49, 65.27, 65.76, 71.30, 29.08),
+    "Flowers102": (99.03, 99.05, 98.86, 99.21, 98.99, 99.15, 96.34),
+    "Pet": (94.37, 94.26, 93.98, 94.39, 94.46, 94.57, 88.33),
+    "average": (90.75, 90.68, 90.31, 89.94, 89.82, 90.85, 64.22),
+}
+#: The paper's component order by finetuning accuracy (Table 1's average row, Takeaway 3).
+FINETUNING_ORDER = ("MHA", "FC1", "FC2", "LN2", "LN1")
+#: The paper's plasticity order on ViT-B (Fig. 2, Takeaway 2) and Fig. 2's per-layer means.
+PLASTICITY_ORDER = ("MHA", "FC1", "FC2", "LN2", "LN1")
+FIG2_PLASTICITY = {"MHA": 7.5, "FC1": 4.4, "FC2": 2.1, "LN2": 0.5, "LN1": 0.35}
+#: Where each claim the kit tests is made.
+SOURCES = {
+    "table1": "Table 1 (ViT-B/16, mean of 3 seeds)",
+    "lr_stability": "Fig. 18 and Takeaway 3 (more LR-stable)",
+    "plasticity_gain": "Takeaway 3 (high plasticity -> better finetuning)",
+    "grad_norms": "Fig. 4 and Takeaway 3 (larger gradient norms)",
+    "fig2": "Fig. 2 (ViT-B, per-layer means read off the figure)",
+}
+
+
+def table1(average_only: bool = False) -> pd.DataFrame:
+    """Table 1 as a tidy table: ``dataset``, ``config`` (of ``TABLE1_CONFIGS``), ``test_acc``
+    (in %). Source: the paper's Table 1."""
+    rows = [dict(dataset=d, config=c, test_acc=v) for d, values in TABLE1.items()
+            for c, v in zip(TABLE1_CONFIGS, values) if not average_only or d == "average"]
+    return pd.DataFrame(rows)
+
+
+def table1_average(config: str) -> float:
+    """Table 1's average accuracy (%) of one configuration."""
+    return TABLE1["average"][TABLE1_CONFIGS.index(config)]
