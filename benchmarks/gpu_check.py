@@ -73,7 +73,8 @@ def main() -> int:
         ranked = plasticity.ranking(rates)
         print(f"plasticity ({protocol}): {args.pairs / t_proto[protocol]:.0f} pairs/s "
               f"({t_proto[protocol]:.1f} s); order {plasticity.order(ranked)}")
-    print(f"plain forward over the same pairs: {args.pairs / t_plain:.0f} pairs/s ({t_plain:.1f} s)")
+    print(f"plain forward over the same pairs: {args.pairs / t_plain:.0f} pairs/s "
+          f"({t_plain:.1f} s)")
 
     # finetuning: a bare step vs the vitplast loop, same model, batch and recipe
     x = torch.randn(args.batch * 4, 3, 224, 224, generator=g)

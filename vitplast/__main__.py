@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             root = args.root or confounds.EMBEDDED_RESULTS
             configs, seeds = confounds.embedded_study(root), confounds.EMBEDDED_STUDY["seeds"]
         if args.precision and args.precision not in finetune.PRECISIONS:
-            parser.error(f"unknown precision {args.precision!r}; valid: {list(finetune.PRECISIONS)}")
+            parser.error(f"unknown precision {args.precision!r}; "
+                         f"valid: {list(finetune.PRECISIONS)}")
         if args.precision:
             configs = [{**c, "precision": args.precision} for c in configs]
         if args.status:

@@ -5,14 +5,15 @@ A finding is a row: ``claim``; ``paper``, the paper's value or statement with it
 two-sided, and ``p_holm``, Holm-corrected over the notebook's family (every row of one table
 with a p); ``n`` and its ``unit`` (the independent unit: tasks, never seeds of one task);
 ``verdict``. Extra columns: ``expected`` (the paper's sign for ``measured``: +1, -1, 0 where
-it reports about no difference, NaN where it states nothing), ``p_wilcoxon`` (signed-rank test on the same differences) and ``test``.
+it reports about no difference, NaN where it states nothing), ``p_wilcoxon`` (signed-rank test
+on the same differences) and ``test``.
 
 Verdicts, after Holm at ``alpha``: "agrees with the paper" / "disagrees with the paper" when the
 difference is significant and its sign is / is not the paper's; "not resolved" when it is not
 significant (or n < 3); where the paper reports no difference (``expected`` 0), a significant
 one disagrees; where it states nothing, a significant result reads "resolved: positive" or
-"resolved: negative". Descriptive rows (no test) carry their own verdict, "(untested)". Prose is made
-from rows by ``render`` only.
+"resolved: negative". Descriptive rows (no test) carry their own verdict, "(untested)". Prose
+is made from rows by ``render`` only.
 
 Used by notebooks 04-05 (the others move to it in turn).
 """

@@ -283,7 +283,8 @@ def log_session(root: str | Path, command: str, summary: pd.DataFrame, seconds: 
     so none is lost."""
     path = Path(root) / "study.json"
     session = dict(command=command, **provenance(models.pick_device(device)),
-                   wall_seconds=round(seconds, 1), status=summary["status"].value_counts().to_dict())
+                   wall_seconds=round(seconds, 1),
+                   status=summary["status"].value_counts().to_dict())
     with store.locked(path):
         log = store.read_json(path) or {"sessions": []}
         log["sessions"].append(session)
