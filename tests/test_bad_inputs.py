@@ -78,7 +78,8 @@ CASES = [
      ValueError, r"x has non-finite pixels .*pair\(s\) \[6\]"),
     ("uint8 images", lambda: _measure(pairs=pairs28(x=lambda t: (t * 50).clamp(0, 255).to(
         torch.uint8), y=lambda t: t.to(torch.uint8))), ValueError,
-     r"x has dtype torch.uint8; the model takes float images \(torch.float32\)"),
+     r"x has dtype torch.uint8; the model takes float images \(torch.float32\) of \(C, H, W\) "
+     r"= \(1, 28, 28\)"),
     ("3 channels into 1", lambda: _measure(pairs=pairs28(x=lambda t: t.expand(-1, 3, -1, -1),
                                                          y=lambda t: t.expand(-1, 3, -1, -1))),
      ValueError, r"x has images of \(C, H, W\) = \(3, 28, 28\); the model takes \(C, H, W\) = "
@@ -97,6 +98,12 @@ CASES = [
     ("batch_rates x, y shapes", lambda: plasticity.batch_rates(model28(), pairs28()[0],
                                                                pairs28()[1][:5]),
      ValueError, r"x \(8, 1, 28, 28\) and y \(5, 1, 28, 28\) differ in shape"),
+    ("scale_curve inf pair", lambda: plasticity.scale_curve(model28(), *pairs28(x=_inf_at(4)),
+                                                            [1.0]),
+     ValueError, r"x has non-finite pixels .*\[4\]"),
+    ("scale_curve component", lambda: plasticity.scale_curve(model28(), *pairs28(), [1.0],
+                                                             component="attn"),
+     ValueError, r"unknown component 'attn'; valid: \['LN1'"),
     ("model_bounds NaN pair", lambda: bounds.model_bounds(
         model28(), torch.utils.data.TensorDataset(*pairs28(x=_nan_at(2)))), ValueError,
      r"x has non-finite pixels .*\[2\]"),

@@ -92,7 +92,8 @@ def check_images(model: nn.Module, images, name: str = "images", *, warn: bool =
     dtype = next(model.parameters()).dtype
     if not images.is_floating_point():
         raise ValueError(f"{name} has dtype {images.dtype}; the model takes float images "
-                         f"({dtype}) normalised as in its training: convert and normalise "
+                         f"({dtype}) of (C, H, W) = {_shape_text(expected)}, normalised as in "
+                         "its training: convert and normalise "
                          "them first (e.g. vitplast.data.NormalizedTensors, or "
                          f"{name}.float() / 255 then the model's mean and std)")
     c, h, w = images.shape[1:]

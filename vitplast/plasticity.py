@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from vitplast.components import COMPONENTS, component_modules
+from vitplast.components import COMPONENTS, check_component, component_modules
 from vitplast.inputs import check_count, check_finite, check_images
 from vitplast.models import pick_device
 
@@ -389,6 +389,8 @@ def scale_curve(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scales: list
     scale-invariant: this curve shows how much its rate depends on that scale.
     Columns: ``layer``, ``component``, ``scale``, ``plasticity``.
     """
+    check_component(component)
+    x, y = check_batch(model, x, y)
     ex, ey = embed(model, x), embed(model, y)
     rows = []
     for (layer, comp), module in component_modules(model).items():
