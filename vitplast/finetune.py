@@ -259,6 +259,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
     _check_args(optimizer=optimizer, precision=precision, steps=steps, batch_size=batch_size,
                 lr=lr, accum_steps=accum_steps, warmup_steps=warmup_steps, eval_every=eval_every,
                 log_every=log_every, workers=workers, seed=seed)
+    if grad_masks and weight_decay:  # an argument error, told before any split is read
+        raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
     _check_splits(train_set, val_set, test_set, batch_size // accum_steps, accum_steps)
     names = trainable_names(model, config, train_head=train_head)
     device = pick_device(device)
