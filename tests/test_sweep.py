@@ -75,7 +75,8 @@ def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch
     config = sweep.run_config("digits", "MHA", lr=1e-2, **TINY)
     summary = sweep.run_sweep([config, config], tmp_path, device="cpu", progress=False)
     path = tmp_path / f"{run_hash(config)}.json"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    # no claim nor temp file left: only the record and the store's (git-ignored) lock file
+    assert {p.name for p in tmp_path.iterdir()} == {"claims.lock", path.name}
     assert path.stat().st_mode & 0o777 == 0o644  # readable by all, like any plain file
     record = json.loads(path.read_text())
     assert record["config"] == config and record["status"] == "ok"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
                     "the I-th (0-based): N processes or machines share one store")
     sw.add_argument("--status", action="store_true", help="run nothing: print how much of "
                     "the study the store holds, per task and seed, and the CPU hours left")
+    sw.add_argument("--retry-failed", action="store_true", help="also re-run the stored runs "
+                    "whose status is failed")
 
     nb = sub.add_parser("notebooks", help="run the notebook sequence headlessly (papermill)")
     nb_sub = nb.add_subparsers(dest="action", required=True)
@@ -61,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.study not in STUDIES:
             parser.error(f"unknown study {args.study!r}; valid: {STUDIES}")
+        _check_sweep_args(args, parser)
         if args.study == "main":
             root = args.root or studies.MAIN_RESULTS
             configs, seeds = studies.runs_of(studies.MAIN), studies.MAIN["seeds"]
@@ -97,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         start, command = time.perf_counter(), "python -m vitplast " + " ".join(argv or sys.argv[1:])
         try:
-            sweep.run_sweep(configs, root, executor=args.executor, device=args.device, **kwargs)
+            sweep.run_sweep(configs, root, executor=args.executor, device=args.device,
+                            retry_failed=args.retry_failed, **kwargs)
         finally:  # also when interrupted: what the store holds now is logged
             summary = results.results(root)
             sweep.log_session(root, command, summary, time.perf_counter() - start, args.device)
@@ -119,6 +124,33 @@ def main(argv: list[str] | None = None) -> int:
         print(summary.to_string(index=False))
         return 0 if (summary["status"] == "ok").all() else 1
     return 0
+
+
+def _check_sweep_args(args, parser) -> None:
+    """``sweep``'s --limit, --root and --device, refused before anything is loaded or run."""
+    import torch
+
+    if args.limit is not None and args.limit < 1:
+        parser.error(f"--limit takes N >= 1 (run at most N missing runs), got {args.limit}; "
+                     "leave it out to run every missing run, or use --status to run none")
+    if args.root is not None and os.path.exists(args.root) and not os.path.isdir(args.root):
+        parser.error(f"--root {args.root!r} is a file: the results store is a folder; give a "
+                     "folder (it is created if missing)")
+    if args.device is None:
+        return
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as err:
+        parser.error(f"--device {args.device!r} is not a device ({err}); valid: cpu, cuda, "
+                     "cuda:N, mps, or leave it out for cuda when available")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device!r}: no CUDA GPU is available here; use --device "
+                     "cpu or leave it out")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        parser.error(f"--device {args.device!r}: only {torch.cuda.device_count()} CUDA "
+                     "device(s) here")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        parser.error(f"--device {args.device!r}: MPS is not available here; use --device cpu")
 
 
 def _shard(text: str, parser) -> tuple[int, int]:

@@ -39,6 +39,7 @@ from torch.utils.data import DataLoader
 
 from vitplast import plasticity
 from vitplast.components import component_modules
+from vitplast.inputs import check_count, check_positive
 
 
 def _spec(m: torch.Tensor) -> torch.Tensor:
@@ -77,6 +78,7 @@ def layernorm_bound(ln: nn.LayerNorm, sigma: float) -> float:
 
     Paper: Prop. 1 (LayerNorm bound). Used by notebook 02.
     """
+    check_positive("sigma", sigma, hint="the smallest per-token sqrt(var + eps), see sigma_fit")
     return (1.0 if ln.weight is None else ln.weight.detach().abs().max().item()) / sigma
 
 
@@ -137,6 +139,8 @@ def mha_bound(attn: nn.Module, n: int, r: float) -> float:
 
     Paper: Prop. 3 (MHA bound, after Castin et al. 2024, Thm 3.3). Used by notebook 02.
     """
+    check_count("n", n, hint="the number of tokens")
+    check_positive("r", r, hint="the largest token norm, see radius")
     return _prop3(_head_norms(attn), n, r)
 
 
@@ -157,6 +161,9 @@ def mha_bound_energy(attn: nn.Module, n: int, alpha: float, energy: float) -> fl
 
     Paper: Prop. 4 (tighter MHA bound under an image-energy assumption). Used by notebook 02.
     """
+    check_count("n", n, hint="the number of tokens")
+    check_positive("alpha", alpha, hint="see energy_fit")
+    check_positive("energy", energy, hint="see energy_fit")
     return _prop4(_head_norms(attn), n, alpha, energy)
 
 
@@ -219,6 +226,10 @@ def local_lipschitz(f, x: torch.Tensor, iters: int = 20, seed: int = 0) -> torch
 
     Paper: Definition 1 (P(f) <= Lip(f)), objection 2 (lower side). Used by notebook 02.
     """
+    check_count("iters", iters, minimum=0, hint="power-iteration steps, e.g. 20")
+    if not torch.isfinite(x).all():
+        raise ValueError("x has non-finite entries (NaN or inf): the Jacobian there is "
+                         "undefined; repair (torch.nan_to_num) or drop those inputs")
     x = x.detach().float()
     v = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(x.device)
     with _unfused(f):
@@ -236,7 +247,8 @@ def model_bounds(model: nn.Module, pairs, *, protocol: str = "hidden",
     component gets under ``protocol``, over all 2N images of the pairs.
 
     Args:
-        pairs: a dataset of (x, y) image pairs (``plasticity.Pairs``, ``TensorDataset``).
+        pairs: a dataset of (x, y) image pairs (``plasticity.Pairs``, ``TensorDataset``),
+            checked as ``plasticity.measure`` checks them.
 
     Returns:
         ``{(layer, component): dict}`` with ``n`` (tokens), ``bound``, ``bound_rms``,
@@ -247,6 +259,7 @@ def model_bounds(model: nn.Module, pairs, *, protocol: str = "hidden",
     Paper: Props. 1-4 on a model (the upper side of the intervals). Used by notebook 02, through
     ``intervals.intervals``.
     """
+    pairs = plasticity.check_pairs(model, pairs, protocol=protocol, batch_size=batch_size)
     stats = _input_stats(model, DataLoader(pairs, batch_size=batch_size), protocol)
     return {key: dict(**stats[key], **_bounds(module, key[1], stats[key]))
             for key, module in component_modules(model).items()}
@@ -256,7 +269,10 @@ def _input_stats(model, loader, protocol) -> dict:
     """(layer, component) -> the statistics its bound needs, over all x and y images."""
     modules, parts = component_modules(model), {}
     device = next(model.parameters()).device
+    start = 0
     for xb, yb in loader:
+        xb, yb = plasticity.check_batch(model, xb, yb, start)
+        start += len(xb)
         inputs = plasticity.component_inputs(model, torch.cat([xb, yb]).to(device), protocol)
         for key, inp in inputs.items():
             values = parts.setdefault(key, dict(n=inp.shape[1], v=[]))["v"]

@@ -118,21 +118,40 @@ def trainable_names(model: nn.Module, config: str | list[str], *, train_head: bo
     Args:
         config: a name in ``CONFIGS`` or a list of fnmatch patterns over parameter names.
         train_head: also train the head and final norm (the paper always does).
+
+    Raises:
+        ValueError: an unknown configuration name; patterns that select no parameter (a typo
+            would otherwise train the head alone); nothing to train. The message names the
+            patterns and some of the model's parameter names.
     """
+    patterns = _patterns(config)
+    names = [n for n, _ in model.named_parameters()]
+    chosen = [n for n in names if any(fnmatch.fnmatch(n, p) for p in patterns)]
+    if not chosen and (patterns or not train_head):
+        examples = [n for n in names if n.startswith(("blocks.0.", "patch_embed."))][:6]
+        what = ("only the head and final norm would train" if train_head
+                else "nothing would train")
+        raise ValueError(f"configuration {config!r} selects no parameter of "
+                         f"{type(model).__name__} ({what}); its parameter names look like "
+                         f"{examples}: use a configuration of {list(CONFIGS)} or patterns "
+                         "matching such names")
+    if train_head:
+        chosen = [n for n in names if any(fnmatch.fnmatch(n, p)
+                                          for p in patterns + ALWAYS_TRAINED)]
+    return chosen
+
+
+def _patterns(config) -> list[str]:
+    """The patterns of a configuration name or a list of patterns."""
     if isinstance(config, str):
         if config not in CONFIGS:
             raise ValueError(f"unknown configuration {config!r}; valid: {list(CONFIGS)} "
                              "or a list of parameter-name patterns")
-        patterns = CONFIGS[config]
-    else:
-        patterns = list(config)
-    if train_head:
-        patterns = patterns + ALWAYS_TRAINED
-    names = [n for n, _ in model.named_parameters()
-             if any(fnmatch.fnmatch(n, p) for p in patterns)]
-    if not names:
-        raise ValueError(f"configuration {config!r} selects no parameter of {type(model).__name__}")
-    return names
+        return list(CONFIGS[config])
+    if not isinstance(config, (list, tuple)) or not all(isinstance(p, str) for p in config):
+        raise ValueError(f"config={config!r} is not valid: a configuration takes a name of "
+                         f"{list(CONFIGS)} or a list of parameter-name patterns (strings)")
+    return list(config)
 
 
 def set_trainable(model: nn.Module, names: list[str]) -> int:

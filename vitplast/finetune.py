@@ -33,6 +33,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from vitplast.components import component_of, set_trainable, trainable_names
+from vitplast.inputs import check_count, check_positive, check_seed
 from vitplast.models import pick_device
 
 #: Named recipes (keyword arguments of ``train``). ``paper`` is PAPER.md section 2.
@@ -100,10 +101,53 @@ def _autocast(device: torch.device, precision: str = "auto"):
 
 
 def _batches(dataset: Dataset, batch_size: int, generator: torch.Generator, workers: int):
-    """Shuffled batches forever (a fresh permutation per epoch)."""
+    """Shuffled batches forever (a fresh permutation per epoch).
+
+    Raises:
+        ValueError: an epoch gives no full batch (it would loop forever without one).
+    """
     while True:
-        yield from DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
-                              generator=generator, num_workers=workers)
+        empty = True
+        for batch in DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
+                                generator=generator, num_workers=workers):
+            empty = False
+            yield batch
+        if empty:
+            raise ValueError(f"batch_size={batch_size}: the train split ({len(dataset)} "
+                             "images) gives no full batch; use a batch_size <= its size")
+
+
+def _check_args(*, optimizer, precision, steps, batch_size, lr, accum_steps, warmup_steps,
+                eval_every, log_every, workers, seed) -> None:
+    """``train``'s scalar arguments, each error naming the argument and what is valid."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; valid: {list(OPTIMIZERS)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; valid: {list(PRECISIONS)}")
+    check_count("steps", steps, hint="optimisation steps, e.g. 120")
+    check_count("batch_size", batch_size, hint="images per step, e.g. 64")
+    check_positive("lr", lr, hint="the peak learning rate, e.g. 1e-2")
+    check_count("accum_steps", accum_steps, hint="micro-batches per step, 1 for none")
+    if batch_size % accum_steps:
+        raise ValueError(f"batch_size {batch_size} is not divisible by accum_steps {accum_steps}")
+    check_count("warmup_steps", warmup_steps, minimum=0, hint="0 for no warm-up")
+    check_count("eval_every", eval_every, hint="steps between evaluations")
+    check_count("log_every", log_every, hint="steps between logged rows")
+    check_count("workers", workers, minimum=0, hint="0 loads batches in this process")
+    check_seed("seed", seed)
+
+
+def _check_splits(train_set, val_set, test_set, micro_batch: int, accum_steps: int) -> None:
+    """Non-empty splits, and a train split with at least one (micro-)batch."""
+    for name, split in (("train_set", train_set), ("val_set", val_set), ("test_set", test_set)):
+        if split is not None and len(split) == 0:
+            raise ValueError(f"{name} is empty: give it images (or None for val_set/test_set)")
+    if micro_batch > len(train_set):
+        per = f" (micro-batches of {micro_batch} with accum_steps={accum_steps})" * (
+            accum_steps > 1)
+        raise ValueError(f"batch_size={micro_batch * accum_steps}{per} is larger than the train "
+                         f"split ({len(train_set)} images): no full batch can be drawn; use "
+                         f"batch_size <= {len(train_set) * accum_steps} or more training images")
 
 
 def _group_norms(named_params: list[tuple[str, nn.Parameter]], trainable: dict[str, int]
@@ -205,17 +249,23 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
     Returns:
         A ``TrainResult``; ``initial_val_acc`` is the validation accuracy of the model as
         given, before the first update (about chance with a new head).
+
+    Raises:
+        ValueError: before any step, naming the argument: unknown optimizer or precision;
+            ``steps``, ``batch_size``, ``accum_steps`` not positive integers; ``lr`` not a finite
+            number > 0; an empty split; a (micro-)batch larger than the train split; a
+            configuration selecting no parameter (``components.trainable_names``).
     """
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}; valid: {list(OPTIMIZERS)}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; valid: {list(PRECISIONS)}")
-    if batch_size % accum_steps:
-        raise ValueError(f"batch_size {batch_size} is not divisible by accum_steps {accum_steps}")
+    _check_args(optimizer=optimizer, precision=precision, steps=steps, batch_size=batch_size,
+                lr=lr, accum_steps=accum_steps, warmup_steps=warmup_steps, eval_every=eval_every,
+                log_every=log_every, workers=workers, seed=seed)
+    if grad_masks and weight_decay:  # an argument error, told before any split is read
+        raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
+    _check_splits(train_set, val_set, test_set, batch_size // accum_steps, accum_steps)
+    names = trainable_names(model, config, train_head=train_head)
     device = pick_device(device)
     generator = seed_everything(seed)
     model.to(device).train()
-    names = trainable_names(model, config, train_head=train_head)
     result = TrainResult(trainable=set_trainable(model, names), device=str(device))
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]

@@ -25,10 +25,11 @@ import math
 import pandas as pd
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 from vitplast import bounds, plasticity
 from vitplast.components import component_modules
+from vitplast.inputs import check_count
 
 _KEYS = ("model", "task", "checkpoint", "protocol")
 _COLUMNS = ["protocol", "layer", "component", "n", "plasticity", "max_rate", "local_lipschitz",
@@ -55,7 +56,10 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
 
     Paper: Props. 1-4, objection 2 (intervals, not ranked upper bounds). Used by notebook 02.
     """
-    pairs = x if y is None else TensorDataset(x, y)
+    check_count("n_lipschitz", n_lipschitz, hint="inputs probed for the local Lipschitz "
+                "estimate, e.g. 8")
+    check_count("power_iters", power_iters, minimum=0, hint="power-iteration steps, e.g. 20")
+    pairs = plasticity.check_pairs(model, x, y, protocol=protocol, batch_size=batch_size)
     rates = plasticity.summarize(plasticity.measure(model, pairs, protocol=protocol,
                                                     batch_size=batch_size, progress=progress))
     upper = bounds.model_bounds(model, pairs, protocol=protocol, batch_size=batch_size)

@@ -18,6 +18,8 @@ Two input protocols (``PROTOCOLS``):
   its input width; no residuals; the denominator is the embedding difference.
 
 Pairs whose two images are identical are excluded and counted (``df.attrs["excluded"]``).
+Images are checked against the model before any pass (``vitplast.inputs``): a pair with a NaN
+or infinite pixel is an error, never an excluded pair nor a NaN rate.
 
 Tidy output of ``measure`` (one row per pair x layer x component): ``protocol``, ``layer``,
 ``component``, ``pair`` (index of the pair), ``rate``; plus any ``meta`` columns.
@@ -27,6 +29,7 @@ Used by notebooks 01, 02, 03, 05, 06.
 
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager
 
 import numpy as np
@@ -35,7 +38,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from vitplast.components import COMPONENTS, component_modules
+from vitplast.components import COMPONENTS, check_component, component_modules
+from vitplast.inputs import check_count, check_finite, check_images
 from vitplast.models import pick_device
 
 PROTOCOLS = ("hidden", "embedding")
@@ -75,6 +79,11 @@ def _embedding_input(module: nn.Module, component: str, e: torch.Tensor) -> torc
     return _pad_to(e, module.in_features) if component == "FC2" else e
 
 
+def _check_protocol(protocol: str) -> None:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
+
+
 @contextmanager
 def hooked_rates(model: nn.Module):
     """Scoped hooks filling ``{(layer, component): [rates per batch]}`` under ``hidden``.
@@ -108,9 +117,18 @@ def batch_rates(model: nn.Module, x: torch.Tensor, y: torch.Tensor, protocol: st
 
     Returns:
         ``{(layer, component): rates (B,)}`` on the model's device.
+
+    Raises:
+        ValueError: unknown protocol; x and y of different shapes; images the model does not
+            take or with non-finite pixels (``vitplast.inputs.check_images``).
     """
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
+    _check_protocol(protocol)
+    x, y = check_images(model, x, "x"), check_images(model, y, "y")
+    if x.shape != y.shape:
+        raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} differ in shape: pair i "
+                         "is (x[i], y[i]), so both need the same shape")
+    check_finite("x", x)
+    check_finite("y", y)
     xy = torch.cat([x, y])
     if protocol == "hidden":
         with hooked_rates(model) as rates:
@@ -131,8 +149,9 @@ def component_inputs(model: nn.Module, images: torch.Tensor, protocol: str = "hi
 
     For bounds that need data (LayerNorm sigma, MHA radius) and Jacobian estimates.
     """
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
+    _check_protocol(protocol)
+    images = check_images(model, images, "images")
+    check_finite("images", images)
     modules = component_modules(model)
     if protocol == "embedding":
         e = embed(model, images)
@@ -156,23 +175,54 @@ class Pairs(Dataset):
     A source is an image tensor (N, C, H, W) or a dataset of (image, label).
 
     - ``y_source`` given (the paper's pairs): x = x_source[i], y = y_source[i], in dataset
-      order, unshuffled, for i < n_pairs.
-    - ``y_source`` None (within one set): two independent random orders of x_source.
+      order, unshuffled, for i < n_pairs. Asking for more pairs than the shorter source has
+      warns and makes as many as it has.
+    - ``y_source`` None (within one set): two independent random orders of x_source (drawn
+      with replacement; more pairs than the N(N-1) distinct ones warns that pairs repeat).
+
+    Raises:
+        ValueError: ``n_pairs`` not a positive integer; an empty source; one image within one
+            set; x and y images of different shapes.
     """
 
     def __init__(self, x_source, y_source=None, *, n_pairs: int = 1024, seed: int = 0):
+        n_pairs = check_count("n_pairs", n_pairs)
         self.x_source = x_source
         self.y_source = x_source if y_source is None else y_source
+        for name, source in (("x_source", x_source), ("y_source", y_source)):
+            if source is not None and len(source) == 0:
+                raise ValueError(f"{name} has no images: pairs need at least one image in "
+                                 "each source")
         if y_source is not None:
-            n = min(n_pairs, len(x_source), len(y_source))
-            self.ix = self.iy = torch.arange(n)
             if self._image(self.x_source, 0).shape != self._image(self.y_source, 0).shape:
                 raise ValueError(f"x images {tuple(self._image(x_source, 0).shape)} and y images "
                                  f"{tuple(self._image(y_source, 0).shape)} differ in shape")
+            self.ix = self.iy = torch.arange(self._aligned(n_pairs))
         else:
+            self._check_within(n_pairs)
             g = torch.Generator().manual_seed(seed)
             self.ix = torch.randint(len(x_source), (n_pairs,), generator=g)
             self.iy = torch.randint(len(x_source), (n_pairs,), generator=g)
+
+    def _aligned(self, n_pairs: int) -> int:
+        """How many aligned pairs can be made (warns when fewer than asked)."""
+        n = min(n_pairs, len(self.x_source), len(self.y_source))
+        if n < n_pairs:
+            warnings.warn(f"n_pairs={n_pairs} aligned pairs asked, but x_source has "
+                          f"{len(self.x_source)} and y_source {len(self.y_source)} images: "
+                          f"made {n} pairs", stacklevel=3)
+        return n
+
+    def _check_within(self, n_pairs: int) -> None:
+        n = len(self.x_source)
+        if n < 2:
+            raise ValueError(f"x_source has {n} image: pairs within one set need at least 2 "
+                             "different images; give more images or a y_source")
+        if n_pairs > n * (n - 1):
+            warnings.warn(f"n_pairs={n_pairs} random pairs asked from {n} images, which form "
+                          f"only {n * (n - 1)} distinct pairs of different images: made "
+                          f"{n_pairs} pairs, some repeated (identical ones are excluded when "
+                          "measured)", stacklevel=3)
 
     @staticmethod
     def _image(source, i: int) -> torch.Tensor:
@@ -215,15 +265,13 @@ def measure(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str
     Returns:
         The tidy per-pair table (module docstring); ``attrs["excluded"]`` counts the
         identical pairs left out.
+
+    Raises:
+        ValueError: bad ``protocol``, ``batch_size`` or ``workers``; no pairs; images the model
+            does not take (checked on the first pair before any pass) or with non-finite pixels
+            (checked batch by batch, naming the pairs).
     """
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
-    if y is not None:
-        if len(x) != len(y):
-            raise ValueError(f"need as many x as y images, got {len(x)} and {len(y)}")
-        x = TensorDataset(x, y)
-    if len(x) == 0:
-        raise ValueError("no pairs to measure")
+    x = check_pairs(model, x, y, protocol=protocol, batch_size=batch_size, workers=workers)
     device = pick_device(device) if device is not None else next(model.parameters()).device
     model = model.to(device).eval()
     from tqdm.auto import tqdm
@@ -236,6 +284,7 @@ def measure(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str
     done, start = 0, 0
     loader = DataLoader(x, batch_size=batch_size, num_workers=workers)
     for xb, yb in tqdm(loader, desc=f"plasticity ({protocol})", disable=not progress, leave=False):
+        xb, yb = check_batch(model, xb, yb, start)
         keep = torch.nonzero((xb - yb).flatten(1).abs().amax(dim=1) > 0).flatten()
         pairs[done:done + len(keep)] = start + keep.numpy()
         start += len(xb)
@@ -257,6 +306,44 @@ def measure(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str
     df["component"] = pd.Categorical(df["component"], categories=list(COMPONENTS))
     df.attrs["excluded"] = start - done
     return df
+
+
+def check_pairs(model: nn.Module, x, y: torch.Tensor | None = None, *,
+                protocol: str = "hidden", batch_size: int = 64, workers: int = 0) -> Dataset:
+    """The dataset of pairs to read, after checking the arguments and the first pair against
+    the model (the rest is checked batch by batch, ``check_batch``), before any pass.
+
+    Args: as ``measure``'s.
+
+    Used by ``measure``, ``bounds.model_bounds`` and ``intervals.intervals``.
+    """
+    _check_protocol(protocol)
+    check_count("batch_size", batch_size, hint="pairs per forward pass, e.g. 64")
+    check_count("workers", workers, minimum=0, hint="0 reads the pairs in this process")
+    if y is not None:
+        if len(x) != len(y):
+            raise ValueError(f"need as many x as y images, got {len(x)} and {len(y)}")
+        x = TensorDataset(x, y)
+    if len(x) == 0:
+        raise ValueError("no pairs to measure: x is empty")
+    first_x, first_y = x[0]
+    check_images(model, first_x[None], "x", warn=False)
+    check_images(model, first_y[None], "y", warn=False)
+    return x
+
+
+def check_batch(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, start: int = 0
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of pairs (from pair ``start`` on) as the model takes them; non-finite pixels
+    raise naming the pairs (a NaN pair would otherwise pass for identical and be excluded).
+
+    Used by ``measure`` and ``bounds.model_bounds``.
+    """
+    xb = check_images(model, xb, "x", warn=start == 0)
+    yb = check_images(model, yb, "y", warn=start == 0)
+    check_finite("x", xb, offset=start)
+    check_finite("y", yb, offset=start)
+    return xb, yb
 
 
 def summarize(df: pd.DataFrame, by: tuple[str, ...] = ("layer", "component")) -> pd.DataFrame:
@@ -302,6 +389,8 @@ def scale_curve(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scales: list
     scale-invariant: this curve shows how much its rate depends on that scale.
     Columns: ``layer``, ``component``, ``scale``, ``plasticity``.
     """
+    check_component(component)
+    x, y = check_batch(model, x, y)
     ex, ey = embed(model, x), embed(model, y)
     rows = []
     for (layer, comp), module in component_modules(model).items():

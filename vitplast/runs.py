@@ -83,7 +83,8 @@ def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: 
             ``weights_file``, ``workers``, ``log_every``, ``precision``, ``accum_steps``).
 
     Raises:
-        ValueError: unknown key, recipe, task, configuration or optimizer (naming the valid ones).
+        ValueError: unknown key, recipe, task, configuration or optimizer (naming the valid
+            ones); ``lr``, ``steps``, ``batch_size`` or ``seed`` not valid (``check_config``).
     """
     from vitplast import components, data, finetune, models, paper_datasets
 
@@ -109,7 +110,37 @@ def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: 
     out.update(config=config, lr=lr, seed=seed, **settings)
     if out["optimizer"] not in finetune.OPTIMIZERS:
         raise ValueError(f"unknown optimizer {out['optimizer']!r}; valid: {finetune.OPTIMIZERS}")
-    return json.loads(json.dumps(out))  # exactly what the store holds (tuples become lists)
+    return check_config(json.loads(json.dumps(out)))  # what the store holds (tuples: lists)
+
+
+def check_config(config: dict) -> dict:
+    """``config`` if it is a run config as ``run_config`` makes one, else raise: every key
+    declared (``RUN_KEYS``, ``RUNTIME_KEYS``), ``kind`` "finetune", a ``task`` and ``model``,
+    ``lr`` a finite number > 0, ``steps`` and ``batch_size`` positive integers, ``seed`` an
+    integer. Cheap: a sweep checks every config before it loads anything, and the store
+    checks every record's config (``store.record_problems``).
+
+    Raises:
+        ValueError: naming the key, its value and what is valid.
+    """
+    from vitplast.inputs import check_count, check_positive, check_seed
+
+    if not isinstance(config, dict):
+        raise ValueError(f"a run config is a dict (runs.run_config), got {type(config).__name__}")
+    unknown = sorted(set(config) - set(RUN_KEYS) - set(RUNTIME_KEYS))
+    if unknown:
+        raise ValueError(f"unknown run setting(s) {unknown}; valid: run keys {list(RUN_KEYS)} "
+                         f"and runtime keys {list(RUNTIME_KEYS)}")
+    if config.get("kind") != KIND:
+        raise ValueError(f"kind={config.get('kind')!r} is not valid: a run's kind is {KIND!r}")
+    for key in ("task", "model"):
+        if not isinstance(config.get(key), str):
+            raise ValueError(f"{key}={config.get(key)!r} is not valid: a run names its {key}")
+    check_positive("lr", config.get("lr"), hint="the peak learning rate, e.g. 1e-2")
+    check_count("steps", config.get("steps"), hint="optimisation steps, e.g. 120")
+    check_count("batch_size", config.get("batch_size"), hint="images per step, e.g. 64")
+    check_seed("seed", config.get("seed"))
+    return config
 
 
 def grid(tasks, configs, lrs, seeds, **fixed) -> list[dict]:

@@ -1,9 +1,23 @@
 """The results store: one JSON file per run, named by the hash of its defining keys
-(``vitplast.runs.run_hash``).
+(``vitplast.runs.run_hash``), and an account of every file in it.
 
 Files are written atomically (a temp file in the same folder, then ``os.replace``), so a run
-killed mid-write leaves either the old file or none, never a half-written one; readers skip
-anything that does not parse. A sweep asks ``exists`` before running, so it resumes.
+killed mid-write leaves either the old file or none, never a half-written one (its orphan temp
+file, ``.<name>.json.<random>.tmp``, is deleted by the next sweep: ``clean_temp``).
+
+A record is complete (``record_problems`` finds nothing) when it is a JSON object with a
+``config`` that ``runs.check_config`` accepts, named by that config's hash, with a ``status``
+of ``STATUSES`` and numeric (or null) ``test_acc`` and ``best_val_acc``. Anything else under
+a store root is reported by name: ``audit`` lists every file that is not a complete record
+(invalid, foreign, orphan temp, claims), ``load_runs`` warns about those it skips, and a sweep
+re-runs a run whose file is not complete. A sweep asks ``exists`` before running, so it resumes.
+
+Claims (``claimed``): before a run trains, its ``<hash>.claim`` file is created atomically
+(``O_CREAT | O_EXCL``) holding the owner's host and pid; the owner touches it every
+``HEARTBEAT_S`` seconds while the run trains (its modification time is the heartbeat) and
+removes it when the record is written or the run fails. Two sweeps over one store thus never
+train the same run twice. A claim is dead when its heartbeat is older than ``CLAIM_TIMEOUT_S``
+or its owner pid is gone on this host; the next sweep takes it over.
 
 Used by ``vitplast.sweep``, ``python -m vitplast pretrain`` and notebooks 04-06.
 """
@@ -11,13 +25,35 @@ Used by ``vitplast.sweep``, ``python -m vitplast pretrain`` and notebooks 04-06.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import hashlib
 import json
+import numbers
 import os
+import re
+import socket
 import tempfile
+import threading
+import time
+import uuid
+import warnings
+from datetime import datetime, timezone
 from pathlib import Path
 
-from vitplast.runs import defining, run_hash
+from vitplast.runs import check_config, defining, run_hash
+
+#: The outcomes a complete record may have (``sweep.run_one``).
+STATUSES = ("ok", "diverged", "failed")
+#: JSON files a store holds beside its records: the sweep's session log
+#: (``sweep.log_session``) and the confound study's scales (``confounds``).
+COMPANIONS = ("study.json", "scales-*.json")
+#: An orphan temp file older than this (seconds) is debris of a killed write.
+TEMP_AGE_S = 300.0
+#: A claim whose heartbeat is older than this (seconds) is dead.
+CLAIM_TIMEOUT_S = 300.0
+#: How often (seconds) the owner of a claim touches it.
+HEARTBEAT_S = 30.0
+_HASH_NAME = re.compile(r"[0-9a-f]{16}")
 
 
 def config_hash(config: dict) -> str:
@@ -78,13 +114,42 @@ def run_path(root: str | Path, config: dict) -> Path:
     return Path(root) / f"{run_hash(config)}.json"
 
 
+def record_problems(record, path: str | Path | None = None) -> list[str]:
+    """Why ``record`` (read from ``path``) is not a complete run record; empty if it is.
+
+    Complete: a JSON object whose ``config`` passes ``runs.check_config``, whose file is named
+    by that config's hash, with a ``status`` of ``STATUSES`` and ``test_acc`` and
+    ``best_val_acc`` numbers or null.
+    """
+    if not isinstance(record, dict):
+        return ["not a JSON object (unreadable, half-written, or not a run record)"]
+    config = record.get("config")
+    if not isinstance(config, dict):
+        return ["no `config` object: not a run record"]
+    problems = []
+    try:
+        check_config(config)
+    except ValueError as err:
+        problems.append(f"config: {str(err)[:200]}")
+    if record.get("status") not in STATUSES:
+        problems.append(f"status {record.get('status')!r} is not one of {list(STATUSES)}")
+    for key in ("test_acc", "best_val_acc"):
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            problems.append(f"{key} {value!r} is not a number or null")
+    if path is not None and not problems and Path(path).stem != run_hash(config):
+        problems.append(f"named {Path(path).stem} but its config hashes to {run_hash(config)} "
+                        "(an older hash, or a moved file)")
+    return problems
+
+
 def exists(root: str | Path, config: dict) -> bool:
     """Whether a complete record of ``config``'s run is stored: one whose defining keys are
     ``config``'s (its runtime keys may differ)."""
-    record = read_json(run_path(root, config))
+    path = run_path(root, config)
+    record = read_json(path)
     as_stored = json.loads(json.dumps(defining(config), default=str))
-    return (isinstance(record, dict) and isinstance(record.get("config"), dict)
-            and defining(record["config"]) == as_stored and "status" in record)
+    return not record_problems(record, path) and defining(record["config"]) == as_stored
 
 
 def save_run(root: str | Path, config: dict, record: dict) -> Path:
@@ -92,14 +157,167 @@ def save_run(root: str | Path, config: dict, record: dict) -> Path:
     return write_json(run_path(root, config), {"config": config, **record})
 
 
+def _record_files(root: str | Path) -> list[Path]:
+    """The JSON files under ``root`` that should be run records (companions left out)."""
+    return [p for p in sorted(Path(root).glob("*.json"))
+            if not any(fnmatch.fnmatch(p.name, c) for c in COMPANIONS)]
+
+
 def load_runs(root: str | Path) -> list[dict]:
-    """Every complete run record under ``root`` (half-written or foreign files skipped)."""
-    runs = []
-    for path in sorted(Path(root).glob("*.json")):
+    """Every complete run record under ``root``; the files skipped (half-written, invalid or
+    foreign) are named in one warning (``audit`` says why)."""
+    runs, skipped = [], []
+    for path in _record_files(root):
         record = read_json(path)
-        if isinstance(record, dict) and "config" in record:
+        if record_problems(record, path):
+            skipped.append(path.name)
+        else:
             runs.append(record)
+    if skipped:
+        warnings.warn(f"{len(skipped)} file(s) under {root} are not complete run records and "
+                      f"were skipped: {skipped[:5]}{' ...' if len(skipped) > 5 else ''}; "
+                      "vitplast.store.audit(root) says why (a sweep re-runs those at a run's "
+                      "path)", stacklevel=2)
     return runs
+
+
+def audit(root: str | Path):
+    """Every file under ``root`` that is not a complete run record, and why.
+
+    Returns:
+        A DataFrame, one row per file: ``file`` (name), ``kind`` ("invalid" for a file named
+        like a record, "foreign" for any other JSON but ``COMPANIONS``, "orphan temp" for the
+        temp file of a killed write older than ``TEMP_AGE_S``, "claim" for a run in flight,
+        "dead claim"), ``problem`` (what is wrong, or the claim's owner and heartbeat age).
+    """
+    import pandas as pd
+
+    rows = []
+    for path in _record_files(root):
+        problems = record_problems(read_json(path), path)
+        if problems:
+            kind = "invalid" if _HASH_NAME.fullmatch(path.stem) else "foreign"
+            rows.append(dict(file=path.name, kind=kind, problem="; ".join(problems)))
+    now = time.time()
+    for path in _orphan_temps(root, TEMP_AGE_S):
+        rows.append(dict(file=path.name, kind="orphan temp", problem=(
+            f"temp file of a killed write, {(now - path.stat().st_mtime) / 60:.0f} min old")))
+    for path in sorted(Path(root).glob("*.claim")):
+        owner, age = read_json(path) or {}, now - path.stat().st_mtime
+        alive = _alive(owner, age, CLAIM_TIMEOUT_S)
+        rows.append(dict(file=path.name, kind="claim" if alive else "dead claim", problem=(
+            f"owner {owner.get('host')} pid {owner.get('pid')}, heartbeat {age:.0f} s ago")))
+    return pd.DataFrame(rows, columns=["file", "kind", "problem"])
+
+
+def _orphan_temps(root: str | Path, older_than: float) -> list[Path]:
+    now = time.time()
+    out = []
+    for path in sorted(Path(root).glob(".*.json.*.tmp")):
+        try:
+            if now - path.stat().st_mtime > older_than:
+                out.append(path)
+        except FileNotFoundError:  # its writer just finished
+            pass
+    return out
+
+
+def clean_temp(root: str | Path, older_than: float = TEMP_AGE_S) -> list[str]:
+    """Delete the orphan temp files (``.<name>.json.<random>.tmp``, left by a write killed
+    before its ``os.replace``) older than ``older_than`` seconds; return their names. Younger
+    ones may belong to a write in progress and are kept."""
+    removed = []
+    for path in _orphan_temps(root, older_than):
+        path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
+
+
+def claim_path(root: str | Path, config: dict) -> Path:
+    """Where the claim on ``config``'s run lies under ``root``."""
+    return Path(root) / f"{run_hash(config)}.claim"
+
+
+@contextlib.contextmanager
+def claimed(root: str | Path, config: dict, *, timeout: float = CLAIM_TIMEOUT_S,
+            heartbeat: float = HEARTBEAT_S):
+    """Hold the claim on ``config``'s run for the block (module docstring).
+
+    Yields ``True`` when this process holds it: a daemon thread touches it every ``heartbeat``
+    seconds, and it is removed when the block ends, also after an error. Yields ``False``
+    when a live owner holds it; a dead one (heartbeat older than ``timeout``, or owner pid
+    gone on this host) is taken over. Example::
+
+        with store.claimed(root, config) as mine:
+            if mine and not store.exists(root, config):
+                store.save_run(root, config, sweep.run_one(config))
+    """
+    path = claim_path(root, config)
+    token = _take(path, timeout, heartbeat)
+    if token is None:
+        yield False
+        return
+    stop = threading.Event()
+    beat = threading.Thread(target=_beat, args=(path, token, heartbeat, stop), daemon=True)
+    beat.start()
+    try:
+        yield True
+    finally:
+        stop.set()
+        beat.join()
+        with locked(path.parent / "claims"):
+            if (read_json(path) or {}).get("token") == token:
+                path.unlink(missing_ok=True)
+
+
+def _take(path: Path, timeout: float, heartbeat: float) -> str | None:
+    """Create the claim at ``path`` (taking over a dead one); its token, or None if a live
+    owner holds it. One store-wide lock orders the check and the take-over."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with locked(path.parent / "claims"):
+        try:
+            age = time.time() - path.stat().st_mtime
+        except FileNotFoundError:
+            age = None
+        if age is not None:
+            if _alive(read_json(path) or {}, age, timeout):
+                return None
+            path.unlink(missing_ok=True)  # dead: taken over
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:  # created by a writer that does not take the lock
+            return None
+        token = uuid.uuid4().hex
+        with os.fdopen(fd, "w") as f:
+            json.dump(dict(host=socket.gethostname(), pid=os.getpid(), token=token,
+                           claimed=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                           heartbeat_s=heartbeat), f)
+        return token
+
+
+def _alive(owner: dict, age: float, timeout: float) -> bool:
+    """Whether a claim of ``owner`` (host, pid) touched ``age`` seconds ago is held."""
+    if age > timeout:
+        return False
+    pid = owner.get("pid")
+    if owner.get("host") == socket.gethostname() and isinstance(pid, int) and pid > 0:
+        try:
+            os.kill(pid, 0)  # signal 0: only asks whether the process exists
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # exists, another user's
+            return True
+    return True
+
+
+def _beat(path: Path, token: str, period: float, stop: threading.Event) -> None:
+    """Touch the claim every ``period`` seconds while it is ours, until ``stop``."""
+    while not stop.wait(period):
+        try:
+            if (read_json(path) or {}).get("token") == token:
+                os.utime(path)
+        except OSError:
+            pass
 
 
 def load_or_compute(name: str, params: dict, compute, folder: str | Path | None = None):

@@ -32,7 +32,7 @@ import torch
 from vitplast import ablations, components, data, finetune, models, paper_datasets, store
 from vitplast.results import expected_status, runs_table
 from vitplast.results import results as stored_runs
-from vitplast.runs import TRAIN_KEYS, grid, run_config, run_hash  # noqa: F401 (re-exported)
+from vitplast.runs import TRAIN_KEYS, check_config, grid, run_config, run_hash  # noqa: F401
 
 EXECUTORS = ("serial", "submitit")
 #: The paper's grids (PAPER.md section 2); DomainNet uses ``PAPER_LRS_DOMAINNET``.
@@ -166,14 +166,22 @@ def run_sweep(configs: list[dict], root: str | Path, *, executor: str = "serial"
     """Run the configs the store under ``root`` lacks; each record is saved atomically by
     whoever ran it (this process or the cluster job) as soon as it finishes.
 
+    Every run is claimed before it trains (``store.claimed``), so concurrent sweeps over one
+    store, sharded or not, never train a run twice: a run claimed by a live process is left
+    to it (and reads "missing" here until it is stored). Before running, orphan temp files of
+    killed writes are deleted (``store.clean_temp``) and the files that are not complete
+    records named in a warning (``store.audit``); one at a run's path is re-run.
+
     Args:
-        configs: run configs (``grid``, ``run_config``); duplicates run once.
+        configs: run configs (``grid``, ``run_config``); duplicates run once. Each is checked
+            (``runs.check_config``) before anything is loaded.
         root: the results folder (``vitplast.store``).
         executor: ``"serial"`` (here, one run after another) or ``"submitit"`` (a job array:
             SLURM when available, else submitit's local executor).
         device: where each run trains; ``None`` picks CUDA when available.
         progress: a progress bar over runs.
-        retry_failed: also re-run stored runs whose status is "failed".
+        retry_failed: also re-run stored runs whose status is "failed" (once: a failed record
+            another sweep re-ran meanwhile is not re-run again).
         **executor_kwargs: submitit's ``folder`` (default ``root/submitit``), ``cluster``
             ("slurm", "local", "debug"; default detected) and ``update_parameters`` keywords
             (``timeout_min``, ``gpus_per_node``, ``slurm_array_parallelism``, ...).
@@ -182,23 +190,27 @@ def run_sweep(configs: list[dict], root: str | Path, *, executor: str = "serial"
         ``results`` rows of ``configs``, in order; a run without a record (its job died) has
         status "missing" and runs again next time.
     """
-    if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {executor!r}; valid: {list(EXECUTORS)}")
-    if executor == "serial" and executor_kwargs:
-        raise TypeError(f"the serial executor takes no options, got {sorted(executor_kwargs)}")
-    unknown = {c["prepare"] for c in configs if c.get("prepare") is not None} - set(PREPARE)
-    if unknown:
-        raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(PREPARE)}")
-    todo = {run_hash(c): c for c in configs if not store.exists(root, c)
-            or (retry_failed and _stored(root, c)["status"] == "failed")}
+    _check_sweep(configs, root, executor, executor_kwargs)
+    store.clean_temp(root)
+    problems = store.audit(root)
+    problems = problems[problems["kind"] != "claim"]
+    if len(problems):
+        warnings.warn(f"{len(problems)} file(s) under {root} are not complete run records: "
+                      f"{problems['file'].tolist()[:5]}; see vitplast.store.audit(root)",
+                      stacklevel=2)
+    todo = {}  # hash -> (config, the modification time of the failed record to retry)
+    for c in configs:
+        if not store.exists(root, c):
+            todo[run_hash(c)] = (c, None)
+        elif retry_failed and _stored(root, c)["status"] == "failed":
+            todo[run_hash(c)] = (c, store.run_path(root, c).stat().st_mtime_ns)
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(todo), desc=f"sweep ({len(configs) - len(todo)} stored)",
                disable=not progress)
     if executor == "serial":
-        for c in todo.values():
-            if retry_failed or not store.exists(root, c):  # another process may have run it
-                _run_and_save(c, str(root), device)
+        for c, stale in todo.values():
+            _run_and_save(c, str(root), device, stale=stale)
             bar.update()
     elif todo:
         _submit(list(todo.values()), root, device, bar, **executor_kwargs)
@@ -208,27 +220,59 @@ def run_sweep(configs: list[dict], root: str | Path, *, executor: str = "serial"
     return runs_table(list(records.values()))
 
 
+def _check_sweep(configs, root, executor, executor_kwargs) -> None:
+    """``run_sweep``'s arguments, before anything is loaded or run."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; valid: {list(EXECUTORS)}")
+    if executor == "serial" and executor_kwargs:
+        raise TypeError(f"the serial executor takes no options, got {sorted(executor_kwargs)}")
+    if Path(root).exists() and not Path(root).is_dir():
+        raise ValueError(f"root={str(root)!r} is a file: a store is a folder; give another path")
+    for c in configs:
+        check_config(c)
+    unknown = {c["prepare"] for c in configs if c.get("prepare") is not None} - set(PREPARE)
+    if unknown:
+        raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(PREPARE)}")
+
+
 def _stored(root, config: dict) -> dict | None:
     return store.read_json(store.run_path(root, config)) if store.exists(root, config) else None
 
 
-def _run_and_save(config: dict, root: str, device, registry: dict | None = None) -> str:
-    """The job: run ``config`` and store its record; return its status."""
+def _wanted(root, config: dict, stale: int | None) -> bool:
+    """Whether ``config``'s run still needs running: no complete record, or (``stale``) the
+    failed record seen when the sweep began is still there (no other sweep re-ran it)."""
+    if not store.exists(root, config):
+        return True
+    path = store.run_path(root, config)
+    return (stale is not None and _stored(root, config)["status"] == "failed"
+            and path.stat().st_mtime_ns == stale)
+
+
+def _run_and_save(config: dict, root: str, device, registry: dict | None = None,
+                  stale: int | None = None) -> str:
+    """The job: claim ``config``'s run, run it and store its record, release the claim;
+    return its status, or "skipped" when another process holds the claim or has stored the
+    run meanwhile."""
     PREPARE.update(registry or {})  # a fresh job process has only what its pickle brings
-    record = run_one(config, device=device)
-    store.save_run(root, config, record)
+    with store.claimed(root, config) as mine:
+        if not mine or not _wanted(root, config, stale):
+            return "skipped"
+        record = run_one(config, device=device)
+        store.save_run(root, config, record)
     return record["status"]
 
 
 def _submit(configs, root, device, bar, folder=None, cluster=None, **parameters) -> None:
-    """One submitit job array; wait for every job, warn about those that died."""
+    """One submitit job array over (config, stale) pairs; wait for every job, warn about
+    those that died."""
     import submitit
 
     executor = submitit.AutoExecutor(folder=folder or Path(root) / "submitit", cluster=cluster)
     executor.update_parameters(**parameters)
     n = len(configs)
-    jobs = executor.map_array(_run_and_save, configs, [str(root)] * n, [device] * n,
-                              [dict(PREPARE)] * n)
+    jobs = executor.map_array(_run_and_save, [c for c, _ in configs], [str(root)] * n,
+                              [device] * n, [dict(PREPARE)] * n, [stale for _, stale in configs])
     for job in jobs:
         try:
             job.result()

@@ -1,0 +1,250 @@
+"""The store accounts for every run: complete records only, every other file reported by
+name, claims so that concurrent sweeps train each run once, and no session lost."""
+
+import json
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import torch
+
+from vitplast import data, finetune, models, results, store, sweep
+from vitplast.runs import run_config, run_hash
+
+TINY = dict(pretrained=False, steps=2, batch_size=16, eval_every=100)
+FORK = multiprocessing.get_context("fork")
+
+
+def configs(n):
+    return [run_config("digits", "LN1", lr=0.1 * (i + 1), **TINY) for i in range(n)]
+
+
+class MarkedTrain:
+    """Stands in for ``finetune.train``: leaves one marker file per training in ``folder``
+    (named by the run's lr and the process), sleeps ``seconds``, returns an ok result; or
+    raises ``error`` instead."""
+
+    def __init__(self, folder, seconds=0.0, error=None):
+        self.folder, self.seconds, self.error = folder, seconds, error
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, model, train_set, val_set, test_set, *, lr, **kwargs):
+        (self.folder / f"{lr:.1f}-{os.getpid()}-{time.monotonic_ns()}").touch()
+        time.sleep(self.seconds)
+        if self.error is not None:
+            raise self.error
+        return finetune.TrainResult(history=[{"step": 0, "loss": 1.0}], best_val_acc=0.5,
+                                    best_step=0, test_acc=0.25, trainable=7)
+
+    def trainings(self) -> dict[str, int]:
+        """lr -> how many times a run of that lr was trained."""
+        counts: dict[str, int] = {}
+        for p in self.folder.iterdir():
+            counts[p.name.split("-")[0]] = counts.get(p.name.split("-")[0], 0) + 1
+        return counts
+
+
+@pytest.fixture
+def fast_runs(monkeypatch):
+    """No model nor data loading: a run is only its (fake) training."""
+    task = data.load_task("digits")
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: task)
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: torch.nn.Linear(1, 1))
+    monkeypatch.setattr(models, "new_head", lambda model, n, seed: model)
+    sweep._git()  # cached before any fork: no git process per child
+
+
+def _sweep_after(barrier, todo, root, retry_failed=False):
+    barrier.wait()
+    sweep.run_sweep(todo, root, progress=False, retry_failed=retry_failed)
+
+
+def _in_processes(target, args_per_process, timeout=120):
+    """Run ``target(barrier, *args)`` in forked processes released together; their exit
+    codes."""
+    barrier = FORK.Barrier(len(args_per_process))
+    procs = [FORK.Process(target=target, args=(barrier, *args)) for args in args_per_process]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+    return [p.exitcode for p in procs]
+
+
+def test_two_unsharded_sweeps_train_each_run_exactly_once(tmp_path, fast_runs, monkeypatch):
+    fake = MarkedTrain(tmp_path / "trained", seconds=0.05)
+    monkeypatch.setattr(finetune, "train", fake)
+    todo = configs(16)
+    assert _in_processes(_sweep_after, [(todo, tmp_path / "runs")] * 2) == [0, 0]
+    assert fake.trainings() == {f"{c['lr']:.1f}": 1 for c in todo}  # 16 runs, once each
+    stored = results.results(tmp_path / "runs")
+    assert len(stored) == 16 and (stored["status"] == "ok").all()
+    assert not list((tmp_path / "runs").glob("*.claim"))  # every claim released
+
+
+def test_two_sweeps_retry_a_failed_run_once(tmp_path, fast_runs, monkeypatch):
+    fake = MarkedTrain(tmp_path / "trained", seconds=0.05)
+    monkeypatch.setattr(finetune, "train", fake)
+    todo = configs(3)
+    for c in todo:
+        store.save_run(tmp_path, c, dict(status="failed", error="RuntimeError: out of memory"))
+    sweep.run_sweep(todo, tmp_path, progress=False)  # failed runs stay failed by default
+    assert fake.trainings() == {}
+    args = (todo, tmp_path, True)
+    assert _in_processes(_sweep_after, [args, args]) == [0, 0]
+    assert fake.trainings() == {"0.1": 1, "0.2": 1, "0.3": 1}
+    assert (results.results(tmp_path)["status"] == "ok").all()
+
+
+def _log_one(barrier, root, i):
+    summary = pd.DataFrame(dict(run=[f"{i:016x}"], status=["ok"]))
+    barrier.wait()
+    sweep.log_session(root, f"session {i}", summary, 1.0, device="cpu")
+
+
+def test_fifty_concurrent_sessions_are_all_logged(tmp_path, fast_runs):
+    codes = _in_processes(_log_one, [(tmp_path, i) for i in range(50)])
+    assert codes == [0] * 50
+    sessions = store.read_json(tmp_path / "study.json")["sessions"]
+    assert sorted(s["command"] for s in sessions) == sorted(f"session {i}" for i in range(50))
+    assert len(pd.read_csv(tmp_path / "runs.csv")) == 1  # the last writer's table, whole
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _claim(root, config, host, pid, age):
+    path = store.claim_path(root, config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(host=host, pid=pid, token="x")))
+    os.utime(path, (time.time() - age, time.time() - age))
+    return path
+
+
+def test_dead_claims_are_taken_over_and_live_ones_left_alone(tmp_path, fast_runs, monkeypatch):
+    import socket
+
+    fake = MarkedTrain(tmp_path / "trained")
+    monkeypatch.setattr(finetune, "train", fake)
+    here = socket.gethostname()
+    todo = configs(4)
+    claims = [_claim(tmp_path, todo[0], here, _dead_pid(), 0),  # owner gone on this host
+              _claim(tmp_path, todo[1], "elsewhere", 1, 2 * store.CLAIM_TIMEOUT_S),  # silent
+              _claim(tmp_path, todo[2], here, os.getppid(), 0),  # alive on this host
+              _claim(tmp_path, todo[3], "elsewhere", 1, 0)]  # fresh heartbeat elsewhere
+    kinds = store.audit(tmp_path).set_index("file")["kind"]
+    assert [kinds[c.name] for c in claims] == ["dead claim", "dead claim", "claim", "claim"]
+    table = sweep.run_sweep(todo, tmp_path, progress=False)
+    assert table["status"].tolist() == ["ok", "ok", "missing", "missing"]
+    assert fake.trainings() == {"0.1": 1, "0.2": 1}
+    assert [c.exists() for c in claims] == [False, False, True, True]
+    assert json.loads(claims[2].read_text())["pid"] == os.getppid()  # untouched
+
+
+def test_a_claim_beats_while_held_and_goes_when_the_run_ends(tmp_path):
+    config = configs(1)[0]
+    path = store.claim_path(tmp_path, config)
+    with store.claimed(tmp_path, config, heartbeat=0.05) as mine:
+        assert mine
+        owner = json.loads(path.read_text())
+        assert owner["pid"] == os.getpid() and owner["host"] and owner["claimed"]
+        with store.claimed(tmp_path, config) as again:
+            assert not again  # held: a second claim is refused
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+        time.sleep(0.3)
+        assert time.time() - path.stat().st_mtime < 60  # the heartbeat touched it again
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()],
+                         ids=["failed run", "interrupted"])
+def test_claims_are_removed_when_a_run_fails_or_is_interrupted(tmp_path, fast_runs,
+                                                               monkeypatch, error):
+    monkeypatch.setattr(finetune, "train", MarkedTrain(tmp_path / "trained", error=error))
+    todo = configs(1)
+    if isinstance(error, KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):
+            sweep.run_sweep(todo, tmp_path / "runs", progress=False)
+    else:
+        table = sweep.run_sweep(todo, tmp_path / "runs", progress=False)
+        assert table["status"].tolist() == ["failed"]
+    assert not list((tmp_path / "runs").glob("*.claim"))
+
+
+def test_orphan_temp_files_are_cleaned_and_young_ones_kept(tmp_path, fast_runs, monkeypatch):
+    monkeypatch.setattr(finetune, "train", MarkedTrain(tmp_path / "trained"))
+    root = tmp_path / "runs"
+    root.mkdir()
+    old, young = root / ".0123456789abcdef.json.k1ll.tmp", root / ".fedcba9876543210.json.w.tmp"
+    for path in (old, young):
+        path.write_text('{"config": {')
+    os.utime(old, (time.time() - 2 * store.TEMP_AGE_S, time.time() - 2 * store.TEMP_AGE_S))
+    assert store.audit(root)[["file", "kind"]].values.tolist() == [[old.name, "orphan temp"]]
+    sweep.run_sweep(configs(1), root, progress=False)
+    assert not old.exists() and young.exists()  # young: maybe a write in progress
+
+
+BAD_RECORDS = [
+    ("truncated", '{"config": {"kind": "fin', "not a JSON object"),
+    ("no config", {"status": "ok", "config": None}, "no `config` object"),
+    ("bad status", {"status": "done"}, "status 'done' is not one of"),
+    ("text accuracy", {"status": "ok", "test_acc": "97%"}, "test_acc '97%' is not a number"),
+    ("unknown key", {"status": "ok", "config": {"grad_masks": None}},
+     r"config: unknown run setting\(s\) \['grad_masks'\]"),
+    ("negative lr", {"status": "ok", "config": {"lr": -1.0}}, "config: lr=-1.0"),
+    ("wrong kind", {"status": "ok", "config": {"kind": "pretrain"}}, "kind='pretrain'"),
+]
+
+
+@pytest.mark.parametrize("text, problem", [c[1:] for c in BAD_RECORDS],
+                         ids=[c[0] for c in BAD_RECORDS])
+def test_an_invalid_record_is_reported_by_name_and_re_run(tmp_path, fast_runs, monkeypatch,
+                                                          text, problem):
+    fake = MarkedTrain(tmp_path / "trained")
+    monkeypatch.setattr(finetune, "train", fake)
+    root, config = tmp_path / "runs", configs(1)[0]
+    if isinstance(text, dict):  # changes to a complete record
+        changed = text.get("config", {})
+        text = json.dumps({**text, "config": changed if changed is None else {**config,
+                                                                              **changed}})
+    store.write_text(store.run_path(root, config), text)
+    for name in ("study.json", "scales-0123.json"):  # the store's companions: not reported
+        store.write_json(root / name, {"sessions": []})
+    store.write_json(root / "notes.json", {"todo": "rerun"})  # foreign
+    report = store.audit(root).set_index("file")
+    name = store.run_path(root, config).name
+    assert report["kind"].to_dict() == {name: "invalid", "notes.json": "foreign"}
+    assert re.search(problem, report.loc[name, "problem"])
+    with pytest.warns(UserWarning, match=f"2 file\\(s\\) .*{name}.*notes.json.*audit"):
+        assert store.load_runs(root) == []
+    with pytest.warns(UserWarning, match=name):
+        table = sweep.run_sweep([config], root, progress=False)
+    assert table["status"].tolist() == ["ok"] and fake.trainings() == {"0.1": 1}
+    assert store.audit(root)["file"].tolist() == ["notes.json"]
+
+
+def test_a_record_at_another_runs_path_is_not_that_run(tmp_path):
+    a, b = configs(2)
+    store.write_json(store.run_path(tmp_path, a), {"config": b, "status": "ok"})
+    assert not store.exists(tmp_path, a) and not store.exists(tmp_path, b)
+    problem = store.audit(tmp_path)["problem"].tolist()
+    assert problem == [f"named {run_hash(a)} but its config hashes to {run_hash(b)} "
+                       "(an older hash, or a moved file)"]
+
+
+def test_complete_records_pass_and_load(tmp_path):
+    a, b = configs(2)
+    store.save_run(tmp_path, a, dict(status="ok", test_acc=0.9, best_val_acc=None))
+    store.save_run(tmp_path, b, dict(status="diverged", test_acc=None, best_val_acc=0.2))
+    assert store.record_problems(store.read_json(store.run_path(tmp_path, a)),
+                                 store.run_path(tmp_path, a)) == []
+    assert len(store.load_runs(tmp_path)) == 2 and store.audit(tmp_path).empty

@@ -1,0 +1,121 @@
+"""Inputs: what a model takes, and the checks every entry point runs before any heavy work.
+
+Each check raises ``ValueError`` with one message that names the argument, the value given,
+what is valid, and what to do. Images are checked against the model they go into
+(``expected_input``): a batch (N, C, H, W) of float images of the model's channels and size,
+every pixel finite. A float dtype other than the model's (float64, float16) is converted with a
+warning; integer images (uint8) are refused, since they are not normalised as the model was
+trained.
+
+Used by ``vitplast.plasticity``, ``bounds``, ``intervals``, ``finetune``, ``runs`` and the
+``python -m vitplast sweep`` arguments; so by notebooks 01-06.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+
+import torch
+from torch import nn
+
+
+def check_count(name: str, value, *, minimum: int = 1, hint: str = "") -> int:
+    """``value`` as an int if it is an integer >= ``minimum``, else raise naming ``name``.
+
+    Args:
+        name: the argument's name, as the caller spells it.
+        hint: what to do, appended to the message.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name}={value!r} is not valid: {name} takes an integer >= {minimum}"
+                         + (f"; {hint}" if hint else ""))
+    return int(value)
+
+
+def check_seed(name: str, value) -> int:
+    """``value`` as an int if it is an integer (any sign), else raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}={value!r} is not valid: {name} takes an integer, e.g. 0")
+    return int(value)
+
+
+def check_positive(name: str, value, *, hint: str = "") -> float:
+    """``value`` if it is a finite number > 0 (a learning rate, a sigma), else raise."""
+    ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)
+          and math.isfinite(value) and value > 0)
+    if not ok:
+        raise ValueError(f"{name}={value!r} is not valid: {name} takes a finite number > 0"
+                         + (f"; {hint}" if hint else ""))
+    return value
+
+
+def expected_input(model: nn.Module) -> tuple[int, int | None, int | None]:
+    """(C, H, W) of the images a timm ViT takes; H and W are ``None`` when it takes any size
+    (``dynamic_img_size``, or a patch embedding that is not strict)."""
+    embed = getattr(model, "patch_embed", None)
+    proj = getattr(embed, "proj", None)
+    if not isinstance(proj, nn.Conv2d):
+        raise TypeError(f"{type(model).__name__} has no `patch_embed.proj` convolution: "
+                        "vitplast supports timm VisionTransformer models")
+    size = getattr(embed, "img_size", None)
+    if size is None or getattr(model, "dynamic_img_size", False) or not getattr(
+            embed, "strict_img_size", True):
+        return proj.in_channels, None, None
+    return proj.in_channels, int(size[0]), int(size[1])
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join("any" if s is None else str(s) for s in shape) + ")"
+
+
+def check_images(model: nn.Module, images, name: str = "images", *, warn: bool = True
+                 ) -> torch.Tensor:
+    """``images`` as ``model`` takes them: (N, C, H, W), float of the model's dtype, finite.
+
+    Args:
+        name: the argument's name (``"x"``, ``"y"``), for the messages.
+        warn: warn when a float dtype is converted (callers checking batch after batch warn
+            for the first only).
+
+    Raises:
+        ValueError: not a 4-d tensor, integer dtype, channels or size the model does not take
+            (naming its expected (C, H, W)), or non-finite pixels.
+    """
+    expected = expected_input(model)
+    if not isinstance(images, torch.Tensor) or images.dim() != 4:
+        got = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+        raise ValueError(f"{name} must be a batch of images (N, C, H, W) = (N, "
+                         f"{_shape_text(expected)[1:]}, got {got}; add a batch dimension with "
+                         f"{name}[None] for one image")
+    dtype = next(model.parameters()).dtype
+    if not images.is_floating_point():
+        raise ValueError(f"{name} has dtype {images.dtype}; the model takes float images "
+                         f"({dtype}) of (C, H, W) = {_shape_text(expected)}, normalised as in "
+                         "its training: convert and normalise "
+                         "them first (e.g. vitplast.data.NormalizedTensors, or "
+                         f"{name}.float() / 255 then the model's mean and std)")
+    c, h, w = images.shape[1:]
+    if c != expected[0] or (expected[1] is not None and (h, w) != expected[1:]):
+        raise ValueError(f"{name} has images of (C, H, W) = {(c, h, w)}; the model takes "
+                         f"(C, H, W) = {_shape_text(expected)}: resize or convert them "
+                         "(vitplast.paper_datasets.transforms_for(model)), or use a model "
+                         "built for these images")
+    if images.dtype != dtype:
+        if warn:
+            warnings.warn(f"{name} is {images.dtype}: converted to the model's {dtype}",
+                          stacklevel=3)
+        images = images.to(dtype)
+    return images
+
+
+def check_finite(name: str, images: torch.Tensor, *, offset: int = 0) -> None:
+    """Raise naming the pairs (``offset`` + index in the batch) of ``images`` that hold a NaN
+    or infinite pixel: their rates would be NaN, or dropped as identical pairs."""
+    bad = torch.nonzero(~torch.isfinite(images.flatten(1)).all(dim=1)).flatten()
+    if len(bad):
+        pairs = (offset + bad[:5]).tolist()
+        raise ValueError(f"{name} has non-finite pixels (NaN or inf) in {len(bad)} image(s), "
+                         f"pair(s) {pairs}{' ...' if len(bad) > 5 else ''}: plasticity is "
+                         "undefined there; repair (torch.nan_to_num) or drop those images")
