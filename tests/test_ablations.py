@@ -216,19 +216,21 @@ def test_study_scales_are_measured_once_and_rounded(tmp_path, monkeypatch):
 
 def test_shipped_confound_results_belong_to_the_study(monkeypatch):
     """Every shipped record is a run of the embedded confound study, with its shipped scales
-    (no re-measurement: the scales file is read)."""
-    from vitplast import empirical
+    (no re-measurement: the scales file is read). The study is being re-run with a new head
+    in every run: the store holds part of it (the records of the first protocol were removed)."""
+    from vitplast import empirical, studies
+    from vitplast.runs import run_hash
 
     monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: pytest.fail("re-measured"))
     shipped = results.results(confounds.EMBEDDED_RESULTS)
-    expected = {store.config_hash(c) for c in confounds.embedded_study()}
+    expected = {run_hash(c) for c in confounds.embedded_study()}
     extra = 2 * 1 + 2 * 1 + 2 * 1 + 1 * 2 + 2 * 3  # sparse, preserved, lr/c^2, AdamW head, LNs
     assert len(expected) == 2 * (24 * 5 + extra) * 3
-    assert set(shipped["run"]) == expected and (shipped["status"] == "ok").all()  # complete
+    assert set(shipped["run"]) <= expected and shipped["status"].isin(["ok", "diverged"]).all()
     s = confounds.EMBEDDED_STUDY  # its baselines are runs of the main study
-    main = {store.config_hash(c) for c in sweep.study(**sweep.EMBEDDED_STUDY)}
-    assert {store.config_hash(c) for c in confounds.baselines(s["tasks"], s["lrs"], s["seeds"],
-                                                               s["extra_lrs"])} <= main
+    main = {run_hash(c) for c in studies.runs_of(studies.MAIN)}
+    assert {run_hash(c) for c in confounds.baselines(s["tasks"], s["lrs"], s["seeds"],
+                                                     s["extra_lrs"])} <= main
 
 
 def test_forest_plot_draws_each_row_at_its_difference_and_interval():

@@ -290,8 +290,11 @@ def test_shipped_runs_table_agrees_with_the_shipped_records(study):
     from vitplast import confounds
 
     root = {"finetune": studies.MAIN_RESULTS, "confounds": confounds.EMBEDDED_RESULTS}[study]
-    table = pd.read_csv(root / "runs.csv").set_index("run")
     stored = results.results(root).set_index("run")
+    if not (root / "runs.csv").exists():  # a store no session has filled yet
+        assert stored.empty
+        return
+    table = pd.read_csv(root / "runs.csv").set_index("run")
     assert len(table) > 0 and table.index.isin(stored.index).all()
     for column in ("status", "test_acc", "best_val_acc", "seconds"):
         pd.testing.assert_series_equal(table[column], stored.loc[table.index, column],
