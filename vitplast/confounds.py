@@ -24,7 +24,7 @@ from vitplast.ablations import BIAS_ONLY, LORA_PATTERNS, LORA_TARGETS, PREPARE, 
 from vitplast.components import COMPONENTS, count_parameters, trainable_names
 
 #: Where the embedded confound study is shipped (one JSON per run, and its scales).
-EMBEDDED_RESULTS = models.DATA_DIR / "confounds"
+EMBEDDED_RESULTS = models.results_root("confounds")
 #: The embedded confound study (notebook 05's defaults): two tasks of the main study (a
 #: corruption and a new domain), the upper part of its LR grid (small trainable sets want
 #: large LRs: on 0.03..1, 16 of 52 settings chose 1), its seeds. Its plain SGD baselines are
