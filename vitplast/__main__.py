@@ -68,8 +68,9 @@ def _parser() -> argparse.ArgumentParser:
                     "(qos, account, mem, constraint, ...) or any sbatch option "
                     "(slurm_additional_parameters)")
     sw.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
-    sw.add_argument("--precision", default=None, help="auto | fp32 | bf16: autocast on CUDA "
-                    "(default auto: bf16 where supported); a runtime setting, not in run hashes")
+    sw.add_argument("--precision", default=None, help="auto | fp32 | bf16 | fp16: autocast on "
+                    "CUDA (default auto: bf16 where supported, else fp16 with a gradient "
+                    "scaler); a runtime setting, not in run hashes")
     sw.add_argument("--order", default="seed-first", help="seed-first: every (task, config, "
                     "lr) once before the next seed, so a partial sweep covers the grid; grid")
     sw.add_argument("--limit", type=int, default=None, help="run at most N missing runs")
