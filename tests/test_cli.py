@@ -89,3 +89,14 @@ def test_absent_results_stores_are_named_not_read_as_empty(tmp_path, monkeypatch
             main(command)
         assert err.value.code == 2
         assert "no results store at" in capsys.readouterr().err
+
+
+def test_readme_shows_the_paper_grid_command():
+    from pathlib import Path
+
+    from vitplast.__main__ import PAPER_SLURM_EXAMPLE
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("vitplast sweep --study paper")
+    command = readme[start:readme.index("```", start)].replace("\\\n", " ")
+    assert " ".join(command.split()) == PAPER_SLURM_EXAMPLE

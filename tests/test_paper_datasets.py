@@ -174,3 +174,27 @@ def test_domainnet_broken_split_files(fake_root, tmp_path):
     (base / "sketch_test.txt").write_text("sketch/bus/not_there.jpg 1\n")
     with pytest.raises(FileNotFoundError, match="not_there.jpg"):
         load_paper_task("domainnet_sketch", tmp_path)
+
+
+@pytest.mark.slow
+def test_vitb_dry_run_at_full_size_on_fake_files():
+    """benchmarks/vitb_dry_run.py with tiny settings: ViT-B/16 through weights_file, two
+    dataset layouts, plasticity pairs and a finetuning step through sweep.run_one (~1.5 min)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "vitb_dry_run.py"), "--datasets",
+         "cifar10c_snow,domainnet_sketch", "--pairs", "2", "--steps", "1", "--batch-size", "2",
+         "--target", "600"], capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1].startswith("RESULT vitb_dry_run_seconds ") and lines[-1].endswith(
+        "target <= 600")
+    assert "85,798,656 parameters" in lines[0]  # ViT-B/16 without a head
+    assert any(line.startswith("finetune cifar10c_snow (full") for line in lines)
+    assert any("s/pair" in line for line in lines) and any("GPU-h" in line for line in lines)
