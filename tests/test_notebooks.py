@@ -168,3 +168,42 @@ def test_ctrl_c_is_recorded_as_interrupted_and_the_cli_says_one_line(tmp_path, m
     err = capsys.readouterr().err.strip()
     assert code == 130 and len(err.splitlines()) == 1
     assert "interrupted during 01_definitions" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("profile", list(notebooks.PROFILES))
+def test_every_profile_fits_the_declared_types(profile):
+    todo = notebooks.plan(profile)
+    assert [nb for nb, _ in todo] == notebooks.available()
+
+
+@pytest.mark.slow
+def test_a_real_ctrl_c_stops_the_run_with_one_line(tmp_path):
+    """Ctrl-C in a terminal reaches the whole process group (the CLI and the kernel): the CLI
+    exits 130 with one line, the notebook is recorded as interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vitplast", "notebooks", "run", "--profile", "smoke", "--only",
+         "01", "--out", str(out)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": str(root)})
+    deadline = time.monotonic() + 120
+    while not (out / "01_definitions.ipynb").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(4)  # the kernel is up and running cells
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "interrupted during 01_definitions")
+    assert pd.read_csv(out / "summary.csv").status.tolist() == ["interrupted"]
+    meta = json.loads((out / "01_definitions.ipynb").read_text())["metadata"]
+    assert meta["vitplast"]["status"] == "interrupted"

@@ -14,8 +14,9 @@ type (``n_pairs: int = 512  # comment``), which ``papermill --help-notebook`` sh
 ``plan`` checks: a value of the wrong type fails before any kernel starts.
 
 ``run`` executes them in order into ``runs/<timestamp>-<profile>/`` (figures into its
-``figures/``), continues past a failing notebook, stops at Ctrl-C (recording the notebook as
-interrupted), and returns a summary table (notebook, status, seconds, failing cell).
+``figures/``, the kernels' stderr into its ``kernel.log``), continues past a failing notebook,
+stops at Ctrl-C (recording the notebook as interrupted), and returns a summary table
+(notebook, status, seconds, failing cell).
 
 Used by ``python -m vitplast notebooks run``, the Makefile and the tests.
 """
@@ -125,7 +126,7 @@ def _check_types(nb: str, params: dict, declared: dict, types: dict[str, str]) -
 
 
 def available() -> list[str]:
-    """The notebooks of ``NOTEBOOKS`` present in ``notebooks/``."""
+    """The notebooks of ``NOTEBOOKS`` present in ``NOTEBOOK_DIR`` (``vitplast/notebooks/``)."""
     return [nb for nb in NOTEBOOKS if (NOTEBOOK_DIR / f"{nb}.ipynb").exists()]
 
 
@@ -228,6 +229,21 @@ class Interrupted(KeyboardInterrupt):
         self.notebook, self.out_dir, self.summary = notebook, out_dir, summary
 
 
+def _kernel_manager(log: Path):
+    """A Jupyter kernel manager whose kernels write their stderr (startup warnings, the
+    traceback of the interrupt sent at shutdown after Ctrl-C, crashes) to ``log``, not to the
+    terminal; cell errors are in the executed notebook either way."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class KernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            with open(log, "ab") as stderr:  # the kernel holds its own copy of the file
+                kw.setdefault("stderr", stderr)
+                return await super().start_kernel(**kw)
+
+    return KernelManager
+
+
 @contextlib.contextmanager
 def _sigint_ignored():
     """Ignore Ctrl-C inside the block (main thread only; elsewhere signals never arrive)."""
@@ -282,7 +298,8 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
         try:
             pm.execute_notebook(str(NOTEBOOK_DIR / f"{nb}.ipynb"), str(target),
                                 parameters=nb_params, cwd=str(out_dir), progress_bar=bar,
-                                kernel_name="python3")
+                                kernel_name="python3",
+                                kernel_manager_class=_kernel_manager(out_dir / "kernel.log"))
             status, error = "ok", ""
         except KeyboardInterrupt:
             status, error = "interrupted", "KeyboardInterrupt (Ctrl-C)"
