@@ -1,11 +1,13 @@
-# vitplast: `make run` runs the notebook sequence on the embedded default; `make test` tests.
-# Both create .venv if missing, install the kit, and fetch the offline data. Idempotent.
+# vitplast: `make run` runs the notebook sequence on the embedded default (executed notebooks and
+# figures in runs/<timestamp>-<profile>/); `make test` tests. Both create .venv if missing,
+# install the kit (editable, for development), and fetch the offline data. Idempotent.
+# `make wheel` builds the installable kit (checkpoints and notebooks inside) into dist/.
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PROFILE ?= default
 FMNIST  := /usr/share/datasets/fashion-mnist
 
-.PHONY: install data run test test-fast lint benchmarks browser-test pretrain clean
+.PHONY: install data run test test-fast lint benchmarks browser-test pretrain wheel clean
 
 install: $(VENV)/.installed
 
@@ -44,5 +46,8 @@ browser-test: data
 pretrain: data
 	$(PY) -m vitplast pretrain
 
+wheel: install
+	$(PY) -m pip wheel . --no-deps -w dist
+
 clean:
-	rm -rf runs .cache .pytest_cache
+	rm -rf runs .cache .pytest_cache build dist

@@ -8,7 +8,7 @@ from conftest import tiny_vit
 from scipy import stats
 from test_finetune import toy_task
 
-from vitplast import ablations, components, confounds, finetune, plasticity, results, store, sweep
+from vitplast import ablations, components, confounds, finetune, plasticity, results, sweep
 
 
 @pytest.mark.parametrize("ln", ["LN1", "LN2"])

@@ -74,9 +74,98 @@ def test_unknown_names_and_offline_hub(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(RuntimeError, match="weights_file=PATH"):
         models.load_model("test_vit", pretrained=True)
+    with pytest.raises(RuntimeError, match="weights_file=PATH"):  # timm's hf-hub: source
+        models.load_model("hf-hub:timm/vit_tiny_patch16_224.augreg_in21k")
+
+
+def test_names_are_checked_with_timms_parser():
+    models.check_name("vit_base_patch16_224.orig_in21k")  # the paper's model: valid
+    with pytest.raises(ValueError, match="unknown pretrained tag 'orig_in22k'.*'orig_in21k'"):
+        models.load_model("vit_base_patch16_224.orig_in22k")
+    with pytest.raises(ValueError, match="hf-hub:org/model"):  # a repo id without its source
+        models.load_model("org/model")
+    with pytest.raises(ValueError, match="valid sources: hf-hub, local-dir"):
+        models.load_model("s3:bucket/model")
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        models.load_model("local-dir:/nonexistent")
+
+
+def test_local_dir_in_the_hub_layout(tmp_path):
+    from timm.models import save_for_hf
+
+    source = models.load_model("test_vit", pretrained=False)
+    save_for_hf(source, str(tmp_path), safe_serialization=True)
+    model = models.load_model(f"local-dir:{tmp_path}", num_classes=3)
+    assert model.head.out_features == 3 and not model.training
+    for (name, p), q in zip(model.named_parameters(), source.parameters()):
+        if not name.startswith("head"):
+            assert torch.equal(p, q), name
+
+
+def test_bad_weights_files_are_named(tmp_path):
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not a tensor file" * 4)
+    with pytest.raises(ValueError, match=f"weights_file {junk} is not a safetensors file"):
+        models.load_model("test_vit", weights_file=junk)
+    pickle = tmp_path / "junk.pth"
+    pickle.write_bytes(b"not a pickle" * 4)
+    with pytest.raises(ValueError, match=f"weights_file {pickle} is not a safetensors"):
+        models.load_model("test_vit", weights_file=pickle)
+    other = tmp_path / "other.safetensors"  # a real file of another architecture
+    embedded = models.load_model("vitplast_fmnist", pretrained=False)
+    save_file({k: v.contiguous() for k, v in embedded.state_dict().items()}, str(other))
+    with pytest.raises(ValueError, match=f"weights_file {other} does not fit 'test_vit'.*size"):
+        models.load_model("test_vit", weights_file=other)
+
+
+def test_device_none_picks_cuda_when_present(monkeypatch):
+    assert models.load_model("test_vit", pretrained=False).head.weight.device.type == "cpu"
+    picked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.nn.Module, "to", lambda self, device: picked.append(device) or self)
+    models.load_model("test_vit", pretrained=False)
+    models.load_model("test_vit", pretrained=False, device="cpu")  # explicit device wins
+    assert [str(d) for d in picked] == ["cuda", "cpu"]
+
+
+def test_results_root_from_a_checkout_or_the_environment(tmp_path, monkeypatch):
+    from vitplast import confounds, studies
+
+    monkeypatch.delenv(models.DATA_ENV, raising=False)
+    checkout = models.Path(models.__file__).resolve().parents[1] / "data"
+    assert models.results_root("finetune") == checkout / "finetune"
+    assert (studies.MAIN_RESULTS, confounds.EMBEDDED_RESULTS) == (
+        checkout / "finetune", checkout / "confounds")
+    monkeypatch.setenv(models.DATA_ENV, str(tmp_path))
+    assert models.results_root("confounds") == tmp_path / "confounds"
+    with pytest.raises(FileNotFoundError, match="VITPLAST_DATA"):
+        models.require_results(tmp_path / "confounds")
+    (tmp_path / "confounds").mkdir()
+    assert models.require_results(tmp_path / "confounds") == tmp_path / "confounds"
 
 
 def test_manifest_lists_sha256_of_each_file():
     manifest = json.loads(models.MANIFEST.read_text())
     for entry in manifest["checkpoints"].values():
         assert models.sha256(models.DATA_DIR / entry["file"]) == entry["sha256"]
+
+
+def test_use_weights_file_reaches_every_later_load(tmp_path, monkeypatch):
+    """The notebooks' ``weights_file`` parameter: set once in the setup cell, read by every
+    ``load_model(name)`` the notebook's functions make."""
+    monkeypatch.setattr(models, "WEIGHTS_FILES", {})
+    source = models.load_model("test_vit", pretrained=False)
+    path = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(path))
+    models.use_weights_file("test_vit", path)
+    model = models.load_model("test_vit")  # no hub access: the local file
+    assert torch.equal(model.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight)
+    assert not torch.equal(models.load_model("test_vit", pretrained=False).blocks[0].attn.qkv
+                           .weight, source.blocks[0].attn.qkv.weight)  # random init still works
+    models.use_weights_file("test_vit", "")  # empty: forget it
+    assert models.WEIGHTS_FILES == {}
+    with pytest.raises(ValueError, match="ship with vitplast"):
+        models.use_weights_file("vitplast_fmnist", path)
+    with pytest.raises(FileNotFoundError):
+        models.use_weights_file("test_vit", tmp_path / "missing.safetensors")
+    models.use_weights_file("vitplast_fmnist", "")  # the notebooks' default: a no-op

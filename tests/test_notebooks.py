@@ -71,3 +71,137 @@ def test_paper_profile_fails_early_without_gpu_or_data(monkeypatch, tmp_path):
     with pytest.raises(FileNotFoundError, match="cifar-10-batches-py"):
         notebooks.check_requirements("paper", [(n, {**p, "data_root": str(tmp_path)})
                                                for n, p in todo])
+
+
+TYPED = ["01_definitions", "02_bounds", "03_plasticity", "06_explorer"]
+
+
+@pytest.mark.parametrize("name", TYPED)
+def test_papermill_sees_every_parameters_type(name):
+    """``papermill --help-notebook`` shows types: it reads them from the annotations."""
+    import papermill as pm
+
+    inspected = pm.inspect_notebook(str(notebooks.NOTEBOOK_DIR / f"{name}.ipynb"))
+    declared = notebooks.notebook_parameter_types(name)
+    assert {k: v["inferred_type_name"] for k, v in inspected.items()} == declared
+    assert "None" not in declared.values() and all(v["help"] for v in inspected.values())
+
+
+def test_parameter_values_of_the_wrong_type_fail_before_any_kernel(capsys):
+    with pytest.raises(ValueError, match="parameter n_pairs of 01_definitions is a int"):
+        notebooks.plan("smoke", only=["01"], params={"n_pairs": "abc"})
+    with pytest.raises(ValueError, match="scales of 01_definitions is a list\\[float\\]"):
+        notebooks.plan("smoke", only=["01"], params={"scales": ["a"]})
+    (_, params), = notebooks.plan("smoke", only=["01"], params={"scales": [1, 2.5]})
+    assert params["scales"] == [1, 2.5]  # ints are floats; lists come parsed
+    with pytest.raises(SystemExit) as err:
+        main(["notebooks", "run", "--only", "01", "-p", "n_pairs", "abc"])
+    assert err.value.code == 2 and "is a int" in capsys.readouterr().err
+
+
+def test_weights_file_is_a_parameter_of_the_model_notebooks(tmp_path):
+    weights = tmp_path / "vit_b16.safetensors"
+    weights.write_bytes(b"")
+    todo = dict(notebooks.plan("paper", only=["01", "02", "03"],
+                               params={"weights_file": str(weights)}))
+    assert todo["03_plasticity"]["weights_file"] == str(weights)  # ViT-B in the paper profile
+    assert "weights_file" not in todo["01_definitions"]  # the embedded model: its own weights
+    with pytest.raises(ValueError, match="weights_file is for a timm model_name"):
+        notebooks.plan("default", only=["03"], params={"weights_file": str(weights)})
+    (_, params), = notebooks.plan("default", only=["02"], params={
+        "weights_file": str(weights), "model_name": "vit_base_patch16_224.orig_in21k"})
+    assert params["weights_file"] == str(weights)
+    with pytest.raises(FileNotFoundError, match="no_such.safetensors"):
+        notebooks.check_requirements("default", [("03_plasticity", {
+            "weights_file": str(tmp_path / "no_such.safetensors")})])
+
+
+class FakePapermill:
+    """Stands in for ``papermill.execute_notebook``: copies the source, records the call, and
+    raises ``KeyboardInterrupt`` on notebook ``interrupt_at`` (Ctrl-C while it runs)."""
+
+    def __init__(self, interrupt_at=None):
+        self.calls, self.interrupt_at = [], interrupt_at
+
+    def __call__(self, source, target, parameters, **kwargs):
+        self.calls.append((source, parameters, kwargs))
+        with open(source) as f, open(target, "w") as g:
+            g.write(f.read())
+        if len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+
+
+def test_run_names_each_notebook_and_saves_figures_in_the_run(tmp_path, monkeypatch):
+    import papermill
+
+    fake = FakePapermill()
+    monkeypatch.setattr(papermill, "execute_notebook", fake)
+    summary = notebooks.run("smoke", only=["01", "02"], out_dir=tmp_path / "out")
+    assert summary.status.tolist() == ["ok", "ok"]
+    descs = [kwargs["progress_bar"]["desc"] for _, _, kwargs in fake.calls]
+    assert descs == ["[1/2] 01_definitions", "[2/2] 02_bounds"]
+    figures = str((tmp_path / "out" / "figures").resolve())
+    assert [params["fig_dir"] for _, params, _ in fake.calls] == [figures, figures]
+    meta = json.loads((tmp_path / "out" / "01_definitions.ipynb").read_text())["metadata"]
+    assert meta["vitplast"]["status"] == "ok" and meta["vitplast"]["profile"] == "smoke"
+
+
+def test_ctrl_c_is_recorded_as_interrupted_and_the_cli_says_one_line(tmp_path, monkeypatch,
+                                                                      capsys):
+    import pandas as pd
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", FakePapermill(interrupt_at=2))
+    with pytest.raises(notebooks.Interrupted) as stop:
+        notebooks.run("smoke", only=["01", "02", "03"], out_dir=tmp_path / "api", progress=False)
+    assert isinstance(stop.value, KeyboardInterrupt) and stop.value.notebook == "02_bounds"
+    summary = pd.read_csv(tmp_path / "api" / "summary.csv")
+    assert summary.status.tolist() == ["ok", "interrupted", "not run"]
+    meta = json.loads((tmp_path / "api" / "02_bounds.ipynb").read_text())["metadata"]
+    assert meta["vitplast"]["status"] == "interrupted"
+
+    monkeypatch.setattr(papermill, "execute_notebook", FakePapermill(interrupt_at=1))
+    code = main(["notebooks", "run", "--profile", "smoke", "--only", "01",
+                 "--out", str(tmp_path / "cli")])
+    err = capsys.readouterr().err.strip()
+    assert code == 130 and len(err.splitlines()) == 1
+    assert "interrupted during 01_definitions" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("profile", list(notebooks.PROFILES))
+def test_every_profile_fits_the_declared_types(profile):
+    todo = notebooks.plan(profile)
+    assert [nb for nb, _ in todo] == notebooks.available()
+
+
+@pytest.mark.slow
+def test_a_real_ctrl_c_stops_the_run_with_one_line(tmp_path):
+    """Ctrl-C in a terminal reaches the whole process group (the CLI and the kernel): the CLI
+    exits 130 with one line, the notebook is recorded as interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vitplast", "notebooks", "run", "--profile", "smoke", "--only",
+         "01", "--out", str(out)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": str(root)})
+    deadline = time.monotonic() + 120
+    while not (out / "01_definitions.ipynb").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(4)  # the kernel is up and running cells
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "interrupted during 01_definitions")
+    assert pd.read_csv(out / "summary.csv").status.tolist() == ["interrupted"]
+    meta = json.loads((out / "01_definitions.ipynb").read_text())["metadata"]
+    assert meta["vitplast"]["status"] == "interrupted"

@@ -1,126 +1,38 @@
-"""The paper datasets' loaders on tiny fake files in the official on-disk formats."""
+"""The paper datasets' loaders on tiny fake files in the official on-disk formats
+(``vitplast.fake_datasets``), with timm's transforms for the model they are loaded for."""
 
-import pickle
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
-from scipy.io import savemat
+from torchvision.transforms import InterpolationMode
 
+from vitplast import fake_datasets
 from vitplast.data import load_task
-from vitplast.paper_datasets import PAPER_DATASETS, PAPER_STEPS, load_paper_task, transforms_for
+from vitplast.fake_datasets import CORRUPTIONS
+from vitplast.fake_datasets import SIZES as EXPECTED
+from vitplast.paper_datasets import (
+    PAPER_DATASETS,
+    PAPER_STEPS,
+    data_config,
+    load_paper_task,
+    transforms_for,
+)
 
 SIZE = 32  # small img_size: every image comes out (3, 32, 32)
-CORRUPTIONS = ["contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise"]
-C10C_ROWS = 20  # rows per severity in the fake CIFAR-10-C files
-# name -> (len train, len val, len test, num_classes); 80/20 splits round like vitplast.data.split
-EXPECTED = {
-    "cifar10": (16, 4, 5, 10),  # 5 batches x 4 = 20 -> 16 / 4; test_batch 5
-    "cifar100": (13, 3, 6, 100),  # 16 -> 13 / 3; test 6
-    **{f"cifar10c_{c}": (13, 3, 4, 10) for c in CORRUPTIONS},  # 20 -> 16 / 4 -> 13 / 3
-    "pet": (8, 2, 4, 2),  # trainval.txt 10 -> 8 / 2; test.txt 4; 2 breeds
-    "flowers102": (8, 2, 3, 102),  # train 6 + val 4 = 10 -> 8 / 2; test 3
-    "domainnet_clipart": (10, 2, 3, 3),  # folder 15 -> 12 / 3 -> 10 / 2 (no split files)
-    "domainnet_sketch": (8, 2, 5, 3),  # sketch_train.txt 10 -> 8 / 2; sketch_test.txt 5
-}
-
-
-def _rgb(rng, h=40, w=48):
-    return rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
-
-
-def _pickle(path, obj):
-    with open(path, "wb") as f:
-        pickle.dump(obj, f)
-
-
-def _write_cifar(root, rng):
-    c10 = root / "cifar-10-batches-py"
-    c10.mkdir()
-    for name, n in [*((f"data_batch_{i}", 4) for i in range(1, 6)), ("test_batch", 5)]:
-        _pickle(c10 / name, {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-                             "labels": rng.integers(0, 10, n).tolist()})
-    _pickle(c10 / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
-    c100 = root / "cifar-100-python"
-    c100.mkdir()
-    for name, n in (("train", 16), ("test", 6)):
-        _pickle(c100 / name, {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-                              "fine_labels": rng.integers(0, 100, n).tolist()})
-    _pickle(c100 / "meta", {"fine_label_names": [f"f{i}" for i in range(100)]})
-
-
-def _write_cifar10c(root):
-    folder = root / "CIFAR-10-C"
-    folder.mkdir()
-    # every pixel of a severity-s row is 40 * s: the rows a severity selects are recognisable
-    sev = np.repeat(np.arange(1, 6, dtype=np.uint8), C10C_ROWS)
-    images = np.broadcast_to((40 * sev)[:, None, None, None], (5 * C10C_ROWS, 32, 32, 3))
-    for c in CORRUPTIONS:
-        np.save(folder / f"{c}.npy", np.ascontiguousarray(images))
-    np.save(folder / "labels.npy", np.tile(np.arange(C10C_ROWS) % 10, 5).astype(np.int64))
-
-
-def _write_pet(root, rng):
-    folder = root / "oxford-iiit-pet"
-    (folder / "images").mkdir(parents=True)
-    (folder / "annotations").mkdir()
-    for split, n in (("trainval", 10), ("test", 4)):
-        lines = []
-        for i in range(n):
-            breed, label = ("Abyssinian", 1) if i % 2 else ("beagle", 2)
-            image_id = f"{breed}_{split}{i}"
-            Image.fromarray(_rgb(rng)).save(folder / "images" / f"{image_id}.jpg")
-            lines.append(f"{image_id} {label} {label} 1")
-        (folder / "annotations" / f"{split}.txt").write_text("\n".join(lines) + "\n")
-
-
-def _write_flowers(root, rng):
-    folder = root / "flowers-102"
-    (folder / "jpg").mkdir(parents=True)
-    for i in range(1, 14):
-        Image.fromarray(_rgb(rng)).save(folder / "jpg" / f"image_{i:05d}.jpg")
-    savemat(folder / "imagelabels.mat", {"labels": np.arange(13) % 102 + 1})
-    savemat(folder / "setid.mat", {"trnid": np.arange(1, 7), "valid": np.arange(7, 11),
-                                   "tstid": np.arange(11, 14)})
-
-
-def _write_domainnet(root, rng):
-    for domain in ("clipart", "sketch"):
-        paths = []
-        for label, cls in enumerate(("apple", "bus", "zebra")):
-            (root / "domainnet" / domain / cls).mkdir(parents=True)
-            for i in range(5):
-                rel = f"{domain}/{cls}/{domain}_{label:03d}_{i:06d}." + ("png" if i % 2 else "jpg")
-                Image.fromarray(_rgb(rng)).save(root / "domainnet" / rel)
-                paths.append(f"{rel} {label}")
-    split = {"train": paths[::3] + paths[1::3], "test": paths[2::3]}  # sketch: 10 / 5
-    for part, lines in split.items():
-        (root / "domainnet" / f"sketch_{part}.txt").write_text("\n".join(lines) + "\n")
 
 
 @pytest.fixture(scope="module")
 def fake_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("paper_data")
-    rng = np.random.default_rng(0)
-    _write_cifar(root, rng)
-    _write_cifar10c(root)
-    _write_pet(root, rng)
-    _write_flowers(root, rng)
-    _write_domainnet(root, rng)
-    return root
+    return fake_datasets.write_all(tmp_path_factory.mktemp("paper_data"))
 
 
 @pytest.fixture(autouse=True)
-def no_md5(monkeypatch):
+def no_md5():
     """torchvision checks CIFAR's and Flowers102's files against the real files' md5 sums,
     which fakes cannot match: accept any file. Existence is still checked by the loaders."""
-    import torchvision.datasets.cifar
-    import torchvision.datasets.flowers102
-
-    monkeypatch.setattr(torchvision.datasets.cifar, "check_integrity", lambda *a, **k: True)
-    monkeypatch.setattr(torchvision.datasets.flowers102, "check_integrity", lambda *a, **k: True)
+    with fake_datasets.accept_fake_checksums():
+        yield
 
 
 def test_registry_names_and_steps():
@@ -184,11 +96,37 @@ def test_domainnet_split_file_labels(fake_root):
 
 def test_mean_std_crop_pct_and_transforms_for(fake_root):
     model = SimpleNamespace(pretrained_cfg={"mean": (0.1, 0.2, 0.3), "std": (1.0, 1.0, 1.0),
-                                            "crop_pct": 1.0})
+                                            "crop_pct": 1.0, "interpolation": "bilinear"})
     kwargs = transforms_for(model)
-    assert kwargs == {"mean": (0.1, 0.2, 0.3), "std": (1.0, 1.0, 1.0), "crop_pct": 1.0}
-    x = load_paper_task("cifar10c_snow", fake_root, img_size=SIZE, **kwargs).test[0][0]
+    assert kwargs == {"mean": (0.1, 0.2, 0.3), "std": (1.0, 1.0, 1.0), "crop_pct": 1.0,
+                      "interpolation": "bilinear", "img_size": 224}
+    x = load_paper_task("cifar10c_snow", fake_root, **{**kwargs, "img_size": SIZE}).test[0][0]
     assert torch.allclose(x.mean((1, 2)), torch.tensor([200 / 255 - m for m in (0.1, 0.2, 0.3)]))
+
+
+def _interpolations(transform) -> list:
+    return [t.interpolation for t in transform.transforms if hasattr(t, "interpolation")]
+
+
+def test_timm_transforms_of_the_model_bicubic_for_orig_in21k(fake_root):
+    """The paper's ViT-B/16 in21k (the default) resizes bicubic with mean = std = 0.5 and
+    crop 0.9, from timm's own data config; another model brings its own."""
+    assert data_config() == data_config("vit_base_patch16_224.orig_in21k") == {
+        "img_size": 224, "interpolation": "bicubic", "mean": (0.5, 0.5, 0.5),
+        "std": (0.5, 0.5, 0.5), "crop_pct": 0.9}
+    task = load_paper_task("pet", fake_root, img_size=SIZE)
+    train, evaluate = task.train.transform, task.val.transform
+    assert _interpolations(train) + _interpolations(evaluate) == [InterpolationMode.BICUBIC] * 2
+    assert [type(t).__name__ for t in train.transforms][:2] == [
+        "RandomResizedCropAndInterpolation", "RandomHorizontalFlip"]  # no colour jitter
+    resize, crop = evaluate.transforms[:2]
+    assert (resize.size, crop.size) == (int(SIZE / 0.9), (SIZE, SIZE))
+    model = SimpleNamespace(pretrained_cfg={"interpolation": "bilinear", "input_size": (3, 64, 64)})
+    other = load_paper_task("pet", fake_root, model=model)  # a model's own config
+    assert _interpolations(other.val.transform) == [InterpolationMode.BILINEAR]
+    assert other.img_size == 64 and other.val[0][0].shape == (3, 64, 64)
+    override = load_paper_task("pet", fake_root, img_size=SIZE, interpolation="bilinear")
+    assert _interpolations(override.train.transform) == [InterpolationMode.BILINEAR]
 
 
 def test_unknown_name():
@@ -236,3 +174,27 @@ def test_domainnet_broken_split_files(fake_root, tmp_path):
     (base / "sketch_test.txt").write_text("sketch/bus/not_there.jpg 1\n")
     with pytest.raises(FileNotFoundError, match="not_there.jpg"):
         load_paper_task("domainnet_sketch", tmp_path)
+
+
+@pytest.mark.slow
+def test_vitb_dry_run_at_full_size_on_fake_files():
+    """benchmarks/vitb_dry_run.py with tiny settings: ViT-B/16 through weights_file, two
+    dataset layouts, plasticity pairs and a finetuning step through sweep.run_one (~1.5 min)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "vitb_dry_run.py"), "--datasets",
+         "cifar10c_snow,domainnet_sketch", "--pairs", "2", "--steps", "1", "--batch-size", "2",
+         "--target", "600"], capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1].startswith("RESULT vitb_dry_run_seconds ") and lines[-1].endswith(
+        "target <= 600")
+    assert "85,798,656 parameters" in lines[0]  # ViT-B/16 without a head
+    assert any(line.startswith("finetune cifar10c_snow (full") for line in lines)
+    assert any("s/pair" in line for line in lines) and any("GPU-h" in line for line in lines)

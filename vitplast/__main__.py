@@ -1,4 +1,4 @@
-"""Command line: ``python -m vitplast {pretrain,sweep,notebooks} ...``."""
+"""Command line: ``vitplast {pretrain,sweep,notebooks} ...`` (or ``python -m vitplast``)."""
 
 from __future__ import annotations
 
@@ -8,28 +8,70 @@ import signal
 import sys
 import time
 
-STUDIES = ["main", "budget", "confounds"]
+STUDIES = ["main", "budget", "confounds", "paper"]
+#: The paper's finetuning configurations (section 5), for ``sweep --study paper``.
+PAPER_CONFIGS = ["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"]
+PAPER_MODEL = "vit_base_patch16_224.orig_in21k"
+#: ``sweep --executor submitit`` options -> submitit ``update_parameters`` keys.
+SUBMITIT_OPTIONS = {"timeout_min": "timeout_min", "gpus_per_node": "gpus_per_node",
+                    "cpus_per_task": "cpus_per_task", "partition": "slurm_partition",
+                    "array_parallelism": "slurm_array_parallelism"}
+PAPER_SLURM_EXAMPLE = (
+    "vitplast sweep --study paper --data-root data/paper --weights-file vit_b16_in21k.safetensors "
+    "--root results/paper --executor submitit --cluster slurm --partition gpu --gpus-per-node 1 "
+    "--cpus-per-task 8 --timeout-min 240 --array-parallelism 32 --slurm-param qos=normal")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vitplast", description=__doc__)
+def _parser() -> argparse.ArgumentParser:
+    from vitplast import __version__
+
+    parser = argparse.ArgumentParser(prog="vitplast", description=(
+        "A study kit for 'Vision Transformer Finetuning Benefits from Non-Smooth Components': "
+        "pretrain the embedded model, run finetuning studies (here or on a SLURM cluster), "
+        "and run the notebook sequence headlessly."))
+    parser.add_argument("--version", action="version", version=f"vitplast {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("pretrain", help="pretrain the embedded model on Fashion-MNIST")
-    p.add_argument("--out", default=None, help="output folder (default: the package's data/)")
+    p = sub.add_parser("pretrain", help="pretrain the embedded model on Fashion-MNIST",
+                       description="Pretrain the embedded ViT on Fashion-MNIST (about 1.5 h on "
+                       "2 CPU cores) and write its checkpoints, manifest and model card; resumes "
+                       "at the last finished stage.")
+    p.add_argument("--out", default=None, help="output folder (default: the package's "
+                   "vitplast/checkpoints/)")
     p.add_argument("--train-limit", type=int, default=None, help="use only N training images")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
 
-    sw = sub.add_parser("sweep", help="run (or resume) an embedded study")
+    sw = sub.add_parser("sweep", help="run (or resume) a finetuning study",
+                        description="Run the runs of a study that its results store lacks, "
+                        "here (serial) or as a submitit job array (a SLURM cluster); every run "
+                        "stores its own record, so the same command resumes. Paper grid on "
+                        f"SLURM: {PAPER_SLURM_EXAMPLE}")
     sw.add_argument("--study", default="main", help="main (notebook 04, into data/finetune) | "
                     "budget (notebook 04's 4x-steps check, into data/finetune; needs the main "
-                    "study) | confounds (notebook 05, into data/confounds)")
-    sw.add_argument("--root", default=None, help="results folder (default: the study's)")
+                    "study) | confounds (notebook 05, into data/confounds) | paper (ViT-B/16 "
+                    "in21k on the 11 paper datasets under --data-root: the paper's grid)")
+    sw.add_argument("--root", default=None, help="results folder (default: the study's; "
+                    "data/<store> of a checkout, or $VITPLAST_DATA/<store>; paper: results/paper)")
+    sw.add_argument("--data-root", default=None, help="paper study: folder of the paper datasets "
+                    "(layouts: vitplast.paper_datasets)")
+    sw.add_argument("--weights-file", default=None, help="paper study: local weights of "
+                    f"{PAPER_MODEL} (default: the hub)")
     sw.add_argument("--executor", default="serial", help="serial | submitit")
     sw.add_argument("--cluster", default=None, help="submitit cluster: slurm | local | debug")
+    sw.add_argument("--timeout-min", type=int, default=None, help="submitit: time limit per job")
+    sw.add_argument("--gpus-per-node", type=int, default=None, help="submitit: GPUs per job")
+    sw.add_argument("--cpus-per-task", type=int, default=None, help="submitit: CPU cores per job")
+    sw.add_argument("--partition", default=None, help="submitit: SLURM partition")
+    sw.add_argument("--array-parallelism", type=int, default=None,
+                    help="submitit: at most N jobs of the array running at once (SLURM)")
+    sw.add_argument("--slurm-param", action="append", default=[], metavar="KEY=VALUE",
+                    help="another SLURM setting, repeatable: a submitit SlurmExecutor parameter "
+                    "(qos, account, mem, constraint, ...) or any sbatch option "
+                    "(slurm_additional_parameters)")
     sw.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
-    sw.add_argument("--precision", default=None, help="auto | fp32 | bf16: autocast on CUDA "
-                    "(default auto: bf16 where supported); a runtime setting, not in run hashes")
+    sw.add_argument("--precision", default=None, help="auto | fp32 | bf16 | fp16: autocast on "
+                    "CUDA (default auto: bf16 where supported, else fp16 with a gradient "
+                    "scaler); a runtime setting, not in run hashes")
     sw.add_argument("--order", default="seed-first", help="seed-first: every (task, config, "
                     "lr) once before the next seed, so a partial sweep covers the grid; grid")
     sw.add_argument("--limit", type=int, default=None, help="run at most N missing runs")
@@ -40,17 +82,30 @@ def main(argv: list[str] | None = None) -> int:
     sw.add_argument("--retry-failed", action="store_true", help="also re-run the stored runs "
                     "whose status is failed")
 
-    nb = sub.add_parser("notebooks", help="run the notebook sequence headlessly (papermill)")
+    nb = sub.add_parser("notebooks", help="run the notebook sequence headlessly (papermill)",
+                        description="The notebook sequence (package data, vitplast/notebooks/): "
+                        "list it, or execute it with papermill under a profile.")
     nb_sub = nb.add_subparsers(dest="action", required=True)
-    r = nb_sub.add_parser("run", help="execute the notebooks in order into runs/<timestamp>/")
+    r = nb_sub.add_parser("run", help="execute the notebooks in order into runs/<timestamp>/",
+                          description="Execute the notebooks in order with papermill into "
+                          "runs/<timestamp>-<profile>/ (figures into its figures/, status per "
+                          "notebook in summary.csv). Names, profiles and parameter types are "
+                          "checked before any kernel starts; Ctrl-C stops the run and records the "
+                          "notebook in flight as interrupted.")
     r.add_argument("--profile", default="default", help="smoke | default | paper")
     r.add_argument("--only", nargs="*", default=None, help="notebook prefixes, e.g. 03 04")
     r.add_argument("-p", "--param", nargs=2, action="append", default=[],
                    metavar=("NAME", "VALUE"), help="override a parameter (VALUE parsed as "
-                   "a Python literal when possible)")
+                   "a Python literal when possible; its type must be the parameter's)")
     r.add_argument("--out", default=None, help="output folder (default runs/<timestamp>-<profile>)")
-    nb_sub.add_parser("list", help="list the notebooks and their parameters")
+    nb_sub.add_parser("list", help="list the notebooks and their parameters",
+                      description="List the notebooks and their parameters: name, type, "
+                      "default.")
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "pretrain":
         from vitplast import models, pretrain
@@ -65,7 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.study not in STUDIES:
             parser.error(f"unknown study {args.study!r}; valid: {STUDIES}")
         _check_sweep_args(args, parser)
-        if args.study == "main":
+        if args.study != "paper" and (args.data_root or args.weights_file):
+            parser.error("--data-root and --weights-file are for --study paper")
+        _check_root(args, parser)
+        if args.study == "paper":
+            root = args.root or "results/paper"
+            configs, seeds = _paper_study(args, parser), list(sweep.PAPER_SEEDS)
+        elif args.study == "main":
             root = args.root or studies.MAIN_RESULTS
             configs, seeds = studies.runs_of(studies.MAIN), studies.MAIN["seeds"]
         elif args.study == "budget":
@@ -95,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
             configs = [c for c in configs if not store.exists(root, c)][:args.limit]
         kwargs = {"cluster": args.cluster} if args.cluster else {}
+        kwargs.update(_submitit_parameters(args, parser))
         # Ctrl-C or `kill` stops it cleanly (also under nohup, which ignores SIGINT): the run in
         # flight is dropped, the session logged; the same command resumes.
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -112,7 +174,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.action == "list":
             for name in notebooks.available():
-                print(name, notebooks.notebook_parameters(name))
+                types = notebooks.notebook_parameter_types(name)
+                print(name)
+                for key, value in notebooks.notebook_parameters(name).items():
+                    print(f"  {key}: {types[key]} = {value!r}")
             return 0
         params = {k: _literal(v) for k, v in args.param}
         try:  # fail before any kernel starts
@@ -120,7 +185,12 @@ def main(argv: list[str] | None = None) -> int:
                                          notebooks.plan(args.profile, args.only, params))
         except (ValueError, RuntimeError, FileNotFoundError) as err:
             parser.error(str(err))
-        summary = notebooks.run(args.profile, args.only, params, args.out)
+        try:
+            summary = notebooks.run(args.profile, args.only, params, args.out)
+        except notebooks.Interrupted as stop:
+            print(f"\ninterrupted during {stop.notebook}: its partial copy and summary.csv are "
+                  f"in {stop.out_dir}", file=sys.stderr)
+            return 130
         print(summary.to_string(index=False))
         return 0 if (summary["status"] == "ok").all() else 1
     return 0
@@ -151,6 +221,69 @@ def _check_sweep_args(args, parser) -> None:
                      "device(s) here")
     if device.type == "mps" and not torch.backends.mps.is_available():
         parser.error(f"--device {args.device!r}: MPS is not available here; use --device cpu")
+
+
+def _check_root(args, parser) -> None:
+    """Fail clearly when a study's results store is not there: reading it (``--status``, the
+    budget study) needs it; writing to the default one needs its parent (a checkout's data/,
+    or $VITPLAST_DATA), so that an installed copy never writes into site-packages."""
+    from pathlib import Path
+
+    from vitplast import confounds, models, studies
+
+    if args.study == "paper":
+        return
+    root = Path(args.root or (confounds.EMBEDDED_RESULTS if args.study == "confounds"
+                              else studies.MAIN_RESULTS))
+    reads = args.status or args.study == "budget"
+    if not root.is_dir() and (reads or (args.root is None and not root.parent.is_dir())):
+        try:
+            models.require_results(root)
+        except FileNotFoundError as err:
+            parser.error(str(err))
+
+
+def _paper_study(args, parser) -> list[dict]:
+    """The paper's grid: ViT-B/16 in21k, the 11 datasets under ``--data-root``, the paper's
+    configurations x LRs (DomainNet: its own grid) x seeds, the paper recipe."""
+    from vitplast import paper_datasets, sweep
+
+    if not args.data_root:
+        parser.error("--study paper needs --data-root (the paper datasets' folder)")
+    fixed = dict(recipe="paper", model=PAPER_MODEL, data_root=args.data_root)
+    if args.weights_file:
+        fixed["weights_file"] = args.weights_file
+    configs = []
+    for task in paper_datasets.PAPER_DATASETS:
+        lrs = sweep.PAPER_LRS_DOMAINNET if task.startswith("domainnet") else sweep.PAPER_LRS
+        configs += sweep.grid([task], PAPER_CONFIGS, list(lrs), list(sweep.PAPER_SEEDS), **fixed)
+    return configs
+
+
+def _submitit_parameters(args, parser) -> dict:
+    """The submitit options of ``sweep`` as ``AutoExecutor.update_parameters`` keywords;
+    ``--slurm-param KEY=VALUE`` becomes ``slurm_KEY`` when KEY is a parameter of submitit's
+    SlurmExecutor, else an entry of ``slurm_additional_parameters`` (any sbatch option)."""
+    out = {key: getattr(args, option) for option, key in SUBMITIT_OPTIONS.items()
+           if getattr(args, option) is not None}
+    extra = {}
+    if args.slurm_param:
+        import submitit
+
+        known = submitit.SlurmExecutor._valid_parameters() - {"additional_parameters"}
+        for item in args.slurm_param:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                parser.error(f"--slurm-param takes KEY=VALUE, e.g. qos=high; got {item!r}")
+            if key in known:
+                out[f"slurm_{key}"] = _literal(value)
+            else:
+                extra[key] = value
+    if extra:
+        out["slurm_additional_parameters"] = extra
+    if out and args.executor != "submitit":
+        parser.error(f"{sorted(out)} are submitit settings: add --executor submitit")
+    return out
 
 
 def _shard(text: str, parser) -> tuple[int, int]:

@@ -24,11 +24,11 @@ from vitplast.ablations import BIAS_ONLY, LORA_PATTERNS, LORA_TARGETS, PREPARE, 
 from vitplast.components import COMPONENTS, count_parameters, trainable_names
 
 #: Where the embedded confound study is shipped (one JSON per run, and its scales).
-EMBEDDED_RESULTS = models.DATA_DIR / "confounds"
+EMBEDDED_RESULTS = models.results_root("confounds")
 #: The embedded confound study (notebook 05's defaults): two tasks of the main study (a
 #: corruption and a new domain), the upper part of its LR grid (small trainable sets want
 #: large LRs: on 0.03..1, 16 of 52 settings chose 1), its seeds. Its plain SGD baselines are
-#: runs of the main study (``sweep.EMBEDDED_STUDY``). ``extra_lrs``: where seed 0 chose the
+#: runs of the main study (``studies.MAIN``). ``extra_lrs``: where seed 0 chose the
 #: grid's top (digits: FC1 and FC2 sparse, LN2 x c preserved; both tasks: head, LN1 and LN2
 #: under AdamW), the grid goes on up, the lr/c^2 controls with their rescaled variants; LN2
 #: under AdamW still chose the new top (fmnist_contrast), so the LayerNorms go one LR further.
@@ -255,7 +255,7 @@ def grid(model: nn.Module, scales: dict[str, float], tasks, lrs, seeds, extra_lr
 def baselines(tasks, lrs, seeds, extra_lrs=None, **fixed) -> list[dict]:
     """The plain SGD configurations (``PLAIN_CONFIGS``) on ``lrs`` and the ``extra_lrs`` their
     names match (as in ``grid``): the runs the variants are compared with, which the main
-    study (``sweep.EMBEDDED_STUDY``) holds for the embedded default."""
+    study (``studies.MAIN``) holds for the embedded default."""
     from vitplast import sweep
 
     return [run for config in PLAIN_CONFIGS

@@ -50,8 +50,9 @@ OPTIMIZERS = ("sgd", "adamw")
 #: A loss above this many times the first step's loss ends the run as diverged.
 DIVERGENCE_FACTOR = 100.0
 #: Numeric precision of the forward pass: ``auto`` is bf16 autocast on a CUDA device that
-#: supports it and fp32 elsewhere; ``fp32`` never autocasts; ``bf16`` insists.
-PRECISIONS = ("auto", "fp32", "bf16")
+#: supports it, fp16 autocast with a gradient scaler (``torch.amp.GradScaler``) on one that does
+#: not, and fp32 elsewhere; ``fp32`` never autocasts; ``bf16`` and ``fp16`` insist (on CUDA).
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -80,7 +81,7 @@ def evaluate(model: nn.Module, dataset: Dataset, *, batch_size: int = 256,
     was_training = model.training
     model.eval()
     loss_sum, correct, n = 0.0, 0, 0
-    for x, y in DataLoader(dataset, batch_size=batch_size):
+    for x, y in DataLoader(dataset, batch_size=batch_size, pin_memory=device.type == "cuda"):
         x, y = x.to(device), y.to(device)
         with _autocast(device, precision):
             logits = model(x).float()
@@ -91,16 +92,26 @@ def evaluate(model: nn.Module, dataset: Dataset, *, batch_size: int = 256,
     return loss_sum / max(n, 1), correct / max(n, 1)
 
 
-def _autocast(device: torch.device, precision: str = "auto"):
-    """bf16 autocast on CUDA (``auto``: where the GPU supports bf16), nothing elsewhere."""
+def _amp_dtype(device: torch.device, precision: str = "auto") -> torch.dtype | None:
+    """The autocast dtype of ``precision`` on ``device``; ``None``: no autocast."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; valid: {list(PRECISIONS)}")
-    enabled = device.type == "cuda" and (
-        precision == "bf16" or (precision == "auto" and torch.cuda.is_bf16_supported()))
-    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=enabled)
+    if device.type != "cuda" or precision == "fp32":
+        return None
+    if precision == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if precision == "bf16" else torch.float16
 
 
-def _batches(dataset: Dataset, batch_size: int, generator: torch.Generator, workers: int):
+def _autocast(device: torch.device, precision: str = "auto"):
+    """Autocast on CUDA (``auto``: bf16 where the GPU supports it, else fp16), nothing
+    elsewhere. fp16 needs a gradient scaler in training (``train`` makes one)."""
+    dtype = _amp_dtype(device, precision)
+    return torch.autocast("cuda", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
+
+def _batches(dataset: Dataset, batch_size: int, generator: torch.Generator, workers: int,
+             pin_memory: bool = False):
     """Shuffled batches forever (a fresh permutation per epoch).
 
     Raises:
@@ -109,7 +120,7 @@ def _batches(dataset: Dataset, batch_size: int, generator: torch.Generator, work
     while True:
         empty = True
         for batch in DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
-                                generator=generator, num_workers=workers):
+                                generator=generator, num_workers=workers, pin_memory=pin_memory):
             empty = False
             yield batch
         if empty:
@@ -283,7 +294,13 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
         result.initial_val_loss, result.initial_val_acc = evaluate(
             model, val_set, device=device, precision=precision)
     best, first_loss = None, None
-    batches = _batches(train_set, batch_size // accum_steps, generator, workers)
+    batches = _batches(train_set, batch_size // accum_steps, generator, workers,
+                       pin_memory=device.type == "cuda")
+    # fp16 needs its loss scaled (bf16 and fp32 do not: disabled, the scaler passes through)
+    scaler = torch.amp.GradScaler("cuda", enabled=_amp_dtype(device, precision) == torch.float16)
+    # (step, loss, diverged?) of the steps since the last host sync, kept on the device: the
+    # divergence check of every step is exact, read at logging and evaluation steps and the end
+    pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []
     start = time.perf_counter()
     from tqdm.auto import tqdm
 
@@ -293,7 +310,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
         for group in opt.param_groups:
             group["lr"] = group["lr_scale"] * lr_at(step, lr=lr, steps=steps,
                                                     warmup_steps=warmup_steps)
-        loss_total = 0.0
+        # float64, summed as the host did: the logged losses and the divergence test are exact
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         for _ in range(accum_steps):
             x, y = next(batches)
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -301,26 +319,41 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
                 x = augment(x, generator)
             with _autocast(device, precision):
                 loss = F.cross_entropy(model(x).float(), y, label_smoothing=label_smoothing)
-            (loss / accum_steps).backward()
-            loss_total += loss.item() / accum_steps
+            scaler.scale(loss / accum_steps).backward()
+            loss_sum += loss.detach().double() / accum_steps
+        first_loss = loss_sum if first_loss is None else first_loss
+        pending.append((step, loss_sum, ~torch.isfinite(loss_sum)
+                        | (loss_sum > DIVERGENCE_FACTOR * first_loss)))
+        logged = step % log_every == 0 or step == steps - 1
+        evaluating = val_set is not None and ((step + 1) % eval_every == 0 or step == steps - 1)
+        if not (logged or evaluating):
+            loss_total = math.nan  # not read: no row is kept for this step
+        else:  # one host sync for the steps since the last one
+            losses = torch.stack([v for _, v, _ in pending]).tolist()
+            flags = torch.stack([f for _, _, f in pending]).tolist()
+            bad = flags.index(True) if True in flags else None
+            if bad is not None:  # the first diverged step is the run's last row, as it stops
+                at = pending[bad][0]
+                result.diverged = True
+                result.history.append({"step": at, "loss": losses[bad], "lr": lr_at(
+                    at, lr=lr, steps=steps, warmup_steps=warmup_steps)})
+                break
+            loss_total = losses[-1]
+            pending.clear()
         row = {"step": step, "loss": loss_total, "lr": lr_at(step, lr=lr, steps=steps,
                                                              warmup_steps=warmup_steps)}
-        first_loss = loss_total if first_loss is None else first_loss
-        if not math.isfinite(loss_total) or loss_total > DIVERGENCE_FACTOR * first_loss:
-            result.diverged = True
-            result.history.append(row)
-            break
+        scaler.unscale_(opt)  # true gradients for the masks, norms and clip below
         for p, m in masked:
             p.grad.mul_(m)
-        logged = step % log_every == 0 or step == steps - 1
         if logged:
             row.update(_group_norms(named, masked_counts))
         norm = torch.nn.utils.clip_grad_norm_(params, clip_grad_norm or float("inf"))
         if logged:
             row["grad_norm"] = norm.item()
-        opt.step()
+        scaler.step(opt)  # opt.step(), skipped by an fp16 scaler when gradients overflowed
+        scaler.update()
         opt.zero_grad(set_to_none=True)
-        if val_set is not None and ((step + 1) % eval_every == 0 or step == steps - 1):
+        if evaluating:
             row["val_loss"], row["val_acc"] = evaluate(model, val_set, device=device,
                                                        precision=precision)
             bar.set_postfix(loss=f"{loss_total:.3f}", val_acc=f"{row['val_acc']:.3f}")

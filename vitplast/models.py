@@ -1,12 +1,22 @@
-"""Models: any timm ViT by name, and the embedded pretrained model shipped in data/.
+"""Models: any timm ViT by name, and the embedded pretrained model shipped with the package.
 
-``load_model`` takes weights from one of three places:
+``load_model`` takes weights from one of four places:
 
-1. the embedded checkpoints in ``data/`` (``name="vitplast_fmnist"``), verified by sha256
-   against the manifest ``data/checkpoints.json``;
+1. the embedded checkpoints in ``vitplast/checkpoints/`` (``name="vitplast_fmnist"``, package
+   data: present in a checkout and in an installed wheel), verified by sha256 against the
+   manifest ``checkpoints.json`` beside them;
 2. a local weights file for any timm name (``weights_file=...``), loaded by timm through
    ``pretrained_cfg_overlay=dict(file=...)`` so that heads and position embeddings adapt;
-3. the Hugging Face hub for any timm name when online (``pretrained=True``).
+3. a local folder in the Hugging Face layout (``"local-dir:PATH"``: ``config.json`` and
+   ``model.safetensors``, as ``timm.models.push_to_hf_hub`` writes them);
+4. the Hugging Face hub for any timm name when online (``pretrained=True``, or an
+   ``"hf-hub:ORG/REPO"`` name).
+
+Names are checked with timm's own parser before anything is built: unknown architectures
+and pretrained tags fail at once with the valid ones.
+
+The shipped study results are not package data (they are large): ``results_root`` finds them
+in a checkout's ``data/``, or under ``$VITPLAST_DATA``.
 
 Used by every notebook.
 """
@@ -16,19 +26,48 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import timm
 import torch
 from timm.models.vision_transformer import VisionTransformer
 
-#: Folder holding the embedded checkpoints, their manifest and model card.
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+#: Folder holding the embedded checkpoints, their manifest and model card (package data).
+DATA_DIR = Path(__file__).resolve().parent / "checkpoints"
 MANIFEST = DATA_DIR / "checkpoints.json"
+#: Environment variable naming the folder that holds the shipped results stores (``finetune/``,
+#: ``confounds/``) when vitplast is installed rather than run from a checkout.
+DATA_ENV = "VITPLAST_DATA"
 EMBEDDED_NAME = "vitplast_fmnist"
 #: The embedded model's architecture: a small ViT for 28x28 grayscale, 1,199,882 parameters.
 EMBEDDED_ARCH = dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=128,
                      depth=6, num_heads=4, mlp_ratio=4.0)
+
+
+def results_root(name: str) -> Path:
+    """Where the shipped results store ``name`` (``"finetune"``, ``"confounds"``) lives:
+    ``$VITPLAST_DATA/name`` when that variable is set, else the checkout's ``data/name``.
+
+    The path is returned whether or not it exists (a sweep may be about to fill it); readers
+    call ``require_results`` to fail clearly on an absent store instead of reading it as empty.
+    Used by ``vitplast.studies`` and ``vitplast.confounds``.
+    """
+    base = os.environ.get(DATA_ENV)
+    return Path(base) / name if base else Path(__file__).resolve().parents[1] / "data" / name
+
+
+def require_results(root: str | Path) -> Path:
+    """``root`` if it is a folder, else ``FileNotFoundError`` saying where the shipped stores
+    live (a checkout's ``data/``) and how to point vitplast at them."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"no results store at {root}. The shipped study results are in a checkout's "
+            f"data/{root.name}/, not in the installed package (`vitplast sweep` makes or resumes "
+            f"a store). Point vitplast at them with {DATA_ENV}=FOLDER holding {root.name}/, or "
+            "pass the store's folder (--root, results_dir=...).")
+    return root
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:
@@ -82,9 +121,10 @@ def _load_embedded(checkpoint: str, num_classes: int | None) -> VisionTransforme
         raise FileNotFoundError(f"{path} is missing (listed in {MANIFEST.name})")
     digest = sha256(path)
     if digest != entry["sha256"]:
-        raise ValueError(f"{path.name} is corrupt or was changed: sha256 {digest} differs from "
-                         f"the manifest's {entry['sha256']}. Restore it with `git checkout -- "
-                         f"data/{path.name}` or remake it with `python -m vitplast pretrain`.")
+        raise ValueError(f"{path} is corrupt or was changed: sha256 {digest} differs from "
+                         f"the manifest's {entry['sha256']}. Restore it (`git checkout -- "
+                         f"vitplast/checkpoints/{path.name}` in a checkout, or reinstall "
+                         "vitplast) or remake it with `python -m vitplast pretrain`.")
     model = build_embedded()
     state = {k: v.float() for k, v in load_file(path).items()}
     model.load_state_dict(state)
@@ -115,27 +155,139 @@ def new_head(model: VisionTransformer, num_classes: int, *, seed: int) -> Vision
     return model
 
 
+#: timm name -> the local weights file ``load_model(name)`` reads when given no
+#: ``weights_file`` (set by ``use_weights_file``).
+WEIGHTS_FILES: dict[str, Path] = {}
+
+
+def use_weights_file(name: str, weights_file: str | Path | None) -> None:
+    """From now on, ``load_model(name)`` reads its weights from ``weights_file`` (an explicit
+    ``weights_file=`` still wins, ``pretrained=False`` still gives a random init); an empty
+    ``weights_file`` forgets it.
+
+    The paper profile offline: notebooks 01-03 call it in their setup cell with their
+    ``weights_file`` parameter, so that every model their functions load (e.g.
+    ``empirical.measure_tasks``) comes from the local file, not the hub.
+
+    Raises:
+        ValueError: the embedded model (its weights ship with vitplast) or an invalid name.
+        FileNotFoundError: ``weights_file`` does not exist.
+    """
+    if not weights_file:
+        WEIGHTS_FILES.pop(name, None)
+        return
+    if name == EMBEDDED_NAME:
+        raise ValueError(f"weights_file {weights_file} was given for {EMBEDDED_NAME!r}, whose "
+                         "weights ship with vitplast; set model_name to the timm name the file "
+                         "holds weights of, e.g. vit_base_patch16_224.orig_in21k")
+    check_name(name)
+    if not Path(weights_file).is_file():
+        raise FileNotFoundError(f"weights_file {weights_file} does not exist")
+    WEIGHTS_FILES[name] = Path(weights_file)
+
+
+def check_name(name: str) -> None:
+    """Check a model name with timm's own parser, before anything is built or downloaded.
+
+    Valid: ``"vitplast_fmnist"``; a timm architecture with or without a pretrained tag
+    (``"vit_base_patch16_224"``, ``"vit_base_patch16_224.orig_in21k"``); ``"hf-hub:ORG/REPO"``;
+    ``"local-dir:PATH"`` (a folder holding ``config.json``).
+
+    Raises:
+        ValueError: an unknown architecture (with close matches), an unknown pretrained tag
+            (with the architecture's valid tags), an unknown source prefix, or a path-like name
+            without one (timm's message).
+        FileNotFoundError: a ``local-dir:`` folder without ``config.json``.
+    """
+    from timm.models import (
+        get_arch_pretrained_cfgs,
+        get_pretrained_cfg,
+        is_model,
+        parse_model_name,
+        split_model_name_tag,
+    )
+
+    if name == EMBEDDED_NAME:
+        return
+    try:
+        source, model_id = parse_model_name(name)
+    except ValueError as err:
+        raise ValueError(f"invalid model name {name!r}: {err}") from None
+    if source == "local-dir":
+        if not (Path(model_id) / "config.json").is_file():
+            raise FileNotFoundError(f"local-dir model {model_id} has no config.json; expected a "
+                                    "folder in the Hugging Face layout (config.json and "
+                                    "model.safetensors), as timm.models.save_for_hf writes it")
+        return
+    if source is not None:  # hf-hub: the hub holds the config; found out at load time
+        return
+    arch, tag = split_model_name_tag(model_id)
+    if not is_model(arch):
+        close = difflib.get_close_matches(arch, timm.list_models("*vit*"), n=5)
+        raise ValueError(f"unknown model {name!r}. Valid: {EMBEDDED_NAME!r} or a timm ViT name "
+                         f"(timm.list_models('*vit*')), 'hf-hub:ORG/REPO' or 'local-dir:PATH'; "
+                         f"close matches: {close}")
+    if tag:
+        try:
+            get_pretrained_cfg(model_id)
+        except RuntimeError:
+            tags = [n.split(".", 1)[1] for n in get_arch_pretrained_cfgs(arch)]
+            raise ValueError(f"unknown pretrained tag {tag!r} of {arch}; valid tags: {tags}"
+                             ) from None
+
+
+def _weights_error(path: Path, name: str, err: Exception) -> ValueError:
+    """A clear error for a weights file timm could not load: not a weights file at all, or
+    the weights of another architecture."""
+    readable = True
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="pt"):
+                pass
+        else:
+            torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:
+        readable = False
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    first = " ".join(lines[:2])[:300] or type(err).__name__
+    if not readable:
+        return ValueError(f"weights_file {path} is not a safetensors file (*.safetensors) or a "
+                          f"torch state dict (*.pth, *.bin): it cannot be read ({first})")
+    return ValueError(f"weights_file {path} does not fit {name!r}: its tensors belong to another "
+                      f"architecture ({type(err).__name__}: {first}). Pass the timm name the "
+                      "weights were saved from.")
+
+
 def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint: str = "final",
                weights_file: str | Path | None = None, num_classes: int | None = None,
-               device: str | torch.device | None = "cpu", **timm_kwargs) -> VisionTransformer:
+               device: str | torch.device | None = None, **timm_kwargs) -> VisionTransformer:
     """Load a ViT by name, in eval mode.
 
     Args:
-        name: ``"vitplast_fmnist"`` (the embedded model) or any timm model name, e.g.
-            ``"vit_base_patch16_224.orig_in21k"`` (the paper's ViT-B/16).
+        name: ``"vitplast_fmnist"`` (the embedded model), any timm model name, e.g.
+            ``"vit_base_patch16_224.orig_in21k"`` (the paper's ViT-B/16), or a timm source name
+            ``"hf-hub:ORG/REPO"`` / ``"local-dir:PATH"`` (checked by ``check_name``).
         pretrained: load weights; ``False`` gives timm's random initialisation.
         checkpoint: for the embedded model, which checkpoint along pretraining
             (``"init"``, ``"epoch1"``, ..., ``"final"``; see ``embedded_checkpoints()``).
-        weights_file: a local weights file for a timm name (safetensors or a torch file).
+        weights_file: a local weights file for a timm name (safetensors or a torch file); an
+            empty string means none (the notebooks' default). Default: the file
+            ``use_weights_file`` set for ``name``, if any.
         num_classes: the classifier's size. For the embedded model the pretrained head is
             kept when it already has this size; finetuning always replaces it (``new_head``).
-        device: where to put the model; ``None`` picks CUDA when available.
+        device: where to put the model; ``None`` (the default) picks CUDA when available.
         **timm_kwargs: passed to ``timm.create_model``.
 
     Raises:
-        ValueError: unknown name or checkpoint, or a checksum mismatch.
+        ValueError: unknown name, pretrained tag or checkpoint, a checksum mismatch, or a
+            weights file that is not one or belongs to another architecture (naming it).
+        FileNotFoundError: a missing weights file or ``local-dir`` folder.
         RuntimeError: hub weights requested but unreachable (with what to do instead).
     """
+    weights_file = weights_file or (WEIGHTS_FILES.get(name) if pretrained else None)
+    check_name(name)
     if name == EMBEDDED_NAME:
         if timm_kwargs or weights_file is not None:
             raise ValueError(f"{EMBEDDED_NAME} takes no timm kwargs or weights_file")
@@ -144,21 +296,20 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
         else:
             model = build_embedded(num_classes)
         return model.to(pick_device(device)).eval()
-    if name.split(".")[0] not in timm.list_models():
-        close = difflib.get_close_matches(name.split(".")[0], timm.list_models("*vit*"), n=5)
-        raise ValueError(f"unknown model {name!r}. Valid: {EMBEDDED_NAME!r} or a timm ViT name "
-                         f"(timm.list_models('*vit*')); close matches: {close}")
     if num_classes is not None:
         timm_kwargs["num_classes"] = num_classes
     if weights_file is not None:
-        if not Path(weights_file).exists():
+        weights_file = Path(weights_file)
+        if not weights_file.is_file():
             raise FileNotFoundError(f"weights_file {weights_file} does not exist")
         timm_kwargs["pretrained_cfg_overlay"] = dict(file=str(weights_file))
         pretrained = True
     try:
         model = timm.create_model(name, pretrained=pretrained, **timm_kwargs)
     except Exception as err:
-        if not pretrained or weights_file is not None:
+        if weights_file is not None:
+            raise _weights_error(weights_file, name, err) from err
+        if not pretrained:
             raise
         raise RuntimeError(
             f"could not fetch {name!r} weights from the hub ({type(err).__name__}: {err}). "

@@ -7,26 +7,37 @@ profile's values):
 - ``smoke``: CI, every notebook in a minute or two;
 - ``default``: a laptop CPU, the whole sequence in under 30 minutes (the notebooks' defaults);
 - ``paper``: the paper's protocol on a GPU (ViT-B/16 in21k, its datasets and grid); needs the
-  weights (hub or ``weights_file``) and the datasets under ``data_root``.
+  weights (hub or ``-p weights_file PATH``) and the datasets under ``data_root``.
 
-``run`` executes them in order into ``runs/<timestamp>/``, continues past a failing notebook,
-and returns a summary table (notebook, status, seconds, failing cell).
+The notebooks are package data (``vitplast/notebooks/``). Each declares its parameters with a
+type (``n_pairs: int = 512  # comment``), which ``papermill --help-notebook`` shows and
+``plan`` checks: a value of the wrong type fails before any kernel starts.
+
+``run`` executes them in order into ``runs/<timestamp>-<profile>/`` (figures into its
+``figures/``, the kernels' stderr into its ``kernel.log``), continues past a failing notebook,
+stops at Ctrl-C (recording the notebook as interrupted), and returns a summary table
+(notebook, status, seconds, failing cell).
 
 Used by ``python -m vitplast notebooks run``, the Makefile and the tests.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import json
+import signal
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 
+from vitplast.models import EMBEDDED_NAME
 from vitplast.paper_datasets import PAPER_DATASETS
 
-NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOK_DIR = Path(__file__).resolve().parent / "notebooks"
 #: The notebook sequence, in order.
 NOTEBOOKS = ["01_definitions", "02_bounds", "03_plasticity", "04_finetuning", "05_confounds",
              "06_explorer"]
@@ -54,19 +65,67 @@ PROFILES: dict[str, dict[str, dict]] = {
 }
 
 
-def notebook_parameters(name: str) -> dict:
-    """The parameters (and their default values) a notebook declares in its parameters cell."""
+def _parameters_cell(name: str) -> str:
     nb = json.loads((NOTEBOOK_DIR / f"{name}.ipynb").read_text())
     for cell in nb["cells"]:
         if "parameters" in cell.get("metadata", {}).get("tags", []):
-            env: dict = {}
-            exec("".join(cell["source"]), {}, env)  # flat literals by convention
-            return env
+            return "".join(cell["source"])
     raise ValueError(f"{name}.ipynb has no cell tagged 'parameters'")
 
 
+def notebook_parameter_types(name: str) -> dict[str, str]:
+    """Each parameter's declared type, as written in its annotation (``"int"``,
+    ``"list[float]"``...), else the type name of its default."""
+    types = {}
+    for node in ast.parse(_parameters_cell(name)).body:
+        if isinstance(node, ast.AnnAssign):
+            types[node.target.id] = ast.unparse(node.annotation)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                types[target.id] = type(ast.literal_eval(node.value)).__name__
+    return types
+
+
+def notebook_parameters(name: str) -> dict:
+    """The parameters (and their default values) a notebook declares in its parameters cell:
+    flat literals, one per line, with or without a type annotation."""
+    params = {}
+    for node in ast.parse(_parameters_cell(name)).body:
+        if isinstance(node, ast.AnnAssign):
+            params[node.target.id] = ast.literal_eval(node.value)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                params[target.id] = ast.literal_eval(node.value)
+    return params
+
+
+def _fits(value, declared: str) -> bool:
+    """Whether ``value`` is of the declared type (an int is a float; a list's or dict's
+    elements are checked when the annotation names them, e.g. ``list[str]``)."""
+    base, _, inner = declared.partition("[")
+    if base == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if base == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    kinds = {"str": str, "bool": bool, "list": list, "dict": dict, "NoneType": type(None)}
+    if base not in kinds or not isinstance(value, kinds[base]):
+        return base not in kinds  # an annotation vitplast does not know: not checked
+    if base == "list" and inner:
+        return all(_fits(v, inner.rstrip("]")) for v in value)
+    return True
+
+
+def _check_types(nb: str, params: dict, declared: dict, types: dict[str, str]) -> None:
+    for key, value in params.items():
+        if not _fits(value, types[key]):
+            raise ValueError(f"parameter {key} of {nb} is a {types[key]} (default "
+                             f"{declared[key]!r}); got {value!r} ({type(value).__name__}). "
+                             "Values are read as Python literals: -p n_pairs 64, "
+                             "-p tasks '[\"digits\"]', -p data_root /data/paper")
+
+
 def available() -> list[str]:
-    """The notebooks of ``NOTEBOOKS`` present in ``notebooks/``."""
+    """The notebooks of ``NOTEBOOKS`` present in ``NOTEBOOK_DIR`` (``vitplast/notebooks/``)."""
     return [nb for nb in NOTEBOOKS if (NOTEBOOK_DIR / f"{nb}.ipynb").exists()]
 
 
@@ -75,7 +134,10 @@ def plan(profile: str = "default", only: list[str] | None = None,
     """The (notebook, parameters) to run; checks every name before any kernel starts.
 
     Raises:
-        ValueError: unknown profile, notebook, or a parameter no selected notebook declares.
+        ValueError: unknown profile, notebook, a parameter no selected notebook declares, a
+            value of another type than the parameter's, or a weights file when every selected
+            notebook loads the embedded model (``weights_file`` goes only to the notebooks
+            whose ``model_name`` is a timm name).
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; valid: {list(PROFILES)}")
@@ -96,7 +158,14 @@ def plan(profile: str = "default", only: list[str] | None = None,
     for nb in names:
         chosen = {k: v for k, v in PROFILES[profile].get(nb, {}).items() if k in declared[nb]}
         chosen.update({k: v for k, v in params.items() if k in declared[nb]})
+        _check_types(nb, chosen, declared[nb], notebook_parameter_types(nb))
+        if chosen.get("model_name", declared[nb].get("model_name")) == EMBEDDED_NAME:
+            chosen.pop("weights_file", None)  # the embedded model ships its own weights
         out.append((nb, chosen))
+    if params.get("weights_file") and not any("weights_file" in p for _, p in out):
+        raise ValueError(f"weights_file is for a timm model_name, but every selected notebook "
+                         f"loads {EMBEDDED_NAME} (which ships its own weights): add -p model_name "
+                         "vit_base_patch16_224.orig_in21k, or use --profile paper")
     return out
 
 
@@ -105,8 +174,12 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
 
     The ``paper`` profile needs a CUDA GPU and every dataset of its notebooks under
     ``data_root`` (each is opened once, so a missing file is named now, not mid-run). Model
-    weights come from the hub or ``-p weights_file PATH``; hub access is found out at load time.
+    weights come from the hub or ``-p weights_file PATH`` (checked to exist, in any profile);
+    hub access is found out at load time.
     """
+    for nb, params in todo:
+        if params.get("weights_file") and not Path(params["weights_file"]).is_file():
+            raise FileNotFoundError(f"{nb}: weights_file {params['weights_file']} does not exist")
     if profile != "paper":
         return
     import torch
@@ -140,12 +213,70 @@ def _failing_cell(path: Path) -> str:
     return ""
 
 
+#: Parameters that name files or folders: made absolute before a notebook runs (its working
+#: directory is the output folder, not where ``run`` was called from).
+PATH_PARAMETERS = ("data_root", "weights_file", "results_dir", "main_results_dir", "fig_dir")
+#: ``summary.csv``'s ``status`` values.
+STATUSES = ("ok", "failed", "interrupted", "not run")
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during ``run``: which notebook, and where its copy and the summary are."""
+
+    def __init__(self, notebook: str, out_dir: Path, summary: pd.DataFrame):
+        super().__init__(f"interrupted during {notebook}")
+        self.notebook, self.out_dir, self.summary = notebook, out_dir, summary
+
+
+def _kernel_manager(log: Path):
+    """A Jupyter kernel manager whose kernels write their stderr (startup warnings, the
+    traceback of the interrupt sent at shutdown after Ctrl-C, crashes) to ``log``, not to the
+    terminal; cell errors are in the executed notebook either way."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class KernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            with open(log, "ab") as stderr:  # the kernel holds its own copy of the file
+                kw.setdefault("stderr", stderr)
+                return await super().start_kernel(**kw)
+
+    return KernelManager
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Ignore Ctrl-C inside the block (main thread only; elsewhere signals never arrive)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _record_status(path: Path, status: str, profile: str, params: dict) -> None:
+    """Write the run's status into the executed notebook's metadata (``metadata.vitplast``)."""
+    try:
+        nb = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    nb.setdefault("metadata", {})["vitplast"] = dict(status=status, profile=profile,
+                                                     parameters=params)
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
+
+
 def run(profile: str = "default", only: list[str] | None = None, params: dict | None = None,
         out_dir: str | Path | None = None, progress: bool = True) -> pd.DataFrame:
     """Execute the notebooks in order with papermill; return the summary table.
 
-    Columns: ``notebook``, ``status`` (ok / failed), ``seconds``, ``error`` (the failing cell).
-    A failing notebook does not stop the rest.
+    Columns: ``notebook``, ``status`` (``STATUSES``: ok, failed, interrupted, not run),
+    ``seconds``, ``error`` (the failing cell). A failing notebook does not stop the rest;
+    Ctrl-C does: the notebook in flight is recorded as interrupted (in the table, in
+    ``summary.csv`` and in its executed copy's ``metadata.vitplast.status``), the rest as not
+    run, and ``Interrupted`` (a ``KeyboardInterrupt``) is raised. Figures are saved to
+    ``out_dir/figures`` unless a ``fig_dir`` parameter says otherwise.
     """
     import papermill as pm
 
@@ -154,19 +285,35 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = Path(out_dir) if out_dir else Path("runs") / f"{stamp}-{profile}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for nb, nb_params in todo:
+    rows = [dict(notebook=nb, status="not run", seconds=0.0, error="") for nb, _ in todo]
+    for i, (nb, nb_params) in enumerate(todo):
+        nb_params = {k: str(Path(v).resolve()) if k in PATH_PARAMETERS and v else v
+                     for k, v in nb_params.items()}
+        if "fig_dir" in notebook_parameters(nb) and "fig_dir" not in nb_params:
+            nb_params["fig_dir"] = str((out_dir / "figures").resolve())
         target = out_dir / f"{nb}.ipynb"
         start = time.perf_counter()
+        bar = dict(desc=f"[{i + 1}/{len(todo)}] {nb}") if progress else False
         try:
             pm.execute_notebook(str(NOTEBOOK_DIR / f"{nb}.ipynb"), str(target),
-                                parameters=nb_params, cwd=str(out_dir), progress_bar=progress,
-                                kernel_name="python3")
+                                parameters=nb_params, cwd=str(out_dir), progress_bar=bar,
+                                kernel_name="python3",
+                                kernel_manager_class=_kernel_manager(out_dir / "kernel.log"))
             status, error = "ok", ""
+        except KeyboardInterrupt:
+            status, error = "interrupted", "KeyboardInterrupt (Ctrl-C)"
         except Exception as err:  # papermill raises PapermillExecutionError; keep going
             status, error = "failed", _failing_cell(target) or f"{type(err).__name__}: {err}"
-        rows.append(dict(notebook=nb, status=status, seconds=round(time.perf_counter() - start, 1),
-                         error=error))
+            if getattr(err, "ename", None) == "KeyboardInterrupt":  # Ctrl-C reached the kernel
+                status = "interrupted"
+        rows[i].update(status=status, seconds=round(time.perf_counter() - start, 1), error=error)
+        if status == "interrupted":
+            with _sigint_ignored():  # a second Ctrl-C must not lose the record
+                _record_status(target, status, profile, nb_params)
+                summary = pd.DataFrame(rows)
+                summary.to_csv(out_dir / "summary.csv", index=False)
+            raise Interrupted(nb, out_dir, summary)
+        _record_status(target, status, profile, nb_params)
     summary = pd.DataFrame(rows)
     summary.to_csv(out_dir / "summary.csv", index=False)
     return summary

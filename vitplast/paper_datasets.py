@@ -25,11 +25,14 @@ train set; its test split is the test set. DomainNet without split files: a dete
 80/20 train/test split of the folder, labels = sorted class folder names; with them, their
 labels (num_classes = largest label + 1).
 
-Transforms: train = RandomResizedCrop + RandomHorizontalFlip; eval = Resize(img_size /
-crop_pct) + CenterCrop; both end in ToTensor + Normalize(mean, std). The default
-mean = std = (0.5, 0.5, 0.5) is what the paper's ImageNet-21k checkpoints expect; the public
-code used ImageNet's mean/std instead, which does not match them. ``transforms_for(model)``
-gives a timm model's own values.
+Transforms: timm's own, for the model the task is loaded for (``data_config``: timm's
+``resolve_data_config`` of its pretrained config; ``create_transform`` builds them): train =
+RandomResizedCrop + RandomHorizontalFlip (no colour jitter, as the paper); eval =
+Resize(img_size / crop_pct) + CenterCrop; both with the model's interpolation (bicubic for
+``vit_base_patch16_224.orig_in21k``) and ending in ToTensor + Normalize(mean, std). The
+default model is the paper's ViT-B/16 in21k (mean = std = (0.5, 0.5, 0.5), crop_pct 0.9); the
+public code used ImageNet's mean/std instead, which does not match it. ``transforms_for(model)``
+gives a loaded timm model's values.
 
 ``PAPER_STEPS`` holds the paper's finetuning step counts per dataset.
 
@@ -45,10 +48,11 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 from torch.utils.data import ConcatDataset, Dataset
-from torchvision import transforms as T
 
 from vitplast.data import Task, split
 
+#: The paper's model: its data config is the default one.
+PAPER_MODEL = "vit_base_patch16_224.orig_in21k"
 _CORRUPTIONS = ("contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise")
 _DOMAINS = ("clipart", "sketch")
 _IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
@@ -101,20 +105,47 @@ class _ImageFiles(Dataset):
             return image.convert("RGB"), self.labels[i]
 
 
-def paper_transforms(img_size: int = 224, mean=_HALF, std=_HALF, crop_pct: float = 0.9):
-    """The paper's (train, eval) transforms of PIL images to normalised tensors."""
-    norm = [T.ToTensor(), T.Normalize(mean, std)]
-    train = T.Compose([T.RandomResizedCrop(img_size), T.RandomHorizontalFlip(), *norm])
-    evaluate = T.Compose([T.Resize(int(img_size / crop_pct)), T.CenterCrop(img_size), *norm])
+def data_config(model=PAPER_MODEL, **overrides) -> dict:
+    """timm's ``resolve_data_config`` for ``model`` (a timm model, or a timm name with its
+    pretrained tag), as ``load_paper_task`` keywords: ``img_size``, ``interpolation``,
+    ``mean``, ``std``, ``crop_pct``; ``overrides`` that are not ``None`` win.
+
+    E.g. ``data_config()`` is ViT-B/16 in21k's: 224 px, bicubic, mean = std = 0.5, crop 0.9.
+    """
+    import timm
+    from timm.data import resolve_data_config
+
+    if isinstance(model, str):
+        cfg = timm.models.get_pretrained_cfg(model)
+        config = resolve_data_config(pretrained_cfg=cfg.to_dict() if cfg else None,
+                                     args={} if cfg else {"input_size": (3, 224, 224)})
+    else:
+        config = resolve_data_config(model=model)
+    out = {"img_size": int(config["input_size"][-1]), "interpolation": config["interpolation"],
+           "mean": tuple(config["mean"]), "std": tuple(config["std"]),
+           "crop_pct": float(config["crop_pct"])}
+    out.update({k: v for k, v in overrides.items() if v is not None})
+    return out
+
+
+def paper_transforms(img_size: int = 224, mean=_HALF, std=_HALF, crop_pct: float = 0.9,
+                     interpolation: str = "bicubic"):
+    """The paper's (train, eval) transforms of PIL images to normalised tensors, built by
+    timm's ``create_transform``."""
+    from timm.data import create_transform
+
+    common = dict(input_size=(3, img_size, img_size), interpolation=interpolation,
+                  mean=tuple(mean), std=tuple(std), crop_pct=crop_pct)
+    train = create_transform(**common, is_training=True, color_jitter=None)
+    evaluate = create_transform(**common, is_training=False)
     return train, evaluate
 
 
 def transforms_for(model) -> dict:
-    """A timm model's ``mean``, ``std`` and ``crop_pct``, as keyword arguments for
-    ``load_paper_task``, e.g. ``load_paper_task("pet", root, **transforms_for(model))``."""
-    cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", None) or {}
-    return {"mean": tuple(cfg.get("mean", _HALF)), "std": tuple(cfg.get("std", _HALF)),
-            "crop_pct": float(cfg.get("crop_pct", 0.9))}
+    """A timm model's data config (``data_config``) as keyword arguments for
+    ``load_paper_task``, e.g. ``load_paper_task("pet", root, **transforms_for(model))``;
+    ``None``: the paper's model."""
+    return data_config(PAPER_MODEL if model is None else model)
 
 
 def _require(paths: list[Path], what: str, layout: str, source: str) -> None:
@@ -239,16 +270,19 @@ PAPER_DATASETS: dict[str, Callable] = {
 }
 
 
-def load_paper_task(name: str, root: str | Path, *, severity: int = 5, img_size: int = 224,
-                    mean=_HALF, std=_HALF, crop_pct: float = 0.9, seed: int = 0) -> Task:
+def load_paper_task(name: str, root: str | Path, *, severity: int = 5,
+                    img_size: int | None = None, model=PAPER_MODEL, mean=None, std=None,
+                    crop_pct: float | None = None, interpolation: str | None = None,
+                    seed: int = 0) -> Task:
     """Build a paper dataset's task from files under ``root`` (layouts: module docstring).
 
     Args:
         name: one of ``PAPER_DATASETS``.
         root: folder holding the datasets' official folders.
         severity: CIFAR-10-C severity 1..5 (the paper uses 5); ignored otherwise.
-        img_size: side of the model's input images.
-        mean, std, crop_pct: normalisation and eval crop; see ``transforms_for``.
+        model: the timm model (or name) the task is for: its data config (``data_config``)
+            gives the transforms; default the paper's ViT-B/16 in21k.
+        img_size, mean, std, crop_pct, interpolation: override the model's values.
         seed: fixes the 80/20 splits.
 
     Raises:
@@ -257,12 +291,14 @@ def load_paper_task(name: str, root: str | Path, *, severity: int = 5, img_size:
     """
     if name not in PAPER_DATASETS:
         raise ValueError(f"unknown paper dataset {name!r}; valid names: {sorted(PAPER_DATASETS)}")
+    config = data_config(model, img_size=img_size, mean=mean, std=std, crop_pct=crop_pct,
+                         interpolation=interpolation)
     trainval, test, num_classes = PAPER_DATASETS[name](Path(root), severity=severity, seed=seed)
-    train_tf, eval_tf = paper_transforms(img_size, mean, std, crop_pct)
+    train_tf, eval_tf = paper_transforms(**config)
     train, val = split(trainval, 0.8, seed)
     return Task(name, Transformed(train, train_tf), Transformed(val, eval_tf),
-                Transformed(test, eval_tf), num_classes, in_chans=3, img_size=img_size)
+                Transformed(test, eval_tf), num_classes, in_chans=3, img_size=config["img_size"])
 
 
-__all__ = ["PAPER_DATASETS", "PAPER_STEPS", "Transformed", "load_paper_task",
-           "paper_transforms", "transforms_for"]
+__all__ = ["PAPER_DATASETS", "PAPER_MODEL", "PAPER_STEPS", "Transformed", "data_config",
+           "load_paper_task", "paper_transforms", "transforms_for"]

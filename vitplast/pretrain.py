@@ -4,9 +4,10 @@ The embedded default stands in for the paper's ImageNet-21k pretraining: a small
 VisionTransformer (``vitplast.models.EMBEDDED_ARCH``) trained from timm's random init with
 the one training loop of ``vitplast.finetune``. The whole recipe is ``RECIPE`` below.
 
-Writes to ``data/`` (or ``out_dir``): one safetensors file per checkpoint (``init`` before
-training, then after the epochs in ``CHECKPOINT_EPOCHS``, ``final`` at the end) and the
-manifest ``checkpoints.json`` (file, sha256, epoch, step, accuracies), rewritten atomically
+Writes to ``vitplast/checkpoints/`` (``models.DATA_DIR``, package data; or ``out_dir``): one
+safetensors file per checkpoint (``init`` before training, then after the epochs in
+``CHECKPOINT_EPOCHS``, ``final`` at the end), the model card ``README.md`` and the manifest
+``checkpoints.json`` (file, sha256, epoch, step, accuracies), rewritten atomically
 after each checkpoint so an interrupted run keeps what it finished.
 """
 
@@ -143,7 +144,8 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
 
 
 def model_card(manifest: dict) -> str:
-    """The model card (data/README.md) as Markdown, written from the manifest's values."""
+    """The model card (``vitplast/checkpoints/README.md``) as Markdown, written from the
+    manifest's values."""
     r = manifest["recipe"]
     rows = "\n".join(
         f"| `{name}` | {c['epoch']} | {c['step']} | {100 * c['test_acc']:.2f} | "
@@ -151,9 +153,7 @@ def model_card(manifest: dict) -> str:
         f"`{c['sha256']}` |" for name, c in manifest["checkpoints"].items())
     arch = ", ".join(f"{k}={v}" for k, v in manifest["arch"].items())
     stages = ", ".join(f"({e}, {lr:g}, {s})" for e, lr, s in r["stages"])
-    return f"""# data/: the embedded model and shipped results
-
-## Model card: `{manifest['model']}`
+    return f"""# Model card: `{manifest['model']}`
 
 A small timm `VisionTransformer` ({arch}; 1,199,882 parameters) pretrained from timm's random
 initialisation on Fashion-MNIST, the embedded stand-in for the paper's ImageNet-21k
@@ -180,13 +180,4 @@ checkpoint=NAME)`; every file is checked against the sha256 below (and in `check
 Files: fp32 safetensors, one per checkpoint; `checkpoints.json` holds the same values plus the
 validation history. Remake them with `make pretrain` (about 1.5 hours on 2 CPU cores); an
 interrupted run resumes at the last finished stage.
-
-## Shipped results
-
-- `finetune/`: the embedded finetuning study of notebook 04 (`vitplast.sweep.EMBEDDED_STUDY`),
-  one JSON record per run named by the hash of its full config (config, accuracies, curves,
-  provenance: machine, versions, git commit, date). `finetune/study.json` logs every session of
-  `python -m vitplast sweep` that filled it (command, commit, machine, wall time, status counts);
-  the same command resumes it. Notebook 04 reports how much of the grid is present.
-- `confounds/`: the confound study of notebook 05, in the same format, when shipped.
 """

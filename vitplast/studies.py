@@ -23,7 +23,7 @@ import pandas as pd
 from vitplast import models, runs
 
 #: Where the main study's records are shipped (one JSON per run).
-MAIN_RESULTS = models.DATA_DIR / "finetune"
+MAIN_RESULTS = models.results_root("finetune")
 #: Half-decade LR steps from 1e-4 to 100: the grid every study's LRs are taken from.
 LR_LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 

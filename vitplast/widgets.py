@@ -268,12 +268,12 @@ def results_browser(root: str | Path | None = None) -> Explorer:
     ``values``: test_acc, best_val_acc (means over the matching runs), runs, status.
 
     Args:
-        root: a results store (default ``sweep.EMBEDDED_RESULTS``).
+        root: a results store (default ``studies.MAIN_RESULTS``).
 
     Paper: Takeaway 3, Fig. 4 (training dynamics). Used by notebook 06.
     """
     if root is None:
-        from vitplast.sweep import EMBEDDED_RESULTS as root
+        from vitplast.studies import MAIN_RESULTS as root
     runs = results.results(root) if Path(root).is_dir() else None
     if runs is None or runs.empty:
         message = f"No finetuning results under {root}: run notebook 04 (or a sweep) to fill it."

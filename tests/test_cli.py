@@ -1,0 +1,102 @@
+"""The command line: --version, a description in every --help, SLURM settings reaching
+submitit, and results stores that are absent said so."""
+
+import pytest
+import torch
+
+import vitplast
+from vitplast import finetune, models, store, studies
+from vitplast.__main__ import _parser, main
+
+SUBCOMMANDS = [["pretrain"], ["sweep"], ["notebooks"], ["notebooks", "run"], ["notebooks", "list"]]
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == (
+        f"vitplast {vitplast.__version__}")
+
+
+@pytest.mark.parametrize("command", [[], *SUBCOMMANDS], ids=lambda c: " ".join(c) or "vitplast")
+def test_every_help_has_a_description(command, capsys):
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    lines = capsys.readouterr().out.split("\n\n")
+    assert lines[0].startswith("usage: vitplast") and len(lines[1].split()) >= 8, lines[:2]
+
+
+def test_paper_grid_command_in_the_sweep_help_parses():
+    """The README's SLURM command for the paper grid is a valid command line."""
+    from vitplast.__main__ import PAPER_SLURM_EXAMPLE
+
+    args = _parser().parse_args(PAPER_SLURM_EXAMPLE.split()[1:])
+    assert (args.study, args.executor, args.cluster, args.gpus_per_node) == (
+        "paper", "submitit", "slurm", 1)
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """A two-run main study whose runs take no time (no model, a fake training loop)."""
+    monkeypatch.setitem(studies.MAIN, "tasks", ["digits"])
+    monkeypatch.setitem(studies.MAIN, "lrs", {"head": [1.0]})
+    monkeypatch.setitem(studies.MAIN, "seeds", [0, 42])
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: torch.nn.Linear(1, 1))
+    monkeypatch.setattr(models, "new_head", lambda model, n, seed: model)
+    monkeypatch.setattr(finetune, "train", lambda *a, **k: finetune.TrainResult(
+        history=[{"step": 0, "loss": 1.0}], best_val_acc=0.5, test_acc=0.5, trainable=1))
+
+
+def test_slurm_settings_reach_submitit(tmp_path, fake_runs, monkeypatch):
+    """submitit's ``debug`` cluster runs the jobs in this process; the SLURM settings given on
+    the command line are what its executor receives (slurm_* keys are SLURM's alone, so the
+    debug cluster accepts and ignores them, as a SLURM cluster would use them)."""
+    submitit = pytest.importorskip("submitit")
+    received = []
+    update = submitit.AutoExecutor.update_parameters
+
+    def spy(self, **kwargs):
+        received.append(kwargs)
+        return update(self, **kwargs)
+
+    monkeypatch.setattr(submitit.AutoExecutor, "update_parameters", spy)
+    root = tmp_path / "runs"
+    main(["sweep", "--root", str(root), "--executor", "submitit", "--cluster", "debug",
+          "--timeout-min", "240", "--gpus-per-node", "1", "--cpus-per-task", "8",
+          "--partition", "gpu", "--array-parallelism", "32", "--slurm-param", "qos=high",
+          "--slurm-param", "mem=64G", "--slurm-param", "hint=nomultithread"])
+    assert received == [dict(timeout_min=240, gpus_per_node=1, cpus_per_task=8,
+                             slurm_partition="gpu", slurm_array_parallelism=32,
+                             slurm_qos="high", slurm_mem="64G",
+                             slurm_additional_parameters={"hint": "nomultithread"})]
+    assert all(store.exists(root, c) for c in studies.runs_of(studies.MAIN))
+
+
+def test_submitit_settings_need_the_submitit_executor(tmp_path, fake_runs, capsys):
+    for bad in (["--timeout-min", "5"], ["--executor", "submitit", "--slurm-param", "qos"]):
+        with pytest.raises(SystemExit):
+            main(["sweep", "--root", str(tmp_path), *bad])
+    err = capsys.readouterr().err
+    assert "add --executor submitit" in err and "KEY=VALUE" in err
+
+
+def test_absent_results_stores_are_named_not_read_as_empty(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(models.DATA_ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setattr(studies, "MAIN_RESULTS", models.results_root("finetune"))
+    for command in (["sweep", "--status"], ["sweep", "--study", "budget"], ["sweep"],
+                    ["sweep", "--root", str(tmp_path / "none"), "--status"]):
+        with pytest.raises(SystemExit) as err:
+            main(command)
+        assert err.value.code == 2
+        assert "no results store at" in capsys.readouterr().err
+
+
+def test_readme_shows_the_paper_grid_command():
+    from pathlib import Path
+
+    from vitplast.__main__ import PAPER_SLURM_EXAMPLE
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("vitplast sweep --study paper")
+    command = readme[start:readme.index("```", start)].replace("\\\n", " ")
+    assert " ".join(command.split()) == PAPER_SLURM_EXAMPLE
