@@ -133,3 +133,13 @@ def test_within_task_correlation_never_pools_tasks():
     corr = results.within_task_correlation(pd.DataFrame(rows))
     assert corr.drop_duplicates("task")["spearman"].tolist() == pytest.approx([1.0, 1.0])
     assert corr.set_index(["task", "component"]).loc[("a", "MHA"), "rank_x"] == 1
+
+
+def test_runtime_knobs_never_split_a_setting():
+    """Runs of one setting made on a GPU (precision recorded) and on a CPU (none) are one
+    setting: their LR is chosen together."""
+    df = pd.DataFrame(dict(task="a", config="MHA", lr=[0.1, 0.1, 1.0, 1.0], seed=[0, 1, 0, 1],
+                           status="ok", best_val_acc=[0.9, 0.8, 0.5, 0.5], test_acc=0.5,
+                           precision=["fp32", None, "fp32", None], workers=[0, 4, 0, 4]))
+    chosen = results.select_lr(df)
+    assert len(chosen) == 1 and chosen.loc[0, "n_seeds"] == 2

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast import store
-from vitplast.runs import run_hash
+from vitplast.runs import RUNTIME_KEYS, run_hash
 
 _OUTCOME = ("status", "error", "initial_val_acc", "test_acc", "test_loss", "best_val_acc",
             "best_step", "trainable",
@@ -101,7 +101,8 @@ def _select(df: pd.DataFrame, on: str):
     """(setting columns, ``df`` with a ``_setting`` id, per id the chosen ``lr`` and score)."""
     if on not in ("val", "test"):
         raise ValueError(f"on must be 'val' or 'test', got {on!r}")
-    keys = [c for c in df.columns if c not in (*_OUTCOME, "run", "lr", "seed")]
+    keys = [c for c in df.columns  # runtime knobs (device, precision...) define no setting
+            if c not in (*_OUTCOME, *RUNTIME_KEYS, "run", "lr", "seed")]
     df = df.assign(_setting=df.groupby(keys, dropna=False).ngroup())  # NaN keys are a value
     scores = (df[df["status"] == "ok"].groupby(["_setting", "lr"])
               ["best_val_acc" if on == "val" else "test_acc"]
