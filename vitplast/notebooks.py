@@ -298,7 +298,8 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
             pm.execute_notebook(str(NOTEBOOK_DIR / f"{nb}.ipynb"), str(target),
                                 parameters=nb_params, cwd=str(out_dir), progress_bar=bar,
                                 kernel_name="python3",
-                                kernel_manager_class=_kernel_manager(out_dir / "kernel.log"))
+                                kernel_manager_class=_kernel_manager(
+                                    (out_dir / "kernel.log").resolve()))
             status, error = "ok", ""
         except KeyboardInterrupt:
             status, error = "interrupted", "KeyboardInterrupt (Ctrl-C)"
