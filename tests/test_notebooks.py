@@ -191,7 +191,8 @@ def test_a_real_ctrl_c_stops_the_run_with_one_line(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "vitplast", "notebooks", "run", "--profile", "smoke", "--only",
-         "01", "--out", "run"], cwd=tmp_path,  # relative, like the default runs/... stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+         "01", "--out", "run"],  # a relative output folder, like the default runs/...
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": str(root)})
     deadline = time.monotonic() + 120
     while not (out / "01_definitions.ipynb").exists() and time.monotonic() < deadline:
