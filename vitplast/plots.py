@@ -19,6 +19,8 @@ import seaborn as sns
 from vitplast.components import COMPONENTS
 
 ORDER = list(COMPONENTS)
+#: Finetuning configurations in the order figures list them (others follow as they come).
+CONFIG_ORDER = ["full", "head", "MHA", "FC1", "FC2", "LN2", "LN1"]
 #: At most this many panels per row; more wrap onto new rows.
 MAX_COLS = 4
 
@@ -47,6 +49,7 @@ def _grid(df, col, height=3.2, aspect=1.2, **kw):
     (fig, the used axes in order, the values). Unused panels are hidden."""
     cols = (list(dict.fromkeys(df[col])) or [None]) if col else [None]
     ncols = min(len(cols), MAX_COLS)
+    aspect = aspect * 1.4 if ncols == 1 else aspect  # room for a legend beside one panel
     nrows = math.ceil(len(cols) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(height * aspect * ncols, height * nrows),
                              squeeze=False, sharey=kw.pop("sharey", True))
@@ -54,6 +57,12 @@ def _grid(df, col, height=3.2, aspect=1.2, **kw):
     for ax in axes[len(cols):]:
         ax.set_visible(False)
     return fig, axes[:len(cols)], cols
+
+
+def _config_rank(item) -> int:
+    """Sort key of a (hue value, group) pair: ``CONFIG_ORDER`` first, in its order."""
+    key = str(item[0])
+    return CONFIG_ORDER.index(key) if key in CONFIG_ORDER else len(CONFIG_ORDER)
 
 
 @_themed
@@ -116,7 +125,7 @@ def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = Fal
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
-        for key, g in sub.groupby(hue, observed=True, sort=False):
+        for key, g in sorted(sub.groupby(hue, observed=True, sort=False), key=_config_rank):
             g = g.groupby(x)[[y] + ([band] if band else [])].mean().reset_index()
             line, = ax.plot(g[x], g[y], marker="o", label=str(key))
             if band:
@@ -162,14 +171,16 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
     ``significant`` (a boolean column) draws the rows it marks filled, the others hollow.
     Used by notebooks 04 (paired tests) and 05 (verdicts).
     """
-    fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(df) + 1.0))
+    import textwrap
+
+    fig, ax = plt.subplots(figsize=(9, 0.55 * len(df) + 1.2))
     y = range(len(df))[::-1]  # first row on top
     filled = df[significant].astype(bool) if significant else [True] * len(df)
     for yi, (_, r), full in zip(y, df.iterrows(), filled):
         ax.errorbar(r[diff], yi, xerr=r[ci], fmt="o", color="C0", capsize=3,
                     markerfacecolor="C0" if full else "white")
     ax.axvline(0, color="k", lw=0.8, ls="--")
-    ax.set(yticks=list(y), yticklabels=list(df[label]), title=title,
+    ax.set(yticks=list(y), yticklabels=[textwrap.fill(str(v), 45) for v in df[label]], title=title,
            xlabel=xlabel or f"{diff} (+- {ci})")
     fig.tight_layout()
     return fig
@@ -215,7 +226,7 @@ def findings(table, unit: str, title: str = ""):
 
 @_themed
 def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: str | None = None,
-                title: str = ""):
+                title: str = "", xlabel: str | None = None):
     """Bars of ``y`` per ``x`` and ``hue``, one panel per ``col`` value (e.g. accuracy per
     configuration at two budgets)."""
     fig, axes, cols = _grid(df, col, aspect=1.5)
@@ -224,9 +235,11 @@ def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: st
         return fig
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
-        sns.barplot(sub, x=x, y=y, hue=hue, ax=ax, legend=ax is axes[-1])
+        order = sorted(sub[x].unique(), key=lambda v: _config_rank((v, None)))
+        sns.barplot(sub, x=x, y=y, hue=hue, ax=ax, legend=ax is axes[-1], order=order)
         lo = sub[y].min()
         ax.set(ylim=(lo - 0.1 * (sub[y].max() - lo) - 1, None), ylabel=ylabel or y,
+               xlabel=xlabel or x,
                title=f"{title}{value}" if value is not None else title)
     if axes[-1].get_legend() is not None:
         axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
