@@ -281,3 +281,15 @@ def test_cli_retry_failed_reaches_the_sweep(tmp_path, monkeypatch):
     main(["sweep", "--root", str(tmp_path), "--retry-failed", "--device", "cpu"])
     main(["sweep", "--root", str(tmp_path)])
     assert seen == [True, False]
+
+
+@pytest.mark.parametrize("text", ['{"checkpoints": {"final": {"file": "x.safe', '{"epochs": []}',
+                                  '{"checkpoints": {"final": {"epoch": 1}}}'])
+def test_a_truncated_checkpoint_manifest_says_how_to_restore_it(text, tmp_path, monkeypatch):
+    from vitplast import models
+
+    manifest = tmp_path / "checkpoints.json"
+    manifest.write_text(text)
+    monkeypatch.setattr(models, "MANIFEST", manifest)
+    with pytest.raises(ValueError, match="unreadable or truncated.*git checkout"):
+        models.load_model(models.EMBEDDED_NAME)

@@ -105,7 +105,17 @@ def embedded_checkpoints() -> dict:
     if not MANIFEST.exists():
         raise FileNotFoundError(f"{MANIFEST} is missing: run `python -m vitplast pretrain` "
                                 "to make the embedded checkpoints")
-    return json.loads(MANIFEST.read_text())["checkpoints"]
+    try:
+        manifest = json.loads(MANIFEST.read_text())
+        checkpoints = manifest["checkpoints"]
+        if not all({"file", "sha256"} <= set(e) for e in checkpoints.values()):
+            raise KeyError("an entry lacks its 'file' or 'sha256'")
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"{MANIFEST} is unreadable or truncated ({type(err).__name__}: {err}): "
+                         "restore it from the checkout (`git checkout -- "
+                         f"vitplast/checkpoints/{MANIFEST.name}`) or remake the checkpoints with "
+                         "`python -m vitplast pretrain`") from err
+    return checkpoints
 
 
 def _load_embedded(checkpoint: str, num_classes: int | None) -> VisionTransformer:
