@@ -142,16 +142,54 @@ def test_extra_lrs_reach_exactly_the_variants_they_match():
         [(c, 0.1) for c in confounds.PLAIN_CONFIGS] + [("full", 0.01)])
 
 
-def test_preserved_rescale_is_an_lr_change_under_sgd():
-    """Momentum-free SGD, no clipping: LN gamma rescaled by c (function preserved) moves, in
-    the original units, like the plain LN at lr / c^2."""
-    c, kw = 4.0, dict(steps=2, batch_size=16, lr=0.1, momentum=0.0, clip_grad_norm=None,
-                      config="LN1", train_head=False, progress=False)
-    a = ablations.rescale_layernorm(tiny_vit(), "LN1", c)
-    b = tiny_vit()
-    finetune.train(a, toy_task(), **kw)
-    finetune.train(b, toy_task(), lr_scales={"blocks.*.norm1.*": 1 / c**2}, **kw)
-    torch.testing.assert_close(a.blocks[0].norm1.weight / c, b.blocks[0].norm1.weight)
+def _rescaled_and_control(ln: str, c: float, **kw):
+    """Train the preserved rescale of ``ln`` at lr and the plain model with ``ln``'s LR divided
+    by c^2, from one init and seed, the head training too; return both models and histories."""
+    kw = dict(steps=6, batch_size=16, lr=0.5, config=ln, log_every=1, eval_every=100,
+              progress=False, keep_best=False, **kw)
+    rescaled = ablations.rescale_layernorm(tiny_vit(), ln, c)
+    control = tiny_vit()
+    path = components.COMPONENTS[ln]
+    a = finetune.train(rescaled, toy_task(), **kw)
+    b = finetune.train(control, toy_task(), lr_scales={f"blocks.*.{path}.*": 1 / c**2}, **kw)
+    return rescaled, control, a.history, b.history
+
+
+@pytest.mark.parametrize("ln", ["LN1", "LN2"])
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_preserved_rescale_is_an_lr_change_without_clipping(ln, momentum):
+    """SGD with any momentum, weight decay 0, no clipping, the LayerNorm and the head training:
+    the whole trajectory of the preserved rescale (gamma, beta x c; next linear / c) is the
+    plain model's with the LayerNorm's LR / c^2. Why: the function is the same, so the head
+    gets the same gradient; the LayerNorm's gradient in rescaled units is g / c, a step of
+    lr g / c there is lr g / c^2 in the original units, and momentum is linear in the steps."""
+    c = 4.0
+    rescaled, control, ha, hb = _rescaled_and_control(ln, c, momentum=momentum,
+                                                       clip_grad_norm=None)
+    np.testing.assert_allclose([h["loss"] for h in ha], [h["loss"] for h in hb], rtol=1e-5)
+    ln_a, ln_b = (dict(m.named_parameters()) for m in (rescaled, control))
+    path = components.COMPONENTS[ln]
+    for name in (f"blocks.1.{path}.weight", f"blocks.1.{path}.bias"):
+        torch.testing.assert_close(ln_a[name] / c, ln_b[name], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(rescaled.head.weight, control.head.weight, rtol=1e-4, atol=1e-6)
+    assert not torch.equal(control.head.weight, tiny_vit().head.weight)  # the head trained
+
+
+def test_global_clipping_breaks_the_equivalence():
+    """With a global gradient-norm clip that acts, the LayerNorm's gradient enters the global
+    norm as g / c in one model and g in the other: the clip factors differ, and so do the
+    trajectories. The break is as large as the LayerNorm's share of the global norm: alone
+    (no head), the clipped updates differ by the factor c itself; beside a training head whose
+    gradient dominates the norm, the two clip factors can agree to float precision."""
+    c = 4.0
+    rescaled, control, ha, hb = _rescaled_and_control("LN1", c, momentum=0.9,
+                                                       clip_grad_norm=1e-3, train_head=False)
+    assert all(h["grad_norm"] > 1e-3 for h in ha + hb)  # the clip acts at every step
+    start = tiny_vit().blocks[1].norm1.weight
+    moved_a = rescaled.blocks[1].norm1.weight / c - start  # in the original units
+    moved_b = control.blocks[1].norm1.weight - start
+    assert ((moved_a - moved_b).norm() / moved_b.norm()).item() > 1.0
+    assert moved_a.norm().item() == pytest.approx(c * moved_b.norm().item(), rel=0.05)
 
 
 def test_verdicts_are_paired_tests_over_task_and_seed():

@@ -8,9 +8,17 @@ differs from the main study only in arguments.
 - ``rescale_layernorm``: LayerNorm gamma and beta times c. ``preserve=True`` also divides the
   next linear's weight by c (qkv after LN1, fc1 after LN2): the network computes the same
   function, while the LayerNorm's plasticity is multiplied by c (its output is c times
-  larger, its input unchanged). Under SGD a parameter scaled by c whose gradient is divided
-  by c moves c^2 times slower in the original units: the control ``lr * c^2`` separates the
-  effective learning rate from plasticity.
+  larger, its input unchanged). When is it only a learning-rate change? The function is the
+  same, so every other trainable parameter (the head, the final norm) gets the same gradient;
+  the LayerNorm's gradient in the rescaled units is g / c, so an SGD step of lr g / c there is
+  lr g / c^2 in the original units, and momentum, linear in the steps, keeps that. Hence,
+  with SGD (any momentum), weight decay 0 (decay would act on c gamma), no gradient clipping,
+  and the next linear frozen, the preserved rescale IS the plain model with the LayerNorm's LR
+  divided by c^2 (the ``lr/c^2`` control), step for step. A global gradient-norm clip that
+  acts breaks it: the LayerNorm enters the global norm as g / c in one model and g in the
+  other, so the clip factors differ, by as much as its share of the norm (tested in
+  ``tests/test_ablations.py``). Under Adam the update is scale-free, so the rescale is an LR
+  change of 1/c there, not 1/c^2.
 - ``sparse_masks``: a random subset of exactly ``count`` entries of a component is trainable
   (gradient masking inside the training loop, so the others never change).
 - ``add_lora`` / ``merge_lora``: low-rank adapters W + B A (B zero-initialised: identity at

@@ -51,8 +51,10 @@ def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1
     """The confound experiments as named variants: ``run_config`` keywords for each.
 
     - ``<LN> x c (preserved)`` / ``<LN> x c (raw)``: LayerNorm rescaled by ``scales[LN]``.
-    - ``<LN> lr/c^2``: the plain LayerNorm with its learning rate divided by c^2, which under
-      SGD is exactly what the preserved rescale does to it (module docstring): the control.
+    - ``<LN> lr/c^2``: the plain LayerNorm with its learning rate divided by c^2: under SGD
+      without gradient clipping exactly what the preserved rescale does to it; with the
+      recipe's global clip, close to it only as far as the LayerNorm's share of the global
+      gradient norm is small (``vitplast.ablations``): the control.
     - ``<C> sparse``: MHA / FC1 / FC2 with exactly ``budget_from``'s trainable count.
     - ``<C> LoRA r``: rank-``lora_rank`` adapters on MHA / FC1 / FC2.
     - ``<C> bias``: only the biases of each component (BitFit-style).
