@@ -119,8 +119,15 @@ def test_variants_and_their_exact_counts():
     ln1 = components.count_parameters(model, "LN1")
     assert counts["FC1 sparse"] == counts["MHA sparse"] == ln1 + head
     assert counts["LN1 x 4 (preserved)"] == counts["LN1 lr/c^2 (c=4)"] == ln1 + head
-    assert counts["FC1 LoRA r1"] == ablations.lora_count(model, "FC1", 1) + head
-    assert counts["FC2 bias"] == 2 * 32 + head
+    # matched families: every member trains exactly the same number of backbone entries
+    lora = ablations.lora_count(model, "FC1", 1)  # FC1 and FC2 (5d per block) < MHA (6d)
+    assert counts["MHA LoRA r1"] == counts["FC1 LoRA r1"] == counts["FC2 LoRA r1"] == lora + head
+    assert lora < ablations.lora_count(model, "MHA", 1)
+    bias = {counts[f"{c} bias"] for c in components.COMPONENTS}
+    assert bias == {2 * 32 + head}  # d per block: FC2's and the betas; MHA's 4d, FC1's masked
+    for name, kw in table.items():
+        if "count" in kw.get("ablation", {}):
+            assert counts[name] == kw["ablation"]["count"] + head, name
     configs = sweep.grid(["digits"], list(table.values())[:2], [0.01], [0], pretrained=False)
     assert configs[0]["ablation"]["variant"] == "LN1 x 4 (preserved)"
 
@@ -282,3 +289,25 @@ def test_forest_plot_draws_each_row_at_its_difference_and_interval():
     np.testing.assert_allclose(bars[0], [[0.5, 1.0], [1.5, 1.0]])  # first row on top
     np.testing.assert_allclose(bars[1], [[-3.5, 0.0], [-0.5, 0.0]])
     assert [c.lines[0].get_markerfacecolor() for c in ax.containers][1] == "white"
+
+
+@pytest.mark.parametrize("family", ["bias", "lora"])
+def test_matched_variants_change_exactly_their_count_of_backbone_entries(family):
+    """MHA's biases (4d per block) and its rank-1 adapters, masked to a smaller count: after
+    training, exactly that many backbone entries moved; every other one is unchanged."""
+    model, count = tiny_vit(), 40
+    if family == "bias":
+        run = dict(config=ablations.BIAS_ONLY["MHA"], ablation=dict(component="MHA", count=count))
+        extra = ablations.PREPARE["sparse"](model, run)
+    else:
+        run = dict(config=ablations.LORA_PATTERNS,
+                   ablation=dict(component="MHA", rank=1, count=count))
+        extra = ablations.PREPARE["lora"](model, run)
+        with torch.no_grad():  # B starts at zero: give it entries whose change shows
+            for block in model.blocks:
+                block.attn.qkv.lora_b.normal_()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    finetune.train(model, toy_task(), config=run["config"], steps=3, batch_size=16, lr=0.5,
+                   train_head=False, progress=False, **extra)
+    moved = sum(int((p != before[n]).sum()) for n, p in model.named_parameters())
+    assert moved == count

@@ -45,6 +45,15 @@ BIAS_ONLY = {c: [f"blocks.*.{path}.bias", f"blocks.*.{path}.*.bias"]
              for c, path in COMPONENTS.items()}
 
 
+def bias_count(model: nn.Module, component: str) -> int:
+    """Bias entries of a component over all blocks (what its ``BIAS_ONLY`` configuration
+    trains in the backbone)."""
+    import fnmatch
+
+    return sum(p.numel() for n, p in model.named_parameters()
+               if any(fnmatch.fnmatch(n, pat) for pat in BIAS_ONLY[component]))
+
+
 def _block_module(block: nn.Module, path: str) -> nn.Module:
     for part in path.split("."):
         block = getattr(block, part)
@@ -82,18 +91,25 @@ def matching_scale(ln_plasticity: float, target_plasticity: float) -> float:
     return target_plasticity / ln_plasticity
 
 
-def sparse_masks(model: nn.Module, component: str, count: int, seed: int = 0
-                 ) -> dict[str, torch.Tensor]:
+def sparse_masks(model: nn.Module, component: str, count: int, seed: int = 0,
+                 patterns: list[str] | None = None) -> dict[str, torch.Tensor]:
     """Boolean masks selecting exactly ``count`` random entries of a component's parameters
     (over all blocks), for ``finetune.train(grad_masks=...)``.
 
+    Args:
+        patterns: only the component's parameters matching these (``fnmatch``), e.g. its
+            biases (``BIAS_ONLY``) or its LoRA adapters (``LORA_PATTERNS``); default: all.
+
     Raises:
-        ValueError: ``count`` exceeds the component's size.
+        ValueError: ``count`` exceeds the size of what is selected.
     """
+    import fnmatch
+
     check_component(component)
     from vitplast.components import component_of
 
-    named = [(n, p) for n, p in model.named_parameters() if component_of(n) == component]
+    named = [(n, p) for n, p in model.named_parameters() if component_of(n) == component
+             and (patterns is None or any(fnmatch.fnmatch(n, pat) for pat in patterns))]
     total = sum(p.numel() for _, p in named)
     if not 0 < count <= total:
         raise ValueError(f"count must be in 1..{total} for {component}, got {count}")
@@ -204,13 +220,21 @@ def _prepare_rescale(model: nn.Module, config: dict) -> None:
 
 
 def _prepare_sparse(model: nn.Module, config: dict) -> dict:
-    a = config["ablation"]
-    return {"grad_masks": sparse_masks(model, a["component"], a["count"], a.get("mask_seed", 0))}
+    """Exactly ``count`` trainable entries of the component, among the parameters the run's
+    configuration selects (all of the component's, or e.g. only its biases)."""
+    a, patterns = config["ablation"], config["config"]
+    return {"grad_masks": sparse_masks(model, a["component"], a["count"], a.get("mask_seed", 0),
+                                       patterns=patterns if isinstance(patterns, list) else None)}
 
 
-def _prepare_lora(model: nn.Module, config: dict) -> None:
+def _prepare_lora(model: nn.Module, config: dict) -> dict | None:
+    """LoRA adapters; with ``count``, exactly that many of their entries train."""
     a = config["ablation"]
     add_lora(model, a["component"], a["rank"], a.get("alpha"))
+    if a.get("count") is None:
+        return None
+    return {"grad_masks": sparse_masks(model, a["component"], a["count"], a.get("mask_seed", 0),
+                                       patterns=LORA_PATTERNS)}
 
 
 #: Name -> prepare function, registered in ``vitplast.sweep.PREPARE``.

@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from vitplast import models, store
-from vitplast.ablations import BIAS_ONLY, LORA_PATTERNS, LORA_TARGETS, PREPARE, rescale_layernorm
+from vitplast.ablations import (BIAS_ONLY, LORA_PATTERNS, LORA_TARGETS, PREPARE, bias_count,
+                                lora_count, rescale_layernorm)
 from vitplast.components import COMPONENTS, count_parameters, trainable_names
 
 #: Where the embedded confound study is shipped (one JSON per run, and its scales).
@@ -56,8 +57,14 @@ def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1
       recipe's global clip, close to it only as far as the LayerNorm's share of the global
       gradient norm is small (``vitplast.ablations``): the control.
     - ``<C> sparse``: MHA / FC1 / FC2 with exactly ``budget_from``'s trainable count.
-    - ``<C> LoRA r``: rank-``lora_rank`` adapters on MHA / FC1 / FC2.
-    - ``<C> bias``: only the biases of each component (BitFit-style).
+    - ``<C> LoRA r``: rank-``lora_rank`` adapters on MHA / FC1 / FC2, masked down to the
+      smallest of the three counts (MHA's adapters are larger), so all three train exactly as
+      many backbone entries.
+    - ``<C> bias``: only the biases of each component (BitFit-style), masked down to the
+      smallest count among them (FC2's and the LayerNorms' betas: d per block), so every bias
+      variant trains exactly as many backbone entries.
+
+    Each ablation dict holds the ``count`` of backbone entries it trains.
 
     The variant's name is stored in the run's ``ablation["variant"]``.
     """
@@ -72,14 +79,16 @@ def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1
         out[name] = dict(config=ln, lr_scales={f"blocks.*.{path}.*": 1 / c**2},
                          ablation=dict(variant=name))
     budget = count_parameters(model, budget_from)
+    lora = min(lora_count(model, comp, lora_rank) for comp in LORA_TARGETS)
+    bias = min(bias_count(model, comp) for comp in COMPONENTS)
     for comp in LORA_TARGETS:
         out[f"{comp} sparse"] = dict(config=comp, prepare="sparse", ablation=dict(
             variant=f"{comp} sparse", component=comp, count=budget))
         out[f"{comp} LoRA r{lora_rank}"] = dict(config=LORA_PATTERNS, prepare="lora", ablation=dict(
-            variant=f"{comp} LoRA r{lora_rank}", component=comp, rank=lora_rank))
+            variant=f"{comp} LoRA r{lora_rank}", component=comp, rank=lora_rank, count=lora))
     for comp in COMPONENTS:
-        out[f"{comp} bias"] = dict(config=BIAS_ONLY[comp], ablation=dict(variant=f"{comp} bias",
-                                                                         component=comp))
+        out[f"{comp} bias"] = dict(config=BIAS_ONLY[comp], prepare="sparse", ablation=dict(
+            variant=f"{comp} bias", component=comp, count=bias))
     return out
 
 
