@@ -20,8 +20,15 @@ import torch
 from torch import nn
 
 from vitplast import models, store
-from vitplast.ablations import (BIAS_ONLY, LORA_PATTERNS, LORA_TARGETS, PREPARE, bias_count,
-                                lora_count, rescale_layernorm)
+from vitplast.ablations import (
+    BIAS_ONLY,
+    LORA_PATTERNS,
+    LORA_TARGETS,
+    PREPARE,
+    bias_count,
+    lora_count,
+    rescale_layernorm,
+)
 from vitplast.components import COMPONENTS, count_parameters, trainable_names
 
 #: Where the embedded confound study is shipped (one JSON per run, and its scales).
