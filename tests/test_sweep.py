@@ -270,8 +270,9 @@ def test_linear_probe_is_deterministic():
 
 
 def test_shipped_results_are_the_complete_study():
-    """The shipped records are exactly the embedded study's runs (config hashes did not
-    drift), each finished: 7 tasks x 3 seeds x (7 configurations x 6 LRs + 8 extra LRs)."""
+    """The shipped records are exactly the main study's runs and its budget check's (run
+    hashes did not drift), each finished, each from a new head, on grids that bracket every
+    chosen LR and every LR band."""
     shipped = results.results(studies.MAIN_RESULTS)
     main = {run_hash(c) for c in studies.runs_of(studies.MAIN)}
     assert len(main) == 7 * 3 * (9 + 7 + 8 + 9 + 8 + 9 + 9)  # per configuration its LRs
@@ -281,6 +282,10 @@ def test_shipped_results_are_the_complete_study():
     assert shipped["status"].isin(["ok", "diverged"]).all()
     # every run started from a new head: before any update, about chance on 10 classes
     assert shipped["initial_val_acc"].max() <= 0.3
+    # the grid brackets every best LR and every band within 1 and 2 points of it
+    runs = shipped[shipped["run"].isin(main)]
+    assert not results.main_table(runs)["lr_at_edge"].any()
+    assert results.lr_bands(runs)["bracketed"].all()
 
 
 @pytest.mark.parametrize("study", ["finetune", "confounds"])
