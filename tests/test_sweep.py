@@ -275,7 +275,7 @@ def test_shipped_results_are_the_complete_study():
     chosen LR and every LR band."""
     shipped = results.results(studies.MAIN_RESULTS)
     main = {run_hash(c) for c in studies.runs_of(studies.MAIN)}
-    assert len(main) == 7 * 3 * (9 + 7 + 8 + 9 + 8 + 9 + 9)  # per configuration its LRs
+    assert len(main) == 7 * 3 * (9 + 10 + 10 + 9 + 10 + 9 + 9)  # per configuration its LRs
     budget = {run_hash(c) for c in studies.budget_runs(shipped)}
     assert 2 * 7 * 2 * 3 <= len(budget) <= 2 * 7 * 3 * 3  # the chosen LR and 1-2 neighbours
     assert set(shipped["run"]) == main | budget
