@@ -40,7 +40,7 @@ _COLUMNS = ["protocol", "layer", "component", "n", "plasticity", "max_rate", "lo
 
 def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
               n_lipschitz: int = 8, power_iters: int = 20, batch_size: int = 64,
-              progress: bool = False) -> pd.DataFrame:
+              progress: bool = True) -> pd.DataFrame:
     """[lower, upper] around the plasticity of every component of every block.
 
     Args:
@@ -50,6 +50,7 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
             each component gets under it, over all 2N images.
         n_lipschitz: inputs (the first x images) at which ``local_lipschitz`` is probed.
         power_iters: power-iteration steps of ``local_lipschitz``.
+        progress: a progress bar over the measuring pass.
 
     Returns:
         One row per (layer, component); columns in the module docstring.

@@ -179,7 +179,8 @@ def run_sweep(configs: list[dict], root: str | Path, *, executor: str = "serial"
         executor: ``"serial"`` (here, one run after another) or ``"submitit"`` (a job array:
             SLURM when available, else submitit's local executor).
         device: where each run trains; ``None`` picks CUDA when available.
-        progress: a progress bar over runs.
+        progress: a progress bar over runs, and (serial executor) one over the steps of the
+            run in flight.
         retry_failed: also re-run stored runs whose status is "failed" (once: a failed record
             another sweep re-ran meanwhile is not re-run again).
         **executor_kwargs: submitit's ``folder`` (default ``root/submitit``), ``cluster``
@@ -210,7 +211,7 @@ def run_sweep(configs: list[dict], root: str | Path, *, executor: str = "serial"
                disable=not progress)
     if executor == "serial":
         for c, stale in todo.values():
-            _run_and_save(c, str(root), device, stale=stale)
+            _run_and_save(c, str(root), device, stale=stale, progress=progress)
             bar.update()
     elif todo:
         _submit(list(todo.values()), root, device, bar, **executor_kwargs)
@@ -250,7 +251,7 @@ def _wanted(root, config: dict, stale: int | None) -> bool:
 
 
 def _run_and_save(config: dict, root: str, device, registry: dict | None = None,
-                  stale: int | None = None) -> str:
+                  stale: int | None = None, progress: bool = False) -> str:
     """The job: claim ``config``'s run, run it and store its record, release the claim;
     return its status, or "skipped" when another process holds the claim or has stored the
     run meanwhile."""
@@ -258,7 +259,7 @@ def _run_and_save(config: dict, root: str, device, registry: dict | None = None,
     with store.claimed(root, config) as mine:
         if not mine or not _wanted(root, config, stale):
             return "skipped"
-        record = run_one(config, device=device)
+        record = run_one(config, device=device, progress=progress)
         store.save_run(root, config, record)
     return record["status"]
 
