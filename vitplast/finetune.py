@@ -9,7 +9,9 @@ the optimizer sees only trainable ones. The best-validation weights are kept and
 
 A run is ``diverged`` when its loss is not finite or exceeds ``DIVERGENCE_FACTOR`` times its
 first step's loss (with a new head that is ~ln(#classes), so ~230 on 10 classes: far above the
-transient spikes of a high but working LR, which recover); it stops there and is not tested.
+transient spikes of a high but working LR, which recover). Every step is checked; the check
+is read at the next logging or evaluation step (no host sync per step), the history ends with
+the first diverged step, and the run stops there and is not tested.
 
 Logged (``TrainResult.history``, one row per logged step): ``step``, ``loss``, ``lr``,
 ``grad_norm`` (global, before clipping), ``grad_norm/<group>`` and

@@ -73,30 +73,29 @@ def _parameters_cell(name: str) -> str:
     raise ValueError(f"{name}.ipynb has no cell tagged 'parameters'")
 
 
+def _declared(name: str) -> dict[str, tuple]:
+    """Each parameter of a notebook's parameters cell: (default value, declared type)."""
+    out = {}
+    for node in ast.parse(_parameters_cell(name)).body:
+        targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
+        for target in targets:
+            value = ast.literal_eval(node.value)
+            kind = (ast.unparse(node.annotation) if isinstance(node, ast.AnnAssign)
+                    else type(value).__name__)
+            out[target.id] = (value, kind)
+    return out
+
+
 def notebook_parameter_types(name: str) -> dict[str, str]:
     """Each parameter's declared type, as written in its annotation (``"int"``,
     ``"list[float]"``...), else the type name of its default."""
-    types = {}
-    for node in ast.parse(_parameters_cell(name)).body:
-        if isinstance(node, ast.AnnAssign):
-            types[node.target.id] = ast.unparse(node.annotation)
-        elif isinstance(node, ast.Assign):
-            for target in node.targets:
-                types[target.id] = type(ast.literal_eval(node.value)).__name__
-    return types
+    return {k: kind for k, (_, kind) in _declared(name).items()}
 
 
 def notebook_parameters(name: str) -> dict:
     """The parameters (and their default values) a notebook declares in its parameters cell:
     flat literals, one per line, with or without a type annotation."""
-    params = {}
-    for node in ast.parse(_parameters_cell(name)).body:
-        if isinstance(node, ast.AnnAssign):
-            params[node.target.id] = ast.literal_eval(node.value)
-        elif isinstance(node, ast.Assign):
-            for target in node.targets:
-                params[target.id] = ast.literal_eval(node.value)
-    return params
+    return {k: value for k, (value, _) in _declared(name).items()}
 
 
 def _fits(value, declared: str) -> bool:

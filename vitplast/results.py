@@ -185,7 +185,8 @@ def main_wide(main: pd.DataFrame, probe: pd.Series | None = None,
         wide.loc["average", "linear probe"] = probe.mean()
     order = [c for c in ("full", "head", "MHA", "FC1", "FC2", "LN2", "LN1", "linear probe")
              if c in wide]
-    return wide[order + [c for c in wide if c not in order]]
+    # rows with no value at all (the average row of LRs) are left out
+    return wide[order + [c for c in wide if c not in order]].dropna(how="all")
 
 
 def compare_with_paper(wide: pd.DataFrame) -> pd.DataFrame:
