@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             seeds = studies.BUDGET["seeds"]
         else:
             root = args.root or confounds.EMBEDDED_RESULTS
-            configs, seeds = confounds.embedded_study(root), confounds.EMBEDDED_STUDY["seeds"]
+            configs = confounds.study_runs(studies.CONFOUNDS, root)
+            seeds = studies.CONFOUNDS["seeds"]
         if args.precision and args.precision not in finetune.PRECISIONS:
             parser.error(f"unknown precision {args.precision!r}; "
                          f"valid: {list(finetune.PRECISIONS)}")

@@ -33,22 +33,6 @@ from vitplast.components import COMPONENTS, count_parameters, trainable_names
 
 #: Where the embedded confound study is shipped (one JSON per run, and its scales).
 EMBEDDED_RESULTS = models.results_root("confounds")
-#: The embedded confound study (notebook 05's defaults): two tasks of the main study (a
-#: corruption and a new domain), the upper part of its LR grid (small trainable sets want
-#: large LRs: on 0.03..1, 16 of 52 settings chose 1), its seeds. Its plain SGD baselines are
-#: runs of the main study (``studies.MAIN``). ``extra_lrs``: where seed 0 chose the
-#: grid's top (digits: FC1 and FC2 sparse, LN2 x c preserved; both tasks: head, LN1 and LN2
-#: under AdamW), the grid goes on up, the lr/c^2 controls with their rescaled variants; LN2
-#: under AdamW still chose the new top (fmnist_contrast), so the LayerNorms go one LR further.
-#: Plain SGD full finetuning chose the grid's bottom (fmnist_contrast): its baseline takes the
-#: main study's lower LRs too (those runs exist there; no run of this study is added).
-EMBEDDED_STUDY = dict(tasks=["fmnist_contrast", "digits"], lrs=[0.03, 0.1, 0.3, 1.0, 3.0],
-                      seeds=[0, 42, 3407], target="FC1", n_pairs=256,
-                      extra_lrs={"FC? sparse": [10.0], "LN? x * (preserved)": [10.0],
-                                 "LN? lr/c^2 *": [10.0], "head (AdamW)": [10.0, 30.0],
-                                 "LN? (AdamW)": [10.0, 30.0, 100.0],
-                                 "full": [0.001, 0.003, 0.01]})
-
 
 #: The plain configurations: the study's SGD baselines (runs of the main study) and its AdamW runs.
 PLAIN_CONFIGS = ("head", "LN1", "LN2", "MHA", "FC1", "FC2", "full")
@@ -96,6 +80,50 @@ def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1
     for comp in COMPONENTS:
         out[f"{comp} bias"] = dict(config=BIAS_ONLY[comp], prepare="sparse", ablation=dict(
             variant=f"{comp} bias", component=comp, count=bias))
+    return out
+
+
+def layer_variants(model: nn.Module, components=("LN1", "MHA", "FC1")) -> dict[str, dict]:
+    """One block's component at a time: ``<C> block <k>`` trains only block k's C (and the
+    head): the trainable count is fixed within a component while its plasticity varies
+    across layers (the per-layer test of notebook 05)."""
+    from vitplast.components import COMPONENTS
+
+    return {f"{comp} block {k}": dict(config=[f"blocks.{k}.{COMPONENTS[comp]}.*"], ablation=dict(
+                variant=f"{comp} block {k}", component=comp, block=k))
+            for comp in components for k in range(len(model.blocks))}
+
+
+def all_variants(model: nn.Module, scales: dict[str, float]) -> dict[str, dict]:
+    """Every named variant a study part can train (``studies.CONFOUNDS``): the ablations of
+    ``variants``, the single-block configurations of ``layer_variants`` and the plain
+    configurations (``PLAIN_CONFIGS``), as ``run_config`` keywords."""
+    return {**variants(model, scales), **layer_variants(model),
+            **{c: dict(config=c) for c in PLAIN_CONFIGS}}
+
+
+def study_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
+    """Every run of a confound study preset (``studies.CONFOUNDS``), part by part in its
+    order, with the LayerNorm scales stored under ``root`` (``study_scales``).
+
+    Raises:
+        ValueError: an ``lrs`` name or pattern of a part that matches no variant.
+    """
+    from vitplast import runs
+
+    scales = study_scales(root, study["scale_tasks"], target=study["target"],
+                          n_pairs=study["n_pairs"])["scales"]
+    table = all_variants(models.load_model(models.EMBEDDED_NAME, num_classes=10), scales)
+    out = []
+    for part in study["parts"]:
+        for pattern, lrs in part["lrs"].items():
+            names = [n for n in table if fnmatch.fnmatch(n, pattern)]
+            if not names:
+                raise ValueError(f"part {part['name']!r}: {pattern!r} matches no variant; "
+                                 f"valid: {list(table)}")
+            out += [run for task in part["tasks"] for name in names
+                    for run in runs.grid([task], [table[name]], lrs, study["seeds"],
+                                         **part.get("fixed", {}))]
     return out
 
 
@@ -176,14 +204,21 @@ def check_rescale(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scales: di
     return pd.DataFrame(rows)
 
 
+#: What a study part changes in the recipe -> the suffix its variants' names take.
+SUFFIXES = {"optimizer": ("adamw", " (AdamW)"), "clip_grad_norm": (0.0, " (no clip)"),
+            "checkpoint": ("init", " (init)")}
+
+
 def with_variant(df: pd.DataFrame) -> pd.DataFrame:
     """Results with a ``variant`` column: the ablation's name, else the configuration, with
-    ``" (AdamW)"`` appended for AdamW runs."""
+    a suffix per recipe change of ``SUFFIXES`` (e.g. ``"MHA (AdamW)"``, ``"LN1 (init)"``)."""
     name = df["config"].astype(str)
     if "ablation.variant" in df:
         name = df["ablation.variant"].fillna(name)
-    adamw = df["optimizer"] == "adamw"
-    return df.assign(variant=name.where(~adamw, name + " (AdamW)"))
+    for key, (value, suffix) in SUFFIXES.items():
+        if key in df:
+            name = name.where(df[key] != value, name + suffix)
+    return df.assign(variant=name)
 
 
 def variant_table(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
@@ -248,50 +283,6 @@ def verdicts(df: pd.DataFrame, scales: dict[str, float], target: str = "FC1", on
         ask(f"does AdamW beat SGD for {config}?", f"{config} (AdamW)", config)
     return pd.DataFrame(rows, columns=["question", "a", "b", "n_pairs", "diff_pp", "ci95_pp",
                                        "t_p", "verdict"])
-
-
-def grid(model: nn.Module, scales: dict[str, float], tasks, lrs, seeds, extra_lrs=None, *,
-         adamw_configs=PLAIN_CONFIGS, **fixed) -> list[dict]:
-    """Every run of the confound study: each variant under SGD on ``lrs``, and the plain
-    ``adamw_configs`` under AdamW at lr / 100 (the paper's AdamW ablation), x tasks x seeds.
-
-    ``extra_lrs`` (variant-name pattern -> LRs, matched as ``fnmatch`` against the names of
-    ``with_variant``, e.g. ``"FC? sparse"`` or ``"LN1 (AdamW)"``) adds LRs to the variants it
-    matches, so that their best LR can be interior too; AdamW runs take them / 100 as well."""
-    from vitplast import sweep
-
-    table, runs = variants(model, scales), []
-    for task in tasks:
-        for name, variant in table.items():
-            runs += sweep.grid([task], [variant], _lrs(name, lrs, extra_lrs), seeds, **fixed)
-        for config in adamw_configs:
-            adamw_lrs = [lr / 100 for lr in _lrs(f"{config} (AdamW)", lrs, extra_lrs)]
-            runs += sweep.grid([task], [config], adamw_lrs, seeds, optimizer="adamw", **fixed)
-    return runs
-
-
-def baselines(tasks, lrs, seeds, extra_lrs=None, **fixed) -> list[dict]:
-    """The plain SGD configurations (``PLAIN_CONFIGS``) on ``lrs`` and the ``extra_lrs`` their
-    names match (as in ``grid``): the runs the variants are compared with, which the main
-    study (``studies.MAIN``) holds for the embedded default."""
-    from vitplast import sweep
-
-    return [run for config in PLAIN_CONFIGS
-            for run in sweep.grid(tasks, [config], _lrs(config, lrs, extra_lrs), seeds, **fixed)]
-
-
-def _lrs(name: str, lrs, extra_lrs) -> list[float]:
-    """``lrs`` and the extra LRs of every ``extra_lrs`` pattern that ``name`` matches."""
-    return list(lrs) + [lr for pat, more in (extra_lrs or {}).items()
-                        if fnmatch.fnmatch(name, pat) for lr in more]
-
-
-def embedded_study(root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
-    """The runs of ``EMBEDDED_STUDY`` (``grid``), with the scales stored under ``root``."""
-    s = EMBEDDED_STUDY
-    scales = study_scales(root, s["tasks"], target=s["target"], n_pairs=s["n_pairs"])["scales"]
-    return grid(models.load_model(models.EMBEDDED_NAME, num_classes=10), scales, s["tasks"],
-                s["lrs"], s["seeds"], s["extra_lrs"])
 
 
 def what_this_shows(checks: pd.DataFrame, verdict: pd.DataFrame, cover: dict) -> str:
