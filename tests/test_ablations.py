@@ -8,7 +8,7 @@ from conftest import tiny_vit
 from scipy import stats
 from test_finetune import toy_task
 
-from vitplast import ablations, components, confounds, finetune, plasticity, results, sweep
+from vitplast import ablations, components, confounds, findings, finetune, plasticity, results, sweep
 
 
 @pytest.mark.parametrize("ln", ["LN1", "LN2"])
@@ -132,21 +132,36 @@ def test_variants_and_their_exact_counts():
     assert configs[0]["ablation"]["variant"] == "LN1 x 4 (preserved)"
 
 
-def test_extra_lrs_reach_exactly_the_variants_they_match():
+def test_the_confound_study_is_its_parts_and_nothing_else():
+    """Exact run counts per part of ``studies.CONFOUNDS``; every variant a part names exists;
+    the per-layer configurations train exactly one block's component."""
+    from vitplast import studies
+    from vitplast.runs import run_hash
+
+    parts = confounds.part_runs(studies.CONFOUNDS)
+    sizes = {name: len(r) for name, r in parts.items()}
+    assert sizes == {"matched sparse": 3 * 4 * 5 * 3, "per layer": 18 * 3 * 3 * 3,
+                     "from init": 7 * 3 * 2 * 3, "matched LoRA": 3 * 3 * 5 * 3,
+                     "matched bias": 3 * 3 * 5 * 3, "AdamW": 7 * 5 * 3, "rescale": 6 * 3 * 2 * 3,
+                     "rescale, no clip": 3 * 3 * 2 * 3}
+    every = confounds.study_runs(studies.CONFOUNDS)
+    assert len({run_hash(r) for r in every}) == len(every) == sum(sizes.values()) == 1329
+    assert {r["checkpoint"] for r in parts["from init"]} == {"init"}
+    assert {r["clip_grad_norm"] for r in parts["rescale, no clip"]} == {0.0}
+    assert {r["optimizer"] for r in parts["AdamW"]} == {"adamw"}
     model = tiny_vit()
-    kw = dict(steps=2, pretrained=False)
-    plain = confounds.grid(model, {"LN1": 4.0}, ["digits"], [0.1], [0], **kw)
-    more = confounds.grid(model, {"LN1": 4.0}, ["digits"], [0.1], [0],
-                          {"FC? sparse": [1.0, 3.0], "LN1 (AdamW)": [10.0]}, **kw)
-    added = [c for c in more if c not in plain]
-    assert len(more) == len(plain) + 5 and len(added) == 5
-    assert sorted((c["ablation"]["variant"], c["lr"]) for c in added if c.get("ablation")) == [
-        ("FC1 sparse", 1.0), ("FC1 sparse", 3.0), ("FC2 sparse", 1.0), ("FC2 sparse", 3.0)]
-    adamw = [c for c in added if not c.get("ablation")]
-    assert [(c["config"], c["optimizer"], c["lr"]) for c in adamw] == [("LN1", "adamw", 0.1)]
-    base = confounds.baselines(["digits"], [0.1], [0], {"full": [0.01], "FC? sparse": [1.0]}, **kw)
-    assert sorted((c["config"], c["lr"]) for c in base) == sorted(
-        [(c, 0.1) for c in confounds.PLAIN_CONFIGS] + [("full", 0.01)])
+    layer = confounds.layer_variants(model)
+    assert len(layer) == 3 * len(model.blocks)
+    counts = dict(confounds.variant_counts(model, layer).values.tolist())
+    head = sum(p.numel() for n, p in model.named_parameters()
+               if components.component_of(n) in ("head", "norm"))
+    per_block = {c: components.count_parameters(model, c) // len(model.blocks)
+                 for c in ("LN1", "MHA", "FC1")}
+    for name, n in counts.items():
+        assert n == per_block[name.split()[0]] + head, name
+    with pytest.raises(ValueError, match="matches no variant; valid"):
+        confounds.part_runs(dict(studies.CONFOUNDS_SMOKE, parts=[dict(
+            name="x", tasks=["digits"], lrs={"MHA sparsest": [0.1]})]))
 
 
 def _rescaled_and_control(ln: str, c: float, **kw):
@@ -199,49 +214,53 @@ def test_global_clipping_breaks_the_equivalence():
     assert moved_a.norm().item() == pytest.approx(c * moved_b.norm().item(), rel=0.05)
 
 
-def test_verdicts_are_paired_tests_over_task_and_seed():
-    # A beats B by exactly 5, 1, 3 points on three (task, seed) pairs; C ties A but for noise
-    acc = {"A": [0.80, 0.70, 0.60], "B": [0.75, 0.69, 0.57], "C": [0.81, 0.69, 0.60]}
-    keys = [("t1", 0), ("t2", 0), ("t1", 42)]
-    runs = pd.DataFrame([dict(task=t, seed=s, variant=v, lr=0.1, status="ok", run=f"{v}{t}{s}",
-                              test_acc=a[i], best_val_acc=a[i])
-                         for v, a in acc.items() for i, (t, s) in enumerate(keys)])
-    names = {"A": "MHA sparse", "B": "FC1 sparse", "C": "LN1"}
-    out = confounds.verdicts(runs.replace(names), {}).set_index(["a", "b"])
-    first = out.loc[("MHA sparse", "FC1 sparse")]
-    diffs = np.array([5.0, 1.0, 3.0])
-    assert first["n_pairs"] == 3 and first["diff_pp"] == pytest.approx(3.0)
-    assert first["ci95_pp"] == pytest.approx(stats.t.ppf(0.975, 2) * diffs.std(ddof=1) / 3**0.5)
-    assert first["t_p"] == pytest.approx(stats.ttest_1samp(diffs, 0).pvalue)
-    assert first["t_p"] > 0.05 and first["verdict"] == "no significant difference"  # t = 2.6
-    near = out.loc[("MHA sparse", "LN1")]  # -1, +1, 0: mean 0
-    assert near["diff_pp"] == pytest.approx(0.0) and near["verdict"] == "no significant difference"
-    assert out.loc[("FC1 bias", "FC2 bias"), "verdict"] == "no data"
-    one = confounds.verdicts(runs[runs["run"].str.endswith("t10")].replace(names), {})
-    assert one.set_index(["a", "b"]).loc[("MHA sparse", "LN1"), "verdict"] == (
-        "LN1 better (no noise estimate yet)")
-    tie = confounds.verdicts(runs[runs["run"].str.endswith("t142")].replace(names), {})
-    assert tie.set_index(["a", "b"]).loc[("MHA sparse", "LN1"), "verdict"] == "no difference"
-    strict = confounds.verdicts(runs.replace(names), {}, alpha=1.0).set_index(["a", "b"])
-    assert strict.loc[("MHA sparse", "FC1 sparse"), "verdict"] == "MHA sparse better"
+def _acc(**columns) -> pd.DataFrame:
+    """A tasks x variants accuracy table (``confounds.accuracy``) over tasks t0, t1, ..."""
+    n = len(next(iter(columns.values())))
+    return pd.DataFrame(columns, index=pd.Index([f"t{i}" for i in range(n)], name="task"))
 
 
-def test_what_this_shows_answers_the_two_questions():
-    rows = [("MHA sparse", "FC1 sparse", "MHA sparse better"),
-            ("FC1 sparse", "FC2 sparse", "no significant difference"),
-            ("MHA bias", "FC1 bias", "MHA bias better"),
-            ("FC1 bias", "FC2 bias", "FC1 bias better"),
-            ("MHA LoRA r1", "FC1 LoRA r1", "FC1 LoRA r1 better"),
-            ("FC1 LoRA r1", "FC2 LoRA r1", "FC1 LoRA r1 better")]
-    verdict = pd.DataFrame([dict(question="matched budget", a=a, b=b, verdict=v, n_pairs=0)
-                            for a, b, v in rows] + [
-        dict(question="does it close the gap to FC1?", a="LN1 x 2 (preserved)", b="FC1",
-             verdict="FC1 better", n_pairs=0)])
-    text = confounds.what_this_shows(pd.DataFrame(), verdict, {})
-    assert "close the gap to FC1? no, it stays below FC1." in text
-    assert "(sparse): the paper's MHA > FC1 > FC2 order is not resolved" in text
-    assert "(bias): the paper's MHA > FC1 > FC2 order is kept." in text
-    assert "(LoRA r1): the paper's MHA > FC1 > FC2 order is broken." in text
+def test_confound_findings_are_task_level_paired_tests_with_their_counts():
+    """MHA sparse beats LN1 by 5, 4, 6, 5, 5 points on five tasks: agrees with the paper after
+    Holm; FC1 - FC2 sparse has a single task: never resolved; counts are stated."""
+    acc = _acc(**{"MHA sparse": [80.0, 74, 86, 90, 65], "LN1": [75.0, 70, 80, 85, 60],
+                  "FC1 sparse": [80.0, 74, 86, 90, 65], "FC2 sparse": [70.0] + [np.nan] * 4,
+                  "MHA": [81.0, 75, 87, 90, 66]})
+    counts = {"MHA sparse": 1536, "LN1": 1536, "FC1 sparse": 1536, "FC2 sparse": 1536,
+              "MHA": 396288}
+    layers = pd.DataFrame(dict(task=["t0", "t1", "t2"], component="LN1", spearman=[0.9, 0.8, 1.0],
+                               n_blocks=6))
+    grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
+    table = findings.confounds(acc, counts, layers, grads).set_index("claim")
+    first = table.loc["MHA - LN1 at LN1's count (sparse MHA)"]
+    diffs = np.array([5.0, 4, 6, 5, 5])
+    assert first["n"] == 5 and first["measured"] == pytest.approx(diffs.mean())
+    assert first["p"] == pytest.approx(stats.ttest_1samp(diffs, 0).pvalue)
+    assert first["counts"] == "1,536 vs 1,536" and first["verdict"] == "agrees with the paper"
+    same = table.loc["MHA - FC1 at LN1's count (sparse)"]  # identical columns: no difference
+    assert same["measured"] == 0 and same["verdict"] == "not resolved"
+    lone = table.loc["FC1 - FC2 at LN1's count (sparse)"]
+    assert lone["n"] == 1 and lone["verdict"] == "not resolved"
+    rho = table.loc["LN1 of one block: Spearman(plasticity before finetuning, test accuracy) "
+                    "over the blocks"]
+    assert rho["n"] == 3 and rho["measured"] == pytest.approx(0.9)
+    assert table.loc["MHA - LN1 under AdamW", "n"] == 0  # no runs yet: stated, not dropped
+    ps = table["p"].dropna()
+    assert table.loc[ps.index, "p_holm"].tolist() == pytest.approx(
+        list(findings.holm(ps.to_numpy())))
+
+
+def test_layer_correlations_stay_within_component_and_task():
+    """Accuracy rises with plasticity over LN1's blocks on t0 and falls on t1; MHA's blocks
+    are incomplete on t0 (one block lacks a run) and are left out, never pooled."""
+    layers = pd.DataFrame([dict(task=t, layer=k, component=c, plasticity=float(k + 1), ci95=0.1)
+                           for t in ("t0", "t1") for c in ("LN1", "MHA") for k in range(3)])
+    acc = _acc(**{f"LN1 block {k}": [70.0 + k, 70.0 - k] for k in range(3)},
+               **{f"MHA block {k}": [60.0 + k if k < 2 else np.nan, (50.0, 52.0, 51.0)[k]]
+                  for k in range(3)})
+    corr = confounds.layer_correlations(acc, layers).set_index(["task", "component"])["spearman"]
+    assert corr.to_dict() == pytest.approx({("t0", "LN1"): 1.0, ("t1", "LN1"): -1.0,
+                                            ("t1", "MHA"): 0.5})
 
 
 def test_study_scales_are_measured_once_and_rounded(tmp_path, monkeypatch):
@@ -260,22 +279,21 @@ def test_study_scales_are_measured_once_and_rounded(tmp_path, monkeypatch):
 
 
 def test_shipped_confound_results_belong_to_the_study(monkeypatch):
-    """Every shipped record is a run of the embedded confound study, with its shipped scales
-    (no re-measurement: the scales file is read). The study is being re-run with a new head
-    in every run: the store holds part of it (the records of the first protocol were removed)."""
+    """Every shipped record is a run of ``studies.CONFOUNDS`` with its shipped scales (read,
+    not re-measured), started from a new head (validation accuracy near chance before the
+    first step); its baselines are runs of the main study. The study fills over several
+    sessions (``vitplast sweep --study confounds`` resumes it): the parts it holds so far
+    are checked, not its completeness."""
     from vitplast import empirical, studies
     from vitplast.runs import run_hash
 
     monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: pytest.fail("re-measured"))
     shipped = results.results(confounds.EMBEDDED_RESULTS)
-    expected = {run_hash(c) for c in confounds.embedded_study()}
-    extra = 2 * 1 + 2 * 1 + 2 * 1 + 1 * 2 + 2 * 3  # sparse, preserved, lr/c^2, AdamW head, LNs
-    assert len(expected) == 2 * (24 * 5 + extra) * 3
+    expected = {run_hash(c) for c in confounds.study_runs(studies.CONFOUNDS)}
     assert set(shipped["run"]) <= expected and shipped["status"].isin(["ok", "diverged"]).all()
-    s = confounds.EMBEDDED_STUDY  # its baselines are runs of the main study
+    assert (shipped["initial_val_acc"] <= 0.3).all()
     main = {run_hash(c) for c in studies.runs_of(studies.MAIN)}
-    assert {run_hash(c) for c in confounds.baselines(s["tasks"], s["lrs"], s["seeds"],
-                                                     s["extra_lrs"])} <= main
+    assert {run_hash(c) for c in studies.confound_baselines(studies.CONFOUNDS)} <= main
 
 
 def test_forest_plot_draws_each_row_at_its_difference_and_interval():

@@ -49,12 +49,14 @@ def test_cli_errors_exit_before_any_kernel(capsys):
 
 
 def test_notebook_defaults_are_the_shipped_studies():
-    from vitplast import confounds
+    from vitplast import studies
 
     assert notebooks.notebook_parameters("04_finetuning")["study"] == "main"
-    params = notebooks.notebook_parameters("05_confounds")
-    for key, value in confounds.EMBEDDED_STUDY.items():
-        assert params[key] == value, key
+    assert notebooks.notebook_parameters("05_confounds")["study"] == "confounds"
+    for nb, study in (("04_finetuning", "main"), ("05_confounds", "confounds")):  # presets, not copies
+        assert notebooks.PROFILES["smoke"][nb]["study"] in (studies.FINETUNING
+                                                            if nb[:2] == "04" else
+                                                            studies.CONFOUND_STUDIES)
 
 
 def test_paper_profile_fails_early_without_gpu_or_data(monkeypatch, tmp_path):

@@ -102,29 +102,44 @@ def all_variants(model: nn.Module, scales: dict[str, float]) -> dict[str, dict]:
             **{c: dict(config=c) for c in PLAIN_CONFIGS}}
 
 
-def study_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
-    """Every run of a confound study preset (``studies.CONFOUNDS``), part by part in its
-    order, with the LayerNorm scales stored under ``root`` (``study_scales``).
+def part_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> dict[str, list[dict]]:
+    """The runs of each part of a confound study preset (``studies.CONFOUNDS``), in its order,
+    with the LayerNorm scales stored under ``root`` (``study_scales``).
 
     Raises:
         ValueError: an ``lrs`` name or pattern of a part that matches no variant.
     """
-    from vitplast import runs
+    from vitplast import runs, studies
 
-    scales = study_scales(root, study["scale_tasks"], target=study["target"],
-                          n_pairs=study["n_pairs"])["scales"]
+    scales = studies.study_scales(study, root)["scales"]
     table = all_variants(models.load_model(models.EMBEDDED_NAME, num_classes=10), scales)
-    out = []
+    out = {}
     for part in study["parts"]:
+        out[part["name"]] = []
         for pattern, lrs in part["lrs"].items():
             names = [n for n in table if fnmatch.fnmatch(n, pattern)]
             if not names:
                 raise ValueError(f"part {part['name']!r}: {pattern!r} matches no variant; "
                                  f"valid: {list(table)}")
-            out += [run for task in part["tasks"] for name in names
-                    for run in runs.grid([task], [table[name]], lrs, study["seeds"],
-                                         **part.get("fixed", {}))]
+            out[part["name"]] += [run for task in part["tasks"] for name in names
+                                  for run in runs.grid([task], [table[name]], lrs,
+                                                       study["seeds"], **part.get("fixed", {}))]
     return out
+
+
+def study_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
+    """Every run of a confound study preset, part by part (``part_runs``)."""
+    return [run for part in part_runs(study, root).values() for run in part]
+
+
+def part_coverage(study: dict, df: pd.DataFrame, root: str | Path = EMBEDDED_RESULTS
+                  ) -> pd.DataFrame:
+    """Per part of the study: its expected runs by status in ``results`` table ``df``."""
+    from vitplast import results
+
+    rows = [dict(part=name, **results.coverage(df, expected))
+            for name, expected in part_runs(study, root).items()]
+    return pd.DataFrame(rows).fillna(0).set_index("part").astype(int)
 
 
 def variant_counts(model: nn.Module, table: dict[str, dict]) -> pd.DataFrame:
@@ -237,91 +252,107 @@ def _outcomes(df: pd.DataFrame) -> pd.DataFrame:
                            "best_val_acc") if c in df.columns]]
 
 
-def verdicts(df: pd.DataFrame, scales: dict[str, float], target: str = "FC1", on: str = "val",
-             alpha: float = 0.05) -> pd.DataFrame:
-    """The questions of notebook 05, answered from ``with_variant`` results: each compares
-    two variants paired on (task, seed) at their selected LRs (``results.paired_tests``).
+def accuracy(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
+    """``variant_table`` as tasks x variants: seed-mean test accuracy (%) at the LR chosen on
+    ``on``; NaN where a variant lacks a task. The task is the unit of every finding."""
+    table = variant_table(df, on)
+    return table.pivot_table(index="task", columns="variant", values="test_acc_mean")
 
-    Columns: ``question``, ``a``, ``b``, ``n_pairs``, ``diff_pp`` (mean of acc(a) - acc(b)
-    over the pairs, in points), ``ci95_pp`` (half-width of its 95% t interval), ``t_p``
-    (paired t-test, two-sided), ``verdict``: the better one when ``t_p < alpha``, else "no
-    significant difference"; a single pair gives no noise estimate, and the verdict says so
-    ("no difference" when its two accuracies are equal).
+
+def layer_plasticity(root: str | Path, tasks, n_pairs: int = 256) -> pd.DataFrame:
+    """Per task, block and component: the embedded model's plasticity before finetuning
+    (hidden protocol, ``n_pairs`` pairs of each task), measured once and stored in
+    ``root/layers-<hash of the settings>.json`` (a resumed study reads it).
+
+    Columns: ``task``, ``layer``, ``component``, ``plasticity``, ``ci95``.
     """
+    from vitplast import empirical, plasticity
+
+    settings = dict(tasks=list(tasks), n_pairs=n_pairs, protocol="hidden")
+    path = Path(root) / f"layers-{store.config_hash(settings)}.json"
+    saved = store.read_json(path)
+    if saved is None:
+        rates = empirical.measure_tasks(models.EMBEDDED_NAME, list(tasks), protocols=["hidden"],
+                                        n_pairs=n_pairs, progress=False)
+        per_layer = plasticity.summarize(rates)
+        cols = ["task", "layer", "component", "plasticity", "ci95"]
+        per_layer = per_layer.assign(component=per_layer["component"].astype(str))[cols]
+        saved = dict(settings, rows=per_layer.to_dict("records"))
+        store.write_json(path, saved)
+    return pd.DataFrame(saved["rows"])
+
+
+def layer_accuracy(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
+    """Per task, component and block: the block's plasticity before finetuning
+    (``layer_plasticity``) and the test accuracy (%) of finetuning that block's component
+    alone (``accuracy``'s ``"<C> block <k>"`` columns), where both exist."""
+    long = acc.reset_index().melt(id_vars="task", var_name="variant", value_name="test_acc")
+    parts = long["variant"].str.extract(r"^(?P<component>\w+) block (?P<layer>\d+)$")
+    long = long.join(parts).dropna(subset=["component", "test_acc"])
+    return long.assign(layer=long["layer"].astype(int)).merge(
+        layers, on=["task", "component", "layer"])[["task", "component", "layer", "plasticity",
+                                                   "test_acc"]]
+
+
+def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
+    """Per task and component: Spearman's rho, over the blocks, between a block's plasticity
+    and the test accuracy of finetuning that block's component alone (``layer_accuracy``).
+    Count is fixed within a component, so rho > 0 says plasticity, not size, goes with gain.
+
+    Only (task, component) pairs with every block finetuned are kept. Columns: ``task``,
+    ``component``, ``spearman``, ``n_blocks``.
+    """
+    from scipy import stats
+
+    rows = []
+    depth = layers["layer"].nunique()
+    for (task, comp), g in layer_accuracy(acc, layers).groupby(["task", "component"]):
+        if len(g) == depth >= 3:
+            rho = stats.spearmanr(g["plasticity"], g["test_acc"]).statistic
+            rows.append(dict(task=task, component=comp, spearman=float(rho), n_blocks=len(g)))
+    return pd.DataFrame(rows, columns=["task", "component", "spearman", "n_blocks"])
+
+
+#: Matched families (notebook 05's first figure): family -> (variant name template, members).
+FAMILIES = {"full count": ("{}", ("MHA", "FC1", "FC2", "LN1", "LN2")),
+            "LN1's count (sparse)": ("{} sparse", ("MHA", "FC1", "FC2")),
+            "rank-1 LoRA, one count": ("{} LoRA r1", ("MHA", "FC1", "FC2")),
+            "bias only, one count": ("{} bias", ("MHA", "FC1", "FC2"))}
+
+
+def matched_accuracy(acc: pd.DataFrame) -> pd.DataFrame:
+    """``accuracy`` of the matched families (``FAMILIES``) as a long table: ``task``,
+    ``family``, ``component``, ``test_acc`` (%), for the variants that have runs."""
+    rows = [dict(task=task, family=family, component=comp, test_acc=acc.at[task, name])
+            for family, (template, comps) in FAMILIES.items() for comp in comps
+            for name in [template.format(comp)] if name in acc for task in acc.index
+            if pd.notna(acc.at[task, name])]
+    return pd.DataFrame(rows, columns=["task", "family", "component", "test_acc"])
+
+
+def tables(res, model: nn.Module) -> dict:
+    """Every table behind notebook 05's findings, from ``studies.load_confounds``'s ``res``:
+    ``acc`` (``accuracy``), ``matched`` (``matched_accuracy``), ``counts``
+    (``variant_counts_table``), ``layers`` (per-layer plasticity and accuracy), ``corr``
+    (``layer_correlations``), ``grad_norms`` (``results.component_grad_norms`` of every run)
+    and ``grads`` (``results.grad_norms_by_task`` of the plain configurations)."""
     from vitplast import results
 
-    runs, rows = _outcomes(df), []
-
-    def ask(question, a, b):
-        both = runs[runs["variant"].isin([a, b])]
-        tests = results.paired_tests(both, reference=a, on=on, by="variant").set_index("variant")
-        r = tests.loc[b] if b in tests.index else dict(n_pairs=0, mean_diff_pp=np.nan,
-                                                           ci95_pp=np.nan, t_p=np.nan)
-        d, p, n = r["mean_diff_pp"], r["t_p"], r["n_pairs"]
-        better = f"{a if d > 0 else b} better"
-        if n < 2:  # no noise estimate
-            verdict = ("no data" if n == 0 else "no difference" if d == 0
-                       else f"{better} (no noise estimate yet)")
-        else:
-            verdict = better if p < alpha else "no significant difference"
-        rows.append(dict(question=question, a=a, b=b, n_pairs=int(n), diff_pp=d,
-                         ci95_pp=r["ci95_pp"], t_p=p, verdict=verdict))
-
-    for ln, c in scales.items():
-        pres = f"{ln} x {c:.3g} (preserved)"
-        ask(f"does raising {ln}'s plasticity x{c:.3g} help?", pres, ln)
-        ask(f"does it close the gap to {target}?", pres, target)
-        ask("is it just the effective LR (preserved vs lr/c^2 control)?", pres,
-            f"{ln} lr/c^2 (c={c:.3g})")
-        ask(f"does the raw rescale of {ln} change it?", f"{ln} x {c:.3g} (raw)", ln)
-    for kind in ("sparse", "LoRA r1", "bias"):
-        ask(f"at a matched budget ({kind}), does MHA beat FC1?", f"MHA {kind}", f"FC1 {kind}")
-        ask(f"at a matched budget ({kind}), does FC1 beat FC2?", f"FC1 {kind}", f"FC2 {kind}")
-    ask("at LN1's count, does sparse MHA beat LN1?", "MHA sparse", "LN1")
-    ask("under AdamW, does MHA beat LN1?", "MHA (AdamW)", "LN1 (AdamW)")
-    for config in PLAIN_CONFIGS:
-        ask(f"does AdamW beat SGD for {config}?", f"{config} (AdamW)", config)
-    return pd.DataFrame(rows, columns=["question", "a", "b", "n_pairs", "diff_pp", "ci95_pp",
-                                       "t_p", "verdict"])
+    acc = accuracy(res.runs)
+    norms = results.component_grad_norms(results.dynamics(
+        res.runs, results.history(res.root, res.main_root)))
+    plain = norms[norms["variant"].isin(PLAIN_CONFIGS)]
+    return dict(acc=acc, matched=matched_accuracy(acc),
+                counts=variant_counts_table(model, res.scales["scales"]),
+                layers=layer_accuracy(acc, res.layers),
+                corr=layer_correlations(acc, res.layers), grad_norms=norms,
+                grads=results.grad_norms_by_task(plain))
 
 
-def what_this_shows(checks: pd.DataFrame, verdict: pd.DataFrame, cover: dict) -> str:
-    """Notebook 05's conclusions, computed from its tables."""
-    lines = [f"Runs: {cover}."]
-    for r in checks.itertuples():
-        lines.append(f"{r.component} x {r.c:.3g}: plasticity x{r.ratio:.3g} (expected x{r.c:.3g});"
-                     f" output change preserved {r.max_output_change_preserved:.1e}, raw "
-                     f"{r.max_output_change_raw:.1e}.")
-    for r in verdict.itertuples():
-        if r.n_pairs:
-            noise = (f"95% CI +- {r.ci95_pp:.2f}, paired t p = {r.t_p:.2g}, " if r.n_pairs > 1
-                     else "")
-            lines.append(f"{r.question[0].upper()}{r.question[1:]} {r.a} - {r.b} = "
-                         f"{r.diff_pp:+.2f} points ({noise}{r.n_pairs} (task, seed) pairs): "
-                         f"{r.verdict}.")
-        else:
-            lines.append(f"{r.question}: no data yet.")
-    lines += _headline(verdict)
-    return "\n".join(lines)
-
-
-def _headline(verdict: pd.DataFrame) -> list[str]:
-    """The issue's two questions, answered from the verdict rows."""
-    out = []
-    for r in verdict[verdict["question"].str.startswith("does it close the gap")].itertuples():
-        ln = r.a.split()[0]
-        answer = {f"{r.b} better": "no, it stays below", f"{r.a} better": "yes, it overtakes",
-                  "no data": "no data yet on"}.get(r.verdict, "not resolved against")
-        out.append(f"Does raising {ln}'s plasticity at a fixed parameter count close the gap to "
-                   f"{r.b}? {answer} {r.b}.")
-    said = verdict.set_index(["a", "b"])["verdict"]
-    for kind in ("sparse", "LoRA r1", "bias"):
-        steps = [(f"MHA {kind}", f"FC1 {kind}"), (f"FC1 {kind}", f"FC2 {kind}")]
-        found = [said.get(step, "no data") for step in steps]
-        if "no data" in found:
-            continue
-        state = ("kept" if all(v == f"{a} better" for (a, _), v in zip(steps, found))
-                 else "broken" if any(v == f"{b} better" for (_, b), v in zip(steps, found))
-                 else "not resolved (a step is not significant, or has one pair)")
-        out.append(f"Matched budget ({kind}): the paper's MHA > FC1 > FC2 order is {state}.")
-    return out
+def variant_counts_table(model: nn.Module, scales: dict[str, float]) -> dict[str, int]:
+    """Backbone entries each variant trains (``count`` of its ablation, else its trainable
+    parameters but the head and final norm): what every matched finding states."""
+    table = all_variants(model, scales)
+    total = variant_counts(model, table).set_index("variant")["trainable"]
+    head = variant_counts(model, {"head": dict(config="head")})["trainable"].iloc[0]
+    return {name: int(total[name] - head) for name in table}

@@ -6,7 +6,8 @@ two-sided, and ``p_holm``, Holm-corrected over the notebook's family (every row 
 with a p); ``n`` and its ``unit`` (the independent unit: tasks, never seeds of one task);
 ``verdict``. Extra columns: ``expected`` (the paper's sign for ``measured``: +1, -1, 0 where
 it reports about no difference, NaN where it states nothing), ``p_wilcoxon`` (signed-rank test
-on the same differences) and ``test``.
+on the same differences), ``test`` and ``counts`` (the trainable counts a matched comparison
+compares).
 
 Verdicts, after Holm at ``alpha``: "agrees with the paper" / "disagrees with the paper" when the
 difference is significant and its sign is / is not the paper's; "not resolved" when it is not
@@ -28,7 +29,7 @@ import pandas as pd
 from vitplast.paper import FINETUNING_ORDER, SOURCES, table1_average
 
 COLUMNS = ["claim", "paper", "measured", "ci95", "p", "p_holm", "n", "unit", "verdict"]
-EXTRA = ["expected", "p_wilcoxon", "test"]
+EXTRA = ["expected", "p_wilcoxon", "test", "counts"]
 ALPHA = 0.05
 
 
@@ -258,3 +259,92 @@ def _budget_rows(main: pd.DataFrame, budget: pd.DataFrame) -> list[dict]:
             paired_test("MHA - LN1 at 4x the steps, test accuracy", acc4["MHA"], acc4["LN1"],
                         paper=_paper_diff("MHA", "LN1") + " at the paper's budget", expected=1,
                         unit=_TASKS)]
+
+
+# -- Notebook 05: plasticity or parameter count? ---------------------------------------------
+
+def _col(acc: pd.DataFrame, variant: str) -> pd.Series:
+    """A variant's accuracy per task; empty when the study has no run of it yet."""
+    return acc[variant] if variant in acc else pd.Series(dtype=float)
+
+
+def _matched(acc: pd.DataFrame, a: str, b: str, counts: dict, claim: str) -> dict:
+    """A paired test of variants ``a`` - ``b`` over tasks, stating the counts compared."""
+    row = paired_test(claim, _col(acc, a), _col(acc, b), paper=_paper_diff(
+        a.split()[0], b.split()[0]) + " at full counts", expected=1, unit=_TASKS)
+    return {**row, "counts": f"{counts.get(a, math.nan):,} vs {counts.get(b, math.nan):,}"}
+
+
+def confounds(acc: pd.DataFrame, counts: dict, layer_corr: pd.DataFrame,
+              grads: pd.DataFrame) -> pd.DataFrame:
+    """Notebook 05's findings table: the task is the unit; Holm over every tested row.
+
+    Args:
+        acc: ``confounds.accuracy`` of the confound study and its plain SGD baselines (tasks x
+            variants, seed-mean test accuracy in %).
+        counts: ``confounds.variant_counts_table`` (backbone entries per variant; plain
+            configurations included).
+        layer_corr: ``confounds.layer_correlations``.
+        grads: ``results.grad_norms_by_task`` of the plain configurations (main study).
+    """
+    rows = [_matched(acc, "MHA sparse", "LN1", counts, "MHA - LN1 at LN1's count (sparse MHA)"),
+            _matched(acc, "MHA sparse", "FC1 sparse", counts, "MHA - FC1 at LN1's count (sparse)"),
+            _matched(acc, "FC1 sparse", "FC2 sparse", counts, "FC1 - FC2 at LN1's count (sparse)")]
+    for kind in ("LoRA r1", "bias"):
+        rows += [_matched(acc, f"MHA {kind}", f"FC1 {kind}", counts, f"MHA - FC1, {kind} at one count"),
+                 _matched(acc, f"FC1 {kind}", f"FC2 {kind}", counts, f"FC1 - FC2, {kind} at one count")]
+    count_effect = paired_test("MHA at its full count - MHA at LN1's count: what the count adds",
+                               _col(acc, "MHA"), _col(acc, "MHA sparse"), paper="not studied",
+                               expected=math.nan, unit=_TASKS)
+    rows.append({**count_effect, "counts": f"{counts.get('MHA', 0):,} vs "
+                 f"{counts.get('MHA sparse', 0):,}"})
+    rows += _layer_rows(layer_corr)
+    rows.append(paired_test("MHA - LN1 under AdamW", _col(acc, "MHA (AdamW)"),
+                            _col(acc, "LN1 (AdamW)"), paper=SOURCES["adamw"], expected=1,
+                            unit=_TASKS))
+    rows.append(paired_test("MHA - LN1 finetuned from the random init checkpoint",
+                            _col(acc, "MHA (init)"), _col(acc, "LN1 (init)"),
+                            paper="not studied (architecture vs pretraining)",
+                            expected=math.nan, unit=_TASKS))
+    rows += _rescale_rows(acc)
+    rows += _grad_rows(grads, SOURCES["grad_norms"])
+    return table(rows)
+
+
+def _layer_rows(corr: pd.DataFrame) -> list[dict]:
+    """Spearman(plasticity, accuracy) over the blocks, within a component: per component and
+    averaged over components, the task as the unit."""
+    rows = []
+    for comp, c in corr.groupby("component"):
+        rows.append(mean_test(f"{comp} of one block: Spearman(plasticity before finetuning, "
+                              "test accuracy) over the blocks", c.set_index("task")["spearman"],
+                              paper=SOURCES["plasticity_gain"] + ": positive", expected=1,
+                              unit="rho, per task"))
+    per_task = corr.groupby("task")["spearman"].mean() if len(corr) else pd.Series(dtype=float)
+    rows.append(mean_test("one block at a time, mean over components: Spearman(plasticity, "
+                          "test accuracy) over the blocks", per_task,
+                          paper=SOURCES["plasticity_gain"] + ": positive", expected=1,
+                          unit="rho, per task"))
+    return rows
+
+
+def _rescale_rows(acc: pd.DataFrame) -> list[dict]:
+    """The gamma rescale (plasticity x c at one count) against the plain LayerNorm, and
+    against its lr/c^2 control with and without the recipe's gradient clipping."""
+    rows = []
+    for pres in [v for v in acc.columns if v.endswith("(preserved)")]:
+        ln, c = pres.split()[0], pres.split()[2]
+        control = f"{ln} lr/c^2 (c={c})"
+        rows.append(paired_test(f"{ln} x {c} (preserved) - plain {ln}: plasticity x {c}, same "
+                                "count", acc[pres], _col(acc, ln), paper="not studied",
+                                expected=math.nan, unit=_TASKS))
+        rows.append(paired_test(f"{ln} x {c} (preserved) - its lr/c^2 control, gradient "
+                                "clipping on", acc[pres], _col(acc, control), paper="not studied",
+                                expected=math.nan, unit=_TASKS))
+        noclip = f"{pres} (no clip)"
+        if noclip in acc:
+            rows.append(paired_test(f"{ln} x {c} (preserved) - its lr/c^2 control, no clipping "
+                                    "(the same run in exact arithmetic)", acc[noclip],
+                                    _col(acc, f"{control} (no clip)"), paper="not studied",
+                                    expected=0, unit=_TASKS))
+    return rows

@@ -38,6 +38,7 @@ SOURCES = {
     "lr_stability": "Fig. 18 and Takeaway 3 (more LR-stable)",
     "plasticity_gain": "Takeaway 3 (high plasticity -> better finetuning)",
     "grad_norms": "Fig. 4 and Takeaway 3 (larger gradient norms)",
+    "adamw": "the AdamW ablation (LR = SGD LR / 100): the component order is claimed to hold",
     "fig2": "Fig. 2 (ViT-B, per-layer means read off the figure)",
 }
 

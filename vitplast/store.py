@@ -46,7 +46,7 @@ from vitplast.runs import check_config, defining, run_hash
 STATUSES = ("ok", "diverged", "failed")
 #: JSON files a store holds beside its records: the sweep's session log
 #: (``sweep.log_session``) and the confound study's scales (``confounds``).
-COMPANIONS = ("study.json", "scales-*.json")
+COMPANIONS = ("study.json", "scales-*.json", "layers-*.json")
 #: An orphan temp file older than this (seconds) is debris of a killed write.
 TEMP_AGE_S = 300.0
 #: A claim whose heartbeat is older than this (seconds) is dead.

@@ -70,6 +70,7 @@ CONFOUND_TASKS = ["fmnist_contrast", "digits", "fmnist_snow", "fmnist_rotate90",
 #: LayerNorm scales are measured on ``scale_tasks`` (``confounds.study_scales``).
 CONFOUNDS = dict(
     seeds=[0, 42, 3407], target="FC1", n_pairs=256, scale_tasks=["fmnist_contrast", "digits"],
+    baselines="main",
     parts=[
         # MHA, FC1, FC2 each with exactly LN1's trainable count (random sparse masks)
         dict(name="matched sparse", tasks=CONFOUND_TASKS, lrs={"* sparse": ladder(0.1, 3.0)}),
@@ -98,12 +99,16 @@ CONFOUNDS = dict(
              lrs={"LN1 x * (preserved)": ladder(0.3, 3.0), "LN1 lr/c^2 *": ladder(0.3, 3.0),
                   "LN1": ladder(0.3, 3.0)}),
     ])
-#: A seconds-long variant of ``CONFOUNDS`` (the smoke profile): one task, seed and LR per part.
+#: A seconds-long variant of ``CONFOUNDS`` (the smoke profile): one task and seed, 4 steps, a
+#: few variants; its baselines are runs of ``SMOKE``.
+_FEW = dict(tasks=["digits"], fixed=SMOKE["fixed"])
 CONFOUNDS_SMOKE = dict(
-    CONFOUNDS, seeds=[0], n_pairs=8, scale_tasks=["digits"],
-    parts=[dict(name=p["name"], tasks=["digits"], lrs={k: v[:1] for k, v in p["lrs"].items()},
-                fixed={**p.get("fixed", {}), "steps": 4, "warmup_steps": 1, "eval_every": 2})
-           for p in CONFOUNDS["parts"]])
+    CONFOUNDS, seeds=[0], n_pairs=8, scale_tasks=["digits"], baselines="smoke",
+    parts=[dict(_FEW, name="matched sparse", lrs={"MHA sparse": [0.1]}),
+           dict(_FEW, name="per layer", lrs={"LN1 block 0": [0.1], "LN1 block 5": [0.1],
+                                             "LN1 block 2": [0.1]}),
+           dict(_FEW, name="rescale, no clip", lrs={"LN1 x * (preserved)": [0.1]},
+                fixed=dict(SMOKE["fixed"], clip_grad_norm=0.0))])
 #: Confound studies by name (notebook 05's ``study``, the CLI's ``sweep --study confounds``).
 CONFOUND_STUDIES = {"confounds": CONFOUNDS, "smoke": CONFOUNDS_SMOKE}
 
@@ -158,6 +163,66 @@ def load(name: str = "main", results_dir: str = "", recompute: bool = False) -> 
         budget_hashes = {runs.run_hash(c) for c in budget_runs(stored)}
         budget = stored[stored["run"].isin(budget_hashes)]
     return StudyResults(in_study, budget, results.coverage(in_study, expected), root)
+
+
+@dataclass
+class ConfoundResults:
+    """What a confound study's store holds: ``runs`` (``results.results`` rows of the study's
+    runs and of its plain SGD baselines, with ``confounds.with_variant``'s ``variant``),
+    ``coverage`` (expected runs by status), ``scales`` (``confounds.study_scales``),
+    ``layers`` (``confounds.layer_plasticity`` of the per-layer tasks) and the two stores."""
+
+    runs: pd.DataFrame
+    coverage: dict
+    scales: dict
+    layers: pd.DataFrame
+    root: str
+    main_root: str
+
+
+def confound_baselines(study: dict) -> list[dict]:
+    """The plain SGD runs a confound study compares with: its finetuning study's
+    (``study["baselines"]``) runs on the tasks of its parts."""
+    tasks = {t for part in study["parts"] for t in part["tasks"]}
+    return [r for r in runs_of(get(study["baselines"])) if r["task"] in tasks]
+
+
+def load_confounds(name: str = "confounds", results_dir: str = "", main_results_dir: str = "",
+                   recompute: bool = False) -> ConfoundResults:
+    """Read (or, with ``recompute``, first run or resume) a confound study and its baselines.
+
+    The stores are ``results_dir`` / ``main_results_dir`` if given, else the shipped
+    ``data/confounds`` and ``data/finetune`` (read only), or ``.cache/confounds-<name>`` and
+    ``.cache/finetune-<baselines>`` when recomputing. Used by notebook 05.
+    """
+    from vitplast import confounds, data, results, sweep
+
+    if name not in CONFOUND_STUDIES:
+        raise ValueError(f"unknown confound study {name!r}; valid: {list(CONFOUND_STUDIES)}")
+    study, cache = CONFOUND_STUDIES[name], data.cache_dir()
+    root = results_dir or str(cache / f"confounds-{name}" if recompute
+                              else confounds.EMBEDDED_RESULTS)
+    main_root = main_results_dir or str(cache / f"finetune-{study['baselines']}" if recompute
+                                        else MAIN_RESULTS)
+    expected, baselines = confounds.study_runs(study, root), confound_baselines(study)
+    if recompute:
+        sweep.run_sweep(baselines, main_root)
+        sweep.run_sweep(expected, root)
+    df = results.results(root, main_root)
+    hashes = {runs.run_hash(c) for c in expected + baselines}
+    df = confounds.with_variant(df[df["run"].isin(hashes)] if len(df) else df)
+    layer_tasks = [p for p in study["parts"] if p["name"] == "per layer"][0]["tasks"]
+    return ConfoundResults(
+        df, results.coverage(df, expected), study_scales(study, root),
+        confounds.layer_plasticity(root, layer_tasks, study["n_pairs"]), root, main_root)
+
+
+def study_scales(study: dict, root) -> dict:
+    """``confounds.study_scales`` of a confound study preset, stored under ``root``."""
+    from vitplast import confounds
+
+    return confounds.study_scales(root, study["scale_tasks"], target=study["target"],
+                                  n_pairs=study["n_pairs"])
 
 
 def budget_runs(main: pd.DataFrame, study: dict = BUDGET) -> list[dict]:
