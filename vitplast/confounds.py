@@ -1,9 +1,12 @@
 """The confound study: does plasticity or the trainable-parameter count drive the gap?
 
 Paper: objections 3 and 4 of PAPER.md. The experiments are named variants of the finetuning
-configurations, built from the model changes of ``vitplast.ablations`` and run through the
-same sweep and results store as the main study; this module also chooses the LayerNorm
-scales, checks them, and turns the results into verdicts.
+configurations (``all_variants``: the model changes of ``vitplast.ablations``, single-block
+configurations, the plain ones), trained by the parts of a study preset
+(``studies.CONFOUNDS``, ``part_runs``) through the same sweep and results store as the main
+study. This module also measures what the study needs before finetuning (the LayerNorm scales,
+per-block plasticity) and turns the results into the tables behind notebook 05's findings
+(``tables``; the findings themselves: ``vitplast.findings.confounds``).
 
 Used by notebook 05.
 """
@@ -34,7 +37,8 @@ from vitplast.components import COMPONENTS, count_parameters, trainable_names
 #: Where the embedded confound study is shipped (one JSON per run, and its scales).
 EMBEDDED_RESULTS = models.results_root("confounds")
 
-#: The plain configurations: the study's SGD baselines (runs of the main study) and its AdamW runs.
+#: The plain configurations: the study's SGD baselines (runs of the main study), and what its
+#: from-init and AdamW parts train.
 PLAIN_CONFIGS = ("head", "LN1", "LN2", "MHA", "FC1", "FC2", "full")
 
 
@@ -333,7 +337,8 @@ def matched_accuracy(acc: pd.DataFrame) -> pd.DataFrame:
 def tables(res, model: nn.Module) -> dict:
     """Every table behind notebook 05's findings, from ``studies.load_confounds``'s ``res``:
     ``acc`` (``accuracy``), ``matched`` (``matched_accuracy``), ``counts``
-    (``variant_counts_table``), ``layers`` (per-layer plasticity and accuracy), ``corr``
+    (``variant_counts_table``) and ``count_matrix`` (its matched families: family x
+    component), ``layers`` (per-layer plasticity and accuracy), ``corr``
     (``layer_correlations``), ``grad_norms`` (``results.component_grad_norms`` of every run)
     and ``grads`` (``results.grad_norms_by_task`` of the plain configurations)."""
     from vitplast import results
@@ -342,8 +347,11 @@ def tables(res, model: nn.Module) -> dict:
     norms = results.component_grad_norms(results.dynamics(
         res.runs, results.history(res.root, res.main_root)))
     plain = norms[norms["variant"].isin(PLAIN_CONFIGS)]
-    return dict(acc=acc, matched=matched_accuracy(acc),
-                counts=variant_counts_table(model, res.scales["scales"]),
+    counts = variant_counts_table(model, res.scales["scales"])
+    return dict(acc=acc, matched=matched_accuracy(acc), counts=counts,
+                count_matrix=pd.DataFrame({family: {c: counts[template.format(c)] for c in comps}
+                                           for family, (template, comps) in FAMILIES.items()}
+                                          ).T.astype("Int64"),
                 layers=layer_accuracy(acc, res.layers),
                 corr=layer_correlations(acc, res.layers), grad_norms=norms,
                 grads=results.grad_norms_by_task(plain))
