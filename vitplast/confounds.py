@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from vitplast import models, store
+from vitplast import finetune, models, store
 from vitplast.ablations import (
     BIAS_ONLY,
     LORA_PATTERNS,
@@ -284,6 +284,55 @@ def layer_plasticity(root: str | Path, tasks, n_pairs: int = 256) -> pd.DataFram
         saved = dict(settings, rows=per_layer.to_dict("records"))
         store.write_json(path, saved)
     return pd.DataFrame(saved["rows"])
+
+
+def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128) -> pd.DataFrame:
+    """Does finetuning a component change its plasticity? The run is trained again (runs are
+    seeded: the same weights up to float summation order) and every component's plasticity
+    (hidden protocol, mean over blocks, ``n_pairs`` pairs of the run's task) is measured before
+    and after; stored in ``root/after-<run hash>.json`` (measured once).
+
+    Columns: ``task``, ``variant`` (the run's configuration), ``component``, ``before``,
+    ``after``, ``ratio`` (after / before).
+    """
+    from vitplast import empirical, plasticity, runs, sweep
+
+    path = Path(root) / f"after-{runs.run_hash(run)}.json"
+    saved = store.read_json(path)
+    if saved is None:
+        model, task, kwargs = sweep.build(run, models.pick_device("cpu"))
+        pairs = empirical.task_pairs(run["task"], "fmnist", n_pairs=n_pairs, model=model)
+
+        def per_component():
+            rates = plasticity.measure(model, pairs, protocol="hidden", progress=False)
+            ranked = plasticity.ranking(rates)
+            return dict(zip(ranked["component"].astype(str), ranked["plasticity"]))
+
+        before = per_component()
+        finetune.train(model, task.train, task.val, task.test, progress=False, **kwargs)
+        saved = dict(run=run, n_pairs=n_pairs, before=before, after=per_component())
+        store.write_json(path, saved)
+    return pd.DataFrame([dict(task=run["task"], variant=str(run["config"]), component=c,
+                              before=b, after=saved["after"][c], ratio=saved["after"][c] / b)
+                         for c, b in saved["before"].items()])
+
+
+def after_runs(main: pd.DataFrame, study: dict) -> list[dict]:
+    """The runs ``plasticity_after`` trains again: per task and configuration of the study's
+    ``after`` setting, its baseline run (``studies.confound_baselines``) at the LR chosen on
+    validation over all seeds in ``main`` (``results.results`` of the baselines' store), with
+    seed ``after["seed"]``."""
+    from vitplast import results, runs, studies
+
+    after = study["after"]
+    pool = [r for r in studies.confound_baselines(study)
+            if r["task"] in after["tasks"] and r["config"] in after["configs"]]
+    rows = main[main["run"].isin({runs.run_hash(r) for r in pool})] if len(main) else main
+    if not len(rows):
+        return []
+    chosen = {(c.task, c.config, c.lr) for c in results.select_lr(rows).itertuples()}
+    return [r for r in pool if (r["task"], r["config"], r["lr"]) in chosen
+            and r["seed"] == after["seed"]]
 
 
 def layer_accuracy(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:

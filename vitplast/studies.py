@@ -71,6 +71,9 @@ CONFOUND_TASKS = ["fmnist_contrast", "digits", "fmnist_snow", "fmnist_rotate90",
 CONFOUNDS = dict(
     seeds=[0, 42, 3407], target="FC1", n_pairs=256, scale_tasks=["fmnist_contrast", "digits"],
     baselines="main",
+    # plasticity re-measured after finetuning (``confounds.plasticity_after``)
+    after=dict(tasks=CONFOUND_TASKS[:2], configs=["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"],
+               seed=0, n_pairs=128),
     parts=[
         # MHA, FC1, FC2 each with exactly LN1's trainable count (random sparse masks)
         dict(name="matched sparse", tasks=CONFOUND_TASKS, lrs={"* sparse": ladder(0.1, 3.0)}),
@@ -104,6 +107,7 @@ CONFOUNDS = dict(
 _FEW = dict(tasks=["digits"], fixed=SMOKE["fixed"])
 CONFOUNDS_SMOKE = dict(
     CONFOUNDS, seeds=[0], n_pairs=8, scale_tasks=["digits"], baselines="smoke",
+    after=dict(tasks=["digits"], configs=["MHA", "LN1"], seed=0, n_pairs=8),
     parts=[dict(_FEW, name="matched sparse", lrs={"MHA sparse": [0.1]}),
            dict(_FEW, name="per layer", lrs={"LN1 block 0": [0.1], "LN1 block 5": [0.1],
                                              "LN1 block 2": [0.1]}),
