@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import tiny_vit
 
-from vitplast import data, finetune, models, paper_datasets, results, store, studies, sweep
+from vitplast import finetune, models, paper_datasets, results, store, studies, sweep, tasks
 from vitplast.runs import TRAIN_KEYS, run_hash
 
 #: A random embedded ViT on digits, a few steps: seconds on a CPU.
@@ -257,7 +257,7 @@ def test_unknown_executor_names_the_valid_ones(tmp_path):
 
 
 def test_linear_probe_is_deterministic():
-    task = data.load_task("digits")
+    task = tasks.load("digits")
     model = tiny_vit(img_size=28, patch_size=7, num_classes=10)
     before = {n: p.clone() for n, p in model.state_dict().items()}
     first = finetune.linear_probe(model, task)

@@ -390,7 +390,7 @@ def linear_probe(model: nn.Module, task, *, max_iter: int = 1000, C: float = 1.0
 
     Args:
         model: a timm ViT (its head is not used; nothing is trained).
-        task: a ``vitplast.data.Task``.
+        task: a ``vitplast.tasks.Task``.
         max_iter, C: of scikit-learn's ``LogisticRegression`` (``C``: inverse L2 strength).
 
     Returns:
@@ -431,12 +431,13 @@ def linear_probes(model_name: str, tasks: list[str], **probe_kwargs):
     (in %), ``n_train``, ``n_features``. Used by notebook 04."""
     import pandas as pd
 
-    from vitplast import data, models
+    from vitplast import models
+    from vitplast import tasks as registry
 
     model = models.load_model(model_name)
     rows = []
     for name in tasks:
-        r = linear_probe(model, data.load_task(name), **probe_kwargs)
+        r = linear_probe(model, registry.load(name), **probe_kwargs)
         rows.append(dict(task=name, **{k: 100 * v if k.endswith("_acc") else v
                                        for k, v in r.items()}))
     return pd.DataFrame(rows)

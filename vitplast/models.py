@@ -57,6 +57,18 @@ def results_root(name: str) -> Path:
     return Path(base) / name if base else Path(__file__).resolve().parents[1] / "data" / name
 
 
+def cache_dir() -> Path:
+    """The folder for caches (load-or-compute results, unpacked data): ``$VITPLAST_CACHE``,
+    else ``.cache/`` in a repo checkout, else ``~/.cache/vitplast``. Used by ``vitplast.store``,
+    ``vitplast.data`` and ``vitplast.studies``."""
+    if "VITPLAST_CACHE" in os.environ:
+        return Path(os.environ["VITPLAST_CACHE"])
+    repo = Path(__file__).resolve().parents[1]
+    if (repo / "pyproject.toml").exists():
+        return repo / ".cache"
+    return Path.home() / ".cache" / "vitplast"
+
+
 def require_results(root: str | Path) -> Path:
     """``root`` if it is a folder, else ``FileNotFoundError`` saying where the shipped stores
     live (a checkout's ``data/``) and how to point vitplast at them."""

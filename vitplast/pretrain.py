@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from vitplast import data, finetune, models, store, sweep
+from vitplast import data, finetune, models, store, sweep, tasks
 
 #: The pretraining recipe (keyword arguments of ``vitplast.finetune.train``).
 RECIPE = dict(config="full", optimizer="adamw", weight_decay=0.05, betas=(0.9, 0.999),
@@ -80,7 +80,7 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
     out_dir.mkdir(parents=True, exist_ok=True)
     x, y = data.fashion_mnist_arrays(train=True, root=root)
     xte, yte = data.fashion_mnist_arrays(train=False, root=root)
-    train_set, val_set = data.split(data.NormalizedTensors(x, y), 1 - VAL_FRACTION, seed=0)
+    train_set, val_set = tasks.split(data.NormalizedTensors(x, y), 1 - VAL_FRACTION, seed=0)
     if train_limit is not None:
         train_set = torch.utils.data.Subset(train_set, range(min(train_limit, len(train_set))))
     test_set = data.NormalizedTensors(xte, yte)

@@ -328,7 +328,7 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     """
     import pickle
 
-    from vitplast.data import cache_dir
+    from vitplast.models import cache_dir
 
     folder = Path(folder) if folder is not None else cache_dir() / "results"
     path = folder / f"{name}-{config_hash(params)}.pkl"

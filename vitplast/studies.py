@@ -142,10 +142,10 @@ def load(name: str = "main", results_dir: str = "", recompute: bool = False) -> 
     The store is ``results_dir`` if given, else the shipped ``MAIN_RESULTS`` for ``main``
     (read only), or ``.cache/finetune-<name>`` when recomputing. Used by notebooks 04-06.
     """
-    from vitplast import data, results, sweep
+    from vitplast import results, sweep
 
     study = get(name)
-    root = results_dir or (str(data.cache_dir() / f"finetune-{name}") if recompute
+    root = results_dir or (str(models.cache_dir() / f"finetune-{name}") if recompute
                            else str(MAIN_RESULTS))
     expected = runs_of(study)
     if recompute:

@@ -29,7 +29,7 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from vitplast import ablations, components, data, finetune, models, paper_datasets, store
+from vitplast import ablations, components, finetune, models, store, tasks
 from vitplast.results import expected_status, runs_table
 from vitplast.results import results as stored_runs
 from vitplast.runs import TRAIN_KEYS, check_config, grid, run_config, run_hash  # noqa: F401
@@ -87,14 +87,7 @@ def _train(config: dict, device: torch.device, progress: bool) -> finetune.Train
     prepare = config.get("prepare")
     if prepare is not None and prepare not in PREPARE:
         raise ValueError(f"unknown prepare {prepare!r}; valid: {sorted(PREPARE)}")
-    if config.get("data_root"):
-        task = paper_datasets.load_paper_task(
-            config["task"], config["data_root"], severity=config["severity"],
-            img_size=config.get("img_size", 224), seed=config["data_seed"])
-    else:
-        task = data.load_task(config["task"], train_size=config["train_size"],
-                              test_size=config["test_size"], severity=config["severity"],
-                              seed=config["data_seed"])
+    task = _task(config)
     finetune.seed_everything(config["seed"])  # a random model's init
     model = models.load_model(config["model"], pretrained=config["pretrained"],
                               checkpoint=config["checkpoint"], num_classes=task.num_classes,
@@ -113,6 +106,17 @@ def _train(config: dict, device: torch.device, progress: bool) -> finetune.Train
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _task(run: dict) -> tasks.Task:
+    """The run's task (``tasks.load``), with the options its keys set. A paper dataset is
+    transformed as the paper's model expects, at ``img_size`` (default 224)."""
+    options = dict(severity=run["severity"], seed=run["data_seed"])
+    if tasks.check(run["task"], run.get("data_root")) == "paper":
+        options["img_size"] = run.get("img_size") or 224
+    else:
+        options.update(train_size=run["train_size"], test_size=run["test_size"])
+    return tasks.load(run["task"], run.get("data_root"), **options)
 
 
 def _finite(obj):
