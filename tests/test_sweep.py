@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import tiny_vit
 
-from vitplast import finetune, models, paper_datasets, results, store, studies, sweep, tasks
+from vitplast import finetune, models, paper_datasets, provenance, results, store, studies, sweep, tasks
 from vitplast.runs import TRAIN_KEYS, run_hash
 
 #: A random embedded ViT on digits, a few steps: seconds on a CPU.
@@ -378,7 +378,7 @@ def test_progress_counts_the_study_and_prices_what_is_missing(tmp_path):
                                  (("LN1", 0), "ok", 1800.0), (("FC1", 0), "diverged", 99.0)]:
         store.save_run(tmp_path, by_key[key], dict(config=by_key[key], status=status,
                                                    seconds=seconds))
-    table = sweep.progress(configs, tmp_path)
+    table = provenance.study_progress(configs, tmp_path)
     assert table.drop(columns="hours_left").values.tolist() == [
         ["digits", 0, 3, 2, 1, 0, 0], ["digits", 42, 3, 1, 0, 0, 2], ["all", "", 6, 3, 1, 0, 2]]
     # seed 42 lacks LN1 (its ok mean: 0.5 h) and FC1 (none ok: the mean of all ok, 1.5 h)

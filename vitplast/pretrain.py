@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from vitplast import data, finetune, models, store, sweep, tasks
+from vitplast import data, finetune, models, provenance, store, tasks
 
 #: The pretraining recipe (keyword arguments of ``vitplast.finetune.train``).
 RECIPE = dict(config="full", optimizer="adamw", weight_decay=0.05, betas=(0.9, 0.999),
@@ -95,7 +95,7 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
         manifest = dict(checkpoints={}, history=[])  # another recipe: start over
     manifest.update(model=models.EMBEDDED_NAME, arch=models.EMBEDDED_ARCH, recipe=recipe,
                     command="python -m vitplast pretrain",
-                    **sweep.provenance(models.pick_device(device)),
+                    **provenance.provenance(models.pick_device(device)),
                     device=str(models.pick_device(device)))
     start = time.perf_counter() - manifest.get("wall_seconds", 0.0)
 

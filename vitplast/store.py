@@ -45,7 +45,7 @@ from vitplast.runs import check_config, defining, run_hash
 #: The outcomes a complete record may have (``sweep.run_one``).
 STATUSES = ("ok", "diverged", "failed")
 #: JSON files a store holds beside its records: the sweep's session log
-#: (``sweep.log_session``) and the confound study's scales (``confounds``).
+#: (``provenance.log_session``) and the confound study's scales (``confounds``).
 COMPANIONS = ("study.json", "scales-*.json")
 #: An orphan temp file older than this (seconds) is debris of a killed write.
 TEMP_AGE_S = 300.0
