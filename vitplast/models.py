@@ -89,15 +89,18 @@ def pick_device(device: str | torch.device | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def build_embedded(num_classes: int | None = None) -> VisionTransformer:
-    """The embedded architecture with random weights (timm's default init)."""
-    arch = dict(EMBEDDED_ARCH)
+def build_embedded(num_classes: int | None = None, arch: dict | None = None
+                   ) -> VisionTransformer:
+    """The embedded architecture (``arch``: ``VisionTransformer`` keywords, default
+    ``EMBEDDED_ARCH``) with random weights (timm's default init)."""
+    arch = dict(arch or EMBEDDED_ARCH)
     if num_classes is not None:
         arch["num_classes"] = num_classes
     model = VisionTransformer(**arch)
     from vitplast.data import FASHION_MNIST_MEAN, FASHION_MNIST_STD
 
-    model.pretrained_cfg = dict(architecture=EMBEDDED_NAME, input_size=(1, 28, 28),
+    model.pretrained_cfg = dict(architecture=EMBEDDED_NAME,
+                                input_size=(arch["in_chans"], arch["img_size"], arch["img_size"]),
                                 mean=(FASHION_MNIST_MEAN,), std=(FASHION_MNIST_STD,),
                                 num_classes=arch["num_classes"], classifier="head")
     return model
@@ -147,7 +150,7 @@ def _load_embedded(checkpoint: str, num_classes: int | None) -> VisionTransforme
                          f"the manifest's {entry['sha256']}. Restore it (`git checkout -- "
                          f"vitplast/checkpoints/{path.name}` in a checkout, or reinstall "
                          "vitplast) or remake it with `python -m vitplast pretrain`.")
-    model = build_embedded()
+    model = build_embedded(arch=json.loads(MANIFEST.read_text()).get("arch"))  # as pretrained
     state = {k: v.float() for k, v in load_file(path).items()}
     model.load_state_dict(state)
     if num_classes is not None and num_classes != model.num_classes:
