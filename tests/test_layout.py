@@ -80,6 +80,14 @@ def test_every_module_imports_on_its_own(name):
     importlib.import_module(f"vitplast.{name}")
 
 
+def test_the_package_lists_its_public_modules():
+    assert sorted(vitplast.__all__) == [m for m in MODULES if m != "__main__"]
+    for name in vitplast.__all__:  # every module that declares a surface names real objects
+        module = importlib.import_module(f"vitplast.{name}")
+        missing = [n for n in getattr(module, "__all__", []) if not hasattr(module, n)]
+        assert not missing, f"vitplast.{name}.__all__ names {missing}"
+
+
 def long_functions(max_lines: int = MAX_LINES) -> list[str]:
     """``module.function (lines)`` for every function of the package over ``max_lines``."""
     out = []
