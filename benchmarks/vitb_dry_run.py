@@ -31,8 +31,16 @@ from pathlib import Path
 
 import torch
 
-from vitplast import (empirical, fake_datasets, models, paper_datasets, plasticity, runs,
-                      studies, sweep)
+from vitplast import (
+    empirical,
+    fake_datasets,
+    models,
+    paper_datasets,
+    plasticity,
+    runs,
+    studies,
+    sweep,
+)
 
 VIT_B = "vit_base_patch16_224.orig_in21k"
 TARGET = 900  # seconds, default settings on 2 CPU cores
@@ -147,7 +155,8 @@ def main() -> int:
     print(f"projection at {args.gpu_tflops:.0f} TFLOP/s effective (an assumption: "
           f"benchmarks/gpu_check.py measures it): plasticity of the 11 datasets, both protocols, "
           f"{PAPER_PAIRS:,} pairs: {plast / 3600:.2f} GPU-h; finetuning grid (11 datasets x "
-          f"{len(CONFIGS)} configs x {len(studies.PAPER['lrs'])} LRs x {len(studies.PAPER['seeds'])} "
+          f"{len(CONFIGS)} configs x {len(studies.PAPER['lrs'])} LRs x "
+          f"{len(studies.PAPER['seeds'])} "
           f"seeds, paper steps, batch {PAPER_BATCH}, full-finetuning cost): "
           f"{tune / 3600:.0f} GPU-h")
     for line in failed:

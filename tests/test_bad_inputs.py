@@ -8,9 +8,19 @@ import warnings
 
 import pytest
 import torch
-from conftest import tiny_vit
+from helpers import tiny_vit
 
-from vitplast import bounds, components, finetune, intervals, plasticity, results, runs, sweep, tasks
+from vitplast import (
+    bounds,
+    components,
+    finetune,
+    intervals,
+    plasticity,
+    results,
+    runs,
+    sweep,
+    tasks,
+)
 
 STEPS = dict(steps=2, batch_size=16, progress=False)
 

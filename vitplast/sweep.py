@@ -27,8 +27,7 @@ import torch
 
 from vitplast import ablations, finetune, models, provenance, store, tasks
 from vitplast.results import runs_table
-# grid and run_config: re-exported, the names notebooks and tests build runs with
-from vitplast.runs import TRAIN_KEYS, check_config, grid, run_config, run_hash  # noqa: F401
+from vitplast.runs import TRAIN_KEYS, check_config, grid, run_config, run_hash  # noqa: F401 (grid, run_config: re-exported for notebooks, tests)
 
 EXECUTORS = ("serial", "submitit")
 #: How ``select`` orders a study's runs: ``seed-first`` (every (task, configuration, lr)
@@ -73,7 +72,7 @@ def run_one(run: dict, *, device: str | torch.device | None = None,
     except Exception as err:  # recorded; a KeyboardInterrupt still stops the sweep
         record["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
         record["traceback"] = traceback.format_exc()
-    record.update(seconds=time.perf_counter() - start, device=str(device), 
+    record.update(seconds=time.perf_counter() - start, device=str(device),
                   **provenance.provenance(device))
     return _finite(record)
 
