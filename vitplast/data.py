@@ -27,12 +27,11 @@ import torch
 from torch.utils.data import Dataset
 
 from vitplast import corruptions
-from vitplast.models import cache_dir
+# the pixel statistics are the embedded model's input normalisation, so they live with it
+from vitplast.models import FASHION_MNIST_MEAN, FASHION_MNIST_STD, cache_dir
 
 #: Where the Debian package ``dataset-fashion-mnist`` puts its gzipped IDX files.
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-#: Fashion-MNIST train-set pixel statistics; the embedded model's input normalisation.
-FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
 _IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 

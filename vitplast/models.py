@@ -41,6 +41,8 @@ MANIFEST = DATA_DIR / "checkpoints.json"
 DATA_ENV = "VITPLAST_DATA"
 EMBEDDED_NAME = "vitplast_fmnist"
 #: The embedded model's architecture: a small ViT for 28x28 grayscale, 1,199,882 parameters.
+#: Fashion-MNIST train-set pixel statistics: the embedded model's input normalisation.
+FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
 EMBEDDED_ARCH = dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=128,
                      depth=6, num_heads=4, mlp_ratio=4.0)
 
@@ -97,8 +99,6 @@ def build_embedded(num_classes: int | None = None, arch: dict | None = None
     if num_classes is not None:
         arch["num_classes"] = num_classes
     model = VisionTransformer(**arch)
-    from vitplast.data import FASHION_MNIST_MEAN, FASHION_MNIST_STD
-
     model.pretrained_cfg = dict(architecture=EMBEDDED_NAME,
                                 input_size=(arch["in_chans"], arch["img_size"], arch["img_size"]),
                                 mean=(FASHION_MNIST_MEAN,), std=(FASHION_MNIST_STD,),
