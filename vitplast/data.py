@@ -27,8 +27,10 @@ import torch
 from torch.utils.data import Dataset
 
 from vitplast import corruptions
-# the pixel statistics are the embedded model's input normalisation, so they live with it
 from vitplast.models import FASHION_MNIST_MEAN, FASHION_MNIST_STD, cache_dir
+
+# FASHION_MNIST_MEAN, FASHION_MNIST_STD: the embedded model's input normalisation, defined with
+# it in ``models`` and re-exported here with the images they describe.
 
 #: Where the Debian package ``dataset-fashion-mnist`` puts its gzipped IDX files.
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
