@@ -42,8 +42,8 @@ def _parser() -> argparse.ArgumentParser:
                         "here (serial) or as a submitit job array (a SLURM cluster); every run "
                         "stores its own record, so the same command resumes. Paper grid on "
                         f"SLURM: {PAPER_SLURM_EXAMPLE}")
-    sw.add_argument("--study", default="main", help=" | ".join(
-        f"{name} ({sweep.about})" for name, sweep in studies.SWEEPS.items()))
+    sw.add_argument("--study", default="main", help="; ".join(
+        f"{name}: {sweep.about}" for name, sweep in studies.SWEEPS.items()))
     sw.add_argument("--root", default=None, help="results folder (default: the study's; "
                     "data/<store> of a checkout, or $VITPLAST_DATA/<store>; paper: results/paper)")
     sw.add_argument("--data-root", default=None, help="paper study: folder of the paper datasets "

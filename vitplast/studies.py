@@ -243,16 +243,16 @@ def _budget_runs(root) -> list[dict]:
 
 #: The studies ``vitplast sweep --study NAME`` runs.
 SWEEPS = {
-    "main": Sweep("notebook 04's main study (into data/finetune)",
+    "main": Sweep("notebook 04's main study, into data/finetune",
                   lambda: Path(MAIN_RESULTS), lambda root: runs_of(MAIN)),
-    "budget": Sweep("notebook 04's 4x-steps check, stored with the main study (needs it)",
+    "budget": Sweep("notebook 04's 4x-steps check, stored with the main study, which it needs",
                     lambda: Path(MAIN_RESULTS), _budget_runs),
-    "smoke": Sweep("a seconds-long main study (into .cache/finetune-smoke)",
+    "smoke": Sweep("a seconds-long main study, into .cache/finetune-smoke",
                    lambda: models.cache_dir() / "finetune-smoke", lambda root: runs_of(SMOKE)),
-    "confounds": Sweep("notebook 05's confound study (into data/confounds)", _confound_store,
+    "confounds": Sweep("notebook 05's confound study, into data/confounds", _confound_store,
                        _confound_runs),
     "paper": Sweep("ViT-B/16 in21k on the 11 paper datasets under --data-root, the paper's "
-                   "grid (into results/paper)", lambda: Path("results/paper"),
+                   "grid, into results/paper", lambda: Path("results/paper"),
                    lambda root, **options: paper_runs(**options)),
 }
 
