@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from vitplast import components, data, finetune, models
+from vitplast import components, finetune, models, tasks
 
 TARGET = 1.05
 
@@ -60,7 +60,7 @@ def main() -> int:
     ap.add_argument("--device", default=None)
     args = ap.parse_args()
     device = models.pick_device(args.device)
-    task = data.load_task("fmnist")  # 4,000 training images: no epoch ends mid-measurement
+    task = tasks.load("fmnist")  # 4,000 training images: no epoch ends mid-measurement
     model = models.load_model(models.EMBEDDED_NAME, num_classes=task.num_classes, device=device)
     run = dict(dataset=task.train, steps=args.steps, batch=args.batch, device=device)
     for fn in (bare, loop):  # warm-up

@@ -31,13 +31,22 @@ from pathlib import Path
 
 import torch
 
-from vitplast import empirical, fake_datasets, models, paper_datasets, plasticity, runs, sweep
+from vitplast import (
+    empirical,
+    fake_datasets,
+    models,
+    paper_datasets,
+    plasticity,
+    runs,
+    studies,
+    sweep,
+)
 
 VIT_B = "vit_base_patch16_224.orig_in21k"
 TARGET = 900  # seconds, default settings on 2 CPU cores
 CONFIGS = ["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"]  # the paper's, cycled over datasets
 PAPER_PAIRS, PAPER_BATCH = 12_800, 512
-PAPER_RUNS_PER_DATASET = len(CONFIGS) * len(sweep.PAPER_LRS) * len(sweep.PAPER_SEEDS)
+PAPER_RUNS_PER_DATASET = len(CONFIGS) * len(studies.PAPER["lrs"]) * len(studies.PAPER["seeds"])
 
 
 def forward_flops(model: torch.nn.Module, img_size: int = 224) -> int:
@@ -146,7 +155,8 @@ def main() -> int:
     print(f"projection at {args.gpu_tflops:.0f} TFLOP/s effective (an assumption: "
           f"benchmarks/gpu_check.py measures it): plasticity of the 11 datasets, both protocols, "
           f"{PAPER_PAIRS:,} pairs: {plast / 3600:.2f} GPU-h; finetuning grid (11 datasets x "
-          f"{len(CONFIGS)} configs x {len(sweep.PAPER_LRS)} LRs x {len(sweep.PAPER_SEEDS)} "
+          f"{len(CONFIGS)} configs x {len(studies.PAPER['lrs'])} LRs x "
+          f"{len(studies.PAPER['seeds'])} "
           f"seeds, paper steps, batch {PAPER_BATCH}, full-finetuning cost): "
           f"{tune / 3600:.0f} GPU-h")
     for line in failed:

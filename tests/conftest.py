@@ -1,27 +1,25 @@
-"""Shared fixtures: tiny random timm ViTs (seconds on a CPU) and synthetic images."""
+"""Shared fixtures: tiny random timm ViTs (seconds on a CPU), synthetic images, fake
+Fashion-MNIST files, and a fake training loop. Plain helpers: ``helpers.py``."""
 
 import pytest
 import torch
-from timm.models.vision_transformer import VisionTransformer
+from helpers import FakeTrain, tiny_vit, write_idx
 
+from vitplast import finetune
 
-def tiny_vit(**kwargs) -> VisionTransformer:
-    """A 2-block ViT on 16x16 images, with non-trivial LayerNorm weights."""
-    torch.manual_seed(kwargs.pop("seed", 0))
-    args = dict(img_size=16, patch_size=4, in_chans=1, num_classes=5, embed_dim=32, depth=2,
-                num_heads=4, mlp_ratio=4.0)
-    args.update(kwargs)
-    model = VisionTransformer(**args).eval()
-    with torch.no_grad():  # timm inits LayerNorms to (1, 0): make them generic
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(0.3 * torch.randn_like(p))
-    return model
+__all__ = ["tiny_vit"]  # still importable from here by the tests that do
 
 
 @pytest.fixture
 def model():
+    """A 2-block ViT on 16x16 one-channel images, 5 classes (``helpers.tiny_vit``)."""
     return tiny_vit()
+
+
+@pytest.fixture
+def vit28():
+    """A tiny ViT in the embedded format (28x28, one channel, 10 classes): digits' images."""
+    return tiny_vit(img_size=28, patch_size=7, num_classes=10)
 
 
 @pytest.fixture
@@ -30,17 +28,12 @@ def images():
     return torch.randn(24, 1, 16, 16, generator=g), torch.randn(24, 1, 16, 16, generator=g)
 
 
-def write_idx(path, array):
-    """Write a uint8 array in the gzipped IDX format Fashion-MNIST ships in."""
-    import gzip
-
-    import numpy as np
-
-    array = np.asarray(array, dtype=np.uint8)
-    header = bytes([0, 0, 8, array.ndim]) + b"".join(
-        int(d).to_bytes(4, "big") for d in array.shape)
-    with gzip.open(path, "wb") as f:
-        f.write(header + array.tobytes())
+@pytest.fixture
+def fake_train(monkeypatch):
+    """``finetune.train`` replaced by a ``helpers.FakeTrain`` (returned), for the test."""
+    fake = FakeTrain()
+    monkeypatch.setattr(finetune, "train", fake)
+    return fake
 
 
 @pytest.fixture(scope="session")

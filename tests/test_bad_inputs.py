@@ -8,16 +8,26 @@ import warnings
 
 import pytest
 import torch
-from conftest import tiny_vit
+from helpers import tiny_vit
 
-from vitplast import bounds, components, data, finetune, intervals, plasticity, results, runs, sweep
+from vitplast import (
+    bounds,
+    components,
+    finetune,
+    intervals,
+    plasticity,
+    results,
+    runs,
+    sweep,
+    tasks,
+)
 
 STEPS = dict(steps=2, batch_size=16, progress=False)
 
 
 @functools.lru_cache(maxsize=1)
 def digits():
-    return data.load_task("digits")
+    return tasks.load("digits")
 
 
 @functools.lru_cache(maxsize=1)
@@ -28,7 +38,7 @@ def model28():
 
 def pairs28(n=8, **changes):
     """Aligned digit pairs (x, y), with ``changes`` applied: {"x": f(x), "y": f(y)}."""
-    x, _ = data.stack(digits().test, 2 * n)
+    x, _ = tasks.stack(digits().test, 2 * n)
     x, y = x[:n].clone(), x[n:].clone()
     return changes.get("x", lambda t: t)(x), changes.get("y", lambda t: t)(y)
 

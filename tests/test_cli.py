@@ -1,12 +1,14 @@
 """The command line: --version, a description in every --help, SLURM settings reaching
 submitit, and results stores that are absent said so."""
 
+import pandas as pd
 import pytest
 import torch
 
 import vitplast
-from vitplast import finetune, models, store, studies
+from vitplast import finetune, models, results, store, studies
 from vitplast.__main__ import _parser, main
+from vitplast.runs import run_hash
 
 SUBCOMMANDS = [["pretrain"], ["sweep"], ["notebooks"], ["notebooks", "run"], ["notebooks", "list"]]
 
@@ -100,3 +102,36 @@ def test_readme_shows_the_paper_grid_command():
     start = readme.index("vitplast sweep --study paper")
     command = readme[start:readme.index("```", start)].replace("\\\n", " ")
     assert " ".join(command.split()) == PAPER_SLURM_EXAMPLE
+
+
+def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkeypatch, capsys):
+    """Two ``--shard`` processes over one store run disjoint halves; a bad shard or study is
+    refused naming the valid forms; each session is logged in study.json; ``--status`` runs
+    nothing and prints the counts."""
+    monkeypatch.setitem(studies.MAIN, "tasks", ["digits"])
+    monkeypatch.setitem(studies.MAIN, "lrs", {"head": [1.0, 3.0], "LN1": [0.1, 0.3, 1.0]})
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: torch.nn.Linear(1, 1))
+    monkeypatch.setattr(models, "new_head", lambda model, n, seed: model)
+    for shard in ("0/2", "1/2"):
+        main(["sweep", "--root", str(tmp_path), "--shard", shard, "--limit", "3"])
+    seeds = studies.MAIN["seeds"]
+    expected = studies.runs_of(studies.MAIN)
+    expected.sort(key=lambda c: seeds.index(c["seed"]))  # seed-first
+    stored = results.results(tmp_path)
+    assert len(fake_train.calls) == 6 and stored["run"].is_unique
+    assert set(stored["run"]) == {run_hash(c) for c in expected[0::2][:3]
+                                  + expected[1::2][:3]}
+    log = store.read_json(tmp_path / "study.json")["sessions"]
+    assert [s["command"].split()[-3] for s in log] == ["0/2", "1/2"]
+    assert log[-1]["status"] == {"ok": 6}
+    table = pd.read_csv(tmp_path / "runs.csv")  # the store as one table, rewritten each session
+    assert sorted(table["run"]) == sorted(stored["run"]) and (table["status"] == "ok").all()
+    main(["sweep", "--root", str(tmp_path), "--status"])  # runs nothing, logs nothing
+    assert len(fake_train.calls) == 6 and len(store.read_json(tmp_path / "study.json")
+                                              ["sessions"]) == 2
+    total = capsys.readouterr().out.splitlines()[-1].split()  # task, expected, ok, ..., missing
+    assert total[:6] == ["all", str(len(expected)), "6", "0", "0", str(len(expected) - 6)]
+    for bad in (["--shard", "2/2"], ["--shard", "half"], ["--study", "finetune"],
+                ["--precision", "fp8"]):
+        with pytest.raises(SystemExit):
+            main(["sweep", "--root", str(tmp_path), *bad])

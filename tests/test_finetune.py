@@ -4,17 +4,9 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_vit
+from helpers import tiny_vit, toy_task
 
-from vitplast import components, data, finetune, pretrain
-
-
-def toy_task(n=64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.rand(n, 1, 16, 16, generator=g)
-    y = torch.randint(0, 5, (n,), generator=g)
-    x[:, :, :8] += y[:, None, None, None] * 0.2  # a learnable signal
-    return data.NormalizedTensors(x, y, mean=0.5, std=0.5)
+from vitplast import components, finetune, pretrain, tasks
 
 
 @pytest.mark.parametrize("config", list(components.CONFIGS))
@@ -124,3 +116,15 @@ def test_lr_scales_make_a_parameter_group_move_slower():
     torch.testing.assert_close(b.blocks[0].norm1.weight - start,
                                0.25 * (a.blocks[0].norm1.weight - start))
     torch.testing.assert_close(a.head.weight, b.head.weight)
+
+
+def test_linear_probe_is_deterministic(vit28):
+    task, model = tasks.load("digits"), vit28
+    before = {n: p.clone() for n, p in model.state_dict().items()}
+    first = finetune.linear_probe(model, task)
+    assert first == finetune.linear_probe(model, task)
+    assert first["n_train"] == len(task.train) and first["n_features"] == 32
+    for split in ("train_acc", "val_acc", "test_acc"):
+        assert 0.0 <= first[split] <= 1.0
+    assert first["test_acc"] > 0.5  # random ViT features of digits are far above chance (0.1)
+    assert all(torch.equal(p, before[n]) for n, p in model.state_dict().items())

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_vit
+from helpers import tiny_vit
 
 from vitplast import data, finetune
 

@@ -7,15 +7,13 @@ import pytest
 import torch
 from torchvision.transforms import InterpolationMode
 
-from vitplast import fake_datasets
-from vitplast.data import load_task
+from vitplast import fake_datasets, tasks
 from vitplast.fake_datasets import CORRUPTIONS
 from vitplast.fake_datasets import SIZES as EXPECTED
 from vitplast.paper_datasets import (
     PAPER_DATASETS,
     PAPER_STEPS,
     data_config,
-    load_paper_task,
     transforms_for,
 )
 
@@ -44,7 +42,7 @@ def test_registry_names_and_steps():
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_loader_splits_shapes_and_eval_determinism(fake_root, name):
-    task = load_paper_task(name, fake_root, img_size=SIZE)
+    task = tasks.load(name, fake_root, img_size=SIZE)
     n_train, n_val, n_test, num_classes = EXPECTED[name]
     assert (len(task.train), len(task.val), len(task.test)) == (n_train, n_val, n_test)
     assert (task.name, task.num_classes, task.in_chans, task.img_size) == (
@@ -60,7 +58,7 @@ def test_loader_splits_shapes_and_eval_determinism(fake_root, name):
 
 
 def test_train_transform_is_random_val_is_not(fake_root):
-    task = load_paper_task("domainnet_clipart", fake_root, img_size=SIZE)
+    task = tasks.load("domainnet_clipart", fake_root, img_size=SIZE)
     torch.manual_seed(0)
     assert any(not torch.equal(task.train[0][0], task.train[0][0]) for _ in range(5))
     assert torch.equal(task.val[0][0], task.val[0][0])
@@ -68,7 +66,7 @@ def test_train_transform_is_random_val_is_not(fake_root):
 
 @pytest.mark.parametrize("severity", [1, 2, 5])
 def test_cifar10c_severity_selects_rows(fake_root, severity):
-    task = load_paper_task("cifar10c_snow", fake_root, severity=severity, img_size=SIZE)
+    task = tasks.load("cifar10c_snow", fake_root, severity=severity, img_size=SIZE)
     expected = (40 * severity / 255 - 0.5) / 0.5  # constant image, default mean = std = 0.5
     for ds in (task.train, task.val, task.test):
         for i in range(len(ds)):
@@ -76,19 +74,19 @@ def test_cifar10c_severity_selects_rows(fake_root, severity):
 
 
 def test_cifar10c_default_severity_is_5_and_bad_severity_fails(fake_root):
-    x = load_paper_task("cifar10c_contrast", fake_root, img_size=SIZE).test[0][0]
+    x = tasks.load("cifar10c_contrast", fake_root, img_size=SIZE).test[0][0]
     assert torch.allclose(x, torch.full_like(x, (200 / 255 - 0.5) / 0.5), atol=1e-6)
     with pytest.raises(ValueError, match="severity"):
-        load_paper_task("cifar10c_contrast", fake_root, severity=6)
+        tasks.load("cifar10c_contrast", fake_root, severity=6)
 
 
 def test_seed_changes_splits_deterministically(fake_root):
-    a, b, c = (load_paper_task("cifar10", fake_root, img_size=SIZE, seed=s) for s in (0, 0, 1))
+    a, b, c = (tasks.load("cifar10", fake_root, img_size=SIZE, seed=s) for s in (0, 0, 1))
     assert a.val.dataset.indices == b.val.dataset.indices != c.val.dataset.indices
 
 
 def test_domainnet_split_file_labels(fake_root):
-    task = load_paper_task("domainnet_sketch", fake_root, img_size=SIZE)
+    task = tasks.load("domainnet_sketch", fake_root, img_size=SIZE)
     lines = (fake_root / "domainnet" / "sketch_test.txt").read_text().split("\n")
     assert [task.test[i][1] for i in range(len(task.test))] == [
         int(line.split()[1]) for line in lines if line]
@@ -100,7 +98,7 @@ def test_mean_std_crop_pct_and_transforms_for(fake_root):
     kwargs = transforms_for(model)
     assert kwargs == {"mean": (0.1, 0.2, 0.3), "std": (1.0, 1.0, 1.0), "crop_pct": 1.0,
                       "interpolation": "bilinear", "img_size": 224}
-    x = load_paper_task("cifar10c_snow", fake_root, **{**kwargs, "img_size": SIZE}).test[0][0]
+    x = tasks.load("cifar10c_snow", fake_root, **{**kwargs, "img_size": SIZE}).test[0][0]
     assert torch.allclose(x.mean((1, 2)), torch.tensor([200 / 255 - m for m in (0.1, 0.2, 0.3)]))
 
 
@@ -114,7 +112,7 @@ def test_timm_transforms_of_the_model_bicubic_for_orig_in21k(fake_root):
     assert data_config() == data_config("vit_base_patch16_224.orig_in21k") == {
         "img_size": 224, "interpolation": "bicubic", "mean": (0.5, 0.5, 0.5),
         "std": (0.5, 0.5, 0.5), "crop_pct": 0.9}
-    task = load_paper_task("pet", fake_root, img_size=SIZE)
+    task = tasks.load("pet", fake_root, img_size=SIZE)
     train, evaluate = task.train.transform, task.val.transform
     assert _interpolations(train) + _interpolations(evaluate) == [InterpolationMode.BICUBIC] * 2
     assert [type(t).__name__ for t in train.transforms][:2] == [
@@ -122,18 +120,18 @@ def test_timm_transforms_of_the_model_bicubic_for_orig_in21k(fake_root):
     resize, crop = evaluate.transforms[:2]
     assert (resize.size, crop.size) == (int(SIZE / 0.9), (SIZE, SIZE))
     model = SimpleNamespace(pretrained_cfg={"interpolation": "bilinear", "input_size": (3, 64, 64)})
-    other = load_paper_task("pet", fake_root, model=model)  # a model's own config
+    other = tasks.load("pet", fake_root, model=model)  # a model's own config
     assert _interpolations(other.val.transform) == [InterpolationMode.BILINEAR]
     assert other.img_size == 64 and other.val[0][0].shape == (3, 64, 64)
-    override = load_paper_task("pet", fake_root, img_size=SIZE, interpolation="bilinear")
+    override = tasks.load("pet", fake_root, img_size=SIZE, interpolation="bilinear")
     assert _interpolations(override.train.transform) == [InterpolationMode.BILINEAR]
 
 
 def test_unknown_name():
-    with pytest.raises(ValueError, match="valid names.*cifar10"):
-        load_paper_task("imagenet", "/nonexistent")
-    with pytest.raises(ValueError, match="load_paper_task"):
-        load_task("cifar10")
+    with pytest.raises(ValueError, match="unknown task 'imagenet'.*cifar10"):
+        tasks.load("imagenet", "/nonexistent")
+    with pytest.raises(ValueError, match="give data_root"):
+        tasks.load("cifar10")
 
 
 EXPECTED_PATH = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python",
@@ -145,7 +143,7 @@ EXPECTED_PATH = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_missing_folder_names_expected_path(tmp_path, name):
     with pytest.raises(FileNotFoundError) as err:
-        load_paper_task(name, tmp_path)
+        tasks.load(name, tmp_path)
     assert str(tmp_path / EXPECTED_PATH[name]) in str(err.value)
     assert "Get it from" in str(err.value)
 
@@ -156,11 +154,11 @@ def test_missing_single_files(fake_root, tmp_path):
     shutil.copytree(fake_root / "CIFAR-10-C", tmp_path / "CIFAR-10-C")
     (tmp_path / "CIFAR-10-C" / "labels.npy").unlink()
     with pytest.raises(FileNotFoundError, match="labels.npy"):
-        load_paper_task("cifar10c_snow", tmp_path)
+        tasks.load("cifar10c_snow", tmp_path)
     shutil.copytree(fake_root / "cifar-10-batches-py", tmp_path / "cifar-10-batches-py")
     (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()
     with pytest.raises(FileNotFoundError, match="data_batch_3"):
-        load_paper_task("cifar10", tmp_path)
+        tasks.load("cifar10", tmp_path)
 
 
 def test_domainnet_broken_split_files(fake_root, tmp_path):
@@ -170,10 +168,10 @@ def test_domainnet_broken_split_files(fake_root, tmp_path):
     shutil.copytree(fake_root / "domainnet", base)
     (base / "sketch_test.txt").unlink()  # only one of the two split files
     with pytest.raises(FileNotFoundError, match="sketch_test.txt"):
-        load_paper_task("domainnet_sketch", tmp_path)
+        tasks.load("domainnet_sketch", tmp_path)
     (base / "sketch_test.txt").write_text("sketch/bus/not_there.jpg 1\n")
     with pytest.raises(FileNotFoundError, match="not_there.jpg"):
-        load_paper_task("domainnet_sketch", tmp_path)
+        tasks.load("domainnet_sketch", tmp_path)
 
 
 @pytest.mark.slow

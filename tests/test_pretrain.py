@@ -1,5 +1,6 @@
-"""`python -m vitplast pretrain` end to end on fake Fashion-MNIST files: checkpoints, manifest,
-model card, resume at stage boundaries, and loading them back through the sha256 check."""
+"""`python -m vitplast pretrain` end to end on fake Fashion-MNIST files, with a tiny
+architecture (seconds): checkpoints, manifest, model card, resume at stage boundaries, and
+loading them back (in the manifest's architecture) through the sha256 check."""
 
 import json
 
@@ -8,14 +9,16 @@ import torch
 from vitplast import models, pretrain
 
 STAGES = ((2, 1e-3, 0), (1, 5e-4, 1))
+#: A one-block ViT of the embedded model's input format: the recipe runs as is, in seconds.
+TINY_ARCH = dict(models.EMBEDDED_ARCH, patch_size=7, embed_dim=32, depth=1, num_heads=2)
 
 
 def test_pretrain_writes_loadable_checkpoints(fake_fmnist, tmp_path, monkeypatch):
     monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(pretrain, "CHECKPOINT_EPOCHS", (1, 2))
     out = tmp_path / "out"
-    manifest = pretrain.pretrain(out, stages=STAGES, train_limit=256, root=fake_fmnist,
-                                 progress=False)
+    manifest = pretrain.pretrain(out, stages=STAGES, train_limit=256, arch=TINY_ARCH,
+                                 root=fake_fmnist, progress=False)
     assert list(manifest["checkpoints"]) == ["init", "epoch1", "epoch2", "final"]
     assert [c["step"] for c in manifest["checkpoints"].values()] == [0, 2, 4, 6]
     on_disk = json.loads((out / "checkpoints.json").read_text())
@@ -28,6 +31,7 @@ def test_pretrain_writes_loadable_checkpoints(fake_fmnist, tmp_path, monkeypatch
     monkeypatch.setattr(models, "MANIFEST", out / "checkpoints.json")
     init = models.load_model("vitplast_fmnist", checkpoint="init")
     final = models.load_model("vitplast_fmnist", checkpoint="final")
+    assert len(final.blocks) == 1 and final.embed_dim == 32  # the manifest's architecture
     assert not torch.equal(init.blocks[0].attn.qkv.weight, final.blocks[0].attn.qkv.weight)
 
     # Resume: with the final checkpoint gone, only the last stage runs again, to the same bits.
@@ -36,8 +40,8 @@ def test_pretrain_writes_loadable_checkpoints(fake_fmnist, tmp_path, monkeypatch
     (out / "checkpoints.json").write_text(json.dumps(on_disk))
     calls = []
     monkeypatch.setattr(pretrain.finetune, "train", counting(pretrain.finetune.train, calls))
-    again = pretrain.pretrain(out, stages=STAGES, train_limit=256, root=fake_fmnist,
-                              progress=False)
+    again = pretrain.pretrain(out, stages=STAGES, train_limit=256, arch=TINY_ARCH,
+                              root=fake_fmnist, progress=False)
     assert len(calls) == 1 and calls[0]["seed"] == 1
     assert again["checkpoints"]["final"]["sha256"] == manifest["checkpoints"]["final"]["sha256"]
 

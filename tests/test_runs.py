@@ -1,10 +1,12 @@
 """The declared run schema: which keys define a run's hash, which are runtime knobs."""
 
 import inspect
+import json
 
 import pytest
+from helpers import TINY
 
-from vitplast import finetune, runs, store
+from vitplast import finetune, paper_datasets, runs, store
 
 BASE = dict(task="digits", config="MHA", lr=0.1, seed=0)
 
@@ -68,3 +70,33 @@ def test_the_store_finds_a_run_whatever_its_runtime_knobs(tmp_path):
     assert not store.exists(tmp_path, {**config, "lr": 1.0})
     store.save_run(tmp_path, {**config, "lr": 1.0}, {})  # a record without a status
     assert not store.exists(tmp_path, {**config, "lr": 1.0})
+
+
+def test_grid_size_order_and_recipes():
+    configs = runs.grid(["digits", "fmnist"], ["full", "MHA", ["blocks.0.attn.*"]],
+                         [1e-2, 1e-3], [0, 1], **TINY)
+    assert len(configs) == 2 * 3 * 2 * 2
+    assert len({runs.run_hash(c) for c in configs}) == 24
+    assert [(c["task"], c["config"], c["lr"], c["seed"]) for c in configs[:5]] == [
+        ("digits", "full", 1e-2, 0), ("digits", "full", 1e-2, 1), ("digits", "full", 1e-3, 0),
+        ("digits", "full", 1e-3, 1), ("digits", "MHA", 1e-2, 0)]
+    assert configs[8]["config"] == ["blocks.0.attn.*"] and configs[-1]["task"] == "fmnist"
+    c = configs[0]
+    for key in ("kind", "model", "checkpoint", "task", "severity", "train_size", "config",
+                "train_head", "optimizer", "lr", "seed", "steps", "batch_size", "warmup_steps",
+                "momentum", "weight_decay", "clip_grad_norm", "eval_every"):
+        assert key in c, key
+    assert c["warmup_steps"] == finetune.RECIPES["embedded"]["warmup_steps"]
+    assert c["steps"] == 2 and c["pretrained"] is False and c["kind"] == "finetune"
+    assert json.loads(json.dumps(c)) == c
+    paper = runs.run_config("pet", "LN1", lr=1e-3, recipe="paper", data_root="/data",
+                             ablation={"c": 2.0})
+    assert paper["steps"] == paper_datasets.PAPER_STEPS["pet"]
+    assert paper["batch_size"] == finetune.RECIPES["paper"]["batch_size"]
+    assert paper["ablation"] == {"c": 2.0} and "ablation" not in c
+    with pytest.raises(ValueError, match="valid: \\['paper', 'embedded'\\]"):
+        runs.run_config("digits", lr=1.0, recipe="fast")
+    with pytest.raises(ValueError, match="unknown task 'pet'.*data_root"):
+        runs.run_config("pet", lr=1.0)
+    with pytest.raises(ValueError, match="unknown configuration 'attention'"):
+        runs.run_config("digits", "attention", lr=1.0)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from vitplast import data, finetune, models, results, store, sweep
+from vitplast import finetune, models, provenance, results, store, sweep, tasks
 from vitplast.runs import run_config, run_hash
 
 TINY = dict(pretrained=False, steps=2, batch_size=16, eval_every=100)
@@ -52,11 +52,11 @@ class MarkedTrain:
 @pytest.fixture
 def fast_runs(monkeypatch):
     """No model nor data loading: a run is only its (fake) training."""
-    task = data.load_task("digits")
-    monkeypatch.setattr(data, "load_task", lambda *a, **k: task)
+    task = tasks.load("digits")
+    monkeypatch.setattr(tasks, "load", lambda *a, **k: task)
     monkeypatch.setattr(models, "load_model", lambda *a, **k: torch.nn.Linear(1, 1))
     monkeypatch.setattr(models, "new_head", lambda model, n, seed: model)
-    sweep._git()  # cached before any fork: no git process per child
+    provenance.git_state()  # cached before any fork: no git process per child
 
 
 def _sweep_after(barrier, todo, root, retry_failed=False):
@@ -104,7 +104,7 @@ def test_two_sweeps_retry_a_failed_run_once(tmp_path, fast_runs, monkeypatch):
 def _log_one(barrier, root, i):
     summary = pd.DataFrame(dict(run=[f"{i:016x}"], status=["ok"]))
     barrier.wait()
-    sweep.log_session(root, f"session {i}", summary, 1.0, device="cpu")
+    provenance.log_session(root, f"session {i}", summary, 1.0, device="cpu")
 
 
 def test_fifty_concurrent_sessions_are_all_logged(tmp_path, fast_runs):

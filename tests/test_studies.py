@@ -3,7 +3,8 @@
 import pandas as pd
 import pytest
 
-from vitplast import runs, store, studies
+from vitplast import results, runs, store, studies
+from vitplast.runs import run_hash
 
 
 def test_main_study_grids_are_half_decade_ladders_per_configuration():
@@ -51,3 +52,59 @@ def test_load_reads_only_the_study_runs_of_a_store(tmp_path):
     assert len(s.runs) == 3 and s.coverage == {"expected": len(smoke), "ok": 3,
                                                "missing": len(smoke) - 3}
     assert s.budget.empty and s.root == str(tmp_path)
+
+
+def test_shipped_results_are_the_complete_study():
+    """The shipped records are exactly the main study's runs and its budget check's (run
+    hashes did not drift), each finished, each from a new head, on grids that bracket every
+    chosen LR and every LR band."""
+    shipped = results.results(studies.MAIN_RESULTS)
+    main = {run_hash(c) for c in studies.runs_of(studies.MAIN)}
+    assert len(main) == 7 * 3 * (9 + 10 + 10 + 9 + 10 + 9 + 9)  # per configuration its LRs
+    budget = {run_hash(c) for c in studies.budget_runs(shipped)}
+    assert 2 * 7 * 2 * 3 <= len(budget) <= 2 * 7 * 3 * 3  # the chosen LR and 1-2 neighbours
+    assert set(shipped["run"]) == main | budget
+    assert shipped["status"].isin(["ok", "diverged"]).all()
+    # every run started from a new head: before any update, about chance on 10 classes
+    assert shipped["initial_val_acc"].max() <= 0.3
+    # the grid brackets every best LR and every band within 1 and 2 points of it
+    runs = shipped[shipped["run"].isin(main)]
+    assert not results.main_table(runs)["lr_at_edge"].any()
+    assert results.lr_bands(runs)["bracketed"].all()
+
+
+@pytest.mark.parametrize("study", ["finetune", "confounds"])
+def test_shipped_runs_table_agrees_with_the_shipped_records(study):
+    """``runs.csv``, written at the end of each sweep session, lists only stored runs, with
+    their stored status and accuracies (it may lag the records of a session cut short)."""
+    from vitplast import confounds
+
+    root = {"finetune": studies.MAIN_RESULTS, "confounds": confounds.EMBEDDED_RESULTS}[study]
+    stored = results.results(root).set_index("run")
+    if not (root / "runs.csv").exists():  # a store no session has filled yet
+        assert stored.empty
+        return
+    table = pd.read_csv(root / "runs.csv").set_index("run")
+    assert len(table) > 0 and table.index.isin(stored.index).all()
+    for column in ("status", "test_acc", "best_val_acc", "seconds"):
+        pd.testing.assert_series_equal(table[column], stored.loc[table.index, column],
+                                       check_dtype=False)
+
+
+def test_the_cli_studies_are_named_presets():
+    assert list(studies.SWEEPS) == ["main", "budget", "smoke", "confounds", "paper"]
+    assert studies.sweep_runs("smoke") == studies.runs_of(studies.SMOKE)
+    assert studies.sweep_runs("main", "unused") == studies.runs_of(studies.MAIN)
+    assert studies.SWEEPS["main"].store() == studies.MAIN_RESULTS
+    paper = studies.sweep_runs("paper", data_root="/data", weights_file="w.safetensors")
+    assert len(paper) == 11 * 7 * 4 * 3 and {r["steps"] for r in paper} == {4_000, 5_000,
+                                                                          10_000, 20_000}
+    domainnet = {r["lr"] for r in paper if r["task"].startswith("domainnet")}
+    assert domainnet == set(studies.PAPER["lrs_domainnet"])
+    assert {r["weights_file"] for r in paper} == {"w.safetensors"}
+    with pytest.raises(ValueError, match="unknown study 'mian'; valid: \\['main', 'budget'"):
+        studies.sweep_runs("mian")
+    with pytest.raises(ValueError, match="paper study needs data_root"):
+        studies.sweep_runs("paper")
+    with pytest.raises(ValueError, match="settings of the paper study only"):
+        studies.sweep_runs("main", data_root="/data")

@@ -8,10 +8,6 @@ import signal
 import sys
 import time
 
-STUDIES = ["main", "budget", "confounds", "paper"]
-#: The paper's finetuning configurations (section 5), for ``sweep --study paper``.
-PAPER_CONFIGS = ["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"]
-PAPER_MODEL = "vit_base_patch16_224.orig_in21k"
 #: ``sweep --executor submitit`` options -> submitit ``update_parameters`` keys.
 SUBMITIT_OPTIONS = {"timeout_min": "timeout_min", "gpus_per_node": "gpus_per_node",
                     "cpus_per_task": "cpus_per_task", "partition": "slurm_partition",
@@ -23,7 +19,7 @@ PAPER_SLURM_EXAMPLE = (
 
 
 def _parser() -> argparse.ArgumentParser:
-    from vitplast import __version__
+    from vitplast import __version__, studies
 
     parser = argparse.ArgumentParser(prog="vitplast", description=(
         "A study kit for 'Vision Transformer Finetuning Benefits from Non-Smooth Components': "
@@ -46,16 +42,14 @@ def _parser() -> argparse.ArgumentParser:
                         "here (serial) or as a submitit job array (a SLURM cluster); every run "
                         "stores its own record, so the same command resumes. Paper grid on "
                         f"SLURM: {PAPER_SLURM_EXAMPLE}")
-    sw.add_argument("--study", default="main", help="main (notebook 04, into data/finetune) | "
-                    "budget (notebook 04's 4x-steps check, into data/finetune; needs the main "
-                    "study) | confounds (notebook 05, into data/confounds) | paper (ViT-B/16 "
-                    "in21k on the 11 paper datasets under --data-root: the paper's grid)")
+    sw.add_argument("--study", default="main", help="; ".join(
+        f"{name}: {sweep.about}" for name, sweep in studies.SWEEPS.items()))
     sw.add_argument("--root", default=None, help="results folder (default: the study's; "
                     "data/<store> of a checkout, or $VITPLAST_DATA/<store>; paper: results/paper)")
     sw.add_argument("--data-root", default=None, help="paper study: folder of the paper datasets "
                     "(layouts: vitplast.paper_datasets)")
     sw.add_argument("--weights-file", default=None, help="paper study: local weights of "
-                    f"{PAPER_MODEL} (default: the hub)")
+                    "ViT-B/16 in21k (default: the hub)")
     sw.add_argument("--executor", default="serial", help="serial | submitit")
     sw.add_argument("--cluster", default=None, help="submitit cluster: slurm | local | debug")
     sw.add_argument("--timeout-min", type=int, default=None, help="submitit: time limit per job")
@@ -73,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
                     "CUDA (default auto: bf16 where supported, else fp16 with a gradient "
                     "scaler); a runtime setting, not in run hashes")
     sw.add_argument("--order", default="seed-first", help="seed-first: every (task, config, "
-                    "lr) once before the next seed, so a partial sweep covers the grid; grid")
+                    "lr) once before the next seed, so a partial sweep covers the grid | grid")
     sw.add_argument("--limit", type=int, default=None, help="run at most N missing runs")
     sw.add_argument("--shard", default=None, metavar="I/N", help="run only every N-th run from "
                     "the I-th (0-based): N processes or machines share one store")
@@ -107,94 +101,95 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command == "pretrain":
-        from vitplast import models, pretrain
+    command = {"pretrain": _pretrain, "sweep": _sweep, "notebooks": _notebooks}[args.command]
+    return command(args, parser, argv) or 0
 
-        manifest = pretrain.pretrain(args.out or models.DATA_DIR, train_limit=args.train_limit,
-                                     device=args.device)
-        for name, c in manifest["checkpoints"].items():
-            print(f"{name:>8}  epoch {c['epoch']:>6}  test acc {c['test_acc']:.4f}  {c['file']}")
-    elif args.command == "sweep":
-        from vitplast import confounds, finetune, results, studies, sweep
 
-        if args.study not in STUDIES:
-            parser.error(f"unknown study {args.study!r}; valid: {STUDIES}")
-        _check_sweep_args(args, parser)
-        if args.study != "paper" and (args.data_root or args.weights_file):
-            parser.error("--data-root and --weights-file are for --study paper")
-        _check_root(args, parser)
-        if args.study == "paper":
-            root = args.root or "results/paper"
-            configs, seeds = _paper_study(args, parser), list(sweep.PAPER_SEEDS)
-        elif args.study == "main":
-            root = args.root or studies.MAIN_RESULTS
-            configs, seeds = studies.runs_of(studies.MAIN), studies.MAIN["seeds"]
-        elif args.study == "budget":
-            root = args.root or studies.MAIN_RESULTS
-            configs = studies.budget_runs(results.results(root))
-            seeds = studies.BUDGET["seeds"]
-        else:
-            root = args.root or confounds.EMBEDDED_RESULTS
-            configs = confounds.study_runs(studies.CONFOUNDS, root)
-            seeds = studies.CONFOUNDS["seeds"]
-        if args.precision and args.precision not in finetune.PRECISIONS:
-            parser.error(f"unknown precision {args.precision!r}; "
-                         f"valid: {list(finetune.PRECISIONS)}")
-        if args.precision:
-            configs = [{**c, "precision": args.precision} for c in configs]
-        if args.status:
-            print(sweep.progress(configs, root).to_string(index=False))
-            return 0
-        if args.order == "seed-first":
-            configs.sort(key=lambda c: seeds.index(c["seed"]))
-        elif args.order != "grid":
-            parser.error(f"unknown order {args.order!r}; valid: ['seed-first', 'grid']")
-        if args.shard:
-            i, n = _shard(args.shard, parser)
-            configs = configs[i::n]
-        if args.limit is not None:
-            from vitplast import store
+def _pretrain(args, parser, argv) -> int:
+    from vitplast import models, pretrain
 
-            configs = [c for c in configs if not store.exists(root, c)][:args.limit]
-        kwargs = {"cluster": args.cluster} if args.cluster else {}
-        kwargs.update(_submitit_parameters(args, parser))
-        # Ctrl-C or `kill` stops it cleanly (also under nohup, which ignores SIGINT): the run in
-        # flight is dropped, the session logged; the same command resumes.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
-        start, command = time.perf_counter(), "python -m vitplast " + " ".join(argv or sys.argv[1:])
-        try:
-            sweep.run_sweep(configs, root, executor=args.executor, device=args.device,
-                            retry_failed=args.retry_failed, **kwargs)
-        finally:  # also when interrupted: what the store holds now is logged
-            summary = results.results(root)
-            sweep.log_session(root, command, summary, time.perf_counter() - start, args.device)
-        print(summary["status"].value_counts().to_string())
-    elif args.command == "notebooks":
-        from vitplast import notebooks
-
-        if args.action == "list":
-            for name in notebooks.available():
-                types = notebooks.notebook_parameter_types(name)
-                print(name)
-                for key, value in notebooks.notebook_parameters(name).items():
-                    print(f"  {key}: {types[key]} = {value!r}")
-            return 0
-        params = {k: _literal(v) for k, v in args.param}
-        try:  # fail before any kernel starts
-            notebooks.check_requirements(args.profile,
-                                         notebooks.plan(args.profile, args.only, params))
-        except (ValueError, RuntimeError, FileNotFoundError) as err:
-            parser.error(str(err))
-        try:
-            summary = notebooks.run(args.profile, args.only, params, args.out)
-        except notebooks.Interrupted as stop:
-            print(f"\ninterrupted during {stop.notebook}: its partial copy and summary.csv are "
-                  f"in {stop.out_dir}", file=sys.stderr)
-            return 130
-        print(summary.to_string(index=False))
-        return 0 if (summary["status"] == "ok").all() else 1
+    manifest = pretrain.pretrain(args.out or models.DATA_DIR, train_limit=args.train_limit,
+                                 device=args.device)
+    for name, c in manifest["checkpoints"].items():
+        print(f"{name:>8}  epoch {c['epoch']:>6}  test acc {c['test_acc']:.4f}  {c['file']}")
     return 0
+
+
+def _sweep(args, parser, argv) -> int:
+    """Run (or, with --status, only count) the study's runs the store lacks; log the session."""
+    from vitplast import provenance, results, sweep
+
+    root, runs = _study(args, parser)
+    if args.status:
+        print(provenance.study_progress(runs, root).to_string(index=False))
+        return 0
+    try:
+        runs = sweep.select(runs, root, order=args.order, shard=args.shard, limit=args.limit)
+    except ValueError as err:
+        parser.error(str(err))
+    kwargs = {"cluster": args.cluster} if args.cluster else {}
+    kwargs.update(_submitit_parameters(args, parser))
+    # Ctrl-C or `kill` stops it cleanly (also under nohup, which ignores SIGINT): the run in
+    # flight is dropped, the session logged; the same command resumes.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    start, command = time.perf_counter(), "python -m vitplast " + " ".join(argv or sys.argv[1:])
+    try:
+        sweep.run_sweep(runs, root, executor=args.executor, device=args.device,
+                        retry_failed=args.retry_failed, **kwargs)
+    finally:  # also when interrupted: what the store holds now is logged
+        summary = results.results(root)
+        provenance.log_session(root, command, summary, time.perf_counter() - start, args.device)
+    print(summary["status"].value_counts().to_string())
+    return 0
+
+
+def _study(args, parser) -> tuple[str, list[dict]]:
+    """The study's store and its runs (with ``--precision``), after checking the arguments."""
+    from vitplast import finetune, studies
+
+    try:
+        study = studies.sweep_of(args.study)
+    except ValueError as err:
+        parser.error(str(err))
+    _check_sweep_args(args, parser)
+    root = str(args.root or study.store())
+    _check_root(args, root, parser)
+    if args.precision and args.precision not in finetune.PRECISIONS:
+        parser.error(f"unknown precision {args.precision!r}; valid: {list(finetune.PRECISIONS)}")
+    try:
+        runs = studies.sweep_runs(args.study, root, data_root=args.data_root,
+                                  weights_file=args.weights_file)
+    except ValueError as err:
+        parser.error(f"--study {args.study}: {err} (--data-root, --weights-file)")
+    if args.precision:
+        runs = [{**r, "precision": args.precision} for r in runs]
+    return root, runs
+
+
+def _notebooks(args, parser, argv) -> int:
+    from vitplast import notebooks
+
+    if args.action == "list":
+        for name in notebooks.available():
+            types = notebooks.notebook_parameter_types(name)
+            print(name)
+            for key, value in notebooks.notebook_parameters(name).items():
+                print(f"  {key}: {types[key]} = {value!r}")
+        return 0
+    params = {k: _literal(v) for k, v in args.param}
+    try:  # fail before any kernel starts
+        notebooks.check_requirements(args.profile, notebooks.plan(args.profile, args.only, params))
+    except (ValueError, RuntimeError, FileNotFoundError) as err:
+        parser.error(str(err))
+    try:
+        summary = notebooks.run(args.profile, args.only, params, args.out)
+    except notebooks.Interrupted as stop:
+        print(f"\ninterrupted during {stop.notebook}: its partial copy and summary.csv are "
+              f"in {stop.out_dir}", file=sys.stderr)
+        return 130
+    print(summary.to_string(index=False))
+    return 0 if (summary["status"] == "ok").all() else 1
 
 
 def _check_sweep_args(args, parser) -> None:
@@ -224,41 +219,23 @@ def _check_sweep_args(args, parser) -> None:
         parser.error(f"--device {args.device!r}: MPS is not available here; use --device cpu")
 
 
-def _check_root(args, parser) -> None:
+def _check_root(args, root: str, parser) -> None:
     """Fail clearly when a study's results store is not there: reading it (``--status``, the
     budget study) needs it; writing to the default one needs its parent (a checkout's data/,
     or $VITPLAST_DATA), so that an installed copy never writes into site-packages."""
     from pathlib import Path
 
-    from vitplast import confounds, models, studies
+    from vitplast import models
 
     if args.study == "paper":
         return
-    root = Path(args.root or (confounds.EMBEDDED_RESULTS if args.study == "confounds"
-                              else studies.MAIN_RESULTS))
     reads = args.status or args.study == "budget"
-    if not root.is_dir() and (reads or (args.root is None and not root.parent.is_dir())):
+    if not Path(root).is_dir() and (reads or (args.root is None
+                                              and not Path(root).parent.is_dir())):
         try:
             models.require_results(root)
         except FileNotFoundError as err:
             parser.error(str(err))
-
-
-def _paper_study(args, parser) -> list[dict]:
-    """The paper's grid: ViT-B/16 in21k, the 11 datasets under ``--data-root``, the paper's
-    configurations x LRs (DomainNet: its own grid) x seeds, the paper recipe."""
-    from vitplast import paper_datasets, sweep
-
-    if not args.data_root:
-        parser.error("--study paper needs --data-root (the paper datasets' folder)")
-    fixed = dict(recipe="paper", model=PAPER_MODEL, data_root=args.data_root)
-    if args.weights_file:
-        fixed["weights_file"] = args.weights_file
-    configs = []
-    for task in paper_datasets.PAPER_DATASETS:
-        lrs = sweep.PAPER_LRS_DOMAINNET if task.startswith("domainnet") else sweep.PAPER_LRS
-        configs += sweep.grid([task], PAPER_CONFIGS, list(lrs), list(sweep.PAPER_SEEDS), **fixed)
-    return configs
 
 
 def _submitit_parameters(args, parser) -> dict:
@@ -285,17 +262,6 @@ def _submitit_parameters(args, parser) -> dict:
     if out and args.executor != "submitit":
         parser.error(f"{sorted(out)} are submitit settings: add --executor submitit")
     return out
-
-
-def _shard(text: str, parser) -> tuple[int, int]:
-    """``"1/4"`` -> (1, 4), or a parser error."""
-    try:
-        i, n = (int(v) for v in text.split("/"))
-    except ValueError:
-        i, n = -1, 0
-    if not 0 <= i < n:
-        parser.error(f"--shard takes I/N with 0 <= I < N, e.g. 0/2; got {text!r}")
-    return i, n
 
 
 def _literal(text: str):

@@ -167,6 +167,25 @@ def set_trainable(model: nn.Module, names: list[str]) -> int:
     return total
 
 
+def trainable_table(model: nn.Module, configs, *, train_head: bool = True):
+    """Exact trainable-parameter counts per configuration (``trainable``), and their share of
+    the model (``percent``): a DataFrame, one row per configuration (``config``; a list of
+    patterns as JSON). Paper: section 5 (what each configuration trains). Used by notebook 04.
+    """
+    import json
+
+    import pandas as pd
+
+    total = sum(p.numel() for p in model.parameters())
+    rows = []
+    for config in configs:
+        names = set(trainable_names(model, config, train_head=train_head))
+        n = sum(p.numel() for name, p in model.named_parameters() if name in names)
+        rows.append(dict(config=config if isinstance(config, str) else json.dumps(config),
+                         trainable=n, percent=100 * n / total))
+    return pd.DataFrame(rows)
+
+
 __all__ = ["ALWAYS_TRAINED", "COMPONENTS", "CONFIGS", "check_component", "check_supported",
            "component_modules", "component_of", "count_parameters",
-           "set_trainable", "trainable_names"]
+           "set_trainable", "trainable_names", "trainable_table"]

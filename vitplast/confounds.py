@@ -113,9 +113,10 @@ def part_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> dict[str, lis
     Raises:
         ValueError: an ``lrs`` name or pattern of a part that matches no variant.
     """
-    from vitplast import runs, studies
+    from vitplast import runs
 
-    scales = studies.study_scales(study, root)["scales"]
+    scales = study_scales(root, study["scale_tasks"], target=study["target"],
+                          n_pairs=study["n_pairs"])["scales"]
     table = all_variants(models.load_model(models.EMBEDDED_NAME, num_classes=10), scales)
     out = {}
     for part in study["parts"]:
@@ -317,15 +318,15 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128) -> pd.Data
                          for c, b in saved["before"].items()])
 
 
-def after_runs(main: pd.DataFrame, study: dict) -> list[dict]:
+def after_runs(main: pd.DataFrame, study: dict, baselines: list[dict]) -> list[dict]:
     """The runs ``plasticity_after`` trains again: per task and configuration of the study's
-    ``after`` setting, its baseline run (``studies.confound_baselines``) at the LR chosen on
-    validation over all seeds in ``main`` (``results.results`` of the baselines' store), with
-    seed ``after["seed"]``."""
-    from vitplast import results, runs, studies
+    ``after`` setting, its baseline run (of ``baselines``: ``studies.confound_baselines``) at
+    the LR chosen on validation over all seeds in ``main`` (``results.results`` of the
+    baselines' store), with seed ``after["seed"]``."""
+    from vitplast import results, runs
 
     after = study["after"]
-    pool = [r for r in studies.confound_baselines(study)
+    pool = [r for r in baselines
             if r["task"] in after["tasks"] and r["config"] in after["configs"]]
     rows = main[main["run"].isin({runs.run_hash(r) for r in pool})] if len(main) else main
     if not len(rows):

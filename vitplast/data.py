@@ -1,6 +1,4 @@
-"""Datasets: the embedded offline tasks and the shared split / cache helpers.
-
-Everything the embedded default needs is built offline:
+"""The embedded tasks' images, built offline.
 
 - Fashion-MNIST, the pretraining domain, read through torchvision's real ``FashionMNIST``
   class from (1) an explicit folder, (2) the Debian package ``dataset-fashion-mnist``, or
@@ -9,63 +7,35 @@ Everything the embedded default needs is built offline:
 - Fashion-MNIST with each of the paper's corruptions (``vitplast.corruptions``).
 - Fashion-MNIST inverted and rotated by 90 degrees: two more domain shifts.
 
-Embedded tasks hold images as float tensors in [0, 1] of shape (N, 1, 28, 28); ``Task``
-normalises them with the embedded model's mean and std. The paper's real datasets live in
-``vitplast.paper_datasets`` and return the same ``Task``.
+Images are float tensors in [0, 1] of shape (N, 1, 28, 28); ``NormalizedTensors`` normalises
+them with the embedded model's mean and std. ``embedded_sets`` gives a task's sets;
+``vitplast.tasks.load`` splits them and returns the ``Task`` (as it does for the paper's
+datasets, ``vitplast.paper_datasets``).
 
-Used by every notebook.
+Used by ``vitplast.tasks`` and ``vitplast.pretrain``.
 """
 
 from __future__ import annotations
 
-import functools
 import gzip
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Subset, TensorDataset
+from torch.utils.data import Dataset
+
+from vitplast import corruptions
+from vitplast.models import FASHION_MNIST_MEAN, FASHION_MNIST_STD, cache_dir
+
+# FASHION_MNIST_MEAN, FASHION_MNIST_STD: the embedded model's input normalisation, defined with
+# it in ``models`` and re-exported here with the images they describe.
 
 #: Where the Debian package ``dataset-fashion-mnist`` puts its gzipped IDX files.
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-#: Fashion-MNIST train-set pixel statistics; the embedded model's input normalisation.
-FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
 _IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
-
-
-def cache_dir() -> Path:
-    """The folder for caches: ``$VITPLAST_CACHE``, else ``.cache/`` in a repo checkout,
-    else ``~/.cache/vitplast``."""
-    if "VITPLAST_CACHE" in os.environ:
-        return Path(os.environ["VITPLAST_CACHE"])
-    repo = Path(__file__).resolve().parents[1]
-    if (repo / "pyproject.toml").exists():
-        return repo / ".cache"
-    return Path.home() / ".cache" / "vitplast"
-
-
-@dataclass
-class Task:
-    """A classification task: train / val / test splits and what the model needs to know.
-
-    Attributes:
-        name: registry name, e.g. ``"fmnist_contrast"``.
-        train, val, test: datasets yielding ``(image, label)``; images normalised.
-        num_classes: number of labels.
-        in_chans, img_size: image channels and side length.
-    """
-
-    name: str
-    train: Dataset
-    val: Dataset
-    test: Dataset
-    num_classes: int
-    in_chans: int = 1
-    img_size: int = 28
 
 
 class NormalizedTensors(Dataset):
@@ -82,18 +52,6 @@ class NormalizedTensors(Dataset):
 
     def __getitem__(self, i):
         return (self.images[i] - self.mean) / self.std, self.labels[i]
-
-
-def split(dataset: Dataset, fraction: float = 0.8, seed: int = 0) -> tuple[Subset, Subset]:
-    """Deterministic random split into (first ``fraction``, rest), as the paper's 80/20.
-
-    Paper: section 2, "train sets split 80/20 train/val".
-    """
-    if not 0.0 < fraction < 1.0:
-        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
-    perm = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed)).tolist()
-    cut = int(round(fraction * len(dataset)))
-    return Subset(dataset, perm[:cut]), Subset(dataset, perm[cut:])
 
 
 def _fashion_mnist_root(root: str | Path | None) -> Path:
@@ -179,8 +137,6 @@ def _rotate90(x, rng, severity):
 
 def _corruption(name):
     def shift(x, rng, severity):
-        from vitplast import corruptions
-
         return corruptions.corrupt(x, name, severity=severity, seed=int(rng.integers(2**31)))
     return shift
 
@@ -199,51 +155,31 @@ EMBEDDED_TASKS = {
 }
 
 
-@functools.lru_cache(maxsize=16)
-def load_task(name: str, *, train_size: int = 5000, test_size: int = 2000, severity: int = 5,
-              seed: int = 0, root: str | Path | None = None) -> Task:
-    """Build an embedded task, offline and deterministic for a seed.
+def embedded_sets(name: str, *, train_size: int = 5000, test_size: int = 2000,
+                  severity: int = 5, seed: int = 0, root: str | Path | None = None
+                  ) -> tuple[Dataset, Dataset | None, int]:
+    """An embedded task's (train+val set, test set, number of classes), offline and
+    deterministic for a seed; the test set is ``None`` where the task has none (digits), and
+    ``vitplast.tasks.load`` splits one off.
 
-    Fashion-MNIST tasks take ``train_size`` images from its train set (split 80/20
-    train/val) and ``test_size`` from its test set. Digits has no test set: 80/20
-    train/test, then 80/20 train/val, as the paper does.
-
-    Tasks are cached in memory (a sweep builds each once); treat them as read-only.
+    Fashion-MNIST tasks take ``train_size`` images from its train set and ``test_size`` from
+    its test set.
 
     Args:
-        name: one of ``EMBEDDED_TASKS`` (or a paper dataset name: see
-            ``vitplast.paper_datasets.PAPER_DATASETS``).
+        name: one of ``EMBEDDED_TASKS``.
         severity: corruption severity 1..5 (the paper uses 5).
-        seed: fixes subsampling, corruption noise and splits.
+        seed: fixes subsampling and corruption noise.
         root: Fashion-MNIST folder (see ``fashion_mnist_arrays``).
     """
     if name not in EMBEDDED_TASKS:
-        from vitplast import paper_datasets
-
-        if name in paper_datasets.PAPER_DATASETS:
-            raise ValueError(f"{name!r} is a paper dataset: use "
-                             f"vitplast.paper_datasets.load_paper_task({name!r}, root=...)")
-        raise ValueError(f"unknown task {name!r}; embedded tasks: {sorted(EMBEDDED_TASKS)}")
+        raise ValueError(f"unknown embedded task {name!r}; valid: {sorted(EMBEDDED_TASKS)}")
     shift = EMBEDDED_TASKS[name]
     if shift is None:
-        x, y = digits_arrays()
-        trainval, test = split(NormalizedTensors(x, y), 0.8, seed)
-        num_classes = 10
-    else:
-        (xtr, ytr), (xte, yte) = _shifted_fmnist(shift, train_size=train_size, test_size=test_size,
-                                                 severity=severity, seed=seed, root=root)
-        trainval, test = NormalizedTensors(xtr, ytr), NormalizedTensors(xte, yte)
-        num_classes = 10
-    train, val = split(trainval, 0.8, seed)
-    return Task(name, train, val, test, num_classes)
+        return NormalizedTensors(*digits_arrays()), None, 10
+    (xtr, ytr), (xte, yte) = _shifted_fmnist(shift, train_size=train_size, test_size=test_size,
+                                             severity=severity, seed=seed, root=root)
+    return NormalizedTensors(xtr, ytr), NormalizedTensors(xte, yte), 10
 
 
-def stack(dataset: Dataset, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first ``limit`` items of a dataset as two tensors (images, labels)."""
-    n = len(dataset) if limit is None else min(limit, len(dataset))
-    items = [dataset[i] for i in range(n)]
-    return torch.stack([x for x, _ in items]), torch.as_tensor([int(y) for _, y in items])
-
-
-__all__ = ["Task", "NormalizedTensors", "TensorDataset", "EMBEDDED_TASKS", "cache_dir",
-           "digits_arrays", "fashion_mnist_arrays", "load_task", "split", "stack"]
+__all__ = ["EMBEDDED_TASKS", "FASHION_MNIST_MEAN", "FASHION_MNIST_STD", "NormalizedTensors",
+           "digits_arrays", "embedded_sets", "fashion_mnist_arrays"]

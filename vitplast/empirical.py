@@ -28,12 +28,9 @@ SOURCE_SEED = 1
 def load_task_for(name: str, model=None, data_root: str | None = None, *, seed: int = 0,
                   **task_kwargs):
     """An embedded task, or a paper dataset under ``data_root`` with ``model``'s transforms."""
-    from vitplast import data, paper_datasets
+    from vitplast import tasks
 
-    if name in data.EMBEDDED_TASKS or not data_root:
-        return data.load_task(name, seed=seed, **task_kwargs)
-    return paper_datasets.load_paper_task(name, data_root, seed=seed,
-                                          **paper_datasets.transforms_for(model))
+    return tasks.load(name, data_root, model=model, seed=seed, **task_kwargs)
 
 
 def task_pairs(task: str, source: str | None = "fmnist", *, n_pairs: int = 256, model=None,

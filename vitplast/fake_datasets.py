@@ -22,7 +22,7 @@ from PIL import Image
 
 CORRUPTIONS = ["contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise"]
 C10C_ROWS = 20  # rows per severity in the fake CIFAR-10-C files
-#: name -> (len train, len val, len test, num_classes); 80/20 splits round like data.split
+#: name -> (len train, len val, len test, num_classes); 80/20 splits round like tasks.split
 SIZES = {
     "cifar10": (16, 4, 5, 10),  # 5 batches x 4 = 20 -> 16 / 4; test_batch 5
     "cifar100": (13, 3, 6, 100),  # 16 -> 13 / 3; test 6

@@ -23,6 +23,7 @@ Used by notebooks 04 and 05, and by ``python -m vitplast pretrain``.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -280,94 +281,157 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
     generator = seed_everything(seed)
     model.to(device).train()
     result = TrainResult(trainable=set_trainable(model, names), device=str(device))
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    params = [p for _, p in named]
-    masks = _check_masks(grad_masks or {}, dict(named), weight_decay)
-    masked_counts = {n: int(m.sum()) for n, m in masks.items()}
-    result.trainable -= sum(m.numel() - masked_counts[n] for n, m in masks.items())
-    masked = [(dict(named)[n], m) for n, m in masks.items()]
-    groups = _param_groups(named, lr_scales or {})
-    if optimizer == "sgd":
-        opt = torch.optim.SGD(groups, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    else:
-        opt = torch.optim.AdamW(groups, lr=lr, betas=betas, weight_decay=weight_decay)
-
+    update = _Update.make(model, result, optimizer=optimizer, lr=lr, momentum=momentum,
+                          weight_decay=weight_decay, betas=betas, grad_masks=grad_masks,
+                          lr_scales=lr_scales, clip_grad_norm=clip_grad_norm, device=device,
+                          precision=precision)
     if val_set is not None:
         result.initial_val_loss, result.initial_val_acc = evaluate(
             model, val_set, device=device, precision=precision)
+    start = time.perf_counter()
+    best = _loop(model, update, result, train_set, val_set, generator=generator, device=device,
+                 precision=precision, steps=steps, batch_size=batch_size,
+                 accum_steps=accum_steps, lr=lr, warmup_steps=warmup_steps,
+                 label_smoothing=label_smoothing, augment=augment, eval_every=eval_every,
+                 log_every=log_every, workers=workers, on_eval=on_eval, keep_best=keep_best,
+                 desc=f"train {config if isinstance(config, str) else 'custom'}",
+                 progress=progress)
+    result.seconds = time.perf_counter() - start
+    _finish(model, result, best, update.named, test_set, device=device, precision=precision)
+    return result
+
+
+@dataclass
+class _Update:
+    """One optimisation step after the backward passes: the optimizer, the fp16 gradient
+    scaler, the trainable parameters (by name), the gradient masks and their entry counts,
+    and the clipping norm."""
+
+    opt: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    named: list
+    masked: list
+    masked_counts: dict
+    clip_grad_norm: float | None
+
+    @classmethod
+    def make(cls, model, result: TrainResult, *, optimizer, lr, momentum, weight_decay, betas,
+             grad_masks, lr_scales, clip_grad_norm, device, precision) -> "_Update":
+        """The step of ``train``'s arguments; ``result.trainable`` drops the masked entries."""
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        masks = _check_masks(grad_masks or {}, dict(named), weight_decay)
+        masked_counts = {n: int(m.sum()) for n, m in masks.items()}
+        result.trainable -= sum(m.numel() - masked_counts[n] for n, m in masks.items())
+        groups = _param_groups(named, lr_scales or {})
+        if optimizer == "sgd":
+            opt = torch.optim.SGD(groups, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        else:
+            opt = torch.optim.AdamW(groups, lr=lr, betas=betas, weight_decay=weight_decay)
+        # fp16 needs its loss scaled (bf16 and fp32 do not: disabled, the scaler passes through)
+        scaler = torch.amp.GradScaler("cuda",
+                                      enabled=_amp_dtype(device, precision) == torch.float16)
+        return cls(opt, scaler, named, [(dict(named)[n], m) for n, m in masks.items()],
+                   masked_counts, clip_grad_norm)
+
+    def __call__(self, row: dict | None) -> None:
+        """Unscale, mask, clip and apply the gradients, then clear them; with a ``row``, log
+        the gradient norms (per group, and global before clipping) into it."""
+        self.scaler.unscale_(self.opt)  # true gradients for the masks, norms and clip below
+        for p, m in self.masked:
+            p.grad.mul_(m)
+        if row is not None:
+            row.update(_group_norms(self.named, self.masked_counts))
+        norm = torch.nn.utils.clip_grad_norm_([p for _, p in self.named],
+                                              self.clip_grad_norm or float("inf"))
+        if row is not None:
+            row["grad_norm"] = norm.item()
+        self.scaler.step(self.opt)  # opt.step(), skipped by an fp16 scaler on overflow
+        self.scaler.update()
+        self.opt.zero_grad(set_to_none=True)
+
+
+def _loop(model, update: _Update, result: TrainResult, train_set, val_set, *, generator,
+          device, precision, steps, batch_size, accum_steps, lr, warmup_steps, label_smoothing,
+          augment, eval_every, log_every, workers, on_eval, keep_best, desc, progress):
+    """``train``'s steps: history rows into ``result``; the best-validation weights (by
+    name), or ``None`` when none were kept."""
+    from tqdm.auto import tqdm
+
     best, first_loss = None, None
     batches = _batches(train_set, batch_size // accum_steps, generator, workers,
                        pin_memory=device.type == "cuda")
-    # fp16 needs its loss scaled (bf16 and fp32 do not: disabled, the scaler passes through)
-    scaler = torch.amp.GradScaler("cuda", enabled=_amp_dtype(device, precision) == torch.float16)
+    schedule = functools.partial(lr_at, lr=lr, steps=steps, warmup_steps=warmup_steps)
     # (step, loss, diverged?) of the steps since the last host sync, kept on the device: the
     # divergence check of every step is exact, read at logging and evaluation steps and the end
     pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []
-    start = time.perf_counter()
-    from tqdm.auto import tqdm
-
-    bar = tqdm(range(steps), desc=f"train {config if isinstance(config, str) else 'custom'}",
-               disable=not progress, leave=False)
+    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
     for step in bar:
-        for group in opt.param_groups:
-            group["lr"] = group["lr_scale"] * lr_at(step, lr=lr, steps=steps,
-                                                    warmup_steps=warmup_steps)
-        # float64, summed as the host did: the logged losses and the divergence test are exact
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        for _ in range(accum_steps):
-            x, y = next(batches)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            if augment is not None:
-                x = augment(x, generator)
-            with _autocast(device, precision):
-                loss = F.cross_entropy(model(x).float(), y, label_smoothing=label_smoothing)
-            scaler.scale(loss / accum_steps).backward()
-            loss_sum += loss.detach().double() / accum_steps
+        for group in update.opt.param_groups:
+            group["lr"] = group["lr_scale"] * schedule(step)
+        loss_sum = _accumulate(model, batches, update.scaler, accum_steps=accum_steps,
+                               device=device, precision=precision, augment=augment,
+                               generator=generator, label_smoothing=label_smoothing)
         first_loss = loss_sum if first_loss is None else first_loss
         pending.append((step, loss_sum, ~torch.isfinite(loss_sum)
                         | (loss_sum > DIVERGENCE_FACTOR * first_loss)))
         logged = step % log_every == 0 or step == steps - 1
         evaluating = val_set is not None and ((step + 1) % eval_every == 0 or step == steps - 1)
-        if not (logged or evaluating):
-            loss_total = math.nan  # not read: no row is kept for this step
-        else:  # one host sync for the steps since the last one
-            losses = torch.stack([v for _, v, _ in pending]).tolist()
-            flags = torch.stack([f for _, _, f in pending]).tolist()
-            bad = flags.index(True) if True in flags else None
-            if bad is not None:  # the first diverged step is the run's last row, as it stops
-                at = pending[bad][0]
-                result.diverged = True
-                result.history.append({"step": at, "loss": losses[bad], "lr": lr_at(
-                    at, lr=lr, steps=steps, warmup_steps=warmup_steps)})
+        loss_total = math.nan  # not read unless a row is kept for this step
+        if logged or evaluating:
+            loss_total = _sync(pending, result, schedule)
+            if loss_total is None:  # diverged: the run stops
                 break
-            loss_total = losses[-1]
-            pending.clear()
-        row = {"step": step, "loss": loss_total, "lr": lr_at(step, lr=lr, steps=steps,
-                                                             warmup_steps=warmup_steps)}
-        scaler.unscale_(opt)  # true gradients for the masks, norms and clip below
-        for p, m in masked:
-            p.grad.mul_(m)
-        if logged:
-            row.update(_group_norms(named, masked_counts))
-        norm = torch.nn.utils.clip_grad_norm_(params, clip_grad_norm or float("inf"))
-        if logged:
-            row["grad_norm"] = norm.item()
-        scaler.step(opt)  # opt.step(), skipped by an fp16 scaler when gradients overflowed
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
+        row = {"step": step, "loss": loss_total, "lr": schedule(step)}
+        update(row if logged else None)
         if evaluating:
             row["val_loss"], row["val_acc"] = evaluate(model, val_set, device=device,
                                                        precision=precision)
             bar.set_postfix(loss=f"{loss_total:.3f}", val_acc=f"{row['val_acc']:.3f}")
             if not row["val_acc"] <= result.best_val_acc:  # also true for the first (NaN)
                 result.best_val_acc, result.best_step = row["val_acc"], step
-                best = {n: p.detach().clone() for n, p in named} if keep_best else None
+                best = {n: p.detach().clone() for n, p in update.named} if keep_best else None
             if on_eval is not None:
                 on_eval(step, model, row)
         if logged or "val_acc" in row:
             result.history.append(row)
-    result.seconds = time.perf_counter() - start
-    if keep_best and best is not None and not result.diverged:
+    return best
+
+
+def _accumulate(model, batches, scaler, *, accum_steps, device, precision, augment, generator,
+                label_smoothing) -> torch.Tensor:
+    """Forward and backward ``accum_steps`` micro-batches; their mean loss, on the device."""
+    # float64, summed as the host did: the logged losses and the divergence test are exact
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    for _ in range(accum_steps):
+        x, y = next(batches)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        if augment is not None:
+            x = augment(x, generator)
+        with _autocast(device, precision):
+            loss = F.cross_entropy(model(x).float(), y, label_smoothing=label_smoothing)
+        scaler.scale(loss / accum_steps).backward()
+        loss_sum += loss.detach().double() / accum_steps
+    return loss_sum
+
+
+def _sync(pending: list, result: TrainResult, schedule) -> float | None:
+    """One host sync for the steps since the last one: the last step's loss, or ``None``
+    when a step diverged (then the first diverged step is the run's last history row)."""
+    losses = torch.stack([v for _, v, _ in pending]).tolist()
+    flags = torch.stack([f for _, _, f in pending]).tolist()
+    bad = flags.index(True) if True in flags else None
+    if bad is not None:
+        at = pending[bad][0]
+        result.diverged = True
+        result.history.append({"step": at, "loss": losses[bad], "lr": schedule(at)})
+        return None
+    pending.clear()
+    return losses[-1]
+
+
+def _finish(model, result: TrainResult, best, named, test_set, *, device, precision) -> None:
+    """Restore the best-validation weights (if kept) and test once, unless diverged."""
+    if best is not None and not result.diverged:
         with torch.no_grad():
             for n, p in named:
                 p.copy_(best[n])
@@ -375,7 +439,6 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
         result.test_loss, result.test_acc = evaluate(model, test_set, device=device,
                                                      precision=precision)
     model.eval()
-    return result
 
 
 @torch.no_grad()
@@ -390,7 +453,7 @@ def linear_probe(model: nn.Module, task, *, max_iter: int = 1000, C: float = 1.0
 
     Args:
         model: a timm ViT (its head is not used; nothing is trained).
-        task: a ``vitplast.data.Task``.
+        task: a ``vitplast.tasks.Task``.
         max_iter, C: of scikit-learn's ``LogisticRegression`` (``C``: inverse L2 strength).
 
     Returns:
@@ -431,12 +494,13 @@ def linear_probes(model_name: str, tasks: list[str], **probe_kwargs):
     (in %), ``n_train``, ``n_features``. Used by notebook 04."""
     import pandas as pd
 
-    from vitplast import data, models
+    from vitplast import models
+    from vitplast import tasks as registry
 
     model = models.load_model(model_name)
     rows = []
     for name in tasks:
-        r = linear_probe(model, data.load_task(name), **probe_kwargs)
+        r = linear_probe(model, registry.load(name), **probe_kwargs)
         rows.append(dict(task=name, **{k: 100 * v if k.endswith("_acc") else v
                                        for k, v in r.items()}))
     return pd.DataFrame(rows)

@@ -41,6 +41,8 @@ MANIFEST = DATA_DIR / "checkpoints.json"
 DATA_ENV = "VITPLAST_DATA"
 EMBEDDED_NAME = "vitplast_fmnist"
 #: The embedded model's architecture: a small ViT for 28x28 grayscale, 1,199,882 parameters.
+#: Fashion-MNIST train-set pixel statistics: the embedded model's input normalisation.
+FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
 EMBEDDED_ARCH = dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=128,
                      depth=6, num_heads=4, mlp_ratio=4.0)
 
@@ -55,6 +57,18 @@ def results_root(name: str) -> Path:
     """
     base = os.environ.get(DATA_ENV)
     return Path(base) / name if base else Path(__file__).resolve().parents[1] / "data" / name
+
+
+def cache_dir() -> Path:
+    """The folder for caches (load-or-compute results, unpacked data): ``$VITPLAST_CACHE``,
+    else ``.cache/`` in a repo checkout, else ``~/.cache/vitplast``. Used by ``vitplast.store``,
+    ``vitplast.data`` and ``vitplast.studies``."""
+    if "VITPLAST_CACHE" in os.environ:
+        return Path(os.environ["VITPLAST_CACHE"])
+    repo = Path(__file__).resolve().parents[1]
+    if (repo / "pyproject.toml").exists():
+        return repo / ".cache"
+    return Path.home() / ".cache" / "vitplast"
 
 
 def require_results(root: str | Path) -> Path:
@@ -77,15 +91,16 @@ def pick_device(device: str | torch.device | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def build_embedded(num_classes: int | None = None) -> VisionTransformer:
-    """The embedded architecture with random weights (timm's default init)."""
-    arch = dict(EMBEDDED_ARCH)
+def build_embedded(num_classes: int | None = None, arch: dict | None = None
+                   ) -> VisionTransformer:
+    """The embedded architecture (``arch``: ``VisionTransformer`` keywords, default
+    ``EMBEDDED_ARCH``) with random weights (timm's default init)."""
+    arch = dict(arch or EMBEDDED_ARCH)
     if num_classes is not None:
         arch["num_classes"] = num_classes
     model = VisionTransformer(**arch)
-    from vitplast.data import FASHION_MNIST_MEAN, FASHION_MNIST_STD
-
-    model.pretrained_cfg = dict(architecture=EMBEDDED_NAME, input_size=(1, 28, 28),
+    model.pretrained_cfg = dict(architecture=EMBEDDED_NAME,
+                                input_size=(arch["in_chans"], arch["img_size"], arch["img_size"]),
                                 mean=(FASHION_MNIST_MEAN,), std=(FASHION_MNIST_STD,),
                                 num_classes=arch["num_classes"], classifier="head")
     return model
@@ -135,7 +150,7 @@ def _load_embedded(checkpoint: str, num_classes: int | None) -> VisionTransforme
                          f"the manifest's {entry['sha256']}. Restore it (`git checkout -- "
                          f"vitplast/checkpoints/{path.name}` in a checkout, or reinstall "
                          "vitplast) or remake it with `python -m vitplast pretrain`.")
-    model = build_embedded()
+    model = build_embedded(arch=json.loads(MANIFEST.read_text()).get("arch"))  # as pretrained
     state = {k: v.float() for k, v in load_file(path).items()}
     model.load_state_dict(state)
     if num_classes is not None and num_classes != model.num_classes:

@@ -182,7 +182,7 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
         return
     import torch
 
-    from vitplast import paper_datasets
+    from vitplast import tasks
 
     if not torch.cuda.is_available():
         raise RuntimeError("the paper profile measures and finetunes ViT-B/16 at 224 px: it needs "
@@ -190,11 +190,11 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
     for nb, params in todo:
         root = params.get("data_root")
         for task in params.get("tasks", []):
-            if task in paper_datasets.PAPER_DATASETS:
+            if tasks.TASKS.get(task) == "paper":
                 if not root or not Path(root).is_dir():
                     raise FileNotFoundError(f"{nb}: data_root {root!r} is not a folder; put the "
                                             "datasets there (layouts: vitplast.paper_datasets)")
-                paper_datasets.load_paper_task(task, root, img_size=32)
+                tasks.load(task, root, img_size=32)
 
 
 def _failing_cell(path: Path) -> str:

@@ -1,4 +1,4 @@
-"""The paper's 11 real downstream datasets, read from disk (never downloaded) into a ``Task``.
+"""The paper's 11 real downstream datasets, read from disk (never downloaded).
 
 Every dataset lives under one folder ``root``, in the layout its official release unpacks to:
 
@@ -17,7 +17,7 @@ Every dataset lives under one folder ``root``, in the layout its official releas
   ``"<domain>/<class>/<file>.jpg <label>"``).
 
 Protocol (paper, section 2): each train set is split 80/20 train/val with
-``vitplast.data.split``; val and test get the deterministic eval transform. Choices where
+``vitplast.tasks.split``; val and test get the deterministic eval transform. Choices where
 the paper is silent: CIFAR-10-C has no train set, so (as the public code does) the N / 5
 images of one severity are split 80/20 train/test, then the train part 80/20 train/val.
 Flowers102's official train and val splits (10 images per class each) are joined into the
@@ -36,7 +36,7 @@ gives a loaded timm model's values.
 
 ``PAPER_STEPS`` holds the paper's finetuning step counts per dataset.
 
-Used by notebooks 03-04 with the ``paper`` profile.
+Used by ``vitplast.tasks`` (notebooks 03-04 with the ``paper`` profile).
 """
 
 from __future__ import annotations
@@ -48,8 +48,6 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 from torch.utils.data import ConcatDataset, Dataset
-
-from vitplast.data import Task, split
 
 #: The paper's model: its data config is the default one.
 PAPER_MODEL = "vit_base_patch16_224.orig_in21k"
@@ -107,7 +105,7 @@ class _ImageFiles(Dataset):
 
 def data_config(model=PAPER_MODEL, **overrides) -> dict:
     """timm's ``resolve_data_config`` for ``model`` (a timm model, or a timm name with its
-    pretrained tag), as ``load_paper_task`` keywords: ``img_size``, ``interpolation``,
+    pretrained tag), as ``vitplast.tasks.load`` options: ``img_size``, ``interpolation``,
     ``mean``, ``std``, ``crop_pct``; ``overrides`` that are not ``None`` win.
 
     E.g. ``data_config()`` is ViT-B/16 in21k's: 224 px, bicubic, mean = std = 0.5, crop 0.9.
@@ -143,7 +141,7 @@ def paper_transforms(img_size: int = 224, mean=_HALF, std=_HALF, crop_pct: float
 
 def transforms_for(model) -> dict:
     """A timm model's data config (``data_config``) as keyword arguments for
-    ``load_paper_task``, e.g. ``load_paper_task("pet", root, **transforms_for(model))``;
+    ``vitplast.tasks.load``, e.g. ``tasks.load("pet", root, **transforms_for(model))``;
     ``None``: the paper's model."""
     return data_config(PAPER_MODEL if model is None else model)
 
@@ -179,7 +177,7 @@ def _cifar(root: Path, *, hundred: bool, **_):
     return trainval, test, len(trainval.classes)
 
 
-def _cifar10c(root: Path, *, corruption: str, severity: int, seed: int):
+def _cifar10c(root: Path, *, corruption: str, severity: int, **_):
     if severity not in range(1, 6):
         raise ValueError(f"severity must be 1..5, got {severity}")
     folder = root / "CIFAR-10-C"
@@ -194,9 +192,8 @@ def _cifar10c(root: Path, *, corruption: str, severity: int, seed: int):
                          "expected (5 * n, H, W, 3) and 5 * n labels")
     n = len(images) // 5
     rows = slice((severity - 1) * n, severity * n)
-    full = _ArrayImages(np.ascontiguousarray(images[rows]), np.asarray(labels[rows], np.int64))
-    trainval, test = split(full, 0.8, seed)
-    return trainval, test, 10
+    return _ArrayImages(np.ascontiguousarray(images[rows]), np.asarray(labels[rows], np.int64)), \
+        None, 10
 
 
 def _pet(root: Path, **_):
@@ -226,7 +223,7 @@ def _flowers(root: Path, **_):
     return ConcatDataset(parts[:2]), parts[2], len(Flowers102.classes)
 
 
-def _domainnet(root: Path, *, domain: str, seed: int, **_):
+def _domainnet(root: Path, *, domain: str, **_):
     base = root / "domainnet"
     source = (f"the DomainNet page of the M3SDA project (Peng et al., 2019): {domain}.zip "
               f"extracted into {base}, optionally with {domain}_train.txt / {domain}_test.txt")
@@ -243,8 +240,7 @@ def _domainnet(root: Path, *, domain: str, seed: int, **_):
     if not any(p.exists() for p in lists):
         index = {c: i for i, c in enumerate(classes)}
         labels = [index[Path(k).parent.name] for k in files]
-        trainval, test = split(_ImageFiles(list(files.values()), labels), 0.8, seed)
-        return trainval, test, len(classes)
+        return _ImageFiles(list(files.values()), labels), None, len(classes)
     _require(lists, f"DomainNet {domain} split files", "both or neither split file", source)
     parts = []
     for path in lists:
@@ -258,8 +254,9 @@ def _domainnet(root: Path, *, domain: str, seed: int, **_):
     return parts[0], parts[1], 1 + max(max(p.labels, default=-1) for p in parts)
 
 
-#: Paper dataset name -> loader ``(root, *, severity, seed) -> (trainval, test, num_classes)``
-#: of untransformed datasets yielding (PIL image, label).
+#: Paper dataset name -> reader ``(root, *, severity) -> (trainval, test, num_classes)``
+#: of untransformed datasets yielding (PIL image, label); ``test`` is ``None`` where the
+#: dataset has no test split (``vitplast.tasks.load`` splits one off, 80/20).
 PAPER_DATASETS: dict[str, Callable] = {
     "cifar10": functools.partial(_cifar, hundred=False),
     "cifar100": functools.partial(_cifar, hundred=True),
@@ -270,35 +267,5 @@ PAPER_DATASETS: dict[str, Callable] = {
 }
 
 
-def load_paper_task(name: str, root: str | Path, *, severity: int = 5,
-                    img_size: int | None = None, model=PAPER_MODEL, mean=None, std=None,
-                    crop_pct: float | None = None, interpolation: str | None = None,
-                    seed: int = 0) -> Task:
-    """Build a paper dataset's task from files under ``root`` (layouts: module docstring).
-
-    Args:
-        name: one of ``PAPER_DATASETS``.
-        root: folder holding the datasets' official folders.
-        severity: CIFAR-10-C severity 1..5 (the paper uses 5); ignored otherwise.
-        model: the timm model (or name) the task is for: its data config (``data_config``)
-            gives the transforms; default the paper's ViT-B/16 in21k.
-        img_size, mean, std, crop_pct, interpolation: override the model's values.
-        seed: fixes the 80/20 splits.
-
-    Raises:
-        ValueError: unknown name or severity.
-        FileNotFoundError: a file is missing; the message names it and the expected layout.
-    """
-    if name not in PAPER_DATASETS:
-        raise ValueError(f"unknown paper dataset {name!r}; valid names: {sorted(PAPER_DATASETS)}")
-    config = data_config(model, img_size=img_size, mean=mean, std=std, crop_pct=crop_pct,
-                         interpolation=interpolation)
-    trainval, test, num_classes = PAPER_DATASETS[name](Path(root), severity=severity, seed=seed)
-    train_tf, eval_tf = paper_transforms(**config)
-    train, val = split(trainval, 0.8, seed)
-    return Task(name, Transformed(train, train_tf), Transformed(val, eval_tf),
-                Transformed(test, eval_tf), num_classes, in_chans=3, img_size=config["img_size"])
-
-
 __all__ = ["PAPER_DATASETS", "PAPER_MODEL", "PAPER_STEPS", "Transformed", "data_config",
-           "load_paper_task", "paper_transforms", "transforms_for"]
+           "paper_transforms", "transforms_for"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from vitplast import data, finetune, models, store, sweep
+from vitplast import data, finetune, models, provenance, store, tasks
 
 #: The pretraining recipe (keyword arguments of ``vitplast.finetune.train``).
 RECIPE = dict(config="full", optimizer="adamw", weight_decay=0.05, betas=(0.9, 0.999),
@@ -59,8 +59,9 @@ def _checkpoint_names(stages, steps_per_epoch: int) -> dict[int, str]:
 
 
 def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
-             train_limit: int | None = None, root: str | Path | None = None,
-             device: str | None = None, progress: bool = True) -> dict:
+             train_limit: int | None = None, arch: dict | None = None,
+             root: str | Path | None = None, device: str | None = None,
+             progress: bool = True) -> dict:
     """Pretrain the embedded model and write its checkpoints and manifest to ``out_dir``.
 
     Resumes at stage boundaries: a stage whose end checkpoint is already in ``out_dir``'s
@@ -69,6 +70,8 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
     Args:
         stages: (epochs, peak lr, seed) per stage (the shipped model: ``STAGES``).
         train_limit: use only this many training images (for tests).
+        arch: ``VisionTransformer`` keywords (default ``models.EMBEDDED_ARCH``; the tests
+            pretrain a tiny one); saved in the manifest, which ``models.load_model`` follows.
         root: Fashion-MNIST folder (see ``vitplast.data.fashion_mnist_arrays``).
 
     Returns:
@@ -76,27 +79,21 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
     """
     from safetensors.torch import load_file, save_file
 
-    out_dir = Path(out_dir)
+    out_dir, arch = Path(out_dir), dict(arch or models.EMBEDDED_ARCH)
     out_dir.mkdir(parents=True, exist_ok=True)
-    x, y = data.fashion_mnist_arrays(train=True, root=root)
-    xte, yte = data.fashion_mnist_arrays(train=False, root=root)
-    train_set, val_set = data.split(data.NormalizedTensors(x, y), 1 - VAL_FRACTION, seed=0)
-    if train_limit is not None:
-        train_set = torch.utils.data.Subset(train_set, range(min(train_limit, len(train_set))))
-    test_set = data.NormalizedTensors(xte, yte)
-    first = torch.utils.data.Subset(test_set, list(range(TEST_SUBSET)))
+    train_set, val_set, test_set = _sets(root, train_limit)
+    first = torch.utils.data.Subset(test_set, list(range(min(TEST_SUBSET, len(test_set)))))
     steps_per_epoch = len(train_set) // RECIPE["batch_size"]
     names = _checkpoint_names(stages, steps_per_epoch)
     recipe = {**RECIPE, "stages": [list(st) for st in stages], "steps_per_epoch": steps_per_epoch,
               "augment": "translate<=2px + hflip", "train_images": len(train_set),
               "val_images": len(val_set)}
     manifest = store.read_json(out_dir / "checkpoints.json") or {}
-    if manifest.get("recipe") != json.loads(json.dumps(recipe)):
+    if [manifest.get("recipe"), manifest.get("arch")] != json.loads(json.dumps([recipe, arch])):
         manifest = dict(checkpoints={}, history=[])  # another recipe: start over
-    manifest.update(model=models.EMBEDDED_NAME, arch=models.EMBEDDED_ARCH, recipe=recipe,
-                    command="python -m vitplast pretrain",
-                    **sweep.provenance(models.pick_device(device)),
-                    device=str(models.pick_device(device)))
+    manifest.update(model=models.EMBEDDED_NAME, arch=arch, recipe=recipe,
+                    command="python -m vitplast pretrain", device=str(models.pick_device(device)),
+                    **provenance.provenance(models.pick_device(device)))
     start = time.perf_counter() - manifest.get("wall_seconds", 0.0)
 
     def save(name: str, model, step: int):
@@ -115,16 +112,16 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
         store.write_json(out_dir / "checkpoints.json", manifest)
 
     finetune.seed_everything(stages[0][2])
-    model = models.build_embedded()
+    model = models.build_embedded(arch=arch)
     if "init" not in manifest["checkpoints"]:
         save("init", model, 0)
     offset = 0
     for epochs, lr, seed in stages:
         steps = epochs * steps_per_epoch
         end = names.get(offset + steps - 1)
-        if end in manifest["checkpoints"] and (out_dir / manifest["checkpoints"][end]["file"]
-                                               ).exists():
-            model.load_state_dict(load_file(out_dir / manifest["checkpoints"][end]["file"]))
+        done = out_dir / manifest["checkpoints"].get(end, {}).get("file", "-")
+        if end in manifest["checkpoints"] and done.is_file():
+            model.load_state_dict(load_file(done))
             offset += steps
             continue
 
@@ -141,6 +138,17 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
         offset += steps
     (out_dir / "README.md").write_text(model_card(manifest))
     return manifest
+
+
+def _sets(root, train_limit: int | None):
+    """Fashion-MNIST's (train, val, test) sets: its train set split 90/10 train/val (seed 0),
+    the train part cut to its first ``train_limit`` images if given."""
+    x, y = data.fashion_mnist_arrays(train=True, root=root)
+    xte, yte = data.fashion_mnist_arrays(train=False, root=root)
+    train_set, val_set = tasks.split(data.NormalizedTensors(x, y), 1 - VAL_FRACTION, seed=0)
+    if train_limit is not None:
+        train_set = torch.utils.data.Subset(train_set, range(min(train_limit, len(train_set))))
+    return train_set, val_set, data.NormalizedTensors(xte, yte)
 
 
 def model_card(manifest: dict) -> str:

@@ -69,12 +69,12 @@ def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: 
     by ``settings``.
 
     Args:
-        task: a name of ``data.EMBEDDED_TASKS``, or with ``data_root`` of ``PAPER_DATASETS``.
+        task: a name of ``tasks.TASKS`` (a paper dataset needs the runtime key ``data_root``).
         config: a configuration of ``components.CONFIGS`` or a list of parameter patterns.
         lr, seed: peak learning rate; training seed (data order, the new head's init).
         model, checkpoint, pretrained: what ``models.load_model`` loads (default: the embedded
             model).
-        severity, train_size, test_size, data_seed: task options (``data.load_task``); one
+        severity, train_size, test_size, data_seed: task options (``tasks.load``); one
             ``data_seed`` fixes the splits for every training seed.
         **settings: any other key of ``RUN_KEYS`` (``finetune.train`` keywords such as steps,
             batch_size, optimizer, clip_grad_norm, lr_scales; ``img_size`` of paper datasets;
@@ -86,7 +86,7 @@ def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: 
         ValueError: unknown key, recipe, task, configuration or optimizer (naming the valid
             ones); ``lr``, ``steps``, ``batch_size`` or ``seed`` not valid (``check_config``).
     """
-    from vitplast import components, data, finetune, models, paper_datasets
+    from vitplast import components, finetune, models, paper_datasets, tasks
 
     unknown = sorted(set(settings) - set(RUN_KEYS) - set(RUNTIME_KEYS))
     if unknown:
@@ -94,10 +94,7 @@ def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: 
                          f"and runtime keys {list(RUNTIME_KEYS)}")
     if recipe not in finetune.RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; valid: {list(finetune.RECIPES)}")
-    tasks = list(paper_datasets.PAPER_DATASETS if settings.get("data_root")
-                 else data.EMBEDDED_TASKS)
-    if task not in tasks:
-        raise ValueError(f"unknown task {task!r}; valid: {tasks} (paper datasets need data_root)")
+    tasks.check(task, settings.get("data_root"))
     if isinstance(config, str) and config not in components.CONFIGS:
         raise ValueError(f"unknown configuration {config!r}; valid: {list(components.CONFIGS)} "
                          "or a list of parameter-name patterns")

@@ -45,8 +45,9 @@ from vitplast.runs import check_config, defining, run_hash
 #: The outcomes a complete record may have (``sweep.run_one``).
 STATUSES = ("ok", "diverged", "failed")
 #: JSON files a store holds beside its records: the sweep's session log
-#: (``sweep.log_session``) and the confound study's scales (``confounds``).
-COMPANIONS = ("study.json", "scales-*.json", "layers-*.json")
+#: (``provenance.log_session``) and the confound study's measurements before finetuning
+#: (``confounds``: scales, per-block plasticity, plasticity after finetuning).
+COMPANIONS = ("study.json", "scales-*.json", "layers-*.json", "after-*.json")
 #: An orphan temp file older than this (seconds) is debris of a killed write.
 TEMP_AGE_S = 300.0
 #: A claim whose heartbeat is older than this (seconds) is dead.
@@ -328,7 +329,7 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     """
     import pickle
 
-    from vitplast.data import cache_dir
+    from vitplast.models import cache_dir
 
     folder = Path(folder) if folder is not None else cache_dir() / "results"
     path = folder / f"{name}-{config_hash(params)}.pkl"

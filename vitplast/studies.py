@@ -10,6 +10,12 @@ holds one record per run. The LR-tuning diary of each study is prose in its stor
 - ``BUDGET``: the budget-sensitivity check of notebook 04 (every configuration at 4x the
   steps, at its chosen LR of the main study and that LR's two grid neighbours), stored with
   the main study. Its LRs depend on the main study's results: ``budget_runs``.
+- ``CONFOUNDS`` (and ``CONFOUNDS_SMOKE``): notebook 05's confound study
+  (``confounds.study_runs``).
+- ``PAPER``: the paper's own grid (ViT-B/16 in21k, its 11 datasets): ``paper_runs``.
+
+``SWEEPS`` names the studies the CLI runs (``vitplast sweep --study NAME``), each with its
+default store and how its runs are made: ``sweep_runs(name, root)``.
 
 Used by the CLI (``python -m vitplast sweep``), notebooks 04-05 and the tests.
 """
@@ -17,10 +23,12 @@ Used by the CLI (``python -m vitplast sweep``), notebooks 04-05 and the tests.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
-from vitplast import models, runs
+from vitplast import models, paper_datasets, runs
 
 #: Where the main study's records are shipped (one JSON per run).
 MAIN_RESULTS = models.results_root("finetune")
@@ -151,10 +159,10 @@ def load(name: str = "main", results_dir: str = "", recompute: bool = False) -> 
     The store is ``results_dir`` if given, else the shipped ``MAIN_RESULTS`` for ``main``
     (read only), or ``.cache/finetune-<name>`` when recomputing. Used by notebooks 04-06.
     """
-    from vitplast import data, results, sweep
+    from vitplast import results, sweep
 
     study = get(name)
-    root = results_dir or (str(data.cache_dir() / f"finetune-{name}") if recompute
+    root = results_dir or (str(models.cache_dir() / f"finetune-{name}") if recompute
                            else str(MAIN_RESULTS))
     expected = runs_of(study)
     if recompute:
@@ -199,11 +207,11 @@ def load_confounds(name: str = "confounds", results_dir: str = "", main_results_
     ``data/confounds`` and ``data/finetune`` (read only), or ``.cache/confounds-<name>`` and
     ``.cache/finetune-<baselines>`` when recomputing. Used by notebook 05.
     """
-    from vitplast import confounds, data, results, sweep
+    from vitplast import confounds, results, sweep
 
     if name not in CONFOUND_STUDIES:
         raise ValueError(f"unknown confound study {name!r}; valid: {list(CONFOUND_STUDIES)}")
-    study, cache = CONFOUND_STUDIES[name], data.cache_dir()
+    study, cache = CONFOUND_STUDIES[name], models.cache_dir()
     root = results_dir or str(cache / f"confounds-{name}" if recompute
                               else confounds.EMBEDDED_RESULTS)
     main_root = main_results_dir or str(cache / f"finetune-{study['baselines']}" if recompute
@@ -217,16 +225,9 @@ def load_confounds(name: str = "confounds", results_dir: str = "", main_results_
     df = confounds.with_variant(df[df["run"].isin(hashes)] if len(df) else df)
     layer_tasks = [p for p in study["parts"] if p["name"] == "per layer"][0]["tasks"]
     return ConfoundResults(
-        df, results.coverage(df, expected), study_scales(study, root),
+        df, results.coverage(df, expected), confounds.study_scales(
+            root, study["scale_tasks"], target=study["target"], n_pairs=study["n_pairs"]),
         confounds.layer_plasticity(root, layer_tasks, study["n_pairs"]), root, main_root)
-
-
-def study_scales(study: dict, root) -> dict:
-    """``confounds.study_scales`` of a confound study preset, stored under ``root``."""
-    from vitplast import confounds
-
-    return confounds.study_scales(root, study["scale_tasks"], target=study["target"],
-                                  n_pairs=study["n_pairs"])
 
 
 def budget_runs(main: pd.DataFrame, study: dict = BUDGET) -> list[dict]:
@@ -245,3 +246,93 @@ def budget_runs(main: pd.DataFrame, study: dict = BUDGET) -> list[dict]:
         out += runs.grid([row.task], [row.config], grid[max(0, i - 1):i + 2], study["seeds"],
                          **fixed)
     return out
+
+
+#: The paper's grid (PAPER.md section 2): its model, finetuning configurations (section 5),
+#: LRs (DomainNet has its own) and seeds, with the paper recipe on its 11 datasets.
+PAPER = dict(model=paper_datasets.PAPER_MODEL,
+             configs=["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"],
+             lrs=[1e-3, 3e-3, 1e-2, 3e-2], lrs_domainnet=[3e-3, 1e-2, 3e-2, 6e-2],
+             seeds=[0, 42, 3407])
+
+
+def paper_runs(data_root: str | Path | None = None, weights_file: str | None = None,
+               study: dict = PAPER) -> list[dict]:
+    """Every run of the paper's grid: its model on each of its datasets (under
+    ``data_root``) x configurations x LRs x seeds, with the paper recipe; ``weights_file``:
+    local weights of the model (default: the hub)."""
+    if not data_root:
+        raise ValueError("the paper study needs data_root: the folder of the paper datasets "
+                         "(layouts: vitplast.paper_datasets)")
+    fixed = dict(recipe="paper", model=study["model"], data_root=str(data_root))
+    if weights_file:
+        fixed["weights_file"] = weights_file
+    out = []
+    for task in paper_datasets.PAPER_DATASETS:
+        lrs = study["lrs_domainnet"] if task.startswith("domainnet") else study["lrs"]
+        out += runs.grid([task], study["configs"], lrs, study["seeds"], **fixed)
+    return out
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A study the CLI runs by name: what it is (``about``), its default results ``store``
+    (a function: the shipped stores move with ``$VITPLAST_DATA``) and its ``runs`` given the
+    store it goes to (and, for the paper study, ``data_root`` and ``weights_file``)."""
+
+    about: str
+    store: Callable[[], Path]
+    runs: Callable[..., list[dict]]
+
+
+def _confound_store() -> Path:
+    from vitplast import confounds
+
+    return Path(confounds.EMBEDDED_RESULTS)
+
+
+def _confound_runs(root) -> list[dict]:
+    from vitplast import confounds
+
+    return confounds.study_runs(CONFOUNDS, root)
+
+
+def _budget_runs(root) -> list[dict]:
+    from vitplast import results
+
+    return budget_runs(results.results(root))
+
+
+#: The studies ``vitplast sweep --study NAME`` runs.
+SWEEPS = {
+    "main": Sweep("notebook 04's main study, into data/finetune",
+                  lambda: Path(MAIN_RESULTS), lambda root: runs_of(MAIN)),
+    "budget": Sweep("notebook 04's 4x-steps check, stored with the main study, which it needs",
+                    lambda: Path(MAIN_RESULTS), _budget_runs),
+    "smoke": Sweep("a seconds-long main study, into .cache/finetune-smoke",
+                   lambda: models.cache_dir() / "finetune-smoke", lambda root: runs_of(SMOKE)),
+    "confounds": Sweep("notebook 05's confound study, into data/confounds", _confound_store,
+                       _confound_runs),
+    "paper": Sweep("ViT-B/16 in21k on the 11 paper datasets under --data-root, the paper's "
+                   "grid, into results/paper", lambda: Path("results/paper"),
+                   lambda root, **options: paper_runs(**options)),
+}
+
+
+def sweep_of(name: str) -> Sweep:
+    """The study ``name`` of ``SWEEPS``; unknown names fail naming the valid ones."""
+    if name not in SWEEPS:
+        raise ValueError(f"unknown study {name!r}; valid: {list(SWEEPS)}")
+    return SWEEPS[name]
+
+
+def sweep_runs(name: str, root: str | Path | None = None, **options) -> list[dict]:
+    """Every run of study ``name`` of ``SWEEPS`` for the store ``root`` (default: the
+    study's): the budget check reads the main study's results there, the confound study its
+    LayerNorm scales. ``options``: the paper study's ``data_root`` and ``weights_file``."""
+    study = sweep_of(name)
+    options = {k: v for k, v in options.items() if v is not None}
+    if name != "paper" and options:
+        raise ValueError(f"{sorted(options)} are settings of the paper study only")
+    root = study.store() if root is None else root
+    return study.runs(root, **options)

@@ -1,0 +1,63 @@
+"""Helpers shared by the tests (imported, not collected): tiny models, toy data, tiny runs,
+and a stand-in for the training loop. Fixtures built on them are in ``conftest.py``."""
+
+import gzip
+
+import numpy as np
+import torch
+from timm.models.vision_transformer import VisionTransformer
+
+from vitplast import data, finetune
+
+#: A random embedded ViT on digits, a few steps: seconds on a CPU.
+TINY = dict(pretrained=False, steps=2, batch_size=16, eval_every=100)
+#: A smaller random timm ViT, for runs whose numbers the test does not read.
+TINIER = dict(TINY, model="vit_tiny_patch16_224", model_kwargs=dict(
+    img_size=28, patch_size=7, in_chans=1, embed_dim=32, depth=1, num_heads=2))
+
+
+def tiny_vit(**kwargs) -> VisionTransformer:
+    """A 2-block ViT on 16x16 images, with non-trivial LayerNorm weights."""
+    torch.manual_seed(kwargs.pop("seed", 0))
+    args = dict(img_size=16, patch_size=4, in_chans=1, num_classes=5, embed_dim=32, depth=2,
+                num_heads=4, mlp_ratio=4.0)
+    args.update(kwargs)
+    model = VisionTransformer(**args).eval()
+    with torch.no_grad():  # timm inits LayerNorms to (1, 0): make them generic
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def toy_task(n=64, seed=0):
+    """``n`` 16x16 images of 5 classes whose top half's brightness tells the class."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 1, 16, 16, generator=g)
+    y = torch.randint(0, 5, (n,), generator=g)
+    x[:, :, :8] += y[:, None, None, None] * 0.2  # a learnable signal
+    return data.NormalizedTensors(x, y, mean=0.5, std=0.5)
+
+
+def write_idx(path, array):
+    """Write a uint8 array in the gzipped IDX format Fashion-MNIST ships in."""
+    array = np.asarray(array, dtype=np.uint8)
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(
+        int(d).to_bytes(4, "big") for d in array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.tobytes())
+
+
+class FakeTrain:
+    """Stands in for ``finetune.train``: records (model, kwargs) per call, and raises
+    ``KeyboardInterrupt`` at call number ``kill_at`` (a sweep killed during that run)."""
+
+    def __init__(self):
+        self.calls, self.kill_at = [], None
+
+    def __call__(self, model, train_set, val_set, test_set, **kwargs):
+        self.calls.append((model, kwargs))
+        if len(self.calls) == self.kill_at:
+            raise KeyboardInterrupt
+        return finetune.TrainResult(history=[{"step": 0, "loss": 1.5}], best_val_acc=0.5,
+                                    best_step=0, test_acc=0.25, trainable=7)

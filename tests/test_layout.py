@@ -1,0 +1,108 @@
+"""The package's layout rules: modules import each other without a cycle (at module level,
+and also counting the imports inside functions), the package lists its public modules, and
+no function is longer than ``MAX_LINES`` lines."""
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+import vitplast
+
+PACKAGE = Path(vitplast.__file__).parent
+MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+#: The longest function the package allows (STYLE.md: modules readable in one sitting).
+MAX_LINES = 80
+
+
+def _module_level(tree: ast.Module):
+    """The statements run on import: the module's body, into ``if`` / ``try`` / ``with``
+    blocks but not into functions or classes."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                todo += getattr(node, field, [])
+        if isinstance(node, ast.ExceptHandler):
+            todo += node.body
+
+
+def imports_of(name: str, anywhere: bool = False) -> set[str]:
+    """The ``vitplast`` modules that module ``name`` imports at module level (``anywhere``:
+    also inside functions)."""
+    tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+    out = set()
+    for node in (ast.walk(tree) if anywhere else _module_level(tree)):
+        if isinstance(node, ast.ImportFrom) and node.module == "vitplast":
+            out |= {a.name for a in node.names if a.name in MODULES}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vitplast."):
+            out.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("vitplast.")}
+    return out
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (module -> modules it imports) as a path, or None."""
+    state: dict[str, str] = {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [nxt] if nxt in path else path + [nxt]
+            if nxt not in state and (cycle := visit(nxt, path + [nxt])):
+                return cycle
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node, [node])):
+            return cycle
+    return None
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_modules_import_each_other_without_a_cycle():
+    graph = {name: imports_of(name) for name in MODULES}
+    assert graph["tasks"] == {"data", "paper_datasets"}  # the loaders sit below the registry
+    assert "tasks" not in graph["data"] | graph["paper_datasets"]
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+    graph = {name: imports_of(name, anywhere=True) for name in MODULES}
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_module_imports_on_its_own(name):
+    importlib.import_module(f"vitplast.{name}")
+
+
+def test_the_package_lists_its_public_modules():
+    assert sorted(vitplast.__all__) == [m for m in MODULES if m != "__main__"]
+    for name in vitplast.__all__:  # every module that declares a surface names real objects
+        module = importlib.import_module(f"vitplast.{name}")
+        missing = [n for n in getattr(module, "__all__", []) if not hasattr(module, n)]
+        assert not missing, f"vitplast.{name}.__all__ names {missing}"
+
+
+def long_functions(max_lines: int = MAX_LINES) -> list[str]:
+    """``module.function (lines)`` for every function of the package over ``max_lines``."""
+    out = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > max_lines:
+                    out.append(f"{path.stem}.{node.name} ({lines} lines)")
+    return out
+
+
+def test_no_function_is_longer_than_80_lines():
+    assert long_functions() == []

@@ -1,0 +1,112 @@
+"""Tables over a store: LR selection on validation, the main table's exact means and
+stds, and per-variant dynamics (``vitplast.results``)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import TINY
+
+from vitplast import results, runs, store
+
+NAN = float("nan")
+
+
+def run_row(task="digits", config="MHA", *, lr, seed, status="ok", val, test) -> dict:
+    """One row of a results table: the columns ``select_lr`` and ``main_table`` read."""
+    return dict(task=task, config=config, lr=lr, seed=seed, status=status, best_val_acc=val,
+                test_acc=test)
+
+
+def test_select_lr_on_validation_not_test():
+    rows = [  # 1e-2 is better on validation, 1e-3 on test
+        run_row(lr=1e-2, seed=0, val=0.90, test=0.70),
+        run_row(lr=1e-3, seed=0, val=0.80, test=0.95),
+        run_row(lr=1e-2, seed=1, val=0.92, test=0.72),
+        run_row(lr=1e-3, seed=1, val=0.82, test=0.97),
+        # missing, not zero nor one:
+        run_row(lr=3e-2, seed=0, status="diverged", val=1.0, test=NAN),  # val before diverging
+        run_row(lr=1e-2, seed=2, status="failed", val=NAN, test=0.0)]
+    df = pd.DataFrame(rows)
+    by_val = results.select_lr(df)
+    assert by_val[["task", "config", "lr", "n_seeds", "selected_on"]].values.tolist() == [
+        ["digits", "MHA", 1e-2, 2, "val"]]
+    assert by_val["selection_score"][0] == pytest.approx(0.91)
+    by_test = results.select_lr(df, on="test")
+    assert by_test["lr"].tolist() == [1e-3] and by_test["selected_on"].tolist() == ["test"]
+    assert by_test["selection_score"][0] == pytest.approx(0.96)
+    with pytest.raises(ValueError, match="'val' or 'test'"):
+        results.select_lr(df, on="train")
+    # an extra config key given to some runs only (None elsewhere) is one more setting
+    df["ablation.c"] = [None, None, None, None, 2.0, None]
+    assert results.select_lr(df)["ablation.c"].isna().tolist() == [True]  # 2.0: diverged only
+    df.loc[4, "status"] = "ok"
+    assert results.select_lr(df)[["lr", "ablation.c"]].fillna(0).values.tolist() == [
+        [3e-2, 2.0], [1e-2, 0]]
+
+
+def test_main_table_mean_and_std_over_seeds_are_exact():
+    test = {("a", "MHA"): [0.90, 0.92, 0.94], ("a", "LN1"): [0.80, 0.81, 0.85],
+            ("b", "MHA"): [0.60, 0.70, 0.80], ("b", "LN1"): [0.50, 0.50, 0.56]}
+    rows = []
+    for (task, config), accs in test.items():
+        for seed, acc in zip((0, 42, 3407), accs):
+            rows.append(run_row(task, config, lr=1e-2, seed=seed, val=0.9, test=acc))
+            # worse on validation:
+            rows.append(run_row(task, config, lr=1e-3, seed=seed, val=0.1, test=1.0))
+    # missing, not zero:
+    rows.append(run_row("b", "LN1", lr=1e-2, seed=7, status="diverged", val=0.99, test=NAN))
+    table = results.main_table(pd.DataFrame(rows))
+    assert table["task"].tolist() == ["a", "a", "b", "b", "average", "average"]
+    for (task, config), accs in test.items():
+        row = table[(table.task == task) & (table.config == config)].iloc[0]
+        assert row["lr"] == 1e-2 and row["n_seeds"] == 3 and row["selected_on"] == "val"
+        assert row["lr_at_edge"]  # 1e-2 is the largest LR of a two-point grid
+        assert row["test_acc_mean"] == pytest.approx(100 * np.mean(accs), abs=1e-12)
+        assert row["test_acc_std"] == pytest.approx(100 * np.std(accs), abs=1e-12)
+    average = table[table.task == "average"].set_index("config")["test_acc_mean"]
+    assert average["MHA"] == pytest.approx(50 * (np.mean(test["a", "MHA"]) + 0.7))
+    assert average["LN1"] == pytest.approx(50 * (np.mean(test["a", "LN1"]) + 0.52))
+    sample = results.main_table(pd.DataFrame(rows), ddof=1)
+    assert sample["test_acc_std"][0] == pytest.approx(100 * np.std(test["a", "LN1"], ddof=1))
+    worst = [{**r, "lr": 1e-1, "best_val_acc": 0.0, "test_acc": 0.0} for r in rows]
+    middle = results.main_table(pd.DataFrame(rows + worst))
+    assert not middle[middle.task != "average"]["lr_at_edge"].any()  # 1e-2 of 1e-3..1e-1
+    # a configuration whose runs on one task all failed: that task is NaN, so is its average
+    rows = [{**r, "status": "failed"} if (r["task"], r["config"]) == ("b", "MHA") else r
+            for r in rows]
+    table = results.main_table(pd.DataFrame(rows), on="test")  # picks 1e-3 (test 100%)
+    assert table["selected_on"].eq("test").all()
+    row = table[(table.task == "b") & (table.config == "MHA")].iloc[0]
+    assert math.isnan(row["test_acc_mean"]) and math.isnan(row["lr"])
+    average = table[table.task == "average"].set_index("config")["test_acc_mean"]
+    assert math.isnan(average["MHA"]) and average["LN1"] == pytest.approx(100.0)
+
+
+def test_dynamics_follow_each_variant_at_its_own_lr(tmp_path):
+    """Variants sharing a configuration (plain MHA, sparse MHA) are selected separately, and
+    each run's gradient norms are read on the component it trains."""
+    from vitplast import confounds
+
+    def record(config, lr, val, ablation=None):
+        c = runs.run_config("digits", config, lr=lr, **TINY, **(
+            {"ablation": ablation} if ablation else {}))
+        history = [{"step": 0, "loss": 1.0, "grad_norm/MHA": 10 * lr, "grad_norm/FC1": 20 * lr,
+                    "grad_norm_per_param/MHA": lr, "grad_norm_per_param/FC1": 2 * lr}]
+        store.save_run(tmp_path, c, dict(status="ok", history=history, best_val_acc=val,
+                                         test_acc=val))
+
+    record("MHA", 0.1, 0.9), record("MHA", 1.0, 0.5)
+    sparse = dict(variant="MHA sparse", component="MHA", count=5)
+    record("MHA", 0.1, 0.5, sparse), record("MHA", 1.0, 0.9, sparse)
+    bias = dict(variant="FC1 bias", component="FC1")
+    fc1_bias = ["blocks.*.mlp.fc1.bias"]
+    record(fc1_bias, 0.1, 0.9, bias), record(fc1_bias, 1.0, 0.1, bias)
+    df = confounds.with_variant(results.results(tmp_path))
+    norms = results.component_grad_norms(results.dynamics(df, results.history(tmp_path)))
+    got = {(r.variant, r.kind): (r.lr, r.value) for r in norms.itertuples()}
+    assert got == {("MHA", "total"): (0.1, 1.0), ("MHA", "per parameter"): (0.1, 0.1),
+                   ("MHA sparse", "total"): (1.0, 10.0),
+                   ("MHA sparse", "per parameter"): (1.0, 1.0),
+                   ("FC1 bias", "total"): (0.1, 2.0), ("FC1 bias", "per parameter"): (0.1, 0.2)}
