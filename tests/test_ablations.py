@@ -329,3 +329,21 @@ def test_matched_variants_change_exactly_their_count_of_backbone_entries(family)
                    train_head=False, progress=False, **extra)
     moved = sum(int((p != before[n]).sum()) for n, p in model.named_parameters())
     assert moved == count
+
+
+def test_plasticity_after_finetuning_is_measured_on_the_trained_model(tmp_path):
+    """Head-only finetuning leaves the backbone, hence every component's plasticity, exactly
+    as it was; finetuning MHA changes MHA's. Each is measured once (then read)."""
+    from vitplast import runs
+
+    kw = dict(lr=0.5, seed=0, steps=3, warmup_steps=1, eval_every=3)
+    head = confounds.plasticity_after(runs.run_config("digits", "head", **kw), tmp_path, 8)
+    assert (head["before"] == head["after"]).all() and len(head) == 5
+    mha = confounds.plasticity_after(runs.run_config("digits", "MHA", **kw), tmp_path, 8)
+    assert mha.set_index("component").loc["MHA", "ratio"] != 1.0
+    assert len(list(tmp_path.glob("after-*.json"))) == 2
+    again = confounds.plasticity_after(runs.run_config("digits", "MHA", **kw), tmp_path, 8,
+                                       compute=False)
+    pd.testing.assert_frame_equal(again, mha)
+    missing = runs.run_config("digits", "LN1", **kw)
+    assert confounds.plasticity_after(missing, tmp_path, 8, compute=False).empty

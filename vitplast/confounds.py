@@ -287,11 +287,17 @@ def layer_plasticity(root: str | Path, tasks, n_pairs: int = 256) -> pd.DataFram
     return pd.DataFrame(saved["rows"])
 
 
-def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128) -> pd.DataFrame:
+#: The columns of ``plasticity_after``.
+AFTER_COLUMNS = ["task", "variant", "component", "before", "after", "ratio"]
+
+
+def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: bool = True
+                     ) -> pd.DataFrame:
     """Does finetuning a component change its plasticity? The run is trained again (runs are
     seeded: the same weights up to float summation order) and every component's plasticity
     (hidden protocol, mean over blocks, ``n_pairs`` pairs of the run's task) is measured before
-    and after; stored in ``root/after-<run hash>.json`` (measured once).
+    and after; stored in ``root/after-<run hash>.json`` (measured once; with ``compute``
+    False, only read: an empty table when it is not there).
 
     Columns: ``task``, ``variant`` (the run's configuration), ``component``, ``before``,
     ``after``, ``ratio`` (after / before).
@@ -300,6 +306,8 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128) -> pd.Data
 
     path = Path(root) / f"after-{runs.run_hash(run)}.json"
     saved = store.read_json(path)
+    if saved is None and not compute:
+        return pd.DataFrame(columns=AFTER_COLUMNS)
     if saved is None:
         model, task, kwargs = sweep.build(run, models.pick_device("cpu"))
         pairs = empirical.task_pairs(run["task"], "fmnist", n_pairs=n_pairs, model=model)

@@ -276,7 +276,7 @@ def _matched(acc: pd.DataFrame, a: str, b: str, counts: dict, claim: str) -> dic
 
 
 def confounds(acc: pd.DataFrame, counts: dict, layer_corr: pd.DataFrame,
-              grads: pd.DataFrame) -> pd.DataFrame:
+              grads: pd.DataFrame, after: pd.DataFrame | None = None) -> pd.DataFrame:
     """Notebook 05's findings table: the task is the unit; Holm over every tested row.
 
     Args:
@@ -286,6 +286,7 @@ def confounds(acc: pd.DataFrame, counts: dict, layer_corr: pd.DataFrame,
             configurations included).
         layer_corr: ``confounds.layer_correlations``.
         grads: ``results.grad_norms_by_task`` of the plain configurations (main study).
+        after: ``confounds.plasticity_after`` of the best runs (None or empty: no row).
     """
     rows = [_matched(acc, "MHA sparse", "LN1", counts, "MHA - LN1 at LN1's count (sparse MHA)"),
             _matched(acc, "MHA sparse", "FC1 sparse", counts, "MHA - FC1 at LN1's count (sparse)"),
@@ -308,6 +309,13 @@ def confounds(acc: pd.DataFrame, counts: dict, layer_corr: pd.DataFrame,
                             expected=math.nan, unit=_TASKS))
     rows += _rescale_rows(acc)
     rows += _grad_rows(grads, SOURCES["grad_norms"])
+    if after is not None and len(after):
+        own = after[after["variant"] == after["component"]]
+        ratios = own.groupby("component")["ratio"].mean()
+        rows.append(descriptive(
+            "a component's own plasticity after / before finetuning it (best run per task)",
+            ", ".join(f"{c} x{r:.2f}" for c, r in ratios.items()), paper="not studied",
+            verdict="measured (untested)", n=own["task"].nunique(), unit="mean over tasks"))
     return table(rows)
 
 

@@ -182,12 +182,14 @@ class ConfoundResults:
     """What a confound study's store holds: ``runs`` (``results.results`` rows of the study's
     runs and of its plain SGD baselines, with ``confounds.with_variant``'s ``variant``),
     ``coverage`` (expected runs by status), ``scales`` (``confounds.study_scales``),
-    ``layers`` (``confounds.layer_plasticity`` of the per-layer tasks) and the two stores."""
+    ``layers`` (``confounds.layer_plasticity`` of the per-layer tasks), ``after``
+    (``confounds.plasticity_after`` of the runs it measures) and the two stores."""
 
     runs: pd.DataFrame
     coverage: dict
     scales: dict
     layers: pd.DataFrame
+    after: pd.DataFrame
     root: str
     main_root: str
 
@@ -224,10 +226,14 @@ def load_confounds(name: str = "confounds", results_dir: str = "", main_results_
     hashes = {runs.run_hash(c) for c in expected + baselines}
     df = confounds.with_variant(df[df["run"].isin(hashes)] if len(df) else df)
     layer_tasks = [p for p in study["parts"] if p["name"] == "per layer"][0]["tasks"]
+    after = [confounds.plasticity_after(r, root, study["after"]["n_pairs"], compute=recompute)
+             for r in confounds.after_runs(results.results(main_root), study, baselines)]
     return ConfoundResults(
         df, results.coverage(df, expected), confounds.study_scales(
             root, study["scale_tasks"], target=study["target"], n_pairs=study["n_pairs"]),
-        confounds.layer_plasticity(root, layer_tasks, study["n_pairs"]), root, main_root)
+        confounds.layer_plasticity(root, layer_tasks, study["n_pairs"]),
+        pd.concat(after, ignore_index=True) if after else pd.DataFrame(columns=confounds.AFTER_COLUMNS),
+        root, main_root)
 
 
 def budget_runs(main: pd.DataFrame, study: dict = BUDGET) -> list[dict]:
