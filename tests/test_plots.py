@@ -7,11 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import tiny_vit
 
 from vitplast import definitions, empirical, findings, plasticity, plots
 from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
-
-from conftest import tiny_vit
 
 TASKS = [f"t{i}" for i in range(8)]
 
@@ -166,7 +165,8 @@ def test_lines_wrap_name_axes_and_keep_narrow_log_ticks_apart():
     fig.canvas.draw()
     assert not [t for t in ax.yaxis.get_minorticklabels() if t.get_text()]
     lo, hi = ax.get_ylim()
-    shown = [t.get_text() for t in ax.yaxis.get_majorticklabels() if lo <= t.get_position()[1] <= hi]
+    shown = [t.get_text() for t in ax.yaxis.get_majorticklabels()
+             if lo <= t.get_position()[1] <= hi]
     assert shown == ["0.1", "0.2", "0.5", "1"]  # plain numbers at 1, 2, 5 per decade
     plt.close(fig)
 
