@@ -116,6 +116,22 @@ def test_notebook_03_tables_from_rates(images):
     assert len(empirical.task_orders(plasticity.ranking(rates))) == 3
 
 
+def test_measurements_are_cached_per_checkpoint_task_and_protocol(tmp_path, monkeypatch):
+    """Notebook 04 reads what notebook 03 measured: the same (checkpoint, task, protocol,
+    pairs) is measured once, whatever the list of tasks or protocols it comes in."""
+    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path))
+    calls = []
+    real = empirical.measure
+    monkeypatch.setattr(empirical, "measure", lambda *a, **k: calls.append(k) or real(*a, **k))
+    first = empirical.measure_tasks("vitplast_fmnist", ["digits"], n_pairs=4, progress=False)
+    assert len(calls) == 2 and set(first["protocol"]) == {"hidden", "embedding"}
+    again = empirical.measure_tasks("vitplast_fmnist", ["digits"], protocols=["hidden"],
+                                    n_pairs=4, progress=False)
+    assert len(calls) == 2
+    pd.testing.assert_frame_equal(again, first[first["protocol"] == "hidden"]
+                                  .reset_index(drop=True))
+
+
 # -- notebook 06 -------------------------------------------------------------------------------
 
 def _bounds(max_rate: float) -> pd.DataFrame:
