@@ -106,6 +106,9 @@ def test_gamma_slider_moves_the_displayed_value_in_jupyterlab(lab):
             page.click(".lm-Menu-item:has-text('Run All Cells')")
             labels = page.locator(".vitplast-value")
             labels.nth(2).wait_for(timeout=240_000)  # the third explorer: the run browser
+            page.wait_for_function(  # it opens on a stored run, not on "No run for ..."
+                "el => el.textContent.startsWith('test_acc = ')",
+                arg=labels.nth(2).element_handle(), timeout=120_000)
             gamma = page.locator(".widget-vbox", has=page.locator(".widget-hslider")).last
             label = gamma.locator(".vitplast-value")
             page.wait_for_function(  # the notebook's own move of the slider to c = 2

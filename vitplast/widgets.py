@@ -5,7 +5,9 @@ Takeaway 3 (finetuning results).
 
 Each explorer is an ``Explorer`` (a VBox, see its docstring) that caches its forward passes:
 changing a layer, a component or a run only redraws. Image pairs are cached per (task,
-source, n_pairs) for the session.
+source, n_pairs) for the session. The figures are drawn by ``vitplast.plots``
+(``rate_histogram``, ``layernorm_rescale``, ``run_curves``); ``bound_table`` and
+``gamma_table`` turn the explorers' views into the tables of notebook 06's findings.
 
 Used by notebook 06.
 """
