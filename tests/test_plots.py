@@ -152,7 +152,7 @@ def test_notebook_06_findings_agree_and_disagree():
                                         "same as the paper (untested)",
                                         "same as the paper (untested)"]
     bad = findings.explorer(_bounds(6.0), _gamma(False))
-    assert bad.loc[0, "measured"] == "2/3 (layer, component)"
+    assert bad.loc[0, "measured"] == "2/3"
     assert bad["verdict"].iloc[[0, 2, 3]].tolist() == ["differs from the paper (untested)"] * 3
 
 

@@ -77,7 +77,7 @@ def test_notebook_06_findings_from_the_explorers(random_model, gamma):
     scales = widgets.gamma_table(gamma, cs=(0.5, 4.0))
     assert scales["ratio"].tolist() == pytest.approx([0.5, 4.0], rel=1e-4)
     table = findings.explorer(bounds, scales)
-    assert table.loc[0, "measured"] == "30/30 (layer, component)"
+    assert table.loc[0, "measured"] == "30/30"
     assert table["verdict"].iloc[[0, 2, 3]].tolist() == ["same as the paper (untested)"] * 3
 
 

@@ -289,22 +289,22 @@ def definitions(maps: pd.DataFrame, linear: pd.DataFrame, scale: pd.DataFrame,
     rel = float((big["ci95"] / big["plasticity"]).max())
     return table([
         descriptive("plasticity <= largest observed rate <= Lipschitz constant, 1-D maps",
-                    f"{int(ok.sum())}/{len(ok)} (map, scale)", paper="Definition 1: P(f) <= "
-                    "Lip(f)", verdict=_same(bool(ok.all())), n=len(ok), unit="(map, scale)"),
+                    f"{int(ok.sum())}/{len(ok)}", paper="Definition 1: P(f) <= Lip(f)",
+                    verdict=_same(bool(ok.all())), n=len(ok), unit="(map, scale) cases"),
         descriptive("1-D maps whose plasticity crosses 1 between pair scales",
-                    ", ".join(crossing) or "none", paper="objection 1: P depends on the pair "
-                    "distribution", verdict=_same(bool(crossing)), n=maps["function"].nunique(),
-                    unit="maps"),
+                    ", ".join(crossing) or "none", paper="objection 1 (PAPER.md): P depends on "
+                    "the pair distribution", verdict=_same(bool(crossing)),
+                    n=maps["function"].nunique(), unit="(of the maps)"),
         descriptive("linear map: plasticity / sqrt(mean sigma_i^2)", float(ratio),
                     paper="about 1 for isotropic pairs (||W||_F / sqrt(d))",
-                    verdict=_same(abs(ratio - 1) <= tol), n=1, unit="ratio"),
+                    verdict=_same(abs(ratio - 1) <= tol), n=1, unit="(ratio; one map)"),
         descriptive("LayerNorm: slope of log plasticity against log input scale", slope,
                     paper="Prop. 1: bound ||gamma||_inf / sigma, slope -1",
-                    verdict=_same(abs(slope + 1) <= tol), n=len(ln), unit="scales"),
+                    verdict=_same(abs(slope + 1) <= tol), n=len(ln), unit="(fit over scales)"),
         descriptive(f"largest 95% CI half-width relative to the estimate at "
                     f"{int(big['n_pairs'].max())} pairs", rel, paper="not reported",
                     verdict="precise (<= 5%)" if rel <= 0.05 else "imprecise (> 5%)",
-                    n=len(big), unit="(layer, component)"),
+                    n=len(big), unit="of the estimate, worst (layer, component)"),
     ])
 
 
@@ -352,13 +352,13 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
         for a, b in zip(PLASTICITY_ORDER, PLASTICITY_ORDER[1:]):
             rows.append(paired_test(
                 f"{a} - {b}, plasticity [{protocol}]", _per_task(g, a), _per_task(g, b),
-                paper=f"{FIG2_PLASTICITY[a] - FIG2_PLASTICITY[b]:+.2f} ({fig2})", expected=1,
+                paper=f"{FIG2_PLASTICITY[a] - FIG2_PLASTICITY[b]:+.2f}, {fig2}", expected=1,
                 unit="plasticity, per task (layer-mean)"))
         rho = g.groupby("task").apply(lambda t: stats.spearmanr(
             t.set_index("component").loc[list(PLASTICITY_ORDER), "plasticity"],
             [FIG2_PLASTICITY[c] for c in PLASTICITY_ORDER]).statistic, include_groups=False)
         rows.append(mean_test(f"Spearman(measured plasticity, paper's Fig. 2) over the five "
-                              f"components [{protocol}]", rho, paper=f"+1 (same order, {fig2})",
+                              f"components [{protocol}]", rho, paper=f"+1 (same order), {fig2}",
                               expected=1, unit="rho, per task"))
         means = g.groupby("component", observed=True)["plasticity"].mean()
         above = [c for c in PLASTICITY_ORDER if means.get(c, 0) > 1]
@@ -366,7 +366,7 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
         rows.append(descriptive(f"components above 1 (mean over tasks) [{protocol}]",
                                 ", ".join(above) or "none", paper=", ".join(paper_above),
                                 verdict=_same(above == paper_above), n=g["task"].nunique(),
-                                unit="tasks"))
+                                unit="(tasks)"))
     for protocol, g in ([] if along is None else along.groupby("protocol", sort=False)):
         tau, n = _kendall_first_last(g)
         rows.append(descriptive(
@@ -381,7 +381,8 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
             f"MHA plasticity at input scale {per.index[-1]:g} / at {per.index[0]:g} (median "
             "over layers)", ratio, paper="not studied (the embedding protocol feeds MHA the "
             "raw embedding)", verdict="scale-invariant" if abs(math.log(ratio)) < 0.1 else
-            "depends on the input scale", n=mha_scale["layer"].nunique(), unit="layers"))
+            "depends on the input scale", n=mha_scale["layer"].nunique(),
+            unit="ratio, median over layers"))
     return table(rows)
 
 
@@ -404,17 +405,16 @@ def explorer(bounds_: pd.DataFrame, gamma: pd.DataFrame, tol: float = 1e-3) -> p
     kept, raw = float(gamma["diff_preserved"].max()), float(gamma["diff_raw"].min())
     return table([
         descriptive("largest measured rate <= its bound (Props. 1-3)",
-                    f"{int(held.sum())}/{len(held)} (layer, component)", paper="Props. 1-3: "
-                    "upper bounds", verdict=_same(bool(held.all())), n=len(held),
-                    unit="(layer, component)"),
+                    f"{int(held.sum())}/{len(held)}", paper="Props. 1-3: upper bounds",
+                    verdict=_same(bool(held.all())), n=len(held), unit="(layer, component)"),
         descriptive("bound / plasticity, median over (layer, component)", loose,
                     paper="not reported", verdict="tight (< 2)" if loose < 2 else
-                    "loose (>= 2)", n=len(bounds_), unit="(layer, component)"),
+                    "loose (>= 2)", n=len(bounds_), unit="ratio, median"),
         descriptive("LayerNorm gamma, beta times c: |plasticity ratio / c - 1|, largest over c",
                     off, paper="Prop. 1: plasticity proportional to gamma",
-                    verdict=_same(off <= tol), n=len(gamma), unit="scales c"),
+                    verdict=_same(off <= tol), n=len(gamma), unit="(relative, over scales c)"),
         descriptive("largest |logit difference|: function-preserving rescale (smallest for the "
                     "raw one beside it)", f"{kept:.2g} (raw: {raw:.2g})",
                     paper="objections 3-4: the same function, another plasticity",
-                    verdict=_same(kept <= tol < raw), n=len(gamma), unit="scales c"),
+                    verdict=_same(kept <= tol < raw), n=len(gamma), unit="(logits, over scales c)"),
     ])
