@@ -183,7 +183,7 @@ def test_lines_wrap_name_axes_and_keep_narrow_log_ticks_apart():
     lo, hi = ax.get_ylim()
     shown = [t.get_text() for t in ax.yaxis.get_majorticklabels()
              if lo <= t.get_position()[1] <= hi]
-    assert shown == ["0.1", "0.2", "0.5", "1"]  # plain numbers at 1, 2, 5 per decade
+    assert shown == ["0.1", "0.2", "0.3", "0.5", "1"]  # plain numbers, 1-2-3-5 per decade
     plt.close(fig)
 
 

@@ -52,7 +52,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "04_finetuning": dict(study="smoke", recompute=True, n_pairs=16),
         "05_confounds": dict(recompute=True, steps=4, tasks=["digits"], lrs=[0.01], extra_lrs={},
                              seeds=[0], n_pairs=16),
-        "06_explorer": dict(n_pairs=16),
+        "06_explorer": dict(n_pairs=16, scales=[0.5, 2.0]),
     },
     "default": {},
     # The paper's protocol on a GPU: ViT-B/16 in21k (hub, or -p weights_file ...), the 11

@@ -55,14 +55,15 @@ def _label(name: str | None, given: str | None = None) -> str:
 
 
 def log_axis(ax, which: str = "y") -> None:
-    """A log axis whose tick labels never overlap: plain numbers (0.3, 2, 10) on majors at 1, 2
-    and 5 per decade when the data span less than two decades (else one per decade), no labels
-    on minor ticks."""
+    """A log axis whose tick labels never overlap: plain numbers (0.3, 2, 10), no labels on
+    minor ticks; majors at 1, 2, 3 and 5 per decade when the axis spans less than 1.5 decades,
+    at 1, 2 and 5 below 2 decades, else one per decade."""
     axis = ax.yaxis if which == "y" else ax.xaxis
     (ax.set_yscale if which == "y" else ax.set_xscale)("log")
     lo, hi = (ax.get_ylim() if which == "y" else ax.get_xlim())
-    narrow = lo > 0 and hi / lo < 100
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if narrow else (1.0,)))
+    decades = math.log10(hi / lo) if lo > 0 else math.inf
+    subs = (1.0, 2.0, 3.0, 5.0) if decades < 1.5 else (1.0, 2.0, 5.0) if decades < 2 else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
