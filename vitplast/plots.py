@@ -93,8 +93,12 @@ def save(fig: plt.Figure, folder: str | Path, name: str) -> Path | None:
 
 def _grid(df, col, height=3.2, aspect=1.2, **kw):
     """A figure with one panel per value of ``col``, at most ``MAX_COLS`` per row; returns
-    (fig, the used axes in order, the values). Unused panels are hidden."""
-    cols = (list(dict.fromkeys(df[col])) or [None]) if col else [None]
+    (fig, the used axes in order, the values, sorted). Unused panels are hidden."""
+    values = list(dict.fromkeys(df[col])) if col else []
+    try:  # sorted: the same panel order in every figure, whatever order the rows came in
+        cols = sorted(values) or [None]
+    except TypeError:  # values of mixed types: as they come
+        cols = values or [None]
     ncols = min(len(cols), MAX_COLS)
     aspect = aspect * 1.4 if ncols == 1 else aspect  # room for a legend beside one panel
     nrows = math.ceil(len(cols) / ncols)
