@@ -383,7 +383,7 @@ def layernorm_rescale(visited, c: float, title: str = ""):
     right.plot(v["c"], v["diff_preserved"].clip(lower=1e-12), "C2o-", label="function-preserving")
     right.plot(v["c"], v["diff_raw"].clip(lower=1e-12), "C1s-", label="raw (not preserving)")
     left.set(title=title, ylabel="plasticity and bound")
-    right.set(title="the network's output", ylabel="max |logit difference| (0 drawn at 1e-12)")
+    right.set(title="the network's output (0 drawn at 1e-12)", ylabel="max |logit difference|")
     for ax in (left, right):
         ax.set(xlabel="scale c of gamma and beta", xlim=(0.09, 11))
         log_axis(ax, "x")
@@ -395,7 +395,7 @@ def layernorm_rescale(visited, c: float, title: str = ""):
 
 #: Finetuning curves of ``run_curves``: metric -> axis label.
 RUN_CURVES = {"loss": "training loss", "val_acc": "validation accuracy (fraction)",
-              "grad_norm": "gradient norm (global and per component)"}
+              "grad_norm": "gradient norm"}
 
 
 @_themed
@@ -413,7 +413,7 @@ def run_curves(history, title: str = ""):
     for run, part in h.groupby("run", sort=False):
         for ax, metric in zip(axes, RUN_CURVES):
             m = part[part["metric"] == metric]
-            ax.plot(m["step"], m["value"], marker=".", label=f"run {str(run)[:8]}")
+            ax.plot(m["step"], m["value"], marker=".", label=f"global, run {str(run)[:8]}")
         for metric in sorted(m for m in set(part["metric"]) if m.startswith("grad_norm/")):
             m = part[part["metric"] == metric]
             axes[2].plot(m["step"], m["value"], lw=0.8, label=metric[len("grad_norm/"):])

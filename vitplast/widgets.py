@@ -281,11 +281,13 @@ def results_browser(root: str | Path | None = None) -> Explorer:
 
 
 def opening_run(runs: pd.DataFrame) -> dict:
-    """The (task, config, lr, seed) the results browser opens on: a finished run (status ok if
-    any), the first in sorted order, so the first view always shows one. Used by notebook 06."""
+    """The (task, config, lr, seed) the results browser opens on, so that the first view always
+    shows a run: among the finished runs (status ok, if any), the best on validation accuracy
+    (ties: the first in sorted order). Used by notebook 06."""
     ok = runs[runs["status"] == "ok"] if (runs["status"] == "ok").any() else runs
     keys = ["task", "config", "lr", "seed"]
-    first = ok.dropna(subset=keys).sort_values(keys).iloc[0]
+    ok = ok.dropna(subset=keys).sort_values(keys)
+    first = ok.loc[ok["best_val_acc"].fillna(-1).idxmax()] if "best_val_acc" in ok else ok.iloc[0]
     return {k: getattr(first[k], "item", lambda v=first[k]: v)() for k in keys}
 
 
