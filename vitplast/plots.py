@@ -2,7 +2,10 @@
 
 Nothing here computes results or holds numbers: callers pass the tables that
 ``vitplast.plasticity``, ``.intervals``, ``.sweep`` produce. Notebooks save what they show with
-``save``.
+``save``. Every figure is drawn inside ``theme()`` (seaborn's whitegrid, restored after);
+importing this module sets no global style. Axes are named in words (``LABELS``); log axes
+carry plain, non-overlapping tick labels (``log_axis``). The explorers of ``vitplast.widgets``
+redraw ``rate_histogram``, ``layernorm_rescale`` and ``run_curves``.
 
 Used by notebooks 01-06.
 """
