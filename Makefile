@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 PROFILE ?= default
 FMNIST  := /usr/share/datasets/fashion-mnist
 
-.PHONY: install data run test test-fast lint benchmarks browser-test pretrain wheel clean
+.PHONY: install data run test test-fast lint benchmarks notebook-times browser-test pretrain wheel clean
 
 install: $(VENV)/.installed
 
@@ -36,6 +36,11 @@ lint: install
 
 benchmarks: data
 	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+
+# `make run` and the smoke profile from empty caches, side by side (targets: 12 and 3 minutes
+# on 2 CPU cores); about a quarter of an hour.
+notebook-times: data
+	$(PY) benchmarks/notebook_times.py
 
 # The real-browser check of notebook 06 alone (about a minute; `make test` runs it too when
 # chromium is installed): Debian's chromium driven by Playwright (no browser download).

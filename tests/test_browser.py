@@ -106,6 +106,9 @@ def test_gamma_slider_moves_the_displayed_value_in_jupyterlab(lab):
             page.click(".lm-Menu-item:has-text('Run All Cells')")
             labels = page.locator(".vitplast-value")
             labels.nth(2).wait_for(timeout=240_000)  # the third explorer: the run browser
+            page.wait_for_function(  # it opens on a stored run, not on "No run for ..."
+                "el => el.textContent.startsWith('test_acc = ')",
+                arg=labels.nth(2).element_handle(), timeout=120_000)
             gamma = page.locator(".widget-vbox", has=page.locator(".widget-hslider")).last
             label = gamma.locator(".vitplast-value")
             page.wait_for_function(  # the notebook's own move of the slider to c = 2
@@ -115,9 +118,9 @@ def test_gamma_slider_moves_the_displayed_value_in_jupyterlab(lab):
             gamma.locator(".noUi-handle").focus()
             for _ in range(6):  # 6 steps of 0.05 in log10 c: c = 2 -> ~4
                 page.keyboard.press("ArrowRight")
-            page.wait_for_function("([el, old]) => el.textContent !== old",
-                                   arg=[label.element_handle(), before], timeout=60_000)
-            page.wait_for_timeout(3000)  # let the last step's redraw land
+            page.wait_for_function(  # every step redraws in turn: wait for the last (c ~ 4)
+                "el => parseFloat(el.textContent.slice(4)) > 3.5",
+                arg=label.element_handle(), timeout=240_000)
             after = label.text_content()
             gamma.scroll_into_view_if_needed()
             page.screenshot(path=str(shots / "explorer.png"), full_page=False)

@@ -131,18 +131,3 @@ def test_unsupported_architectures_fail_clearly():
         components.component_modules(eva)
     with pytest.raises(TypeError, match="no `blocks`"):
         components.component_modules(torch.nn.Linear(2, 2))
-
-
-def test_notebook_03_conclusions_follow_the_checkpoints_in_measured_order(images):
-    import pandas as pd
-
-    from vitplast import empirical
-
-    frames = [plasticity.measure(tiny_vit(), *images, progress=False,
-                                 meta=dict(checkpoint=ckpt, task=task))
-              for ckpt in ("init", "epoch3", "final") for task in ("a", "b")]
-    text = empirical.what_this_shows(pd.concat(frames, ignore_index=True))
-    lines = text.splitlines()
-    assert lines[0].startswith("[hidden, all tasks]") and "/2 tasks" in lines[1]
-    assert [line.split("checkpoint ")[1].split(",")[0] for line in lines[2:]] == [
-        "init", "epoch3", "final"]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from vitplast import models, plasticity, store, sweep, widgets
+from vitplast import findings, models, plasticity, plots, store, sweep, widgets
 
 
 def shown(explorer, name: str) -> float:
@@ -70,11 +70,15 @@ def test_plasticity_explorer_shows_measured_rates_and_rerenders_from_cache(rando
     plt.close(fig)
 
 
-def test_what_this_shows_is_computed(random_model, gamma):
+def test_notebook_06_findings_from_the_explorers(random_model, gamma):
     view = widgets.plasticity_explorer(random_model, task="digits", source="", n_pairs=8)
-    text = widgets.what_this_shows(view, gamma, cs=(0.5, 4.0))
-    assert "plasticity ratio 0.5 " in text and "plasticity ratio 4 " in text
-    assert "Props. 1-3 bound the largest rate in 30/30" in text
+    bounds = widgets.bound_table(view)
+    assert len(bounds) == 30 and (bounds["max_rate"] <= bounds["bound"]).all()
+    scales = widgets.gamma_table(gamma, cs=(0.5, 4.0))
+    assert scales["ratio"].tolist() == pytest.approx([0.5, 4.0], rel=1e-4)
+    table = findings.explorer(bounds, scales)
+    assert table.loc[0, "measured"] == "30/30"
+    assert table["verdict"].iloc[[0, 2, 3]].tolist() == ["same as the paper (untested)"] * 3
 
 
 def _record(lr, seed, test_acc):
@@ -102,9 +106,20 @@ def test_results_browser_on_a_tiny_store(tmp_path):
     browser.controls["seed"].value = 0
     assert browser.values["test_acc"] == pytest.approx(0.42) and browser.output.outputs
     fig = browser.figure()
-    assert [ax.get_title() for ax in fig.axes] == ["loss", "val_acc", "grad_norm"]
+    assert [ax.get_ylabel() for ax in fig.axes] == list(plots.RUN_CURVES.values())
     assert np.isfinite(fig.axes[0].lines[0].get_ydata()).all()
     plt.close(fig)
+
+
+def test_results_browser_opens_on_a_run(tmp_path):
+    """The first option of every control (lr 0.01, seed 0) has no run: the browser opens on
+    the first run that exists instead of a message."""
+    for lr, seed, acc in ((0.01, 1, 0.53), (0.1, 0, 0.42)):
+        store.save_run(tmp_path, sweep.run_config("digits", "FC1", lr=lr, seed=seed),
+                       _record(lr, seed, acc))
+    browser = widgets.results_browser(tmp_path)
+    assert browser.state() == dict(task="digits", config="FC1", lr=0.01, seed=1)
+    assert browser.values["test_acc"] == pytest.approx(0.53) and browser.output.outputs
 
 
 @pytest.mark.parametrize("folder", ["empty", "missing"])

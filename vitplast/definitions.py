@@ -5,7 +5,7 @@ largest rate).
 Paper: Definition 1 and the remark P(f) <= Lip(f); objection 1 of PAPER.md (the expectation
 is over a distribution of pairs, so plasticity depends on that distribution).
 
-Used by notebook 01.
+Notebook 01's conclusions are ``findings.definitions`` of these tables. Used by notebook 01.
 """
 
 from __future__ import annotations
@@ -118,36 +118,3 @@ def attention(d: int = 32, num_heads: int = 4, seed: int = 0) -> nn.Module:
 
     torch.manual_seed(seed)
     return Attention(d, num_heads=num_heads, qkv_bias=True).eval()
-
-
-def what_this_shows(maps: pd.DataFrame, linear: pd.DataFrame, scale: pd.DataFrame,
-                    conv: pd.DataFrame) -> str:
-    """Notebook 01's conclusions, computed from its tables."""
-    ok = ((maps.plasticity <= maps.max_rate + 1e-9) & (maps.max_rate <= maps.lipschitz + 1e-6))
-    crossing = [f for f, g in maps.groupby("function")
-                if g.plasticity.max() > 1 > g.plasticity.min()]
-    lin = dict(zip(linear.quantity, linear.value))
-    ln = scale[scale.module == "LayerNorm"]
-    slope = np.polyfit(np.log(ln.scale), np.log(ln.plasticity), 1)[0]
-    att = scale[scale.module == "attention"].sort_values("scale").plasticity
-    big = conv[conv.n_pairs == conv.n_pairs.max()]
-    small = conv[conv.n_pairs == conv.n_pairs.min()]
-
-    def order_at(t):
-        means = t.groupby("component", observed=True).plasticity.mean()
-        return " > ".join(means.sort_values(ascending=False).index.astype(str))
-
-    rel = (big.ci95 / big.plasticity).max()
-    return "\n".join([
-        f"1. P <= max observed rate <= Lip held in {ok.sum()}/{len(ok)} (map, scale) cases.",
-        f"2. Plasticity depends on the pair distribution: {crossing or 'no map'} "
-        "crossed P = 1 between scales.",
-        f"3. Linear map: P = {lin['plasticity (mean rate)']:.3f} vs sqrt(mean sigma^2) = "
-        f"{lin['sqrt(mean sigma^2)']:.3f}; Lip = sigma_max = {lin['Lipschitz = sigma_max']:.3f} "
-        f"is {lin['Lipschitz = sigma_max'] / lin['plasticity (mean rate)']:.1f}x the average.",
-        f"4. LayerNorm plasticity scales as scale^{slope:.2f} (1/sigma predicts -1); attention "
-        f"went from {att.iloc[0]:.3f} to {att.iloc[-1]:.3f} over the scales tried.",
-        f"5. With {int(big.n_pairs.iloc[0])} pairs the 95% CI is at most {100 * rel:.1f}% of the "
-        f"estimate; ranking at {int(small.n_pairs.iloc[0])} pairs: {order_at(small)}; "
-        f"at {int(big.n_pairs.iloc[0])}: {order_at(big)}.",
-    ])

@@ -2,9 +2,10 @@
 how its ranking of components compares with the paper's.
 
 Paper: section 4, Fig. 2-3 and Takeaway 2 (on ViT-B: MHA > FC1 > FC2 > LN2 > LN1, with MHA,
-FC1, FC2 above 1 and the LayerNorms below).
+FC1, FC2 above 1 and the LayerNorms below; the values are ``vitplast.paper.FIG2_PLASTICITY``,
+and ``findings.plasticity_ranking`` compares with them).
 
-Used by notebooks 03 and 06.
+Used by notebooks 03, 04 and 06.
 """
 
 from __future__ import annotations
@@ -12,12 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vitplast.plasticity import PROTOCOLS, Pairs, make_pairs, measure, order, ranking
-
-#: The paper's per-component plasticity on ViT-B (read off its Fig. 2: embedding protocol,
-#: 11 datasets, per-layer means). Reference values only; nothing here is computed from them.
-PAPER_VIT_B = {"MHA": 7.5, "FC1": 4.4, "FC2": 2.1, "LN2": 0.5, "LN1": 0.35}
-
+from vitplast.plasticity import PROTOCOLS, Pairs, make_pairs, measure, order, ranking, summarize
 
 #: Seed of the pretraining-domain sample: another draw than the tasks' (seed 0), because the
 #: Fashion-MNIST tasks are built from the same test images; with one seed, pair i would hold
@@ -55,6 +51,10 @@ def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
     """``measure`` over checkpoints x tasks x protocols, as one tidy table with ``model``,
     ``checkpoint`` and ``task`` columns.
 
+    On the embedded model each (checkpoint, task, protocol) is load-or-compute, cached under
+    the cache folder by its arguments, so notebooks measuring the same thing share it (03 and
+    04 both measure the final checkpoint); other models are measured every time.
+
     Args:
         model_name: ``"vitplast_fmnist"`` or a timm name (``checkpoints`` then only label).
         tasks: embedded task names, or paper dataset names with ``data_root``.
@@ -62,43 +62,29 @@ def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
             (the paper's ImageNet val); ``None`` or ``""`` pairs images within each task.
         data_root: folder of the paper's datasets (``vitplast.paper_datasets``).
     """
-    from vitplast import models
+    from vitplast import models, store
 
     frames = []
     for ckpt in checkpoints:
         kwargs = {"checkpoint": ckpt} if model_name == models.EMBEDDED_NAME else {}
-        model = models.load_model(model_name, device=device, **kwargs)
+        model = None  # loaded at the first measurement not in the cache
         for name in tasks:
-            pairs = task_pairs(name, source, n_pairs=n_pairs, model=model, data_root=data_root)
             for protocol in protocols:
-                frames.append(measure(model, pairs, protocol=protocol, batch_size=batch_size,
-                                      progress=progress, meta=dict(model=model_name,
-                                                                   checkpoint=ckpt, task=name)))
+                def compute(name=name, protocol=protocol):
+                    nonlocal model
+                    model = model or models.load_model(model_name, device=device, **kwargs)
+                    pairs = task_pairs(name, source, n_pairs=n_pairs, model=model,
+                                       data_root=data_root)
+                    return measure(model, pairs, protocol=protocol, batch_size=batch_size,
+                                   progress=progress,
+                                   meta=dict(model=model_name, checkpoint=ckpt, task=name))
+                if model_name != models.EMBEDDED_NAME:
+                    frames.append(compute())
+                    continue
+                key = dict(model_name=model_name, checkpoint=ckpt, task=name, protocol=protocol,
+                           source=source or "", n_pairs=n_pairs, batch_size=batch_size)
+                frames.append(store.load_or_compute("rates", key, compute))
     return pd.concat(frames, ignore_index=True)
-
-
-def compare_with_paper(ranked: pd.DataFrame) -> str:
-    """Sentences comparing a measured ranking (one group of ``ranking``) with the paper's
-    Takeaway 2: the order, and which components are above / below 1."""
-    measured = order(ranked)
-    paper = " > ".join(sorted(PAPER_VIT_B, key=PAPER_VIT_B.get, reverse=True))
-    values = dict(zip(ranked["component"].astype(str), ranked["plasticity"]))
-    above = [c for c, v in values.items() if v > 1]
-    paper_above = [c for c, v in PAPER_VIT_B.items() if v > 1]
-    from scipy.stats import spearmanr
-
-    comps = list(PAPER_VIT_B)
-    rho = spearmanr([values[c] for c in comps], [PAPER_VIT_B[c] for c in comps]).statistic
-    if measured == paper:
-        verdict = "agrees with"
-    elif measured.split(" > ") == paper.split(" > ")[::-1]:
-        verdict = "reverses"
-    else:
-        verdict = ("broadly agrees with" if rho >= 0.7 else
-                   "largely reverses" if rho <= -0.7 else "differs from")
-    return (f"Measured ranking {measured} {verdict} the paper's ViT-B ranking {paper} "
-            f"(Spearman rho = {rho:+.2f}). Above 1: {above or 'none'} "
-            f"(paper: {paper_above}).")
 
 
 def checkpoint_epochs(model_name: str, checkpoints) -> dict[str, float]:
@@ -111,26 +97,105 @@ def checkpoint_epochs(model_name: str, checkpoints) -> dict[str, float]:
     return {c: known[c]["epoch"] for c in checkpoints}
 
 
-def what_this_shows(rates: pd.DataFrame, final: str = "final") -> str:
-    """Notebook 03's conclusions, computed from its per-pair table."""
-    lines = []
-    ranked = ranking(rates[rates.checkpoint == final]) if "checkpoint" in rates else ranking(rates)
-    for protocol, g in ranked.groupby("protocol"):
-        lines.append(f"[{protocol}, all tasks] " + compare_with_paper(_pooled(g)))
-        per_task = g.groupby("task").apply(order, include_groups=False)
-        top = per_task.value_counts()
-        lines.append(f"  per task, the most common order is {top.index[0]} "
-                     f"({top.iloc[0]}/{len(per_task)} tasks).")
-    if "checkpoint" in rates and rates.checkpoint.nunique() > 1:
-        everything = ranking(rates)
-        for ckpt in rates.checkpoint.unique():  # in the order measured (along pretraining)
-            for protocol, g in everything[everything.checkpoint == ckpt].groupby("protocol"):
-                lines.append(f"[{protocol}, checkpoint {ckpt}, all tasks] {order(_pooled(g))}")
-    return "\n".join(lines)
+def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",),
+                     pretraining_tasks: list[str] | None = None, source: str | None = "fmnist",
+                     data_root: str = "", n_pairs: int = 256, batch_size: int = 64,
+                     weights_file: str = "") -> pd.DataFrame:
+    """Notebook 03's measurement, load-or-compute (cached under the cache folder, keyed by
+    every argument): the last checkpoint on every task of ``tasks``, the earlier checkpoints on
+    those of ``tasks`` in ``pretraining_tasks`` only (default: all tasks), both protocols, no
+    progress bars.
+
+    Paper: section 4, Fig. 2-3. Used by notebook 03.
+    """
+    from vitplast import store
+
+    *early, last = list(checkpoints)
+    along = [t for t in tasks if pretraining_tasks is None or t in pretraining_tasks]
+    if early and not along:
+        raise ValueError(f"pretraining_tasks {pretraining_tasks} share no task with {tasks}")
+    params = dict(model_name=model_name, weights_file=weights_file, checkpoints=list(checkpoints),
+                  tasks=list(tasks), pretraining_tasks=along, source=source,
+                  data_root=data_root, n_pairs=n_pairs, batch_size=batch_size)
+    kw = dict(source=source, data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
+              progress=False)
+
+    def compute():
+        frames = [measure_tasks(model_name, along, checkpoints=early, **kw)] if early else []
+        frames.append(measure_tasks(model_name, list(tasks), checkpoints=[last], **kw))
+        return pd.concat(frames, ignore_index=True)
+
+    return store.load_or_compute("plasticity", params, compute)
 
 
-def _pooled(ranked: pd.DataFrame) -> pd.DataFrame:
-    """A ``ranking`` table pooled over tasks: plasticity averaged per component, re-ranked."""
-    pooled = ranked.groupby("component", observed=True).plasticity.mean().reset_index()
-    pooled["rank"] = pooled.plasticity.rank(ascending=False, method="min").astype(int)
-    return pooled
+def pooled_layers(rates: pd.DataFrame, checkpoint: str) -> pd.DataFrame:
+    """Per (protocol, layer, component) at ``checkpoint``: ``plasticity`` and ``ci95`` of
+    ``plasticity.summarize``, averaged over tasks (the figures' pooled view).
+
+    Paper: Fig. 2-3. Used by notebook 03."""
+    per_layer = summarize(rates[rates["checkpoint"] == checkpoint], by=("layer", "component"))
+    return (per_layer.groupby(["protocol", "layer", "component"], observed=True)
+            [["plasticity", "ci95"]].mean().reset_index())
+
+
+def precision(rates: pd.DataFrame, checkpoint: str) -> pd.DataFrame:
+    """How precise the per-layer estimates are with the pairs used: per protocol, the median
+    and the largest 95% CI half-width relative to the plasticity, over (task, layer,
+    component), and the pairs per estimate. Used by notebook 03 (the choice of ``n_pairs``)."""
+    per_layer = summarize(rates[rates["checkpoint"] == checkpoint], by=("layer", "component"))
+    rel = per_layer.assign(relative_ci95=per_layer["ci95"] / per_layer["plasticity"])
+    return rel.groupby("protocol").agg(pairs=("n", "min"), median_relative_ci95=(
+        "relative_ci95", "median"), max_relative_ci95=("relative_ci95", "max")).reset_index()
+
+
+def task_orders(ranked: pd.DataFrame) -> pd.DataFrame:
+    """Per (protocol, task) of a ``plasticity.ranking`` table: the order of the components as
+    text (``plasticity.order``). Used by notebook 03."""
+    return (ranked.groupby(["protocol", "task"]).apply(order, include_groups=False)
+            .rename("order").to_frame())
+
+
+def along_pretraining(rates: pd.DataFrame, model_name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Plasticity along the pretraining checkpoints, on the tasks measured at every checkpoint.
+
+    Returns:
+        (ranked, curve): ``plasticity.ranking`` per checkpoint in measured order, and its mean
+        over those tasks per (protocol, epoch, component), with ``epoch`` from the manifest.
+
+    Paper: not studied there (it measures the final model). Used by notebook 03.
+    """
+    ckpts = list(dict.fromkeys(rates["checkpoint"]))
+    everywhere = set.intersection(*(set(rates.loc[rates["checkpoint"] == c, "task"])
+                                    for c in ckpts))
+    ranked = ranking(rates[rates["task"].isin(everywhere)])
+    ranked["checkpoint"] = pd.Categorical(ranked["checkpoint"], ckpts, ordered=True)
+    ranked = ranked.sort_values(["checkpoint", "task", "rank"], kind="stable")
+    ranked["checkpoint"] = ranked["checkpoint"].astype(str)
+    ranked["epoch"] = ranked["checkpoint"].map(checkpoint_epochs(model_name, ckpts))
+    curve = (ranked.groupby(["protocol", "epoch", "component"], observed=True)["plasticity"]
+             .mean().reset_index())
+    return ranked, curve
+
+
+def finetuning_inputs(tasks: list[str], *, protocol: str = "hidden", n_pairs: int = 256
+                      ) -> tuple[pd.DataFrame, pd.Series]:
+    """What notebook 04 needs besides its runs, load-or-compute (cached): the embedded model's
+    per-pair rates on each task under ``protocol`` (``measure_tasks``, final checkpoint), and
+    the linear probe's test accuracy (%) per task (``finetune.linear_probes``). The rates are
+    ``measure_tasks``'s cached ones: after notebook 03 (same pairs) they are read, not measured.
+
+    Paper: Takeaway 3 (plasticity vs gain), Table 1's linear-probe column. Used by notebook 04.
+    """
+    import torch
+
+    from vitplast import finetune, models, store
+
+    rates = measure_tasks(models.EMBEDDED_NAME, tasks, protocols=[protocol], n_pairs=n_pairs,
+                          progress=False)
+
+    @torch.no_grad()  # features only: no autograd graph (about 20% faster on a CPU)
+    def probes():
+        return finetune.linear_probes(models.EMBEDDED_NAME, tasks)
+
+    probe = store.load_or_compute("probe-04", dict(tasks=tasks), probes)
+    return rates, probe.set_index("task")["test_acc"]

@@ -4,8 +4,9 @@
 injected into each notebook (the notebook's own ``parameters`` cell holds the ``default``
 profile's values):
 
-- ``smoke``: CI, every notebook in a minute or two;
-- ``default``: a laptop CPU, the whole sequence in under 30 minutes (the notebooks' defaults);
+- ``smoke``: CI, the whole sequence within 3 minutes;
+- ``default``: a laptop CPU, the whole sequence within 12 minutes on 2 cores from an empty
+  cache (the notebooks' defaults; ``benchmarks/notebook_times.py`` measures both);
 - ``paper``: the paper's protocol on a GPU (ViT-B/16 in21k, its datasets and grid); needs the
   weights (hub or ``-p weights_file PATH``) and the datasets under ``data_root``.
 
@@ -50,7 +51,7 @@ PROFILES: dict[str, dict[str, dict]] = {
                               checkpoints=["init", "final"], scales=[0.5, 1.0, 2.0]),
         "04_finetuning": dict(study="smoke", recompute=True, n_pairs=16),
         "05_confounds": dict(study="smoke", recompute=True),
-        "06_explorer": dict(n_pairs=16),
+        "06_explorer": dict(n_pairs=16, scales=[0.5, 2.0]),
     },
     "default": {},
     # The paper's protocol on a GPU: ViT-B/16 in21k (hub, or -p weights_file ...), the 11

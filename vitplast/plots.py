@@ -2,19 +2,25 @@
 
 Nothing here computes results or holds numbers: callers pass the tables that
 ``vitplast.plasticity``, ``.intervals``, ``.sweep`` produce. Notebooks save what they show with
-``save``.
+``save``. Every figure is drawn inside ``theme()`` (seaborn's whitegrid, restored after);
+importing this module sets no global style. Axes are named in words (``LABELS``); log axes
+carry plain, non-overlapping tick labels (``log_axis``). The explorers of ``vitplast.widgets``
+redraw ``rate_histogram``, ``layernorm_rescale`` and ``run_curves``.
 
 Used by notebooks 01-06.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import seaborn as sns
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from vitplast.components import COMPONENTS
 
@@ -23,15 +29,59 @@ ORDER = list(COMPONENTS)
 CONFIG_ORDER = ["full", "head", "MHA", "FC1", "FC2", "LN2", "LN1"]
 #: At most this many panels per row; more wrap onto new rows.
 MAX_COLS = 4
+#: Axis labels in words for the column names the figures plot most.
+LABELS = {"plasticity": "plasticity (mean rate over pairs)", "layer": "layer (block index)",
+          "component": "component", "rate": "rate per pair ||f(x) - f(y)|| / ||x - y||",
+          "n_pairs": "number of pairs", "step": "training step", "lr": "learning rate",
+          "epoch": "pretraining epoch", "scale": "input scale"}
+
+
+@contextlib.contextmanager
+def theme():
+    """Seaborn's whitegrid style for the figures drawn inside the block; the global
+    matplotlib settings are restored after it (nothing is set on import)."""
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook"):
+        yield
 
 
 def _themed(fn):
-    """Draw ``fn``'s figure in seaborn's whitegrid style, without changing the global theme."""
+    """Draw ``fn``'s figure inside ``theme()``."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        with sns.axes_style("whitegrid"), sns.plotting_context("notebook"):
+        with theme():
             return fn(*args, **kwargs)
     return wrapper
+
+
+def _label(name: str | None, given: str | None = None) -> str:
+    return given or LABELS.get(name, name or "")
+
+
+def log_axis(ax, which: str = "y") -> None:
+    """A log axis whose tick labels never overlap: plain numbers (0.3, 2, 10), no labels on
+    minor ticks; majors at 1, 2, 3 and 5 per decade when the axis spans less than 1.5 decades,
+    at 1, 2 and 5 below 2 decades, else one per decade."""
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    (ax.set_yscale if which == "y" else ax.set_xscale)("log")
+    lo, hi = (ax.get_ylim() if which == "y" else ax.get_xlim())
+    decades = math.log10(hi / lo) if lo > 0 else math.inf
+    subs = (1.0, 2.0, 3.0, 5.0) if decades < 1.5 else (1.0, 2.0, 5.0) if decades < 2 else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def robust_ylim(ax, values, q: float = 0.02, log: bool = False) -> None:
+    """Y limits from the ``q`` and ``1 - q`` quantiles of ``values`` (padded by 10%), so that
+    one spiking curve does not flatten the others; the spike leaves the frame."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & ((v > 0) if log else True)]
+    if not len(v):
+        return
+    lo, hi = np.quantile(np.log10(v) if log else v, [q, 1 - q])
+    pad = 0.1 * (hi - lo) or 0.05
+    lo, hi = lo - pad, hi + pad
+    ax.set_ylim(*((10 ** lo, 10 ** hi) if log else (lo, hi)))
 
 
 def save(fig: plt.Figure, folder: str | Path, name: str) -> Path | None:
@@ -46,8 +96,12 @@ def save(fig: plt.Figure, folder: str | Path, name: str) -> Path | None:
 
 def _grid(df, col, height=3.2, aspect=1.2, **kw):
     """A figure with one panel per value of ``col``, at most ``MAX_COLS`` per row; returns
-    (fig, the used axes in order, the values). Unused panels are hidden."""
-    cols = (list(dict.fromkeys(df[col])) or [None]) if col else [None]
+    (fig, the used axes in order, the values, sorted). Unused panels are hidden."""
+    values = list(dict.fromkeys(df[col])) if col else []
+    try:  # sorted: the same panel order in every figure, whatever order the rows came in
+        cols = sorted(values) or [None]
+    except TypeError:  # values of mixed types: as they come
+        cols = values or [None]
     ncols = min(len(cols), MAX_COLS)
     aspect = aspect * 1.4 if ncols == 1 else aspect  # room for a legend beside one panel
     nrows = math.ceil(len(cols) / ncols)
@@ -70,23 +124,29 @@ def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None
     """Fig. 2 analogue: per component, a box over layers of per-layer plasticity.
 
     Args:
-        summary: ``vitplast.plasticity.summarize`` output (one row per layer x component).
+        summary: ``vitplast.plasticity.summarize`` output (one row per layer x component), or
+            ``vitplast.empirical.pooled_layers``.
         col: a column to split into panels (e.g. protocol), or None.
         hue: a column to colour by (e.g. task or checkpoint), or None.
+
+    Used by notebook 03.
     """
     fig, axes, cols = _grid(summary, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = summary if value is None else summary[summary[col] == value]
         sns.boxplot(sub, x="component", y="plasticity", hue=hue, order=ORDER, ax=ax)
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
-        ax.set_title(f"{col} = {value}" if value is not None else "")
+        ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
+               ylabel="plasticity per layer (mean rate)")
     fig.tight_layout()
     return fig
 
 
 @_themed
-def plasticity_by_layer(summary, col: str | None = "protocol", style: str | None = None):
-    """Fig. 3 analogue: per-layer plasticity curves per component, with 95% CI bands."""
+def plasticity_by_layer(summary, col: str | None = "protocol"):
+    """Fig. 3 analogue: per-layer plasticity curves per component, with 95% CI bands.
+
+    Used by notebook 03."""
     fig, axes, cols = _grid(summary, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = summary if value is None else summary[summary[col] == value]
@@ -95,23 +155,26 @@ def plasticity_by_layer(summary, col: str | None = "protocol", style: str | None
             line, = ax.plot(part.index, part["plasticity"], marker="o", label=comp)
             ax.fill_between(part.index, part["plasticity"] - part["ci95"],
                             part["plasticity"] + part["ci95"], color=line.get_color(), alpha=0.2)
-        ax.set_xlabel("layer")
-        ax.set_ylabel("plasticity")
-        ax.set_yscale("log")
-        ax.set_title(f"{col} = {value}" if value is not None else "")
-    axes[-1].legend(bbox_to_anchor=(1.02, 1), loc="upper left")
+        ax.set(xlabel=_label("layer"), ylabel=_label("plasticity"),
+               title=f"{col} = {value}" if value is not None else "")
+        log_axis(ax)
+    axes[-1].legend(title="component", bbox_to_anchor=(1.02, 1), loc="upper left")
     fig.tight_layout()
     return fig
 
 
 @_themed
 def rate_distributions(df, col: str | None = "protocol"):
-    """Per-pair rate distributions per component (all layers pooled), log scale."""
+    """Per-pair rate distributions per component (all layers pooled), log scale.
+
+    Used by notebook 03."""
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
         sns.violinplot(sub, x="component", y="rate", order=ORDER, ax=ax, log_scale=True, cut=0)
-        ax.set_title(f"{col} = {value}" if value is not None else "")
+        ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
+               ylabel=_label("rate"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
     fig.tight_layout()
     return fig
 
@@ -119,23 +182,31 @@ def rate_distributions(df, col: str | None = "protocol"):
 @_themed
 def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = False,
           logy: bool = False, band: str | None = None, title: str = "",
-          xlabel: str | None = None, ylabel: str | None = None):
+          xlabel: str | None = None, ylabel: str | None = None, robust: bool = False):
     """Line plot of ``y`` against ``x`` per ``hue`` (optionally ``band`` = +- column), one panel
-    per ``col`` value; ``xlabel``/``ylabel`` name the axes in words (default: column names)."""
+    per ``col`` value; ``xlabel``/``ylabel`` name the axes in words (default: ``LABELS``, else
+    the column name). ``robust``: y limits from the 2-98% quantiles (``robust_ylim``).
+
+    Used by notebooks 01 and 03-05."""
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
+        shown = []
         for key, g in sorted(sub.groupby(hue, observed=True, sort=False), key=_config_rank):
             g = g.groupby(x)[[y] + ([band] if band else [])].mean().reset_index()
             line, = ax.plot(g[x], g[y], marker="o", label=str(key))
+            shown.append(g[y])
             if band:
                 ax.fill_between(g[x], g[y] - g[band], g[y] + g[band], alpha=0.2,
                                 color=line.get_color())
-        ax.set_xscale("log" if logx else "linear")
-        ax.set_yscale("log" if logy else "linear")
-        ax.set_xlabel(xlabel or x)
-        ax.set_ylabel(ylabel or y)
-        ax.set_title(f"{title}{value}" if value is not None else title)
+        if logx:
+            log_axis(ax, "x")
+        if robust and shown:
+            robust_ylim(ax, np.concatenate(shown), log=logy)
+        if logy:
+            log_axis(ax, "y")
+        ax.set(xlabel=_label(x, xlabel), ylabel=_label(y, ylabel),
+               title=f"{title}{value}" if value is not None else title)
     if len(df):
         axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
     else:
@@ -148,15 +219,18 @@ def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = Fal
 @_themed
 def scatter(df, x: str, y: str, hue: str, logx: bool = False, title: str = "",
             col: str | None = None, xlabel: str | None = None, ylabel: str | None = None):
-    """Scatter of ``y`` against ``x`` coloured by ``hue``, one panel per ``col`` value."""
+    """Scatter of ``y`` against ``x`` coloured by ``hue``, one panel per ``col`` value.
+
+    Used by notebook 04."""
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
         sns.scatterplot(sub, x=x, y=y, hue=hue, ax=ax, legend=ax is axes[-1], s=60)
-        ax.set_xscale("log" if logx else "linear")
+        if logx:
+            log_axis(ax, "x")
         ax.axhline(0, color="k", lw=0.8, ls="--")
-        ax.set(title=f"{title}{value}" if value is not None else title, xlabel=xlabel or x,
-               ylabel=ylabel or y)
+        ax.set(title=f"{title}{value}" if value is not None else title, xlabel=_label(x, xlabel),
+               ylabel=_label(y, ylabel))
     if axes[-1].get_legend() is not None:
         axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
     fig.tight_layout()
@@ -168,8 +242,9 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
                 significant: str | None = None, title: str = "", xlabel: str | None = None):
     """A forest plot: per row of ``df``, ``diff`` with a +-``ci`` bar, against zero.
 
-    ``significant`` (a boolean column) draws the rows it marks filled, the others hollow.
-    Used by notebooks 04 (paired tests) and 05 (verdicts).
+    ``significant`` (a boolean column) draws the rows it marks filled, the others hollow;
+    ``xlabel`` names the difference in words (default: "difference, with its 95% CI").
+    Used by notebooks 04 (findings) and 05 (verdicts).
     """
     import textwrap
 
@@ -181,7 +256,7 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
                     markerfacecolor="C0" if full else "white")
     ax.axvline(0, color="k", lw=0.8, ls="--")
     ax.set(yticks=list(y), yticklabels=[textwrap.fill(str(v), 45) for v in df[label]], title=title,
-           xlabel=xlabel or f"{diff} (+- {ci})")
+           xlabel=xlabel or "difference, with its 95% CI")
     fig.tight_layout()
     return fig
 
@@ -214,14 +289,23 @@ def intervals(df):
 
 
 @_themed
-def findings(table, unit: str, title: str = ""):
-    """A forest plot of the findings rows measured in ``unit`` (``vitplast.findings``): each
-    difference with its 95% CI, filled where Holm-significant. Used by notebooks 04-05."""
-    rows = table[(table["unit"] == unit) & (table["test"] != "none")].reset_index(drop=True)
-    rows = rows.assign(significant=rows["p_holm"] < 0.05)
+def findings(table, unit: str | None = None, title: str = "", xlabel: str | None = None,
+             alpha: float | None = None):
+    """A forest plot of the tested findings rows measured in ``unit`` (``vitplast.findings``;
+    default: the unit of most tested rows): each difference with its 95% CI, filled where the
+    table's own Holm-corrected p is below ``alpha`` (default ``findings.ALPHA``).
+
+    Used by notebooks 04-05."""
+    from vitplast.findings import ALPHA
+
+    alpha = ALPHA if alpha is None else alpha
+    tested = table[table["test"] != "none"]
+    unit = unit or tested["unit"].value_counts().index[0]
+    rows = tested[tested["unit"] == unit].reset_index(drop=True)
+    rows = rows.assign(significant=rows["p_holm"] < alpha)
     return differences(rows, label="claim", diff="measured", ci="ci95", significant="significant",
-                       title=title or "filled: significant after Holm correction",
-                       xlabel=unit)
+                       title=title or f"filled: Holm-corrected p < {alpha:g}; hollow: not",
+                       xlabel=xlabel or f"difference, with its 95% CI ({unit})")
 
 
 @_themed
@@ -243,5 +327,104 @@ def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: st
                title=f"{title}{value}" if value is not None else title)
     if axes[-1].get_legend() is not None:
         axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+# -- Explorers (notebook 06): the figures the widgets redraw ---------------------------------
+
+def message(text: str):
+    """A figure holding only ``text`` (an explorer's view with nothing to plot)."""
+    fig, ax = plt.subplots(figsize=(7, 0.5))
+    ax.axis("off")
+    ax.text(0, 0.5, text, va="center", fontsize=9)
+    return fig
+
+
+@_themed
+def rate_histogram(rates, bound: float, bound_name: str, title: str = ""):
+    """Per-pair rates of one component (log-spaced bins), their mean (the plasticity) and the
+    bound of ``bound_name`` (e.g. "Prop. 1"). Paper: Definition 1, Props. 1-3. Used by
+    notebook 06 (``widgets.plasticity_explorer``)."""
+    r = np.asarray(rates, dtype=float)
+    p = float(r.mean())
+    fig, ax = plt.subplots(figsize=(6.5, 3))
+    lo = r[r > 0].min() if (r > 0).any() else 1e-6
+    ax.hist(r, bins=np.geomspace(lo, max(r.max(), bound) * 1.05, 50), color="C0", alpha=0.8)
+    ax.axvline(p, color="k", label=f"plasticity {p:.3g}")
+    ax.axvline(bound, color="C3", ls="--", label=f"bound ({bound_name}) {bound:.3g}")
+    ax.set(xlabel=_label("rate"), ylabel="number of pairs", title=title)
+    log_axis(ax, "x")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+@_themed
+def layernorm_rescale(visited, c: float, title: str = ""):
+    """Left: a LayerNorm's plasticity and Prop. 1 bound after scaling gamma and beta by ``c``,
+    beside c times their values at c = 1; right: the largest logit difference from the
+    original model, function-preserving and raw.
+
+    Args:
+        visited: one row per scale visited: ``c``, ``plasticity``, ``bound``,
+            ``diff_preserved``, ``diff_raw`` (a row at c = 1 included).
+        c: the scale shown now (marked).
+
+    Paper: Prop. 1, objections 3-4. Used by notebook 06 (``widgets.gamma_explorer``).
+    """
+    v = visited.sort_values("c")
+    one = v[v["c"] == 1.0].iloc[0]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
+    grid = np.geomspace(0.1, 10, 50)
+    left.plot(grid, grid * one["plasticity"], "C0-", lw=0.8, label="c x plasticity at c = 1")
+    left.plot(grid, grid * one["bound"], "C3--", lw=0.8, label="c x bound at c = 1")
+    left.plot(v["c"], v["plasticity"], "C0o", ms=4, label="plasticity")
+    left.plot(v["c"], v["bound"], "C3v", ms=4, label="bound (Prop. 1)")
+    now = v[v["c"] == c]
+    left.plot(now["c"], now["plasticity"], "ko", ms=7, label=f"c = {c:.3g}")
+    right.plot(v["c"], v["diff_preserved"].clip(lower=1e-12), "C2o-", label="function-preserving")
+    right.plot(v["c"], v["diff_raw"].clip(lower=1e-12), "C1s-", label="raw (not preserving)")
+    left.set(title=title, ylabel="plasticity and bound")
+    right.set(title="the network's output (0 drawn at 1e-12)", ylabel="max |logit difference|")
+    for ax in (left, right):
+        ax.set(xlabel="scale c of gamma and beta", xlim=(0.09, 11))
+        log_axis(ax, "x")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+#: Finetuning curves of ``run_curves``: metric -> axis label.
+RUN_CURVES = {"loss": "training loss", "val_acc": "validation accuracy (fraction)",
+              "grad_norm": "gradient norm"}
+
+
+@_themed
+def run_curves(history, title: str = ""):
+    """The training loss, validation accuracy and gradient norms (global, and per component:
+    ``grad_norm/<component>``) of finetuning runs along their steps, one line per run.
+
+    Args:
+        history: ``results.history`` rows of the runs: ``run``, ``step``, ``metric``, ``value``.
+
+    Paper: Fig. 4 (training dynamics). Used by notebook 06 (``widgets.results_browser``).
+    """
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    h = history.dropna(subset=["value"])
+    for run, part in h.groupby("run", sort=False):
+        for ax, metric in zip(axes, RUN_CURVES):
+            m = part[part["metric"] == metric]
+            ax.plot(m["step"], m["value"], marker=".", label=f"global, run {str(run)[:8]}")
+        for metric in sorted(m for m in set(part["metric"]) if m.startswith("grad_norm/")):
+            m = part[part["metric"] == metric]
+            axes[2].plot(m["step"], m["value"], lw=0.8, label=metric[len("grad_norm/"):])
+    for ax, (metric, name) in zip(axes, RUN_CURVES.items()):
+        ax.set(xlabel=_label("step"), ylabel=name, title=metric.replace("_", " "))
+        if metric == "grad_norm":
+            ax.set_yscale("log")
+    axes[2].legend(fontsize=6)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig

@@ -5,7 +5,9 @@ Takeaway 3 (finetuning results).
 
 Each explorer is an ``Explorer`` (a VBox, see its docstring) that caches its forward passes:
 changing a layer, a component or a run only redraws. Image pairs are cached per (task,
-source, n_pairs) for the session.
+source, n_pairs) for the session. The figures are drawn by ``vitplast.plots``
+(``rate_histogram``, ``layernorm_rescale``, ``run_curves``); ``bound_table`` and
+``gamma_table`` turn the explorers' views into the tables of notebook 06's findings.
 
 Used by notebook 06.
 """
@@ -20,17 +22,15 @@ from pathlib import Path
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
-import numpy as np
+import pandas as pd
 import torch
-from matplotlib.ticker import NullFormatter
 
-from vitplast import ablations, bounds, data, empirical, models, plasticity, results
+from vitplast import ablations, bounds, data, empirical, models, plasticity, plots, results
 from vitplast.components import COMPONENTS
 
 #: Component -> the proposition bounding it.
 PROPOSITION = {"LN1": "Prop. 1", "LN2": "Prop. 1", "MHA": "Prop. 3", "FC1": "Prop. 2",
                "FC2": "Prop. 2"}
-_CURVES = ("loss", "val_acc", "grad_norm")
 
 
 class Explorer(widgets.VBox):
@@ -69,11 +69,7 @@ class Explorer(widgets.VBox):
     def figure(self):
         """The current view as a matplotlib Figure (the message when there is no plot)."""
         fig = self._draw(**self.state())[2]
-        if fig is None:
-            fig, ax = plt.subplots(figsize=(7, 0.5))
-            ax.axis("off")
-            ax.text(0, 0.5, self.value_label.value, va="center", fontsize=9)
-        return fig
+        return plots.message(self.value_label.value) if fig is None else fig
 
 
 def _png(fig) -> dict:
@@ -170,16 +166,8 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
         p, b = float(r.mean()), float(bound[(layer, component)])
         values = dict(plasticity=p, bound=b, bound_over_plasticity=b / p,
                       max_rate=float(r.max()), n=len(r))
-        fig, ax = plt.subplots(figsize=(6.5, 3))
-        lo = r[r > 0].min() if (r > 0).any() else 1e-6
-        ax.hist(r, bins=np.geomspace(lo, max(r.max(), b) * 1.05, 50), color="C0", alpha=0.8)
-        ax.axvline(p, color="k", label=f"plasticity {p:.3g}")
-        ax.axvline(b, color="C3", ls="--", label=f"bound ({PROPOSITION[component]}) {b:.3g}")
-        ax.set(xscale="log", xlabel="rate ||f(x)-f(y)|| / ||x-y||", ylabel="pairs",
-               title=f"{component}, layer {layer} · {checkpoint} · {task} · {protocol}")
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.legend(fontsize=8)
-        fig.tight_layout()
+        fig = plots.rate_histogram(r, b, PROPOSITION[component], title=f"{component}, layer "
+                                   f"{layer} · {checkpoint} · {task} · {protocol}")
         return values, _fmt(values), fig
 
     depth = len(model.blocks) if model is not None else models.EMBEDDED_ARCH["depth"]
@@ -236,21 +224,12 @@ def gamma_explorer(model=None, *, checkpoint: str | None = None, task: str = "di
         values = dict(c=float(c), plasticity=p, bound=b, ratio=p / one["plasticity"][layer],
                       diff_preserved=now["diff_preserved"], diff_raw=now["diff_raw"])
         seen = sorted(k[1] for k in cache if k[0] == ln)
-        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3))
-        grid = np.geomspace(0.1, 10, 50)
-        left.plot(grid, grid * one["plasticity"][layer], "C0-", lw=0.8, label="c P(1)")
-        left.plot(grid, grid * one["bound"][layer], "C3--", lw=0.8, label="c bound(1)")
-        for name, fmt in (("plasticity", "C0o"), ("bound", "C3v")):
-            left.plot(seen, [cache[(ln, s)][name][layer] for s in seen], fmt, ms=4, label=name)
-        left.plot([c], [p], "ko", ms=7, label=f"c = {c:.3g}")
-        for name, fmt in (("diff_preserved", "C2o-"), ("diff_raw", "C1s-")):
-            right.plot(seen, [max(cache[(ln, s)][name], 1e-12) for s in seen], fmt, label=name)
-        left.set(title=f"{ln}, layer {layer}: plasticity and Prop. 1 bound", yscale="log")
-        right.set(title="max |logit difference| from the original (0 at 1e-12)", yscale="log")
-        for ax in (left, right):
-            ax.set(xscale="log", xlabel="c", xlim=(0.09, 11))
-            ax.legend(fontsize=7)
-        fig.tight_layout()
+        visited = pd.DataFrame([dict(c=s, plasticity=cache[(ln, s)]["plasticity"][layer],
+                                     bound=cache[(ln, s)]["bound"][layer],
+                                     diff_preserved=cache[(ln, s)]["diff_preserved"],
+                                     diff_raw=cache[(ln, s)]["diff_raw"]) for s in seen])
+        fig = plots.layernorm_rescale(visited, c, title=f"{ln}, layer {layer}: plasticity and "
+                                      "Prop. 1 bound")
         return values, _fmt(values), fig
 
     controls = dict(ln=_dropdown("LayerNorm", list(ablations.NEXT_LINEAR)),
@@ -288,50 +267,52 @@ def results_browser(root: str | Path | None = None) -> Explorer:
         values = dict(test_acc=float(sel["test_acc"].mean()),
                       best_val_acc=float(sel["best_val_acc"].mean()), runs=len(sel),
                       status=", ".join(sel["status"].astype(str)))
-        fig, axes = plt.subplots(1, 3, figsize=(11, 3))
-        for run in sel["run"]:
-            h = curves[curves["run"] == run].dropna(subset=["value"])
-            for ax, metric in zip(axes, _CURVES):
-                part = h[h["metric"] == metric]
-                ax.plot(part["step"], part["value"], marker=".", label=run[:8])
-            for metric in sorted(m for m in set(h["metric"]) if m.startswith("grad_norm/")):
-                part = h[h["metric"] == metric]
-                axes[2].plot(part["step"], part["value"], lw=0.8, label=metric[10:])
-        for ax, metric in zip(axes, _CURVES):
-            ax.set(xlabel="step", title=metric, yscale="log" if metric == "grad_norm" else "linear")
-        axes[2].legend(fontsize=6)
-        fig.suptitle(f"{task} · {config} · lr {lr:g} · seed {seed} · test acc "
-                     f"{values['test_acc']:.4f}", fontsize=9)
-        fig.tight_layout()
+        fig = plots.run_curves(curves[curves["run"].isin(sel["run"])],
+                               title=f"{task} · {config} · lr {lr:g} · seed {seed} · test acc "
+                                     f"{values['test_acc']:.4f}")
         return values, _fmt(values), fig
 
-    controls = {k: _dropdown(k, sorted(runs[k].dropna().unique().tolist()))
+    first = opening_run(runs)
+    controls = {k: _dropdown(k, sorted(runs[k].dropna().unique().tolist()), first[k])
                 for k in ("task", "config", "lr", "seed")}
     controls["lr"].options = [(f"{v:g}", v) for v in controls["lr"].options]
+    controls["lr"].value = first["lr"]
     return Explorer(controls, draw, compute=lambda: (runs, curves))
 
 
-def what_this_shows(view: Explorer, gamma: Explorer, cs=(0.1, 0.5, 2.0, 10.0),
-                    browser: Explorer | None = None) -> str:
-    """Facts computed from the explorers' current views, one per line.
+def opening_run(runs: pd.DataFrame) -> dict:
+    """The (task, config, lr, seed) the results browser opens on, so that the first view always
+    shows a run: among the finished runs (status ok, if any), the best on validation accuracy
+    (ties: the first in sorted order). Used by notebook 06."""
+    ok = runs[runs["status"] == "ok"] if (runs["status"] == "ok").any() else runs
+    keys = ["task", "config", "lr", "seed"]
+    ok = ok.dropna(subset=keys).sort_values(keys)
+    first = ok.loc[ok["best_val_acc"].fillna(-1).idxmax()] if "best_val_acc" in ok else ok.iloc[0]
+    return {k: getattr(first[k], "item", lambda v=first[k]: v)() for k in keys}
 
-    Paper: Props. 1-3, objections 3-4, Takeaway 3. Used by notebook 06.
-    """
-    s, g = view.state(), gamma.state()
+
+def bound_table(view: Explorer) -> pd.DataFrame:
+    """The plasticity explorer's current (checkpoint, task, protocol) as a table: per layer and
+    component, ``plasticity`` (mean rate), ``max_rate`` and ``bound`` (Props. 1-3), from its
+    cache. Used by notebook 06's findings (``findings.explorer``)."""
+    s = view.state()
     df, bound = view.compute(s["checkpoint"], s["task"], s["protocol"])
-    per = df.groupby(["layer", "component"], observed=True)["rate"].agg(["mean", "max"])
-    held = sum(per.loc[k, "max"] <= b for k, b in bound.items())
-    tightness = np.median([b / per.loc[k, "mean"] for k, b in bound.items()])
-    lines = [f"[{s['checkpoint']}, {s['task']}, {s['protocol']}] {s['component']} layer "
-             f"{s['layer']}: {_fmt(view.values)}",
-             f"Props. 1-3 bound the largest rate in {held}/{len(bound)} (layer, component) of "
-             f"this view; median bound / plasticity {tightness:.3g}."]
-    one = gamma.compute(g["ln"], 1.0)["plasticity"][g["layer"]]
+    per = (df.groupby(["layer", "component"], observed=True)["rate"]
+           .agg(plasticity="mean", max_rate="max").reset_index())
+    per["bound"] = [bound[(int(r.layer), str(r.component))] for r in per.itertuples()]
+    return per
+
+
+def gamma_table(gamma: Explorer, cs=(0.1, 0.5, 2.0, 10.0)) -> pd.DataFrame:
+    """The LayerNorm explorer at each scale of ``cs`` (its current LayerNorm and layer): ``c``,
+    ``ratio`` (plasticity / plasticity at c = 1), ``bound_ratio``, ``diff_preserved``,
+    ``diff_raw``. Used by notebook 06's findings (``findings.explorer``)."""
+    s = gamma.state()
+    layer, one = s["layer"], gamma.compute(s["ln"], 1.0)
+    rows = []
     for c in cs:
-        r = gamma.compute(g["ln"], c)
-        lines.append(f"{g['ln']} times c = {c:g}: plasticity ratio "
-                     f"{r['plasticity'][g['layer']] / one:.6g} (layer {g['layer']}), max |logit "
-                     f"diff| preserved {r['diff_preserved']:.2g}, raw {r['diff_raw']:.3g}.")
-    if browser is not None:
-        lines.append(f"Results browser: {_fmt(browser.values) or browser.value_label.value}")
-    return "\n".join(lines)
+        r = gamma.compute(s["ln"], c)
+        rows.append(dict(c=float(c), ratio=r["plasticity"][layer] / one["plasticity"][layer],
+                         bound_ratio=r["bound"][layer] / one["bound"][layer],
+                         diff_preserved=r["diff_preserved"], diff_raw=r["diff_raw"]))
+    return pd.DataFrame(rows)

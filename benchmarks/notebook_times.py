@@ -1,0 +1,98 @@
+"""Wall time of the notebook sequence from an empty cache: ``make run`` (default profile) and the
+smoke profile, measured side by side in one run.
+
+Each profile runs ``python -m vitplast notebooks run --profile P`` in a fresh process with
+``VITPLAST_CACHE`` pointing to its own new, empty folder, so nothing measured or trained by an
+earlier run is reused (the shipped checkpoints and finetuning results are package data and are
+read as ``make run`` reads them). Fashion-MNIST comes from the Debian package as in a fresh
+checkout (``vitplast.data`` unpacks it into the cache; that unpacking is timed too); without
+that package, its raw files are copied from the current cache before the clock starts.
+
+Targets: the default profile <= 720 s (12 minutes on 2 cores), the smoke profile <= 180 s.
+Prints a table of seconds per notebook and, as its last lines,
+``RESULT default_run_seconds <v> target <= 720`` and ``RESULT smoke_run_seconds <v> target <= 180``;
+exits 1 on a miss or a failed notebook.
+
+Run: ``python benchmarks/notebook_times.py [--profiles smoke default] [--keep DIR]``
+(``make notebook-times``).
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+TARGETS = {"default": 720.0, "smoke": 180.0}
+RAW = Path("data") / "FashionMNIST" / "raw"
+
+
+def _seed_fashion_mnist(cache: Path) -> None:
+    """Without the Debian package, copy the raw Fashion-MNIST files of the current cache into
+    ``cache`` (offline machines); with it, leave ``cache`` empty as a fresh checkout is."""
+    from vitplast import data, models
+
+    if data.DEBIAN_FASHION_MNIST.is_dir():
+        return
+    source = models.cache_dir() / RAW
+    if not source.is_dir():
+        raise SystemExit(f"Fashion-MNIST not found in {data.DEBIAN_FASHION_MNIST} nor {source}: "
+                         "run `make data` first")
+    shutil.copytree(source, cache / RAW)
+
+
+def run_profile(profile: str, work: Path) -> tuple[float, pd.DataFrame]:
+    """(wall seconds, summary table) of one profile run from an empty cache under ``work``."""
+    cache, out = work / f"cache-{profile}", work / f"runs-{profile}"
+    cache.mkdir(parents=True)
+    _seed_fashion_mnist(cache)
+    env = dict(os.environ, VITPLAST_CACHE=str(cache),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "vitplast", "notebooks", "run", "--profile", profile,
+           "--out", str(out)]
+    start = time.perf_counter()
+    with open(work / f"{profile}.log", "w") as log:
+        rc = subprocess.call(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    seconds = time.perf_counter() - start
+    summary_csv = out / "summary.csv"
+    summary = (pd.read_csv(summary_csv) if summary_csv.exists() else
+               pd.DataFrame(dict(notebook=["(none)"], status=[f"exit {rc}"], seconds=[0.0])))
+    return seconds, summary
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profiles", nargs="+", default=["smoke", "default"], choices=list(TARGETS))
+    ap.add_argument("--keep", default="", help="folder to keep caches, runs and logs in")
+    args = ap.parse_args()
+    work = Path(args.keep or tempfile.mkdtemp(prefix="vitplast-times-"))
+    work.mkdir(parents=True, exist_ok=True)
+    totals, summaries = {}, {}
+    for profile in args.profiles:
+        totals[profile], summaries[profile] = run_profile(profile, work)
+        print(f"{profile}: {totals[profile]:.0f} s", flush=True)
+    print(pd.concat([t.set_index("notebook")[["seconds", "status"]].add_prefix(f"{p} ")
+                     for p, t in summaries.items()], axis=1).to_string())
+    failed = [f"{p} {r.notebook} ({r.status})" for p, t in summaries.items()
+              for r in t.itertuples() if r.status != "ok"]
+    if args.keep:
+        print(f"caches, executed notebooks and logs kept in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    if failed:
+        print("not ok:", ", ".join(failed))
+    missed = [p for p, v in totals.items() if v > TARGETS[p]]
+    for profile in sorted(totals, key=list(TARGETS).index):  # default, then smoke
+        print(f"RESULT {profile}_run_seconds {totals[profile]:.1f} target <= "
+              f"{TARGETS[profile]:.0f}")
+    return 1 if missed or failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""Figures (pure functions, axes named in words, no global theme) and the findings builders of
+notebooks 01, 03 and 06: verdicts from synthetic tables, one agreeing case and one not."""
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import tiny_vit
+
+from vitplast import definitions, empirical, findings, plasticity, plots
+from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
+
+TASKS = [f"t{i}" for i in range(8)]
+
+
+def verdicts(table: pd.DataFrame, like: str) -> list[str]:
+    return table[table["claim"].str.contains(like, regex=False)]["verdict"].tolist()
+
+
+# -- notebook 01 -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tables01():
+    maps = definitions.maps_1d_table([0.3, 1.0, 3.0], n=500)
+    linear = definitions.linear_table(definitions.linear_map(d=16), n=2000)
+    modules = {"LayerNorm": torch.nn.LayerNorm(8), "attention": definitions.attention(8, 2)}
+    scale = definitions.scale_table(modules, (4, 8), [0.1, 1.0, 10.0], n=64)
+    rng = np.random.default_rng(0)
+    rates = pd.DataFrame(dict(layer=0, component="MHA", pair=range(512),
+                              rate=2 + 0.1 * rng.standard_normal(512)))
+    return maps, linear, scale, definitions.convergence(rates, [8, 512])
+
+
+def test_notebook_01_findings_agree_on_the_real_tables(tables01):
+    table = findings.definitions(*tables01)
+    assert list(table.columns[:9]) == findings.COLUMNS and (table["test"] == "none").all()
+    assert table["verdict"].iloc[:4].tolist() == ["same as the paper (untested)"] * 4
+    assert verdicts(table, "95% CI") == ["precise (<= 5%)"]
+
+
+def test_notebook_01_findings_disagree_when_the_tables_do(tables01):
+    maps, linear, scale, conv = (t.copy() for t in tables01)
+    maps.loc[0, "max_rate"] = maps.loc[0, "lipschitz"] * 2  # a rate above Lip
+    scale.loc[scale["module"] == "LayerNorm", "plasticity"] = 1.0  # scale-free LayerNorm
+    conv["ci95"] = conv["plasticity"]  # a CI as wide as the estimate
+    table = findings.definitions(maps, linear, scale, conv)
+    assert verdicts(table, "Lipschitz") == ["differs from the paper (untested)"]
+    assert verdicts(table, "LayerNorm") == ["differs from the paper (untested)"]
+    assert verdicts(table, "95% CI") == ["imprecise (> 5%)"]
+
+
+# -- notebook 03 -------------------------------------------------------------------------------
+
+def _ranked(values: dict, noise: float = 0.05, checkpoint: str = "final", seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame([dict(task=t, checkpoint=checkpoint, protocol=p, component=c,
+                              plasticity=v * (1 + noise * rng.standard_normal()))
+                         for p in ("embedding", "hidden") for t in TASKS
+                         for c, v in values.items()])
+
+
+def test_notebook_03_findings_agree_with_the_papers_order():
+    table = findings.plasticity_ranking(_ranked(FIG2_PLASTICITY))
+    tested = table[table["test"] != "none"]
+    assert (tested["n"] == 8).all() and len(tested) == 10  # tasks are the unit
+    assert set(tested["verdict"]) == {"agrees with the paper"}
+    assert set(verdicts(table, "above 1")) == {"same as the paper (untested)"}
+    assert (table["p_holm"].dropna() >= table["p"].dropna()).all()
+
+
+def test_notebook_03_findings_disagree_with_a_reversed_order():
+    reversed_ = dict(zip(PLASTICITY_ORDER, sorted(FIG2_PLASTICITY.values())))
+    table = findings.plasticity_ranking(_ranked(reversed_))
+    tested = table[table["test"] != "none"]
+    assert set(tested["verdict"]) == {"disagrees with the paper"}
+    assert tested.set_index("claim").loc["MHA - FC1, plasticity [hidden]", "measured"] < 0
+    assert set(verdicts(table, "above 1")) == {"differs from the paper (untested)"}
+
+
+def test_notebook_03_pretraining_and_scale_rows():
+    order = dict(zip(PLASTICITY_ORDER, [5, 4, 3, 2, 1]))
+    same = pd.concat([_ranked(order, checkpoint="init"), _ranked(order)], ignore_index=True)
+    flipped = pd.concat([_ranked(dict(zip(order, [1, 2, 3, 4, 5])), checkpoint="init"),
+                         _ranked(order)], ignore_index=True)
+    flat = pd.DataFrame(dict(layer=[0, 0, 1, 1], component="MHA", scale=[0.5, 2.0] * 2,
+                             plasticity=[1.0, 1.0, 2.0, 2.0]))
+    table = findings.plasticity_ranking(_ranked(order), same, flat)
+    assert set(verdicts(table, "order at init vs at final")) == {"order held"}
+    assert verdicts(table, "MHA plasticity at input scale") == ["scale-invariant"]
+    steep = flat.assign(plasticity=[1.0, 3.0, 2.0, 6.0])
+    table = findings.plasticity_ranking(_ranked(order), flipped, steep)
+    assert set(verdicts(table, "order at init")) == {"order changed along pretraining"}
+    row = table[table["claim"].str.startswith("MHA plasticity at")].iloc[0]
+    assert row["measured"] == pytest.approx(3.0) and row["verdict"] == "depends on the input scale"
+
+
+def test_notebook_03_tables_from_rates(images):
+    frames = [plasticity.measure(tiny_vit(), *images, progress=False,
+                                 meta=dict(checkpoint=ckpt, task=task))
+              for ckpt in ("init", "final") for task in ("a", "b")]
+    frames.append(plasticity.measure(tiny_vit(), *images, progress=False,
+                                     meta=dict(checkpoint="final", task="c")))
+    rates = pd.concat(frames, ignore_index=True)
+    pooled = empirical.pooled_layers(rates, "final")
+    assert len(pooled) == 2 * 5  # 2 layers x 5 components, one protocol, tasks averaged
+    direct = rates[(rates.checkpoint == "final") & (rates.layer == 1) & (rates.component == "FC1")]
+    assert pooled.set_index(["layer", "component"]).loc[(1, "FC1"), "plasticity"] == (
+        pytest.approx(direct.groupby("task")["rate"].mean().mean()))
+    along, curve = empirical.along_pretraining(rates, "not-embedded")
+    assert set(along["task"]) == {"a", "b"}  # c has no init checkpoint
+    assert along["checkpoint"].iloc[0] == "init" and curve["epoch"].isna().all()
+    prec = empirical.precision(rates, "final")
+    assert prec.loc[0, "pairs"] == 24 and prec.loc[0, "max_relative_ci95"] > 0
+    assert len(empirical.task_orders(plasticity.ranking(rates))) == 3
+
+
+def test_measurements_are_cached_per_checkpoint_task_and_protocol(tmp_path, monkeypatch):
+    """Notebook 04 reads what notebook 03 measured: the same (checkpoint, task, protocol,
+    pairs) is measured once, whatever the list of tasks or protocols it comes in."""
+    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path))
+    calls = []
+    real = empirical.measure
+    monkeypatch.setattr(empirical, "measure", lambda *a, **k: calls.append(k) or real(*a, **k))
+    first = empirical.measure_tasks("vitplast_fmnist", ["digits"], n_pairs=4, progress=False)
+    assert len(calls) == 2 and set(first["protocol"]) == {"hidden", "embedding"}
+    again = empirical.measure_tasks("vitplast_fmnist", ["digits"], protocols=["hidden"],
+                                    n_pairs=4, progress=False)
+    assert len(calls) == 2
+    pd.testing.assert_frame_equal(again, first[first["protocol"] == "hidden"]
+                                  .reset_index(drop=True))
+
+
+# -- notebook 06 -------------------------------------------------------------------------------
+
+def _bounds(max_rate: float) -> pd.DataFrame:
+    return pd.DataFrame(dict(layer=[0, 0, 1], component=["LN1", "MHA", "FC1"],
+                             plasticity=[1.0, 2.0, 3.0], max_rate=[2.0, max_rate, 4.0],
+                             bound=[5.0, 5.0, 5.0]))
+
+
+def _gamma(exact: bool) -> pd.DataFrame:
+    cs = np.array([0.1, 2.0, 10.0])
+    return pd.DataFrame(dict(c=cs, ratio=cs if exact else cs ** 0.5, bound_ratio=cs,
+                             diff_preserved=1e-7 if exact else 0.5, diff_raw=[0.3, 0.2, 2.0]))
+
+
+def test_notebook_06_findings_agree_and_disagree():
+    good = findings.explorer(_bounds(4.0), _gamma(True))
+    assert good["verdict"].tolist() == ["same as the paper (untested)", "loose (>= 2)",
+                                        "same as the paper (untested)",
+                                        "same as the paper (untested)"]
+    bad = findings.explorer(_bounds(6.0), _gamma(False))
+    assert bad.loc[0, "measured"] == "2/3"
+    assert bad["verdict"].iloc[[0, 2, 3]].tolist() == ["differs from the paper (untested)"] * 3
+
+
+# -- figures -----------------------------------------------------------------------------------
+
+def test_importing_and_drawing_leaves_the_global_style_alone():
+    before = dict(matplotlib.rcParams)
+    fig = plots.lines(pd.DataFrame(dict(x=[1, 2], y=[1.0, 2.0], h="a")), x="x", y="y", hue="h")
+    plt.close(fig)
+    assert dict(matplotlib.rcParams) == before
+    with plots.theme():
+        assert matplotlib.rcParams["axes.grid"]
+    assert dict(matplotlib.rcParams) == before
+
+
+def test_lines_wrap_name_axes_and_keep_narrow_log_ticks_apart():
+    df = pd.DataFrame([dict(task=f"task{t}", n_pairs=n, plasticity=0.3 + 0.01 * t, cfg="a")
+                       for t in range(7) for n in (8, 64, 512)])
+    fig = plots.lines(df, x="n_pairs", y="plasticity", hue="cfg", col="task", logx=True,
+                      logy=True)
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(visible) == 7 and fig.axes[0].get_gridspec().ncols == plots.MAX_COLS
+    ax = visible[0]
+    assert ax.get_xlabel() == "number of pairs"
+    assert ax.get_ylabel() == "plasticity (mean rate over pairs)"
+    fig.canvas.draw()
+    assert not [t for t in ax.yaxis.get_minorticklabels() if t.get_text()]
+    lo, hi = ax.get_ylim()
+    shown = [t.get_text() for t in ax.yaxis.get_majorticklabels()
+             if lo <= t.get_position()[1] <= hi]
+    assert shown == ["0.1", "0.2", "0.3", "0.5", "1"]  # plain numbers, 1-2-3-5 per decade
+    plt.close(fig)
+
+
+def test_robust_limits_keep_a_spike_from_flattening_the_rest():
+    steps = np.arange(50)
+    df = pd.concat([pd.DataFrame(dict(step=steps, value=2.0 - 0.01 * steps, config=c))
+                    for c in ("a", "b", "c")] + [pd.DataFrame(dict(step=[25], value=[1e4],
+                                                                    config="a"))])
+    fig = plots.lines(df, x="step", y="value", hue="config", logy=True, robust=True,
+                      ylabel="validation loss")
+    lo, hi = fig.axes[0].get_ylim()
+    assert hi < 10 and lo > 1 and fig.axes[0].get_yscale() == "log"
+    plt.close(fig)
+
+
+def test_findings_forest_plot_reads_the_tables_p_holm():
+    rows = [findings.mean_test("big", [3.0, 3.1, 2.9, 3.2, 3.0], paper="x", expected=1,
+                               unit="points"),
+            findings.mean_test("noise", [1.0, -1.0, 0.5, -0.4, 0.1], paper="x", expected=1,
+                               unit="points")]
+    fig = plots.findings(findings.table(rows))
+    ax = fig.axes[0]
+    faces = [line.get_markerfacecolor() for line in ax.lines if line.get_marker() == "o"]
+    assert faces[0] != "white" and faces[1] == "white"
+    assert "points" in ax.get_xlabel() and "0.05" in ax.get_title()
+    plt.close(fig)
+
+
+def test_explorer_figures():
+    fig = plots.rate_histogram(np.geomspace(0.5, 2.0, 40), 3.0, "Prop. 2", title="FC1")
+    assert fig.axes[0].get_xscale() == "log" and fig.axes[0].get_ylabel() == "number of pairs"
+    plt.close(fig)
+    visited = pd.DataFrame(dict(c=[0.5, 1.0, 2.0], plasticity=[0.5, 1.0, 2.0], bound=[1, 2, 4.0],
+                                diff_preserved=0.0, diff_raw=[0.1, 0.0, 0.2]))
+    fig = plots.layernorm_rescale(visited, 2.0, title="LN1")
+    assert [ax.get_xlabel() for ax in fig.axes] == ["scale c of gamma and beta"] * 2
+    plt.close(fig)
+    history = pd.DataFrame(dict(run="r1", step=[0, 1, 0, 1, 1], value=[2.0, 1.0, 1.0, 0.5, 0.6],
+                                metric=["loss", "loss", "grad_norm", "grad_norm", "val_acc"]))
+    fig = plots.run_curves(history, title="x")
+    assert [ax.get_ylabel() for ax in fig.axes] == list(plots.RUN_CURVES.values())
+    plt.close(fig)
