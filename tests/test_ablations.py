@@ -4,9 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_vit
+from helpers import tiny_vit, toy_task
 from scipy import stats
-from test_finetune import toy_task
 
 from vitplast import ablations, components, confounds, findings, finetune, plasticity, results, sweep
 

@@ -5,16 +5,9 @@ import math
 
 import pytest
 import torch
-from helpers import tiny_vit
+from helpers import tiny_vit, toy_task
 
 from vitplast import data, finetune
-
-
-def toy_task(n=64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.rand(n, 1, 16, 16, generator=g)
-    y = torch.randint(0, 5, (n,), generator=g)
-    return data.NormalizedTensors(x, y, mean=0.5, std=0.5)
 
 
 def test_losses_are_read_only_at_logging_steps(monkeypatch):

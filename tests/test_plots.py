@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_vit
+from helpers import tiny_vit
 
 from vitplast import definitions, empirical, findings, plasticity, plots
 from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
