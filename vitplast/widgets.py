@@ -126,11 +126,10 @@ def pair_tensors(task: str, source: str = "fmnist", n_pairs: int = 128):
 
 def _bounds(model, x, y, **kwargs) -> dict:
     """``{(layer, component): bound}``: the valid bounds (Props. 1-3) of
-    ``bounds.model_bounds`` for the pairs (x, y)."""
-    from torch.utils.data import TensorDataset
-
-    return {k: b["bound"] for k, b in bounds.model_bounds(model, TensorDataset(x, y),
-                                                             **kwargs).items()}
+    ``bounds.model_bounds`` for the statistics of the pairs (x, y)."""
+    stats = plasticity.measurement(model, x, y, progress=False, **kwargs).statistics
+    return {(int(r.layer), str(r.component)): r.bound
+            for r in bounds.model_bounds(model, stats).itertuples()}
 
 
 def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str = "digits",
