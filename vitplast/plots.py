@@ -204,19 +204,20 @@ def intervals(df):
         g = df[df["component"] == comp].sort_values("layer")
         ax.fill_between(g["layer"], g["lipschitz_lower"], g["lipschitz_upper"], color="C1",
                         alpha=0.25, label="Lip(f) lies in here")
-        for col, fmt, label in (("lipschitz_lower", "^-", "lower end (largest rate / Jacobian)"),
-                                ("bound", "v-", "bound (Prop. 1, 2 or 3)"),
-                                ("bound_p4", "s-.", "bound (Prop. 4)"),
-                                ("plugin", "x:", "paper's plug-in (not a bound)"),
-                                ("plasticity", "o--", "plasticity (mean rate)")):
+        for col, fmt, color, label in (
+                ("lipschitz_lower", "^-", "C0", "lower end (largest rate / Jacobian)"),
+                ("bound", "v-", "C1", "bound (Prop. 1, 2 or 3)"),
+                ("bound_p4", "s-.", "C2", "bound (Prop. 4)"),
+                ("plugin", "x:", "C4", "paper's plug-in (not a bound)"),
+                ("plasticity", "o--", "C3", "plasticity (mean rate)")):
             if g[col].notna().any():
-                ax.plot(g["layer"], g[col], fmt, label=label, ms=4)
+                ax.plot(g["layer"], g[col], fmt, color=color, label=label, ms=4)
         ax.set(title=comp, xlabel="layer (block index)", yscale="log")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0, 0].set_ylabel("rate ||f(x)-f(y)|| / ||x-y||\n(no unit, log scale)")
     labels = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels())}
-    fig.legend(labels.values(), labels.keys(), loc="lower center", ncol=3, fontsize=8)
-    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    fig.legend(labels.values(), labels.keys(), loc="lower center", ncol=3, fontsize=9)
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
     return fig
 
 
