@@ -58,7 +58,8 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
         x, y: the pairs, as for ``plasticity.measure``: aligned image tensors (N, C, H, W),
             or ``x`` a ``plasticity.Pairs`` dataset and ``y`` None.
         protocol: ``"hidden"`` or ``"embedding"``; the bounds use the statistics of the inputs
-            each component gets under it, over all 2N images.
+            each component gets under it, over the 2N images of the pairs (identical pairs
+            excluded, as for the rates).
         n_lipschitz: inputs (the x images of the first kept pairs) at which
             ``local_lipschitz`` is probed.
         power_iters: power-iteration steps of ``local_lipschitz``.
