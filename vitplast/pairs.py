@@ -2,7 +2,7 @@
 the checks every measuring pass makes of them before and during the pass.
 
 Paper: Definition 1 (the pairs of the expectation) and section 4 (x = pretraining-domain image
-i, y = downstream image i, unshuffled). Used by notebooks 02-06 through ``vitplast.plasticity``
+i, y = downstream image i, unshuffled). Used by notebooks 01-06 through ``vitplast.plasticity``
 (which re-exports ``Pairs``, ``make_pairs``, ``check_pairs`` and ``check_batch``).
 """
 

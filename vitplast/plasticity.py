@@ -260,8 +260,9 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
     """ONE streamed pass over the pairs: every component's per-pair rates, the statistics of
     its inputs that Props. 1-4 need, and its first ``keep`` inputs (``Measurement``).
 
-    Paper: Definition 1 and section 4 (rates); Props. 1-4 (statistics). Used by notebooks 02-03
-    through ``measure`` and ``vitplast.intervals``.
+    Paper: Definition 1 and section 4 (rates); Props. 1-4 (statistics). Used by notebook 02
+    (through ``vitplast.intervals``) and 06 (``vitplast.widgets``); its ``rates`` by notebooks
+    01 and 03 (through ``measure``).
 
     Args:
         model: a timm VisionTransformer (see ``vitplast.components.check_supported``).
