@@ -6,6 +6,7 @@ import math
 import re
 import warnings
 
+import pandas as pd
 import pytest
 import torch
 from helpers import tiny_vit
@@ -114,16 +115,18 @@ CASES = [
     ("scale_curve component", lambda: plasticity.scale_curve(model28(), *pairs28(), [1.0],
                                                              component="attn"),
      ValueError, r"unknown component 'attn'; valid: \['LN1'"),
-    ("model_bounds NaN pair", lambda: bounds.model_bounds(
+    ("measurement NaN pair", lambda: plasticity.measurement(
         model28(), torch.utils.data.TensorDataset(*pairs28(x=_nan_at(2)))), ValueError,
      r"x has non-finite pixels .*\[2\]"),
-    ("model_bounds batch_size=0", lambda: bounds.model_bounds(
-        model28(), torch.utils.data.TensorDataset(*pairs28()), batch_size=0), ValueError,
-     r"batch_size=0"),
-    ("model_bounds 3 channels", lambda: bounds.model_bounds(
+    ("measurement keep=-1", lambda: plasticity.measurement(model28(), *pairs28(), keep=-1),
+     ValueError, r"keep=-1"),
+    ("measurement 3 channels", lambda: plasticity.measurement(
         model28(), torch.utils.data.TensorDataset(torch.randn(2, 3, 28, 28),
                                                   torch.randn(2, 3, 28, 28))), ValueError,
      r"the model takes \(C, H, W\) = \(1, 28, 28\)"),
+    ("model_bounds missing statistics", lambda: bounds.model_bounds(
+        model28(), pd.DataFrame(dict(layer=[0], component=["FC1"], n=[17]))), ValueError,
+     r"no statistics for layer 0 LN1"),
     ("layernorm_bound sigma=0", lambda: bounds.layernorm_bound(torch.nn.LayerNorm(4), 0.0),
      ValueError, r"sigma=0.0 .*finite number > 0"),
     ("mha_bound r=nan", lambda: bounds.mha_bound(model28().blocks[0].attn, 17, math.nan),

@@ -1,12 +1,15 @@
-"""Intervals: lower <= bound for Props. 1-4 on random weights and on random models, every column
-documented; Takeaway 1's rankings compare as stated."""
+"""Intervals: the lower end <= Lip(f) <= the bounds for Props. 1-4 on random weights and on
+random models, every column documented; Takeaway 1's rankings compare as stated; notebook 02's
+findings follow from the numbers."""
+
+import math
 
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_vit
+from helpers import tiny_vit
 
-from vitplast import intervals, plasticity
+from vitplast import findings, intervals, plasticity
 
 
 def stressed(model, scale=8.0):
@@ -22,7 +25,7 @@ def stressed(model, scale=8.0):
 def test_random_checks_all_hold():
     df = intervals.random_checks(n_seeds=2, n_pairs=16, power_iters=10)
     assert len(df) == 8 and set(df.proposition) == {"P1", "P2", "P3", "P4"}
-    assert df.bound_holds.all()
+    assert df.bound_holds.all() and (df.width >= 1 - 1e-5).all()
     assert (df.max_rate >= df.plasticity).all()
     p1 = df[df.proposition == "P1"]
     assert (p1.local_lipschitz > 0.9 * p1.bound).all()  # P1 is nearly attained
@@ -30,34 +33,35 @@ def test_random_checks_all_hold():
 
 # Intervals on a model
 @pytest.mark.parametrize("protocol", plasticity.PROTOCOLS)
-def test_intervals_bounds_hold_on_random_models(images, protocol):
+def test_intervals_bracket_lipschitz_on_random_models(images, protocol):
     x, y = images
     for seed in range(2):
         df = intervals.intervals(stressed(tiny_vit(seed=seed)), x, y, protocol=protocol,
-                                 n_lipschitz=4, power_iters=10)
+                                 n_lipschitz=4, power_iters=10, progress=False)
         assert list(df.columns) == intervals._COLUMNS
         assert all(f"``{c}``" in intervals.__doc__ for c in df.columns)  # every column documented
         assert len(df) == 10 and (df.protocol == protocol).all()
-        assert (df.max_rate >= df.plasticity).all() and (df.lower >= df.max_rate).all()
+        # plasticity <= max_rate <= lower end <= upper end <= each proven bound
+        assert (df.max_rate >= df.plasticity).all() and (df.lipschitz_lower >= df.max_rate).all()
         assert df.bound_holds.all()
-        assert (df.lower <= df.bound * (1 + 1e-5)).all()  # local Lipschitz too
+        assert (df.lipschitz_lower <= df.lipschitz_upper * (1 + 1e-5)).all()  # local Lipschitz too
+        assert (df.lipschitz_upper <= df.bound).all() and (df.width >= 1 - 1e-5).all()
         mha = df[df.component == "MHA"]
-        assert mha.tight_holds.all() and mha.bound_tight.notna().all()
-        assert mha.r_max.ge(mha.r_rms).all() and (mha.bound >= mha.bound_rms).all()
+        assert mha.p4_holds.all() and mha.bound_p4.notna().all()
+        assert (mha.lipschitz_upper == mha[["bound", "bound_p4"]].min(axis=1)).all()
+        assert mha.r_max.ge(mha.r_rms).all() and (mha.bound >= mha.plugin).all()
         ln = df[df.component.isin(["LN1", "LN2"])]
         assert ln.sigma.le(ln.sigma_mean).all() and ln.r_max.isna().all()
-        assert df[df.component != "MHA"].tight_holds.isna().all()
+        assert df[df.component != "MHA"].p4_holds.isna().all()
 
 
 def test_intervals_accept_pairs_dataset(images):
     x, y = images
     model = tiny_vit()
-    a = intervals.intervals(model, x, y, n_lipschitz=2, power_iters=3)
+    a = intervals.intervals(model, x, y, n_lipschitz=2, power_iters=3, progress=False)
     b = intervals.intervals(model, plasticity.make_pairs(x, y, n_pairs=24), n_lipschitz=2,
-                            power_iters=3)
+                            power_iters=3, progress=False)
     pd.testing.assert_frame_equal(a, b)
-    text = intervals.what_this_shows(a, intervals.random_checks(1, n_pairs=8, power_iters=2))
-    assert "P1 on random weights" in text and "Ranking measured" in text
 
 
 def test_rankings():
@@ -74,3 +78,58 @@ def test_rankings():
     cmp = intervals.compare_rankings(df)
     assert not cmp.attrs["match"] and cmp.attrs["theory"].startswith("LN1")
     assert set(cmp.columns) >= {"rank_measured", "rank_bound", "plasticity", "bound"}
+
+
+# Notebook 02's findings
+def synthetic(agree: bool):
+    """An intervals table and random checks where everything agrees with the paper, or where
+    every claim fails (a bound below an observed rate, Prop. 4 looser, tokens not sharing
+    sigma, the bounds in the opposite order of plasticity)."""
+    comps = ["LN1", "MHA", "LN2", "FC1", "FC2"]
+    plast = [0.3, 7.0, 0.5, 4.0, 2.0]
+    bound = [1.0, 50.0, 2.0, 9.0, 8.0] if agree else [100.0, 0.1, 50.0, 3.0, 8.0]
+    df = pd.DataFrame(dict(protocol="hidden", layer=[0] * 5 + [1] * 5, component=comps * 2,
+                           plasticity=plast * 2, max_rate=[1.2 * p for p in plast] * 2,
+                           bound=bound * 2))
+    df["lipschitz_lower"] = df.max_rate
+    mha = df.component == "MHA"
+    df["bound_p4"] = df.bound.where(mha) * (0.5 if agree else 2.0)
+    df["plugin"] = df.bound * (0.9 if agree else 0.1)
+    df["lipschitz_upper"] = df[["bound", "bound_p4"]].min(axis=1)
+    df["width"] = df.lipschitz_upper / df.lipschitz_lower
+    df["sigma_cv"] = (0.01 if agree else 0.3)
+    df.loc[~df.component.isin(["LN1", "LN2"]), "sigma_cv"] = math.nan
+    checks = pd.DataFrame(dict(proposition=["P1", "P2", "P3", "P4"], bound=[2.0, 3.0, 9.0, 5.0],
+                               lipschitz_lower=[1.9, 3.0, 1.0, 1.0 if agree else 6.0]))
+    return df, checks
+
+
+def test_bounds_findings_follow_from_the_numbers():
+    good = findings.bounds(*synthetic(agree=True)).set_index("claim")["verdict"]
+    bad = findings.bounds(*synthetic(agree=False)).set_index("claim")["verdict"]
+    assert list(good.index) == list(bad.index) and len(good) == 13
+    assert good.str.startswith("holds in all").sum() == 5
+    violated = bad[bad.str.startswith("violated in")].index
+    assert [c.split(" >=")[0] for c in violated] == ["every bound", "Prop. 2", "Prop. 3", "Prop. 4"]
+    assert bad[bad.index.str.startswith("every bound")].iloc[0] == "violated in 1 of 4 cases"
+    for claim in good.index:
+        if "Takeaway 1" in claim:
+            assert good[claim] == "same as the paper (untested)"
+            assert bad[claim] == "differs from the paper (untested)"
+        elif "vs order of measured plasticity" in claim:
+            assert (good[claim], bad[claim]) == ("same order", "different order")
+    assert good["Prop. 4 below Prop. 3 for MHA"] == "Prop. 4 smaller in every layer"
+    assert bad["Prop. 4 below Prop. 3 for MHA"] == "Prop. 4 larger in 2 of 2 layers"
+    assert good["tokens of a LayerNorm's input share sigma"].startswith("assumption holds")
+    assert bad["tokens of a LayerNorm's input share sigma"].startswith("assumption fails")
+    plug = [c for c in good.index if "plug-in values (" in c][0]
+    assert good[plug] == "above every observed rate" and bad[plug].endswith("not a bound")
+
+
+def test_bounds_findings_on_a_model_render(images):
+    df = intervals.intervals(tiny_vit(), *images, n_lipschitz=2, power_iters=3, progress=False)
+    table = findings.bounds(df, intervals.random_checks(1, n_pairs=8, power_iters=2))
+    assert table.test.eq("none").all() and len(findings.render(table).splitlines()) == len(table)
+    proven = table[table.claim.str.contains(">= the lower end")]
+    assert (proven.verdict.str.startswith("holds in all")).all()
+    assert list(proven.n) == [4, 4, 4, 2, 2]

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import tiny_vit
+from helpers import tiny_vit
 
 from vitplast import components, plasticity
 
@@ -69,6 +69,54 @@ def test_measure_is_tidy_streams_and_counts_identical_pairs(model, images):
                                torch.tensor(one_batch["rate"].values))
 
 
+def direct_statistics(model, inputs):
+    """The bounds' statistics of each component's inputs, computed at once with plain torch."""
+    out = {}
+    for key, f in components.component_modules(model).items():
+        x = inputs[key].double()
+        stats = dict(n=x.shape[1])
+        if key[1].startswith("LN"):
+            s = torch.sqrt(x.var(dim=-1, unbiased=False) + f.eps)
+            stats.update(sigma=s.min(), sigma_mean=s.mean(),
+                         sigma_cv=s.std(unbiased=False) / s.mean())
+        elif key[1] == "MHA":
+            norms, energy = x.norm(dim=-1), x.pow(2).sum(dim=(1, 2))
+            stats.update(r_rms=norms.pow(2).mean().sqrt(), r_max=norms.max(), energy=energy.mean(),
+                         alpha=(energy.max() / energy.mean()).sqrt())
+        out[key] = {k: float(v) for k, v in stats.items()}
+    return out
+
+
+@pytest.mark.parametrize("protocol", plasticity.PROTOCOLS)
+def test_one_pass_gives_the_separate_computations(model, images, protocol):
+    """Rates, statistics and kept inputs of ONE streamed pass (batches 5, 5, ..., identical pairs
+    excluded) equal what separate passes give: per-pair rates by direct recomputation, the
+    statistics of all 2N kept images at once, the inputs of the first x images."""
+    x, y = images
+    y = y.clone()
+    y[[0, 7]] = x[[0, 7]]
+    m = plasticity.measurement(model, x, y, protocol=protocol, batch_size=5, progress=False,
+                               keep=6)
+    kept = [i for i in range(24) if i not in (0, 7)]
+    direct = direct_rates(model, x[kept], y[kept], protocol)
+    for key, r in direct.items():
+        got = m.rates[(m.rates.layer == key[0]) & (m.rates.component == key[1])]
+        assert list(got["pair"]) == kept
+        torch.testing.assert_close(torch.tensor(got["rate"].values), r, rtol=1e-5, atol=1e-6)
+    stats = direct_statistics(model, plasticity.component_inputs(
+        model, torch.cat([x[kept], y[kept]]), protocol))
+    assert len(m.statistics) == 10
+    for row in m.statistics.to_dict("records"):
+        expected = stats[(row["layer"], row["component"])]
+        assert {k for k, v in row.items() if v == v} == {"layer", "component", *expected}
+        for k, v in expected.items():
+            assert row[k] == pytest.approx(v, rel=1e-5, abs=1e-9), (row["layer"], k)
+    first = plasticity.component_inputs(model, x[kept[:6]], protocol)
+    for key, inp in m.inputs.items():
+        torch.testing.assert_close(inp, first[key], rtol=1e-5, atol=1e-6)
+    assert plasticity.measure(model, x, y, protocol=protocol, progress=False).equals(m.rates)
+
+
 def test_summary_and_ranking(model, images):
     df = plasticity.measure(model, *images, progress=False)
     s = plasticity.summarize(df)
@@ -117,7 +165,7 @@ def test_errors(model, images):
 
 def test_hooks_removed_even_after_an_error(model):
     with pytest.raises(RuntimeError):
-        with plasticity.hooked_rates(model):
+        with plasticity.hooks(model, lambda key, module, inp, out: None):
             model.forward_features(torch.randn(3, 1, 16, 16))  # odd batch still runs
             raise RuntimeError("boom")
     assert all(not m._forward_hooks for m in model.modules())

@@ -1,5 +1,6 @@
-"""Bounds: Propositions 1-4 as functions of a module and statistics of its inputs, and the
-lower side of each component's interval [lower, upper].
+"""Bounds: Propositions 1-4 as pure functions of a module and statistics of its inputs, and
+the local Lipschitz estimate: the two sides of the interval around a component's Lipschitz
+constant.
 
 Upper side, Propositions 1-4 (``P(f) <= Lip(f) <= bound``):
 
@@ -19,10 +20,14 @@ logits and does not; it is absorbed exactly by x -> (x, 1): ``A_h`` becomes ``[[
 keep their norm, r^2 -> r^2 + 1 (P3) and ``||X||_F^2 -> ||X||_F^2 + n`` (P4).
 
 Lower side: the largest observed rate and the Jacobian's spectral norm at data points are both
-<= Lip(f) on the data's domain.
+<= Lip(f) on the data's domain. So the bounds bracket the Lipschitz constant over the data,
+``lower <= Lip(f) <= bound``; plasticity, the MEAN rate, lies below both ends and is not what
+they bracket.
 
-``model_bounds`` applies Props. 1-4 to every component of a model; ``vitplast.intervals`` puts
-them next to the measured plasticity and the lower side.
+Everything here is a pure function of a module and of statistics of its inputs (or of the
+inputs themselves): no data is read here. ``plasticity.measurement`` gathers the statistics in
+its one pass over the pairs; ``model_bounds`` applies Props. 1-4 to every component of a model;
+``vitplast.intervals`` assembles the intervals.
 
 Used by notebook 02, and by notebook 06 through ``vitplast.widgets``.
 """
@@ -32,13 +37,11 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 
-import numpy as np
+import pandas as pd
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
 
-from vitplast import plasticity
-from vitplast.components import component_modules
+from vitplast.components import check_component, component_modules
 from vitplast.inputs import check_count, check_positive
 
 
@@ -241,61 +244,59 @@ def local_lipschitz(f, x: torch.Tensor, iters: int = 20, seed: int = 0) -> torch
 
 
 # Every component of a model
-def model_bounds(model: nn.Module, pairs, *, protocol: str = "hidden",
-                 batch_size: int = 64) -> dict:
-    """Props. 1-4 for every component of every block, with the statistics of the inputs each
-    component gets under ``protocol``, over all 2N images of the pairs.
+def component_bounds(module: nn.Module, component: str, stats: dict) -> dict:
+    """The propositions for one component, from the statistics of its inputs.
 
     Args:
-        pairs: a dataset of (x, y) image pairs (``plasticity.Pairs``, ``TensorDataset``),
-            checked as ``plasticity.measure`` checks them.
+        module: the component's module (LayerNorm, Linear, timm Attention).
+        component: its name (``vitplast.components.COMPONENTS``).
+        stats: ``n`` and, for LN, ``sigma``, ``sigma_mean``; for MHA, ``r_max``, ``r_rms``,
+            ``energy``, ``alpha`` (``plasticity.Measurement.statistics``, or ``sigma_fit``,
+            ``radius``, ``energy_fit`` of the inputs).
 
     Returns:
-        ``{(layer, component): dict}`` with ``n`` (tokens), ``bound``, ``bound_rms``,
-        ``bound_tight`` (NaN but for MHA) and the statistics they use (``sigma``, ``sigma_mean``,
-        ``sigma_cv`` for LN; ``r_rms``, ``r_max``, ``energy``, ``alpha`` for MHA), as documented
-        in ``vitplast.intervals``.
+        ``bound`` (Prop. 1, 2 or 3 with the statistics that make it valid: the smallest sigma,
+        r_max), ``bound_p4`` (Prop. 4, NaN but for MHA), ``plugin`` (the paper's plug-in value:
+        Prop. 1 at the mean sigma, Prop. 3 at r_rms; NOT a proven bound; = ``bound`` for FC).
 
-    Paper: Props. 1-4 on a model (the upper side of the intervals). Used by notebook 02, through
-    ``intervals.intervals``.
+    Paper: Props. 1-4 on one component. Used by notebook 02 through ``model_bounds``.
     """
-    pairs = plasticity.check_pairs(model, pairs, protocol=protocol, batch_size=batch_size)
-    stats = _input_stats(model, DataLoader(pairs, batch_size=batch_size), protocol)
-    return {key: dict(**stats[key], **_bounds(module, key[1], stats[key]))
-            for key, module in component_modules(model).items()}
-
-
-def _input_stats(model, loader, protocol) -> dict:
-    """(layer, component) -> the statistics its bound needs, over all x and y images."""
-    modules, parts = component_modules(model), {}
-    device = next(model.parameters()).device
-    start = 0
-    for xb, yb in loader:
-        xb, yb = plasticity.check_batch(model, xb, yb, start)
-        start += len(xb)
-        inputs = plasticity.component_inputs(model, torch.cat([xb, yb]).to(device), protocol)
-        for key, inp in inputs.items():
-            values = parts.setdefault(key, dict(n=inp.shape[1], v=[]))["v"]
-            if key[1].startswith("LN"):
-                values.append(token_sigma(inp, modules[key].eps).flatten())  # (B n,)
-            elif key[1] == "MHA":
-                values.append(inp.float().norm(dim=-1))  # (B, n)
-    out = {}
-    for key, p in parts.items():
-        s = (_sigma_summary(torch.cat(p["v"])) if key[1].startswith("LN") else
-             _token_summary(torch.cat(p["v"])) if key[1] == "MHA" else {})
-        out[key] = dict(n=p["n"], **s)
-    return out
-
-
-def _bounds(module, comp, s) -> dict:
-    if comp.startswith("LN"):
-        return dict(bound=layernorm_bound(module, s["sigma"]),
-                    bound_rms=layernorm_bound(module, s["sigma_mean"]), bound_tight=np.nan)
-    if comp == "MHA":
+    check_component(component)
+    if component.startswith("LN"):
+        return dict(bound=layernorm_bound(module, stats["sigma"]), bound_p4=math.nan,
+                    plugin=layernorm_bound(module, stats["sigma_mean"]))
+    if component == "MHA":
         heads = _head_norms(module)  # the spectral norms once: seconds per layer on ViT-B
-        return dict(bound=_prop3(heads, s["n"], s["r_max"]),
-                    bound_rms=_prop3(heads, s["n"], s["r_rms"]),
-                    bound_tight=_prop4(heads, s["n"], s["alpha"], s["energy"]))
+        n = int(stats["n"])
+        return dict(bound=_prop3(heads, n, stats["r_max"]),
+                    bound_p4=_prop4(heads, n, stats["alpha"], stats["energy"]),
+                    plugin=_prop3(heads, n, stats["r_rms"]))
     b = linear_bound(module)
-    return dict(bound=b, bound_rms=b, bound_tight=np.nan)
+    return dict(bound=b, bound_p4=math.nan, plugin=b)
+
+
+def model_bounds(model: nn.Module, statistics: pd.DataFrame) -> pd.DataFrame:
+    """``component_bounds`` of every component of every block: a pure function of the model's
+    weights and the statistics of its inputs (no data is read here).
+
+    Args:
+        statistics: one row per (layer, component) with the columns ``component_bounds``
+            reads, e.g. ``plasticity.measurement(...).statistics``.
+
+    Returns:
+        ``statistics`` with ``bound``, ``bound_p4``, ``plugin`` added.
+
+    Raises:
+        ValueError: a component of the model without statistics, naming it.
+
+    Paper: Props. 1-4 on a model (the upper side of the intervals). Used by notebook 02
+    (through ``intervals.intervals``) and notebook 06 (``vitplast.widgets``).
+    """
+    rows = {(int(r["layer"]), str(r["component"])): r for r in statistics.to_dict("records")}
+    out = []
+    for key, module in component_modules(model).items():
+        if key not in rows:
+            raise ValueError(f"no statistics for layer {key[0]} {key[1]}: statistics has "
+                             f"{sorted(rows)}; measure them with plasticity.measurement")
+        out.append(dict(rows[key], **component_bounds(module, key[1], rows[key])))
+    return pd.DataFrame(out)

@@ -16,7 +16,7 @@ one disagrees; where it states nothing, a significant result reads "resolved: po
 "resolved: negative". Descriptive rows (no test) carry their own verdict, "(untested)". Prose
 is made from rows by ``render`` only.
 
-Used by notebooks 04-05 (the others move to it in turn).
+Used by notebooks 01-06: one builder per notebook, below the table machinery.
 """
 
 from __future__ import annotations
@@ -516,3 +516,104 @@ def explorer(bounds_: pd.DataFrame, gamma: pd.DataFrame, tol: float = 1e-3) -> p
                     paper="objections 3-4: the same function, another plasticity",
                     verdict=_same(kept <= tol < raw), n=len(gamma), unit="(logits, over scales c)"),
     ])
+
+
+# notebook 02
+#: Takeaway 1's order of the bounds, "~" as groups: MHA > FC1 ~ FC2 > LN2 ~ LN1.
+TAKEAWAY1 = (("MHA",), ("FC1", "FC2"), ("LN2", "LN1"))
+#: Prop. 1 assumes tokens share sigma: read as holding while the per-token cv is below this.
+SHARED_SIGMA_CV = 0.05
+_PROPS = {"P1": ("Prop. 1", ["LN1", "LN2"], "bound", "Lip(LN) <= ||gamma||_inf / sigma"),
+          "P2": ("Prop. 2", ["FC1", "FC2"], "bound", "Lip(W) <= ||W||_2"),
+          "P3": ("Prop. 3", ["MHA"], "bound", "Lip(MHA) <= sum_h ... sqrt(3n + (12n+3) r^4 ...)"),
+          "P4": ("Prop. 4", ["MHA"], "bound_p4", "the tighter MHA bound, sqrt(n) + alpha^2 E ..")}
+
+
+def _holds(ratios: pd.Series) -> str:
+    bad = int((ratios < 1 - 1e-5).sum())  # float32 round-off of the Jacobian estimate
+    return f"holds in all {len(ratios)} cases" if bad == 0 else \
+        f"violated in {bad} of {len(ratios)} cases"
+
+
+def _in_takeaway1_order(order: list[str]) -> bool:
+    rank = {c: i for i, group in enumerate(TAKEAWAY1) for c in group}
+    return all(rank[a] <= rank[b] for a, b in zip(order, order[1:]))
+
+
+def bounds(df: pd.DataFrame, checks: pd.DataFrame) -> pd.DataFrame:
+    """Notebook 02's findings table: do Props. 1-4 bracket the Lipschitz constant, and does the
+    order of the bounds give the order of plasticity? Every row is descriptive (the layers of one
+    model are not independent units), its verdict computed from the numbers.
+
+    Args:
+        df: ``intervals.intervals`` of one model, task and protocol.
+        checks: ``intervals.random_checks``.
+    """
+    from vitplast.intervals import compare_rankings
+
+    ratio = checks["bound"] / checks["lipschitz_lower"]
+    rows = [descriptive("every bound >= the lower end of Lip(f), on random weights where its "
+                        "assumption holds exactly", float(ratio.min()), paper="Props. 1-4",
+                        verdict=_holds(ratio), n=len(checks),
+                        unit="x, min of bound / lower end over seed x proposition cases")]
+    for name, comps, col, statement in _PROPS.values():
+        g = df[df["component"].isin(comps)]
+        ratio = g[col] / g["lipschitz_lower"]
+        rows.append(descriptive(f"{name} >= the lower end of Lip(f) on the model "
+                                f"({' and '.join(comps)})", float(ratio.min()),
+                                paper=f"{name}: {statement}", verdict=_holds(ratio), n=len(g),
+                                unit="x, min of bound / lower end over (component, layer) cases"))
+    rows += _plugin_rows(df)
+    for col, what in (("bound", "proven bounds (Props. 1-3)"),
+                      ("plugin", "paper's plug-in values")):
+        cmp = compare_rankings(df, col)
+        label = "bounds" if col == "bound" else "plug-in"
+        rows.append(descriptive(
+            f"order of the {what} vs order of measured plasticity across components",
+            f"{label} {cmp.attrs['theory']}; plasticity {cmp.attrs['measured']}; Kendall tau "
+            f"{cmp.attrs['kendall_tau']:.2f}", paper="Takeaway 1 ranks bounds, Takeaway 2 "
+            "plasticity", verdict="same order" if cmp.attrs["match"] else "different order",
+            n=len(cmp), unit="(orders of layer means), over components"))
+        order = cmp.sort_values("rank_bound")["component"].astype(str).tolist()
+        rows.append(descriptive(
+            f"order of the {what} vs Takeaway 1", " > ".join(order),
+            paper="Takeaway 1: MHA > FC1 ~ FC2 > LN2 ~ LN1",
+            verdict="same as the paper (untested)" if _in_takeaway1_order(order)
+            else "differs from the paper (untested)", n=len(cmp),
+            unit="(order of layer means), over components"))
+    return table(rows)
+
+
+def _plugin_rows(df: pd.DataFrame) -> list[dict]:
+    """The paper's plug-in statistics, Prop. 4 vs Prop. 3, Prop. 1's assumption, widths."""
+    plug = df[df["component"].isin(["LN1", "LN2", "MHA"])]
+    ratio = plug["plugin"] / plug["max_rate"]
+    mha, ln = df[df["component"] == "MHA"], df[df["component"].isin(["LN1", "LN2"])]
+    p4 = mha["bound_p4"] / mha["bound"]
+    cv = ln["sigma_cv"]
+    width = df.groupby("component", observed=True)["width"].median()
+    narrow = [c for c, w in width.items() if w <= 2]
+    return [
+        descriptive("the paper's plug-in values (LN at the mean sigma, MHA at the RMS radius) "
+                    ">= the largest observed rate", float(ratio.min()),
+                    paper="Prop. 3 at r = RMS token norm (19.4 on ViT-B)",
+                    verdict="above every observed rate" if (ratio >= 1).all() else
+                    f"below an observed rate in {int((ratio < 1).sum())} of {len(ratio)} cases: "
+                    "not a bound", n=len(ratio),
+                    unit="x, min of plug-in / largest rate over (component, layer) cases"),
+        descriptive("Prop. 4 below Prop. 3 for MHA", float(p4.median()),
+                    paper="Prop. 4: the tighter MHA bound",
+                    verdict="Prop. 4 smaller in every layer" if (p4 < 1).all() else
+                    f"Prop. 4 larger in {int((p4 >= 1).sum())} of {len(p4)} layers",
+                    n=len(p4), unit="x, median of Prop. 4 / Prop. 3 over MHA layers"),
+        descriptive("tokens of a LayerNorm's input share sigma",
+                    float(cv.median()), paper="Prop. 1 assumes tokens share sigma",
+                    verdict=f"assumption holds (cv < {SHARED_SIGMA_CV} in every layer)"
+                    if (cv < SHARED_SIGMA_CV).all() else f"assumption fails (cv >= "
+                    f"{SHARED_SIGMA_CV} in {int((cv >= SHARED_SIGMA_CV).sum())} of {len(cv)})",
+                    n=len(cv), unit="median per-token cv of sigma (0 = shared) over LN layers"),
+        descriptive("width of the interval around Lip(f), upper / lower end",
+                    ", ".join(f"{c} {w:.3g}" for c, w in width.items()),
+                    paper="not reported (objection 2)",
+                    verdict=f"Lip(f) known within 2x for: {', '.join(narrow) or 'none'}",
+                    n=len(df), unit="(x, median per component) over (component, layer) cases")]

@@ -1,19 +1,30 @@
-"""Intervals: [lower, upper] around each component's measured plasticity, and Takeaway 1's
-ranking of the bounds next to the measured ranking.
+"""Intervals: each component's Lipschitz constant over the data, bracketed between what is
+observed and what is proven, next to its plasticity; and Takeaway 1's ranking of the bounds
+next to the measured ranking.
 
-A ranking of upper bounds is not a ranking of plasticity (objection 2): ``intervals`` puts each
-component's mean rate between a lower side (largest observed rate, local Lipschitz estimate) and
-the bounds of Props. 1-4 (``vitplast.bounds``); ``random_checks`` tests the propositions where
-their assumptions hold exactly; ``compare_rankings`` sets the order of the bounds against the
-measured order; ``what_this_shows`` states the conclusions.
+A ranking of upper bounds is not a ranking of plasticity (objection 2). For every component
+of every block, ``intervals`` brackets Lip(f) on the data's domain:
+
+    lipschitz_lower = max(max_rate, local_lipschitz) <= Lip(f) <= lipschitz_upper = min(bounds),
+
+the lower end observed (the largest rate over the pairs, the Jacobian's spectral norm at probed
+inputs), the upper end proven (Props. 1-4, ``vitplast.bounds``). Plasticity, the MEAN rate,
+is a different quantity: it lies below the lower end (P(f) <= max_rate) and the interval does
+not bracket it. ``random_checks`` tests the propositions where their assumptions hold exactly;
+``compare_rankings`` sets the order of the bounds against the order of measured plasticity;
+``vitplast.findings.bounds`` states the conclusions as a findings table.
 
 ``intervals`` columns (one row per layer x component): ``protocol``, ``layer``, ``component``,
-``n`` (tokens); ``plasticity`` (mean rate), ``max_rate``, ``local_lipschitz`` (max over the
-inputs probed), ``lower`` (max of both); ``bound`` (P1-P3 with the valid statistics: min sigma,
-r_max), ``bound_rms`` (plug-in statistics, NOT a proven bound: mean sigma for LN, r_rms for MHA as
-the paper), ``bound_tight`` (P4, MHA only); ``bound_holds`` = max_rate <= bound, ``rms_holds``,
-``tight_holds`` (never clipped); ``tightness`` = bound / plasticity; the data statistics used:
-``sigma``, ``sigma_mean``, ``sigma_cv`` (LN), ``r_rms``, ``r_max``, ``energy``, ``alpha`` (MHA).
+``n`` (tokens); ``plasticity`` (the mean rate, Definition 1); ``max_rate`` (the largest observed
+rate); ``local_lipschitz`` (the largest Jacobian spectral norm over the probed inputs);
+``lipschitz_lower`` (the larger of the two); ``bound`` (the component's proposition, P1, P2 or
+P3, with the statistics that make it valid: the smallest sigma, r_max); ``bound_p4`` (Prop. 4,
+MHA only); ``lipschitz_upper`` (the smaller proven bound); ``plugin`` (the paper's plug-in
+value: P1 at the mean sigma, P3 at r_rms; NOT a proven bound; = ``bound`` for FC);
+``bound_holds`` = max_rate <= bound, ``p4_holds``, ``plugin_holds`` (never clipped); ``width`` =
+lipschitz_upper / lipschitz_lower (the factor within which Lip(f) is known); the data
+statistics used: ``sigma``, ``sigma_mean``, ``sigma_cv`` (LN), ``r_rms``, ``r_max``,
+``energy``, ``alpha`` (MHA).
 
 Used by notebook 02.
 """
@@ -25,7 +36,6 @@ import math
 import pandas as pd
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
 
 from vitplast import bounds, plasticity
 from vitplast.components import component_modules
@@ -33,22 +43,25 @@ from vitplast.inputs import check_count
 
 _KEYS = ("model", "task", "checkpoint", "protocol")
 _COLUMNS = ["protocol", "layer", "component", "n", "plasticity", "max_rate", "local_lipschitz",
-            "lower", "bound", "bound_rms", "bound_tight", "bound_holds", "rms_holds",
-            "tight_holds", "tightness", "sigma", "sigma_mean", "sigma_cv", "r_rms", "r_max",
-            "energy", "alpha"]
+            "lipschitz_lower", "bound", "bound_p4", "lipschitz_upper", "plugin", "bound_holds",
+            "p4_holds", "plugin_holds", "width", "sigma", "sigma_mean", "sigma_cv", "r_rms",
+            "r_max", "energy", "alpha"]
 
 
 def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
               n_lipschitz: int = 8, power_iters: int = 20, batch_size: int = 64,
               progress: bool = True) -> pd.DataFrame:
-    """[lower, upper] around the plasticity of every component of every block.
+    """[lipschitz_lower, lipschitz_upper] around the Lipschitz constant of every component of
+    every block, next to its plasticity, from ONE pass over the pairs.
 
     Args:
         x, y: the pairs, as for ``plasticity.measure``: aligned image tensors (N, C, H, W),
             or ``x`` a ``plasticity.Pairs`` dataset and ``y`` None.
         protocol: ``"hidden"`` or ``"embedding"``; the bounds use the statistics of the inputs
-            each component gets under it, over all 2N images.
-        n_lipschitz: inputs (the first x images) at which ``local_lipschitz`` is probed.
+            each component gets under it, over the 2N images of the pairs (identical pairs
+            excluded, as for the rates).
+        n_lipschitz: inputs (the x images of the first kept pairs) at which
+            ``local_lipschitz`` is probed.
         power_iters: power-iteration steps of ``local_lipschitz``.
         progress: a progress bar over the measuring pass.
 
@@ -60,23 +73,20 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
     check_count("n_lipschitz", n_lipschitz, hint="inputs probed for the local Lipschitz "
                 "estimate, e.g. 8")
     check_count("power_iters", power_iters, minimum=0, hint="power-iteration steps, e.g. 20")
-    pairs = plasticity.check_pairs(model, x, y, protocol=protocol, batch_size=batch_size)
-    rates = plasticity.summarize(plasticity.measure(model, pairs, protocol=protocol,
-                                                    batch_size=batch_size, progress=progress))
-    upper = bounds.model_bounds(model, pairs, protocol=protocol, batch_size=batch_size)
-    first = next(iter(DataLoader(pairs, batch_size=n_lipschitz)))[0]
-    probe = plasticity.component_inputs(model, first.to(next(model.parameters()).device),
-                                        protocol)
-    rows = [dict(layer=key[0], component=key[1], **upper[key],
-                 local_lipschitz=bounds.local_lipschitz(f, probe[key], power_iters).max().item())
-            for key, f in component_modules(model).items()]
+    m = plasticity.measurement(model, x, y, protocol=protocol, batch_size=batch_size,
+                               progress=progress, keep=n_lipschitz)
+    rates = plasticity.summarize(m.rates)
+    upper = bounds.model_bounds(model, m.statistics).astype({"component": str})
+    upper["local_lipschitz"] = [bounds.local_lipschitz(f, m.inputs[key], power_iters).max().item()
+                                for key, f in component_modules(model).items()]
     df = rates[["protocol", "layer", "component", "plasticity", "max_rate"]].merge(
-        pd.DataFrame(rows).astype({"component": rates["component"].dtype}))
-    df["lower"] = df[["max_rate", "local_lipschitz"]].max(axis=1)
-    for col, name in (("bound", "bound_holds"), ("bound_rms", "rms_holds"),
-                      ("bound_tight", "tight_holds")):
+        upper.astype({"component": rates["component"].dtype}))
+    df["lipschitz_lower"] = df[["max_rate", "local_lipschitz"]].max(axis=1)
+    df["lipschitz_upper"] = df[["bound", "bound_p4"]].min(axis=1)
+    for col, name in (("bound", "bound_holds"), ("bound_p4", "p4_holds"),
+                      ("plugin", "plugin_holds")):
         df[name] = (df["max_rate"] <= df[col]).astype("boolean").mask(df[col].isna())
-    df["tightness"] = df["bound"] / df["plasticity"]
+    df["width"] = df["lipschitz_upper"] / df["lipschitz_lower"]
     return df.reindex(columns=_COLUMNS)
 
 
@@ -88,8 +98,9 @@ def random_checks(n_seeds: int = 5, *, n: int = 16, d: int = 32, num_heads: int 
     linear (P2), a timm Attention with random weights and qkv bias on tokens of random scale (P3
     with r_max, P4 with the inputs' alpha and energy). One row per seed x proposition:
     ``bound``, ``plasticity``, ``max_rate`` (over n_pairs random pairs), ``local_lipschitz`` (max
-    over the inputs), ``lower``, ``tightness`` as in ``intervals``; ``bound_holds`` = lower <=
-    bound up to float32 round-off (1e-5 relative).
+    over the inputs), ``lipschitz_lower`` as in ``intervals``; ``bound_holds`` =
+    lipschitz_lower <= bound up to float32 round-off (1e-5 relative); ``width`` = bound /
+    lipschitz_lower.
 
     Paper: Props. 1-4, where their assumptions hold. Used by notebook 02.
     """
@@ -120,10 +131,10 @@ def random_checks(n_seeds: int = 5, *, n: int = 16, d: int = 32, num_heads: int 
             r, lip = measured[f]
             rows.append(dict(seed=seed, proposition=prop, bound=bound, plasticity=r.mean().item(),
                              max_rate=r.max().item(), local_lipschitz=lip,
-                             lower=max(r.max().item(), lip)))
+                             lipschitz_lower=max(r.max().item(), lip)))
     df = pd.DataFrame(rows)
-    df["bound_holds"] = df["lower"] <= df["bound"] * (1 + 1e-5)
-    df["tightness"] = df["bound"] / df["plasticity"]
+    df["bound_holds"] = df["lipschitz_lower"] <= df["bound"] * (1 + 1e-5)
+    df["width"] = df["bound"] / df["lipschitz_lower"]
     return df
 
 
@@ -158,35 +169,3 @@ def compare_rankings(df: pd.DataFrame, column: str = "bound") -> pd.DataFrame:
     out.attrs["match"] = out.attrs["measured"] == out.attrs["theory"]
     out.attrs["kendall_tau"] = float(kendalltau(out["plasticity"], out[column]).statistic)
     return out
-
-
-def what_this_shows(df: pd.DataFrame, checks: pd.DataFrame | None = None) -> str:
-    """Conclusions computed from ``intervals`` (and ``random_checks``), one per line.
-
-    Paper: Props. 1-4, Takeaway 1, objection 2. Used by notebook 02.
-    """
-    lines = [f"{p} on random weights: held in {g.bound_holds.sum()}/{len(g)} seeds; bound / lower "
-             f"median {(g.bound / g.lower).median():.3g}" for p, g in
-             ([] if checks is None else checks.groupby("proposition"))]
-    for name, comps, plug in (("P1 LayerNorm", ["LN1", "LN2"], "mean sigma"),
-                              ("P2 linear", ["FC1", "FC2"], ""), ("P3 MHA", ["MHA"], "r_rms")):
-        g = df[df["component"].isin(comps)]
-        line = (f"{name} on the model: held in {g.bound_holds.sum()}/{len(g)} layers; bound / "
-                f"plasticity median {g.tightness.median():.3g}, bound / lower median "
-                f"{(g.bound / g.lower).median():.3g}")
-        lines.append(line + (f"; with {plug}: held in {g.rms_holds.sum()}/{len(g)}" if plug
-                             else ""))
-    mha, ln = df[df["component"] == "MHA"], df[df["component"].isin(["LN1", "LN2"])]
-    lines.append(f"P4 MHA on the model: held in {mha.tight_holds.sum()}/{len(mha)} layers; "
-                 f"tighter than P3 in {(mha.bound_tight < mha.bound).sum()}/{len(mha)} "
-                 f"(median P4 / P3 {(mha.bound_tight / mha.bound).median():.3g})")
-    lines.append(f"LayerNorm inputs: per-token sigma cv median {ln.sigma_cv.median():.3g} "
-                 f"(0 = Prop. 1's shared sigma); min / mean sigma median "
-                 f"{(ln.sigma / ln.sigma_mean).median():.3g}")
-    for col in ("bound", "bound_rms"):
-        cmp = compare_rankings(df, col)
-        lines.append(f"Ranking measured: {cmp.attrs['measured']}; of {col}: {cmp.attrs['theory']}"
-                     f"; same order: {cmp.attrs['match']}; Kendall tau "
-                     f"{cmp.attrs['kendall_tau']:.2f}")
-    return "\n".join(lines)
-

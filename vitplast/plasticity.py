@@ -6,8 +6,10 @@ where x, y are token sequences (n x d) and the expectation is over a data distri
 pairs (the paper writes "uniform"; in practice, and here, it is the pairs one feeds in).
 
 The estimator runs ONE forward pass over the batch [x; y] with scoped forward hooks on every
-component of every block; each hook turns its (input, output) into one rate per pair on the
-spot, so memory is O(batch) whatever the number of pairs.
+component of every block (``hooks``, the one hook scope); each hook reduces its (input, output)
+on the spot to one rate per pair AND to running statistics of the input that the bounds of
+``vitplast.bounds`` need (per-token sigma, token norms, sequence energies), so memory is
+O(batch) whatever the number of pairs (``measurement``; ``measure`` is its rates).
 
 Two input protocols (``PROTOCOLS``):
 
@@ -17,6 +19,7 @@ Two input protocols (``PROTOCOLS``):
   to the embedding output (patch tokens + CLS + positions); FC2 gets it zero-padded from d to
   its input width; no residuals; the denominator is the embedding difference.
 
+Pairs (``Pairs``, ``make_pairs``) live in ``vitplast.pairs`` and are re-exported here.
 Pairs whose two images are identical are excluded and counted (``df.attrs["excluded"]``).
 Images are checked against the model before any pass (``vitplast.inputs``): a pair with a NaN
 or infinite pixel is an error, never an excluded pair nor a NaN rate.
@@ -29,20 +32,25 @@ Used by notebooks 01, 02, 03, 05, 06.
 
 from __future__ import annotations
 
-import warnings
+import math
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader
 
+from vitplast.bounds import token_sigma
 from vitplast.components import COMPONENTS, check_component, component_modules
 from vitplast.inputs import check_count, check_finite, check_images
 from vitplast.models import pick_device
+from vitplast.pairs import PROTOCOLS, Pairs, check_batch, check_pairs, check_protocol, make_pairs
 
-PROTOCOLS = ("hidden", "embedding")
+__all__ = ["PROTOCOLS", "Pairs", "make_pairs", "check_pairs", "check_batch", "rate", "embed",
+           "hooks", "batch_rates", "component_inputs", "Measurement", "measurement", "measure",
+           "summarize", "ranking", "order", "scale_curve"]
 
 
 def rate(f, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -79,31 +87,42 @@ def _embedding_input(module: nn.Module, component: str, e: torch.Tensor) -> torc
     return _pad_to(e, module.in_features) if component == "FC2" else e
 
 
-def _check_protocol(protocol: str) -> None:
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
-
-
 @contextmanager
-def hooked_rates(model: nn.Module):
-    """Scoped hooks filling ``{(layer, component): [rates per batch]}`` under ``hidden``.
-
-    The handles are removed on exit, also after an exception.
-    """
-    rates: dict[tuple[int, str], list[torch.Tensor]] = {}
-    handles = []
-    for key, module in component_modules(model).items():
-        rates[key] = []
-
-        def hook(mod, args, out, key=key):
-            rates[key].append(_pair_rate(args[0], out).detach())
-
-        handles.append(module.register_forward_hook(hook))
+def hooks(model: nn.Module, reduce):
+    """The one hook scope: ``reduce(key, module, input, output)`` sees every component's input
+    and output in the forward passes inside it; the handles are removed on exit, also after an
+    exception. ``key`` is ``(layer, component)``."""
+    handles = [module.register_forward_hook(
+        lambda mod, args, out, key=key: reduce(key, mod, args[0], out))
+        for key, module in component_modules(model).items()]
     try:
-        yield rates
+        yield
     finally:
         for h in handles:
             h.remove()
+
+
+def _apply(model: nn.Module, images: torch.Tensor, protocol: str, reduce) -> None:
+    """Run every component on its input for ``images`` under ``protocol`` (the one place the
+    protocols differ), handing each (input, output) to ``reduce`` as ``hooks`` does."""
+    if protocol == "hidden":
+        with hooks(model, reduce):
+            model.forward_features(images)
+        return
+    e = embed(model, images)
+    for (layer, comp), module in component_modules(model).items():
+        inp = _embedding_input(module, comp, e)
+        reduce((layer, comp), module, inp, module(inp))
+
+
+def _checked(model, x, y):
+    x, y = check_images(model, x, "x"), check_images(model, y, "y")
+    if x.shape != y.shape:
+        raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} differ in shape: pair i "
+                         "is (x[i], y[i]), so both need the same shape")
+    check_finite("x", x)
+    check_finite("y", y)
+    return x, y
 
 
 @torch.no_grad()
@@ -122,23 +141,11 @@ def batch_rates(model: nn.Module, x: torch.Tensor, y: torch.Tensor, protocol: st
         ValueError: unknown protocol; x and y of different shapes; images the model does not
             take or with non-finite pixels (``vitplast.inputs.check_images``).
     """
-    _check_protocol(protocol)
-    x, y = check_images(model, x, "x"), check_images(model, y, "y")
-    if x.shape != y.shape:
-        raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} differ in shape: pair i "
-                         "is (x[i], y[i]), so both need the same shape")
-    check_finite("x", x)
-    check_finite("y", y)
-    xy = torch.cat([x, y])
-    if protocol == "hidden":
-        with hooked_rates(model) as rates:
-            model.forward_features(xy)
-        return {k: v[0] for k, v in rates.items()}
-    e = embed(model, xy)
+    check_protocol(protocol)
+    x, y = _checked(model, x, y)
     out = {}
-    for (layer, comp), module in component_modules(model).items():
-        inp = _embedding_input(module, comp, e)
-        out[(layer, comp)] = _pair_rate(inp, module(inp))
+    _apply(model, torch.cat([x, y]), protocol,
+           lambda key, mod, inp, o: out.__setitem__(key, _pair_rate(inp, o)))
     return out
 
 
@@ -147,112 +154,115 @@ def component_inputs(model: nn.Module, images: torch.Tensor, protocol: str = "hi
                      ) -> dict[tuple[int, str], torch.Tensor]:
     """Each component's input for a (small) batch of images under a protocol, (B, n, d_in).
 
-    For bounds that need data (LayerNorm sigma, MHA radius) and Jacobian estimates.
+    For checks that apply a component to its real input (tests, notebook 02's head-by-head
+    recomputation of attention).
     """
-    _check_protocol(protocol)
+    check_protocol(protocol)
     images = check_images(model, images, "images")
     check_finite("images", images)
-    modules = component_modules(model)
-    if protocol == "embedding":
-        e = embed(model, images)
-        return {k: _embedding_input(m, k[1], e) for k, m in modules.items()}
-    inputs, handles = {}, []
-    for key, module in modules.items():
-        handles.append(module.register_forward_hook(
-            lambda mod, args, out, key=key: inputs.__setitem__(key, args[0].detach())))
-    try:
-        model.forward_features(images)
-    finally:
-        for h in handles:
-            h.remove()
+    inputs = {}
+    _apply(model, images, protocol, lambda key, mod, inp, o: inputs.__setitem__(key, inp))
     return inputs
 
 
-class Pairs(Dataset):
-    """Image pairs (x_i, y_i), read lazily from one or two sources, so that measuring
-    12,800 pairs of 224 px images never holds them all in memory.
+class _Moments:
+    """min, max, mean and (population) std of a stream of numbers in O(1) memory: each batch is
+    reduced where it lies (one copy of 4 numbers to the CPU) and merged in float64 (Chan et al.),
+    so the result equals the statistics of all the numbers at once up to round-off."""
 
-    A source is an image tensor (N, C, H, W) or a dataset of (image, label).
+    def __init__(self):
+        self.lo, self.hi, self.mean, self.m2, self.n = math.inf, -math.inf, 0.0, 0.0, 0
 
-    - ``y_source`` given (the paper's pairs): x = x_source[i], y = y_source[i], in dataset
-      order, unshuffled, for i < n_pairs. Asking for more pairs than the shorter source has
-      warns and makes as many as it has.
-    - ``y_source`` None (within one set): two independent random orders of x_source (drawn
-      with replacement; more pairs than the N(N-1) distinct ones warns that pairs repeat).
+    def add(self, v: torch.Tensor) -> None:
+        v = v.detach().float().flatten()
+        mean = v.mean()
+        lo, hi, m, m2 = torch.stack([v.min(), v.max(), mean, (v - mean).pow(2).sum()]).tolist()
+        n, total = v.numel(), self.n + v.numel()
+        delta = m - self.mean
+        self.mean += delta * n / total
+        self.m2 += m2 + delta ** 2 * self.n * n / total
+        self.lo, self.hi, self.n = min(self.lo, lo), max(self.hi, hi), total
 
-    Raises:
-        ValueError: ``n_pairs`` not a positive integer; an empty source; one image within one
-            set; x and y images of different shapes.
+    @property
+    def std(self) -> float:
+        return math.sqrt(self.m2 / self.n)
+
+
+class _Reduction:
+    """What the measuring pass keeps of one component's inputs, besides its rates: the running
+    statistics its bound needs (``vitplast.bounds``: per-token sigma for a LayerNorm; token
+    norms and sequence energies for MHA; none for a linear layer) and the first ``keep`` x
+    inputs (a batch is [x; y], so its first half)."""
+
+    def __init__(self, keep: int):
+        self.keep, self.kept, self.n = keep, [], 0
+        self.sigma, self.sq_norm, self.energy = _Moments(), _Moments(), _Moments()
+
+    def add(self, module: nn.Module, component: str, inp: torch.Tensor) -> None:
+        self.n = inp.shape[1]
+        if component.startswith("LN"):
+            self.sigma.add(token_sigma(inp, module.eps))  # (2B, n)
+        elif component == "MHA":
+            sq = inp.float().pow(2).sum(dim=-1)  # (2B, n) ||x_i||^2
+            self.sq_norm.add(sq)
+            self.energy.add(sq.sum(dim=-1))  # (2B,) ||X_b||_F^2
+        need = self.keep - sum(len(t) for t in self.kept)
+        if need > 0:
+            self.kept.append(inp[:min(need, len(inp) // 2)].detach().clone())
+
+    def statistics(self) -> dict:
+        s, q, e = self.sigma, self.sq_norm, self.energy
+        nan = math.nan
+        return dict(n=self.n, sigma=s.lo if s.n else nan, sigma_mean=s.mean if s.n else nan,
+                    sigma_cv=s.std / s.mean if s.n else nan,
+                    r_rms=math.sqrt(q.mean) if q.n else nan, r_max=math.sqrt(q.hi) if q.n else nan,
+                    energy=e.mean if e.n else nan, alpha=math.sqrt(e.hi / e.mean) if e.n else nan)
+
+
+@dataclass
+class Measurement:
+    """What one measuring pass over the pairs gives (``measurement``).
+
+    Attributes:
+        rates: the tidy per-pair table (module docstring); ``attrs["excluded"]`` counts the
+            identical pairs left out.
+        statistics: one row per (layer, component) of its inputs over all 2N images of the
+            kept pairs: ``n`` (tokens); LN: ``sigma`` (smallest per-token sqrt(var + eps)),
+            ``sigma_mean``, ``sigma_cv`` (std / mean over tokens); MHA: ``r_rms``
+            (sqrt(mean_i ||x_i||^2)), ``r_max`` (max_i ||x_i||), ``energy`` (mean_b
+            ||X_b||_F^2), ``alpha`` (sqrt(max_b ||X_b||_F^2 / energy)); NaN where the
+            component's bound needs none. The input of ``vitplast.bounds.model_bounds``.
+        inputs: ``{(layer, component): (k, n, d_in)}``, each component's input for the x
+            images of the first k = ``keep`` kept pairs (for ``bounds.local_lipschitz``).
     """
 
-    def __init__(self, x_source, y_source=None, *, n_pairs: int = 1024, seed: int = 0):
-        n_pairs = check_count("n_pairs", n_pairs)
-        self.x_source = x_source
-        self.y_source = x_source if y_source is None else y_source
-        for name, source in (("x_source", x_source), ("y_source", y_source)):
-            if source is not None and len(source) == 0:
-                raise ValueError(f"{name} has no images: pairs need at least one image in "
-                                 "each source")
-        if y_source is not None:
-            if self._image(self.x_source, 0).shape != self._image(self.y_source, 0).shape:
-                raise ValueError(f"x images {tuple(self._image(x_source, 0).shape)} and y images "
-                                 f"{tuple(self._image(y_source, 0).shape)} differ in shape")
-            self.ix = self.iy = torch.arange(self._aligned(n_pairs))
-        else:
-            self._check_within(n_pairs)
-            g = torch.Generator().manual_seed(seed)
-            self.ix = torch.randint(len(x_source), (n_pairs,), generator=g)
-            self.iy = torch.randint(len(x_source), (n_pairs,), generator=g)
-
-    def _aligned(self, n_pairs: int) -> int:
-        """How many aligned pairs can be made (warns when fewer than asked)."""
-        n = min(n_pairs, len(self.x_source), len(self.y_source))
-        if n < n_pairs:
-            warnings.warn(f"n_pairs={n_pairs} aligned pairs asked, but x_source has "
-                          f"{len(self.x_source)} and y_source {len(self.y_source)} images: "
-                          f"made {n} pairs", stacklevel=3)
-        return n
-
-    def _check_within(self, n_pairs: int) -> None:
-        n = len(self.x_source)
-        if n < 2:
-            raise ValueError(f"x_source has {n} image: pairs within one set need at least 2 "
-                             "different images; give more images or a y_source")
-        if n_pairs > n * (n - 1):
-            warnings.warn(f"n_pairs={n_pairs} random pairs asked from {n} images, which form "
-                          f"only {n * (n - 1)} distinct pairs of different images: made "
-                          f"{n_pairs} pairs, some repeated (identical ones are excluded when "
-                          "measured)", stacklevel=3)
-
-    @staticmethod
-    def _image(source, i: int) -> torch.Tensor:
-        return source[i] if isinstance(source, torch.Tensor) else source[i][0]
-
-    def __len__(self) -> int:
-        return len(self.ix)
-
-    def __getitem__(self, i: int):
-        return (self._image(self.x_source, int(self.ix[i])),
-                self._image(self.y_source, int(self.iy[i])))
-
-    def tensors(self, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The first ``limit`` pairs as two aligned tensors (N, C, H, W)."""
-        n = len(self) if limit is None else min(limit, len(self))
-        items = [self[i] for i in range(n)]
-        return torch.stack([a for a, _ in items]), torch.stack([b for _, b in items])
-
-
-def make_pairs(x_source, y_source=None, *, n_pairs: int = 1024, seed: int = 0) -> Pairs:
-    """``Pairs`` of images from one source (random pairs) or two (aligned, unshuffled)."""
-    return Pairs(x_source, y_source, n_pairs=n_pairs, seed=seed)
+    rates: pd.DataFrame
+    statistics: pd.DataFrame
+    inputs: dict = field(default_factory=dict)
 
 
 def measure(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
             batch_size: int = 64, device: str | torch.device | None = None, workers: int = 0,
             progress: bool = True, meta: dict | None = None) -> pd.DataFrame:
-    """Per-pair rates of every component of every block, streamed over batches of pairs.
+    """Per-pair rates of every component of every block, streamed over batches of pairs: the
+    ``rates`` of ``measurement`` (same arguments, errors and pass).
 
     Paper: Definition 1 and section 4 (the empirical plasticity of Fig. 2-3).
+    """
+    return measurement(model, x, y, protocol=protocol, batch_size=batch_size, device=device,
+                       workers=workers, progress=progress, meta=meta).rates
+
+
+def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
+                batch_size: int = 64, device: str | torch.device | None = None,
+                workers: int = 0, progress: bool = True, meta: dict | None = None,
+                keep: int = 0) -> Measurement:
+    """ONE streamed pass over the pairs: every component's per-pair rates, the statistics of
+    its inputs that Props. 1-4 need, and its first ``keep`` inputs (``Measurement``).
+
+    Paper: Definition 1 and section 4 (rates); Props. 1-4 (statistics). Used by notebook 02
+    (through ``vitplast.intervals``) and 06 (``vitplast.widgets``); its ``rates`` by notebooks
+    01 and 03 (through ``measure``).
 
     Args:
         model: a timm VisionTransformer (see ``vitplast.components.check_supported``).
@@ -260,18 +270,16 @@ def measure(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str
         protocol: ``"hidden"`` or ``"embedding"``.
         batch_size: pairs per forward pass (the pass sees 2 x batch_size images).
         workers: DataLoader workers reading the pairs.
-        meta: constant columns to add, e.g. ``{"model": ..., "task": ...}``.
-
-    Returns:
-        The tidy per-pair table (module docstring); ``attrs["excluded"]`` counts the
-        identical pairs left out.
+        meta: constant columns to add to ``rates``, e.g. ``{"model": ..., "task": ...}``.
+        keep: how many x inputs of each component to keep (0: none).
 
     Raises:
-        ValueError: bad ``protocol``, ``batch_size`` or ``workers``; no pairs; images the model
-            does not take (checked on the first pair before any pass) or with non-finite pixels
-            (checked batch by batch, naming the pairs).
+        ValueError: bad ``protocol``, ``batch_size``, ``workers`` or ``keep``; no pairs; images
+            the model does not take (checked on the first pair before any pass) or with
+            non-finite pixels (checked batch by batch, naming the pairs); only identical pairs.
     """
     x = check_pairs(model, x, y, protocol=protocol, batch_size=batch_size, workers=workers)
+    check_count("keep", keep, minimum=0, hint="inputs kept per component, e.g. 8")
     device = pick_device(device) if device is not None else next(model.parameters()).device
     model = model.to(device).eval()
     from tqdm.auto import tqdm
@@ -280,70 +288,44 @@ def measure(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str
     # would pin the heap between the batches' large activations (glibc never returns that
     # memory), so the process would grow with the number of pairs.
     n = len(x)
-    pairs, out = np.empty(n, dtype=np.int64), {}
+    pairs, out, reduced = np.empty(n, dtype=np.int64), {}, {}
     done, start = 0, 0
+
+    def reduce(key, module, inp, o):
+        reduced.setdefault(key, _Reduction(keep)).add(module, key[1], inp)
+        rates = _pair_rate(inp, o).cpu()
+        out.setdefault(key, np.empty(n, dtype=np.float32))[done:done + len(rates)] = rates
+
     loader = DataLoader(x, batch_size=batch_size, num_workers=workers)
     for xb, yb in tqdm(loader, desc=f"plasticity ({protocol})", disable=not progress, leave=False):
         xb, yb = check_batch(model, xb, yb, start)
-        keep = torch.nonzero((xb - yb).flatten(1).abs().amax(dim=1) > 0).flatten()
-        pairs[done:done + len(keep)] = start + keep.numpy()
+        kept = torch.nonzero((xb - yb).flatten(1).abs().amax(dim=1) > 0).flatten()
+        pairs[done:done + len(kept)] = start + kept.numpy()
         start += len(xb)
-        if len(keep) == 0:
-            continue
-        rates = batch_rates(model, xb[keep].to(device), yb[keep].to(device), protocol)
-        for key, r in rates.items():
-            out.setdefault(key, np.empty(n, dtype=np.float32))[done:done + len(keep)] = r.cpu()
-        done += len(keep)
+        if len(kept):
+            with torch.no_grad():
+                _apply(model, torch.cat([xb[kept], yb[kept]]).to(device), protocol, reduce)
+            done += len(kept)
     if done == 0:
         raise ValueError(f"all {start} pairs are identical images: plasticity is undefined")
-    frames = [pd.DataFrame({"layer": layer, "component": comp, "pair": pairs[:done],
-                            "rate": rates[:done]})
+    return Measurement(_rates_table(out, pairs[:done], protocol, meta, excluded=start - done),
+                       pd.DataFrame([dict(layer=k[0], component=k[1], **r.statistics())
+                                     for k, r in reduced.items()]),
+                       {k: torch.cat(r.kept) for k, r in reduced.items() if r.kept})
+
+
+def _rates_table(out: dict, pairs: np.ndarray, protocol: str, meta: dict | None,
+                 excluded: int) -> pd.DataFrame:
+    frames = [pd.DataFrame({"layer": layer, "component": comp, "pair": pairs,
+                            "rate": rates[:len(pairs)]})
               for (layer, comp), rates in out.items()]
     df = pd.concat(frames, ignore_index=True)
     df.insert(0, "protocol", protocol)
     for k, v in (meta or {}).items():
         df.insert(0, k, v)
     df["component"] = pd.Categorical(df["component"], categories=list(COMPONENTS))
-    df.attrs["excluded"] = start - done
+    df.attrs["excluded"] = excluded
     return df
-
-
-def check_pairs(model: nn.Module, x, y: torch.Tensor | None = None, *,
-                protocol: str = "hidden", batch_size: int = 64, workers: int = 0) -> Dataset:
-    """The dataset of pairs to read, after checking the arguments and the first pair against
-    the model (the rest is checked batch by batch, ``check_batch``), before any pass.
-
-    Args: as ``measure``'s.
-
-    Used by ``measure``, ``bounds.model_bounds`` and ``intervals.intervals``.
-    """
-    _check_protocol(protocol)
-    check_count("batch_size", batch_size, hint="pairs per forward pass, e.g. 64")
-    check_count("workers", workers, minimum=0, hint="0 reads the pairs in this process")
-    if y is not None:
-        if len(x) != len(y):
-            raise ValueError(f"need as many x as y images, got {len(x)} and {len(y)}")
-        x = TensorDataset(x, y)
-    if len(x) == 0:
-        raise ValueError("no pairs to measure: x is empty")
-    first_x, first_y = x[0]
-    check_images(model, first_x[None], "x", warn=False)
-    check_images(model, first_y[None], "y", warn=False)
-    return x
-
-
-def check_batch(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, start: int = 0
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A batch of pairs (from pair ``start`` on) as the model takes them; non-finite pixels
-    raise naming the pairs (a NaN pair would otherwise pass for identical and be excluded).
-
-    Used by ``measure`` and ``bounds.model_bounds``.
-    """
-    xb = check_images(model, xb, "x", warn=start == 0)
-    yb = check_images(model, yb, "y", warn=start == 0)
-    check_finite("x", xb, offset=start)
-    check_finite("y", yb, offset=start)
-    return xb, yb
 
 
 def summarize(df: pd.DataFrame, by: tuple[str, ...] = ("layer", "component")) -> pd.DataFrame:

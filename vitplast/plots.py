@@ -263,7 +263,9 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
 
 @_themed
 def intervals(df):
-    """Per component, along depth on a log scale: plasticity, lower end and the bounds.
+    """Per component, along depth on a log scale: the interval around the Lipschitz constant
+    (shaded, from ``lipschitz_lower`` to ``lipschitz_upper``), the bounds it comes from, the
+    paper's plug-in value, and plasticity (the mean rate, below the interval).
 
     Paper: Props. 1-4 next to the measured plasticity; ``df`` from ``intervals.intervals``.
     Used by notebook 02.
@@ -271,20 +273,26 @@ def intervals(df):
     from matplotlib.ticker import MaxNLocator
 
     comps = [c for c in ORDER if c in set(df["component"])]
-    fig, axes = plt.subplots(1, len(comps), figsize=(2.6 * len(comps), 3.3), sharey=True,
+    fig, axes = plt.subplots(1, len(comps), figsize=(2.8 * len(comps), 3.6), sharey=True,
                              squeeze=False)
     for ax, comp in zip(axes[0], comps):
         g = df[df["component"] == comp].sort_values("layer")
-        for col, fmt in (("plasticity", "o-"), ("lower", "^--"), ("bound", "v-"),
-                         ("bound_rms", "x:"), ("bound_tight", "s-.")):
+        ax.fill_between(g["layer"], g["lipschitz_lower"], g["lipschitz_upper"], color="C1",
+                        alpha=0.25, label="Lip(f) lies in here")
+        for col, fmt, color, label in (
+                ("lipschitz_lower", "^-", "C0", "lower end (largest rate / Jacobian)"),
+                ("bound", "v-", "C1", "bound (Prop. 1, 2 or 3)"),
+                ("bound_p4", "s-.", "C2", "bound (Prop. 4)"),
+                ("plugin", "x:", "C4", "paper's plug-in (not a bound)"),
+                ("plasticity", "o--", "C3", "plasticity (mean rate)")):
             if g[col].notna().any():
-                ax.plot(g["layer"], g[col], fmt, label=col, ms=4)
-        ax.set(title=comp, xlabel="layer", yscale="log")
+                ax.plot(g["layer"], g[col], fmt, color=color, label=label, ms=4)
+        ax.set(title=comp, xlabel="layer (block index)", yscale="log")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[0, 0].set_ylabel("rate")
+    axes[0, 0].set_ylabel("rate ||f(x)-f(y)|| / ||x-y||\n(no unit, log scale)")
     labels = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels())}
-    fig.legend(labels.values(), labels.keys(), loc="lower center", ncol=len(labels), fontsize=8)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(labels.values(), labels.keys(), loc="lower center", ncol=3, fontsize=9)
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
     return fig
 
 

@@ -120,13 +120,13 @@ def pair_tensors(task: str, source: str = "fmnist", n_pairs: int = 128):
                                 test_size=n_pairs).tensors()
 
 
-def _bounds(model, x, y, **kwargs) -> dict:
-    """``{(layer, component): bound}``: the valid bounds (Props. 1-3) of
-    ``bounds.model_bounds`` for the pairs (x, y)."""
-    from torch.utils.data import TensorDataset
-
-    return {k: b["bound"] for k, b in bounds.model_bounds(model, TensorDataset(x, y),
-                                                             **kwargs).items()}
+def _measured(model, x, y, **kwargs) -> tuple:
+    """One pass over the pairs (x, y) (``plasticity.measurement``): the per-pair rates, and
+    ``{(layer, component): bound}``, the valid bounds (Props. 1-3) of ``bounds.model_bounds``
+    for the statistics of those pairs."""
+    m = plasticity.measurement(model, x, y, progress=False, **kwargs)
+    return m.rates, {(int(r.layer), str(r.component)): r.bound
+                     for r in bounds.model_bounds(model, m.statistics).itertuples()}
 
 
 def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str = "digits",
@@ -135,9 +135,10 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
     """Per-pair rates of one component (histogram), its plasticity (their mean), its bound.
 
     Controls ``checkpoint``, ``task``, ``protocol``, ``layer``, ``component``. A new
-    (checkpoint, task, protocol, n_pairs) measures every component once (``plasticity.measure``
-    and ``bounds.model_bounds``, cached); layer and component redraw from the cache. ``values``:
-    plasticity, bound, bound_over_plasticity, max_rate, n (pairs kept).
+    (checkpoint, task, protocol, n_pairs) measures every component once (one
+    ``plasticity.measurement`` pass and ``bounds.model_bounds``, cached); layer and component
+    redraw from the cache. ``values``: plasticity, bound, bound_over_plasticity, max_rate, n
+    (pairs kept).
 
     Args:
         model: explore this ViT (checkpoint "given") instead of the embedded checkpoints.
@@ -155,9 +156,7 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
             if checkpoint not in loaded:
                 loaded[checkpoint] = _load(model, checkpoint)
             m, (x, y) = loaded[checkpoint], pair_tensors(task, source, n_pairs)
-            df = plasticity.measure(m, x, y, protocol=protocol, batch_size=batch_size,
-                                    progress=False)
-            cache[key] = df, _bounds(m, x, y, protocol=protocol, batch_size=batch_size)
+            cache[key] = _measured(m, x, y, protocol=protocol, batch_size=batch_size)
         return cache[key]
 
     def draw(checkpoint, task, protocol, layer, component):
@@ -210,10 +209,11 @@ def gamma_explorer(model=None, *, checkpoint: str | None = None, task: str = "di
         if key not in cache:
             kept = ablations.rescale_layernorm(copy.deepcopy(base), ln, c, preserve=True)
             raw = ablations.rescale_layernorm(copy.deepcopy(base), ln, c, preserve=False)
-            rates = plasticity.batch_rates(kept, x.to(images.device), y.to(images.device))
+            rates, bound = _measured(kept, x, y)
             cache[key] = dict(
-                plasticity={k[0]: r.mean().item() for k, r in rates.items() if k[1] == ln},
-                bound={k[0]: b for k, b in _bounds(kept, x, y).items() if k[1] == ln},
+                plasticity=rates[rates["component"] == ln].groupby("layer")["rate"].mean()
+                .to_dict(),
+                bound={k[0]: b for k, b in bound.items() if k[1] == ln},
                 diff_preserved=(logits(kept) - reference).abs().max().item(),
                 diff_raw=(logits(raw) - reference).abs().max().item())
         return cache[key]
