@@ -7,7 +7,16 @@ import torch
 from helpers import tiny_vit, toy_task
 from scipy import stats
 
-from vitplast import ablations, components, confounds, findings, finetune, plasticity, results, sweep
+from vitplast import (
+    ablations,
+    components,
+    confounds,
+    findings,
+    finetune,
+    plasticity,
+    results,
+    sweep,
+)
 
 
 @pytest.mark.parametrize("ln", ["LN1", "LN2"])
@@ -133,7 +142,8 @@ def test_variants_and_their_exact_counts():
 
 def test_the_confound_study_is_its_parts_and_nothing_else():
     """Exact run counts per part of ``studies.CONFOUNDS``; every variant a part names exists;
-    the per-layer configurations train exactly one block's component."""
+    the per-layer configurations train exactly one block's component. The shipped scales are
+    read (the same settings), never re-measured into the shipped store."""
     from vitplast import studies
     from vitplast.runs import run_hash
 
@@ -159,7 +169,7 @@ def test_the_confound_study_is_its_parts_and_nothing_else():
     for name, n in counts.items():
         assert n == per_block[name.split()[0]] + head, name
     with pytest.raises(ValueError, match="matches no variant; valid"):
-        confounds.part_runs(dict(studies.CONFOUNDS_SMOKE, parts=[dict(
+        confounds.part_runs(dict(studies.CONFOUNDS, parts=[dict(  # reads the shipped scales
             name="x", tasks=["digits"], lrs={"MHA sparsest": [0.1]})]))
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import tiny_vit, toy_task
 
-from vitplast import data, finetune
+from vitplast import finetune
 
 
 def test_losses_are_read_only_at_logging_steps(monkeypatch):

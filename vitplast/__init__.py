@@ -2,7 +2,51 @@
 
 Glossary: one word per thing, in the paper's words where it has one.
 
-==============  ===================================================================(``vitplast/checkpoints/``) and the notebooks (``vitplast/notebooks/``).
+==============  ==========================================================================
+word            what it is (where it lives)
+==============  ==========================================================================
+component       one of LN1, MHA, LN2, FC1, FC2 of a block (``components.COMPONENTS``)
+plasticity      a component's rate of change, ||f(x) - f(y)|| / ||x - y|| (Definition 1);
+                one measured value is a ``rate`` (``plasticity``)
+bound           an upper bound on a component's plasticity, Propositions 1-4 (``bounds``)
+protocol        what a component is fed when measured: ``hidden`` or ``embedding``
+pair            two images (x, y) whose outputs a rate compares (``pairs.Pairs``)
+task            a downstream dataset with train / val / test splits (``tasks.TASKS``)
+configuration   what is finetuned: a name of ``components.CONFIGS`` (full, head, LN1...) or
+                a list of parameter patterns; the key ``config`` of a run
+recipe          named training settings: optimizer, schedule, steps (``finetune.RECIPES``)
+ablation        a model change before training (``ablations``; a run's ``prepare`` names
+                it and ``ablation`` holds its arguments)
+variant         a named configuration of the confound study, maybe with an ablation
+                (``confounds``)
+run             one training run's dict (``runs.run_config``); its hash names its record
+record          a finished run's outcome, one JSON file (``store``)
+store           a results folder of records, resumable (``store``, ``provenance``)
+study           a named set of runs and its store (``studies``); a ``sweep`` runs what
+                its store lacks
+checkpoint      a stage of the embedded model's pretraining (``models``, ``pretrain``)
+profile         how large the notebooks run: smoke, default, paper (``notebooks``)
+finding         one conclusion as a row: claim, paper, measured, CI, p, verdict
+                (``findings``)
+==============  ==========================================================================
+
+Modules, one concept each (``__all__`` below lists them; within a module, names without a
+leading ``_`` are public, and a module's own ``__all__``, where it has one, lists them):
+
+- the paper's objects: ``components``, ``plasticity`` and ``pairs`` (Definition 1), ``bounds``
+  (Propositions 1-4), ``intervals`` (objection 2, Takeaway 1), ``definitions`` and
+  ``empirical`` (measured plasticity), ``paper`` (its reference values), ``findings``;
+- models and data: ``models`` (loading, the embedded checkpoints, folders), ``pretrain``,
+  ``tasks`` (the registry and ``load``) over ``data`` (embedded images), ``corruptions`` and
+  ``paper_datasets`` (the paper's datasets from disk; ``fake_datasets`` writes tiny fakes);
+- finetuning: ``finetune`` (the one training loop), ``probes`` (the linear probe),
+  ``ablations`` and ``confounds``,
+  ``runs`` (the run schema), ``studies`` (named studies), ``sweep`` (running them), ``store``
+  and ``provenance`` (records, sessions, progress), ``results`` (tables);
+- presentation: ``plots``, ``widgets``, ``notebooks`` (papermill), ``__main__`` (the CLI).
+
+Helpers for argument checks: ``inputs``. Package data: the embedded checkpoints
+(``vitplast/checkpoints/``) and the notebooks (``vitplast/notebooks/``).
 """
 
 __version__ = "0.1.0"
@@ -12,5 +56,5 @@ __version__ = "0.1.0"
 __all__ = ["ablations", "bounds", "components", "confounds", "corruptions", "data",
            "definitions", "empirical", "fake_datasets", "findings", "finetune", "inputs",
            "intervals", "models", "notebooks", "pairs", "paper", "paper_datasets", "plasticity",
-           "plots", "pretrain", "provenance", "results", "runs", "store", "studies", "sweep",
-           "tasks", "widgets"]
+           "plots", "pretrain", "probes", "provenance", "results", "runs", "store", "studies",
+           "sweep", "tasks", "widgets"]

@@ -181,21 +181,21 @@ def finetuning_inputs(tasks: list[str], *, protocol: str = "hidden", n_pairs: in
                       ) -> tuple[pd.DataFrame, pd.Series]:
     """What notebook 04 needs besides its runs, load-or-compute (cached): the embedded model's
     per-pair rates on each task under ``protocol`` (``measure_tasks``, final checkpoint), and
-    the linear probe's test accuracy (%) per task (``finetune.linear_probes``). The rates are
+    the linear probe's test accuracy (%) per task (``probes.linear_probes``). The rates are
     ``measure_tasks``'s cached ones: after notebook 03 (same pairs) they are read, not measured.
 
     Paper: Takeaway 3 (plasticity vs gain), Table 1's linear-probe column. Used by notebook 04.
     """
     import torch
 
-    from vitplast import finetune, models, store
+    from vitplast import models, probes, store
 
     rates = measure_tasks(models.EMBEDDED_NAME, tasks, protocols=[protocol], n_pairs=n_pairs,
                           progress=False)
 
     @torch.no_grad()  # features only: no autograd graph (about 20% faster on a CPU)
-    def probes():
-        return finetune.linear_probes(models.EMBEDDED_NAME, tasks)
+    def compute_probes():
+        return probes.linear_probes(models.EMBEDDED_NAME, tasks)
 
-    probe = store.load_or_compute("probe-04", dict(tasks=tasks), probes)
+    probe = store.load_or_compute("probe-04", dict(tasks=tasks), compute_probes)
     return rates, probe.set_index("task")["test_acc"]

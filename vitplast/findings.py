@@ -292,8 +292,8 @@ def confounds(acc: pd.DataFrame, counts: dict, layer_corr: pd.DataFrame,
             _matched(acc, "MHA sparse", "FC1 sparse", counts, "MHA - FC1 at LN1's count (sparse)"),
             _matched(acc, "FC1 sparse", "FC2 sparse", counts, "FC1 - FC2 at LN1's count (sparse)")]
     for kind in ("LoRA r1", "bias"):
-        rows += [_matched(acc, f"MHA {kind}", f"FC1 {kind}", counts, f"MHA - FC1, {kind} at one count"),
-                 _matched(acc, f"FC1 {kind}", f"FC2 {kind}", counts, f"FC1 - FC2, {kind} at one count")]
+        rows += [_matched(acc, f"{a} {kind}", f"{b} {kind}", counts, f"{a} - {b}, {kind} at one "
+                          "count") for a, b in (("MHA", "FC1"), ("FC1", "FC2"))]
     count_effect = paired_test("MHA at its full count - MHA at LN1's count: what the count adds",
                                _col(acc, "MHA"), _col(acc, "MHA sparse"), paper="not studied",
                                expected=math.nan, unit=_TASKS)

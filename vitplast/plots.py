@@ -321,7 +321,7 @@ def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: st
                 title: str = "", xlabel: str | None = None):
     """Bars of ``y`` per ``x`` and ``hue``, one panel per ``col`` value (e.g. accuracy per
     configuration at two budgets)."""
-    fig, axes, cols = _grid(df, col, aspect=1.5)
+    fig, axes, cols = _grid(df, col, aspect=1.5, sharey=False)  # each panel its own range
     if not len(df):
         axes[0].text(0.5, 0.5, "no data", ha="center", va="center", transform=axes[0].transAxes)
         return fig

@@ -80,8 +80,8 @@ CONFOUNDS = dict(
     seeds=[0, 42, 3407], target="FC1", n_pairs=256, scale_tasks=["fmnist_contrast", "digits"],
     baselines="main",
     # plasticity re-measured after finetuning (``confounds.plasticity_after``)
-    after=dict(tasks=CONFOUND_TASKS[:2], configs=["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"],
-               seed=0, n_pairs=128),
+    after=dict(tasks=CONFOUND_TASKS[:2], seed=0, n_pairs=128,
+               configs=["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"]),
     parts=[
         # MHA, FC1, FC2 each with exactly LN1's trainable count (random sparse masks)
         dict(name="matched sparse", tasks=CONFOUND_TASKS, lrs={"* sparse": ladder(0.1, 3.0)}),
@@ -232,8 +232,8 @@ def load_confounds(name: str = "confounds", results_dir: str = "", main_results_
         df, results.coverage(df, expected), confounds.study_scales(
             root, study["scale_tasks"], target=study["target"], n_pairs=study["n_pairs"]),
         confounds.layer_plasticity(root, layer_tasks, study["n_pairs"]),
-        pd.concat(after, ignore_index=True) if after else pd.DataFrame(columns=confounds.AFTER_COLUMNS),
-        root, main_root)
+        pd.concat(after, ignore_index=True) if after
+        else pd.DataFrame(columns=confounds.AFTER_COLUMNS), root, main_root)
 
 
 def budget_runs(main: pd.DataFrame, study: dict = BUDGET) -> list[dict]:
