@@ -356,3 +356,14 @@ def test_plasticity_after_finetuning_is_measured_on_the_trained_model(tmp_path):
     pd.testing.assert_frame_equal(again, mha)
     missing = runs.run_config("digits", "LN1", **kw)
     assert confounds.plasticity_after(missing, tmp_path, 8, compute=False).empty
+
+
+def test_only_settings_with_every_run_stored_are_analysed():
+    """A ladder still filling (one of two LRs stored) is left out; a full one is kept."""
+    from vitplast import runs
+
+    expected = runs.grid(["digits"], ["MHA", "LN1"], [0.1, 1.0], [0])
+    rows = [dict(task="digits", variant=c, lr=lr, status="ok")
+            for c, lr in (("MHA", 0.1), ("LN1", 0.1), ("LN1", 1.0))]
+    kept = confounds.complete_settings(pd.DataFrame(rows), expected)
+    assert sorted(set(kept["variant"])) == ["LN1"] and len(kept) == 2

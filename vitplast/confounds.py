@@ -241,6 +241,16 @@ def with_variant(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(variant=name)
 
 
+def complete_settings(df: pd.DataFrame, expected: list[dict]) -> pd.DataFrame:
+    """The rows of ``with_variant`` results ``df`` whose (task, variant) setting has every run
+    of ``expected`` stored (ok or diverged): an LR chosen on a ladder still filling would
+    mislead. A study filling over sessions shows its findings setting by setting."""
+    want = with_variant(pd.json_normalize(expected)).groupby(["task", "variant"]).size()
+    done = df[df["status"].isin(["ok", "diverged"])].groupby(["task", "variant"]).size()
+    full = [k for k, n in want.items() if done.get(k, 0) >= n]
+    return df[pd.MultiIndex.from_frame(df[["task", "variant"]]).isin(full)] if len(df) else df
+
+
 def variant_table(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
     """Per task x variant: the LR chosen on ``on`` and test accuracy mean and std over seeds
     (in %), from ``with_variant`` results (``vitplast.results.main_table`` per variant)."""

@@ -180,7 +180,8 @@ def load(name: str = "main", results_dir: str = "", recompute: bool = False) -> 
 @dataclass
 class ConfoundResults:
     """What a confound study's store holds: ``runs`` (``results.results`` rows of the study's
-    runs and of its plain SGD baselines, with ``confounds.with_variant``'s ``variant``),
+    runs and of its plain SGD baselines, with ``confounds.with_variant``'s ``variant``; only
+    the (task, variant) settings whose every run is stored: ``confounds.complete_settings``),
     ``coverage`` (expected runs by status), ``scales`` (``confounds.study_scales``),
     ``layers`` (``confounds.layer_plasticity`` of the per-layer tasks), ``after``
     (``confounds.plasticity_after`` of the runs it measures) and the two stores."""
@@ -225,11 +226,13 @@ def load_confounds(name: str = "confounds", results_dir: str = "", main_results_
     df = results.results(root, main_root)
     hashes = {runs.run_hash(c) for c in expected + baselines}
     df = confounds.with_variant(df[df["run"].isin(hashes)] if len(df) else df)
+    cover = results.coverage(df, expected)
+    df = confounds.complete_settings(df, expected + baselines)
     layer_tasks = [p for p in study["parts"] if p["name"] == "per layer"][0]["tasks"]
     after = [confounds.plasticity_after(r, root, study["after"]["n_pairs"], compute=recompute)
              for r in confounds.after_runs(results.results(main_root), study, baselines)]
     return ConfoundResults(
-        df, results.coverage(df, expected), confounds.study_scales(
+        df, cover, confounds.study_scales(
             root, study["scale_tasks"], target=study["target"], n_pairs=study["n_pairs"]),
         confounds.layer_plasticity(root, layer_tasks, study["n_pairs"]),
         pd.concat(after, ignore_index=True) if after
