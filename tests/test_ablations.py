@@ -15,6 +15,7 @@ from vitplast import (
     finetune,
     plasticity,
     results,
+    runs,
     sweep,
 )
 
@@ -107,7 +108,7 @@ def test_bias_only_counts_are_exact():
 
 
 def test_ablations_run_through_the_sweep(tmp_path):
-    config = sweep.run_config("digits", "FC2", lr=0.01, pretrained=False, steps=2,
+    config = runs.run_config("digits", "FC2", lr=0.01, pretrained=False, steps=2,
                               batch_size=16, prepare="sparse",
                               ablation=dict(component="FC2", count=100))
     record = sweep.run_one(config)
@@ -136,7 +137,7 @@ def test_variants_and_their_exact_counts():
     for name, kw in table.items():
         if "count" in kw.get("ablation", {}):
             assert counts[name] == kw["ablation"]["count"] + head, name
-    configs = sweep.grid(["digits"], list(table.values())[:2], [0.01], [0], pretrained=False)
+    configs = runs.grid(["digits"], list(table.values())[:2], [0.01], [0], pretrained=False)
     assert configs[0]["ablation"]["variant"] == "LN1 x 4 (preserved)"
 
 

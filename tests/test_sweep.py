@@ -8,12 +8,12 @@ import pytest
 import torch
 from helpers import TINIER, TINY
 
-from vitplast import models, results, store, sweep
+from vitplast import models, results, runs, store, sweep
 from vitplast.runs import TRAIN_KEYS, run_hash
 
 
 def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch):
-    config = sweep.run_config("digits", "MHA", lr=1e-2, **TINY)
+    config = runs.run_config("digits", "MHA", lr=1e-2, **TINY)
     summary = sweep.run_sweep([config, config], tmp_path, device="cpu", progress=False)
     path = tmp_path / f"{run_hash(config)}.json"
     # no claim nor temp file left: only the record and the store's (git-ignored) lock file
@@ -42,7 +42,7 @@ def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch
 
 
 def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path, fake_train):
-    configs = [sweep.run_config("digits", lr=lr, **TINY) for lr in (1, 2, 3, 4, 5)]
+    configs = [runs.run_config("digits", lr=lr, **TINY) for lr in (1, 2, 3, 4, 5)]
     fake_train.kill_at = 3
     with pytest.raises(KeyboardInterrupt):
         sweep.run_sweep(configs, tmp_path, progress=False)
@@ -62,7 +62,7 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path, fake_train):
 
 
 def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatch):
-    config = sweep.run_config("digits", "LN2", lr=0.5, seed=3, optimizer="adamw",
+    config = runs.run_config("digits", "LN2", lr=0.5, seed=3, optimizer="adamw",
                               **{**TINY, "pretrained": True})
     record = sweep.run_one(config)
     assert record["status"] == "ok" and record["test_acc"] == 0.25
@@ -92,9 +92,9 @@ def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatc
 
 
 def test_diverged_and_failed_runs_are_recorded_and_the_sweep_goes_on(tmp_path):
-    diverge = sweep.run_config("digits", lr=1e30, clip_grad_norm=None, **TINY)
-    fail = sweep.run_config("digits", ["nothing.*"], lr=1e-2, train_head=False, **TINY)
-    ok = sweep.run_config("digits", "LN1", lr=1e-2, **TINIER)
+    diverge = runs.run_config("digits", lr=1e30, clip_grad_norm=None, **TINY)
+    fail = runs.run_config("digits", ["nothing.*"], lr=1e-2, train_head=False, **TINY)
+    ok = runs.run_config("digits", "LN1", lr=1e-2, **TINIER)
     summary = sweep.run_sweep([diverge, fail, ok], tmp_path, device="cpu", progress=False)
     assert summary["status"].tolist() == ["diverged", "failed", "ok"]
     assert "ValueError: configuration ['nothing.*'] selects no parameter" in summary["error"][1]
@@ -117,7 +117,7 @@ def test_diverged_and_failed_runs_are_recorded_and_the_sweep_goes_on(tmp_path):
 def test_submitit_jobs_store_their_own_records(tmp_path, cluster):
     """debug: in this process; local: one subprocess per job (~20 s on 2 busy cores)."""
     pytest.importorskip("submitit")
-    configs = [sweep.run_config("digits", c, lr=1e-2, **TINIER) for c in ("LN1", "FC2")]
+    configs = [runs.run_config("digits", c, lr=1e-2, **TINIER) for c in ("LN1", "FC2")]
     summary = sweep.run_sweep(configs, tmp_path / "runs", executor="submitit", cluster=cluster,
                               folder=tmp_path / "logs", timeout_min=5, slurm_partition="gpu",
                               device="cpu", progress=False)
@@ -134,7 +134,7 @@ def test_unknown_executor_names_the_valid_ones(tmp_path):
 def test_select_orders_shards_and_limits(tmp_path):
     """seed-first puts every seed's runs before the next seed's, in their order; shards are
     disjoint and cover the study; the limit counts only runs the store lacks."""
-    study = sweep.grid(["digits"], ["head", "LN1"], [0.1, 1.0], [42, 0], **TINY)
+    study = runs.grid(["digits"], ["head", "LN1"], [0.1, 1.0], [42, 0], **TINY)
     ordered = sweep.select(study, tmp_path)
     assert [r["seed"] for r in ordered] == [42] * 4 + [0] * 4
     assert [r for r in ordered if r["seed"] == 0] == [r for r in study if r["seed"] == 0]
@@ -158,8 +158,8 @@ def test_a_run_loads_its_task_through_the_one_registry(monkeypatch):
 
     calls = []
     monkeypatch.setattr(tasks, "load", lambda *a, **k: calls.append((a, k)))
-    sweep._task(sweep.run_config("digits", lr=0.1, severity=3, data_seed=2))
-    sweep._task(sweep.run_config("pet", lr=0.1, data_root="/data", recipe="paper"))
+    sweep._task(runs.run_config("digits", lr=0.1, severity=3, data_seed=2))
+    sweep._task(runs.run_config("pet", lr=0.1, data_root="/data", recipe="paper"))
     assert calls == [(("digits", None), dict(severity=3, seed=2, train_size=5000,
                                             test_size=2000)),
                      (("pet", "/data"), dict(severity=5, seed=0, img_size=224))]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from vitplast import findings, models, plasticity, plots, store, sweep, widgets
+from vitplast import findings, models, plasticity, plots, runs, store, widgets
 
 
 def shown(explorer, name: str) -> float:
@@ -93,7 +93,7 @@ def _record(lr, seed, test_acc):
 
 def test_results_browser_on_a_tiny_store(tmp_path):
     for lr, seed, acc in ((0.01, 0, 0.51), (0.01, 1, 0.53), (0.1, 0, 0.42)):
-        store.save_run(tmp_path, sweep.run_config("digits", "FC1", lr=lr, seed=seed),
+        store.save_run(tmp_path, runs.run_config("digits", "FC1", lr=lr, seed=seed),
                        _record(lr, seed, acc))
     browser = widgets.results_browser(tmp_path)
     assert browser.controls["lr"].options == (("0.01", 0.01), ("0.1", 0.1))
@@ -115,7 +115,7 @@ def test_results_browser_opens_on_a_run(tmp_path):
     """The first option of every control (lr 0.01, seed 0) has no run: the browser opens on
     the first run that exists instead of a message."""
     for lr, seed, acc in ((0.01, 1, 0.53), (0.1, 0, 0.42)):
-        store.save_run(tmp_path, sweep.run_config("digits", "FC1", lr=lr, seed=seed),
+        store.save_run(tmp_path, runs.run_config("digits", "FC1", lr=lr, seed=seed),
                        _record(lr, seed, acc))
     browser = widgets.results_browser(tmp_path)
     assert browser.state() == dict(task="digits", config="FC1", lr=0.01, seed=1)

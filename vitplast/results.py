@@ -40,7 +40,7 @@ def _flat(config: dict, prefix: str = "") -> dict:
     return out
 
 
-#: Settings every run has (``sweep.run_config``): the columns of a table, even an empty one.
+#: Settings every run has (``runs.run_config``): the columns of a table, even an empty one.
 _SETTINGS = ("kind", "model", "checkpoint", "pretrained", "task", "config", "optimizer", "lr",
              "seed", "steps", "batch_size")
 

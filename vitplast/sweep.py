@@ -2,8 +2,7 @@
 
 Paper: section 2 (finetuning protocol: configurations x LR grid x seeds per dataset).
 
-A run is a flat JSON-able dict (``vitplast.runs.run_config``; ``grid`` and ``run_config`` are
-re-exported here); the hash of its defining keys (``runs.run_hash``) names its record file.
+A run is a flat JSON-able dict (``vitplast.runs.run_config``, ``runs.grid``); the hash of its defining keys (``runs.run_hash``) names its record file.
 ``run_sweep`` runs only what the store lacks and saves each record the moment it finishes, so
 a killed sweep resumes losing nothing; a diverged or failed run is recorded as such. Every run
 starts from a new, seeded head (``models.new_head``). ``select`` orders, shards and limits a
@@ -27,7 +26,7 @@ import torch
 
 from vitplast import ablations, finetune, models, provenance, store, tasks
 from vitplast.results import runs_table
-from vitplast.runs import TRAIN_KEYS, check_config, grid, run_config, run_hash  # noqa: F401 (grid, run_config: re-exported for notebooks, tests)
+from vitplast.runs import TRAIN_KEYS, check_config, run_hash
 
 EXECUTORS = ("serial", "submitit")
 #: How ``select`` orders a study's runs: ``seed-first`` (every (task, configuration, lr)
@@ -294,5 +293,5 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-__all__ = ["EXECUTORS", "ORDERS", "PREPARE", "grid", "parse_shard", "run_config", "run_one",
-           "run_sweep", "select"]
+__all__ = ["EXECUTORS", "ORDERS", "PREPARE", "build", "parse_shard", "run_one", "run_sweep",
+           "select"]
