@@ -186,16 +186,11 @@ def finetuning_inputs(tasks: list[str], *, protocol: str = "hidden", n_pairs: in
 
     Paper: Takeaway 3 (plasticity vs gain), Table 1's linear-probe column. Used by notebook 04.
     """
-    import torch
-
     from vitplast import models, probes, store
 
     rates = measure_tasks(models.EMBEDDED_NAME, tasks, protocols=[protocol], n_pairs=n_pairs,
                           progress=False)
 
-    @torch.no_grad()  # features only: no autograd graph (about 20% faster on a CPU)
-    def compute_probes():
-        return probes.linear_probes(models.EMBEDDED_NAME, tasks)
-
-    probe = store.load_or_compute("probe-04", dict(tasks=tasks), compute_probes)
+    probe = store.load_or_compute("probe-04", dict(tasks=tasks),
+                                  lambda: probes.linear_probes(models.EMBEDDED_NAME, tasks))
     return rates, probe.set_index("task")["test_acc"]

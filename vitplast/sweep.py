@@ -2,7 +2,8 @@
 
 Paper: section 2 (finetuning protocol: configurations x LR grid x seeds per dataset).
 
-A run is a flat JSON-able dict (``vitplast.runs.run_config``, ``runs.grid``); the hash of its defining keys (``runs.run_hash``) names its record file.
+A run is a flat JSON-able dict (``vitplast.runs.run_config``, ``runs.grid``); the hash of its
+defining keys (``runs.run_hash``) names its record file.
 ``run_sweep`` runs only what the store lacks and saves each record the moment it finishes, so
 a killed sweep resumes losing nothing; a diverged or failed run is recorded as such. Every run
 starts from a new, seeded head (``models.new_head``). ``select`` orders, shards and limits a
