@@ -151,11 +151,11 @@ def test_the_confound_study_is_its_parts_and_nothing_else():
     parts = confounds.part_runs(studies.CONFOUNDS)
     sizes = {name: len(r) for name, r in parts.items()}
     assert sizes == {"matched sparse": 3 * 6 * 5 * 3, "per layer": 6 * (5 + 5 + 7) * 3 * 3,
-                     "from init": (4 * 5 + 3 * 5) * 2 * 3, "matched LoRA": 3 * 5 * 5 * 3,
+                     "from init": (7 + 3 * 5 + 3 * 5) * 2 * 3, "matched LoRA": 3 * 5 * 5 * 3,
                      "matched bias": (5 + 6 + 5) * 5 * 3, "AdamW": (5 + 5) * 5 * 3,
                      "rescale": 6 * 5 * 2 * 3, "rescale, no clip": 3 * 5 * 2 * 3}
     every = confounds.study_runs(studies.CONFOUNDS)
-    assert len({run_hash(r) for r in every}) == len(every) == sum(sizes.values()) == 2283
+    assert len({run_hash(r) for r in every}) == len(every) == sum(sizes.values()) == 2295
     assert {r["checkpoint"] for r in parts["from init"]} == {"init"}
     assert {r["clip_grad_norm"] for r in parts["rescale, no clip"]} == {0.0}
     assert {r["optimizer"] for r in parts["AdamW"]} == {"adamw"}

@@ -93,7 +93,7 @@ CONFOUNDS = dict(
                   "FC1 block *": ladder(0.01, 10.0)}),
         # the same configurations from the random init checkpoint: architecture or pretraining?
         dict(name="from init", tasks=CONFOUND_TASKS[:2], fixed=dict(checkpoint="init"),
-             lrs={"full": ladder(3e-3, 0.3), "MHA": ladder(3e-3, 0.3), "FC1": ladder(3e-3, 0.3),
+             lrs={"full": ladder(3e-4, 0.3), "MHA": ladder(3e-3, 0.3), "FC1": ladder(3e-3, 0.3),
                   "FC2": ladder(3e-3, 0.3), "LN1": ladder(0.03, 3.0), "LN2": ladder(0.03, 3.0),
                   "head": ladder(0.03, 3.0)}),
         # rank-1 LoRA and bias-only, each family masked to one count
