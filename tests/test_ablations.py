@@ -239,7 +239,7 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
     counts = {"MHA sparse": 1536, "LN1": 1536, "FC1 sparse": 1536, "FC2 sparse": 1536,
               "MHA": 396288}
     layers = pd.DataFrame(dict(task=["t0", "t1", "t2"], component="LN1", spearman=[0.9, 0.8, 1.0],
-                               n_blocks=6))
+                               spearman_depth=[0.5, 0.6, 0.7], n_blocks=6))
     grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
     table = findings.confounds(acc, counts, layers, grads).set_index("claim")
     first = table.loc["MHA - LN1 at LN1's count (sparse MHA)"]
@@ -254,6 +254,9 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
     rho = table.loc["LN1 of one block: Spearman(plasticity before finetuning, test accuracy) "
                     "over the blocks"]
     assert rho["n"] == 3 and rho["measured"] == pytest.approx(0.9)
+    depth = table.loc["one block at a time, mean over components: Spearman(earlier block, test "
+                      "accuracy) over the blocks"]
+    assert depth["n"] == 3 and depth["measured"] == pytest.approx(0.6)
     assert table.loc["MHA - LN1 under AdamW", "n"] == 0  # no runs yet: stated, not dropped
     ps = table["p"].dropna()
     assert table.loc[ps.index, "p_holm"].tolist() == pytest.approx(
@@ -268,9 +271,13 @@ def test_layer_correlations_stay_within_component_and_task():
     acc = _acc(**{f"LN1 block {k}": [70.0 + k, 70.0 - k] for k in range(3)},
                **{f"MHA block {k}": [60.0 + k if k < 2 else np.nan, (50.0, 52.0, 51.0)[k]]
                   for k in range(3)})
-    corr = confounds.layer_correlations(acc, layers).set_index(["task", "component"])["spearman"]
-    assert corr.to_dict() == pytest.approx({("t0", "LN1"): 1.0, ("t1", "LN1"): -1.0,
-                                            ("t1", "MHA"): 0.5})
+    table = confounds.layer_correlations(acc, layers).set_index(["task", "component"])
+    assert table["spearman"].to_dict() == pytest.approx({("t0", "LN1"): 1.0, ("t1", "LN1"): -1.0,
+                                                         ("t1", "MHA"): 0.5})
+    # plasticity rises with the block index here, so earliness goes against it and accuracy
+    assert table["plasticity_depth"].tolist() == [-1.0] * 3
+    assert table["spearman_depth"].to_dict() == pytest.approx(
+        {("t0", "LN1"): -1.0, ("t1", "LN1"): 1.0, ("t1", "MHA"): -0.5})
 
 
 def test_study_scales_are_measured_once_and_rounded(tmp_path, monkeypatch):
@@ -288,22 +295,34 @@ def test_study_scales_are_measured_once_and_rounded(tmp_path, monkeypatch):
     assert len(calls) == 2 and len(list(tmp_path.glob("scales-*.json"))) == 2
 
 
-def test_shipped_confound_results_belong_to_the_study(monkeypatch):
-    """Every shipped record is a run of ``studies.CONFOUNDS`` with its shipped scales (read,
-    not re-measured), started from a new head (validation accuracy near chance before the
-    first step); its baselines are runs of the main study. The study fills over several
-    sessions (``vitplast sweep --study confounds`` resumes it): the parts it holds so far
-    are checked, not its completeness."""
+def test_shipped_confound_results_are_the_complete_study(monkeypatch):
+    """The shipped records are exactly the runs of ``studies.CONFOUNDS`` with its shipped
+    scales (read, not re-measured), each finished and started from a new head (validation
+    accuracy near chance before the first step), on ladders that put every chosen LR inside;
+    its baselines are runs of the main study; the per-layer plasticity and the plasticity
+    after finetuning are stored for every block and every run they measure."""
     from vitplast import empirical, studies
     from vitplast.runs import run_hash
 
     monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: pytest.fail("re-measured"))
     shipped = results.results(confounds.EMBEDDED_RESULTS)
-    expected = {run_hash(c) for c in confounds.study_runs(studies.CONFOUNDS)}
-    assert set(shipped["run"]) <= expected and shipped["status"].isin(["ok", "diverged"]).all()
+    study = confounds.study_runs(studies.CONFOUNDS)
+    expected = {run_hash(c) for c in study}
+    assert set(shipped["run"]) == expected and len(shipped) == len(expected)
+    assert shipped["status"].isin(["ok", "diverged"]).all()
     assert (shipped["initial_val_acc"] <= 0.3).all()
     main = {run_hash(c) for c in studies.runs_of(studies.MAIN)}
     assert {run_hash(c) for c in studies.confound_baselines(studies.CONFOUNDS)} <= main
+    chosen = confounds.variant_table(confounds.with_variant(shipped))
+    settings = confounds.with_variant(pd.json_normalize(study))[["task", "variant"]]
+    assert len(chosen) == len(settings.drop_duplicates()) and not chosen["lr_at_edge"].any()
+    res = studies.load_confounds("confounds")
+    layer_tasks = [p for p in studies.CONFOUNDS["parts"] if p["name"] == "per layer"][0]["tasks"]
+    blocks = res.layers[res.layers["component"].isin(["LN1", "MHA", "FC1"])]
+    assert len(blocks.drop_duplicates(["task", "component", "layer"])) == len(layer_tasks) * 3 * 6
+    after = studies.CONFOUNDS["after"]
+    assert set(map(tuple, res.after[["task", "variant"]].drop_duplicates().to_numpy())) == {
+        (task, config) for task in after["tasks"] for config in after["configs"]}
 
 
 def test_forest_plot_draws_each_row_at_its_difference_and_interval():

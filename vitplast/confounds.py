@@ -369,20 +369,30 @@ def layer_accuracy(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
 def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
     """Per task and component: Spearman's rho, over the blocks, between a block's plasticity
     and the test accuracy of finetuning that block's component alone (``layer_accuracy``).
-    Count is fixed within a component, so rho > 0 says plasticity, not size, goes with gain.
+    Count is fixed within a component, so rho > 0 says plasticity, not size, goes with gain;
+    unless plasticity itself follows depth, which may matter on its own: so also rho between
+    earliness (minus the block index) and accuracy, and between earliness and plasticity.
 
     Only (task, component) pairs with every block finetuned are kept. Columns: ``task``,
-    ``component``, ``spearman``, ``n_blocks``.
+    ``component``, ``spearman`` (plasticity, accuracy), ``spearman_depth`` (earliness,
+    accuracy), ``plasticity_depth`` (earliness, plasticity), ``n_blocks``.
     """
     from scipy import stats
+
+    def rho(a, b) -> float:
+        return float(stats.spearmanr(a, b).statistic)
 
     rows = []
     depth = layers["layer"].nunique()
     for (task, comp), g in layer_accuracy(acc, layers).groupby(["task", "component"]):
         if len(g) == depth >= 3:
-            rho = stats.spearmanr(g["plasticity"], g["test_acc"]).statistic
-            rows.append(dict(task=task, component=comp, spearman=float(rho), n_blocks=len(g)))
-    return pd.DataFrame(rows, columns=["task", "component", "spearman", "n_blocks"])
+            early = -g["layer"]
+            rows.append(dict(task=task, component=comp, n_blocks=len(g),
+                             spearman=rho(g["plasticity"], g["test_acc"]),
+                             spearman_depth=rho(early, g["test_acc"]),
+                             plasticity_depth=rho(early, g["plasticity"])))
+    return pd.DataFrame(rows, columns=["task", "component", "spearman", "spearman_depth",
+                                       "plasticity_depth", "n_blocks"])
 
 
 #: Matched families (notebook 05's first figure): family -> (variant name template, members).
