@@ -263,6 +263,37 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
         list(findings.holm(ps.to_numpy())))
 
 
+def test_rescale_pairs_compare_each_run_with_its_control_and_state_the_verdict():
+    """Without clipping the preserved rescale and its control end identically in every run
+    (a diverged pair counts as identical); with clipping one pair differs by 2 points."""
+    rows = []
+    for lr, seed in ((0.1, 0), (0.1, 1), (1.0, 0)):
+        diverged = lr == 1.0
+        for variant, acc in (("LN1 x 2 (preserved)", 0.70), ("LN1 lr/c^2 (c=2)", 0.70),
+                             ("LN1 x 2 (preserved) (no clip)", 0.70),
+                             ("LN1 lr/c^2 (c=2) (no clip)", 0.70)):
+            if variant == "LN1 lr/c^2 (c=2)" and seed == 1:
+                acc = 0.72
+            rows.append(dict(task="t0", variant=variant, lr=lr, seed=seed,
+                             status="diverged" if diverged else "ok",
+                             test_acc=np.nan if diverged else acc))
+    pairs = confounds.rescale_pairs(pd.DataFrame(rows)).set_index("clipping")
+    assert pairs.loc["off", ["pairs", "identical"]].tolist() == [3, 3]
+    assert pairs.loc["on", ["pairs", "identical"]].tolist() == [3, 2]
+    assert pairs.loc["on", "max_diff"] == pytest.approx(2.0)
+    grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
+    corr = pd.DataFrame(columns=["task", "component", "spearman", "spearman_depth"])
+    table = findings.confounds(_acc(LN1=[70.0]), {}, corr, grads,
+                               rescale=pairs.reset_index()).set_index("claim")
+    off = table.loc["LN1 x 2 (preserved) (no clip) vs its lr/c^2 control, run by run (task, LR, "
+                    "seed), gradient clipping off"]
+    assert off["verdict"] == "identical, as derived" and off["n"] == 3
+    on = table.loc["LN1 x 2 (preserved) vs its lr/c^2 control, run by run (task, LR, seed), "
+                   "gradient clipping on"]
+    assert on["verdict"] == "differs, as clipping allows"
+    assert on["measured"] == "2 of 3 pairs identical, the largest difference 2.00"
+
+
 def test_layer_correlations_stay_within_component_and_task():
     """Accuracy rises with plasticity over LN1's blocks on t0 and falls on t1; MHA's blocks
     are incomplete on t0 (one block lacks a run) and are left out, never pooled."""

@@ -241,6 +241,34 @@ def with_variant(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(variant=name)
 
 
+def rescale_pairs(df: pd.DataFrame) -> pd.DataFrame:
+    """Each preserved gamma rescale against its lr/c^2 control, run by run: the two runs of one
+    (task, LR, seed) in ``with_variant`` results ``df``. Without gradient clipping they are the
+    same run in exact arithmetic (``vitplast.ablations``); with it, they need not be.
+
+    Returns:
+        Per preserved variant: ``variant``, ``clipping`` (``"on"``, ``"off"``), ``pairs``,
+        ``identical`` (pairs with the same status and the same test accuracy) and
+        ``max_diff`` (largest |difference| of test accuracy in points over pairs both ok).
+    """
+    rows = []
+    for variant in sorted(v for v in df["variant"].unique() if "(preserved)" in v):
+        ln, c = variant.split()[0], variant.split()[2]
+        clip = "off" if variant.endswith(SUFFIXES["clip_grad_norm"][1]) else "on"
+        control = f"{ln} lr/c^2 (c={c})" + (SUFFIXES["clip_grad_norm"][1] if clip == "off" else "")
+        runs = [df[df["variant"] == v].set_index(["task", "lr", "seed"])[["status", "test_acc"]]
+                for v in (variant, control)]
+        both = runs[0].merge(runs[1], left_index=True, right_index=True,
+                             suffixes=("", "_control"))
+        same = both["status"].eq(both["status_control"]) & (
+            both["test_acc"].eq(both["test_acc_control"])
+            | (both["test_acc"].isna() & both["test_acc_control"].isna()))
+        diff = 100 * (both["test_acc"] - both["test_acc_control"]).abs()
+        rows.append(dict(variant=variant, clipping=clip, pairs=len(both),
+                         identical=int(same.sum()), max_diff=float(diff.max())))
+    return pd.DataFrame(rows, columns=["variant", "clipping", "pairs", "identical", "max_diff"])
+
+
 def complete_settings(df: pd.DataFrame, expected: list[dict]) -> pd.DataFrame:
     """The rows of ``with_variant`` results ``df`` whose (task, variant) setting has every run
     of ``expected`` stored (ok or diverged): an LR chosen on a ladder still filling would
@@ -416,7 +444,8 @@ def tables(res, model: nn.Module) -> dict:
     """Every table behind notebook 05's findings, from ``studies.load_confounds``'s ``res``:
     ``acc`` (``accuracy``), ``matched`` (``matched_accuracy``), ``counts``
     (``variant_counts_table``) and ``count_matrix`` (its matched families: family x
-    component), ``layers`` (per-layer plasticity and accuracy), ``corr``
+    component), ``layers`` (per-layer plasticity and accuracy), ``rescale``
+    (``rescale_pairs``), ``corr``
     (``layer_correlations``), ``grad_norms`` (``results.component_grad_norms`` of every run)
     and ``grads`` (``results.grad_norms_by_task`` of the plain configurations)."""
     from vitplast import results
@@ -430,7 +459,7 @@ def tables(res, model: nn.Module) -> dict:
                 count_matrix=pd.DataFrame({family: {c: counts[template.format(c)] for c in comps}
                                            for family, (template, comps) in FAMILIES.items()}
                                           ).T.astype("Int64"),
-                layers=layer_accuracy(acc, res.layers),
+                layers=layer_accuracy(acc, res.layers), rescale=rescale_pairs(res.runs),
                 corr=layer_correlations(acc, res.layers), grad_norms=norms,
                 grads=results.grad_norms_by_task(plain))
 
