@@ -237,7 +237,7 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
                   "FC1 sparse": [80.0, 74, 86, 90, 65], "FC2 sparse": [70.0] + [np.nan] * 4,
                   "MHA": [81.0, 75, 87, 90, 66]})
     counts = {"MHA sparse": 1536, "LN1": 1536, "FC1 sparse": 1536, "FC2 sparse": 1536,
-              "MHA": 396288}
+              "MHA": 396288, **{f"LN1 block {k}": 256 for k in range(6)}}
     layers = pd.DataFrame(dict(task=["t0", "t1", "t2"], component="LN1", spearman=[0.9, 0.8, 1.0],
                                spearman_depth=[0.5, 0.6, 0.7], n_blocks=6))
     grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
@@ -254,6 +254,7 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
     rho = table.loc["LN1 of one block: Spearman(plasticity before finetuning, test accuracy) "
                     "over the blocks"]
     assert rho["n"] == 3 and rho["measured"] == pytest.approx(0.9)
+    assert rho["counts"] == "256 per block"  # one count over the blocks: the design's point
     depth = table.loc["one block at a time, mean over components: Spearman(earlier block, test "
                       "accuracy) over the blocks"]
     assert depth["n"] == 3 and depth["measured"] == pytest.approx(0.6)

@@ -301,7 +301,7 @@ def confounds(acc: pd.DataFrame, counts: dict, layer_corr: pd.DataFrame,
                                expected=math.nan, unit=_TASKS)
     rows.append({**count_effect, "counts": f"{counts.get('MHA', 0):,} vs "
                  f"{counts.get('MHA sparse', 0):,}"})
-    rows += _layer_rows(layer_corr)
+    rows += _layer_rows(layer_corr, counts)
     rows.append(paired_test("MHA - LN1 under AdamW", _col(acc, "MHA (AdamW)"),
                             _col(acc, "LN1 (AdamW)"), paper=SOURCES["adamw"], expected=1,
                             unit=_TASKS))
@@ -321,15 +321,17 @@ def confounds(acc: pd.DataFrame, counts: dict, layer_corr: pd.DataFrame,
     return table(rows)
 
 
-def _layer_rows(corr: pd.DataFrame) -> list[dict]:
-    """Spearman(plasticity, accuracy) over the blocks, within a component: per component and
-    averaged over components, the task as the unit."""
+def _layer_rows(corr: pd.DataFrame, counts: dict) -> list[dict]:
+    """Spearman(plasticity, accuracy) over the blocks, within a component (its count per
+    block stated): per component and averaged over components, the task as the unit."""
     rows = []
     for comp, c in corr.groupby("component"):
-        rows.append(mean_test(f"{comp} of one block: Spearman(plasticity before finetuning, "
-                              "test accuracy) over the blocks", c.set_index("task")["spearman"],
-                              paper=SOURCES["plasticity_gain"] + ": positive", expected=1,
-                              unit="rho, per task"))
+        row = mean_test(f"{comp} of one block: Spearman(plasticity before finetuning, test "
+                        "accuracy) over the blocks", c.set_index("task")["spearman"],
+                        paper=SOURCES["plasticity_gain"] + ": positive", expected=1,
+                        unit="rho, per task")
+        per_block = sorted({n for name, n in counts.items() if name.startswith(f"{comp} block ")})
+        rows.append({**row, "counts": " vs ".join(f"{n:,}" for n in per_block) + " per block"})
     for column, what, paper in (("spearman", "plasticity", SOURCES["plasticity_gain"]
                                  + ": positive"), ("spearman_depth", "earlier block", None)):
         per_task = (corr.groupby("task")[column].mean() if column in corr
