@@ -58,10 +58,9 @@ def runs_table(records: list[dict]) -> pd.DataFrame:
     return df
 
 
-def _records(roots) -> list[dict]:
-    """Stored runs of one or more results folders, each run once."""
-    return list({run_hash(r["config"]): r
-                 for root in roots for r in store.load_runs(root)}.values())
+def _records(roots) -> dict[str, dict]:
+    """Stored runs of one or more results folders by run hash, each run once."""
+    return {run_hash(r["config"]): r for root in roots for r in store.load_runs(root)}
 
 
 def results(*roots: str | Path) -> pd.DataFrame:
@@ -77,7 +76,7 @@ def results(*roots: str | Path) -> pd.DataFrame:
     (``machine``, ``vitplast``, ``torch``, ``timm``, ``python``, ``git_commit``,
     ``git_dirty``, ``date``).
     """
-    return runs_table(_records(roots))
+    return runs_table(list(_records(roots).values()))
 
 
 def history(*roots: str | Path, metrics: list[str] | None = None) -> pd.DataFrame:
@@ -90,8 +89,8 @@ def history(*roots: str | Path, metrics: list[str] | None = None) -> pd.DataFram
     Args:
         metrics: keep only these metrics (default: all).
     """
-    rows = [(run_hash(r["config"]), h["step"], k, v)
-            for r in _records(roots) for h in r.get("history") or []
+    rows = [(run, h["step"], k, v)
+            for run, r in _records(roots).items() for h in r.get("history") or []
             for k, v in h.items() if k != "step" and (metrics is None or k in metrics)]
     df = pd.DataFrame(rows, columns=["run", "step", "metric", "value"])
     return df.astype({"value": float})
