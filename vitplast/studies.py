@@ -229,12 +229,11 @@ def load_confounds(name: str = "confounds", results_dir: str = "", main_results_
     hashes = {runs.run_hash(c) for c in expected + baselines}
     df = confounds.with_variant(df[df["run"].isin(hashes)] if len(df) else df)
     cover = results.coverage(df, expected)
-    df = confounds.complete_settings(df, expected + baselines)
-    layer_tasks = [p for p in study["parts"] if p["name"] == "per layer"][0]["tasks"]
     after = [confounds.plasticity_after(r, root, study["after"]["n_pairs"], compute=recompute)
-             for r in confounds.after_runs(results.results(main_root), study, baselines)]
+             for r in confounds.after_runs(df, study, baselines)]  # df holds the baselines
+    layer_tasks = [p for p in study["parts"] if p["name"] == "per layer"][0]["tasks"]
     return ConfoundResults(
-        df, cover, confounds.study_scales(
+        confounds.complete_settings(df, expected + baselines), cover, confounds.study_scales(
             root, study["scale_tasks"], target=study["target"], n_pairs=study["n_pairs"]),
         confounds.layer_plasticity(root, layer_tasks, study["n_pairs"]),
         pd.concat(after, ignore_index=True) if after
