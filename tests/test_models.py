@@ -20,6 +20,14 @@ def test_embedded_checkpoint_matches_its_model_card():
     assert card["test_acc"] >= 0.88
 
 
+def test_the_shipped_model_card_is_written_from_the_manifest():
+    from vitplast import pretrain
+
+    manifest = json.loads(models.MANIFEST.read_text())
+    assert pretrain.model_card(manifest) == (models.DATA_DIR / "README.md").read_text()
+    assert "1,199,882 parameters" in pretrain.model_card(manifest)  # counted, not typed
+
+
 def test_every_embedded_checkpoint_loads_and_has_the_documented_size():
     names = list(models.embedded_checkpoints())
     assert names[0] == "init" and names[-1] == "final" and len(names) >= 4

@@ -32,6 +32,7 @@ def test_pretrain_writes_loadable_checkpoints(fake_fmnist, tmp_path, monkeypatch
     init = models.load_model("vitplast_fmnist", checkpoint="init")
     final = models.load_model("vitplast_fmnist", checkpoint="final")
     assert len(final.blocks) == 1 and final.embed_dim == 32  # the manifest's architecture
+    assert f"{sum(p.numel() for p in final.parameters()):,} parameters" in card
     assert not torch.equal(init.blocks[0].attn.qkv.weight, final.blocks[0].attn.qkv.weight)
 
     # Resume: with the final checkpoint gone, only the last stage runs again, to the same bits.

@@ -81,13 +81,13 @@ def test_notebook_06_findings_from_the_explorers(random_model, gamma):
     assert table["verdict"].iloc[[0, 2, 3]].tolist() == ["same as the paper (untested)"] * 3
 
 
-def _record(lr, seed, test_acc):
+def _record(lr, seed, test_acc, val_acc=0.6):
     history = [dict(step=s, loss=2.3 - 0.1 * s, lr=lr, grad_norm=1.0 / (s + 1),
                     **{"grad_norm/FC1": 0.5, "grad_norm_per_param/FC1": 0.01})
                for s in range(4)]
-    history[-1].update(val_loss=1.9, val_acc=0.6)
+    history[-1].update(val_loss=1.9, val_acc=val_acc)
     return dict(status="ok", error=None, traceback=None, test_acc=test_acc, test_loss=1.2,
-                best_val_acc=0.6, best_step=3, trainable=1234, train_seconds=1.0,
+                best_val_acc=val_acc, best_step=3, trainable=1234, train_seconds=1.0,
                 history=history, seconds=1.5, device="cpu")
 
 
@@ -111,15 +111,15 @@ def test_results_browser_on_a_tiny_store(tmp_path):
     plt.close(fig)
 
 
-def test_results_browser_opens_on_a_run(tmp_path):
+def test_results_browser_opens_on_the_best_run_on_validation(tmp_path):
     """The first option of every control (lr 0.01, seed 0) has no run: the browser opens on
-    the first run that exists instead of a message."""
-    for lr, seed, acc in ((0.01, 1, 0.53), (0.1, 0, 0.42)):
+    the run with the best validation accuracy (here the last in order), not a message."""
+    for lr, seed, acc, val in ((0.01, 1, 0.53, 0.5), (0.1, 0, 0.42, 0.7)):
         store.save_run(tmp_path, runs.run_config("digits", "FC1", lr=lr, seed=seed),
-                       _record(lr, seed, acc))
+                       _record(lr, seed, acc, val))
     browser = widgets.results_browser(tmp_path)
-    assert browser.state() == dict(task="digits", config="FC1", lr=0.01, seed=1)
-    assert browser.values["test_acc"] == pytest.approx(0.53) and browser.output.outputs
+    assert browser.state() == dict(task="digits", config="FC1", lr=0.1, seed=0)
+    assert browser.values["test_acc"] == pytest.approx(0.42) and browser.output.outputs
 
 
 @pytest.mark.parametrize("folder", ["empty", "missing"])

@@ -40,9 +40,9 @@ MANIFEST = DATA_DIR / "checkpoints.json"
 #: ``confounds/``) when vitplast is installed rather than run from a checkout.
 DATA_ENV = "VITPLAST_DATA"
 EMBEDDED_NAME = "vitplast_fmnist"
-#: The embedded model's architecture: a small ViT for 28x28 grayscale, 1,199,882 parameters.
 #: Fashion-MNIST train-set pixel statistics: the embedded model's input normalisation.
 FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
+#: The embedded model's architecture: a small ViT for 28x28 grayscale, 1,199,882 parameters.
 EMBEDDED_ARCH = dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=128,
                      depth=6, num_heads=4, mlp_ratio=4.0)
 
@@ -117,6 +117,11 @@ def sha256(path: str | Path) -> str:
 
 def embedded_checkpoints() -> dict:
     """The manifest's checkpoints: name -> dict(file, sha256, epoch, accuracies...)."""
+    return _manifest()["checkpoints"]
+
+
+def _manifest() -> dict:
+    """The embedded checkpoints' manifest, checked (``checkpoints``, ``arch``, recipe...)."""
     if not MANIFEST.exists():
         raise FileNotFoundError(f"{MANIFEST} is missing: run `python -m vitplast pretrain` "
                                 "to make the embedded checkpoints")
@@ -130,13 +135,14 @@ def embedded_checkpoints() -> dict:
                          "restore it from the checkout (`git checkout -- "
                          f"vitplast/checkpoints/{MANIFEST.name}`) or remake the checkpoints with "
                          "`python -m vitplast pretrain`") from err
-    return checkpoints
+    return manifest
 
 
 def _load_embedded(checkpoint: str, num_classes: int | None) -> VisionTransformer:
     from safetensors.torch import load_file
 
-    checkpoints = embedded_checkpoints()
+    manifest = _manifest()
+    checkpoints = manifest["checkpoints"]
     if checkpoint not in checkpoints:
         raise ValueError(f"unknown checkpoint {checkpoint!r} of {EMBEDDED_NAME}; "
                          f"valid: {list(checkpoints)}")
@@ -150,7 +156,7 @@ def _load_embedded(checkpoint: str, num_classes: int | None) -> VisionTransforme
                          f"the manifest's {entry['sha256']}. Restore it (`git checkout -- "
                          f"vitplast/checkpoints/{path.name}` in a checkout, or reinstall "
                          "vitplast) or remake it with `python -m vitplast pretrain`.")
-    model = build_embedded(arch=json.loads(MANIFEST.read_text()).get("arch"))  # as pretrained
+    model = build_embedded(arch=manifest.get("arch"))  # as pretrained
     state = {k: v.float() for k, v in load_file(path).items()}
     model.load_state_dict(state)
     if num_classes is not None and num_classes != model.num_classes:

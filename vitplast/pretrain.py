@@ -159,13 +159,16 @@ def model_card(manifest: dict) -> str:
         f"| `{name}` | {c['epoch']} | {c['step']} | {100 * c['test_acc']:.2f} | "
         f"{100 * c['test_acc_first1000']:.1f} | {c['seconds']:.0f} | `{c['file']}` | "
         f"`{c['sha256']}` |" for name, c in manifest["checkpoints"].items())
-    arch = ", ".join(f"{k}={v}" for k, v in manifest["arch"].items())
+    a = manifest["arch"]
+    arch = ", ".join(f"{k}={v}" for k, v in a.items())
+    n = sum(p.numel() for p in models.build_embedded(arch=a).parameters())
+    px = a["img_size"]
     stages = ", ".join(f"({e}, {lr:g}, {s})" for e, lr, s in r["stages"])
     return f"""# Model card: `{manifest['model']}`
 
-A small timm `VisionTransformer` ({arch}; 1,199,882 parameters) pretrained from timm's random
+A small timm `VisionTransformer` ({arch}; {n:,} parameters) pretrained from timm's random
 initialisation on Fashion-MNIST, the embedded stand-in for the paper's ImageNet-21k
-pretraining. Inputs: 28x28 grayscale, normalised with mean {data.FASHION_MNIST_MEAN} and std
+pretraining. Inputs: {px}x{px} grayscale, normalised with mean {data.FASHION_MNIST_MEAN} and std
 {data.FASHION_MNIST_STD}. Load it with `vitplast.models.load_model("{manifest['model']}",
 checkpoint=NAME)`; every file is checked against the sha256 below (and in `checkpoints.json`).
 
