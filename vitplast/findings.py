@@ -26,7 +26,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from vitplast.paper import FINETUNING_ORDER, SOURCES, table1_average
+from vitplast.paper import FINETUNING_ORDER, SOURCES, VITB_RMS_TOKEN_NORM, table1_average
 
 COLUMNS = ["claim", "paper", "measured", "ci95", "p", "p_holm", "n", "unit", "verdict"]
 EXTRA = ["expected", "p_wilcoxon", "test", "counts"]
@@ -611,7 +611,7 @@ def _plugin_rows(df: pd.DataFrame) -> list[dict]:
     return [
         descriptive("the paper's plug-in values (LN at the mean sigma, MHA at the RMS radius) "
                     ">= the largest observed rate", float(ratio.min()),
-                    paper="Prop. 3 at r = RMS token norm (19.4 on ViT-B)",
+                    paper=f"Prop. 3 at r = RMS token norm ({VITB_RMS_TOKEN_NORM} on ViT-B)",
                     verdict="above every observed rate" if (ratio >= 1).all() else
                     f"below an observed rate in {int((ratio < 1).sum())} of {len(ratio)} cases: "
                     "not a bound", n=len(ratio),

@@ -86,7 +86,7 @@ def evaluate(model: nn.Module, dataset: Dataset, *, batch_size: int = 256,
     loss_sum, correct, n = 0.0, 0, 0
     for x, y in DataLoader(dataset, batch_size=batch_size, pin_memory=device.type == "cuda"):
         x, y = x.to(device), y.to(device)
-        with _autocast(device, precision):
+        with autocast(device, precision):
             logits = model(x).float()
         loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
         correct += (logits.argmax(-1) == y).sum().item()
@@ -106,7 +106,7 @@ def _amp_dtype(device: torch.device, precision: str = "auto") -> torch.dtype | N
     return torch.bfloat16 if precision == "bf16" else torch.float16
 
 
-def _autocast(device: torch.device, precision: str = "auto"):
+def autocast(device: torch.device, precision: str = "auto"):
     """Autocast on CUDA (``auto``: bf16 where the GPU supports it, else fp16), nothing
     elsewhere. fp16 needs a gradient scaler in training (``train`` makes one)."""
     dtype = _amp_dtype(device, precision)
@@ -407,7 +407,7 @@ def _accumulate(model, batches, scaler, *, accum_steps, device, precision, augme
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         if augment is not None:
             x = augment(x, generator)
-        with _autocast(device, precision):
+        with autocast(device, precision):
             loss = F.cross_entropy(model(x).float(), y, label_smoothing=label_smoothing)
         scaler.scale(loss / accum_steps).backward()
         loss_sum += loss.detach().double() / accum_steps

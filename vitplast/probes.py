@@ -43,7 +43,7 @@ def linear_probe(model: nn.Module, task, *, max_iter: int = 1000, C: float = 1.0
     def features(dataset):
         xs, ys = [], []
         for x, y in DataLoader(dataset, batch_size=256):
-            with finetune._autocast(device):
+            with finetune.autocast(device):
                 f = model.forward_head(model.forward_features(x.to(device)), pre_logits=True)
             xs.append(f.float().cpu().numpy())
             ys.append(np.asarray(y))
