@@ -20,6 +20,31 @@ def test_version(capsys):
         f"vitplast {vitplast.__version__}")
 
 
+def test_version_and_help_import_no_torch():
+    """Building the parser imports no study (torch, timm): ``--version`` and ``--help`` answer
+    at once. A fresh interpreter, as the ``vitplast`` command starts one."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys\nimport vitplast\nfrom vitplast.__main__ import main\n"
+            "for argv in (['--version'], ['--help'], ['sweep', '--help'], "
+            "['notebooks', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print(vitplast.__file__, 'torch' in sys.modules)\n")
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True,
+                         text=True, check=True).stdout.splitlines()[-1].split()
+    assert out == [str(repo / "vitplast" / "__init__.py"), "False"]
+
+
+def test_the_study_help_is_the_study_registry():
+    from vitplast.__main__ import STUDY_HELP
+
+    assert STUDY_HELP == "; ".join(f"{name}: {sweep.about}"
+                                   for name, sweep in studies.SWEEPS.items())
+
+
 @pytest.mark.parametrize("command", [[], *SUBCOMMANDS], ids=lambda c: " ".join(c) or "vitplast")
 def test_every_help_has_a_description(command, capsys):
     with pytest.raises(SystemExit):

@@ -16,10 +16,18 @@ PAPER_SLURM_EXAMPLE = (
     "vitplast sweep --study paper --data-root data/paper --weights-file vit_b16_in21k.safetensors "
     "--root results/paper --executor submitit --cluster slurm --partition gpu --gpus-per-node 1 "
     "--cpus-per-task 8 --timeout-min 240 --array-parallelism 32 --slurm-param qos=normal")
+#: ``sweep --study`` help: ``vitplast.studies.SWEEPS`` as text, written out so that building the
+#: parser (``--version``, every ``--help``) imports no torch; a test keeps the two equal.
+STUDY_HELP = (
+    "main: notebook 04's main study, into data/finetune; budget: notebook 04's 4x-steps check, "
+    "stored with the main study, which it needs; smoke: a seconds-long main study, into "
+    ".cache/finetune-smoke; confounds: notebook 05's confound study, into data/confounds; "
+    "paper: ViT-B/16 in21k on the 11 paper datasets under --data-root, the paper's grid, into "
+    "results/paper")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from vitplast import __version__, studies
+    from vitplast import __version__
 
     parser = argparse.ArgumentParser(prog="vitplast", description=(
         "A study kit for 'Vision Transformer Finetuning Benefits from Non-Smooth Components': "
@@ -42,8 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                         "here (serial) or as a submitit job array (a SLURM cluster); every run "
                         "stores its own record, so the same command resumes. Paper grid on "
                         f"SLURM: {PAPER_SLURM_EXAMPLE}")
-    sw.add_argument("--study", default="main", help="; ".join(
-        f"{name}: {sweep.about}" for name, sweep in studies.SWEEPS.items()))
+    sw.add_argument("--study", default="main", help=STUDY_HELP)
     sw.add_argument("--root", default=None, help="results folder (default: the study's; "
                     "data/<store> of a checkout, or $VITPLAST_DATA/<store>; paper: results/paper)")
     sw.add_argument("--data-root", default=None, help="paper study: folder of the paper datasets "
