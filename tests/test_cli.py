@@ -118,6 +118,23 @@ def test_absent_results_stores_are_named_not_read_as_empty(tmp_path, monkeypatch
         assert "no results store at" in capsys.readouterr().err
 
 
+def test_the_smoke_study_starts_on_a_fresh_cache(tmp_path, fake_train, monkeypatch, capsys):
+    """The smoke study's default store is a cache folder, not a shipped store: on a fresh
+    cache (not even its parent there) ``--status`` counts it empty and a sweep makes it."""
+    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path / "fresh" / "cache"))
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: torch.nn.Linear(1, 1))
+    monkeypatch.setattr(models, "new_head", lambda model, n, seed: model)
+    root = tmp_path / "fresh" / "cache" / "finetune-smoke"
+    assert studies.SWEEPS["smoke"].store() == root and not studies.SWEEPS["smoke"].shipped
+    main(["sweep", "--study", "smoke", "--status"])
+    n = len(studies.runs_of(studies.SMOKE))
+    assert capsys.readouterr().out.splitlines()[-1].split()[:6] == ["all", str(n), "0", "0",
+                                                                   "0", str(n)]
+    main(["sweep", "--study", "smoke", "--limit", "1"])
+    assert len(fake_train.calls) == 1 and len(results.results(root)) == 1
+    assert len(store.read_json(root / "study.json")["sessions"]) == 1
+
+
 def test_readme_shows_the_paper_grid_command():
     from pathlib import Path
 

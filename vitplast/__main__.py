@@ -52,7 +52,9 @@ def _parser() -> argparse.ArgumentParser:
                         f"SLURM: {PAPER_SLURM_EXAMPLE}")
     sw.add_argument("--study", default="main", help=STUDY_HELP)
     sw.add_argument("--root", default=None, help="results folder (default: the study's; "
-                    "data/<store> of a checkout, or $VITPLAST_DATA/<store>; paper: results/paper)")
+                    "data/<store> of a checkout, or $VITPLAST_DATA/<store>; smoke: "
+                    ".cache/finetune-smoke, or $VITPLAST_CACHE/finetune-smoke; paper: "
+                    "results/paper)")
     sw.add_argument("--data-root", default=None, help="paper study: folder of the paper datasets "
                     "(layouts: vitplast.paper_datasets)")
     sw.add_argument("--weights-file", default=None, help="paper study: local weights of "
@@ -227,14 +229,15 @@ def _check_sweep_args(args, parser) -> None:
 
 
 def _check_root(args, root: str, parser) -> None:
-    """Fail clearly when a study's results store is not there: reading it (``--status``, the
-    budget study) needs it; writing to the default one needs its parent (a checkout's data/,
-    or $VITPLAST_DATA), so that an installed copy never writes into site-packages."""
+    """Fail clearly when a shipped study's results store is not there: reading it
+    (``--status``, the budget study) needs it; writing to the default one needs its parent (a
+    checkout's data/, or $VITPLAST_DATA), so that an installed copy never writes into
+    site-packages. Other studies' stores (a cache folder, results/paper) are made as needed."""
     from pathlib import Path
 
-    from vitplast import models
+    from vitplast import models, studies
 
-    if args.study == "paper":
+    if not studies.sweep_of(args.study).shipped:
         return
     reads = args.status or args.study == "budget"
     if not Path(root).is_dir() and (reads or (args.root is None
