@@ -287,7 +287,9 @@ def paper_runs(data_root: str | Path | None = None, weights_file: str | None = N
 @dataclass(frozen=True)
 class Sweep:
     """A study the CLI runs by name: what it is (``about``), its default results ``store``
-    (a function: the shipped stores move with ``$VITPLAST_DATA``) and its ``runs`` given the
+    (a function, so that the smoke study's cache folder follows ``$VITPLAST_CACHE`` when
+    called; the shipped stores are ``MAIN_RESULTS`` and ``confounds.EMBEDDED_RESULTS``, set
+    from ``$VITPLAST_DATA`` when their modules are imported) and its ``runs`` given the
     store it goes to (and, for the paper study, ``data_root`` and ``weights_file``);
     ``shipped``: its default store is one of the shipped ones (a checkout's ``data/``), which
     the CLI writes into only where its parent folder exists (never into site-packages)."""
