@@ -107,6 +107,36 @@ def test_submitit_settings_need_the_submitit_executor(tmp_path, fake_runs, capsy
     assert "add --executor submitit" in err and "KEY=VALUE" in err
 
 
+def test_the_closed_options_are_the_library_s():
+    from vitplast import __main__ as cli
+    from vitplast import sweep
+
+    assert (cli.EXECUTORS, cli.ORDERS, cli.PRECISIONS) == (sweep.EXECUTORS, sweep.ORDERS,
+                                                           finetune.PRECISIONS)
+
+
+@pytest.mark.parametrize("bad", [
+    ["--executor", "slurm"], ["--order", "random"], ["--precision", "fp8"],
+    ["--cluster", "slurm"], ["--executor", "submitit", "--cluster", "slurn"],
+    ["--order", "random", "--status"], ["--limit", "0"],
+    ["--shard", "1"]], ids=" ".join)
+def test_bad_sweep_options_fail_before_anything_is_written(bad, tmp_path, fake_runs,
+                                                             monkeypatch, capsys):
+    """A typo in a closed option fails at parsing, naming the valid values (or the missing
+    --executor submitit): nothing runs, no session is logged, the store is not made."""
+    from vitplast import provenance
+
+    logged = []
+    monkeypatch.setattr(provenance, "log_session", lambda *a, **k: logged.append(a))
+    root = tmp_path / "store"
+    with pytest.raises(SystemExit) as done:
+        main(["sweep", "--root", str(root), *bad])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and not logged and not root.exists()
+    assert any(hint in err for hint in ("choose from", "add --executor submitit", "N >= 1",
+                                        "I/N")), err
+
+
 def test_absent_results_stores_are_named_not_read_as_empty(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(models.DATA_ENV, str(tmp_path / "nowhere"))
     monkeypatch.setattr(studies, "MAIN_RESULTS", models.results_root("finetune"))
