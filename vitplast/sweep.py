@@ -10,7 +10,8 @@ starts from a new, seeded head (``models.new_head``). ``select`` orders, shards 
 study's runs before a sweep. Named studies: ``vitplast.studies``; provenance of records and
 sessions, and a study's progress: ``vitplast.provenance``; tables: ``vitplast.results``.
 
-Used by the CLI (``vitplast sweep``), ``vitplast.studies`` and notebooks 04-06.
+Used by the CLI (``vitplast sweep``), ``vitplast.studies`` (so notebooks 04-05 through it,
+when they recompute) and ``vitplast.confounds`` (``build``).
 """
 
 from __future__ import annotations
