@@ -20,6 +20,31 @@ def test_version(capsys):
         f"vitplast {vitplast.__version__}")
 
 
+def test_version_and_help_import_no_torch():
+    """Building the parser imports no study (torch, timm): ``--version`` and ``--help`` answer
+    at once. A fresh interpreter, as the ``vitplast`` command starts one."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys\nimport vitplast\nfrom vitplast.__main__ import main\n"
+            "for argv in (['--version'], ['--help'], ['sweep', '--help'], "
+            "['notebooks', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print(vitplast.__file__, 'torch' in sys.modules)\n")
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True,
+                         text=True, check=True).stdout.splitlines()[-1].split()
+    assert out == [str(repo / "vitplast" / "__init__.py"), "False"]
+
+
+def test_the_study_help_is_the_study_registry():
+    from vitplast.__main__ import STUDY_HELP
+
+    assert STUDY_HELP == "; ".join(f"{name}: {sweep.about}"
+                                   for name, sweep in studies.SWEEPS.items())
+
+
 @pytest.mark.parametrize("command", [[], *SUBCOMMANDS], ids=lambda c: " ".join(c) or "vitplast")
 def test_every_help_has_a_description(command, capsys):
     with pytest.raises(SystemExit):
@@ -82,6 +107,36 @@ def test_submitit_settings_need_the_submitit_executor(tmp_path, fake_runs, capsy
     assert "add --executor submitit" in err and "KEY=VALUE" in err
 
 
+def test_the_closed_options_are_the_library_s():
+    from vitplast import __main__ as cli
+    from vitplast import sweep
+
+    assert (cli.EXECUTORS, cli.ORDERS, cli.PRECISIONS) == (sweep.EXECUTORS, sweep.ORDERS,
+                                                           finetune.PRECISIONS)
+
+
+@pytest.mark.parametrize("bad", [
+    ["--executor", "slurm"], ["--order", "random"], ["--precision", "fp8"],
+    ["--cluster", "slurm"], ["--executor", "submitit", "--cluster", "slurn"],
+    ["--order", "random", "--status"], ["--limit", "0"],
+    ["--shard", "1"]], ids=" ".join)
+def test_bad_sweep_options_fail_before_anything_is_written(bad, tmp_path, fake_runs,
+                                                             monkeypatch, capsys):
+    """A typo in a closed option fails at parsing, naming the valid values (or the missing
+    --executor submitit): nothing runs, no session is logged, the store is not made."""
+    from vitplast import provenance
+
+    logged = []
+    monkeypatch.setattr(provenance, "log_session", lambda *a, **k: logged.append(a))
+    root = tmp_path / "store"
+    with pytest.raises(SystemExit) as done:
+        main(["sweep", "--root", str(root), *bad])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and not logged and not root.exists()
+    assert any(hint in err for hint in ("choose from", "add --executor submitit", "N >= 1",
+                                        "I/N")), err
+
+
 def test_absent_results_stores_are_named_not_read_as_empty(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(models.DATA_ENV, str(tmp_path / "nowhere"))
     monkeypatch.setattr(studies, "MAIN_RESULTS", models.results_root("finetune"))
@@ -91,6 +146,23 @@ def test_absent_results_stores_are_named_not_read_as_empty(tmp_path, monkeypatch
             main(command)
         assert err.value.code == 2
         assert "no results store at" in capsys.readouterr().err
+
+
+def test_the_smoke_study_starts_on_a_fresh_cache(tmp_path, fake_train, monkeypatch, capsys):
+    """The smoke study's default store is a cache folder, not a shipped store: on a fresh
+    cache (not even its parent there) ``--status`` counts it empty and a sweep makes it."""
+    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path / "fresh" / "cache"))
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: torch.nn.Linear(1, 1))
+    monkeypatch.setattr(models, "new_head", lambda model, n, seed: model)
+    root = tmp_path / "fresh" / "cache" / "finetune-smoke"
+    assert studies.SWEEPS["smoke"].store() == root and not studies.SWEEPS["smoke"].shipped
+    main(["sweep", "--study", "smoke", "--status"])
+    n = len(studies.runs_of(studies.SMOKE))
+    assert capsys.readouterr().out.splitlines()[-1].split()[:6] == ["all", str(n), "0", "0",
+                                                                   "0", str(n)]
+    main(["sweep", "--study", "smoke", "--limit", "1"])
+    assert len(fake_train.calls) == 1 and len(results.results(root)) == 1
+    assert len(store.read_json(root / "study.json")["sessions"]) == 1
 
 
 def test_readme_shows_the_paper_grid_command():

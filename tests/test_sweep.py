@@ -146,9 +146,12 @@ def test_select_orders_shards_and_limits(tmp_path):
     assert sweep.select(study, tmp_path, limit=2) == ordered[1:3]
     for bad, match in [(dict(order="random"), "valid: \\['seed-first', 'grid'\\]"),
                        (dict(shard="2/2"), "0 <= I < N"), (dict(shard="half"), "I/N"),
-                       (dict(shard=(0, 0)), "0 <= I < N"), (dict(limit=0), "N >= 1")]:
+                       (dict(shard=(0, 0)), "0 <= I < N"), (dict(shard=(1,)), "I/N"),
+                       (dict(limit=0), "N >= 1")]:
         with pytest.raises(ValueError, match=match):
             sweep.select(study, tmp_path, **bad)
+    with pytest.raises(ValueError, match="limit needs root"):
+        sweep.select(study, limit=1)
 
 
 def test_a_run_loads_its_task_through_the_one_registry(monkeypatch):

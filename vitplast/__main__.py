@@ -16,10 +16,23 @@ PAPER_SLURM_EXAMPLE = (
     "vitplast sweep --study paper --data-root data/paper --weights-file vit_b16_in21k.safetensors "
     "--root results/paper --executor submitit --cluster slurm --partition gpu --gpus-per-node 1 "
     "--cpus-per-task 8 --timeout-min 240 --array-parallelism 32 --slurm-param qos=normal")
+#: ``sweep --study`` help: ``vitplast.studies.SWEEPS`` as text, written out so that building the
+#: parser (``--version``, every ``--help``) imports no torch; a test keeps the two equal.
+STUDY_HELP = (
+    "main: notebook 04's main study, into data/finetune; budget: notebook 04's 4x-steps check, "
+    "stored with the main study, which it needs; smoke: a seconds-long main study, into "
+    ".cache/finetune-smoke; confounds: notebook 05's confound study, into data/confounds; "
+    "paper: ViT-B/16 in21k on the 11 paper datasets under --data-root, the paper's grid, into "
+    "results/paper")
+#: ``sweep``'s closed options, written out for the same reason (tests keep them equal to
+#: ``sweep.EXECUTORS``, ``sweep.ORDERS`` and ``finetune.PRECISIONS``): argparse refuses any
+#: other value, naming these, before anything is loaded, run or logged.
+EXECUTORS, ORDERS = ("serial", "submitit"), ("seed-first", "grid")
+PRECISIONS, CLUSTERS = ("auto", "fp32", "bf16", "fp16"), ("slurm", "local", "debug")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from vitplast import __version__, studies
+    from vitplast import __version__
 
     parser = argparse.ArgumentParser(prog="vitplast", description=(
         "A study kit for 'Vision Transformer Finetuning Benefits from Non-Smooth Components': "
@@ -42,16 +55,19 @@ def _parser() -> argparse.ArgumentParser:
                         "here (serial) or as a submitit job array (a SLURM cluster); every run "
                         "stores its own record, so the same command resumes. Paper grid on "
                         f"SLURM: {PAPER_SLURM_EXAMPLE}")
-    sw.add_argument("--study", default="main", help="; ".join(
-        f"{name}: {sweep.about}" for name, sweep in studies.SWEEPS.items()))
+    sw.add_argument("--study", default="main", help=STUDY_HELP)
     sw.add_argument("--root", default=None, help="results folder (default: the study's; "
-                    "data/<store> of a checkout, or $VITPLAST_DATA/<store>; paper: results/paper)")
+                    "data/<store> of a checkout, or $VITPLAST_DATA/<store>; smoke: "
+                    ".cache/finetune-smoke, or $VITPLAST_CACHE/finetune-smoke; paper: "
+                    "results/paper)")
     sw.add_argument("--data-root", default=None, help="paper study: folder of the paper datasets "
                     "(layouts: vitplast.paper_datasets)")
     sw.add_argument("--weights-file", default=None, help="paper study: local weights of "
                     "ViT-B/16 in21k (default: the hub)")
-    sw.add_argument("--executor", default="serial", help="serial | submitit")
-    sw.add_argument("--cluster", default=None, help="submitit cluster: slurm | local | debug")
+    sw.add_argument("--executor", default="serial", choices=EXECUTORS,
+                    help="serial | submitit")
+    sw.add_argument("--cluster", default=None, choices=CLUSTERS,
+                    help="submitit cluster: slurm | local | debug")
     sw.add_argument("--timeout-min", type=int, default=None, help="submitit: time limit per job")
     sw.add_argument("--gpus-per-node", type=int, default=None, help="submitit: GPUs per job")
     sw.add_argument("--cpus-per-task", type=int, default=None, help="submitit: CPU cores per job")
@@ -63,11 +79,12 @@ def _parser() -> argparse.ArgumentParser:
                     "(qos, account, mem, constraint, ...) or any sbatch option "
                     "(slurm_additional_parameters)")
     sw.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
-    sw.add_argument("--precision", default=None, help="auto | fp32 | bf16 | fp16: autocast on "
-                    "CUDA (default auto: bf16 where supported, else fp16 with a gradient "
-                    "scaler); a runtime setting, not in run hashes")
-    sw.add_argument("--order", default="seed-first", help="seed-first: every (task, config, "
-                    "lr) once before the next seed, so a partial sweep covers the grid | grid")
+    sw.add_argument("--precision", default=None, choices=PRECISIONS, help="auto | fp32 | "
+                    "bf16 | fp16: autocast on CUDA (default auto: bf16 where supported, else "
+                    "fp16 with a gradient scaler); a runtime setting, not in run hashes")
+    sw.add_argument("--order", default="seed-first", choices=ORDERS, help="seed-first: "
+                    "every (task, config, lr) once before the next seed, so a partial sweep "
+                    "covers the grid | grid")
     sw.add_argument("--limit", type=int, default=None, help="run at most N missing runs")
     sw.add_argument("--shard", default=None, metavar="I/N", help="run only every N-th run from "
                     "the I-th (0-based): N processes or machines share one store")
@@ -119,23 +136,22 @@ def _sweep(args, parser, argv) -> int:
     """Run (or, with --status, only count) the study's runs the store lacks; log the session."""
     from vitplast import provenance, results, sweep
 
+    kwargs = _submitit_parameters(args, parser)
     root, runs = _study(args, parser)
+    try:  # also with --status, so that no bad option passes unnoticed
+        chosen = sweep.select(runs, root, order=args.order, shard=args.shard, limit=args.limit)
+    except ValueError as err:
+        parser.error(str(err))
     if args.status:
         print(provenance.study_progress(runs, root).to_string(index=False))
         return 0
-    try:
-        runs = sweep.select(runs, root, order=args.order, shard=args.shard, limit=args.limit)
-    except ValueError as err:
-        parser.error(str(err))
-    kwargs = {"cluster": args.cluster} if args.cluster else {}
-    kwargs.update(_submitit_parameters(args, parser))
     # Ctrl-C or `kill` stops it cleanly (also under nohup, which ignores SIGINT): the run in
     # flight is dropped, the session logged; the same command resumes.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     start, command = time.perf_counter(), "python -m vitplast " + " ".join(argv or sys.argv[1:])
     try:
-        sweep.run_sweep(runs, root, executor=args.executor, device=args.device,
+        sweep.run_sweep(chosen, root, executor=args.executor, device=args.device,
                         retry_failed=args.retry_failed, **kwargs)
     finally:  # also when interrupted: what the store holds now is logged
         summary = results.results(root)
@@ -146,7 +162,7 @@ def _sweep(args, parser, argv) -> int:
 
 def _study(args, parser) -> tuple[str, list[dict]]:
     """The study's store and its runs (with ``--precision``), after checking the arguments."""
-    from vitplast import finetune, studies
+    from vitplast import studies
 
     try:
         study = studies.sweep_of(args.study)
@@ -155,8 +171,6 @@ def _study(args, parser) -> tuple[str, list[dict]]:
     _check_sweep_args(args, parser)
     root = str(args.root or study.store())
     _check_root(args, root, parser)
-    if args.precision and args.precision not in finetune.PRECISIONS:
-        parser.error(f"unknown precision {args.precision!r}; valid: {list(finetune.PRECISIONS)}")
     try:
         runs = studies.sweep_runs(args.study, root, data_root=args.data_root,
                                   weights_file=args.weights_file)
@@ -193,12 +207,10 @@ def _notebooks(args, parser, argv) -> int:
 
 
 def _check_sweep_args(args, parser) -> None:
-    """``sweep``'s --limit, --root and --device, refused before anything is loaded or run."""
+    """``sweep``'s --root and --device, refused before anything is loaded or run (--limit,
+    --shard and --order: ``sweep.select``)."""
     import torch
 
-    if args.limit is not None and args.limit < 1:
-        parser.error(f"--limit takes N >= 1 (run at most N missing runs), got {args.limit}; "
-                     "leave it out to run every missing run, or use --status to run none")
     if args.root is not None and os.path.exists(args.root) and not os.path.isdir(args.root):
         parser.error(f"--root {args.root!r} is a file: the results store is a folder; give a "
                      "folder (it is created if missing)")
@@ -220,14 +232,15 @@ def _check_sweep_args(args, parser) -> None:
 
 
 def _check_root(args, root: str, parser) -> None:
-    """Fail clearly when a study's results store is not there: reading it (``--status``, the
-    budget study) needs it; writing to the default one needs its parent (a checkout's data/,
-    or $VITPLAST_DATA), so that an installed copy never writes into site-packages."""
+    """Fail clearly when a shipped study's results store is not there: reading it
+    (``--status``, the budget study) needs it; writing to the default one needs its parent (a
+    checkout's data/, or $VITPLAST_DATA), so that an installed copy never writes into
+    site-packages. Other studies' stores (a cache folder, results/paper) are made as needed."""
     from pathlib import Path
 
-    from vitplast import models
+    from vitplast import models, studies
 
-    if args.study == "paper":
+    if not studies.sweep_of(args.study).shipped:
         return
     reads = args.status or args.study == "budget"
     if not Path(root).is_dir() and (reads or (args.root is None
@@ -239,7 +252,8 @@ def _check_root(args, root: str, parser) -> None:
 
 
 def _submitit_parameters(args, parser) -> dict:
-    """The submitit options of ``sweep`` as ``AutoExecutor.update_parameters`` keywords;
+    """The submitit options of ``sweep`` (``--cluster``, and ``AutoExecutor.update_parameters``
+    keywords), refused without ``--executor submitit``;
     ``--slurm-param KEY=VALUE`` becomes ``slurm_KEY`` when KEY is a parameter of submitit's
     SlurmExecutor, else an entry of ``slurm_additional_parameters`` (any sbatch option)."""
     out = {key: getattr(args, option) for option, key in SUBMITIT_OPTIONS.items()
@@ -259,6 +273,8 @@ def _submitit_parameters(args, parser) -> dict:
                 extra[key] = value
     if extra:
         out["slurm_additional_parameters"] = extra
+    if args.cluster:
+        out["cluster"] = args.cluster
     if out and args.executor != "submitit":
         parser.error(f"{sorted(out)} are submitit settings: add --executor submitit")
     return out

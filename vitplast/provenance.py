@@ -5,8 +5,9 @@ how far a study has got (``study_progress``).
 The store itself (atomic records, claims, audit) is ``vitplast.store``; this module is its
 account of who wrote what, when, and what is left.
 
-Used by ``vitplast.sweep`` (every record), ``vitplast.pretrain`` (the manifest), the CLI
-(``vitplast sweep``: one session per command, ``--status``) and notebooks 04-05.
+Used by ``vitplast.sweep`` (every record), ``vitplast.pretrain`` (the manifest) and the CLI
+(``vitplast sweep``: one session per command, ``--status``); notebooks 04-05 reach it only
+through ``vitplast.studies``, when they recompute.
 """
 
 from __future__ import annotations

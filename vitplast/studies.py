@@ -287,12 +287,17 @@ def paper_runs(data_root: str | Path | None = None, weights_file: str | None = N
 @dataclass(frozen=True)
 class Sweep:
     """A study the CLI runs by name: what it is (``about``), its default results ``store``
-    (a function: the shipped stores move with ``$VITPLAST_DATA``) and its ``runs`` given the
-    store it goes to (and, for the paper study, ``data_root`` and ``weights_file``)."""
+    (a function, so that the smoke study's cache folder follows ``$VITPLAST_CACHE`` when
+    called; the shipped stores are ``MAIN_RESULTS`` and ``confounds.EMBEDDED_RESULTS``, set
+    from ``$VITPLAST_DATA`` when their modules are imported) and its ``runs`` given the
+    store it goes to (and, for the paper study, ``data_root`` and ``weights_file``);
+    ``shipped``: its default store is one of the shipped ones (a checkout's ``data/``), which
+    the CLI writes into only where its parent folder exists (never into site-packages)."""
 
     about: str
     store: Callable[[], Path]
     runs: Callable[..., list[dict]]
+    shipped: bool = False
 
 
 def _confound_store() -> Path:
@@ -316,13 +321,13 @@ def _budget_runs(root) -> list[dict]:
 #: The studies ``vitplast sweep --study NAME`` runs.
 SWEEPS = {
     "main": Sweep("notebook 04's main study, into data/finetune",
-                  lambda: Path(MAIN_RESULTS), lambda root: runs_of(MAIN)),
+                  lambda: Path(MAIN_RESULTS), lambda root: runs_of(MAIN), shipped=True),
     "budget": Sweep("notebook 04's 4x-steps check, stored with the main study, which it needs",
-                    lambda: Path(MAIN_RESULTS), _budget_runs),
+                    lambda: Path(MAIN_RESULTS), _budget_runs, shipped=True),
     "smoke": Sweep("a seconds-long main study, into .cache/finetune-smoke",
                    lambda: models.cache_dir() / "finetune-smoke", lambda root: runs_of(SMOKE)),
     "confounds": Sweep("notebook 05's confound study, into data/confounds", _confound_store,
-                       _confound_runs),
+                       _confound_runs, shipped=True),
     "paper": Sweep("ViT-B/16 in21k on the 11 paper datasets under --data-root, the paper's "
                    "grid, into results/paper", lambda: Path("results/paper"),
                    lambda root, **options: paper_runs(**options)),

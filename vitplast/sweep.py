@@ -10,7 +10,8 @@ starts from a new, seeded head (``models.new_head``). ``select`` orders, shards 
 study's runs before a sweep. Named studies: ``vitplast.studies``; provenance of records and
 sessions, and a study's progress: ``vitplast.provenance``; tables: ``vitplast.results``.
 
-Used by the CLI (``vitplast sweep``), ``vitplast.studies`` and notebooks 04-06.
+Used by the CLI (``vitplast sweep``), ``vitplast.studies`` (so notebooks 04-05 through it,
+when they recompute) and ``vitplast.confounds`` (``build``).
 """
 
 from __future__ import annotations
@@ -260,37 +261,41 @@ def select(runs: list[dict], root: str | Path | None = None, *, order: str = "se
     """The runs a sweep should take, in its order: ``order`` (``ORDERS``; seed-first keeps
     each seed's runs in their given order, seeds in order of first appearance), then every
     ``n``-th run from the ``i``-th of ``shard`` = ``(i, n)`` or ``"i/n"`` (``n`` processes
-    share one store), then at most ``limit`` runs the store under ``root`` lacks.
+    share one store; ``parse_shard``), then at most ``limit`` runs the store under ``root``
+    lacks.
 
     Raises:
-        ValueError: unknown order, a shard not ``0 <= i < n``, a limit below 1.
+        ValueError: unknown order, a shard not ``"i/n"`` or ``(i, n)`` with ``0 <= i < n``,
+            a limit below 1 or without ``root``.
     """
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; valid: {list(ORDERS)}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit takes N >= 1 (run at most N missing runs), got {limit}")
+    if limit is not None and root is None:
+        raise ValueError("limit needs root: the store whose missing runs it counts")
     runs = list(runs)
     if order == "seed-first":
         seeds = list(dict.fromkeys(r["seed"] for r in runs))
         runs.sort(key=lambda r: seeds.index(r["seed"]))
     if shard is not None:
-        i, n = parse_shard(shard) if isinstance(shard, str) else shard
-        if not 0 <= i < n:
-            raise ValueError(f"shard takes I/N with 0 <= I < N, e.g. 0/2; got {i}/{n}")
+        i, n = parse_shard(shard)
         runs = runs[i::n]
     if limit is not None:
-        if limit < 1:
-            raise ValueError(f"limit takes N >= 1 (run at most N missing runs), got {limit}")
         runs = [r for r in runs if not store.exists(root, r)][:limit]
     return runs
 
 
-def parse_shard(text: str) -> tuple[int, int]:
-    """``"1/4"`` -> (1, 4); ``ValueError`` naming the valid form otherwise."""
+def parse_shard(shard: str | tuple[int, int]) -> tuple[int, int]:
+    """``"1/4"`` or ``(1, 4)`` -> (1, 4); ``ValueError`` naming the valid forms for anything
+    else, or unless ``0 <= i < n``."""
     try:
-        i, n = (int(v) for v in text.split("/"))
-    except ValueError:
+        i, n = (int(v) for v in (shard.split("/") if isinstance(shard, str) else shard))
+    except (ValueError, TypeError):
         i, n = -1, 0
     if not 0 <= i < n:
-        raise ValueError(f"shard takes I/N with 0 <= I < N, e.g. 0/2; got {text!r}")
+        raise ValueError(f"shard takes 'I/N' or (I, N) with 0 <= I < N, e.g. '0/2'; "
+                         f"got {shard!r}")
     return i, n
 
 

@@ -14,7 +14,9 @@ train+val set and a test set (or none: then 80/20 train/test first), and ``split
 train/val 80/20 with the same seed. ``check`` validates a name without loading anything
 (``vitplast.runs`` does, for every run).
 
-Used by every notebook, ``vitplast.runs``, ``vitplast.sweep`` and ``vitplast.empirical``.
+Used by ``vitplast.runs``, ``vitplast.sweep``, ``vitplast.empirical`` (so notebooks 01-05,
+through it), ``vitplast.probes``, ``vitplast.pretrain`` (``split``) and ``vitplast.notebooks``
+(checking the paper datasets before a run).
 """
 
 from __future__ import annotations
