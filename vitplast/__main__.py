@@ -50,6 +50,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--train-limit", type=int, default=None, help="use only N training images")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
 
+    _add_sweep(sub)
+
+    nb = sub.add_parser("notebooks", help="run the notebook sequence headlessly (papermill)",
+                        description="The notebook sequence (package data, vitplast/notebooks/): "
+                        "list it, or execute it with papermill under a profile.")
+    nb_sub = nb.add_subparsers(dest="action", required=True)
+    r = nb_sub.add_parser("run", help="execute the notebooks in order into runs/<timestamp>/",
+                          description="Execute the notebooks in order with papermill into "
+                          "runs/<timestamp>-<profile>/ (figures into its figures/, status per "
+                          "notebook in summary.csv). Names, profiles and parameter types are "
+                          "checked before any kernel starts; Ctrl-C stops the run and records the "
+                          "notebook in flight as interrupted.")
+    r.add_argument("--profile", default="default", help="smoke | default | paper")
+    r.add_argument("--only", nargs="*", default=None, help="notebook prefixes, e.g. 03 04")
+    r.add_argument("-p", "--param", nargs=2, action="append", default=[],
+                   metavar=("NAME", "VALUE"), help="override a parameter (VALUE parsed as "
+                   "a Python literal when possible; its type must be the parameter's)")
+    r.add_argument("--out", default=None, help="output folder (default runs/<timestamp>-<profile>)")
+    nb_sub.add_parser("list", help="list the notebooks and their parameters",
+                      description="List the notebooks and their parameters: name, type, "
+                      "default.")
+    return parser
+
+
+def _add_sweep(sub) -> None:
+    """The ``sweep`` command's arguments (every choice listed, so a bad one fails here)."""
     sw = sub.add_parser("sweep", help="run (or resume) a finetuning study",
                         description="Run the runs of a study that its results store lacks, "
                         "here (serial) or as a submitit job array (a SLURM cluster); every run "
@@ -92,27 +118,6 @@ def _parser() -> argparse.ArgumentParser:
                     "the study the store holds, per task and seed, and the CPU hours left")
     sw.add_argument("--retry-failed", action="store_true", help="also re-run the stored runs "
                     "whose status is failed")
-
-    nb = sub.add_parser("notebooks", help="run the notebook sequence headlessly (papermill)",
-                        description="The notebook sequence (package data, vitplast/notebooks/): "
-                        "list it, or execute it with papermill under a profile.")
-    nb_sub = nb.add_subparsers(dest="action", required=True)
-    r = nb_sub.add_parser("run", help="execute the notebooks in order into runs/<timestamp>/",
-                          description="Execute the notebooks in order with papermill into "
-                          "runs/<timestamp>-<profile>/ (figures into its figures/, status per "
-                          "notebook in summary.csv). Names, profiles and parameter types are "
-                          "checked before any kernel starts; Ctrl-C stops the run and records the "
-                          "notebook in flight as interrupted.")
-    r.add_argument("--profile", default="default", help="smoke | default | paper")
-    r.add_argument("--only", nargs="*", default=None, help="notebook prefixes, e.g. 03 04")
-    r.add_argument("-p", "--param", nargs=2, action="append", default=[],
-                   metavar=("NAME", "VALUE"), help="override a parameter (VALUE parsed as "
-                   "a Python literal when possible; its type must be the parameter's)")
-    r.add_argument("--out", default=None, help="output folder (default runs/<timestamp>-<profile>)")
-    nb_sub.add_parser("list", help="list the notebooks and their parameters",
-                      description="List the notebooks and their parameters: name, type, "
-                      "default.")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

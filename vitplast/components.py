@@ -37,6 +37,8 @@ CONFIGS = {
     **{c: [f"blocks.*.{path}.*"] for c, path in COMPONENTS.items()},
     "embedding": ["patch_embed.*", "cls_token", "reg_token", "pos_embed"],
 }
+#: The paper's seven finetuning configurations (section 5), in the order of its grid.
+PAPER_CONFIGS = ("full", "head", "LN1", "MHA", "LN2", "FC1", "FC2")
 #: Parameters that train in every configuration (the new head and the final norm).
 ALWAYS_TRAINED = ["head.*", "norm.*", "fc_norm.*", "head_norm.*"]
 
@@ -186,6 +188,6 @@ def trainable_table(model: nn.Module, configs, *, train_head: bool = True):
     return pd.DataFrame(rows)
 
 
-__all__ = ["ALWAYS_TRAINED", "COMPONENTS", "CONFIGS", "check_component", "check_supported",
-           "component_modules", "component_of", "count_parameters",
+__all__ = ["ALWAYS_TRAINED", "COMPONENTS", "CONFIGS", "PAPER_CONFIGS", "check_component",
+           "check_supported", "component_modules", "component_of", "count_parameters",
            "set_trainable", "trainable_names", "trainable_table"]

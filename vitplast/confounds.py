@@ -32,14 +32,14 @@ from vitplast.ablations import (
     lora_count,
     rescale_layernorm,
 )
-from vitplast.components import COMPONENTS, count_parameters, trainable_names
+from vitplast.components import COMPONENTS, PAPER_CONFIGS, count_parameters, trainable_names
 
 #: Where the embedded confound study is shipped (one JSON per run, and its scales).
 EMBEDDED_RESULTS = models.results_root("confounds")
 
 #: The plain configurations: the study's SGD baselines (runs of the main study), and what its
 #: from-init and AdamW parts train.
-PLAIN_CONFIGS = ("head", "LN1", "LN2", "MHA", "FC1", "FC2", "full")
+PLAIN_CONFIGS = PAPER_CONFIGS
 
 
 def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1",

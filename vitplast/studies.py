@@ -28,7 +28,7 @@ from typing import Callable
 
 import pandas as pd
 
-from vitplast import models, paper_datasets, runs
+from vitplast import components, models, paper_datasets, runs
 
 #: Where the main study's records are shipped (one JSON per run).
 MAIN_RESULTS = models.results_root("finetune")
@@ -83,7 +83,7 @@ CONFOUNDS = dict(
     baselines="main",
     # plasticity re-measured after finetuning (``confounds.plasticity_after``)
     after=dict(tasks=CONFOUND_TASKS[:2], seed=0, n_pairs=128,
-               configs=["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"]),
+               configs=list(components.PAPER_CONFIGS)),
     parts=[
         # MHA, FC1, FC2 each with exactly LN1's trainable count (random sparse masks)
         dict(name="matched sparse", tasks=CONFOUND_TASKS, lrs={"* sparse": ladder(0.1, 30.0)}),
@@ -261,7 +261,7 @@ def budget_runs(main: pd.DataFrame, study: dict = BUDGET) -> list[dict]:
 #: The paper's grid (PAPER.md section 2): its model, finetuning configurations (section 5),
 #: LRs (DomainNet has its own) and seeds, with the paper recipe on its 11 datasets.
 PAPER = dict(model=paper_datasets.PAPER_MODEL,
-             configs=["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"],
+             configs=list(components.PAPER_CONFIGS),
              lrs=[1e-3, 3e-3, 1e-2, 3e-2], lrs_domainnet=[3e-3, 1e-2, 3e-2, 6e-2],
              seeds=[0, 42, 3407])
 
