@@ -87,7 +87,7 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
     m = plasticity.measurement(model, x, y, protocol=protocol, batch_size=batch_size,
                                progress=progress, keep=n_lipschitz)
     rates = plasticity.summarize(m.rates)
-    upper = bounds.model_bounds(model, m.statistics).astype({"component": str})
+    upper = bounds.model_bounds(model, m.statistics)
     upper["local_lipschitz"] = [bounds.local_lipschitz(f, m.inputs[key], power_iters).max().item()
                                 for key, f in component_modules(model).items()]
     df = rates[["protocol", "layer", "component", "plasticity", "max_rate"]].merge(

@@ -116,12 +116,11 @@ def _apply(model: nn.Module, images: torch.Tensor, protocol: str, reduce) -> Non
 
 
 def _checked(model, x, y):
-    x, y = check_images(model, x, "x"), check_images(model, y, "y")
+    """``check_batch``, and x and y of one shape."""
+    x, y = check_batch(model, x, y)
     if x.shape != y.shape:
         raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} differ in shape: pair i "
                          "is (x[i], y[i]), so both need the same shape")
-    check_finite("x", x)
-    check_finite("y", y)
     return x, y
 
 
