@@ -46,6 +46,7 @@ def test_intervals_bracket_lipschitz_on_random_models(images, protocol):
         assert df.bound_holds.all()
         assert (df.lipschitz_lower <= df.lipschitz_upper * (1 + 1e-5)).all()  # local Lipschitz too
         assert (df.lipschitz_upper <= df.bound).all() and (df.width >= 1 - 1e-5).all()
+        assert (df[df.component.isin(["FC1", "FC2"])].width < 1.05).all()  # notebook 02 says ~1
         mha = df[df.component == "MHA"]
         assert mha.p4_holds.all() and mha.bound_p4.notna().all()
         assert (mha.lipschitz_upper == mha[["bound", "bound_p4"]].min(axis=1)).all()
@@ -53,6 +54,27 @@ def test_intervals_bracket_lipschitz_on_random_models(images, protocol):
         ln = df[df.component.isin(["LN1", "LN2"])]
         assert ln.sigma.le(ln.sigma_mean).all() and ln.r_max.isna().all()
         assert df[df.component != "MHA"].p4_holds.isna().all()
+
+
+def test_holds_compares_the_bounds_with_the_lower_end(images, monkeypatch):
+    """bound_holds and p4_holds mean what random_checks and findings.bounds mean: the bound is
+    at least lipschitz_lower (the Jacobian estimate included, not only max_rate); plugin_holds
+    compares the plug-in value with max_rate."""
+    model = tiny_vit()
+    df = intervals.intervals(model, *images, n_lipschitz=2, power_iters=3, progress=False)
+    monkeypatch.setattr(intervals.bounds, "local_lipschitz",
+                        lambda f, x, iters: torch.full((len(x),), 1e9))
+    high = intervals.intervals(model, *images, n_lipschitz=2, power_iters=3, progress=False)
+    assert df.bound_holds.all() and (high.lipschitz_lower == 1e9).all()
+    assert not high.bound_holds.any() and not high.p4_holds.any()
+    assert high.p4_holds.isna().equals(df.p4_holds.isna())
+    assert high.plugin_holds.equals(df.plugin_holds)
+    proven = findings.bounds(high, intervals.random_checks(1, n_pairs=8, power_iters=2))
+    proven = proven[proven.claim.str.contains("on the model")]
+    assert proven.verdict.str.startswith("violated in").all() and len(proven) == 4
+    bound = pd.Series([1.0, 1.0, math.nan])
+    assert intervals.holds(bound, pd.Series([1.0 + 1e-6, 1.1, 1.0])).tolist() == [True, False,
+                                                                                 pd.NA]
 
 
 def test_intervals_accept_pairs_dataset(images):

@@ -115,6 +115,10 @@ def test_one_pass_gives_the_separate_computations(model, images, protocol):
     for key, inp in m.inputs.items():
         torch.testing.assert_close(inp, first[key], rtol=1e-5, atol=1e-6)
     assert plasticity.measure(model, x, y, protocol=protocol, progress=False).equals(m.rates)
+    bare = plasticity.measurement(model, x, y, protocol=protocol, batch_size=5, progress=False,
+                                  keep=6, statistics=False)
+    assert bare.statistics is None and bare.rates.equals(m.rates)
+    assert all(torch.equal(bare.inputs[k], v) for k, v in m.inputs.items())
 
 
 def test_summary_and_ranking(model, images):

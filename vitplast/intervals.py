@@ -21,10 +21,13 @@ rate); ``local_lipschitz`` (the largest Jacobian spectral norm over the probed i
 P3, with the statistics that make it valid: the smallest sigma, r_max); ``bound_p4`` (Prop. 4,
 MHA only); ``lipschitz_upper`` (the smaller proven bound); ``plugin`` (the paper's plug-in
 value: P1 at the mean sigma, P3 at r_rms; NOT a proven bound; = ``bound`` for FC);
-``bound_holds`` = max_rate <= bound, ``p4_holds``, ``plugin_holds`` (never clipped); ``width`` =
-lipschitz_upper / lipschitz_lower (the factor within which Lip(f) is known); the data
-statistics used: ``sigma``, ``sigma_mean``, ``sigma_cv`` (LN), ``r_rms``, ``r_max``,
-``energy``, ``alpha`` (MHA).
+``bound_holds`` = ``holds(bound, lipschitz_lower)``: the bound is at least the lower end of
+Lip(f), up to float32 round-off (as in ``random_checks``; ``vitplast.findings.bounds`` checks
+the same, bound / lipschitz_lower >= 1 - 1e-5); ``p4_holds`` the same for ``bound_p4``;
+``plugin_holds`` = max_rate <= plugin (a plug-in value is only checked against the observed
+rates); ``width`` = lipschitz_upper / lipschitz_lower (the factor within which Lip(f) is
+known); the data statistics used: ``sigma``, ``sigma_mean``, ``sigma_cv`` (LN), ``r_rms``,
+``r_max``, ``energy``, ``alpha`` (MHA).
 
 Used by notebook 02.
 """
@@ -46,6 +49,14 @@ _COLUMNS = ["protocol", "layer", "component", "n", "plasticity", "max_rate", "lo
             "lipschitz_lower", "bound", "bound_p4", "lipschitz_upper", "plugin", "bound_holds",
             "p4_holds", "plugin_holds", "width", "sigma", "sigma_mean", "sigma_cv", "r_rms",
             "r_max", "energy", "alpha"]
+ROUNDOFF = 1e-5  # relative float32 round-off allowed when comparing a bound with the lower end
+
+
+def holds(bound: pd.Series, lipschitz_lower: pd.Series) -> pd.Series:
+    """Whether each bound is at least the lower end of Lip(f) (``lipschitz_lower``, the largest
+    observed rate or local Lipschitz estimate), up to float32 round-off (``ROUNDOFF``): what
+    ``bound_holds`` means in ``intervals`` and ``random_checks``. NA where the bound is."""
+    return (lipschitz_lower <= bound * (1 + ROUNDOFF)).astype("boolean").mask(bound.isna())
 
 
 def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
@@ -76,16 +87,17 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
     m = plasticity.measurement(model, x, y, protocol=protocol, batch_size=batch_size,
                                progress=progress, keep=n_lipschitz)
     rates = plasticity.summarize(m.rates)
-    upper = bounds.model_bounds(model, m.statistics).astype({"component": str})
+    upper = bounds.model_bounds(model, m.statistics)
     upper["local_lipschitz"] = [bounds.local_lipschitz(f, m.inputs[key], power_iters).max().item()
                                 for key, f in component_modules(model).items()]
     df = rates[["protocol", "layer", "component", "plasticity", "max_rate"]].merge(
         upper.astype({"component": rates["component"].dtype}))
     df["lipschitz_lower"] = df[["max_rate", "local_lipschitz"]].max(axis=1)
     df["lipschitz_upper"] = df[["bound", "bound_p4"]].min(axis=1)
-    for col, name in (("bound", "bound_holds"), ("bound_p4", "p4_holds"),
-                      ("plugin", "plugin_holds")):
-        df[name] = (df["max_rate"] <= df[col]).astype("boolean").mask(df[col].isna())
+    df["bound_holds"] = holds(df["bound"], df["lipschitz_lower"])
+    df["p4_holds"] = holds(df["bound_p4"], df["lipschitz_lower"])
+    df["plugin_holds"] = (df["max_rate"] <= df["plugin"]).astype("boolean").mask(
+        df["plugin"].isna())
     df["width"] = df["lipschitz_upper"] / df["lipschitz_lower"]
     return df.reindex(columns=_COLUMNS)
 
@@ -98,9 +110,8 @@ def random_checks(n_seeds: int = 5, *, n: int = 16, d: int = 32, num_heads: int 
     linear (P2), a timm Attention with random weights and qkv bias on tokens of random scale (P3
     with r_max, P4 with the inputs' alpha and energy). One row per seed x proposition:
     ``bound``, ``plasticity``, ``max_rate`` (over n_pairs random pairs), ``local_lipschitz`` (max
-    over the inputs), ``lipschitz_lower`` as in ``intervals``; ``bound_holds`` =
-    lipschitz_lower <= bound up to float32 round-off (1e-5 relative); ``width`` = bound /
-    lipschitz_lower.
+    over the inputs), ``lipschitz_lower`` and ``bound_holds`` (``holds``) as in ``intervals``;
+    ``width`` = bound / lipschitz_lower.
 
     Paper: Props. 1-4, where their assumptions hold. Used by notebook 02.
     """
@@ -133,7 +144,7 @@ def random_checks(n_seeds: int = 5, *, n: int = 16, d: int = 32, num_heads: int 
                              max_rate=r.max().item(), local_lipschitz=lip,
                              lipschitz_lower=max(r.max().item(), lip)))
     df = pd.DataFrame(rows)
-    df["bound_holds"] = df["lipschitz_lower"] <= df["bound"] * (1 + 1e-5)
+    df["bound_holds"] = holds(df["bound"], df["lipschitz_lower"])
     df["width"] = df["bound"] / df["lipschitz_lower"]
     return df
 

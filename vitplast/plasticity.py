@@ -7,9 +7,10 @@ pairs (the paper writes "uniform"; in practice, and here, it is the pairs one fe
 
 The estimator runs ONE forward pass over the batch [x; y] with scoped forward hooks on every
 component of every block (``hooks``, the one hook scope); each hook reduces its (input, output)
-on the spot to one rate per pair AND to running statistics of the input that the bounds of
-``vitplast.bounds`` need (per-token sigma, token norms, sequence energies), so memory is
-O(batch) whatever the number of pairs (``measurement``; ``measure`` is its rates).
+on the spot to one rate per pair (kept on the device, copied to the host once per batch) AND,
+unless asked not to, to running statistics of the input that the bounds of ``vitplast.bounds``
+need (per-token sigma, token norms, sequence energies), so memory is O(batch) whatever the
+number of pairs (``measurement``; ``measure`` is its rates, without the statistics).
 
 Two input protocols (``PROTOCOLS``):
 
@@ -116,12 +117,11 @@ def _apply(model: nn.Module, images: torch.Tensor, protocol: str, reduce) -> Non
 
 
 def _checked(model, x, y):
-    x, y = check_images(model, x, "x"), check_images(model, y, "y")
+    """``check_batch``, and x and y of one shape."""
+    x, y = check_batch(model, x, y)
     if x.shape != y.shape:
         raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} differ in shape: pair i "
                          "is (x[i], y[i]), so both need the same shape")
-    check_finite("x", x)
-    check_finite("y", y)
     return x, y
 
 
@@ -192,17 +192,17 @@ class _Reduction:
     """What the measuring pass keeps of one component's inputs, besides its rates: the running
     statistics its bound needs (``vitplast.bounds``: per-token sigma for a LayerNorm; token
     norms and sequence energies for MHA; none for a linear layer) and the first ``keep`` x
-    inputs (a batch is [x; y], so its first half)."""
+    inputs (a batch is [x; y], so its first half); only the inputs if not ``gather``."""
 
-    def __init__(self, keep: int):
-        self.keep, self.kept, self.n = keep, [], 0
+    def __init__(self, keep: int, gather: bool = True):
+        self.keep, self.gather, self.kept, self.n = keep, gather, [], 0
         self.sigma, self.sq_norm, self.energy = _Moments(), _Moments(), _Moments()
 
     def add(self, module: nn.Module, component: str, inp: torch.Tensor) -> None:
         self.n = inp.shape[1]
-        if component.startswith("LN"):
+        if self.gather and component.startswith("LN"):
             self.sigma.add(token_sigma(inp, module.eps))  # (2B, n)
-        elif component == "MHA":
+        elif self.gather and component == "MHA":
             sq = inp.float().pow(2).sum(dim=-1)  # (2B, n) ||x_i||^2
             self.sq_norm.add(sq)
             self.energy.add(sq.sum(dim=-1))  # (2B,) ||X_b||_F^2
@@ -227,11 +227,12 @@ class Measurement:
         rates: the tidy per-pair table (module docstring); ``attrs["excluded"]`` counts the
             identical pairs left out.
         statistics: one row per (layer, component) of its inputs over all 2N images of the
-            kept pairs: ``n`` (tokens); LN: ``sigma`` (smallest per-token sqrt(var + eps)),
-            ``sigma_mean``, ``sigma_cv`` (std / mean over tokens); MHA: ``r_rms``
-            (sqrt(mean_i ||x_i||^2)), ``r_max`` (max_i ||x_i||), ``energy`` (mean_b
-            ||X_b||_F^2), ``alpha`` (sqrt(max_b ||X_b||_F^2 / energy)); NaN where the
-            component's bound needs none. The input of ``vitplast.bounds.model_bounds``.
+            kept pairs (None when measured with ``statistics=False``): ``n`` (tokens); LN:
+            ``sigma`` (smallest per-token sqrt(var + eps)), ``sigma_mean``, ``sigma_cv`` (std /
+            mean over tokens); MHA: ``r_rms`` (sqrt(mean_i ||x_i||^2)), ``r_max`` (max_i
+            ||x_i||), ``energy`` (mean_b ||X_b||_F^2), ``alpha`` (sqrt(max_b ||X_b||_F^2 /
+            energy)); NaN where the component's bound needs none. The input of
+            ``vitplast.bounds.model_bounds``.
         inputs: ``{(layer, component): (k, n, d_in)}``, each component's input for the x
             images of the first k = ``keep`` kept pairs (for ``bounds.local_lipschitz``).
     """
@@ -245,18 +246,18 @@ def measure(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str
             batch_size: int = 64, device: str | torch.device | None = None, workers: int = 0,
             progress: bool = True, meta: dict | None = None) -> pd.DataFrame:
     """Per-pair rates of every component of every block, streamed over batches of pairs: the
-    ``rates`` of ``measurement`` (same arguments, errors and pass).
+    ``rates`` of ``measurement`` (same arguments, errors and pass; no statistics gathered).
 
     Paper: Definition 1 and section 4 (the empirical plasticity of Fig. 2-3).
     """
     return measurement(model, x, y, protocol=protocol, batch_size=batch_size, device=device,
-                       workers=workers, progress=progress, meta=meta).rates
+                       workers=workers, progress=progress, meta=meta, statistics=False).rates
 
 
 def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
                 batch_size: int = 64, device: str | torch.device | None = None,
                 workers: int = 0, progress: bool = True, meta: dict | None = None,
-                keep: int = 0) -> Measurement:
+                keep: int = 0, statistics: bool = True) -> Measurement:
     """ONE streamed pass over the pairs: every component's per-pair rates, the statistics of
     its inputs that Props. 1-4 need, and its first ``keep`` inputs (``Measurement``).
 
@@ -272,6 +273,7 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
         workers: DataLoader workers reading the pairs.
         meta: constant columns to add to ``rates``, e.g. ``{"model": ..., "task": ...}``.
         keep: how many x inputs of each component to keep (0: none).
+        statistics: gather the statistics of the inputs (False: ``statistics`` is None).
 
     Raises:
         ValueError: bad ``protocol``, ``batch_size``, ``workers`` or ``keep``; no pairs; images
@@ -288,13 +290,13 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
     # would pin the heap between the batches' large activations (glibc never returns that
     # memory), so the process would grow with the number of pairs.
     n = len(x)
-    pairs, out, reduced = np.empty(n, dtype=np.int64), {}, {}
+    pairs, out, reduced, batch = np.empty(n, dtype=np.int64), {}, {}, {}
     done, start = 0, 0
 
     def reduce(key, module, inp, o):
-        reduced.setdefault(key, _Reduction(keep)).add(module, key[1], inp)
-        rates = _pair_rate(inp, o).cpu()
-        out.setdefault(key, np.empty(n, dtype=np.float32))[done:done + len(rates)] = rates
+        if statistics or keep:
+            reduced.setdefault(key, _Reduction(keep, statistics)).add(module, key[1], inp)
+        batch[key] = _pair_rate(inp, o)  # on the device: no sync inside the forward pass
 
     loader = DataLoader(x, batch_size=batch_size, num_workers=workers)
     for xb, yb in tqdm(loader, desc=f"plasticity ({protocol})", disable=not progress, leave=False):
@@ -305,12 +307,15 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
         if len(kept):
             with torch.no_grad():
                 _apply(model, torch.cat([xb[kept], yb[kept]]).to(device), protocol, reduce)
+            for key, rates in zip(batch, torch.stack(list(batch.values())).cpu().numpy()):
+                out.setdefault(key, np.empty(n, dtype=np.float32))[done:done + len(kept)] = rates
+            batch.clear()
             done += len(kept)
     if done == 0:
         raise ValueError(f"all {start} pairs are identical images: plasticity is undefined")
     return Measurement(_rates_table(out, pairs[:done], protocol, meta, excluded=start - done),
                        pd.DataFrame([dict(layer=k[0], component=k[1], **r.statistics())
-                                     for k, r in reduced.items()]),
+                                     for k, r in reduced.items()]) if statistics else None,
                        {k: torch.cat(r.kept) for k, r in reduced.items() if r.kept})
 
 
