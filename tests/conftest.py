@@ -7,8 +7,6 @@ from helpers import FakeTrain, tiny_vit, write_idx
 
 from vitplast import finetune
 
-__all__ = ["tiny_vit"]  # still importable from here by the tests that do
-
 
 @pytest.fixture
 def model():

@@ -22,8 +22,8 @@ P3, with the statistics that make it valid: the smallest sigma, r_max); ``bound_
 MHA only); ``lipschitz_upper`` (the smaller proven bound); ``plugin`` (the paper's plug-in
 value: P1 at the mean sigma, P3 at r_rms; NOT a proven bound; = ``bound`` for FC);
 ``bound_holds`` = ``holds(bound, lipschitz_lower)``: the bound is at least the lower end of
-Lip(f), up to float32 round-off (as in ``random_checks``; ``vitplast.findings.bounds`` checks
-the same, bound / lipschitz_lower >= 1 - 1e-5); ``p4_holds`` the same for ``bound_p4``;
+Lip(f), up to float32 round-off (``random_checks`` and ``vitplast.findings.bounds`` use the
+same ``holds``); ``p4_holds`` the same for ``bound_p4``;
 ``plugin_holds`` = max_rate <= plugin (a plug-in value is only checked against the observed
 rates); ``width`` = lipschitz_upper / lipschitz_lower (the factor within which Lip(f) is
 known); the data statistics used: ``sigma``, ``sigma_mean``, ``sigma_cv`` (LN), ``r_rms``,
