@@ -74,6 +74,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _at_least_one(text: str) -> int:
+    """An argparse type: an integer N >= 1."""
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"takes N >= 1 (run at most N missing runs), got {n}")
+    return n
+
+
 def _add_sweep(sub) -> None:
     """The ``sweep`` command's arguments (every choice listed, so a bad one fails here)."""
     sw = sub.add_parser("sweep", help="run (or resume) a finetuning study",
@@ -111,7 +119,8 @@ def _add_sweep(sub) -> None:
     sw.add_argument("--order", default="seed-first", choices=ORDERS, help="seed-first: "
                     "every (task, config, lr) once before the next seed, so a partial sweep "
                     "covers the grid | grid")
-    sw.add_argument("--limit", type=int, default=None, help="run at most N missing runs")
+    sw.add_argument("--limit", type=_at_least_one, default=None,
+                    help="run at most N missing runs")
     sw.add_argument("--shard", default=None, metavar="I/N", help="run only every N-th run from "
                     "the I-th (0-based): N processes or machines share one store")
     sw.add_argument("--status", action="store_true", help="run nothing: print how much of "
