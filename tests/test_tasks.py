@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from vitplast import data, paper_datasets, tasks
+from vitplast import data, paper_datasets, suite, tasks
 
 
 def test_digits_task_has_the_papers_splits():
@@ -48,5 +48,6 @@ def test_unknown_tasks_fail_with_the_valid_names():
 
 
 def test_one_registry_of_embedded_and_paper_tasks():
-    assert set(tasks.TASKS) == set(data.EMBEDDED_TASKS) | set(paper_datasets.PAPER_DATASETS)
-    assert len(tasks.TASKS) == len(tasks.EMBEDDED) + len(tasks.PAPER) == 9 + 11
+    assert set(tasks.TASKS) == (set(data.EMBEDDED_TASKS) | set(suite.GENERATED)
+                                | set(paper_datasets.PAPER_DATASETS))
+    assert len(tasks.TASKS) == len(tasks.EMBEDDED) + len(tasks.PAPER) == 9 + 8 + 17 + 11

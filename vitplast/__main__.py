@@ -22,6 +22,7 @@ STUDY_HELP = (
     "main: notebook 04's main study, into data/finetune; budget: notebook 04's 4x-steps check, "
     "stored with the main study, which it needs; smoke: a seconds-long main study, into "
     ".cache/finetune-smoke; confounds: notebook 05's confound study, into data/confounds; "
+    "suite: the decisive study on the 33-task suite, LRs searched, into data/suite; "
     "paper: ViT-B/16 in21k on the 11 paper datasets under --data-root, the paper's grid, into "
     "results/paper")
 #: ``sweep``'s closed options, written out for the same reason (tests keep them equal to
@@ -148,7 +149,7 @@ def _pretrain(args, parser, argv) -> int:
 
 def _sweep(args, parser, argv) -> int:
     """Run (or, with --status, only count) the study's runs the store lacks; log the session."""
-    from vitplast import provenance, results, sweep
+    from vitplast import models, provenance, results, search, studies, sweep
 
     kwargs = _submitit_parameters(args, parser)
     root, runs = _study(args, parser)
@@ -165,8 +166,15 @@ def _sweep(args, parser, argv) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     start, command = time.perf_counter(), "python -m vitplast " + " ".join(argv or sys.argv[1:])
     try:
-        sweep.run_sweep(chosen, root, executor=args.executor, device=args.device,
-                        retry_failed=args.retry_failed, **kwargs)
+        searched = studies.sweep_of(args.study).search
+        if searched is not None:  # LRs searched: run, read back, ask again (search.run_search)
+            search.run_search(searched, root, shard=args.shard or (0, 1), device=args.device,
+                              sources=[models.results_root(s) for s in searched["reuse"]],
+                              runtime=dict(precision=args.precision) if args.precision else {},
+                              executor=args.executor, **kwargs)
+        else:
+            sweep.run_sweep(chosen, root, executor=args.executor, device=args.device,
+                            retry_failed=args.retry_failed, **kwargs)
     finally:  # also when interrupted: what the store holds now is logged
         summary = results.results(root)
         provenance.log_session(root, command, summary, time.perf_counter() - start, args.device)

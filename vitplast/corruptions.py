@@ -36,7 +36,11 @@ import numpy as np
 import torch
 from scipy import ndimage
 
+#: The paper's five (its CIFAR-10-C shifts).
 CORRUPTIONS = ("contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise")
+#: More CIFAR-10-C families, for the task suite (``vitplast.suite``); same constants' source.
+MORE_CORRUPTIONS = ("shot_noise", "impulse_noise", "gaussian_blur", "pixelate", "brightness",
+                    "jpeg_compression")
 
 # CIFAR-10-C make_cifar_c.py, contrast: c = [.75, .5, .4, .3, 0.15]
 _CONTRAST = (0.75, 0.5, 0.4, 0.3, 0.15)
@@ -62,6 +66,20 @@ _SNOW = (
 _SNOW_ANGLE = (-135.0, -45.0)
 # CIFAR-10-C make_cifar_c.py, snow: cv2.cvtColor(x, cv2.COLOR_RGB2GRAY) (OpenCV's luma weights)
 _LUMA = np.array([0.299, 0.587, 0.114])
+# CIFAR-10-C make_cifar_c.py, shot_noise: c = [500, 250, 100, 75, 50] (Poisson photons)
+_SHOT_NOISE = (500, 250, 100, 75, 50)
+# CIFAR-10-C make_cifar_c.py, impulse_noise: c = [.01, .02, .03, .05, .07] (salt-and-pepper
+# amount, skimage's random_noise: half salt, half pepper)
+_IMPULSE_NOISE = (0.01, 0.02, 0.03, 0.05, 0.07)
+# CIFAR-10-C make_cifar_c.py, gaussian_blur: c = [.4, .6, 0.7, .8, 1] (sigma in pixels)
+_GAUSSIAN_BLUR = (0.4, 0.6, 0.7, 0.8, 1.0)
+# CIFAR-10-C make_cifar_c.py, pixelate: c = [0.95, 0.9, 0.85, 0.75, 0.65] (BOX down and up)
+_PIXELATE = (0.95, 0.9, 0.85, 0.75, 0.65)
+# CIFAR-10-C make_cifar_c.py, brightness: c = [.05, .1, .15, .2, .3] (added to HSV value;
+# on a grey image the value is the image itself)
+_BRIGHTNESS = (0.05, 0.1, 0.15, 0.2, 0.3)
+# CIFAR-10-C make_cifar_c.py, jpeg_compression: c = [80, 65, 58, 50, 40] (PIL quality)
+_JPEG_QUALITY = (80, 65, 58, 50, 40)
 # CIFAR-10-C make_cifar_c.py works on 32 x 32 images (the snow canvas).
 _MIN_SIDE = 32
 
@@ -148,12 +166,70 @@ def _snow(x, rng, s):
     return x + layer
 
 
+def _shot_noise(x, rng, s):
+    c = _SHOT_NOISE[s]
+    return rng.poisson(np.clip(x, 0, 1) * c) / c
+
+
+def _impulse_noise(x, rng, s):
+    hit = rng.random(x.shape) < _IMPULSE_NOISE[s]
+    salt = rng.random(x.shape) < 0.5
+    return np.where(hit, salt.astype(x.dtype), x)
+
+
+def _gaussian_blur(x, rng, s):
+    sigma = _GAUSSIAN_BLUR[s]  # skimage.filters.gaussian: truncate 4, mode 'nearest'
+    return ndimage.gaussian_filter(x, sigma=(0, 0, sigma, sigma), mode="nearest", truncate=4.0)
+
+
+def _pil_per_image(x, convert):
+    """``convert(PIL image) -> PIL image`` on every 8-bit channel image of a batch."""
+    from PIL import Image
+
+    out = np.empty_like(x)
+    for i, j in np.ndindex(*x.shape[:2]):
+        img = Image.fromarray(np.round(np.clip(x[i, j], 0, 1) * 255).astype(np.uint8))
+        out[i, j] = np.asarray(convert(img), dtype=np.float64) / 255.0
+    return out
+
+
+def _pixelate(x, rng, s):
+    from PIL import Image
+
+    h, w = x.shape[2:]
+    side = (int(w * _PIXELATE[s]), int(h * _PIXELATE[s]))
+    return _pil_per_image(x, lambda im: im.resize(side, Image.BOX).resize((w, h), Image.BOX))
+
+
+def _brightness(x, rng, s):
+    return x + _BRIGHTNESS[s]
+
+
+def _jpeg_compression(x, rng, s):
+    import io
+
+    from PIL import Image
+
+    def jpeg(im):
+        buffer = io.BytesIO()
+        im.save(buffer, "JPEG", quality=_JPEG_QUALITY[s])
+        return Image.open(buffer)
+
+    return _pil_per_image(x, jpeg)
+
+
 _FUNCTIONS = {
     "contrast": _contrast,
     "gaussian_noise": _gaussian_noise,
     "motion_blur": _motion_blur,
     "snow": _snow,
     "speckle_noise": _speckle_noise,
+    "shot_noise": _shot_noise,
+    "impulse_noise": _impulse_noise,
+    "gaussian_blur": _gaussian_blur,
+    "pixelate": _pixelate,
+    "brightness": _brightness,
+    "jpeg_compression": _jpeg_compression,
 }
 
 
@@ -163,7 +239,7 @@ def corrupt(images: torch.Tensor, name: str, severity: int = 5, seed: int = 0) -
     Args:
         images: float tensor (N, C, H, W) in [0, 1]; any size (images under 32 px are handled
             as the module docstring says); ``snow`` needs C = 1 or 3.
-        name: one of ``CORRUPTIONS``.
+        name: one of ``CORRUPTIONS`` (the paper's) or ``MORE_CORRUPTIONS``.
         severity: 1..5, the CIFAR-10-C severity (the paper uses 5).
         seed: seeds ``numpy.random.default_rng``; the same seed gives bit-identical output.
 
@@ -175,7 +251,7 @@ def corrupt(images: torch.Tensor, name: str, severity: int = 5, seed: int = 0) -
             4-d float tensor.
     """
     if name not in _FUNCTIONS:
-        raise ValueError(f"unknown corruption {name!r}; choose one of {', '.join(CORRUPTIONS)}")
+        raise ValueError(f"unknown corruption {name!r}; choose one of {', '.join(_FUNCTIONS)}")
     if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or not (
         1 <= severity <= 5
     ):

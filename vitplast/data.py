@@ -6,6 +6,8 @@
 - scikit-learn's digits (8x8, upsampled to 28x28): a new domain with new labels.
 - Fashion-MNIST with each of the paper's corruptions (``vitplast.corruptions``).
 - Fashion-MNIST inverted and rotated by 90 degrees: two more domain shifts.
+- For the task suite (``vitplast.suite``): Fashion-MNIST under six more CIFAR-10-C corruption
+  families (``corruptions.MORE_CORRUPTIONS``), flipped upside down, and shrunk to half size.
 
 Images are float tensors in [0, 1] of shape (N, 1, 28, 28); ``NormalizedTensors`` normalises
 them with the embedded model's mean and std. ``embedded_sets`` gives a task's sets;
@@ -135,6 +137,17 @@ def _rotate90(x, rng, severity):
     return torch.rot90(x, 1, dims=(2, 3))
 
 
+def _flip(x, rng, severity):
+    return torch.flip(x, dims=(2,))  # upside down
+
+
+def _shrink(x, rng, severity):
+    """Half size (bilinear), centred on a blank canvas."""
+    small = torch.nn.functional.interpolate(x, scale_factor=0.5, mode="bilinear",
+                                            align_corners=False, antialias=True)
+    return torch.nn.functional.pad(small, (7, 7, 7, 7))
+
+
 def _corruption(name):
     def shift(x, rng, severity):
         return corruptions.corrupt(x, name, severity=severity, seed=int(rng.integers(2**31)))
@@ -152,6 +165,10 @@ EMBEDDED_TASKS = {
     "fmnist_invert": _invert,
     "fmnist_rotate90": _rotate90,
     "digits": None,
+    # more CIFAR-10-C families and geometric shifts, for the task suite (``vitplast.suite``)
+    **{f"fmnist_{c}": _corruption(c) for c in corruptions.MORE_CORRUPTIONS},
+    "fmnist_flip": _flip,
+    "fmnist_shrink": _shrink,
 }
 
 

@@ -5,7 +5,8 @@ Paper: section 2 (datasets; "train sets split 80/20 train/val").
 A task is a name of ``TASKS``, from one of two sources:
 
 - ``embedded``: built offline from Fashion-MNIST and scikit-learn's digits
-  (``vitplast.data``), in the embedded model's format (1 x 28 x 28).
+  (``vitplast.data``), or generated (glyphs, drawn pictures, relabellings: the task suite,
+  ``vitplast.suite``), in the embedded model's format (1 x 28 x 28).
 - ``paper``: the paper's 11 datasets, read from files under ``data_root``
   (``vitplast.paper_datasets``), with timm's transforms for the model they are loaded for.
 
@@ -28,10 +29,11 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset, Subset
 
-from vitplast import data, paper_datasets
+from vitplast import data, paper_datasets, suite
 
-#: Names of the embedded tasks (``vitplast.data.EMBEDDED_TASKS``).
-EMBEDDED = tuple(data.EMBEDDED_TASKS)
+#: Names of the embedded tasks: ``vitplast.data.EMBEDDED_TASKS`` (Fashion-MNIST under shifts,
+#: digits) and the task suite's generated ones (``vitplast.suite.GENERATED``).
+EMBEDDED = tuple(data.EMBEDDED_TASKS) + suite.GENERATED
 #: Names of the paper's datasets (``vitplast.paper_datasets.PAPER_DATASETS``).
 PAPER = tuple(paper_datasets.PAPER_DATASETS)
 #: Every task: name -> source, ``"embedded"`` or ``"paper"`` (needs ``data_root``).
@@ -130,7 +132,8 @@ def load(name: str, data_root: str | Path | None = None, *, model=None, **option
 
 @functools.lru_cache(maxsize=16)
 def _embedded(name: str, *, seed: int = 0, **options) -> Task:
-    trainval, test, num_classes = data.embedded_sets(name, seed=seed, **options)
+    build = suite.sets if name in suite.GENERATED else data.embedded_sets
+    trainval, test, num_classes = build(name, seed=seed, **options)
     return _split(name, trainval, test, num_classes, seed)
 
 

@@ -1,0 +1,214 @@
+"""LR search: bracket each setting's best learning rate on validation with few runs.
+
+Paper: section 2 chooses each configuration's LR from a fixed grid of four. A fixed grid wastes
+runs far from the optimum and can leave the best LR at its edge (then the choice is not a
+best at all). The search here spends runs where they inform:
+
+1. a setting (task, configuration, seed) starts with three LRs, half a decade apart on
+   ``LR_LADDER``, centred on ``start`` (what earlier studies chose for the configuration);
+2. while the best of the LRs tried (``best``: validation accuracy, ties broken by the lower
+   validation loss at that checkpoint, then the smaller LR) is the smallest or largest tried,
+   the next LR beyond it on the ladder is added;
+3. it stops when the best has a tried LR on both sides (it is interior), or at the ladder's
+   end (then ``bracketed`` is False and the study says so).
+
+A diverged or failed run is worse than any finished one. The search is a pure function of the
+outcomes stored so far (``next_lrs``), so a sweep that runs what it asks for, reads the
+records back and asks again (``vitplast.studies.run_search``) resumes from any state.
+
+Used by ``vitplast.studies`` (the suite study) and its tests.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: Half-decade LR steps from 1e-4 to 100: the grid every study's LRs are taken from.
+LR_LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+
+
+def rung(lr: float) -> int:
+    """The index of ``lr`` on ``LR_LADDER``; a ``ValueError`` naming the ladder otherwise."""
+    for i, v in enumerate(LR_LADDER):
+        if math.isclose(lr, v, rel_tol=1e-9):
+            return i
+    raise ValueError(f"lr {lr!r} is not on the LR ladder {list(LR_LADDER)}")
+
+
+def score(record: dict | None) -> tuple[float, float]:
+    """How good a run is for choosing its LR: (best validation accuracy, minus the validation
+    loss at that checkpoint); a missing, diverged or failed run scores (-inf, -inf)."""
+    if not record or record.get("status") != "ok" or record.get("best_val_acc") is None:
+        return (-math.inf, -math.inf)
+    losses = [h["val_loss"] for h in record.get("history", [])
+              if h.get("step") == record.get("best_step") and h.get("val_loss") is not None]
+    return (record["best_val_acc"], -losses[0] if losses else -math.inf)
+
+
+def best(outcomes: dict[float, tuple[float, float]]) -> float | None:
+    """The LR with the highest score; ties go to the smaller LR. ``None`` if nothing scored."""
+    if not outcomes:
+        return None
+    return max(sorted(outcomes), key=lambda lr: outcomes[lr])  # max keeps the first of ties
+
+
+def next_lrs(start: float, outcomes: dict[float, tuple[float, float]]) -> list[float]:
+    """The LRs the search still needs, given the ``score`` of every LR tried so far.
+
+    Args:
+        start: the centre of the first three LRs (on ``LR_LADDER``).
+        outcomes: LR -> ``score`` of each finished run (missing runs left out).
+
+    Returns:
+        The first three LRs not yet tried; else the next LR past the best when the best is at
+        an edge of the LRs tried; else nothing (bracketed, or at the ladder's end).
+    """
+    i = rung(start)
+    first = [LR_LADDER[j] for j in (i - 1, i, i + 1) if 0 <= j < len(LR_LADDER)]
+    todo = [lr for lr in first if lr not in outcomes]
+    if todo:
+        return todo
+    tried = sorted(outcomes)
+    top = best(outcomes)
+    if top == tried[0] and rung(top) > 0:
+        return [LR_LADDER[rung(top) - 1]]
+    if top == tried[-1] and rung(top) < len(LR_LADDER) - 1:
+        return [LR_LADDER[rung(top) + 1]]
+    return []
+
+
+def bracketed(outcomes: dict[float, tuple[float, float]]) -> bool:
+    """Whether the best LR has a tried LR on both sides (a finished search that did not run
+    off the ladder)."""
+    tried = sorted(outcomes)
+    return len(tried) >= 3 and best(outcomes) not in (tried[0], tried[-1])
+
+
+__all__ = ["LR_LADDER", "best", "bracketed", "next_lrs", "rung", "score"]
+
+
+def settings(study: dict, **runtime) -> list[dict]:
+    """A searched study's settings, in its order (task > configuration > seed): each a dict
+    of ``runs.run_config`` keywords without ``lr``, plus ``start`` (its search's centre).
+
+    ``study["configs"]`` maps a configuration name to its start LR; names are plain
+    configurations (``components.CONFIGS``) or the confound study's named variants
+    (``confounds.variants``, e.g. ``"MHA sparse"``), so identical runs hash identically.
+    """
+    from vitplast import confounds, models
+
+    model = models.load_model(models.EMBEDDED_NAME, num_classes=10, device="cpu")
+    named = confounds.variants(model, {})
+    out = []
+    for task in study["tasks"]:
+        for name, start in study["configs"].items():
+            variant = named[name] if name in named else dict(config=name)
+            for seed in study["seeds"]:
+                out.append(dict(variant, task=task, seed=seed, start=start,
+                                **study.get("fixed", {}), **runtime))
+    return out
+
+
+def _run(setting: dict, lr: float) -> dict:
+    from vitplast import runs
+
+    kwargs = {k: v for k, v in setting.items() if k not in ("task", "start")}  # + runtime keys
+    return runs.run_config(setting["task"], lr=lr, **kwargs)
+
+
+def _outcomes(setting: dict, root, lrs) -> dict[float, tuple[float, float]]:
+    """LR -> ``score`` of the setting's stored runs at ``lrs``."""
+    from vitplast import store
+
+    out = {}
+    for lr in lrs:
+        run = _run(setting, lr)
+        if store.exists(root, run):
+            out[lr] = score(store.read_json(store.run_path(root, run)))
+    return out
+
+
+def search_runs(study: dict, root, **runtime) -> list[dict]:
+    """Every run the search of ``study`` has asked for so far, given the records under
+    ``root``: per setting the runs stored on its path of the search, and the ones it asks
+    for next (missing from the store), with ``runtime`` keys. Read-only."""
+    out = []
+    for setting in settings(study, **runtime):
+        outcomes = _outcomes(setting, root, LR_LADDER)
+        out += [_run(setting, lr) for lr in sorted(outcomes) + next_lrs(setting["start"],
+                                                                        outcomes)]
+    return out
+
+
+def state(study: dict, root) -> "pd.DataFrame":  # noqa: F821
+    """Where the search of each setting stands: one row per (task, config, seed) with
+    ``tried`` (LRs stored), ``best`` (LR), ``bracketed`` and ``next`` (LRs still asked for)."""
+    import pandas as pd
+
+    rows = []
+    for s in settings(study):
+        outcomes = _outcomes(s, root, LR_LADDER)
+        name = (s.get("ablation") or {}).get("variant", s["config"])
+        rows.append(dict(task=s["task"], config=name, seed=s["seed"], tried=sorted(outcomes),
+                         best=best(outcomes), bracketed=bracketed(outcomes),
+                         next=next_lrs(s["start"], outcomes)))
+    return pd.DataFrame(rows)
+
+
+def reuse(runs: list[dict], root, sources) -> int:
+    """Copy into ``root`` the records of ``runs`` that another store in ``sources`` holds
+    (same hash: the same run, whatever study made it); return how many were copied."""
+    import shutil
+
+    from vitplast import store
+
+    copied = 0
+    for run in runs:
+        if store.exists(root, run):
+            continue
+        for source in sources:
+            if store.exists(source, run):
+                target = store.run_path(root, run)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(store.run_path(source, run), target)
+                copied += 1
+                break
+    return copied
+
+
+def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sources=(),
+               runtime: dict | None = None, progress: bool = True, **sweep_kwargs) -> int:
+    """Run the search of ``study`` into ``root`` until every setting of this shard is
+    bracketed (or at the ladder's end); resumable at any point. Tasks are taken in the study's
+    order, one at a time, so the store fills task by task; shard ``(i, n)`` takes every n-th
+    task from the i-th (n processes share one store without waiting on each other's claims).
+    Records of identical runs in ``sources`` (other stores) are copied, not re-run.
+    ``runtime``: run keys that change how runs execute (``precision``, ``workers``...), never
+    what they compute; ``sweep_kwargs`` go to ``sweep.run_sweep`` (device, executor...).
+
+    Returns:
+        The number of runs this call trained.
+    """
+    from vitplast import store, sweep
+
+    import time
+
+    i, n = sweep.parse_shard(shard)
+    trained = 0
+    for task in study["tasks"][i::n]:
+        one = dict(study, tasks=[task])
+        while True:
+            runs = search_runs(one, root, **(runtime or {}))
+            reuse(runs, root, sources)
+            missing = [r for r in runs if not store.exists(root, r)]
+            if not missing:
+                break
+            done = sweep.run_sweep(missing, root, progress=progress, **sweep_kwargs)
+            stored = int((done["status"] != "missing").sum())
+            trained += stored
+            if not stored:  # another process holds the claims: wait for its records
+                time.sleep(30)
+    return trained
+
+
+__all__ += ["reuse", "run_search", "search_runs", "settings", "state"]
