@@ -12,6 +12,7 @@ bound           an upper bound on a component's plasticity, Propositions 1-4 (``
 protocol        what a component is fed when measured: ``hidden`` or ``embedding``
 pair            two images (x, y) whose outputs a rate compares (``pairs.Pairs``)
 task            a downstream dataset with train / val / test splits (``tasks.TASKS``)
+suite           the 33 varied offline tasks the decisive study runs on (``suite``)
 configuration   what is finetuned: a name of ``components.CONFIGS`` (full, head, LN1...) or
                 a list of parameter patterns; the key ``config`` of a run
 recipe          named training settings: optimizer, schedule, steps (``finetune.RECIPES``)
@@ -37,11 +38,12 @@ leading ``_`` are public, and a module's own ``__all__``, where it has one, list
   (Propositions 1-4), ``intervals`` (objection 2, Takeaway 1), ``definitions`` and
   ``empirical`` (measured plasticity), ``paper`` (its reference values), ``findings``;
 - models and data: ``models`` (loading, the embedded checkpoints, folders), ``pretrain``,
-  ``tasks`` (the registry and ``load``) over ``data`` (embedded images), ``corruptions`` and
-  ``paper_datasets`` (the paper's datasets from disk; ``fake_datasets`` writes tiny fakes);
+  ``tasks`` (the registry and ``load``) over ``data`` (embedded images), ``suite`` (the task
+  suite) and ``drawn`` (its glyphs and pictures), ``corruptions`` and ``paper_datasets`` (the paper's datasets from disk; ``fake_datasets`` writes tiny fakes);
 - finetuning: ``finetune`` (the one training loop), ``probes`` (the linear probe),
   ``ablations`` and ``confounds``,
-  ``runs`` (the run schema), ``studies`` (named studies), ``sweep`` (running them), ``store``
+  ``runs`` (the run schema), ``studies`` (named studies), ``search`` (LRs bracketed on
+  validation), ``sweep`` (running them), ``store``
   and ``provenance`` (records, sessions, progress), ``results`` (tables);
 - presentation: ``plots``, ``widgets``, ``notebooks`` (papermill), ``__main__`` (the CLI).
 
@@ -54,7 +56,7 @@ __version__ = "0.1.0"
 #: The public modules. Importing ``vitplast`` loads none of them: import the one you need,
 #: e.g. ``from vitplast import tasks``.
 __all__ = ["ablations", "bounds", "components", "confounds", "corruptions", "data",
-           "definitions", "empirical", "fake_datasets", "findings", "finetune", "inputs",
+           "definitions", "drawn", "empirical", "fake_datasets", "findings", "finetune", "inputs",
            "intervals", "models", "notebooks", "pairs", "paper", "paper_datasets", "plasticity",
-           "plots", "pretrain", "probes", "provenance", "results", "runs", "store", "studies",
-           "sweep", "tasks", "widgets"]
+           "plots", "pretrain", "probes", "provenance", "results", "runs", "search", "store",
+           "studies", "suite", "sweep", "tasks", "widgets"]

@@ -1,0 +1,91 @@
+"""LR search: three LRs around the start, then half-decade steps until the best is interior."""
+
+import math
+
+import pytest
+
+from vitplast import search, studies
+
+
+def _walk(start, accuracy):
+    """Run the search against a known accuracy curve; return the LRs it tried, in order."""
+    outcomes, order = {}, []
+    while todo := search.next_lrs(start, outcomes):
+        for lr in todo:
+            order.append(lr)
+            outcomes[lr] = (accuracy(lr), 0.0)
+    return order, outcomes
+
+
+def test_search_stops_at_once_when_the_start_is_best():
+    order, outcomes = _walk(0.1, lambda lr: -abs(math.log10(lr / 0.1)))
+    assert order == [0.03, 0.1, 0.3] and search.best(outcomes) == 0.1
+    assert search.bracketed(outcomes)
+
+
+def test_search_walks_to_a_far_optimum_and_brackets_it():
+    order, outcomes = _walk(0.1, lambda lr: -abs(math.log10(lr / 10.0)))
+    assert order == [0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0]
+    assert search.best(outcomes) == 10.0 and search.bracketed(outcomes)
+    order, _ = _walk(0.1, lambda lr: -abs(math.log10(lr / 3e-3)))
+    assert order == [0.03, 0.1, 0.3, 0.01, 3e-3, 1e-3]
+
+
+def test_search_stops_at_the_ladder_end_unbracketed():
+    order, outcomes = _walk(30.0, lambda lr: lr)  # better and better: runs off the top
+    assert order[-1] == 100.0 and search.next_lrs(30.0, outcomes) == []
+    assert not search.bracketed(outcomes)
+
+
+def test_ties_go_to_the_lower_validation_loss_then_the_smaller_lr():
+    assert search.best({0.1: (0.9, -0.5), 0.3: (0.9, -0.4)}) == 0.3
+    assert search.best({0.1: (0.9, -0.5), 0.3: (0.9, -0.5)}) == 0.1
+
+
+def test_diverged_runs_score_below_every_finished_run():
+    ok = dict(status="ok", best_val_acc=0.1, best_step=20,
+              history=[dict(step=20, val_loss=2.0)])
+    assert search.score(ok) == (0.1, -2.0)
+    assert search.score(dict(status="diverged", best_val_acc=None)) == (-math.inf, -math.inf)
+    order, outcomes = _walk(1.0, lambda lr: -math.inf if lr > 0.05 else lr)  # all diverge above
+    assert order == [0.3, 1.0, 3.0, 0.1, 0.03, 0.01]
+    assert search.best(outcomes) == 0.03 and search.bracketed(outcomes)
+
+
+def test_lrs_off_the_ladder_are_refused():
+    with pytest.raises(ValueError, match="not on the LR ladder"):
+        search.next_lrs(0.2, {})
+
+
+def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monkeypatch):
+    from vitplast import runs, store, sweep
+
+    study = dict(tasks=["digits"], seeds=[0], configs={"LN1": 0.3, "MHA sparse": 1.0},
+                 fixed=dict(steps=2, warmup_steps=1, eval_every=1))
+    first = search.search_runs(study, tmp_path / "a")
+    assert [r["lr"] for r in first] == [0.1, 0.3, 1.0, 0.3, 1.0, 3.0]
+    assert first[3]["prepare"] == "sparse" and first[3]["ablation"]["count"] == 1536
+    acc = {0.1: 0.5, 0.3: 0.7, 1.0: 0.8, 3.0: 0.6, 10.0: 0.1}
+
+    def fake(run, **kwargs):  # a record whose best_val_acc follows ``acc``
+        return dict(config=run, status="ok", best_val_acc=acc[run["lr"]], best_step=1,
+                    history=[dict(step=1, val_loss=1.0)], test_acc=acc[run["lr"]])
+
+    monkeypatch.setattr(sweep, "run_one", fake)
+    store.save_run(tmp_path / "b", first[0], fake(first[0]))  # another store holds one run
+    assert search.reuse(first, tmp_path / "a", [tmp_path / "b"]) == 1
+    search.run_search(study, tmp_path / "a", progress=False)
+    state = search.state(study, tmp_path / "a")
+    assert state["tried"].tolist() == [[0.1, 0.3, 1.0, 3.0], [0.3, 1.0, 3.0]]
+    assert state["best"].tolist() == [1.0, 1.0] and state["bracketed"].all()
+    assert len(search.search_runs(study, tmp_path / "a")) == 7
+    assert all(store.exists(tmp_path / "a", r) for r in search.search_runs(study, tmp_path / "a"))
+    assert runs.run_hash(first[0]) == runs.run_hash({**first[0], "precision": "fp32"})
+
+
+def test_the_suite_study_is_declared_with_three_primaries():
+    study = studies.SUITE_STUDY
+    assert [p["id"] for p in study["primaries"]] == ["P1", "P2", "P3"]
+    assert len(study["tasks"]) == 33 and study["seeds"] == [0]
+    assert all(lr in search.LR_LADDER for lr in study["configs"].values())
+    assert studies.sweep_of("suite").search is study
