@@ -73,6 +73,7 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
 
     monkeypatch.setattr(sweep, "run_one", fake)
     store.save_run(tmp_path / "b", first[0], fake(first[0]))  # another store holds one run
+    store.save_run(tmp_path / "a", first[1], dict(fake(first[1]), status="failed"))
     assert search.reuse(first, tmp_path / "a", [tmp_path / "b"]) == 1
     search.run_search(study, tmp_path / "a", progress=False)
     state = search.state(study, tmp_path / "a")
@@ -80,6 +81,7 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
     assert state["best"].tolist() == [1.0, 1.0] and state["bracketed"].all()
     assert len(search.search_runs(study, tmp_path / "a")) == 7
     assert all(store.exists(tmp_path / "a", r) for r in search.search_runs(study, tmp_path / "a"))
+    assert store.read_json(store.run_path(tmp_path / "a", first[1]))["status"] == "ok"  # re-run
     assert runs.run_hash(first[0]) == runs.run_hash({**first[0], "precision": "fp32"})
 
 

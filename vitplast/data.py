@@ -70,10 +70,12 @@ def _fashion_mnist_root(root: str | Path | None) -> Path:
             for f in _IDX_FILES:
                 if (src / f).exists():
                     shutil.copyfile(src / f, raw / f)
-                else:  # gunzip to a temp name, then rename: never a half-written file
-                    with gzip.open(src / f"{f}.gz") as fin, open(raw / f"{f}.tmp", "wb") as fout:
+                else:  # gunzip to a temp name of this process's, then rename: never a
+                    # half-written file, also when several sweep processes unpack at once
+                    tmp = raw / f"{f}.{os.getpid()}.tmp"
+                    with gzip.open(src / f"{f}.gz") as fin, open(tmp, "wb") as fout:
                         shutil.copyfileobj(fin, fout)
-                    os.replace(raw / f"{f}.tmp", raw / f)
+                    os.replace(tmp, raw / f)
             return target
     try:
         import torchvision

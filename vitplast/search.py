@@ -117,15 +117,20 @@ def _run(setting: dict, lr: float) -> dict:
 
 
 def _outcomes(setting: dict, root, lrs) -> dict[float, tuple[float, float]]:
-    """LR -> ``score`` of the setting's stored runs at ``lrs``."""
-    from vitplast import store
-
+    """LR -> ``score`` of the setting's stored runs at ``lrs`` (a failed run, one that
+    raised, counts as not tried: ``run_search`` runs it again once per call)."""
     out = {}
     for lr in lrs:
-        run = _run(setting, lr)
-        if store.exists(root, run):
-            out[lr] = score(store.read_json(store.run_path(root, run)))
+        record = _record(root, _run(setting, lr))
+        if record is not None and record["status"] != "failed":  # failed: not tried
+            out[lr] = score(record)
     return out
+
+
+def _record(root, run: dict) -> dict | None:
+    from vitplast import store
+
+    return store.read_json(store.run_path(root, run)) if store.exists(root, run) else None
 
 
 def search_runs(study: dict, root, **runtime) -> list[dict]:
@@ -182,28 +187,33 @@ def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sour
     bracketed (or at the ladder's end); resumable at any point. Tasks are taken in the study's
     order, one at a time, so the store fills task by task; shard ``(i, n)`` takes every n-th
     task from the i-th (n processes share one store without waiting on each other's claims).
-    Records of identical runs in ``sources`` (other stores) are copied, not re-run.
+    Records of identical runs in ``sources`` (other stores) are copied, not re-run; a failed
+    record (the run raised) is run again, once per call.
     ``runtime``: run keys that change how runs execute (``precision``, ``workers``...), never
     what they compute; ``sweep_kwargs`` go to ``sweep.run_sweep`` (device, executor...).
 
     Returns:
         The number of runs this call trained.
     """
-    from vitplast import store, sweep
-
     import time
 
+    from vitplast import store, sweep
+    from vitplast.runs import run_hash
+
     i, n = sweep.parse_shard(shard)
-    trained = 0
+    trained, retried = 0, set()
     for task in study["tasks"][i::n]:
         one = dict(study, tasks=[task])
         while True:
             runs = search_runs(one, root, **(runtime or {}))
             reuse(runs, root, sources)
-            missing = [r for r in runs if not store.exists(root, r)]
+            missing = [r for r in runs if not store.exists(root, r) or (
+                run_hash(r) not in retried and _record(root, r)["status"] == "failed")]
             if not missing:
                 break
-            done = sweep.run_sweep(missing, root, progress=progress, **sweep_kwargs)
+            retried |= {run_hash(r) for r in missing}
+            done = sweep.run_sweep(missing, root, progress=progress, retry_failed=True,
+                                   **sweep_kwargs)
             stored = int((done["status"] != "missing").sum())
             trained += stored
             if not stored:  # another process holds the claims: wait for its records
