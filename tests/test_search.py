@@ -82,6 +82,10 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
     assert len(search.search_runs(study, tmp_path / "a")) == 7
     assert all(store.exists(tmp_path / "a", r) for r in search.search_runs(study, tmp_path / "a"))
     assert store.read_json(store.run_path(tmp_path / "a", first[1]))["status"] == "ok"  # re-run
+    # a search whose every run another store holds is copied to its end, training nothing
+    copied = tmp_path / "c"
+    assert search.run_search(study, copied, sources=[tmp_path / "a"], progress=False) == 0
+    assert search.state(study, copied)["tried"].tolist() == state["tried"].tolist()
     assert runs.run_hash(first[0]) == runs.run_hash({**first[0], "precision": "fp32"})
 
 

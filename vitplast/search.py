@@ -147,16 +147,22 @@ def search_runs(study: dict, root, **runtime) -> list[dict]:
 
 def state(study: dict, root) -> "pd.DataFrame":  # noqa: F821
     """Where the search of each setting stands: one row per (task, config, seed) with
-    ``tried`` (LRs stored), ``best`` (LR), ``bracketed`` and ``next`` (LRs still asked for)."""
+    ``tried`` (LRs stored), ``best`` (LR), ``bracketed``, ``next`` (LRs still asked for), and
+    the best run's ``val_acc``, ``test_acc`` (in %) and ``trainable`` count."""
     import pandas as pd
 
     rows = []
     for s in settings(study):
         outcomes = _outcomes(s, root, LR_LADDER)
-        name = (s.get("ablation") or {}).get("variant", s["config"])
-        rows.append(dict(task=s["task"], config=name, seed=s["seed"], tried=sorted(outcomes),
-                         best=best(outcomes), bracketed=bracketed(outcomes),
-                         next=next_lrs(s["start"], outcomes)))
+        top = best(outcomes)
+        record = _record(root, _run(s, top)) if top is not None else None
+        acc = {k: 100 * record[k] if record and record.get(k) is not None else math.nan
+               for k in ("best_val_acc", "test_acc")}
+        rows.append(dict(task=s["task"], config=(s.get("ablation") or {}).get(
+            "variant", s["config"]), seed=s["seed"], tried=sorted(outcomes), best=top,
+            bracketed=bracketed(outcomes), next=next_lrs(s["start"], outcomes),
+            val_acc=acc["best_val_acc"], test_acc=acc["test_acc"],
+            trainable=(record or {}).get("trainable")))
     return pd.DataFrame(rows)
 
 
@@ -206,7 +212,8 @@ def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sour
         one = dict(study, tasks=[task])
         while True:
             runs = search_runs(one, root, **(runtime or {}))
-            reuse(runs, root, sources)
+            if reuse(runs, root, sources):  # copied outcomes may move the search: ask again
+                continue
             missing = [r for r in runs if not store.exists(root, r) or (
                 run_hash(r) not in retried and _record(root, r)["status"] == "failed")]
             if not missing:
