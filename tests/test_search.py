@@ -95,3 +95,15 @@ def test_the_suite_study_is_declared_with_three_primaries():
     assert len(study["tasks"]) == 33 and study["seeds"] == [0]
     assert all(lr in search.LR_LADDER for lr in study["configs"].values())
     assert studies.sweep_of("suite").search is study
+
+
+def test_settings_take_run_keywords_and_a_fixed_grid_joins_the_search(tmp_path):
+    study = dict(tasks=["digits"], seeds=[0], grid=[1e-3, 0.01],
+                 configs={"LN1": 0.3, "LN1 x2": dict(config="LN1", prepare="rescale_ln", start=0.3,
+                                                     ablation=dict(component="LN1", c=2.0))})
+    named = search.settings(study)
+    assert [s["name"] for s in named] == ["LN1", "LN1 x2"]
+    assert named[1]["prepare"] == "rescale_ln" and named[1]["start"] == 0.3
+    asked = search.search_runs(study, tmp_path)
+    assert [r["lr"] for r in asked] == [1e-3, 0.01, 0.1, 0.3, 1.0] * 2
+    assert asked[5]["ablation"] == dict(component="LN1", c=2.0) and "name" not in asked[5]

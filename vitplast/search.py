@@ -89,11 +89,15 @@ __all__ = ["LR_LADDER", "best", "bracketed", "next_lrs", "rung", "score"]
 
 def settings(study: dict, **runtime) -> list[dict]:
     """A searched study's settings, in its order (task > configuration > seed): each a dict
-    of ``runs.run_config`` keywords without ``lr``, plus ``start`` (its search's centre).
+    of ``runs.run_config`` keywords without ``lr``, plus ``name`` (for display) and ``start``
+    (its search's centre), plus ``runtime`` keys (``runs.RUNTIME_KEYS``: device, precision...;
+    never hashed).
 
-    ``study["configs"]`` maps a configuration name to its start LR; names are plain
-    configurations (``components.CONFIGS``) or the confound study's named variants
-    (``confounds.variants``, e.g. ``"MHA sparse"``), so identical runs hash identically.
+    ``study["configs"]`` maps a name to its start LR, or to a dict of run keywords with
+    ``start`` (e.g. ``dict(config="MHA", prepare="gauge", ablation=dict(c=8.0), start=0.1)``).
+    A name with a start LR alone is a plain configuration (``components.CONFIGS``) or a named
+    variant of the confound study (``confounds.variants``, e.g. ``"MHA sparse"``), so that
+    identical runs hash identically.
     """
     from vitplast import confounds, models
 
@@ -101,10 +105,13 @@ def settings(study: dict, **runtime) -> list[dict]:
     named = confounds.variants(model, {})
     out = []
     for task in study["tasks"]:
-        for name, start in study["configs"].items():
-            variant = named[name] if name in named else dict(config=name)
+        for name, spec in study["configs"].items():
+            if isinstance(spec, dict):
+                variant = dict(spec)
+            else:
+                variant = dict(named.get(name, dict(config=name)), start=spec)
             for seed in study["seeds"]:
-                out.append(dict(variant, task=task, seed=seed, start=start,
+                out.append(dict(variant, name=name, task=task, seed=seed,
                                 **study.get("fixed", {}), **runtime))
     return out
 
@@ -112,7 +119,7 @@ def settings(study: dict, **runtime) -> list[dict]:
 def _run(setting: dict, lr: float) -> dict:
     from vitplast import runs
 
-    kwargs = {k: v for k, v in setting.items() if k not in ("task", "start")}  # + runtime keys
+    kwargs = {k: v for k, v in setting.items() if k not in ("task", "start", "name")}
     return runs.run_config(setting["task"], lr=lr, **kwargs)
 
 
@@ -136,12 +143,14 @@ def _record(root, run: dict) -> dict | None:
 def search_runs(study: dict, root, **runtime) -> list[dict]:
     """Every run the search of ``study`` has asked for so far, given the records under
     ``root``: per setting the runs stored on its path of the search, and the ones it asks
-    for next (missing from the store), with ``runtime`` keys. Read-only."""
+    for next (missing from the store), with ``runtime`` keys; and, where the study names a
+    fixed ``grid`` of LRs, every setting's runs at those LRs too (their outcomes join the
+    search's). Read-only."""
     out = []
     for setting in settings(study, **runtime):
         outcomes = _outcomes(setting, root, LR_LADDER)
-        out += [_run(setting, lr) for lr in sorted(outcomes) + next_lrs(setting["start"],
-                                                                        outcomes)]
+        asked = set(outcomes) | set(next_lrs(setting["start"], outcomes))
+        out += [_run(setting, lr) for lr in sorted(asked | set(study.get("grid", ())))]
     return out
 
 
@@ -158,8 +167,7 @@ def state(study: dict, root) -> "pd.DataFrame":  # noqa: F821
         record = _record(root, _run(s, top)) if top is not None else None
         acc = {k: 100 * record[k] if record and record.get(k) is not None else math.nan
                for k in ("best_val_acc", "test_acc")}
-        rows.append(dict(task=s["task"], config=(s.get("ablation") or {}).get(
-            "variant", s["config"]), seed=s["seed"], tried=sorted(outcomes), best=top,
+        rows.append(dict(task=s["task"], config=s["name"], seed=s["seed"], tried=sorted(outcomes), best=top,
             bracketed=bracketed(outcomes), next=next_lrs(s["start"], outcomes),
             val_acc=acc["best_val_acc"], test_acc=acc["test_acc"],
             trainable=(record or {}).get("trainable")))
