@@ -17,6 +17,7 @@ configuration   what is finetuned: a name of ``components.CONFIGS`` (full, head,
 recipe          named training settings: optimizer, schedule, steps (``finetune.RECIPES``)
 ablation        a model change before training (``ablations``; a run's ``prepare`` names
                 it and ``ablation`` holds its arguments)
+gauge           the residual stream times c: same function, rates moved (``gauge``)
 variant         a named configuration of the confound study, maybe with an ablation
                 (``confounds``)
 run             one training run's dict (``runs.run_config``); its hash names its record
@@ -40,7 +41,7 @@ leading ``_`` are public, and a module's own ``__all__``, where it has one, list
   ``tasks`` (the registry and ``load``) over ``data`` (embedded images), ``corruptions`` and
   ``paper_datasets`` (the paper's datasets from disk; ``fake_datasets`` writes tiny fakes);
 - finetuning: ``finetune`` (the one training loop), ``probes`` (the linear probe),
-  ``ablations`` and ``confounds``,
+  ``ablations`` (with ``gauge``) and ``confounds``,
   ``runs`` (the run schema), ``studies`` (named studies), ``sweep`` (running them), ``store``
   and ``provenance`` (records, sessions, progress), ``results`` (tables);
 - presentation: ``plots``, ``widgets``, ``notebooks`` (papermill), ``__main__`` (the CLI).
@@ -54,7 +55,7 @@ __version__ = "0.1.0"
 #: The public modules. Importing ``vitplast`` loads none of them: import the one you need,
 #: e.g. ``from vitplast import tasks``.
 __all__ = ["ablations", "bounds", "components", "confounds", "corruptions", "data",
-           "definitions", "empirical", "fake_datasets", "findings", "finetune", "inputs",
+           "definitions", "empirical", "fake_datasets", "findings", "finetune", "gauge", "inputs",
            "intervals", "models", "notebooks", "pairs", "paper", "paper_datasets", "plasticity",
            "plots", "pretrain", "probes", "provenance", "results", "runs", "store", "studies",
            "sweep", "tasks", "widgets"]
