@@ -36,7 +36,8 @@ leading ``_`` are public, and a module's own ``__all__``, where it has one, list
 
 - the paper's objects: ``components``, ``plasticity`` and ``pairs`` (Definition 1), ``bounds``
   (Propositions 1-4), ``intervals`` (objection 2, Takeaway 1), ``definitions`` and
-  ``empirical`` (measured plasticity), ``paper`` (its reference values), ``findings``;
+  ``empirical`` (measured plasticity), ``stream`` (what sets the ranking: the residual
+  stream's scale), ``paper`` (its reference values), ``findings``;
 - models and data: ``models`` (loading, the embedded checkpoints, folders), ``pretrain``,
   ``tasks`` (the registry and ``load``) over ``data`` (embedded images), ``corruptions`` and
   ``paper_datasets`` (the paper's datasets from disk; ``fake_datasets`` writes tiny fakes);
@@ -57,5 +58,5 @@ __version__ = "0.1.0"
 __all__ = ["ablations", "bounds", "components", "confounds", "corruptions", "data",
            "definitions", "empirical", "fake_datasets", "findings", "finetune", "gauge", "inputs",
            "intervals", "models", "notebooks", "pairs", "paper", "paper_datasets", "plasticity",
-           "plots", "pretrain", "probes", "provenance", "results", "runs", "store", "studies",
-           "sweep", "tasks", "widgets"]
+           "plots", "pretrain", "probes", "provenance", "results", "runs", "store", "stream",
+           "studies", "sweep", "tasks", "widgets"]
