@@ -39,6 +39,12 @@ def test_gauge_preserves_the_function_within_layernorm_eps(c, images):
     assert (gauge.gauge(copy.deepcopy(model32), c)(x).argmax(1) == model32(x).argmax(1)).all()
 
 
+def test_function_gap_is_the_derived_first_order_size(images):
+    gap = gauge.function_gap(tiny_vit().double(), images[0].double(), 8.0)
+    assert gap["same_predictions"] == 1.0
+    assert gap["max_logit_diff"] == pytest.approx(gap["first_order"], rel=0.01)
+
+
 def test_gauge_scales_exactly_the_gauged_parameters_and_inverts():
     model = tiny_vit(reg_tokens=2)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -206,6 +206,25 @@ def layernorm_shift(sigma: float, eps: float, c: float) -> float:
     return 1.0 - math.sqrt((s2 + eps / (c * c)) / (s2 + eps))
 
 
+@torch.no_grad()
+def function_gap(model: nn.Module, images: torch.Tensor, c: float) -> dict:
+    """How far ``gauge(model, c)`` is from ``model`` on ``images`` (``model`` untouched):
+    ``max_logit_diff``; ``first_order``, the derived size (1 - c^-2) max|f_eps=0 - f| (module
+    docstring); ``same_predictions``, the fraction of equal argmax. Used by notebook 03."""
+    import copy
+
+    model = model.eval()
+    f = model(images)
+    gauged = gauge(copy.deepcopy(model), c)(images)
+    no_eps = copy.deepcopy(model)
+    for m in _stream_norms(no_eps):
+        m.eps = 0.0
+    d0 = (no_eps(images) - f).abs().max().item()
+    return dict(c=c, max_logit_diff=(gauged - f).abs().max().item(),
+                first_order=(1 - c ** -2) * d0,
+                same_predictions=(gauged.argmax(1) == f.argmax(1)).float().mean().item())
+
+
 def finetuning_equivalence(model: nn.Module, config, c: float, *, optimizer: str = "sgd",
                            train_head: bool = True) -> dict[str, float]:
     """The original-model LR multipliers that make finetuning ``config`` on the gauged model
@@ -236,4 +255,5 @@ def prepare(model: nn.Module, run: dict) -> None:
 
 
 __all__ = ["GAUGED", "EMBEDDING", "RATE_FACTORS", "check_gauge", "gauged_names", "gauge",
-           "scale_embedding", "layernorm_shift", "finetuning_equivalence", "prepare"]
+           "scale_embedding", "layernorm_shift", "function_gap", "finetuning_equivalence",
+           "prepare"]

@@ -93,6 +93,31 @@ def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = 
     return store.load_or_compute("stream-statistics", key, compute)
 
 
+def long_statistics(stats: pd.DataFrame) -> pd.DataFrame:
+    """``stream_statistics`` in long form (``statistic``, ``value``; one row per checkpoint,
+    layer and statistic), for one figure panel per statistic. Used by notebook 03."""
+    names = {"r_embedding": "embedding token norm r", "sigma_ln1": "stream sigma (LN1 input)",
+             "ln1_bound": "LN1 bound max|gamma| / sigma",
+             "entropy_hidden": "attention entropy / log n (hidden)",
+             "entropy_embedding": "attention entropy / log n (embedding)"}
+    long = stats.melt(id_vars=["checkpoint", "epoch", "layer"], value_vars=list(names),
+                      var_name="statistic", value_name="value")
+    long["statistic"] = long["statistic"].map(names)
+    return long
+
+
+def by_checkpoint(stats: pd.DataFrame) -> pd.DataFrame:
+    """``stream_statistics`` averaged over layers, one row per checkpoint (in measured order),
+    with the paper's r beside. Used by notebook 03."""
+    from vitplast.paper import VITB_RMS_TOKEN_NORM
+
+    cols = ["epoch", "r_embedding", "sigma_ln1", "sigma_ln2", "ln1_bound", "entropy_hidden",
+            "entropy_embedding"]
+    out = stats.groupby("checkpoint", sort=False)[cols].mean()
+    out.insert(2, "paper_r", VITB_RMS_TOKEN_NORM)
+    return out
+
+
 def _rankings(model_name: str, tasks, values, change, column: str, protocols, *,
               source: str, data_root: str, n_pairs: int) -> pd.DataFrame:
     """``plasticity.ranking`` of the final model changed by ``change(model, value)``, per value
@@ -257,19 +282,22 @@ def finetuning_invariance(model_name: str = "", task: str = "digits", configs=("
     ``max_grad_norm`` of the original run (the clip acts above 1).
 
     Paper: Takeaway 3's configurations (section 5's recipe). Used by notebook 03."""
+    import copy
+
     from vitplast import finetune, gauge, models, store, tasks as tasks_
 
     model_name = model_name or models.EMBEDDED_NAME
 
     def compute():
         t = tasks_.load(task)
+        start = models.new_head(models.load_model(model_name), t.num_classes, seed=seed)
 
         def losses(config, c_, lr_scales=None, clip=1.0):
-            model = models.new_head(models.load_model(model_name), t.num_classes, seed=seed)
-            res = finetune.train(gauge.gauge(model, c_), t.train, config=config, steps=steps,
-                                 batch_size=batch_size, lr=lr, warmup_steps=0, log_every=1,
-                                 eval_every=10 * steps, clip_grad_norm=clip,
-                                 lr_scales=lr_scales, seed=seed, progress=False)
+            model = gauge.gauge(copy.deepcopy(start), c_)
+            res = finetune.train(model, t.train, config=config, steps=steps, batch_size=batch_size,
+                                 lr=lr, warmup_steps=0, log_every=1, eval_every=10 * steps,
+                                 clip_grad_norm=clip, lr_scales=lr_scales, seed=seed,
+                                 progress=False)
             return (np.array([r["loss"] for r in res.history]),
                     np.array([r["grad_norm"] for r in res.history]))
 
@@ -278,7 +306,7 @@ def finetuning_invariance(model_name: str = "", task: str = "digits", configs=("
             (base, norms), (gauged, _) = losses(config, 1.0), losses(config, c)
             row = dict(config=config, vs_original=np.abs(gauged - base).max(),
                        max_grad_norm=norms.max())
-            scales = gauge.finetuning_equivalence(models.load_model(model_name), config, c)
+            scales = gauge.finetuning_equivalence(start, config, c)
             if scales:
                 row["vs_lr_scaled_clip"] = np.abs(gauged - losses(config, 1.0, scales)[0]).max()
                 row["vs_lr_scaled_noclip"] = np.abs(losses(config, c, clip=None)[0] - losses(
@@ -291,6 +319,26 @@ def finetuning_invariance(model_name: str = "", task: str = "digits", configs=("
     return store.load_or_compute("gauge-finetuning", key, compute)
 
 
+def invariance_findings(inv: pd.DataFrame, tol: float = 1e-3) -> list[dict]:
+    """Rows on ``finetuning_invariance``: per configuration, the largest loss difference from
+    the original run (identical where no gauged parameter trains), from the LR / c^2 run with
+    the recipe's clip and without any clip (identical where derived). ``tol``: the loss
+    difference read as identical (LayerNorm's eps and float round-off are far below it)."""
+    from vitplast import findings
+
+    rows = []
+    for _, r in inv.iterrows():
+        for col, what in (("vs_original", "the original run"),
+                          ("vs_lr_scaled_clip", "the LR / c^2 run, recipe's clip"),
+                          ("vs_lr_scaled_noclip", "the LR / c^2 run, no clip")):
+            if col in r and not pd.isna(r[col]):
+                rows.append(findings.descriptive(
+                    f"{r['config']}-only finetuning, gauged vs {what}: largest |loss difference|",
+                    float(r[col]), paper="not studied (derived here)", n=1, unit="(run pair)",
+                    verdict="identical" if r[col] < tol else "different"))
+    return rows
+
+
 def findings_table(found: pd.DataFrame, rows: list[dict]) -> pd.DataFrame:
     """A notebook's findings table with ``rows`` added: one table, Holm over all its tests."""
     from vitplast import findings
@@ -300,4 +348,5 @@ def findings_table(found: pd.DataFrame, rows: list[dict]) -> pd.DataFrame:
 
 __all__ = ["attention_entropy", "model_statistics", "stream_statistics", "gauge_rankings",
            "embedding_scale_rankings", "beside_fig2", "orders", "ranking_findings",
-           "findings_table", "finetuning_invariance"]
+           "findings_table", "finetuning_invariance", "long_statistics", "invariance_findings",
+           "by_checkpoint"]
