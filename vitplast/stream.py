@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from vitplast.plasticity import component_inputs, measure, measurement, order, ranking
+from vitplast.plasticity import component_inputs, measure, order, ranking
 
 
 @torch.no_grad()
@@ -40,25 +40,28 @@ def attention_entropy(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return -(p * torch.log(p.clamp_min(1e-30))).sum(dim=-1)
 
 
-def model_statistics(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> pd.DataFrame:
-    """Per layer, the statistics the bounds read, from one measuring pass per protocol:
+@torch.no_grad()
+def model_statistics(model: nn.Module, images: torch.Tensor) -> pd.DataFrame:
+    """Per layer, the statistics the bounds read, from one pass per protocol over ``images``:
     ``r_embedding`` (RMS token norm of the embedding, the paper's r), ``sigma_ln1`` /
-    ``sigma_ln2`` (mean per-token std of the stream LN1 / LN2 read, ``hidden``),
+    ``sigma_ln2`` (mean per-token sqrt(var + eps) of the stream LN1 / LN2 read, ``hidden``),
     ``ln1_bound`` (Prop. 1 at that mean: max|gamma| / sigma), and ``entropy_hidden`` /
-    ``entropy_embedding`` (attention entropy / log n, mean over heads, tokens and the x
-    images, on LN1's output and on the raw embedding).
+    ``entropy_embedding`` (attention entropy / log n, mean over heads and tokens, on LN1's
+    output and on the raw embedding).
 
     Paper: Props. 1, 3-4. Used by notebook 03 (through ``stream_statistics``)."""
-    hidden = measurement(model, x, y, protocol="hidden", progress=False).statistics
-    embedded = measurement(model, x, y, protocol="embedding", progress=False).statistics
-    inputs = {p: component_inputs(model, x[:32], p) for p in ("hidden", "embedding")}
+    from vitplast.bounds import token_sigma
+
+    model = model.eval()
+    inputs = {p: component_inputs(model, images, p) for p in ("hidden", "embedding")}
     rows = []
     for layer, block in enumerate(model.blocks):
-        sig = hidden.set_index(["layer", "component"])["sigma_mean"]
-        row = dict(layer=layer, r_embedding=float(embedded.set_index(
-            ["layer", "component"]).loc[(layer, "MHA"), "r_rms"]),
-            sigma_ln1=float(sig[(layer, "LN1")]), sigma_ln2=float(sig[(layer, "LN2")]))
-        row["ln1_bound"] = block.norm1.weight.detach().abs().max().item() / row["sigma_ln1"]
+        hid, emb = inputs["hidden"], inputs["embedding"]
+        row = dict(layer=layer,
+                   r_embedding=emb[(layer, "MHA")].float().pow(2).sum(-1).mean().sqrt().item(),
+                   sigma_ln1=token_sigma(hid[(layer, "LN1")], block.norm1.eps).mean().item(),
+                   sigma_ln2=token_sigma(hid[(layer, "LN2")], block.norm2.eps).mean().item())
+        row["ln1_bound"] = block.norm1.weight.abs().max().item() / row["sigma_ln1"]
         for p, inp in inputs.items():
             u = inp[(layer, "MHA")]
             entropy = attention_entropy(block.attn, u).mean() / math.log(u.shape[1])
@@ -69,8 +72,9 @@ def model_statistics(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> pd.D
 
 def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = "fmnist",
                       data_root: str = "", n_pairs: int = 256) -> pd.DataFrame:
-    """``model_statistics`` at each checkpoint of the embedded model on one task's pairs
-    (load-or-compute), with ``checkpoint`` and ``epoch`` columns.
+    """``model_statistics`` at each checkpoint of the embedded model on the x images of one
+    task's pairs (the pretraining domain's; load-or-compute), with ``checkpoint`` and ``epoch``
+    columns.
 
     Paper: Props. 1, 3-4 beside its r = 19.4; along pretraining (not studied there).
     Used by notebook 03."""
@@ -83,13 +87,13 @@ def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = 
             model = models.load_model(model_name, **kw)
             pairs = pairs or empirical.task_pairs(task, source, n_pairs=n_pairs, model=model,
                                                   data_root=data_root)
-            frames.append(model_statistics(model, *pairs.tensors()).assign(checkpoint=ckpt))
+            frames.append(model_statistics(model, pairs.tensors()[0]).assign(checkpoint=ckpt))
         out = pd.concat(frames, ignore_index=True)
         out["epoch"] = out["checkpoint"].map(empirical.checkpoint_epochs(model_name, checkpoints))
         return out
 
     key = dict(model_name=model_name, task=task, checkpoints=list(checkpoints), source=source,
-               data_root=data_root, n_pairs=n_pairs)
+               data_root=data_root, n_pairs=n_pairs, images="x of the pairs")
     return store.load_or_compute("stream-statistics", key, compute)
 
 
