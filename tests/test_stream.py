@@ -81,3 +81,14 @@ def test_beside_fig2_puts_the_paper_first():
     assert list(wide.index) == list(PLASTICITY_ORDER)
     assert list(wide.columns) == ["paper (Fig. 2)", "hidden, c = 1"]
     assert wide.loc["MHA", "paper (Fig. 2)"] == 7.5
+
+
+def test_invariance_findings_read_same_and_different_trajectories():
+    inv = pd.DataFrame([dict(config="LN1", vs_original=2e-5, max_grad_norm=3.0),
+                        dict(config="MHA", vs_original=0.07, max_grad_norm=4.9,
+                             vs_lr_scaled_clip=0.02, vs_lr_scaled_noclip=8e-4)])
+    table = findings.table(stream.invariance_findings(inv)).set_index("claim")["verdict"]
+    same, different = "same trajectory (within LayerNorm's eps)", "different trajectory"
+    assert table.tolist() == [same, different, different, same]
+    assert table.index[3] == ("MHA-only finetuning, gauged vs the LR / c^2 run, no clip: largest "
+                              "|loss difference|")

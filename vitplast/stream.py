@@ -323,11 +323,13 @@ def finetuning_invariance(model_name: str = "", task: str = "digits",
     return store.load_or_compute("gauge-finetuning", key, compute)
 
 
-def invariance_findings(inv: pd.DataFrame, tol: float = 1e-3) -> list[dict]:
+def invariance_findings(inv: pd.DataFrame, tol: float = 5e-3) -> list[dict]:
     """Rows on ``finetuning_invariance``: per configuration, the largest loss difference from
-    the original run (identical where no gauged parameter trains), from the LR / c^2 run with
-    the recipe's clip and without any clip (identical where derived). ``tol``: the loss
-    difference read as identical (LayerNorm's eps and float round-off are far below it)."""
+    the original run (the same trajectory where no gauged parameter trains), from the LR / c^2
+    run with the recipe's clip and without any clip (the same where derived). ``tol``: a loss
+    difference below it reads as the same trajectory; the gauge keeps LayerNorm's eps, whose
+    effect (about 5e-4 in the logits at c = 8 on the embedded model) a few SGD steps amplify
+    to at most ~1e-3 there, while the LR and clip effects measured are above 2e-2."""
     from vitplast import findings
 
     rows = []
@@ -339,7 +341,8 @@ def invariance_findings(inv: pd.DataFrame, tol: float = 1e-3) -> list[dict]:
                 rows.append(findings.descriptive(
                     f"{r['config']}-only finetuning, gauged vs {what}: largest |loss difference|",
                     float(r[col]), paper="not studied (derived here)", n=1, unit="(run pair)",
-                    verdict="identical" if r[col] < tol else "different"))
+                    verdict="same trajectory (within LayerNorm's eps)" if r[col] < tol
+                    else "different trajectory"))
     return rows
 
 
