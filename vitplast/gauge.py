@@ -16,7 +16,8 @@ before the head. This is ``gauge``.
 
 **Why it is exact only up to eps.** LayerNorm divides by sqrt(var + eps):
 ``LN(c x; eps) = (x - mean) / sqrt(var + eps / c^2) = LN(x; eps / c^2)``. So the gauged model
-IS the original with every LayerNorm's eps divided by c^2 (exactly, in exact arithmetic), and
+IS the original with the eps of every LayerNorm that reads the stream (norm1, norm2, the final
+norm; not a qk-norm inside a branch) divided by c^2 (exactly, in exact arithmetic), and
 ``gauge(..., scale_eps=True)`` (eps times c^2) is exactly the same function. With eps kept, the
 difference is f(eps / c^2) - f(eps) = -(1 - c^-2) eps df/deps + O(eps^2): to first order,
 (1 - c^-2) times the change that removing eps altogether makes, f(0) - f(eps); each
@@ -42,7 +43,8 @@ norm, the head) get the same gradient, the scaled ones (proj, fc2, the embedding
 - A configuration that trains scaled parameters (MHA through ``proj``, FC2, the embedding,
   full): with SGD (any momentum, it is linear in the steps) and weight decay 0, a step of lr
   grad / c on c theta is a step of lr grad / c^2 on theta: the gauged run IS the original run
-  with those parameters' LR divided by c^2 (``train(lr_scales=...)``), step for step. The
+  with those parameters' LR divided by c^2 (``train(lr_scales=...)``), step for step; the
+  others (qkv in MHA; qkv, fc1, the norms and the head in full) keep their LR. The
   global-norm clip breaks it whenever it acts: the gauged run's norm counts the scaled
   gradients divided by c, the original's does not, so their clip factors differ (when neither
   exceeds the clip, nothing changes). Under Adam the update is scale-free (up to its eps): an

@@ -72,9 +72,9 @@ def model_statistics(model: nn.Module, images: torch.Tensor) -> pd.DataFrame:
 
 def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = "fmnist",
                       data_root: str = "", n_pairs: int = 256) -> pd.DataFrame:
-    """``model_statistics`` at each checkpoint of the embedded model on the x images of one
-    task's pairs (the pretraining domain's; load-or-compute), with ``checkpoint`` and ``epoch``
-    columns.
+    """``model_statistics`` at each checkpoint of the embedded model on both images of one
+    task's pairs (the pretraining domain's x and the task's y, as ``plasticity.measurement``;
+    load-or-compute), with ``checkpoint`` and ``epoch`` columns.
 
     Paper: Props. 1, 3-4 beside its r = 19.4; along pretraining (not studied there).
     Used by notebook 03."""
@@ -87,13 +87,14 @@ def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = 
             model = models.load_model(model_name, **kw)
             pairs = pairs or empirical.task_pairs(task, source, n_pairs=n_pairs, model=model,
                                                   data_root=data_root)
-            frames.append(model_statistics(model, pairs.tensors()[0]).assign(checkpoint=ckpt))
+            images = torch.cat(pairs.tensors())  # both images of every pair, as ``measurement``
+            frames.append(model_statistics(model, images).assign(checkpoint=ckpt))
         out = pd.concat(frames, ignore_index=True)
         out["epoch"] = out["checkpoint"].map(empirical.checkpoint_epochs(model_name, checkpoints))
         return out
 
     key = dict(model_name=model_name, task=task, checkpoints=list(checkpoints), source=source,
-               data_root=data_root, n_pairs=n_pairs, images="x of the pairs")
+               data_root=data_root, n_pairs=n_pairs, images="x and y of the pairs")
     return store.load_or_compute("stream-statistics", key, compute)
 
 
