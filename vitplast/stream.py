@@ -289,7 +289,8 @@ def finetuning_invariance(model_name: str = "", task: str = "digits",
     Paper: Takeaway 3's configurations (section 5's recipe). Used by notebook 03."""
     import copy
 
-    from vitplast import finetune, gauge, models, store, tasks as tasks_
+    from vitplast import finetune, gauge, models, store
+    from vitplast import tasks as tasks_
 
     model_name = model_name or models.EMBEDDED_NAME
 
