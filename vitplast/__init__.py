@@ -18,6 +18,7 @@ configuration   what is finetuned: a name of ``components.CONFIGS`` (full, head,
 recipe          named training settings: optimizer, schedule, steps (``finetune.RECIPES``)
 ablation        a model change before training (``ablations``; a run's ``prepare`` names
                 it and ``ablation`` holds its arguments)
+gauge           the residual stream times c: same function, rates moved (``gauge``)
 variant         a named configuration of the confound study, maybe with an ablation
                 (``confounds``)
 run             one training run's dict (``runs.run_config``); its hash names its record
@@ -36,12 +37,13 @@ leading ``_`` are public, and a module's own ``__all__``, where it has one, list
 
 - the paper's objects: ``components``, ``plasticity`` and ``pairs`` (Definition 1), ``bounds``
   (Propositions 1-4), ``intervals`` (objection 2, Takeaway 1), ``definitions`` and
-  ``empirical`` (measured plasticity), ``paper`` (its reference values), ``findings``;
+  ``empirical`` (measured plasticity), ``stream`` (what sets the ranking: the residual
+  stream's scale), ``paper`` (its reference values), ``findings``;
 - models and data: ``models`` (loading, the embedded checkpoints, folders), ``pretrain``,
   ``tasks`` (the registry and ``load``) over ``data`` (embedded images), ``suite`` (the task
   suite) and ``drawn`` (its glyphs and pictures), ``corruptions`` and ``paper_datasets`` (the paper's datasets from disk; ``fake_datasets`` writes tiny fakes);
 - finetuning: ``finetune`` (the one training loop), ``probes`` (the linear probe),
-  ``ablations`` and ``confounds``,
+  ``ablations`` (with ``gauge``) and ``confounds``,
   ``runs`` (the run schema), ``studies`` (named studies), ``search`` (LRs bracketed on
   validation), ``sweep`` (running them), ``store``
   and ``provenance`` (records, sessions, progress), ``results`` (tables);
@@ -56,7 +58,7 @@ __version__ = "0.1.0"
 #: The public modules. Importing ``vitplast`` loads none of them: import the one you need,
 #: e.g. ``from vitplast import tasks``.
 __all__ = ["ablations", "bounds", "components", "confounds", "corruptions", "data",
-           "definitions", "drawn", "empirical", "fake_datasets", "findings", "finetune", "inputs",
-           "intervals", "models", "notebooks", "pairs", "paper", "paper_datasets", "plasticity",
-           "plots", "pretrain", "probes", "provenance", "results", "runs", "search", "store",
-           "studies", "suite", "sweep", "tasks", "widgets"]
+           "definitions", "drawn", "empirical", "fake_datasets", "findings", "finetune",
+           "gauge", "inputs", "intervals", "models", "notebooks", "pairs", "paper",
+           "paper_datasets", "plasticity", "plots", "pretrain", "probes", "provenance", "results",
+           "runs", "search", "store", "stream", "studies", "suite", "sweep", "tasks", "widgets"]

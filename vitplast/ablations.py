@@ -25,6 +25,8 @@ differs from the main study only in arguments.
   start) on a component's linears, with ranks chosen to match parameter counts. A small
   in-house LoRA keeps the dependency list short and merges back exactly.
 - bias-only (BitFit-style) configurations are plain parameter patterns (``BIAS_ONLY``).
+- ``gauge`` (registered here, defined in ``vitplast.gauge``): the residual stream times c,
+  the same function with another plasticity ranking.
 
 Used by notebook 05.
 """
@@ -36,6 +38,7 @@ import math
 import torch
 from torch import nn
 
+from vitplast import gauge
 from vitplast.components import COMPONENTS, check_component, component_modules
 
 #: LayerNorm component -> the linear inside the same block that reads its output.
@@ -237,6 +240,8 @@ def _prepare_lora(model: nn.Module, config: dict) -> dict | None:
                                        patterns=LORA_PATTERNS)}
 
 
-#: Name -> prepare function, registered in ``vitplast.sweep.PREPARE``.
-PREPARE = {"rescale_ln": _prepare_rescale, "sparse": _prepare_sparse, "lora": _prepare_lora}
+#: Name -> prepare function, registered in ``vitplast.sweep.PREPARE``. ``"gauge"``: the
+#: residual-stream gauge (``vitplast.gauge``; ``ablation=dict(c=8.0)``).
+PREPARE = {"rescale_ln": _prepare_rescale, "sparse": _prepare_sparse, "lora": _prepare_lora,
+           "gauge": gauge.prepare}
 
