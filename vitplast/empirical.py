@@ -109,11 +109,15 @@ def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",
     Paper: section 4, Fig. 2-3. Used by notebook 03.
     """
     from vitplast import store
+    from vitplast import tasks as registry
 
+    for name in [*tasks, *(pretraining_tasks or []), *([source] if source else [])]:
+        registry.check(name, data_root)  # "unknown task", naming the valid ones
     *early, last = list(checkpoints)
     along = [t for t in tasks if pretraining_tasks is None or t in pretraining_tasks]
     if early and not along:
-        raise ValueError(f"pretraining_tasks {pretraining_tasks} share no task with {tasks}")
+        raise ValueError(f"pretraining_tasks {pretraining_tasks} share no task with tasks "
+                         f"{tasks}: the earlier checkpoints are measured on tasks of both")
     params = dict(model_name=model_name, weights_file=weights_file, checkpoints=list(checkpoints),
                   tasks=list(tasks), pretraining_tasks=along, source=source,
                   data_root=data_root, n_pairs=n_pairs, batch_size=batch_size)

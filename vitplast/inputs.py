@@ -7,8 +7,12 @@ every pixel finite. A float dtype other than the model's (float64, float16) is c
 warning; integer images (uint8) are refused, since they are not normalised as the model was
 trained.
 
-Used by ``vitplast.plasticity``, ``bounds``, ``intervals``, ``finetune``, ``runs`` and the
-``python -m vitplast sweep`` arguments; so by notebooks 01-06.
+Tensors go where the model is (``model_device``, ``to_model``): every public function that
+takes a model (or a module) and tensors moves the tensors to the model's device itself, so the
+same call runs whether ``load_model`` put the model on a GPU or on the CPU.
+
+Used by ``vitplast.plasticity``, ``bounds``, ``intervals``, ``definitions``, ``confounds``,
+``finetune``, ``runs`` and the ``python -m vitplast sweep`` arguments; so by notebooks 01-06.
 """
 
 from __future__ import annotations
@@ -19,6 +23,27 @@ import warnings
 
 import torch
 from torch import nn
+
+
+def model_device(model) -> torch.device | None:
+    """The device of a module's first parameter (else buffer); ``None`` for a module without
+    tensors or a plain function (nothing to follow)."""
+    if not isinstance(model, nn.Module):
+        return None
+    for t in model.parameters():
+        return t.device
+    for t in model.buffers():
+        return t.device
+    return None
+
+
+def to_model(model, *tensors: torch.Tensor):
+    """``tensors`` moved to ``model``'s device (``model_device``; unchanged when it has none):
+    one tensor for one, a tuple for several. Host-to-device copies are the caller's only
+    device traffic; a tensor already there is returned as is."""
+    device = model_device(model)
+    moved = tuple(t if device is None else t.to(device) for t in tensors)
+    return moved[0] if len(moved) == 1 else moved
 
 
 def check_count(name: str, value, *, minimum: int = 1, hint: str = "") -> int:

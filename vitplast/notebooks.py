@@ -128,6 +128,28 @@ def available() -> list[str]:
     return [nb for nb in NOTEBOOKS if (NOTEBOOK_DIR / f"{nb}.ipynb").exists()]
 
 
+def copy_to(dest: str | Path, *, force: bool = False) -> list[Path]:
+    """Copy the notebooks of ``available()`` and the notebooks' README into ``dest`` (made if
+    missing), for JupyterLab: an installed copy keeps them inside site-packages.
+
+    Raises:
+        FileExistsError: a notebook already in ``dest`` with other content (unless ``force``),
+            naming them; nothing is copied then.
+    """
+    import shutil
+
+    dest = Path(dest)
+    files = [NOTEBOOK_DIR / f"{nb}.ipynb" for nb in available()] + [NOTEBOOK_DIR / "README.md"]
+    files = [f for f in files if f.exists()]
+    clash = [f.name for f in files
+             if (dest / f.name).exists() and (dest / f.name).read_bytes() != f.read_bytes()]
+    if clash and not force:
+        raise FileExistsError(f"{dest} already holds other versions of {clash}: give another "
+                              "folder, or --force (force=True) to overwrite them")
+    dest.mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copyfile(f, dest / f.name)) for f in files]
+
+
 def plan(profile: str = "default", only: list[str] | None = None,
          params: dict | None = None) -> list[tuple[str, dict]]:
     """The (notebook, parameters) to run; checks every name before any kernel starts.
@@ -179,6 +201,7 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
     for nb, params in todo:
         if params.get("weights_file") and not Path(params["weights_file"]).is_file():
             raise FileNotFoundError(f"{nb}: weights_file {params['weights_file']} does not exist")
+        _check_task_names(nb, {**notebook_parameters(nb), **params})
     if profile != "paper":
         return
     import torch
@@ -196,6 +219,24 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
                     raise FileNotFoundError(f"{nb}: data_root {root!r} is not a folder; put the "
                                             "datasets there (layouts: vitplast.paper_datasets)")
                 tasks.load(task, root, img_size=32)
+
+
+#: Parameters that name tasks (``vitplast.tasks.TASKS``); an empty ``source`` names none.
+TASK_PARAMETERS = ("task", "tasks", "pretraining_tasks", "source")
+
+
+def _check_task_names(nb: str, params: dict) -> None:
+    """Every task a notebook's parameters name is a task (``tasks.check``: "unknown task",
+    naming the valid ones), checked before any kernel starts."""
+    from vitplast import tasks
+
+    for key in TASK_PARAMETERS:
+        value = params.get(key)
+        for name in value if isinstance(value, list) else [value] if value else []:
+            try:
+                tasks.check(name, params.get("data_root"))
+            except ValueError as err:
+                raise ValueError(f"{nb}: {key}: {err}") from None
 
 
 def _failing_cell(path: Path) -> str:
