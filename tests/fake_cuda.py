@@ -20,7 +20,8 @@ from torch.utils._pytree import tree_flatten
 
 FAKE = torch.device("cuda", 0)
 #: Operations that may legitimately take tensors on two devices.
-MIXED_OK = (torch.Tensor.copy_, torch.Tensor.__getitem__, torch.autograd.grad,
+MIXED_OK = (torch.Tensor.copy_, torch.Tensor.__getitem__, torch.Tensor.view_as,
+            torch.Tensor.reshape_as, torch.Tensor.expand_as, torch.autograd.grad,
             torch.autograd.backward, torch.Tensor.backward, torch._has_compatible_shallow_copy_type)
 FACTORIES = (torch.zeros, torch.ones, torch.empty, torch.randn, torch.rand, torch.full,
              torch.arange, torch.tensor, torch.as_tensor, torch.randint, torch.zeros_like,

@@ -6,7 +6,7 @@ notebooks' measuring calls run as on a GPU machine (``torch.cuda.is_available()`
 import pytest
 import torch
 from fake_cuda import FAKE, FakeCuda, OnDevice, on_fake_cuda
-from helpers import tiny_vit, toy_task
+from helpers import exec_notebook, tiny_vit, toy_task
 
 from vitplast import (
     bounds,
@@ -146,37 +146,26 @@ def test_scale_curve_skips_identical_pairs_and_streams(pairs):
     assert whole.query("layer == 1 and scale == 2.0")["plasticity"].item() == pytest.approx(r)
 
 
-def _code_cells(name: str) -> list[str]:
-    """A notebook's code cells, IPython magics dropped."""
-    import json
 
-    from vitplast import notebooks
-
-    nb = json.loads((notebooks.NOTEBOOK_DIR / f"{name}.ipynb").read_text())
-    return ["\n".join(line for line in "".join(c["source"]).splitlines()
-                      if not line.lstrip().startswith("%"))
-            for c in nb["cells"] if c["cell_type"] == "code"]
+#: Smaller than the smoke profile: every op runs through the fake device's Python mode.
+SMALLER = {"01_definitions": dict(n_pairs=16, n_samples=100),
+           "02_bounds": dict(n_pairs=8, n_seeds=1, power_iters=2, n_lipschitz=2),
+           "03_plasticity": dict(n_pairs=8, tasks=["digits"], pretraining_tasks=["digits"],
+                                 checkpoints=["init", "final"], scales=[1.0]),
+           "04_finetuning": {}, "05_confounds": {}, "06_explorer": dict(n_pairs=8)}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["01_definitions", "02_bounds", "03_plasticity", "04_finetuning",
-                                  "05_confounds", "06_explorer"])
+@pytest.mark.parametrize("name", list(SMALLER))
 def test_every_notebook_runs_on_the_device(name, fake_cuda, tmp_path, monkeypatch):
-    """Each notebook's cells in the smoke profile, in this process, as on a GPU machine: every
-    model it loads lands on the (fake) CUDA device, and no host tensor meets it."""
-    import matplotlib
-
-    from vitplast import notebooks
-
-    matplotlib.use("Agg")
+    """Each notebook's cells (smoke profile, fewer pairs), in this process, as on a GPU
+    machine: every model it loads lands on the (fake) CUDA device, and no host tensor meets
+    it."""
     monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    (params,) = [p for nb, p in notebooks.plan("smoke", [name[:2]])]
-    scope = {**notebooks.notebook_parameters(name), **params}
     loaded = []
     load = models.load_model
     monkeypatch.setattr(models, "load_model", lambda *a, **k: loaded.append(load(*a, **k))
                         or loaded[-1])
-    for source in _code_cells(name):
-        exec(compile(source, name, "exec"), scope)
-    assert all(next(m.parameters()).device == FAKE for m in loaded)
+    exec_notebook(name, params=SMALLER[name])
+    assert loaded and all(next(m.parameters()).device == FAKE for m in loaded)

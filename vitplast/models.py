@@ -405,7 +405,8 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
             raise FileNotFoundError(f"weights_file {weights_file} does not exist")
         timm_kwargs["pretrained_cfg_overlay"] = dict(file=str(weights_file))
         pretrained = True
-    hub = weights_file is None and (pretrained or name.startswith("hf-hub:"))
+    source = name.split(":", 1)[0] if ":" in name else None  # hf-hub, local-dir (check_name)
+    hub = weights_file is None and source != "local-dir" and (pretrained or source == "hf-hub")
     offline = hub and not hub_reachable()
     if offline and not _maybe_cached(name):  # before timm builds (seconds for a ViT-B)
         raise _hub_error(name, None)

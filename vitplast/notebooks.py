@@ -182,12 +182,27 @@ def plan(profile: str = "default", only: list[str] | None = None,
         _check_types(nb, chosen, declared[nb], notebook_parameter_types(nb))
         if chosen.get("model_name", declared[nb].get("model_name")) == EMBEDDED_NAME:
             chosen.pop("weights_file", None)  # the embedded model ships its own weights
+        elif "model_name" in declared[nb]:
+            _one_checkpoint(nb, chosen, declared[nb], given=params)
         out.append((nb, chosen))
     if params.get("weights_file") and not any("weights_file" in p for _, p in out):
         raise ValueError(f"weights_file is for a timm model_name, but every selected notebook "
                          f"loads {EMBEDDED_NAME} (which ships its own weights): add -p model_name "
                          "vit_base_patch16_224.orig_in21k, or use --profile paper")
     return out
+
+
+def _one_checkpoint(nb: str, chosen: dict, declared: dict, given: dict) -> None:
+    """A timm ``model_name`` has one checkpoint, its weights: the notebook's list of
+    embedded checkpoints becomes ``["final"]`` (a label), unless the caller gave several."""
+    if "checkpoints" not in declared:
+        return
+    if "checkpoints" not in given:
+        chosen["checkpoints"] = ["final"]
+    elif len(chosen["checkpoints"]) > 1:
+        raise ValueError(f"{nb}: checkpoints {chosen['checkpoints']} are the embedded model's; "
+                         f"the timm model {chosen['model_name']!r} has one (its weights): drop "
+                         "-p checkpoints, or pass -p checkpoints '[\"final\"]'")
 
 
 def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:

@@ -65,11 +65,37 @@ def rate(f, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return num / (x - y).flatten(1).norm(dim=1)
 
 
+def _pair_distance(t: torch.Tensor) -> torch.Tensor:
+    """||x_i - y_i||_F of a batch [x; y] (first half x, second half y), (B,)."""
+    b = t.shape[0] // 2
+    return (t[:b].float() - t[b:].float()).flatten(1).norm(dim=1)
+
+
 def _pair_rate(inp: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """Rates of a batch [x; y] (first half x, second half y) given inputs and outputs."""
-    b = inp.shape[0] // 2
-    num = (out[:b].float() - out[b:].float()).flatten(1).norm(dim=1)
-    return num / (inp[:b].float() - inp[b:].float()).flatten(1).norm(dim=1)
+    return _pair_distance(out) / _pair_distance(inp)
+
+
+class _Rates:
+    """``_pair_rate`` along one pass, each tensor's pair distances computed once: in a block
+    (``hidden``), MHA's input IS LN1's output and FC1's input IS LN2's output (the hooks see
+    the same tensor); under ``embedding`` every component but FC2 gets the same embedding. The
+    last input's and output's distances are kept for the next call (two slots: no activation
+    outlives its use by more than one component)."""
+
+    def __init__(self):
+        self.inp = self.out = (None, None)  # (tensor, its pair distances)
+
+    def _distance(self, t: torch.Tensor) -> torch.Tensor:
+        for seen, d in (self.inp, self.out):
+            if t is seen:
+                return d
+        return _pair_distance(t)
+
+    def __call__(self, inp: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        self.inp = (inp, self._distance(inp))
+        self.out = (out, _pair_distance(out))
+        return self.out[1] / self.inp[1]
 
 
 def embed(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
@@ -145,9 +171,9 @@ def batch_rates(model: nn.Module, x: torch.Tensor, y: torch.Tensor, protocol: st
     """
     check_protocol(protocol)
     x, y = _checked(model, x, y)
-    out = {}
+    out, rates = {}, _Rates()
     _apply(model, to_model(model, torch.cat([x, y])), protocol,
-           lambda key, mod, inp, o: out.__setitem__(key, _pair_rate(inp, o)))
+           lambda key, mod, inp, o: out.__setitem__(key, rates(inp, o)))
     return out
 
 
@@ -246,7 +272,10 @@ class _Stream:
             xb, yb = check_batch(self.model, xb, yb, self.seen)
             kept = torch.nonzero((xb - yb).flatten(1).abs().amax(dim=1) > 0).flatten()
             start, self.seen = self.seen, self.seen + len(xb)
-            if len(kept):
+            if len(kept) == len(xb):  # all kept: no copy by index
+                kept_any = True
+                yield start + kept.numpy(), to_model(self.model, torch.cat([xb, yb]))
+            elif len(kept):
                 kept_any = True
                 yield start + kept.numpy(), to_model(self.model, torch.cat([xb[kept], yb[kept]]))
         if not kept_any:
@@ -326,12 +355,12 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
     # memory), so the process would grow with the number of pairs.
     n = len(x)
     pairs, out, reduced, batch = np.empty(n, dtype=np.int64), {}, {}, {}
-    done = 0
+    done, pass_rates = 0, _Rates()
 
     def reduce(key, module, inp, o):
         if statistics or keep:
             reduced.setdefault(key, _Reduction(keep, statistics)).add(module, key[1], inp)
-        batch[key] = _pair_rate(inp, o)  # on the device: no sync inside the forward pass
+        batch[key] = pass_rates(inp, o)  # on the device: no sync inside the forward pass
 
     stream = _Stream(model, x, batch_size, workers, desc=f"plasticity ({protocol})",
                      progress=progress)
@@ -339,12 +368,12 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
         pairs[done:done + len(kept)] = kept
         with torch.no_grad():
             _apply(model, images, protocol, reduce)
-        for key, rates in zip(batch, torch.stack(list(batch.values())).cpu().numpy()):
-            out.setdefault(key, np.empty(n, dtype=np.float32))[done:done + len(kept)] = rates
+        for key, r in zip(batch, torch.stack(list(batch.values())).cpu().numpy()):
+            out.setdefault(key, np.empty(n, dtype=np.float32))[done:done + len(kept)] = r
         batch.clear()
         done += len(kept)
-    start = stream.seen
-    return Measurement(_rates_table(out, pairs[:done], protocol, meta, excluded=start - done),
+    return Measurement(_rates_table(out, pairs[:done], protocol, meta,
+                                    excluded=stream.seen - done),
                        pd.DataFrame([dict(layer=k[0], component=k[1], **r.statistics())
                                      for k, r in reduced.items()]) if statistics else None,
                        {k: torch.cat(r.kept) for k, r in reduced.items() if r.kept})
