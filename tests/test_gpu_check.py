@@ -41,7 +41,8 @@ def test_without_cuda_it_skips(gpu_check, monkeypatch, capsys):
 @pytest.mark.slow
 def test_the_dry_run_takes_the_whole_path_on_the_cpu(gpu_check, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path / "cache"))
-    assert gpu_check.main(["--dry", "--only", "01", "--out", str(tmp_path / "nb")]) == 0
+    assert gpu_check.main(["--dry", "--pairs", "64", "--steps", "2", "--only", "01",
+                           "--out", str(tmp_path / "nb")]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     results = [LINE.match(line) for line in out[-len(gpu_check.TARGETS):]]
     assert all(results), out[-6:]

@@ -43,7 +43,8 @@ def to_model(model, *tensors: torch.Tensor):
     one tensor for one, a tuple for several. Host-to-device copies are the caller's only
     device traffic; a tensor already there is returned as is."""
     device = model_device(model)
-    moved = tuple(t if device is None else t.to(device) for t in tensors)
+    cuda = device is not None and device.type == "cuda"  # host to GPU: asynchronous is safe
+    moved = tuple(t if device is None else t.to(device, non_blocking=cuda) for t in tensors)
     return moved[0] if len(moved) == 1 else moved
 
 

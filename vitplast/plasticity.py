@@ -45,7 +45,7 @@ from torch.utils.data import DataLoader
 
 from vitplast.bounds import token_sigma
 from vitplast.components import COMPONENTS, check_component, component_modules
-from vitplast.inputs import check_count, check_finite, check_images, to_model
+from vitplast.inputs import check_count, check_finite, check_images, model_device, to_model
 from vitplast.models import pick_device
 from vitplast.pairs import PROTOCOLS, Pairs, check_batch, check_pairs, check_protocol, make_pairs
 
@@ -261,7 +261,9 @@ class _Stream:
     def __init__(self, model, pairs, batch_size: int, workers: int, *, desc: str,
                  progress: bool):
         self.model, self.pairs, self.seen = model, pairs, 0
-        self.loader = DataLoader(pairs, batch_size=batch_size, num_workers=workers)
+        cuda = getattr(model_device(model), "type", "cpu") == "cuda"
+        self.loader = DataLoader(pairs, batch_size=batch_size, num_workers=workers,
+                                 pin_memory=cuda)  # pinned: asynchronous copies to the GPU
         self.desc, self.progress = desc, progress
 
     def __iter__(self):
@@ -272,12 +274,13 @@ class _Stream:
             xb, yb = check_batch(self.model, xb, yb, self.seen)
             kept = torch.nonzero((xb - yb).flatten(1).abs().amax(dim=1) > 0).flatten()
             start, self.seen = self.seen, self.seen + len(xb)
-            if len(kept) == len(xb):  # all kept: no copy by index
-                kept_any = True
-                yield start + kept.numpy(), to_model(self.model, torch.cat([xb, yb]))
-            elif len(kept):
-                kept_any = True
-                yield start + kept.numpy(), to_model(self.model, torch.cat([xb[kept], yb[kept]]))
+            if not len(kept):
+                continue
+            kept_any = True
+            x, y = to_model(self.model, xb, yb)
+            if len(kept) < len(xb):  # all kept: no copy by index
+                x, y = x[kept.to(x.device)], y[kept.to(x.device)]
+            yield start + kept.numpy(), torch.cat([x, y])
         if not kept_any:
             raise ValueError(f"all {self.seen} pairs are identical images: plasticity is "
                              "undefined")
