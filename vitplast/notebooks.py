@@ -14,6 +14,7 @@ The notebooks are package data (``vitplast/notebooks/``). Each declares its para
 type (``n_pairs: int = 512  # comment``), which ``papermill --help-notebook`` shows and
 ``plan`` checks: a value of the wrong type fails before any kernel starts.
 
+``copy_to`` copies them out of the package (``vitplast notebooks copy DEST``) for JupyterLab.
 ``run`` executes them in order into ``runs/<timestamp>-<profile>/`` (figures into its
 ``figures/``, the kernels' stderr into its ``kernel.log``), continues past a failing notebook,
 stops at Ctrl-C (recording the notebook as interrupted), and returns a summary table
