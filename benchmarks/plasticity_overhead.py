@@ -2,7 +2,7 @@
 
 Side by side in one run, interleaved: (a) a plain ``forward_features`` loop over batches of
 [x; y] images, (b) ``plasticity.measure`` over the same pairs and batches (hooks on all
-components, one rate per pair, the tidy table at the end). Target: (b) / (a) <= 1.15.
+components, one rate per pair, the tidy table at the end). Target: (b) / (a) <= 1.05 (issue 26).
 Also reported, without a target: the ``embedding`` protocol, which applies each component to
 the embedding (a different computation, not an overhead).
 
@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 
 from vitplast import models, plasticity
 
-TARGET = 1.15
+TARGET = 1.05
 
 
 def main() -> int:

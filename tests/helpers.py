@@ -61,3 +61,31 @@ class FakeTrain:
             raise KeyboardInterrupt
         return finetune.TrainResult(history=[{"step": 0, "loss": 1.5}], best_val_acc=0.5,
                                     best_step=0, test_acc=0.25, trainable=7)
+
+
+def notebook_cells(name: str) -> list[str]:
+    """A notebook's code cells, IPython magics (``%matplotlib inline``) dropped."""
+    import json
+
+    from vitplast import notebooks
+
+    nb = json.loads((notebooks.NOTEBOOK_DIR / f"{name}.ipynb").read_text())
+    return ["\n".join(line for line in "".join(c["source"]).splitlines()
+                      if not line.lstrip().startswith("%"))
+            for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def exec_notebook(name: str, profile: str = "smoke", params: dict | None = None) -> dict:
+    """Run a notebook's cells in this process (no kernel: seconds, and monkeypatches hold),
+    with the parameters ``notebooks.plan`` gives it; the notebook's variables at the end.
+    Figures go to matplotlib's Agg backend."""
+    import matplotlib
+
+    from vitplast import notebooks
+
+    matplotlib.use("Agg")
+    (_, chosen), = notebooks.plan(profile, [name[:2]], params)
+    scope = {**notebooks.notebook_parameters(name), **chosen}
+    for source in notebook_cells(name):
+        exec(compile(source, name, "exec"), scope)
+    return scope

@@ -10,7 +10,8 @@ from vitplast import finetune, models, results, store, studies
 from vitplast.__main__ import _parser, main
 from vitplast.runs import run_hash
 
-SUBCOMMANDS = [["pretrain"], ["sweep"], ["notebooks"], ["notebooks", "run"], ["notebooks", "list"]]
+SUBCOMMANDS = [["pretrain"], ["sweep"], ["notebooks"], ["notebooks", "run"], ["notebooks", "list"],
+               ["notebooks", "copy"]]
 
 
 def test_version(capsys):

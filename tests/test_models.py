@@ -177,3 +177,23 @@ def test_use_weights_file_reaches_every_later_load(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError):
         models.use_weights_file("test_vit", tmp_path / "missing.safetensors")
     models.use_weights_file("vitplast_fmnist", "")  # the notebooks' default: a no-op
+
+
+@pytest.mark.parametrize("name", ["hf-hub:timm/vit_tiny_patch16_224.augreg_in21k",
+                                  "vit_base_patch16_224.orig_in21k"])
+def test_an_unreachable_hub_fails_in_seconds_naming_the_fix(name, monkeypatch, tmp_path):
+    """No HF_HUB_OFFLINE set and a hub that does not answer: the error comes in under 5 s
+    (not after the hub client's retries, nor after building a ViT-B), naming weights_file."""
+    import time
+
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))  # an empty cache
+    assert not models.hub_reachable()
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match="unreachable.*weights_file=PATH"):
+        models.load_model(name, device="cpu")
+    assert time.perf_counter() - start < 5

@@ -222,3 +222,35 @@ def _running_a_cell(path) -> bool:
         return False
     return any(c.get("metadata", {}).get("papermill", {}).get("status") == "running"
                for c in cells)
+
+
+def test_a_misspelled_task_is_an_unknown_task_before_any_kernel(capsys):
+    """Named with the valid tasks, whichever parameter holds it (not "share no task")."""
+    from vitplast import empirical
+
+    for key, value in (("pretraining_tasks", ["digit"]), ("tasks", ["fmnist_contrast", "digts"]),
+                       ("source", "fmnst")):
+        with pytest.raises(SystemExit) as err:
+            main(["notebooks", "run", "--only", "03", "-p", key, repr(value)])
+        out = capsys.readouterr().err
+        assert err.value.code == 2 and "unknown task" in out and "'digits'" in out, out
+    with pytest.raises(ValueError, match="unknown task 'digit'.*valid: embedded tasks"):
+        empirical.plasticity_study("vitplast_fmnist", ["digits"], checkpoints=["init", "final"],
+                                   pretraining_tasks=["digit"])
+
+
+def test_notebooks_copy_puts_the_sequence_where_jupyterlab_opens_it(tmp_path, capsys):
+    dest = tmp_path / "my notebooks"
+    assert main(["notebooks", "copy", str(dest)]) == 0
+    names = sorted(p.name for p in dest.iterdir())
+    assert names == sorted([f"{nb}.ipynb" for nb in notebooks.NOTEBOOKS] + ["README.md"])
+    assert (dest / "03_plasticity.ipynb").read_bytes() == (
+        notebooks.NOTEBOOK_DIR / "03_plasticity.ipynb").read_bytes()
+    assert main(["notebooks", "copy", str(dest)]) == 0  # the same files again: fine
+    (dest / "02_bounds.ipynb").write_text("{}")  # a reader's edits are not overwritten
+    with pytest.raises(SystemExit) as err:
+        main(["notebooks", "copy", str(dest)])
+    assert err.value.code == 2 and "02_bounds.ipynb" in capsys.readouterr().err
+    assert (dest / "02_bounds.ipynb").read_text() == "{}"
+    assert main(["notebooks", "copy", str(dest), "--force"]) == 0
+    assert (dest / "02_bounds.ipynb").read_text() != "{}"

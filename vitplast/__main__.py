@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import time
@@ -72,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     nb_sub.add_parser("list", help="list the notebooks and their parameters",
                       description="List the notebooks and their parameters: name, type, "
                       "default.")
+    c = nb_sub.add_parser("copy", help="copy the notebooks into a folder (for JupyterLab)",
+                          description="Copy the notebook sequence (and its README) out of the "
+                          "installed package into DEST, to open and edit in JupyterLab. Files "
+                          "already in DEST are kept unless --force.")
+    c.add_argument("dest", metavar="DEST", help="folder to copy into (created if missing)")
+    c.add_argument("--force", action="store_true", help="overwrite notebooks already in DEST")
     return parser
 
 
@@ -80,6 +87,14 @@ def _at_least_one(text: str) -> int:
     n = int(text)
     if n < 1:
         raise argparse.ArgumentTypeError(f"takes N >= 1 (run at most N missing runs), got {n}")
+    return n
+
+
+def _at_least_zero(text: str) -> int:
+    """An argparse type: an integer N >= 0."""
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"takes N >= 0, got {n}")
     return n
 
 
@@ -117,6 +132,16 @@ def _add_sweep(sub) -> None:
     sw.add_argument("--precision", default=None, choices=PRECISIONS, help="auto | fp32 | "
                     "bf16 | fp16: autocast on CUDA (default auto: bf16 where supported, else "
                     "fp16 with a gradient scaler); a runtime setting, not in run hashes")
+    sw.add_argument("--workers", type=_at_least_zero, default=None, help="DataLoader worker "
+                    "processes per run (default 0; in a SLURM job, its cpus-per-task - 1); a "
+                    "runtime setting, not in run hashes")
+    sw.add_argument("--accum-steps", type=_at_least_one, default=None, help="split each batch "
+                    "into N equal micro-batches (same gradient, less memory); a runtime "
+                    "setting, not in run hashes")
+    sw.add_argument("--eval-every", type=_at_least_one, default=None, help="validate every N "
+                    "steps instead of the study's period. It chooses the kept checkpoint, so it "
+                    "IS in run hashes: runs with another period are other runs, stored beside "
+                    "the study's (whose hashes stay as they are)")
     sw.add_argument("--order", default="seed-first", choices=ORDERS, help="seed-first: "
                     "every (task, config, lr) once before the next seed, so a partial sweep "
                     "covers the grid | grid")
@@ -152,6 +177,12 @@ def _sweep(args, parser, argv) -> int:
     from vitplast import models, provenance, results, search, studies, sweep
 
     kwargs = _submitit_parameters(args, parser)
+    if kwargs.get("cluster") == "slurm" and not shutil.which("srun"):
+        print("vitplast sweep: error: --cluster slurm, but SLURM's srun is not on this "
+              "machine's PATH: run the command on the cluster's login node, or drop --cluster "
+              "(submitit then picks its local executor) to try the job array here",
+              file=sys.stderr)
+        return 2
     root, runs = _study(args, parser)
     try:  # also with --status, so that no bad option passes unnoticed
         chosen = sweep.select(runs, root, order=args.order, shard=args.shard, limit=args.limit)
@@ -198,14 +229,34 @@ def _study(args, parser) -> tuple[str, list[dict]]:
                                   weights_file=args.weights_file)
     except ValueError as err:
         parser.error(f"--study {args.study}: {err} (--data-root, --weights-file)")
-    if args.precision:
-        runs = [{**r, "precision": args.precision} for r in runs]
-    return root, runs
+    settings = {key: value for key, value in (
+        ("precision", args.precision), ("accum_steps", args.accum_steps),
+        ("eval_every", args.eval_every), ("workers", _workers(args))) if value is not None}
+    return root, [{**r, **settings} for r in runs]
+
+
+def _workers(args) -> int | None:
+    """``--workers``, else cpus-per-task - 1 of a submitit job array that sets it (the job
+    process itself keeps one core); else None (a SLURM job reads its own allocation:
+    ``sweep.default_workers``)."""
+    if args.workers is not None:
+        return args.workers
+    if args.executor == "submitit" and args.cpus_per_task:
+        return max(args.cpus_per_task - 1, 0)
+    return None
 
 
 def _notebooks(args, parser, argv) -> int:
     from vitplast import notebooks
 
+    if args.action == "copy":
+        try:
+            copied = notebooks.copy_to(args.dest, force=args.force)
+        except FileExistsError as err:
+            parser.error(str(err))
+        print(f"copied {len(copied)} files into {args.dest}: open them with `jupyter lab "
+              f"{args.dest}`")
+        return 0
     if args.action == "list":
         for name in notebooks.available():
             types = notebooks.notebook_parameter_types(name)

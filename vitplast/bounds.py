@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from vitplast.components import check_component, component_modules
-from vitplast.inputs import check_count, check_positive
+from vitplast.inputs import check_count, check_positive, to_model
 
 
 def _spec(m: torch.Tensor) -> torch.Tensor:
@@ -115,9 +115,10 @@ def head_blocks(attn: nn.Module) -> dict[str, torch.Tensor | None]:
 def attention_by_heads(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """timm's Attention recomputed head by head from ``head_blocks``: (B, n, d) -> (B, n, d).
 
-    Paper: Prop. 3 (the decomposition sum_h O_h softmax(.) V_h). Used by notebook 02.
+    Paper: Prop. 3 (the decomposition sum_h O_h softmax(.) V_h). Used by notebook 02. x is
+    moved to the module's device.
     """
-    p = head_blocks(attn)
+    p, x = head_blocks(attn), to_model(attn, x)
     q, k, v = (torch.einsum("bnd,hed->bhne", x.float(), p[c]) for c in "qkv")  # (B, H, n, dh)
     if p["bias"] is not None:
         q, k, v = (t + b[:, None] for t, b in zip((q, k, v), p["bias"]))
@@ -228,12 +229,13 @@ def local_lipschitz(f, x: torch.Tensor, iters: int = 20, seed: int = 0) -> torch
     do). Any unit v gives ||J v|| <= ||J|| <= Lip(f): a lower bound whatever the convergence.
 
     Paper: Definition 1 (P(f) <= Lip(f)), objection 2 (lower side). Used by notebook 02.
+    x is moved to f's device when f is a module; the result lies there.
     """
     check_count("iters", iters, minimum=0, hint="power-iteration steps, e.g. 20")
     if not torch.isfinite(x).all():
         raise ValueError("x has non-finite entries (NaN or inf): the Jacobian there is "
                          "undefined; repair (torch.nan_to_num) or drop those inputs")
-    x = x.detach().float()
+    x = to_model(f, x.detach().float())
     v = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(x.device)
     with _unfused(f):
         _, vjp = torch.func.vjp(f, x)

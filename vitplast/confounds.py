@@ -33,6 +33,7 @@ from vitplast.ablations import (
     rescale_layernorm,
 )
 from vitplast.components import COMPONENTS, PAPER_CONFIGS, count_parameters, trainable_names
+from vitplast.inputs import to_model
 
 #: Where the embedded confound study is shipped (one JSON per run, and its scales).
 EMBEDDED_RESULTS = models.results_root("confounds")
@@ -204,9 +205,11 @@ def check_rescale(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scales: di
                   ) -> pd.DataFrame:
     """For each LayerNorm and its c: plasticity before and after the preserved rescale
     (hidden protocol, mean over layers), their ratio (should be c), and the largest output
-    change of the preserved (should be ~0) and raw (should not) variants."""
+    change of the preserved (should be ~0) and raw (should not) variants. x and y are moved
+    to the model's device."""
     from vitplast import plasticity
 
+    x, y = to_model(model, x, y)
     base = plasticity.batch_rates(model, x, y)
     out0 = model(x)
     rows = []

@@ -10,9 +10,13 @@ Used by notebooks 03, 04 and 06.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
+from torch import nn
 
+from vitplast.inputs import Fitted, fits, native_input
 from vitplast.plasticity import PROTOCOLS, Pairs, make_pairs, measure, order, ranking, summarize
 
 #: Seed of the pretraining-domain sample: another draw than the tasks' (seed 0), because the
@@ -23,10 +27,22 @@ SOURCE_SEED = 1
 
 def load_task_for(name: str, model=None, data_root: str | None = None, *, seed: int = 0,
                   **task_kwargs):
-    """An embedded task, or a paper dataset under ``data_root`` with ``model``'s transforms."""
-    from vitplast import tasks
+    """An embedded task, or a paper dataset under ``data_root`` with ``model``'s transforms.
 
-    return tasks.load(name, data_root, model=model, seed=seed, **task_kwargs)
+    An embedded task (1 x 28 x 28) for a model that takes other images (a timm ViT by name)
+    is resized to the model's input (``vitplast.inputs.Fitted``): any ViT can be measured
+    on it offline."""
+    from vitplast import models, tasks
+
+    task = tasks.load(name, data_root, model=model, seed=seed, **task_kwargs)
+    if tasks.TASKS[name] != "embedded" or not isinstance(model, nn.Module) or fits(
+            model, (task.in_chans, task.img_size, task.img_size)):
+        return task
+    mean, std = models.FASHION_MNIST_MEAN, models.FASHION_MNIST_STD
+    c, h, _ = native_input(model)
+    return replace(task, train=Fitted(task.train, model, mean, std),
+                   val=Fitted(task.val, model, mean, std),
+                   test=Fitted(task.test, model, mean, std), in_chans=c, img_size=h)
 
 
 def task_pairs(task: str, source: str | None = "fmnist", *, n_pairs: int = 256, model=None,
@@ -46,7 +62,7 @@ def task_pairs(task: str, source: str | None = "fmnist", *, n_pairs: int = 256, 
 
 def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
                   checkpoints=("final",), source: str | None = "fmnist", data_root: str = "",
-                  n_pairs: int = 256, batch_size: int = 64, device=None,
+                  n_pairs: int = 256, batch_size: int = 64, device=None, workers: int = 0,
                   progress: bool = True) -> pd.DataFrame:
     """``measure`` over checkpoints x tasks x protocols, as one tidy table with ``model``,
     ``checkpoint`` and ``task`` columns.
@@ -61,6 +77,8 @@ def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
         source: the pretraining-domain task whose test images are the x of each pair
             (the paper's ImageNet val); ``None`` or ``""`` pairs images within each task.
         data_root: folder of the paper's datasets (``vitplast.paper_datasets``).
+        workers: DataLoader workers reading the pairs (a runtime setting: not in the cache
+            key).
     """
     from vitplast import models, store
 
@@ -76,7 +94,7 @@ def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
                     pairs = task_pairs(name, source, n_pairs=n_pairs, model=model,
                                        data_root=data_root)
                     return measure(model, pairs, protocol=protocol, batch_size=batch_size,
-                                   progress=progress,
+                                   workers=workers, progress=progress,
                                    meta=dict(model=model_name, checkpoint=ckpt, task=name))
                 if model_name != models.EMBEDDED_NAME:
                     frames.append(compute())
@@ -100,7 +118,7 @@ def checkpoint_epochs(model_name: str, checkpoints) -> dict[str, float]:
 def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",),
                      pretraining_tasks: list[str] | None = None, source: str | None = "fmnist",
                      data_root: str = "", n_pairs: int = 256, batch_size: int = 64,
-                     weights_file: str = "") -> pd.DataFrame:
+                     weights_file: str = "", workers: int = 0) -> pd.DataFrame:
     """Notebook 03's measurement, load-or-compute (cached under the cache folder, keyed by
     every argument): the last checkpoint on every task of ``tasks``, the earlier checkpoints on
     those of ``tasks`` in ``pretraining_tasks`` only (default: all tasks), both protocols, no
@@ -109,16 +127,20 @@ def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",
     Paper: section 4, Fig. 2-3. Used by notebook 03.
     """
     from vitplast import store
+    from vitplast import tasks as registry
 
+    for name in [*tasks, *(pretraining_tasks or []), *([source] if source else [])]:
+        registry.check(name, data_root)  # "unknown task", naming the valid ones
     *early, last = list(checkpoints)
     along = [t for t in tasks if pretraining_tasks is None or t in pretraining_tasks]
     if early and not along:
-        raise ValueError(f"pretraining_tasks {pretraining_tasks} share no task with {tasks}")
+        raise ValueError(f"pretraining_tasks {pretraining_tasks} share no task with tasks "
+                         f"{tasks}: the earlier checkpoints are measured on tasks of both")
     params = dict(model_name=model_name, weights_file=weights_file, checkpoints=list(checkpoints),
                   tasks=list(tasks), pretraining_tasks=along, source=source,
                   data_root=data_root, n_pairs=n_pairs, batch_size=batch_size)
     kw = dict(source=source, data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
-              progress=False)
+              workers=workers, progress=False)  # workers: not in the cache key (params)
 
     def compute():
         frames = [measure_tasks(model_name, along, checkpoints=early, **kw)] if early else []

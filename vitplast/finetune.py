@@ -36,7 +36,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from vitplast.components import component_of, set_trainable, trainable_names
-from vitplast.inputs import check_count, check_positive, check_seed
+from vitplast.inputs import check_count, check_positive, check_seed, model_device
 from vitplast.models import pick_device
 
 #: Named recipes (keyword arguments of ``train``). ``paper`` is PAPER.md section 2.
@@ -75,17 +75,24 @@ def lr_at(step: int, *, lr: float, steps: int, warmup_steps: int) -> float:
     return 0.5 * lr * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
+#: Images per evaluation batch.
+EVAL_BATCH = 256
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, dataset: Dataset, *, batch_size: int = 256,
+def evaluate(model: nn.Module, dataset: Dataset | DataLoader, *, batch_size: int = EVAL_BATCH,
              device: torch.device | str | None = None, precision: str = "auto"
              ) -> tuple[float, float]:
-    """(mean cross-entropy loss, accuracy) of ``model`` on ``dataset``."""
-    device = pick_device(device)
+    """(mean cross-entropy loss, accuracy) of ``model`` on ``dataset`` (or the batches of a
+    DataLoader, e.g. ``loader``'s), moved to ``device`` (default: where the model is)."""
+    device = pick_device(device) if device is not None else model_device(model)
     was_training = model.training
     model.eval()
     loss_sum, correct, n = 0.0, 0, 0
-    for x, y in DataLoader(dataset, batch_size=batch_size, pin_memory=device.type == "cuda"):
-        x, y = x.to(device), y.to(device)
+    batches = dataset if isinstance(dataset, DataLoader) else loader(
+        dataset, batch_size, device=device)
+    for x, y in batches:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with autocast(device, precision):
             logits = model(x).float()
         loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
@@ -113,17 +120,29 @@ def autocast(device: torch.device, precision: str = "auto"):
     return torch.autocast("cuda", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
 
 
-def _batches(dataset: Dataset, batch_size: int, generator: torch.Generator, workers: int,
-             pin_memory: bool = False):
-    """Shuffled batches forever (a fresh permutation per epoch).
+def loader(dataset: Dataset, batch_size: int, *, device: torch.device, workers: int = 0,
+           **kwargs) -> DataLoader:
+    """The DataLoader of a run: ``workers`` processes that live as long as it does
+    (``persistent_workers``: not re-forked at every epoch or evaluation), reading into pinned
+    memory on CUDA (asynchronous host-to-device copies)."""
+    return DataLoader(dataset, batch_size=batch_size, num_workers=workers,
+                      persistent_workers=workers > 0, pin_memory=device.type == "cuda", **kwargs)
+
+
+def _batches(dataset: Dataset, batch_size: int, generator: torch.Generator, workers: int = 0,
+             device: torch.device = torch.device("cpu")):
+    """Shuffled batches forever (a fresh permutation per epoch) from ONE DataLoader: each
+    epoch draws its permutation from ``generator`` as a new DataLoader would, so the batches
+    are those of a loader per epoch.
 
     Raises:
         ValueError: an epoch gives no full batch (it would loop forever without one).
     """
+    batches = loader(dataset, batch_size, device=device, workers=workers, shuffle=True,
+                     drop_last=True, generator=generator)
     while True:
         empty = True
-        for batch in DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
-                                generator=generator, num_workers=workers, pin_memory=pin_memory):
+        for batch in batches:
             empty = False
             yield batch
         if empty:
@@ -285,7 +304,8 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
                           weight_decay=weight_decay, betas=betas, grad_masks=grad_masks,
                           lr_scales=lr_scales, clip_grad_norm=clip_grad_norm, device=device,
                           precision=precision)
-    if val_set is not None:
+    if val_set is not None:  # one loader for every evaluation of the run
+        val_set = loader(val_set, EVAL_BATCH, device=device, workers=workers)
         result.initial_val_loss, result.initial_val_acc = evaluate(
             model, val_set, device=device, precision=precision)
     start = time.perf_counter()
@@ -358,8 +378,7 @@ def _loop(model, update: _Update, result: TrainResult, train_set, val_set, *, ge
     from tqdm.auto import tqdm
 
     best, first_loss = None, None
-    batches = _batches(train_set, batch_size // accum_steps, generator, workers,
-                       pin_memory=device.type == "cuda")
+    batches = _batches(train_set, batch_size // accum_steps, generator, workers, device)
     schedule = functools.partial(lr_at, lr=lr, steps=steps, warmup_steps=warmup_steps)
     # (step, loss, diverged?) of the steps since the last host sync, kept on the device: the
     # divergence check of every step is exact, read at logging and evaluation steps and the end

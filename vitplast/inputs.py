@@ -7,8 +7,12 @@ every pixel finite. A float dtype other than the model's (float64, float16) is c
 warning; integer images (uint8) are refused, since they are not normalised as the model was
 trained.
 
-Used by ``vitplast.plasticity``, ``bounds``, ``intervals``, ``finetune``, ``runs`` and the
-``python -m vitplast sweep`` arguments; so by notebooks 01-06.
+Tensors go where the model is (``model_device``, ``to_model``): every public function that
+takes a model (or a module) and tensors moves the tensors to the model's device itself, so the
+same call runs whether ``load_model`` put the model on a GPU or on the CPU.
+
+Used by ``vitplast.plasticity``, ``bounds``, ``intervals``, ``definitions``, ``confounds``,
+``finetune``, ``runs`` and the ``python -m vitplast sweep`` arguments; so by notebooks 01-06.
 """
 
 from __future__ import annotations
@@ -19,6 +23,29 @@ import warnings
 
 import torch
 from torch import nn
+from torch.utils.data import Dataset
+
+
+def model_device(model) -> torch.device | None:
+    """The device of a module's first parameter (else buffer); ``None`` for a module without
+    tensors or a plain function (nothing to follow)."""
+    if not isinstance(model, nn.Module):
+        return None
+    for t in model.parameters():
+        return t.device
+    for t in model.buffers():
+        return t.device
+    return None
+
+
+def to_model(model, *tensors: torch.Tensor):
+    """``tensors`` moved to ``model``'s device (``model_device``; unchanged when it has none):
+    one tensor for one, a tuple for several. Host-to-device copies are the caller's only
+    device traffic; a tensor already there is returned as is."""
+    device = model_device(model)
+    cuda = device is not None and device.type == "cuda"  # host to GPU: asynchronous is safe
+    moved = tuple(t if device is None else t.to(device, non_blocking=cuda) for t in tensors)
+    return moved[0] if len(moved) == 1 else moved
 
 
 def check_count(name: str, value, *, minimum: int = 1, hint: str = "") -> int:
@@ -119,3 +146,55 @@ def check_finite(name: str, images: torch.Tensor, *, offset: int = 0) -> None:
         raise ValueError(f"{name} has non-finite pixels (NaN or inf) in {len(bad)} image(s), "
                          f"pair(s) {pairs}{' ...' if len(bad) > 5 else ''}: plasticity is "
                          "undefined there; repair (torch.nan_to_num) or drop those images")
+
+
+class Fitted(Dataset):
+    """Images of ``dataset`` ((image, label) items, normalised with ``mean`` / ``std``) in the
+    format ``model`` takes: back to pixels in [0, 1], resized (bilinear, antialiased) to the
+    model's (H, W), grayscale repeated to its channels, normalised with its own mean and std
+    (``pretrained_cfg``; 0.5 when it has none).
+
+    So any timm ViT can be measured on the embedded tasks (1 x 28 x 28): an upsampled
+    Fashion-MNIST image, not the model's pretraining domain. Used by
+    ``vitplast.empirical.load_task_for`` (notebooks 02-03 with a timm ``model_name``).
+    """
+
+    def __init__(self, dataset: Dataset, model: nn.Module, mean: float, std: float):
+        self.dataset, self.mean, self.std = dataset, mean, std
+        self.shape = native_input(model)
+        cfg = getattr(model, "pretrained_cfg", None) or {}
+        c = self.shape[0]
+        self.to_mean = torch.tensor(cfg.get("mean", (0.5,) * c)[:c]).view(c, 1, 1)
+        self.to_std = torch.tensor(cfg.get("std", (0.5,) * c)[:c]).view(c, 1, 1)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        image, label = self.dataset[i]
+        pixels = image * self.std + self.mean  # (C0, h, w) in [0, 1]
+        c, h, w = self.shape
+        if tuple(pixels.shape[1:]) != (h, w):
+            pixels = nn.functional.interpolate(pixels[None], size=(h, w), mode="bilinear",
+                                               antialias=True, align_corners=False)[0]
+        if pixels.shape[0] != c:
+            if pixels.shape[0] != 1:
+                raise ValueError(f"images of {pixels.shape[0]} channels cannot be fitted to a "
+                                 f"model of {c}: only grayscale is repeated")
+            pixels = pixels.expand(c, -1, -1)
+        return (pixels - self.to_mean) / self.to_std, label
+
+
+def native_input(model: nn.Module) -> tuple[int, int, int]:
+    """(C, H, W) of the images a timm ViT was built for: ``expected_input``, with the size of
+    its patch embedding where it takes any size."""
+    c, h, w = expected_input(model)
+    if h is None:
+        h, w = (int(s) for s in model.patch_embed.img_size)
+    return c, h, w
+
+
+def fits(model: nn.Module, shape: tuple[int, int, int]) -> bool:
+    """Whether images of (C, H, W) = ``shape`` are those ``model`` was built for
+    (``native_input``)."""
+    return tuple(shape) == native_input(model)

@@ -61,7 +61,7 @@ def holds(bound: pd.Series, lipschitz_lower: pd.Series) -> pd.Series:
 
 def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
               n_lipschitz: int = 8, power_iters: int = 20, batch_size: int = 64,
-              progress: bool = True) -> pd.DataFrame:
+              workers: int = 0, progress: bool = True) -> pd.DataFrame:
     """[lipschitz_lower, lipschitz_upper] around the Lipschitz constant of every component of
     every block, next to its plasticity, from ONE pass over the pairs.
 
@@ -74,6 +74,7 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
         n_lipschitz: inputs (the x images of the first kept pairs) at which
             ``local_lipschitz`` is probed.
         power_iters: power-iteration steps of ``local_lipschitz``.
+        batch_size, workers: pairs per forward pass; DataLoader workers reading them.
         progress: a progress bar over the measuring pass.
 
     Returns:
@@ -85,7 +86,7 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
                 "estimate, e.g. 8")
     check_count("power_iters", power_iters, minimum=0, hint="power-iteration steps, e.g. 20")
     m = plasticity.measurement(model, x, y, protocol=protocol, batch_size=batch_size,
-                               progress=progress, keep=n_lipschitz)
+                               workers=workers, progress=progress, keep=n_lipschitz)
     rates = plasticity.summarize(m.rates)
     upper = bounds.model_bounds(model, m.statistics)
     upper["local_lipschitz"] = [bounds.local_lipschitz(f, m.inputs[key], power_iters).max().item()

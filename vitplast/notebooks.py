@@ -14,6 +14,7 @@ The notebooks are package data (``vitplast/notebooks/``). Each declares its para
 type (``n_pairs: int = 512  # comment``), which ``papermill --help-notebook`` shows and
 ``plan`` checks: a value of the wrong type fails before any kernel starts.
 
+``copy_to`` copies them out of the package (``vitplast notebooks copy DEST``) for JupyterLab.
 ``run`` executes them in order into ``runs/<timestamp>-<profile>/`` (figures into its
 ``figures/``, the kernels' stderr into its ``kernel.log``), continues past a failing notebook,
 stops at Ctrl-C (recording the notebook as interrupted), and returns a summary table
@@ -131,6 +132,28 @@ def available() -> list[str]:
     return [nb for nb in NOTEBOOKS if (NOTEBOOK_DIR / f"{nb}.ipynb").exists()]
 
 
+def copy_to(dest: str | Path, *, force: bool = False) -> list[Path]:
+    """Copy the notebooks of ``available()`` and the notebooks' README into ``dest`` (made if
+    missing), for JupyterLab: an installed copy keeps them inside site-packages.
+
+    Raises:
+        FileExistsError: a notebook already in ``dest`` with other content (unless ``force``),
+            naming them; nothing is copied then.
+    """
+    import shutil
+
+    dest = Path(dest)
+    files = [NOTEBOOK_DIR / f"{nb}.ipynb" for nb in available()] + [NOTEBOOK_DIR / "README.md"]
+    files = [f for f in files if f.exists()]
+    clash = [f.name for f in files
+             if (dest / f.name).exists() and (dest / f.name).read_bytes() != f.read_bytes()]
+    if clash and not force:
+        raise FileExistsError(f"{dest} already holds other versions of {clash}: give another "
+                              "folder, or --force (force=True) to overwrite them")
+    dest.mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copyfile(f, dest / f.name)) for f in files]
+
+
 def plan(profile: str = "default", only: list[str] | None = None,
          params: dict | None = None) -> list[tuple[str, dict]]:
     """The (notebook, parameters) to run; checks every name before any kernel starts.
@@ -163,12 +186,27 @@ def plan(profile: str = "default", only: list[str] | None = None,
         _check_types(nb, chosen, declared[nb], notebook_parameter_types(nb))
         if chosen.get("model_name", declared[nb].get("model_name")) == EMBEDDED_NAME:
             chosen.pop("weights_file", None)  # the embedded model ships its own weights
+        elif "model_name" in declared[nb]:
+            _one_checkpoint(nb, chosen, declared[nb], given=params)
         out.append((nb, chosen))
     if params.get("weights_file") and not any("weights_file" in p for _, p in out):
         raise ValueError(f"weights_file is for a timm model_name, but every selected notebook "
                          f"loads {EMBEDDED_NAME} (which ships its own weights): add -p model_name "
                          "vit_base_patch16_224.orig_in21k, or use --profile paper")
     return out
+
+
+def _one_checkpoint(nb: str, chosen: dict, declared: dict, given: dict) -> None:
+    """A timm ``model_name`` has one checkpoint, its weights: the notebook's list of
+    embedded checkpoints becomes ``["final"]`` (a label), unless the caller gave several."""
+    if "checkpoints" not in declared:
+        return
+    if "checkpoints" not in given:
+        chosen["checkpoints"] = ["final"]
+    elif len(chosen["checkpoints"]) > 1:
+        raise ValueError(f"{nb}: checkpoints {chosen['checkpoints']} are the embedded model's; "
+                         f"the timm model {chosen['model_name']!r} has one (its weights): drop "
+                         "-p checkpoints, or pass -p checkpoints '[\"final\"]'")
 
 
 def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
@@ -182,6 +220,7 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
     for nb, params in todo:
         if params.get("weights_file") and not Path(params["weights_file"]).is_file():
             raise FileNotFoundError(f"{nb}: weights_file {params['weights_file']} does not exist")
+        _check_task_names(nb, {**notebook_parameters(nb), **params})
     if profile != "paper":
         return
     import torch
@@ -199,6 +238,24 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
                     raise FileNotFoundError(f"{nb}: data_root {root!r} is not a folder; put the "
                                             "datasets there (layouts: vitplast.paper_datasets)")
                 tasks.load(task, root, img_size=32)
+
+
+#: Parameters that name tasks (``vitplast.tasks.TASKS``); an empty ``source`` names none.
+TASK_PARAMETERS = ("task", "tasks", "pretraining_tasks", "source")
+
+
+def _check_task_names(nb: str, params: dict) -> None:
+    """Every task a notebook's parameters name is a task (``tasks.check``: "unknown task",
+    naming the valid ones), checked before any kernel starts."""
+    from vitplast import tasks
+
+    for key in TASK_PARAMETERS:
+        value = params.get(key)
+        for name in value if isinstance(value, list) else [value] if value else []:
+            try:
+                tasks.check(name, params.get("data_root"))
+            except ValueError as err:
+                raise ValueError(f"{nb}: {key}: {err}") from None
 
 
 def _failing_cell(path: Path) -> str:

@@ -111,7 +111,7 @@ def check_pairs(model: nn.Module, x, y: torch.Tensor | None = None, *,
 
     Args: as ``plasticity.measurement``'s.
 
-    Used by ``plasticity.measurement``.
+    Used by ``plasticity.measurement`` and ``plasticity.scale_curve``.
     """
     check_protocol(protocol)
     check_count("batch_size", batch_size, hint="pairs per forward pass, e.g. 64")

@@ -45,7 +45,7 @@ from torch.utils.data import DataLoader
 
 from vitplast.bounds import token_sigma
 from vitplast.components import COMPONENTS, check_component, component_modules
-from vitplast.inputs import check_count, check_finite, check_images
+from vitplast.inputs import check_count, check_finite, check_images, model_device, to_model
 from vitplast.models import pick_device
 from vitplast.pairs import PROTOCOLS, Pairs, check_batch, check_pairs, check_protocol, make_pairs
 
@@ -57,17 +57,45 @@ __all__ = ["PROTOCOLS", "Pairs", "make_pairs", "check_pairs", "check_batch", "ra
 def rate(f, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Per-pair rate ||f(x) - f(y)|| / ||x - y|| (Frobenius over all but the first dim).
 
-    Paper: Definition 1, the quantity averaged into plasticity.
+    Paper: Definition 1, the quantity averaged into plasticity. x and y go to f's device
+    when f is a module.
     """
+    x, y = to_model(f, x, y)  # a module's device; a plain function takes them as they are
     num = (f(x) - f(y)).flatten(1).norm(dim=1)
     return num / (x - y).flatten(1).norm(dim=1)
 
 
+def _pair_distance(t: torch.Tensor) -> torch.Tensor:
+    """||x_i - y_i||_F of a batch [x; y] (first half x, second half y), (B,)."""
+    b = t.shape[0] // 2
+    return (t[:b].float() - t[b:].float()).flatten(1).norm(dim=1)
+
+
 def _pair_rate(inp: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """Rates of a batch [x; y] (first half x, second half y) given inputs and outputs."""
-    b = inp.shape[0] // 2
-    num = (out[:b].float() - out[b:].float()).flatten(1).norm(dim=1)
-    return num / (inp[:b].float() - inp[b:].float()).flatten(1).norm(dim=1)
+    return _pair_distance(out) / _pair_distance(inp)
+
+
+class _Rates:
+    """``_pair_rate`` along one pass, each tensor's pair distances computed once: in a block
+    (``hidden``), MHA's input IS LN1's output and FC1's input IS LN2's output (the hooks see
+    the same tensor); under ``embedding`` every component but FC2 gets the same embedding. The
+    last input's and output's distances are kept for the next call (two slots: no activation
+    outlives its use by more than one component)."""
+
+    def __init__(self):
+        self.inp = self.out = (None, None)  # (tensor, its pair distances)
+
+    def _distance(self, t: torch.Tensor) -> torch.Tensor:
+        for seen, d in (self.inp, self.out):
+            if t is seen:
+                return d
+        return _pair_distance(t)
+
+    def __call__(self, inp: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        self.inp = (inp, self._distance(inp))
+        self.out = (out, _pair_distance(out))
+        return self.out[1] / self.inp[1]
 
 
 def embed(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
@@ -135,7 +163,7 @@ def batch_rates(model: nn.Module, x: torch.Tensor, y: torch.Tensor, protocol: st
         protocol: ``"hidden"`` or ``"embedding"`` (see module docstring).
 
     Returns:
-        ``{(layer, component): rates (B,)}`` on the model's device.
+        ``{(layer, component): rates (B,)}`` on the model's device (x and y are moved there).
 
     Raises:
         ValueError: unknown protocol; x and y of different shapes; images the model does not
@@ -143,9 +171,9 @@ def batch_rates(model: nn.Module, x: torch.Tensor, y: torch.Tensor, protocol: st
     """
     check_protocol(protocol)
     x, y = _checked(model, x, y)
-    out = {}
-    _apply(model, torch.cat([x, y]), protocol,
-           lambda key, mod, inp, o: out.__setitem__(key, _pair_rate(inp, o)))
+    out, rates = {}, _Rates()
+    _apply(model, to_model(model, torch.cat([x, y])), protocol,
+           lambda key, mod, inp, o: out.__setitem__(key, rates(inp, o)))
     return out
 
 
@@ -155,11 +183,12 @@ def component_inputs(model: nn.Module, images: torch.Tensor, protocol: str = "hi
     """Each component's input for a (small) batch of images under a protocol, (B, n, d_in).
 
     For checks that apply a component to its real input (tests, notebook 02's head-by-head
-    recomputation of attention).
+    recomputation of attention). The inputs lie on the model's device (images are moved).
     """
     check_protocol(protocol)
     images = check_images(model, images, "images")
     check_finite("images", images)
+    images = to_model(model, images)
     inputs = {}
     _apply(model, images, protocol, lambda key, mod, inp, o: inputs.__setitem__(key, inp))
     return inputs
@@ -217,6 +246,44 @@ class _Reduction:
                     sigma_cv=s.std / s.mean if s.n else nan,
                     r_rms=math.sqrt(q.mean) if q.n else nan, r_max=math.sqrt(q.hi) if q.n else nan,
                     energy=e.mean if e.n else nan, alpha=math.sqrt(e.hi / e.mean) if e.n else nan)
+
+
+class _Stream:
+    """The pairs of a dataset, batch by batch, as one measuring pass reads them: each batch
+    checked (``check_batch``), its identical pairs dropped (counted in ``seen`` but not kept),
+    and [x; y] of the kept ones moved to the model's device. Yields ``(kept, images)``: the
+    kept pairs' indices in the dataset (numpy) and their images (2k, C, H, W).
+
+    Raises (at the end of the iteration):
+        ValueError: every pair was identical (plasticity is undefined).
+    """
+
+    def __init__(self, model, pairs, batch_size: int, workers: int, *, desc: str,
+                 progress: bool):
+        self.model, self.pairs, self.seen = model, pairs, 0
+        cuda = getattr(model_device(model), "type", "cpu") == "cuda"
+        self.loader = DataLoader(pairs, batch_size=batch_size, num_workers=workers,
+                                 pin_memory=cuda)  # pinned: asynchronous copies to the GPU
+        self.desc, self.progress = desc, progress
+
+    def __iter__(self):
+        from tqdm.auto import tqdm
+
+        kept_any = False
+        for xb, yb in tqdm(self.loader, desc=self.desc, disable=not self.progress, leave=False):
+            xb, yb = check_batch(self.model, xb, yb, self.seen)
+            kept = torch.nonzero((xb - yb).flatten(1).abs().amax(dim=1) > 0).flatten()
+            start, self.seen = self.seen, self.seen + len(xb)
+            if not len(kept):
+                continue
+            kept_any = True
+            x, y = to_model(self.model, xb, yb)
+            if len(kept) < len(xb):  # all kept: no copy by index
+                x, y = x[kept.to(x.device)], y[kept.to(x.device)]
+            yield start + kept.numpy(), torch.cat([x, y])
+        if not kept_any:
+            raise ValueError(f"all {self.seen} pairs are identical images: plasticity is "
+                             "undefined")
 
 
 @dataclass
@@ -282,38 +349,34 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
     """
     x = check_pairs(model, x, y, protocol=protocol, batch_size=batch_size, workers=workers)
     check_count("keep", keep, minimum=0, hint="inputs kept per component, e.g. 8")
-    device = pick_device(device) if device is not None else next(model.parameters()).device
-    model = model.to(device).eval()
-    from tqdm.auto import tqdm
+    if device is not None:
+        model = model.to(pick_device(device))
+    model = model.eval()
 
     # Results go into arrays allocated once: many small tensors kept alive across batches
     # would pin the heap between the batches' large activations (glibc never returns that
     # memory), so the process would grow with the number of pairs.
     n = len(x)
     pairs, out, reduced, batch = np.empty(n, dtype=np.int64), {}, {}, {}
-    done, start = 0, 0
+    done, pass_rates = 0, _Rates()
 
     def reduce(key, module, inp, o):
         if statistics or keep:
             reduced.setdefault(key, _Reduction(keep, statistics)).add(module, key[1], inp)
-        batch[key] = _pair_rate(inp, o)  # on the device: no sync inside the forward pass
+        batch[key] = pass_rates(inp, o)  # on the device: no sync inside the forward pass
 
-    loader = DataLoader(x, batch_size=batch_size, num_workers=workers)
-    for xb, yb in tqdm(loader, desc=f"plasticity ({protocol})", disable=not progress, leave=False):
-        xb, yb = check_batch(model, xb, yb, start)
-        kept = torch.nonzero((xb - yb).flatten(1).abs().amax(dim=1) > 0).flatten()
-        pairs[done:done + len(kept)] = start + kept.numpy()
-        start += len(xb)
-        if len(kept):
-            with torch.no_grad():
-                _apply(model, torch.cat([xb[kept], yb[kept]]).to(device), protocol, reduce)
-            for key, rates in zip(batch, torch.stack(list(batch.values())).cpu().numpy()):
-                out.setdefault(key, np.empty(n, dtype=np.float32))[done:done + len(kept)] = rates
-            batch.clear()
-            done += len(kept)
-    if done == 0:
-        raise ValueError(f"all {start} pairs are identical images: plasticity is undefined")
-    return Measurement(_rates_table(out, pairs[:done], protocol, meta, excluded=start - done),
+    stream = _Stream(model, x, batch_size, workers, desc=f"plasticity ({protocol})",
+                     progress=progress)
+    for kept, images in stream:
+        pairs[done:done + len(kept)] = kept
+        with torch.no_grad():
+            _apply(model, images, protocol, reduce)
+        for key, r in zip(batch, torch.stack(list(batch.values())).cpu().numpy()):
+            out.setdefault(key, np.empty(n, dtype=np.float32))[done:done + len(kept)] = r
+        batch.clear()
+        done += len(kept)
+    return Measurement(_rates_table(out, pairs[:done], protocol, meta,
+                                    excluded=stream.seen - done),
                        pd.DataFrame([dict(layer=k[0], component=k[1], **r.statistics())
                                      for k, r in reduced.items()]) if statistics else None,
                        {k: torch.cat(r.kept) for k, r in reduced.items() if r.kept})
@@ -368,23 +431,45 @@ def order(ranked: pd.DataFrame) -> str:
 
 
 @torch.no_grad()
-def scale_curve(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scales: list[float],
-                component: str = "MHA") -> pd.DataFrame:
+def scale_curve(model: nn.Module, x, y: torch.Tensor | None = None,
+                scales=(0.25, 0.5, 1.0, 2.0, 4.0), component: str = "MHA", *,
+                batch_size: int = 64, workers: int = 0, progress: bool = False) -> pd.DataFrame:
     """Plasticity of a component of every block applied to the embedding times c.
 
     Under the embedding protocol MHA sees the un-normalised embedding, and attention is not
-    scale-invariant: this curve shows how much its rate depends on that scale.
-    Columns: ``layer``, ``component``, ``scale``, ``plasticity``.
+    scale-invariant: this curve shows how much its rate depends on that scale. The pairs are
+    read as ``measure`` reads them: streamed in batches of ``batch_size`` (memory O(batch)),
+    moved to the model's device, identical pairs excluded (counted in ``attrs["excluded"]``).
+
+    Args:
+        x, y: aligned image tensors (N, C, H, W); or ``x`` a ``Pairs`` dataset and ``y`` None.
+        scales: the factors c.
+        component: which component of every block (``vitplast.components.COMPONENTS``).
+
+    Returns:
+        Columns ``layer``, ``component``, ``scale``, ``plasticity`` (mean rate over the pairs).
+
+    Raises:
+        ValueError: as ``measure``: unknown component, bad pairs, only identical pairs.
+
+    Paper: not in the paper (objection to the embedding protocol). Used by notebook 03.
     """
     check_component(component)
-    x, y = check_batch(model, x, y)
-    ex, ey = embed(model, x), embed(model, y)
-    rows = []
-    for (layer, comp), module in component_modules(model).items():
-        if comp != component:
-            continue
-        for c in scales:
-            r = _pair_rate(torch.cat([c * ex, c * ey]),
-                           module(_embedding_input(module, comp, torch.cat([c * ex, c * ey]))))
-            rows.append(dict(layer=layer, component=comp, scale=c, plasticity=r.mean().item()))
-    return pd.DataFrame(rows)
+    pairs = check_pairs(model, x, y, batch_size=batch_size, workers=workers)
+    modules = {k: m for k, m in component_modules(model).items() if k[1] == component}
+    sums = torch.zeros(len(modules), len(scales), dtype=torch.float64)
+    stream = _Stream(model.eval(), pairs, batch_size, workers, desc=f"{component} scale curve",
+                     progress=progress)
+    count = 0
+    for kept, images in stream:
+        e = embed(model, images)
+        part = torch.stack([torch.stack([_pair_rate(c * e, module(
+            _embedding_input(module, comp, c * e))).double().sum() for c in scales])
+            for (_, comp), module in modules.items()])  # (layers, scales), on the device
+        sums += part.cpu()
+        count += len(kept)
+    mean = (sums / count).tolist()
+    df = pd.DataFrame([dict(layer=layer, component=comp, scale=c, plasticity=mean[i][j])
+                       for i, (layer, comp) in enumerate(modules) for j, c in enumerate(scales)])
+    df.attrs["excluded"] = stream.seen - count
+    return df

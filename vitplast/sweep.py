@@ -17,6 +17,7 @@ when they recompute) and ``vitplast.confounds`` (``build``).
 from __future__ import annotations
 
 import math
+import os
 import time
 import traceback
 import warnings
@@ -93,11 +94,20 @@ def build(run: dict, device: torch.device) -> tuple[torch.nn.Module, tasks.Task,
                               **run.get("model_kwargs") or {})
     models.new_head(model, task.num_classes, seed=run["seed"])
     kwargs = {k: run[k] for k in TRAIN_KEYS if run.get(k) is not None}
+    kwargs.setdefault("workers", default_workers())
     if prepare is not None:
         kwargs.update(PREPARE[prepare](model, run) or {})
     if "betas" in kwargs:
         kwargs["betas"] = tuple(kwargs["betas"])
     return model, task, kwargs
+
+
+def default_workers() -> int:
+    """DataLoader workers of a run that names none: inside a SLURM job, its cpus-per-task
+    minus the one the training process needs (``SLURM_CPUS_PER_TASK``); else 0 (this
+    process reads the batches)."""
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return max(int(cpus) - 1, 0) if cpus.isdigit() else 0
 
 
 def _train(run: dict, device: torch.device, progress: bool) -> finetune.TrainResult:
@@ -299,5 +309,5 @@ def parse_shard(shard: str | tuple[int, int]) -> tuple[int, int]:
     return i, n
 
 
-__all__ = ["EXECUTORS", "ORDERS", "PREPARE", "build", "parse_shard", "run_one", "run_sweep",
-           "select"]
+__all__ = ["EXECUTORS", "ORDERS", "PREPARE", "build", "default_workers", "parse_shard",
+           "run_one", "run_sweep", "select"]

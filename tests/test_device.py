@@ -1,0 +1,171 @@
+"""Device-correct everywhere, proven without a GPU: every public function that takes a model
+(or a module) and tensors moves the tensors to the model's device. The model lies on a CUDA
+device simulated on the CPU (``fake_cuda``): a host tensor meeting it raises, as on a GPU; the
+notebooks' measuring calls run as on a GPU machine (``torch.cuda.is_available()`` True)."""
+
+import pytest
+import torch
+from fake_cuda import FAKE, FakeCuda, OnDevice, on_fake_cuda
+from helpers import exec_notebook, tiny_vit, toy_task
+
+from vitplast import (
+    bounds,
+    confounds,
+    definitions,
+    finetune,
+    intervals,
+    models,
+    plasticity,
+    probes,
+    tasks,
+)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Inside: the fake CUDA device, picked by default as on a GPU machine."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
+    torch.__future__.set_overwrite_module_params_on_conversion(True)  # model.to keeps the class
+    try:
+        with FakeCuda() as mode:
+            yield mode
+    finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
+
+
+@pytest.fixture
+def pairs():
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(12, 1, 16, 16, generator=g), torch.randn(12, 1, 16, 16, generator=g)
+
+
+def test_the_fake_device_catches_a_host_tensor(fake_cuda, pairs):
+    """The harness itself: a host batch into a model on the device raises as CUDA does, and
+    the same batch moved there runs and gives the CPU's numbers."""
+    model, x = tiny_vit(), pairs[0]
+    expected = model(x)
+    on_fake_cuda(model)
+    with pytest.raises(RuntimeError, match="same device"):
+        model(x)
+    out = model(x.to("cuda"))
+    assert isinstance(out, OnDevice) and out.device == FAKE
+    with pytest.raises(TypeError, match="numpy"):
+        out.numpy()
+    torch.testing.assert_close(out.cpu(), expected)
+
+
+def _calls(model, x, y):
+    """Every public measuring function, called with host tensors and a model on the device."""
+    block = model.blocks[0]
+    tokens = torch.randn(3, 17, 32)
+    return {
+        "plasticity.rate": lambda: plasticity.rate(block.mlp.fc1, tokens, tokens + 1),
+        "plasticity.batch_rates": lambda: plasticity.batch_rates(model, x, y),
+        "plasticity.batch_rates embedding": lambda: plasticity.batch_rates(
+            model, x, y, protocol="embedding"),
+        "plasticity.component_inputs": lambda: plasticity.component_inputs(model, x),
+        "plasticity.measure": lambda: plasticity.measure(model, x, y, progress=False),
+        "plasticity.measurement": lambda: plasticity.measurement(
+            model, plasticity.make_pairs(x, y), protocol="embedding", keep=2, progress=False),
+        "plasticity.scale_curve": lambda: plasticity.scale_curve(model, x, y, [0.5, 2.0]),
+        "intervals.intervals": lambda: intervals.intervals(model, x, y, n_lipschitz=2,
+                                                           power_iters=2, progress=False),
+        "bounds.attention_by_heads": lambda: bounds.attention_by_heads(block.attn, tokens),
+        "bounds.local_lipschitz": lambda: bounds.local_lipschitz(block.attn, tokens, 2),
+        "bounds.component_bounds": lambda: bounds.component_bounds(
+            block.attn, "MHA", dict(n=17, r_max=3.0, r_rms=2.0, alpha=1.1, energy=9.0)),
+        "definitions.linear_table": lambda: definitions.linear_table(block.mlp.fc1, n=16),
+        "definitions.scale_table": lambda: definitions.scale_table(
+            {"LN": block.norm1, "MHA": block.attn}, (17, 32), [1.0], n=4),
+        "confounds.check_rescale": lambda: confounds.check_rescale(model, x, y, {"LN1": 2.0}),
+        "finetune.evaluate": lambda: finetune.evaluate(model, toy_task(16)),
+        "probes.linear_probe": lambda: probes.linear_probe(model, tasks.Task(
+            "toy", toy_task(20), toy_task(10, seed=1), toy_task(10, seed=2), 5), max_iter=20),
+    }
+
+
+@pytest.mark.parametrize("name", list(_calls(tiny_vit(), None, None)))
+def test_every_measuring_function_moves_host_tensors_to_the_model(name, fake_cuda, pairs):
+    """Host images or tokens, the model (or module) on the device: no mismatch, and the
+    result equals the CPU's (the numbers are computed on the CPU either way)."""
+    expected = _calls(tiny_vit(), *pairs)[name]()
+    model = on_fake_cuda(tiny_vit())
+    got = _calls(model, *pairs)[name]()
+    assert fake_cuda.moves > 0 or name == "bounds.component_bounds"
+    _assert_same(got, expected)
+
+
+def _assert_same(got, expected):
+    import pandas as pd
+
+    if isinstance(expected, dict) and not isinstance(got, plasticity.Measurement):
+        assert got.keys() == expected.keys()
+        for k in expected:
+            _assert_same(got[k], expected[k])
+    elif isinstance(expected, torch.Tensor):
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
+    elif isinstance(expected, pd.DataFrame):
+        pd.testing.assert_frame_equal(got, expected, rtol=1e-4)
+    elif isinstance(expected, plasticity.Measurement):
+        _assert_same(got.rates, expected.rates)
+    elif isinstance(expected, tuple):
+        for a, b in zip(got, expected):
+            _assert_same(a, b)
+    else:
+        assert got == pytest.approx(expected, rel=1e-4)
+
+
+def test_load_model_puts_the_model_on_the_device(fake_cuda):
+    model = models.load_model()  # picks CUDA when available
+    assert next(model.parameters()).device == FAKE
+
+
+def test_scale_curve_skips_identical_pairs_and_streams(pairs):
+    """An identical pair is excluded (it made the whole curve NaN), counted; batches of 5
+    give the one-batch curve."""
+    x, y = pairs
+    y = y.clone()
+    y[3] = x[3]
+    model = tiny_vit()
+    whole = plasticity.scale_curve(model, x, y, [0.5, 1.0, 2.0], batch_size=64)
+    streamed = plasticity.scale_curve(model, plasticity.make_pairs(x, y), scales=[0.5, 1.0, 2.0],
+                                      batch_size=5)
+    assert whole["plasticity"].notna().all() and whole.attrs["excluded"] == 1
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(whole, streamed)
+    keep = [i for i in range(len(x)) if i != 3]
+    direct = plasticity.scale_curve(model, x[keep], y[keep], [0.5, 1.0, 2.0])
+    pd.testing.assert_frame_equal(whole, direct)
+    e = plasticity.embed(model, torch.cat([x[keep], y[keep]]))
+    attn, c = model.blocks[1].attn, 2.0
+    with torch.no_grad():
+        r = plasticity._pair_rate(c * e, attn(c * e)).mean().item()
+    assert whole.query("layer == 1 and scale == 2.0")["plasticity"].item() == pytest.approx(r)
+
+
+
+#: Smaller than the smoke profile: every op runs through the fake device's Python mode.
+SMALLER = {"01_definitions": dict(n_pairs=16, n_samples=100),
+           "02_bounds": dict(n_pairs=8, n_seeds=1, power_iters=2, n_lipschitz=2),
+           "03_plasticity": dict(n_pairs=8, tasks=["digits"], pretraining_tasks=["digits"],
+                                 checkpoints=["init", "final"], scales=[1.0]),
+           "04_finetuning": {}, "05_confounds": {}, "06_explorer": dict(n_pairs=8)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SMALLER))
+def test_every_notebook_runs_on_the_device(name, fake_cuda, tmp_path, monkeypatch):
+    """Each notebook's cells (smoke profile, fewer pairs), in this process, as on a GPU
+    machine: every model it loads lands on the (fake) CUDA device, and no host tensor meets
+    it."""
+    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    loaded = []
+    load = models.load_model
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: loaded.append(load(*a, **k))
+                        or loaded[-1])
+    exec_notebook(name, params=SMALLER[name])
+    assert loaded and all(next(m.parameters()).device == FAKE for m in loaded)

@@ -1,0 +1,95 @@
+"""The data loaders of a run, and how their settings reach it: one DataLoader per split for
+the whole run (persistent workers, pinned memory on CUDA), the same batches as a loader per
+epoch, and ``--workers`` / ``--accum-steps`` / ``--eval-every`` from the command line
+(runtime keys outside run hashes; the evaluation period inside, as it changes the run)."""
+
+import pytest
+import torch
+from helpers import tiny_vit, toy_task
+
+from vitplast import finetune, runs, studies, sweep
+from vitplast.__main__ import main
+
+
+def test_one_loader_per_split_gives_the_batches_of_a_loader_per_epoch(monkeypatch):
+    made = []
+    real = finetune.DataLoader
+
+    class Counting(real):
+        def __init__(self, *a, **k):
+            made.append(k)
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(finetune, "DataLoader", Counting)
+    data = toy_task(40)
+    batches = finetune._batches(data, 16, torch.Generator().manual_seed(3))
+    got = [next(batches)[1] for _ in range(7)]  # 3 epochs of 2 full batches, and one more
+    g = torch.Generator().manual_seed(3)
+    expected = [y for _ in range(4) for _, y in real(data, batch_size=16, shuffle=True,
+                                                     drop_last=True, generator=g)][:7]
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    made.clear()
+    finetune.train(tiny_vit(), toy_task(48), toy_task(16, seed=1), toy_task(16, seed=2),
+                   steps=8, batch_size=16, eval_every=2, progress=False)  # 2.7 epochs, 4 evals
+    assert len(made) == 3  # train, val (every evaluation), test
+
+
+def test_loaders_keep_their_workers_and_pin_memory_on_cuda():
+    data = toy_task(16)
+    cpu = finetune.loader(data, 4, device=torch.device("cpu"), workers=2)
+    cuda = finetune.loader(data, 4, device=torch.device("cuda"), workers=0)
+    assert cpu.persistent_workers and cpu.num_workers == 2 and not cpu.pin_memory
+    assert cuda.pin_memory and not cuda.persistent_workers
+    result = finetune.train(tiny_vit(), data, toy_task(8, seed=1), steps=3, batch_size=8,
+                            eval_every=1, workers=2, progress=False)
+    assert len(result.history) == 3
+
+
+def test_a_slurm_job_reads_with_its_cpus_but_one(monkeypatch):
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert sweep.default_workers() == 0
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
+    assert sweep.default_workers() == 7
+    run = runs.run_config("digits", "head", lr=0.1, pretrained=False, steps=1)
+    assert sweep.build(run, torch.device("cpu"))[2]["workers"] == 7
+    assert sweep.build({**run, "workers": 2}, torch.device("cpu"))[2]["workers"] == 2
+
+
+@pytest.fixture
+def chosen(monkeypatch, tmp_path):
+    """The runs ``vitplast sweep`` hands to ``run_sweep`` (nothing runs)."""
+    got = []
+    monkeypatch.setattr(sweep, "run_sweep", lambda todo, *a, **k: got.extend(todo))
+    monkeypatch.setattr("vitplast.provenance.log_session", lambda *a, **k: None)
+    monkeypatch.setattr("vitplast.results.results", lambda root: __import__("pandas").DataFrame(
+        {"status": []}))
+    monkeypatch.setitem(studies.MAIN, "tasks", ["digits"])
+    return lambda *options: (got.clear(), main(["sweep", "--root", str(tmp_path), *options]),
+                             list(got))[-1]
+
+
+def test_workers_and_accum_steps_reach_every_run_outside_its_hash(chosen):
+    plain = chosen()
+    set_ = chosen("--workers", "3", "--accum-steps", "2")
+    assert [runs.run_hash(r) for r in set_] == [runs.run_hash(r) for r in plain]
+    assert all(r["workers"] == 3 and r["accum_steps"] == 2 for r in set_)
+    assert "workers" not in plain[0]
+    slurm = chosen("--executor", "submitit", "--cluster", "debug", "--cpus-per-task", "8")
+    assert all(r["workers"] == 7 for r in slurm)
+
+
+def test_eval_every_makes_other_runs_and_leaves_the_study_s_hashes(chosen):
+    plain = chosen()
+    other = chosen("--eval-every", "5")
+    assert all(r["eval_every"] == 5 for r in other)
+    assert not {runs.run_hash(r) for r in other} & {runs.run_hash(r) for r in plain}
+    assert [runs.run_hash(r) for r in chosen()] == [runs.run_hash(r) for r in plain]
+
+
+def test_slurm_without_srun_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun there
+    code = main(["sweep", "--root", str(tmp_path / "s"), "--executor", "submitit",
+                 "--cluster", "slurm"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "srun" in err
+    assert not (tmp_path / "s").exists()
