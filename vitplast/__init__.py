@@ -45,7 +45,7 @@ leading ``_`` are public, and a module's own ``__all__``, where it has one, list
 - finetuning: ``finetune`` (the one training loop), ``probes`` (the linear probe),
   ``ablations`` (with ``gauge``) and ``confounds``,
   ``runs`` (the run schema), ``studies`` (named studies), ``search`` (LRs bracketed on
-  validation), ``sweep`` (running them), ``store``
+  validation), ``decide`` (the suite study's tables), ``sweep`` (running them), ``store``
   and ``provenance`` (records, sessions, progress), ``results`` (tables);
 - presentation: ``plots``, ``widgets``, ``notebooks`` (papermill), ``__main__`` (the CLI).
 
@@ -58,7 +58,7 @@ __version__ = "0.1.0"
 #: The public modules. Importing ``vitplast`` loads none of them: import the one you need,
 #: e.g. ``from vitplast import tasks``.
 __all__ = ["ablations", "bounds", "components", "confounds", "corruptions", "data",
-           "definitions", "drawn", "empirical", "fake_datasets", "findings", "finetune",
+           "decide", "definitions", "drawn", "empirical", "fake_datasets", "findings", "finetune",
            "gauge", "inputs", "intervals", "models", "notebooks", "pairs", "paper",
            "paper_datasets", "plasticity", "plots", "pretrain", "probes", "provenance", "results",
            "runs", "search", "store", "stream", "studies", "suite", "sweep", "tasks", "widgets"]
