@@ -14,6 +14,11 @@ holds one record per run. The LR-tuning diary of each study is prose in its stor
   (``confounds.study_runs``).
 - ``PAPER``: the paper's own grid (ViT-B/16 in21k, its 11 datasets): ``paper_runs``.
 
+A study declares its primary questions (``primaries``: at most three ``verdicts.Primary``,
+each with its direction, the paper's value and its source) before any of its runs exist; the
+findings tables test them with Holm over the primaries only, everything else is exploratory
+(``primaries(study)``).
+
 ``SWEEPS`` names the studies the CLI runs (``vitplast sweep --study NAME``), each with its
 default store and how its runs are made: ``sweep_runs(name, root)``.
 
@@ -28,7 +33,8 @@ from typing import Callable
 
 import pandas as pd
 
-from vitplast import components, models, paper_datasets, runs
+from vitplast import components, models, paper, paper_datasets, runs
+from vitplast.verdicts import MAX_PRIMARIES, Primary
 
 #: Where the main study's records are shipped (one JSON per run).
 MAIN_RESULTS = models.results_root("finetune")
@@ -59,10 +65,26 @@ MAIN = dict(
 BUDGET = dict(tasks=["fmnist_contrast", "digits"], steps=480, warmup_steps=48, eval_every=80,
               seeds=[0, 42, 3407])
 
+_TYPES = ("MHA", "FC1", "FC2")  # attention and the MLP linears: ~28M each on ViT-B
+_NORMS = ("LN1", "LN2")  # the LayerNorms: 18K each
+#: Notebook 04's primary questions, named by component type (on the embedded model the
+#: measured plasticity order is not the paper's: notebook 03).
+MAIN_PRIMARIES = (
+    Primary("attention and MLP linears (MHA, FC1, FC2) - LayerNorms (LN1, LN2), test accuracy",
+            a=_TYPES, b=_NORMS, paper=paper.group_gap(_TYPES, _NORMS),
+            source="Table 1 average (ViT-B/16)"),
+    Primary("MHA - LN1, test accuracy", a=("MHA",), b=("LN1",),
+            paper=paper.group_gap(("MHA",), ("LN1",)), source="Table 1 average (ViT-B/16)"),
+    Primary("Spearman(plasticity, gain over head-only) over the five components, within a task",
+            statistic="spearman(plasticity, gain)", paper=paper.plasticity_gain_spearman(),
+            source="Fig. 2 plasticity vs Table 1 averages (ViT-B/16), Takeaway 3",
+            unit="rho, per task"))
+MAIN["primaries"] = MAIN_PRIMARIES
+
 
 #: A seconds-long variant of ``MAIN`` for the smoke profile: one task, two LRs, 4 steps.
 SMOKE = dict(tasks=["digits"], lrs={c: [0.01, 0.1] for c in MAIN["lrs"]}, seeds=[0],
-             fixed=dict(steps=4, warmup_steps=1, eval_every=2))
+             fixed=dict(steps=4, warmup_steps=1, eval_every=2), primaries=MAIN_PRIMARIES)
 #: Finetuning studies by name (the notebooks' ``study`` parameter, the CLI's ``--study``).
 FINETUNING = {"main": MAIN, "smoke": SMOKE}
 
@@ -111,7 +133,22 @@ CONFOUNDS = dict(
         dict(name="rescale, no clip", tasks=CONFOUND_TASKS[:2], fixed=dict(clip_grad_norm=0.0),
              lrs={"LN1 x * (preserved)": ladder(0.03, 3.0), "LN1 lr/c^2 *": ladder(0.03, 3.0),
                   "LN1": ladder(0.03, 3.0)}),
-    ])
+    ],
+    # declared before the study's runs: does the gap survive at one count, and does a block's
+    # plasticity go with its accuracy once depth is held fixed?
+    primaries=(
+        Primary("attention and MLP linears at LN1's count (MHA, FC1, FC2 sparse) - LayerNorms "
+                "(LN1, LN2), test accuracy", a=tuple(f"{c} sparse" for c in _TYPES), b=_NORMS,
+                paper=paper.group_gap(_TYPES, _NORMS),
+                source="Table 1 average (ViT-B/16), at full counts"),
+        Primary("MHA at LN1's count (sparse) - LN1, test accuracy", a=("MHA sparse",),
+                b=("LN1",), paper=paper.group_gap(("MHA",), ("LN1",)),
+                source="Table 1 average (ViT-B/16), at full counts"),
+        Primary("one block at a time, mean over components: Spearman(plasticity, test "
+                "accuracy) over the blocks, partial on the block index",
+                statistic="partial spearman(plasticity, accuracy | block)",
+                source="Takeaway 3 (high plasticity -> better finetuning): positive",
+                unit="partial rho, per task")))
 #: A seconds-long variant of ``CONFOUNDS`` (the smoke profile): one task and seed, 4 steps, a
 #: few variants; its baselines are runs of ``SMOKE``.
 _FEW = dict(tasks=["digits"], fixed=SMOKE["fixed"])
@@ -125,6 +162,16 @@ CONFOUNDS_SMOKE = dict(
                 fixed=dict(SMOKE["fixed"], clip_grad_norm=0.0))])
 #: Confound studies by name (notebook 05's ``study``, the CLI's ``sweep --study confounds``).
 CONFOUND_STUDIES = {"confounds": CONFOUNDS, "smoke": CONFOUNDS_SMOKE}
+
+
+def primaries(study: dict) -> tuple[Primary, ...]:
+    """The declared primary questions of a study preset (``get(name)`` or
+    ``CONFOUND_STUDIES[name]``): none for a study without any; more than ``MAX_PRIMARIES``
+    fail."""
+    declared = tuple(study.get("primaries", ()))
+    if len(declared) > MAX_PRIMARIES:
+        raise ValueError(f"a study declares {len(declared)} primaries; at most {MAX_PRIMARIES}")
+    return declared
 
 
 def get(name: str) -> dict:
