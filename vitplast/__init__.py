@@ -26,8 +26,10 @@ study           a named set of runs and its store (``studies``); a ``sweep`` run
                 its store lacks
 checkpoint      a stage of the embedded model's pretraining (``models``, ``pretrain``)
 profile         how large the notebooks run: smoke, default, paper (``notebooks``)
-finding         one conclusion as a row: claim, paper, measured, CI, p, verdict
-                (``findings``)
+finding         one conclusion as a row: claim, paper, measured, CI, p, power, verdict
+                (``findings``; the machinery in ``verdicts``, power in ``power``)
+primary         a question a study declares before its runs (``verdicts.Primary``); the
+                other tested findings are exploratory
 ==============  ==========================================================================
 
 Modules, one concept each (``__all__`` below lists them; within a module, names without a
@@ -35,7 +37,10 @@ leading ``_`` are public, and a module's own ``__all__``, where it has one, list
 
 - the paper's objects: ``components``, ``plasticity`` and ``pairs`` (Definition 1), ``bounds``
   (Propositions 1-4), ``intervals`` (objection 2, Takeaway 1), ``definitions`` and
-  ``empirical`` (measured plasticity), ``paper`` (its reference values), ``findings``;
+  ``empirical`` (measured plasticity), ``paper`` (its reference values);
+- conclusions: ``findings`` (one builder per notebook; 04 in ``finetuning_findings``, 05 in
+  ``confound_findings``) over ``verdicts`` (rows, primaries, Holm families) and ``power``;
+  ``advise`` (which component to finetune, from signals measured before finetuning);
 - models and data: ``models`` (loading, the embedded checkpoints, folders), ``pretrain``,
   ``tasks`` (the registry and ``load``) over ``data`` (embedded images), ``corruptions`` and
   ``paper_datasets`` (the paper's datasets from disk; ``fake_datasets`` writes tiny fakes);
@@ -53,8 +58,9 @@ __version__ = "0.1.0"
 
 #: The public modules. Importing ``vitplast`` loads none of them: import the one you need,
 #: e.g. ``from vitplast import tasks``.
-__all__ = ["ablations", "bounds", "components", "confounds", "corruptions", "data",
-           "definitions", "empirical", "fake_datasets", "findings", "finetune", "inputs",
-           "intervals", "models", "notebooks", "pairs", "paper", "paper_datasets", "plasticity",
-           "plots", "pretrain", "probes", "provenance", "results", "runs", "store", "studies",
-           "sweep", "tasks", "widgets"]
+__all__ = ["ablations", "advise", "bounds", "components", "confound_findings", "confounds",
+           "corruptions", "data", "definitions", "empirical", "fake_datasets", "findings",
+           "finetune", "finetuning_findings", "inputs", "intervals", "models", "notebooks",
+           "pairs", "paper", "paper_datasets", "plasticity", "plots", "power", "pretrain",
+           "probes", "provenance", "results", "runs", "store", "studies", "sweep", "tasks",
+           "verdicts", "widgets"]
