@@ -257,3 +257,13 @@ def render(findings: pd.DataFrame) -> str:
         lines.append(f"- [{r.family}] {r.claim}: {measured} {r.unit} (n = {r.n}{stats_}"
                      f"{_power_text(r)}). Paper: {r.paper}. Verdict: {r.verdict}{fragile}.")
     return "\n".join(lines)
+
+
+def primaries_table(primaries) -> pd.DataFrame:
+    """The declared primaries as a table: ``claim``, ``tests`` (a - b, or the statistic),
+    ``expected`` direction, the ``paper``'s value and its ``source``. Used by notebooks 04-05."""
+    return pd.DataFrame([dict(claim=p.claim, tests=p.statistic or
+                              f"mean of ({', '.join(p.a)}) - mean of ({', '.join(p.b)}), per task",
+                              expected="+" if p.expected > 0 else "-", paper=p.paper,
+                              source=p.source) for p in primaries],
+                        columns=["claim", "tests", "expected", "paper", "source"])
