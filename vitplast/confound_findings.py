@@ -5,8 +5,8 @@ only), then exploratory rows (their own Holm family), then descriptive ones; a t
 broken the other way marks the rows it flips ``fragile`` (``finetuning_findings.with_ties``).
 Matched comparisons state the counts they compare. The per-layer test controls for depth:
 within a component, the partial rank correlation of a block's plasticity and its accuracy given
-the block index; a component whose plasticity is monotone in depth leaves nothing to test there,
-and its row says so.
+the block index; where a component's plasticity (or its accuracy) is monotone in depth nothing is
+left to test, that task is left out, and the row says how many were.
 
 Paper: Takeaway 3 and objections 3-4 of PAPER.md. Used by notebook 05 (``from vitplast import
 findings`` re-exports ``confounds``).
@@ -42,7 +42,8 @@ def _matched(acc: pd.DataFrame, a: str, b: str, counts: dict, claim: str) -> dic
 
 def layer_statistic(corr: pd.DataFrame) -> pd.Series:
     """Per task, the mean over components of the partial rho (``layer_correlations``'s
-    ``partial``; NaN where a component's plasticity is monotone in depth, left out)."""
+    ``partial``; NaN where a component's plasticity or accuracy is monotone in depth, left
+    out)."""
     if "partial" not in corr or not len(corr):
         return pd.Series(dtype=float)
     return corr.groupby("task")["partial"].mean().dropna()
@@ -116,9 +117,10 @@ def _layer_rows(corr: pd.DataFrame, counts: dict, declared=()) -> list[dict]:
                               paper=source, n=0, unit="rho, per task",
                               verdict="cannot be told from depth (untested)")
         else:
+            left = int(c["partial"].isna().sum())
             row = mean_test(claim, c.set_index("task")["partial"], paper=source, expected=1,
-                            unit=f"partial rho, per task ({monotone} of {len(c)} tasks left "
-                            "out: plasticity monotone in depth)")
+                            unit=f"partial rho, per task ({left} of {len(c)} tasks left out: "
+                            f"plasticity ({monotone}) or accuracy monotone in depth)")
         rows.append({**row, "counts": " vs ".join(f"{n:,}" for n in per_block) + " per block"})
     if LAYER_STATISTIC not in declared:
         rows.append(mean_test("one block at a time, mean over components: Spearman(plasticity, "

@@ -405,8 +405,8 @@ def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
     Only (task, component) pairs with every block finetuned are kept. Columns: ``task``,
     ``component``, ``spearman`` (plasticity, accuracy), ``spearman_depth`` (earliness,
     accuracy), ``plasticity_depth`` (earliness, plasticity), ``partial`` (plasticity,
-    accuracy given earliness: ``partial_correlation``; NaN where plasticity is monotone in
-    depth), ``n_blocks``.
+    accuracy given earliness: ``partial_correlation``; NaN where plasticity or accuracy is
+    monotone in depth), ``n_blocks``.
     """
     from scipy import stats
 

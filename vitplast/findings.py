@@ -20,9 +20,22 @@ import pandas as pd
 from vitplast.confound_findings import confounds
 from vitplast.finetuning_findings import STATISTICS, finetuning, with_ties
 from vitplast.paper import SOURCES, VITB_RMS_TOKEN_NORM
-from vitplast.verdicts import (ALPHA, COLUMNS, EXTRA, MAX_PRIMARIES, MIN_N, UNDERPOWERED,
-                               Primary, descriptive, holm, mean_test, paired_test, primaries_table,
-                               render, table)
+from vitplast.verdicts import (
+    ALPHA,
+    COLUMNS,
+    EXTRA,
+    MAX_PRIMARIES,
+    MIN_N,
+    UNDERPOWERED,
+    Primary,
+    descriptive,
+    holm,
+    mean_test,
+    paired_test,
+    primaries_table,
+    render,
+    table,
+)
 
 __all__ = ["ALPHA", "COLUMNS", "EXTRA", "MAX_PRIMARIES", "MIN_N", "STATISTICS", "UNDERPOWERED",
            "Primary", "bounds", "confounds", "definitions", "descriptive", "explorer",

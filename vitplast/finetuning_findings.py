@@ -31,8 +31,8 @@ STATISTICS = {
     "head-only (results.within_task_correlation)",
     "partial spearman(plasticity, accuracy | block)": "per component, Spearman's rho over the "
     "blocks between a block's plasticity and the accuracy of finetuning it alone, partial on "
-    "the block index; mean over the components whose plasticity is not monotone in depth "
-    "(confounds.layer_correlations)",
+    "the block index; mean over the components where it is defined (neither plasticity nor "
+    "accuracy monotone in depth: confounds.layer_correlations)",
 }
 _TASKS = "points, per task (seed-mean)"
 

@@ -30,11 +30,11 @@ from vitplast.components import COMPONENTS
 ORDER = list(COMPONENTS)
 #: Finetuning configurations in the order figures list them (others follow as they come).
 CONFIG_ORDER = ["full", "head", "MHA", "FC1", "FC2", "LN2", "LN1"]
-#: One colour per configuration and component, the same in every notebook (colour-blind-safe
-#: seaborn "colorblind" colours; the linear probe grey).
-PALETTE = dict(zip(["MHA", "FC1", "FC2", "LN2", "LN1", "full", "head", "embedding"],
-                   sns.color_palette("colorblind", 8).as_hex()))
-PALETTE["linear probe"] = "#7f7f7f"
+#: One colour per configuration and component, the same in every notebook (seaborn's
+#: colour-blind-safe "colorblind" colours; head-only grey, the linear probe near black).
+_CB = sns.color_palette("colorblind", 10).as_hex()
+PALETTE = {"MHA": _CB[0], "FC1": _CB[1], "FC2": _CB[2], "LN2": _CB[3], "LN1": _CB[4],
+           "full": _CB[5], "head": _CB[7], "embedding": _CB[9], "linear probe": "#333333"}
 #: At most this many panels per row; more wrap onto new rows.
 MAX_COLS = 4
 #: Axis labels in words for the column names the figures plot most.
@@ -341,7 +341,7 @@ def findings(table, unit: str | None = None, title: str = "", xlabel: str | None
     rows = shown[shown["unit"] == unit].reset_index(drop=True)
     rows = rows.assign(significant=rows["p_holm"] < alpha, descriptive=rows["family"] ==
                        "descriptive", measured=rows["measured"].astype(float),
-                       label=[f"[{f}] {c} (n = {n})" for f, c, n in
+                       label=[f"[{f}] {c} (n\u00a0=\u00a0{n})" for f, c, n in
                               zip(rows["family"], rows["claim"], rows["n"])])
     return differences(rows, label="label", diff="measured", ci="ci95", significant="significant",
                        descriptive="descriptive", title=title or f"filled: Holm p < {alpha:g} "
