@@ -2,6 +2,7 @@
 
 import pandas as pd
 import pytest
+import torch
 
 from vitplast import advise
 
@@ -48,7 +49,9 @@ def test_regret_is_the_oracles_test_accuracy_minus_the_picks():
 
 
 def test_rank_on_the_embedded_model_gives_every_rule_a_full_ranking():
+    threads = torch.get_num_threads()
     ranked = advise.rank("vitplast_fmnist", "digits", n_pairs=8, batch_size=8, steps=1)
+    assert torch.get_num_threads() == threads  # set for the ranking only
     assert set(ranked["rule"]) == set(advise.RULES)
     for _, g in ranked.groupby("rule"):
         assert sorted(g["rank"]) == [1, 2, 3, 4, 5] and set(g["config"]) == set(advise.CANDIDATES)

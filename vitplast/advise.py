@@ -98,7 +98,8 @@ def _loss_drop(model, config: str, train, probe: tuple, before: float, *, steps:
 
 
 def rank(model_name: str, task: str, *, rules=RULES, n_pairs: int = 64, batch_size: int = 32,
-         steps: int = 2, source: str | None = "fmnist", seed: int = 0) -> pd.DataFrame:
+         steps: int = 2, source: str | None = "fmnist", seed: int = 0, threads: int | None = 1
+         ) -> pd.DataFrame:
     """Every rule's ranking of the five components for finetuning ``model_name`` on ``task``.
 
     Args:
@@ -109,16 +110,31 @@ def rank(model_name: str, task: str, *, rules=RULES, n_pairs: int = 64, batch_si
             loss-drop rule (twice as many in the one batch the gradient rules and the loss drop
             are measured on); steps: SGD steps of the loss-drop rule; source: the pretraining
             domain of the pairs.
+        threads: torch's CPU threads while ranking, restored after (None: as set). One is
+            the fastest for a small model on a shared CPU (measured: 6 s against 50 s for two
+            threads on a busy 2-core machine).
 
     Returns:
         One row per rule x component: ``task``, ``rule``, ``config``, ``score`` (higher: sooner),
         ``rank`` (1 = finetune this one) and ``seconds`` (the rule's cost on this task).
     """
-    from vitplast import models, tasks
-
     unknown = set(rules) - set(RULES)
     if unknown:
         raise ValueError(f"unknown rules {sorted(unknown)}; valid: {list(RULES)}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        return _rank(model_name, task, rules=rules, n_pairs=n_pairs, batch_size=batch_size,
+                     steps=steps, source=source, seed=seed)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _rank(model_name: str, task: str, *, rules, n_pairs: int, batch_size: int, steps: int,
+          source: str | None, seed: int) -> pd.DataFrame:
+    """``rank``'s work, at the thread count it set."""
+    from vitplast import models, tasks
+
     t = tasks.load(task)
     model = models.load_model(model_name, num_classes=t.num_classes)
     models.new_head(model, t.num_classes, seed=seed)
@@ -156,6 +172,7 @@ def rank_tasks(model_name: str, task_names, **kwargs) -> pd.DataFrame:
     """``rank`` on each task (load-or-compute, cached by its arguments). Used by notebook 04."""
     from vitplast import store
 
+    kwargs = {"threads": 1, **kwargs}  # in the key: the cost column depends on it
     return pd.concat([store.load_or_compute("advise", dict(model=model_name, task=t, **kwargs),
                                             lambda t=t: rank(model_name, t, **kwargs))
                       for t in task_names], ignore_index=True)
