@@ -337,8 +337,12 @@ def findings(table, unit: str | None = None, title: str = "", xlabel: str | None
     alpha = ALPHA if alpha is None else alpha
     shown = table[pd.to_numeric(table["measured"], errors="coerce").notna()
                   & ((table["test"] != "none") | (table["family"] != "descriptive"))]
-    unit = unit or shown[shown["family"] != "descriptive"]["unit"].value_counts().index[0]
+    tested = shown[shown["family"] != "descriptive"]
+    units = (tested if len(tested) else shown)["unit"].value_counts()
+    unit = unit or (units.index[0] if len(units) else "")
     rows = shown[shown["unit"] == unit].reset_index(drop=True)
+    if not len(rows):
+        return message("no findings row with a number to plot yet")
     rows = rows.assign(significant=rows["p_holm"] < alpha, descriptive=rows["family"] ==
                        "descriptive", measured=rows["measured"].astype(float),
                        label=[f"[{f}] {c} (n\u00a0=\u00a0{n})" for f, c, n in
