@@ -16,6 +16,7 @@ from vitplast import (
     plasticity,
     results,
     runs,
+    studies,
     sweep,
 )
 
@@ -239,21 +240,25 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
     counts = {"MHA sparse": 1536, "LN1": 1536, "FC1 sparse": 1536, "FC2 sparse": 1536,
               "MHA": 396288, **{f"LN1 block {k}": 256 for k in range(6)}}
     layers = pd.DataFrame(dict(task=["t0", "t1", "t2"], component="LN1", spearman=[0.9, 0.8, 1.0],
-                               spearman_depth=[0.5, 0.6, 0.7], n_blocks=6))
+                               spearman_depth=[0.5, 0.6, 0.7], plasticity_depth=[0.2, 0.3, 0.1],
+                               n_blocks=6))
+    layers["partial"] = [confounds.partial_correlation(*r) for r in layers[
+        ["spearman", "plasticity_depth", "spearman_depth"]].to_numpy()]
     grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
-    table = findings.confounds(acc, counts, layers, grads).set_index("claim")
+    t = dict(acc=acc, counts=counts, corr=layers, grads=grads)
+    table = findings.confounds(t).set_index("claim")
     first = table.loc["MHA - LN1 at LN1's count (sparse MHA)"]
     diffs = np.array([5.0, 4, 6, 5, 5])
     assert first["n"] == 5 and first["measured"] == pytest.approx(diffs.mean())
     assert first["p"] == pytest.approx(stats.ttest_1samp(diffs, 0).pvalue)
     assert first["counts"] == "1,536 vs 1,536" and first["verdict"] == "agrees with the paper"
     same = table.loc["MHA - FC1 at LN1's count (sparse)"]  # identical columns: no difference
-    assert same["measured"] == 0 and same["verdict"] == "not resolved"
+    assert same["measured"] == 0 and same["verdict"].startswith("not resolved")
     lone = table.loc["FC1 - FC2 at LN1's count (sparse)"]
-    assert lone["n"] == 1 and lone["verdict"] == "not resolved"
-    rho = table.loc["LN1 of one block: Spearman(plasticity before finetuning, test accuracy) "
-                    "over the blocks"]
-    assert rho["n"] == 3 and rho["measured"] == pytest.approx(0.9)
+    assert lone["n"] == 1 and lone["family"] == "descriptive"  # never in a test family
+    rho = table.loc["LN1 of one block: Spearman(plasticity, test accuracy) over the blocks, "
+                    "partial on the block index"]
+    assert rho["n"] == 3 and rho["measured"] == pytest.approx(layers["partial"].mean())
     assert rho["counts"] == "256 per block"  # one count over the blocks: the design's point
     depth = table.loc["one block at a time, mean over components: Spearman(earlier block, test "
                       "accuracy) over the blocks"]
@@ -262,6 +267,21 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
     ps = table["p"].dropna()
     assert table.loc[ps.index, "p_holm"].tolist() == pytest.approx(
         list(findings.holm(ps.to_numpy())))
+    # declared primaries: the MHA - LN1 contrast leads as one, and is not repeated
+    declared = findings.confounds(t, primaries=studies.primaries(studies.CONFOUNDS))
+    p2 = declared.set_index("claim").loc["MHA at LN1's count (sparse) - LN1, test accuracy"]
+    assert p2["family"] == "primary" and p2["measured"] == 5.0 and p2["level"] == 0.025
+    assert "MHA - LN1 at LN1's count (sparse MHA)" not in set(declared["claim"])
+
+
+def test_monotone_plasticity_leaves_the_per_layer_row_descriptive():
+    layers = pd.DataFrame(dict(task=["t0", "t1", "t2"], component="LN1", spearman=0.9,
+                               spearman_depth=0.5, plasticity_depth=1.0, partial=np.nan,
+                               n_blocks=6))
+    t = dict(acc=_acc(LN1=[70.0, 71, 72, 73, 74]), counts={}, corr=layers,
+             grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]))
+    row = findings.confounds(t).set_index("claim").filter(like="LN1 of one block", axis=0)
+    assert row["verdict"].iloc[0] == "cannot be told from depth (untested)"
 
 
 def test_rescale_pairs_compare_each_run_with_its_control_and_state_the_verdict():
@@ -284,15 +304,16 @@ def test_rescale_pairs_compare_each_run_with_its_control_and_state_the_verdict()
     assert pairs.loc["on", "max_diff"] == pytest.approx(2.0)
     grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
     corr = pd.DataFrame(columns=["task", "component", "spearman", "spearman_depth"])
-    table = findings.confounds(_acc(LN1=[70.0]), {}, corr, grads,
-                               rescale=pairs.reset_index()).set_index("claim")
+    t = dict(acc=_acc(LN1=[70.0]), counts={}, corr=corr, grads=grads, rescale=pairs.reset_index())
+    table = findings.confounds(t).set_index("claim")
     off = table.loc["LN1 x 2 (preserved) (no clip) vs its lr/c^2 control, run by run (task, LR, "
                     "seed), gradient clipping off"]
-    assert off["verdict"] == "identical, as derived" and off["n"] == 3
+    assert off["verdict"] == "equal test accuracy, as derived" and off["n"] == 3
     on = table.loc["LN1 x 2 (preserved) vs its lr/c^2 control, run by run (task, LR, seed), "
                    "gradient clipping on"]
     assert on["verdict"] == "differs, as clipping allows"
-    assert on["measured"] == "2 of 3 pairs identical, the largest difference 2.00"
+    assert on["measured"] == ("2 of 3 pairs with equal status and test accuracy, the largest "
+                              "difference 2.00")
 
 
 def test_layer_correlations_stay_within_component_and_task():

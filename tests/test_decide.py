@@ -19,20 +19,22 @@ def test_complete_tasks_are_those_whose_every_search_ended():
     assert decide.complete_tasks(state) == ["a"]
 
 
-def test_primary_values_per_task():
+def test_primaries_per_task():
     acc = {"head": 60, "MHA": 70, "FC1": 68, "FC2": 66, "LN1": 64, "LN2": 62,
            "MHA sparse": 63, "FC1 sparse": 62, "FC2 sparse": 61}
     picked = pd.DataFrame(_picked("t", acc) + _picked("u", {k: 50 for k in acc}))
     plastic = pd.DataFrame(dict(task="t", component=["MHA", "FC1", "FC2", "LN1", "LN2"],
                                 plasticity=[5.0, 4.0, 3.0, 2.0, 1.0]))
-    out = decide.primary_values(picked, plastic, PRIMARIES).set_index("task")
-    assert out.loc["t", "P1"] == pytest.approx(62 - 63)  # sparse mean 62, LayerNorms 63
-    assert out.loc["t", "P2"] == pytest.approx(70 - 64)
-    assert out.loc["t", "P3"] == pytest.approx(1.0)  # gains in the plasticity order
-    assert out.loc["u", "P1"] == 0 and math.isnan(out.loc["u", "P3"])  # no plasticity for u
+    p1, p2, _ = PRIMARIES
+    wide = decide.accuracy(picked)
+    assert p1.values(wide).to_dict() == {"t": pytest.approx(62 - 63), "u": 0.0}
+    assert p2.values(wide).to_dict() == {"t": 70 - 64, "u": 0.0}
+    rho = decide.spearman_plasticity_gain(picked, plastic)
+    assert rho["t"] == pytest.approx(1.0) and math.isnan(rho["u"])  # no plasticity for u
     flipped = plastic.assign(plasticity=plastic["plasticity"][::-1].to_numpy())
-    assert decide.primary_values(picked, flipped, PRIMARIES).set_index("task").loc[
-        "t", "P3"] == pytest.approx(-1.0)
+    assert decide.spearman_plasticity_gain(picked, flipped)["t"] == pytest.approx(-1.0)
+    rows = decide.findings(studies.SUITE_STUDY, picked, plastic)
+    assert [r["family"] for r in rows] == ["primary"] * 3 and [r["n"] for r in rows] == [2, 2, 1]
 
 
 def test_distance_reads_head_only_and_the_probe():

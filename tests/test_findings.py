@@ -1,4 +1,5 @@
-"""Findings: verdicts computed from synthetic tables, Holm's correction, the task as the unit."""
+"""Findings: verdicts computed from synthetic tables, Holm's correction within families,
+primaries, power, the LR tie rule and the fragile flag, the task as the unit."""
 
 import math
 
@@ -6,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vitplast import findings, results
+from vitplast import confounds, findings, power, results, studies
 
 TASKS = [f"t{i}" for i in range(7)]
 
@@ -29,7 +30,7 @@ def test_a_verdict_follows_sign_significance_and_the_paper(shift, expected, verd
     row = findings.paired_test("a - b", a, b, paper="x", expected=expected, unit="points")
     table = findings.table([row])
     assert list(table.columns[:9]) == findings.COLUMNS
-    assert table.loc[0, "verdict"] == verdict and table.loc[0, "n"] == 7
+    assert table.loc[0, "verdict"].startswith(verdict) and table.loc[0, "n"] == 7
     assert table.loc[0, "measured"] == pytest.approx((a - b).mean())
 
 
@@ -42,13 +43,13 @@ def test_holm_turns_a_lone_significance_into_not_resolved():
         rows.append(findings.mean_test(f"claim {i}", d, paper="x", expected=1, unit="points"))
     table = findings.table(rows)
     assert table.loc[0, "p"] < 0.05 <= table.loc[0, "p_holm"]
-    assert table.loc[0, "verdict"] == "not resolved"
+    assert table.loc[0, "verdict"].startswith("not resolved")
     assert (table["p_holm"] >= table["p"]).all()
 
 
 def test_too_few_units_are_never_resolved():
     row = findings.mean_test("tiny", [5.0, 5.1], paper="x", expected=1, unit="points")
-    assert findings.table([row]).loc[0, "verdict"] == "not resolved"
+    assert findings.table([row]).loc[0, "verdict"] == "descriptive (n = 2 < 3, untested)"
     row = findings.mean_test("none", [], paper="x", expected=1, unit="points")
     assert math.isnan(row["measured"]) and row["n"] == 0
 
@@ -87,7 +88,8 @@ def test_finetuning_findings_use_tasks_as_units():
                                           ("LN1", "per parameter", 0.1),
                                           ("LN2", "per parameter", 0.1))])
     probe = pd.Series(base - 10, index=TASKS)
-    table = findings.finetuning(_main(acc), bands, corr, grads, probe)
+    t = dict(main=_main(acc), bands=bands, corr=corr, grads=grads)
+    table = findings.finetuning(t, probe, studies.primaries(studies.MAIN))
     assert (table.loc[table["test"] != "none", "n"] == 7).all()
     by_claim = table.set_index("claim")
     assert by_claim.loc["MHA - FC1, test accuracy", "measured"] == pytest.approx(1.0)
@@ -97,6 +99,11 @@ def test_finetuning_findings_use_tasks_as_units():
     assert grad["verdict"].iloc[0] == "resolved: negative"
     mha = by_claim.filter(like="where MHA sits", axis=0)
     assert mha["verdict"].iloc[0] == "same as the paper (untested)"
+    primary = table[table["family"] == "primary"].set_index("claim")
+    assert len(primary) == 3 and primary.index[1] == "MHA - LN1, test accuracy"
+    assert primary["measured"].iloc[0] == pytest.approx((3 + 2 + 1) / 3 - 0.25)
+    assert primary["measured"].iloc[2] == pytest.approx(0.5)  # the corr table's rho
+    assert not table["claim"].str.contains("high-plasticity").any()
 
 
 def test_lr_bands_are_exact_on_a_known_curve():
@@ -143,3 +150,147 @@ def test_runtime_knobs_never_split_a_setting():
                            precision=["fp32", None, "fp32", None], workers=[0, 4, 0, 4]))
     chosen = results.select_lr(df)
     assert len(chosen) == 1 and chosen.loc[0, "n_seeds"] == 2
+
+
+def _rows(values: dict, family: str = "exploratory") -> list[dict]:
+    return [{**findings.mean_test(k, v, paper="x", expected=1, unit="points"), "family": family}
+            for k, v in values.items()]
+
+
+def test_holm_runs_over_the_primaries_only():
+    """Two primaries with p about 0.02 and 0.03: each resolved under Holm over 2, and adding
+    twenty exploratory rows (some significant, some not) changes neither verdict nor p_holm."""
+    rng = np.random.default_rng(3)
+    primaries = _rows({"P1": 1.0 + rng.normal(0, 1, 8), "P2": 1.0 + rng.normal(0, 1, 8)},
+                      "primary")
+    alone = findings.table(primaries)
+    more = findings.table(primaries + _rows({f"e{i}": rng.normal(2.0 * (i % 2), 1, 8)
+                                             for i in range(20)}))
+    assert alone["family"].tolist() == ["primary"] * 2
+    assert (alone["p_holm"] == more.iloc[:2]["p_holm"]).all()
+    assert alone["verdict"].tolist() == more.iloc[:2]["verdict"].tolist()
+    explo = more[more["family"] == "exploratory"]
+    assert explo["p_holm"].tolist() == pytest.approx(findings.holm(explo["p"]).tolist())
+    assert (more.iloc[:2]["level"] == 0.025).all() and (explo["level"] == 0.05 / 20).all()
+
+
+def test_more_than_three_primaries_fail():
+    with pytest.raises(ValueError, match="at most 3"):
+        findings.table(_rows({f"P{i}": [1.0, 2.0, 3.0] for i in range(4)}, "primary"))
+    for study in (studies.MAIN, studies.CONFOUNDS):
+        declared = studies.primaries(study)
+        assert 1 <= len(declared) <= findings.MAX_PRIMARIES
+        assert all(p.expected in (1, -1) and p.source for p in declared)
+
+
+def test_a_primary_is_a_difference_of_groups_or_a_named_statistic():
+    acc = pd.DataFrame({"A": [1.0, 2.0, 3.0], "B": [3.0, 4.0, 5.0], "C": [0.0, 0.0, np.nan]},
+                       index=["t0", "t1", "t2"])
+    p = findings.Primary("A, B - C", a=("A", "B"), b=("C",))
+    assert p.values(acc).tolist() == [2.0, 3.0]  # t2 lacks C: left out
+    assert findings.Primary("A - D", a=("A",), b=("D",)).values(acc).empty
+    rho = pd.Series([0.5, 0.1], index=["t0", "t1"])
+    q = findings.Primary("rho", statistic="s", paper=1.0, source="Fig. 2")
+    assert q.values(acc, {"s": rho}).equals(rho) and q.row(acc, {"s": rho})["effect_paper"] == 1.0
+    with pytest.raises(ValueError, match="unknown statistic"):
+        q.values(acc, {})
+
+
+@pytest.mark.parametrize("effect, sd, n, alpha", [(0.93, 1.5, 7, 0.05), (0.93, 1.5, 7, 0.05 / 14),
+                                                  (1.0, 1.0, 10, 0.05), (-0.5, 1.0, 20, 0.01),
+                                                  (2.0, 1.0, 4, 0.05)])
+def test_power_matches_simulation(effect, sd, n, alpha):
+    assert power.power(effect, sd, n, alpha) == pytest.approx(
+        power.simulated_power(effect, sd, n, alpha, reps=40_000), abs=0.03)
+
+
+def test_n_needed_is_the_smallest_n_with_power_080():
+    n = power.n_needed(0.93, 1.5)
+    assert power.power(0.93, 1.5, int(n)) >= 0.8 > power.power(0.93, 1.5, int(n) - 1)
+    assert 20 <= n <= 30  # the issue's reading: about 26 tasks at the paper's effect
+    assert math.isnan(power.n_needed(0.0, 1.0)) and math.isnan(power.power(1.0, 0.0, 5))
+
+
+def test_an_underpowered_row_says_how_many_tasks_it_needs():
+    values = np.array([2.4, -1.3, 0.4, 1.9, -0.8, 1.5, 0.2])  # mean 0.6, sd 1.4, p 0.3
+    row = {**findings.mean_test("MHA - LN1", values, paper="+0.93", expected=1, unit="points",
+                                effect=0.93), "family": "primary"}
+    r = findings.table([row]).iloc[0]
+    assert r["power_paper"] == pytest.approx(power.power(0.93, values.std(ddof=1), 7, 0.05))
+    assert r["power_paper"] < 0.5 and r["verdict"] == (
+        f"not resolved: underpowered (about {power.n_needed(0.93, values.std(ddof=1)):.0f} "
+        "tasks needed)")
+
+
+def test_rows_with_fewer_than_three_units_are_descriptive():
+    rows = _rows({"two": [5.0, 5.1], "big": [3.0, 3.1, 2.9, 3.2], "noise": [0.1, -0.2, 0.3, 0.0]})
+    table = findings.table(rows).set_index("claim")
+    assert table.loc["two", "family"] == "descriptive" and math.isnan(table.loc["two", "p"])
+    assert table.loc["two", "verdict"].startswith("descriptive (n = 2")
+    assert (table.loc[["big", "noise"], "level"] == 0.025).all()  # m = 2: "two" is not counted
+
+
+def _tie_runs(alt_test: float) -> pd.DataFrame:
+    """Configs A and B on 7 tasks, LRs 0.1 and 1, 3 seeds: A beats B by about 1 point at the
+    chosen LRs; on t0, A's two LRs tie on seed-mean validation accuracy (0.80, 0.90, 0.85 vs
+    0.85, 0.85, 0.85), LR 1 with the lower validation loss; its test accuracy ``alt_test``."""
+    rng = np.random.default_rng(4)
+    rows = []
+    for i, task in enumerate(TASKS):
+        for config, lr, val, loss, test in (("A", 0.1, [0.8, 0.9, 0.85], 0.6, 0.81),
+                                            ("A", 1.0, [0.85] * 3, 0.5, 0.81),
+                                            ("B", 0.1, [0.5] * 3, 0.5, 0.80),
+                                            ("B", 1.0, [0.4] * 3, 0.5, 0.70)):
+            shift = rng.normal(0, 0.001) if config == "A" else 0.0
+            acc = alt_test if (task, config, lr) == ("t0", "A", 0.1) else test + shift
+            if (task, config) != ("t0", "A"):
+                val = [v - 0.1 * (lr == 1.0) for v in val]  # no tie elsewhere
+            rows += [dict(task=task, config=config, lr=lr, seed=s, status="ok", best_val_acc=v,
+                          best_val_loss=loss, test_acc=acc) for s, v in enumerate(val)]
+    return pd.DataFrame(rows)
+
+
+def test_lr_ties_go_to_the_lower_validation_loss():
+    df = _tie_runs(0.81)
+    chosen = results.select_lr(df).set_index(["task", "config"])
+    assert chosen.loc[("t0", "A"), "lr"] == 1.0 and chosen.loc[("t0", "A"), "tied"] == 1
+    assert chosen.loc[("t1", "A"), "lr"] == 0.1 and chosen.loc[("t1", "A"), "tied"] == 0
+    assert len(results.lr_ties(df)) == 1
+    alt = results.tie_alternatives(df)
+    assert len(alt) == 1
+    assert results.select_lr(alt[0]).set_index(["task", "config"]).loc[("t0", "A"), "lr"] == 0.1
+
+
+def _ab_findings(t: dict) -> pd.DataFrame:
+    main = results.main_table(t["runs"])
+    acc = main[main["task"] != "average"].pivot_table(index="task", columns="config",
+                                                      values="test_acc_mean")
+    return findings.table([findings.paired_test("A - B", acc["A"], acc["B"], paper="x",
+                                                expected=1, unit="points")])
+
+
+@pytest.mark.parametrize("alt_test, fragile", [(0.81, False), (0.40, True)])
+def test_a_row_is_fragile_when_the_other_tied_lr_flips_it(alt_test, fragile):
+    df = _tie_runs(alt_test)
+    t = dict(runs=df, ties=results.lr_ties(df),
+             alternatives=[dict(runs=a) for a in results.tie_alternatives(df)])
+    table = findings.with_ties(_ab_findings, t).set_index("claim")
+    assert table.loc["A - B", "verdict"] == "agrees with the paper"
+    assert bool(table.loc["A - B", "fragile"]) is fragile
+    ties = table.filter(like="tie-break", axis=0)
+    assert ties["n"].iloc[0] == 1 and ties["family"].iloc[0] == "descriptive"
+
+
+def test_partial_rank_correlation_is_the_correlation_of_rank_residuals():
+    """Spearman partial on z == Pearson correlation of the ranks of x and y after regressing
+    each on the ranks of z; NaN when x is monotone in z."""
+    from scipy import stats
+
+    rng = np.random.default_rng(5)
+    x, y, z = rng.normal(size=(3, 6))
+    rx, ry, rz = (stats.rankdata(v) for v in (x, y, z))
+    res = [r - np.polyval(np.polyfit(rz, r, 1), rz) for r in (rx, ry)]
+    rho = lambda a, b: stats.spearmanr(a, b).statistic  # noqa: E731
+    assert confounds.partial_correlation(rho(x, y), rho(x, z), rho(y, z)) == pytest.approx(
+        np.corrcoef(*res)[0, 1])
+    assert math.isnan(confounds.partial_correlation(0.5, 1.0, 0.3))

@@ -226,3 +226,18 @@ def test_explorer_figures():
     fig = plots.run_curves(history, title="x")
     assert [ax.get_ylabel() for ax in fig.axes] == list(plots.RUN_CURVES.values())
     plt.close(fig)
+
+
+def test_findings_forest_plot_names_family_and_n_and_marks_descriptive_rows():
+    rows = [findings.mean_test("big", [3.0, 3.1, 2.9, 3.2, 3.0], paper="x", expected=1,
+                               unit="points"),
+            findings.mean_test("two", [1.0, 2.0], paper="x", expected=1, unit="points")]
+    ax = plots.findings(findings.table(rows)).axes[0]
+    labels = [t.get_text().replace("\n", " ") for t in ax.get_yticklabels()]
+    assert labels[0].startswith("[exploratory] big") and "n\u00a0=\u00a05" in labels[0]
+    assert labels[1].startswith("[descriptive] two")
+    assert [line.get_marker() for line in ax.lines if line.get_marker() in "oD"] == ["o", "D"]
+    plt.close("all")
+    only = plots.findings(findings.table([rows[1]]))  # nothing tested: still drawn
+    assert "[descriptive] two" in only.axes[0].get_yticklabels()[0].get_text()
+    plt.close("all")

@@ -91,7 +91,10 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
 
 def test_the_suite_study_is_declared_with_three_primaries():
     study = studies.SUITE_STUDY
-    assert [p["id"] for p in study["primaries"]] == ["P1", "P2", "P3"]
+    p1, p2, p3 = study["primaries"]
+    assert (p1.a, p1.b) == (("MHA sparse", "FC1 sparse", "FC2 sparse"), ("LN1", "LN2"))
+    assert (p2.a, p2.b, round(p2.paper, 2)) == (("MHA",), ("LN1",), 0.93)
+    assert p3.statistic == "spearman(plasticity, gain)"
     assert len(study["tasks"]) == 33 and study["seeds"] == [0]
     assert all(lr in search.LR_LADDER for lr in study["configs"].values())
     assert studies.sweep_of("suite").search is study

@@ -28,8 +28,10 @@ study           a named set of runs and its store (``studies``); a ``sweep`` run
                 its store lacks
 checkpoint      a stage of the embedded model's pretraining (``models``, ``pretrain``)
 profile         how large the notebooks run: smoke, default, paper (``notebooks``)
-finding         one conclusion as a row: claim, paper, measured, CI, p, verdict
-                (``findings``)
+finding         one conclusion as a row: claim, paper, measured, CI, p, power, verdict
+                (``findings``; the machinery in ``verdicts``, power in ``power``)
+primary         a question a study declares before its runs (``verdicts.Primary``); the
+                other tested findings are exploratory
 ==============  ==========================================================================
 
 Modules, one concept each (``__all__`` below lists them; within a module, names without a
@@ -38,10 +40,14 @@ leading ``_`` are public, and a module's own ``__all__``, where it has one, list
 - the paper's objects: ``components``, ``plasticity`` and ``pairs`` (Definition 1), ``bounds``
   (Propositions 1-4), ``intervals`` (objection 2, Takeaway 1), ``definitions`` and
   ``empirical`` (measured plasticity), ``stream`` (what sets the ranking: the residual
-  stream's scale), ``paper`` (its reference values), ``findings``;
+  stream's scale), ``paper`` (its reference values);
+- conclusions: ``findings`` (one builder per notebook; 04 in ``finetuning_findings``, 05 in
+  ``confound_findings``) over ``verdicts`` (rows, primaries, Holm families) and ``power``;
+  ``advise`` (which component to finetune, from signals measured before finetuning);
 - models and data: ``models`` (loading, the embedded checkpoints, folders), ``pretrain``,
   ``tasks`` (the registry and ``load``) over ``data`` (embedded images), ``suite`` (the task
-  suite) and ``drawn`` (its glyphs and pictures), ``corruptions`` and ``paper_datasets`` (the paper's datasets from disk; ``fake_datasets`` writes tiny fakes);
+  suite) and ``drawn`` (its glyphs and pictures), ``corruptions`` and ``paper_datasets``
+  (the paper's datasets from disk; ``fake_datasets`` writes tiny fakes);
 - finetuning: ``finetune`` (the one training loop), ``probes`` (the linear probe),
   ``ablations`` (with ``gauge``) and ``confounds``,
   ``runs`` (the run schema), ``studies`` (named studies), ``search`` (LRs bracketed on
@@ -57,8 +63,9 @@ __version__ = "0.1.0"
 
 #: The public modules. Importing ``vitplast`` loads none of them: import the one you need,
 #: e.g. ``from vitplast import tasks``.
-__all__ = ["ablations", "bounds", "components", "confounds", "corruptions", "data",
-           "decide", "definitions", "drawn", "empirical", "fake_datasets", "findings", "finetune",
-           "gauge", "inputs", "intervals", "models", "notebooks", "pairs", "paper",
-           "paper_datasets", "plasticity", "plots", "pretrain", "probes", "provenance", "results",
-           "runs", "search", "store", "stream", "studies", "suite", "sweep", "tasks", "widgets"]
+__all__ = ["ablations", "advise", "bounds", "components", "confound_findings", "confounds",
+           "corruptions", "data", "decide", "definitions", "drawn", "empirical",
+           "fake_datasets", "findings", "finetune", "finetuning_findings", "gauge", "inputs",
+           "intervals", "models", "notebooks", "pairs", "paper", "paper_datasets", "plasticity",
+           "plots", "power", "pretrain", "probes", "provenance", "results", "runs", "search",
+           "store", "stream", "studies", "suite", "sweep", "tasks", "verdicts", "widgets"]

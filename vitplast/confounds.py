@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import math
 from pathlib import Path
 
 import numpy as np
@@ -295,7 +296,7 @@ def _outcomes(df: pd.DataFrame) -> pd.DataFrame:
     """Only the columns that name a run's setting by its variant, and its outcome: so that LR
     selection groups by (task, variant) and nothing else."""
     return df[[c for c in ("task", "variant", "lr", "seed", "status", "run", "test_acc",
-                           "best_val_acc") if c in df.columns]]
+                           "test_loss", "best_val_acc", "best_val_loss") if c in df.columns]]
 
 
 def accuracy(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
@@ -406,7 +407,9 @@ def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
 
     Only (task, component) pairs with every block finetuned are kept. Columns: ``task``,
     ``component``, ``spearman`` (plasticity, accuracy), ``spearman_depth`` (earliness,
-    accuracy), ``plasticity_depth`` (earliness, plasticity), ``n_blocks``.
+    accuracy), ``plasticity_depth`` (earliness, plasticity), ``partial`` (plasticity,
+    accuracy given earliness: ``partial_correlation``; NaN where plasticity or accuracy is
+    monotone in depth), ``n_blocks``.
     """
     from scipy import stats
 
@@ -418,12 +421,21 @@ def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
     for (task, comp), g in layer_accuracy(acc, layers).groupby(["task", "component"]):
         if len(g) == depth >= 3:
             early = -g["layer"]
-            rows.append(dict(task=task, component=comp, n_blocks=len(g),
-                             spearman=rho(g["plasticity"], g["test_acc"]),
-                             spearman_depth=rho(early, g["test_acc"]),
-                             plasticity_depth=rho(early, g["plasticity"])))
+            xy, yz, xz = (rho(g["plasticity"], g["test_acc"]), rho(early, g["test_acc"]),
+                          rho(early, g["plasticity"]))
+            rows.append(dict(task=task, component=comp, n_blocks=len(g), spearman=xy,
+                             spearman_depth=yz, plasticity_depth=xz,
+                             partial=partial_correlation(xy, xz, yz)))
     return pd.DataFrame(rows, columns=["task", "component", "spearman", "spearman_depth",
-                                       "plasticity_depth", "n_blocks"])
+                                       "plasticity_depth", "partial", "n_blocks"])
+
+
+def partial_correlation(xy: float, xz: float, yz: float) -> float:
+    """The correlation of x and y given z, from the three pairwise ones (here Spearman's: a
+    partial rank correlation): (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)(1 - r_yz^2)). NaN when x
+    or y is a monotone function of z (nothing of it is left once z is held fixed)."""
+    denom = (1 - xz ** 2) * (1 - yz ** 2)
+    return float((xy - xz * yz) / math.sqrt(denom)) if denom > 1e-12 else math.nan
 
 
 #: Matched families (notebook 05's first figure): family -> (variant name template, members).
@@ -449,21 +461,36 @@ def tables(res, model: nn.Module) -> dict:
     (``variant_counts_table``) and ``count_matrix`` (its matched families: family x
     component), ``layers`` (per-layer plasticity and accuracy), ``rescale``
     (``rescale_pairs``), ``corr``
-    (``layer_correlations``), ``grad_norms`` (``results.component_grad_norms`` of every run)
-    and ``grads`` (``results.grad_norms_by_task`` of the plain configurations)."""
+    (``layer_correlations``), ``grad_norms`` (``results.component_grad_norms`` of every run),
+    ``grads`` (``results.grad_norms_by_task`` of the plain configurations), ``ties``
+    (``results.lr_ties``) and ``alternatives`` (the LR-dependent tables again, once per tied
+    choice broken the other way: ``results.tie_alternatives``)."""
     from vitplast import results
 
-    acc = accuracy(res.runs)
-    norms = results.component_grad_norms(results.dynamics(
-        res.runs, results.history(res.root, res.main_root)))
-    plain = norms[norms["variant"].isin(PLAIN_CONFIGS)]
+    curves = results.history(res.root, res.main_root)
     counts = variant_counts_table(model, res.scales["scales"])
-    return dict(acc=acc, matched=matched_accuracy(acc), counts=counts,
-                count_matrix=pd.DataFrame({family: {c: counts[template.format(c)] for c in comps}
-                                           for family, (template, comps) in FAMILIES.items()}
-                                          ).T.astype("Int64"),
-                layers=layer_accuracy(acc, res.layers), rescale=rescale_pairs(res.runs),
-                corr=layer_correlations(acc, res.layers), grad_norms=norms,
+    out = dict(_selected_tables(res.runs, res.layers, curves), counts=counts,
+               count_matrix=pd.DataFrame({family: {c: counts[template.format(c)] for c in comps}
+                                          for family, (template, comps) in FAMILIES.items()}
+                                         ).T.astype("Int64"),
+               rescale=rescale_pairs(res.runs), ties=results.lr_ties(_outcomes(res.runs)))
+    # ties are found where LRs are chosen, by (task, variant); each alternative moves one
+    out["alternatives"] = [dict(_selected_tables(res.runs.assign(best_val_acc=alt[
+        "best_val_acc"]), res.layers, curves), counts=counts, rescale=out["rescale"])
+        for alt in results.tie_alternatives(_outcomes(res.runs))]
+    return out
+
+
+def _selected_tables(runs: pd.DataFrame, layers: pd.DataFrame, curves: pd.DataFrame) -> dict:
+    """The tables of ``tables`` that depend on the LR choices: ``acc``, ``matched``,
+    ``layers``, ``corr``, ``grad_norms``, ``grads``."""
+    from vitplast import results
+
+    acc = accuracy(runs)
+    norms = results.component_grad_norms(results.dynamics(runs, curves))
+    plain = norms[norms["variant"].isin(PLAIN_CONFIGS)]
+    return dict(acc=acc, matched=matched_accuracy(acc), layers=layer_accuracy(acc, layers),
+                corr=layer_correlations(acc, layers), grad_norms=norms,
                 grads=results.grad_norms_by_task(plain))
 
 

@@ -9,9 +9,10 @@ test their mean over tasks.
 - ``chosen``: per task and configuration, the LR the search chose on validation
   (``search.best``) and that run's test accuracy; only tasks whose every search has ended
   (``complete_tasks``) count.
-- ``primary_values``: per task, P1 (sparse MHA, FC1, FC2 minus LN1, LN2, all at LN1's count),
-  P2 (MHA minus LN1 at full counts) and P3 (Spearman's rho, over the five full-count
-  components, of plasticity before finetuning against gain over head-only).
+- ``findings``: the study's three declared primaries as findings rows: P1 (sparse MHA, FC1,
+  FC2 minus LN1, LN2, all at LN1's count) and P2 (MHA minus LN1 at full counts) from
+  ``accuracy``; P3 (Spearman's rho, over the five full-count components, of plasticity before
+  finetuning against gain over head-only) from ``spearman_plasticity_gain``.
 - ``task_plasticity``: a task's per-block plasticity before finetuning, measured once and
   stored beside the runs (``plasticity-<hash>.json``).
 - ``distance``: head-only and linear-probe accuracy per task: how far it lies from what
@@ -29,6 +30,9 @@ import pandas as pd
 
 from vitplast import search, store
 from vitplast.components import COMPONENTS
+
+#: The five components, in the paper's order, as configuration names.
+FULL_COUNT = tuple(COMPONENTS)
 
 
 def complete_tasks(state: pd.DataFrame) -> list[str]:
@@ -80,31 +84,31 @@ def component_plasticity(root: str | Path, tasks, n_pairs: int = 256,
         "plasticity"].mean()
 
 
-def _group_mean(wide: pd.DataFrame, configs) -> pd.Series:
-    return wide[list(configs)].mean(axis=1)
+def accuracy(picked: pd.DataFrame) -> pd.DataFrame:
+    """Test accuracy (%) as tasks x configurations: what ``verdicts.Primary.values`` reads."""
+    return picked.pivot(index="task", columns="config", values="test_acc")
 
 
-def primary_values(picked: pd.DataFrame, plasticity: pd.DataFrame, primaries) -> pd.DataFrame:
-    """One row per task: each primary's value on it (columns named by the primaries' ids).
-
-    A difference primary (``a`` and ``b`` configuration groups) is the mean test accuracy of
-    group ``a`` minus that of group ``b``; the correlation primary (``b == ["head"]``) is
-    Spearman's rho, over the configurations of ``a``, of their plasticity (``plasticity``:
-    ``component_plasticity``) against their gain over head-only.
-    """
+def spearman_plasticity_gain(picked: pd.DataFrame, plasticity: pd.DataFrame,
+                             components=FULL_COUNT) -> pd.Series:
+    """Per task: Spearman's rho, over ``components``, between their plasticity before
+    finetuning (``component_plasticity``) and their gain over head-only (test points). NaN
+    for a task without plasticity. The statistic ``"spearman(plasticity, gain)"`` of the
+    suite study's third primary."""
     from scipy import stats
 
-    wide = picked.pivot(index="task", columns="config", values="test_acc")
-    out = pd.DataFrame(index=wide.index)
-    for p in primaries:
-        if p["b"] == ["head"]:
-            gain = wide[p["a"]].sub(wide["head"], axis=0)
-            plastic = plasticity.pivot(index="task", columns="component", values="plasticity")
-            out[p["id"]] = [stats.spearmanr(plastic.loc[t, p["a"]], gain.loc[t]).statistic
-                            if t in plastic.index else np.nan for t in wide.index]
-        else:
-            out[p["id"]] = _group_mean(wide, p["a"]) - _group_mean(wide, p["b"])
-    return out.reset_index()
+    acc = accuracy(picked)
+    gain = acc[list(components)].sub(acc["head"], axis=0)
+    plastic = plasticity.pivot(index="task", columns="component", values="plasticity")
+    return pd.Series({t: stats.spearmanr(plastic.loc[t, list(components)], gain.loc[t]).statistic
+                      if t in plastic.index else np.nan for t in acc.index}, name="rho")
+
+
+def findings(study: dict, picked: pd.DataFrame, plasticity: pd.DataFrame) -> list[dict]:
+    """The study's declared primaries as findings rows (``verdicts.Primary.row``), one value
+    per complete task; ``verdicts.table`` tests them with Holm over the primaries."""
+    statistics = {"spearman(plasticity, gain)": spearman_plasticity_gain(picked, plasticity)}
+    return [p.row(accuracy(picked), statistics) for p in study["primaries"]]
 
 
 def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -118,8 +122,5 @@ def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.Dat
     return out.reset_index()
 
 
-#: The five components, in the paper's order, as configuration names.
-FULL_COUNT = tuple(COMPONENTS)
-
-__all__ = ["FULL_COUNT", "chosen", "complete_tasks", "component_plasticity", "distance",
-           "primary_values", "task_plasticity"]
+__all__ = ["FULL_COUNT", "accuracy", "chosen", "complete_tasks", "component_plasticity",
+           "distance", "findings", "spearman_plasticity_gain", "task_plasticity"]

@@ -1,22 +1,13 @@
 """Findings: every notebook's conclusions as a tidy table, and the one function that renders it.
 
-A finding is a row: ``claim``; ``paper``, the paper's value or statement with its source
-(``vitplast.paper``); ``measured``; ``ci95``, the half-width of its 95% t interval; ``p``,
-two-sided, and ``p_holm``, Holm-corrected over the notebook's family (every row of one table
-with a p); ``n`` and its ``unit`` (the independent unit: tasks, never seeds of one task);
-``verdict``. Extra columns: ``expected`` (the paper's sign for ``measured``: +1, -1, 0 where
-it reports about no difference, NaN where it states nothing), ``p_wilcoxon`` (signed-rank test
-on the same differences), ``test`` and ``counts`` (the trainable counts a matched comparison
-compares).
+The rows, their tests, Holm families, power and verdicts are ``vitplast.verdicts`` (documented
+there, re-exported here: ``findings.table``, ``findings.render``, ``findings.Primary``...).
+One builder per notebook: 01 ``definitions``, 02 ``bounds``, 03 ``plasticity_ranking``, 06
+``explorer`` below; 04 ``finetuning`` (``vitplast.finetuning_findings``) and 05 ``confounds``
+(``vitplast.confound_findings``), re-exported. ``from vitplast import findings`` is the one
+import a notebook needs.
 
-Verdicts, after Holm at ``alpha``: "agrees with the paper" / "disagrees with the paper" when the
-difference is significant and its sign is / is not the paper's; "not resolved" when it is not
-significant (or n < 3); where the paper reports no difference (``expected`` 0), a significant
-one disagrees; where it states nothing, a significant result reads "resolved: positive" or
-"resolved: negative". Descriptive rows (no test) carry their own verdict, "(untested)". Prose
-is made from rows by ``render`` only.
-
-Used by notebooks 01-06: one builder per notebook, below the table machinery.
+Used by notebooks 01-06.
 """
 
 from __future__ import annotations
@@ -26,351 +17,30 @@ import math
 import numpy as np
 import pandas as pd
 
-from vitplast.paper import FINETUNING_ORDER, SOURCES, VITB_RMS_TOKEN_NORM, table1_average
+from vitplast.confound_findings import confounds
+from vitplast.finetuning_findings import STATISTICS, finetuning, with_ties
+from vitplast.paper import SOURCES, VITB_RMS_TOKEN_NORM
+from vitplast.verdicts import (
+    ALPHA,
+    COLUMNS,
+    EXTRA,
+    MAX_PRIMARIES,
+    MIN_N,
+    UNDERPOWERED,
+    Primary,
+    descriptive,
+    holm,
+    mean_test,
+    paired_test,
+    primaries_table,
+    render,
+    table,
+)
 
-COLUMNS = ["claim", "paper", "measured", "ci95", "p", "p_holm", "n", "unit", "verdict"]
-EXTRA = ["expected", "p_wilcoxon", "test", "counts"]
-ALPHA = 0.05
-
-
-def _t_interval(values: np.ndarray) -> tuple[float, float]:
-    """(half-width of the 95% t interval of the mean, two-sided one-sample t p)."""
-    from scipy import stats
-
-    n = len(values)
-    if n < 2:
-        return math.nan, math.nan
-    sd = values.std(ddof=1)
-    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
-    if sd == 0:
-        return 0.0, (1.0 if values.mean() == 0 else 0.0)
-    return float(half), float(stats.ttest_1samp(values, 0.0).pvalue)
-
-
-def mean_test(claim: str, values, *, paper: str, expected: int, unit: str) -> dict:
-    """A finding on the mean of per-unit values (e.g. per-task differences a - b, or per-task
-    correlations): one-sample t test and Wilcoxon signed-rank test of mean 0, over the units.
-
-    Args:
-        values: one number per independent unit (NaN dropped).
-        expected: the paper's sign for the mean (+1, -1; 0: about no difference; NaN: the
-            paper states nothing).
-    """
-    from scipy import stats
-
-    v = pd.Series(values, dtype=float).dropna().to_numpy()
-    ci, p = _t_interval(v)
-    w = (float(stats.wilcoxon(v).pvalue) if len(v) > 1 and (v != 0).any() else math.nan)
-    return dict(claim=claim, paper=paper, measured=float(v.mean()) if len(v) else math.nan,
-                ci95=ci, p=p, n=len(v), unit=unit, expected=expected, p_wilcoxon=w,
-                test="t (Wilcoxon beside)")
-
-
-def paired_test(claim: str, a: pd.Series, b: pd.Series, *, paper: str, expected: int,
-                unit: str) -> dict:
-    """``mean_test`` of a - b, paired on their common index (the units)."""
-    both = pd.concat([a.rename("a"), b.rename("b")], axis=1).dropna()
-    return mean_test(claim, both["a"] - both["b"], paper=paper, expected=expected, unit=unit)
-
-
-def descriptive(claim: str, measured, *, paper: str, verdict: str, n: int, unit: str) -> dict:
-    """A finding with no test, its ``verdict`` given (e.g. "same as the paper (untested)")."""
-    return dict(claim=claim, paper=paper, measured=measured, ci95=math.nan, p=math.nan, n=n,
-                unit=unit, expected=math.nan, p_wilcoxon=math.nan, test="none", verdict=verdict)
-
-
-def holm(p) -> np.ndarray:
-    """Holm's step-down adjusted p-values (NaN stays NaN and is not counted)."""
-    p = np.asarray(p, dtype=float)
-    out = np.full_like(p, np.nan)
-    idx = np.flatnonzero(~np.isnan(p))
-    m = len(idx)
-    running = 0.0
-    for rank, i in enumerate(idx[np.argsort(p[idx], kind="stable")]):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        out[i] = running
-    return out
-
-
-def _verdict(row, alpha: float) -> str:
-    if row["test"] == "none":
-        return row["verdict"]
-    if not row["n"] >= 3 or math.isnan(row["p_holm"]) or row["p_holm"] >= alpha:
-        return "not resolved"
-    if math.isnan(row["expected"]):  # the paper states nothing on it
-        return "resolved: " + ("positive" if row["measured"] > 0 else "negative")
-    if row["expected"] == 0:  # the paper reports about no difference
-        return "disagrees with the paper"
-    same = np.sign(row["measured"]) == row["expected"]
-    return "agrees with the paper" if same else "disagrees with the paper"
-
-
-def table(rows: list[dict], alpha: float = ALPHA) -> pd.DataFrame:
-    """The findings table of one notebook: Holm over every row with a p, then verdicts."""
-    df = pd.DataFrame(rows)
-    for col in [*COLUMNS, *EXTRA]:
-        if col not in df:
-            df[col] = math.nan if col != "verdict" else ""
-    df["p_holm"] = holm(df["p"])
-    df["verdict"] = [_verdict(r, alpha) for _, r in df.iterrows()]
-    return df[[*COLUMNS, *EXTRA]]
-
-
-def _num(x, fmt: str) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
-
-
-def render(findings: pd.DataFrame) -> str:
-    """The findings as text, one line per row: the only prose the kit makes of results."""
-    lines = []
-    for r in findings.itertuples():
-        measured = _num(r.measured, "+.3g") if isinstance(r.measured, float) else str(r.measured)
-        stats_ = (f"; 95% CI +- {_num(r.ci95, '.2g')}, p = {_num(r.p, '.2g')}, Holm p = "
-                  f"{_num(r.p_holm, '.2g')}" if r.test != "none" else "")
-        lines.append(f"- {r.claim}: {measured} {r.unit} (n = {r.n}{stats_}). "
-                     f"Paper: {r.paper}. Verdict: {r.verdict}.")
-    return "\n".join(lines)
-
-
-# -- Notebook 04: finetuning each component alone -------------------------------------------
-
-_TASKS = "points, per task (seed-mean)"
-
-
-def _by_task(main: pd.DataFrame, config: str, value: str = "test_acc_mean") -> pd.Series:
-    rows = main[(main["config"] == config) & (main["task"] != "average")]
-    return rows.set_index("task")[value]
-
-
-def _paper_diff(a: str, b: str) -> str:
-    return f"{table1_average(a) - table1_average(b):+.2f} points (Table 1 average)"
-
-
-def finetuning(main: pd.DataFrame, bands: pd.DataFrame, corr: pd.DataFrame,
-               grads: pd.DataFrame, probe: pd.Series, budget: pd.DataFrame | None = None
-               ) -> pd.DataFrame:
-    """Notebook 04's findings table, from its tables (the task is the unit everywhere).
-
-    Args:
-        main: ``results.main_table`` of the main study (test accuracy at the LR chosen on
-            validation, seed-mean per task).
-        bands: ``results.lr_bands`` of the main study.
-        corr: ``results.within_task_correlation`` (plasticity vs gain, per task).
-        grads: ``results.grad_norms_by_task``.
-        probe: linear-probe test accuracy (%) per task.
-        budget: ``results.main_table`` of the 4x-steps runs (None: no budget rows).
-    """
-    acc = {c: _by_task(main, c) for c in main["config"].unique()}
-    rows = []
-    for a, b in zip(FINETUNING_ORDER, FINETUNING_ORDER[1:]):
-        rows.append(paired_test(f"{a} - {b}, test accuracy", acc[a], acc[b],
-                                paper=_paper_diff(a, b), expected=1, unit=_TASKS))
-    high = pd.concat([acc[c] for c in ("MHA", "FC1", "FC2")], axis=1).mean(axis=1)
-    low = pd.concat([acc[c] for c in ("LN1", "LN2")], axis=1).mean(axis=1)
-    paper_gap = (sum(table1_average(c) for c in ("MHA", "FC1", "FC2")) / 3
-                 - sum(table1_average(c) for c in ("LN1", "LN2")) / 2)
-    rows.append(paired_test("high-plasticity components (MHA, FC1, FC2) - LayerNorms, test "
-                            "accuracy", high, low, paper=f"{paper_gap:+.2f} points (Table 1 "
-                            "average)", expected=1, unit=_TASKS))
-    rows.append(paired_test("MHA - full finetuning, test accuracy", acc["MHA"], acc["full"],
-                            paper=_paper_diff("MHA", "full") + ", about equal", expected=0,
-                            unit=_TASKS))
-    worst = pd.concat([acc[c] for c in FINETUNING_ORDER], axis=1).min(axis=1)
-    rows.append(paired_test("weakest single component - linear probe, test accuracy", worst,
-                            probe, paper=_paper_diff("LN1", "linear probe"), expected=1,
-                            unit=_TASKS))
-    rows += _stability_rows(bands, SOURCES["lr_stability"])
-    rows += _plasticity_rows(corr, SOURCES["plasticity_gain"])
-    rows += _grad_rows(grads, SOURCES["grad_norms"])
-    if budget is not None:
-        rows += _budget_rows(main, budget)
-    return table(rows)
-
-
-def _ln_mean(frame: pd.DataFrame, value: str) -> pd.Series:
-    ln = frame[frame["config"].isin(["LN1", "LN2"])]
-    return ln.groupby("task")[value].mean()
-
-
-def _stability_rows(bands: pd.DataFrame, source: str) -> list[dict]:
-    rows = []
-    for delta in sorted(bands["delta"].unique()):
-        b = bands[bands["delta"] == delta]
-        mha = b[b["config"] == "MHA"].set_index("task")
-        rows.append(paired_test(
-            f"MHA - LayerNorms, width of the LR band within {delta:g} point(s) of the best",
-            mha["width"], _ln_mean(b, "width"), paper=source, expected=1,
-            unit="decades of LR, per task (bracketed bands only)"))
-    b = bands[bands["delta"] == bands["delta"].min()]
-    mha = b[b["config"] == "MHA"].set_index("task")
-    rows.append(paired_test("MHA - LayerNorms, accuracy drop at 3x the best LR", mha["drop_x3"],
-                            _ln_mean(b, "drop_x3"), paper=source + ": smaller drop", expected=-1,
-                            unit="points of validation accuracy, per task"))
-    return rows
-
-
-def _plasticity_rows(corr: pd.DataFrame, source: str) -> list[dict]:
-    rows = []
-    for protocol, c in corr.groupby("protocol"):
-        per_task = c.drop_duplicates("task").set_index("task")["spearman"]
-        rows.append(mean_test(f"Spearman(plasticity, gain over head-only) over the five "
-                              f"components, within a task [{protocol}]", per_task,
-                              paper=source + ": positive", expected=1, unit="rho, per task"))
-        mha = c[c["component"] == "MHA"]
-        ranks = f"plasticity rank {mha['rank_x'].mean():.1f}, gain rank {mha['rank_y'].mean():.1f}"
-        top = mha["rank_x"].mean() <= 1.5 and mha["rank_y"].mean() <= 1.5
-        rows.append(descriptive(f"where MHA sits among the five [{protocol}] (1 = highest)", ranks,
-                                paper="highest plasticity and highest gain (Fig. 2, Table 1)",
-                                verdict="same as the paper (untested)" if top
-                                else "differs from the paper (untested)",
-                                n=mha["task"].nunique(), unit="mean over tasks"))
-    return rows
-
-
-def _grad_rows(grads: pd.DataFrame, source: str) -> list[dict]:
-    rows = []
-    for kind, expected, paper in (("total", 1, source),
-                                  ("per parameter", math.nan, "not reported (objection 4)")):
-        g = grads[grads["kind"] == kind].assign(log=lambda d: np.log10(d["grad_norm"]))
-        rows.append(paired_test(f"MHA / LayerNorms, gradient norm on its own component "
-                                f"({kind}), log10 ratio", g[g["config"] == "MHA"]
-                                .set_index("task")["log"], _ln_mean(g, "log"), paper=paper,
-                                expected=expected, unit="decades, per task"))
-    return rows
-
-
-def _budget_rows(main: pd.DataFrame, budget: pd.DataFrame) -> list[dict]:
-    """Does the order hold at 4x the steps? Kendall's tau between each task's order of the
-    configurations at 1x and at 4x (mean over tasks; "order held" when it is at least 0.7, a
-    swap of at most 3 of the 21 pairs of 7 configurations), and MHA - LN1 at 4x."""
-    from scipy import stats
-
-    taus = []
-    for task, b in budget[budget["task"] != "average"].groupby("task"):
-        m = main[main["task"] == task].set_index("config")["test_acc_mean"]
-        x = b.set_index("config")["test_acc_mean"]
-        common = m.index.intersection(x.index)
-        taus.append(stats.kendalltau(m[common], x[common]).statistic)
-    tau = float(np.mean(taus)) if taus else math.nan
-    acc4 = {c: _by_task(budget, c) for c in ("MHA", "LN1")}
-    return [descriptive("order of the seven configurations at 4x vs 1x the steps (Kendall tau)",
-                        tau, paper="not studied", n=len(taus), unit="tau, mean over tasks",
-                        verdict="order held" if tau >= 0.7 else "order changed"),
-            paired_test("MHA - LN1 at 4x the steps, test accuracy", acc4["MHA"], acc4["LN1"],
-                        paper=_paper_diff("MHA", "LN1") + " at the paper's budget", expected=1,
-                        unit=_TASKS)]
-
-
-# -- Notebook 05: plasticity or parameter count? ---------------------------------------------
-
-def _col(acc: pd.DataFrame, variant: str) -> pd.Series:
-    """A variant's accuracy per task; empty when the study has no run of it yet."""
-    return acc[variant] if variant in acc else pd.Series(dtype=float)
-
-
-def _matched(acc: pd.DataFrame, a: str, b: str, counts: dict, claim: str) -> dict:
-    """A paired test of variants ``a`` - ``b`` over tasks, stating the counts compared."""
-    row = paired_test(claim, _col(acc, a), _col(acc, b), paper=_paper_diff(
-        a.split()[0], b.split()[0]) + " at full counts", expected=1, unit=_TASKS)
-    return {**row, "counts": f"{counts.get(a, math.nan):,} vs {counts.get(b, math.nan):,}"}
-
-
-def confounds(acc: pd.DataFrame, counts: dict, layer_corr: pd.DataFrame,
-              grads: pd.DataFrame, after: pd.DataFrame | None = None,
-              rescale: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Notebook 05's findings table: the task is the unit; Holm over every tested row.
-
-    Args:
-        acc: ``confounds.accuracy`` of the confound study and its plain SGD baselines (tasks x
-            variants, seed-mean test accuracy in %).
-        counts: ``confounds.variant_counts_table`` (backbone entries per variant; plain
-            configurations included).
-        layer_corr: ``confounds.layer_correlations``.
-        grads: ``results.grad_norms_by_task`` of the plain configurations (main study).
-        after: ``confounds.plasticity_after`` of the best runs (None or empty: no row).
-        rescale: ``confounds.rescale_pairs`` (None: no run-by-run rescale rows).
-    """
-    rows = [_matched(acc, "MHA sparse", "LN1", counts, "MHA - LN1 at LN1's count (sparse MHA)"),
-            _matched(acc, "MHA sparse", "FC1 sparse", counts, "MHA - FC1 at LN1's count (sparse)"),
-            _matched(acc, "FC1 sparse", "FC2 sparse", counts, "FC1 - FC2 at LN1's count (sparse)")]
-    for kind in ("LoRA r1", "bias"):
-        rows += [_matched(acc, f"{a} {kind}", f"{b} {kind}", counts, f"{a} - {b}, {kind} at one "
-                          "count") for a, b in (("MHA", "FC1"), ("FC1", "FC2"))]
-    count_effect = paired_test("MHA at its full count - MHA at LN1's count: what the count adds",
-                               _col(acc, "MHA"), _col(acc, "MHA sparse"), paper="not studied",
-                               expected=math.nan, unit=_TASKS)
-    rows.append({**count_effect, "counts": f"{counts.get('MHA', 0):,} vs "
-                 f"{counts.get('MHA sparse', 0):,}"})
-    rows += _layer_rows(layer_corr, counts)
-    rows.append(paired_test("MHA - LN1 under AdamW", _col(acc, "MHA (AdamW)"),
-                            _col(acc, "LN1 (AdamW)"), paper=SOURCES["adamw"], expected=1,
-                            unit=_TASKS))
-    rows.append(paired_test("MHA - LN1 finetuned from the random init checkpoint",
-                            _col(acc, "MHA (init)"), _col(acc, "LN1 (init)"),
-                            paper="not studied (architecture vs pretraining)",
-                            expected=math.nan, unit=_TASKS))
-    rows += _rescale_rows(acc, rescale)
-    rows += _grad_rows(grads, SOURCES["grad_norms"])
-    if after is not None and len(after):
-        own = after[after["variant"] == after["component"]]
-        ratios = own.groupby("component")["ratio"].mean()
-        rows.append(descriptive(
-            "a component's own plasticity after / before finetuning it (best run per task)",
-            ", ".join(f"{c} x{r:.2f}" for c, r in ratios.items()), paper="not studied",
-            verdict="measured (untested)", n=own["task"].nunique(), unit="mean over tasks"))
-    return table(rows)
-
-
-def _layer_rows(corr: pd.DataFrame, counts: dict) -> list[dict]:
-    """Spearman(plasticity, accuracy) over the blocks, within a component (its count per
-    block stated): per component and averaged over components, the task as the unit."""
-    rows = []
-    for comp, c in corr.groupby("component"):
-        row = mean_test(f"{comp} of one block: Spearman(plasticity before finetuning, test "
-                        "accuracy) over the blocks", c.set_index("task")["spearman"],
-                        paper=SOURCES["plasticity_gain"] + ": positive", expected=1,
-                        unit="rho, per task")
-        per_block = sorted({n for name, n in counts.items() if name.startswith(f"{comp} block ")})
-        rows.append({**row, "counts": " vs ".join(f"{n:,}" for n in per_block) + " per block"})
-    for column, what, paper in (("spearman", "plasticity", SOURCES["plasticity_gain"]
-                                 + ": positive"), ("spearman_depth", "earlier block", None)):
-        per_task = (corr.groupby("task")[column].mean() if column in corr
-                    else pd.Series(dtype=float))
-        rows.append(mean_test(f"one block at a time, mean over components: Spearman({what}, "
-                              "test accuracy) over the blocks", per_task,
-                              paper=paper or "not studied (depth, which plasticity may follow)",
-                              expected=1 if paper else math.nan, unit="rho, per task"))
-    return rows
-
-
-def _rescale_rows(acc: pd.DataFrame, pairs: pd.DataFrame | None) -> list[dict]:
-    """The gamma rescale (plasticity x c at one count) against the plain LayerNorm and against
-    its lr/c^2 control (task level, with the recipe's clipping); then, run by run, whether the
-    rescale and its control end identically, as derived without clipping (``pairs``:
-    ``confounds.rescale_pairs``)."""
-    rows = []
-    for pres in [v for v in acc.columns if v.endswith("(preserved)")]:
-        ln, c = pres.split()[0], pres.split()[2]
-        rows.append(paired_test(f"{ln} x {c} (preserved) - plain {ln}: plasticity x {c}, same "
-                                "count", acc[pres], _col(acc, ln), paper="not studied",
-                                expected=math.nan, unit=_TASKS))
-        rows.append(paired_test(f"{ln} x {c} (preserved) - its lr/c^2 control, gradient "
-                                "clipping on", acc[pres], _col(acc, f"{ln} lr/c^2 (c={c})"),
-                                paper="not studied", expected=math.nan, unit=_TASKS))
-    for r in (pairs.itertuples() if pairs is not None else []):
-        equal = r.identical == r.pairs
-        if r.pairs == 0:
-            verdict = "not resolved"
-        elif r.clipping == "off":
-            verdict = "identical, as derived" if equal else "differs: contradicts the derivation"
-        else:
-            verdict = "identical (the clip never bound)" if equal else "differs, as clipping allows"
-        rows.append(descriptive(
-            f"{r.variant} vs its lr/c^2 control, run by run (task, LR, seed), gradient clipping "
-            f"{r.clipping}", f"{r.identical} of {r.pairs} pairs identical, the largest "
-            f"difference {r.max_diff:.2f}", paper="not studied (derived here: identical "
-            "without clipping)", verdict=verdict, n=r.pairs, unit="points"))
-    return rows
+__all__ = ["ALPHA", "COLUMNS", "EXTRA", "MAX_PRIMARIES", "MIN_N", "STATISTICS", "UNDERPOWERED",
+           "Primary", "bounds", "confounds", "definitions", "descriptive", "explorer",
+           "finetuning", "holm", "mean_test", "paired_test", "plasticity_ranking",
+           "primaries_table", "render", "table", "with_ties"]
 
 
 # notebook 01 ---------------------------------------------------------------------------------

@@ -56,3 +56,19 @@ def table1(average_only: bool = False) -> pd.DataFrame:
 def table1_average(config: str) -> float:
     """Table 1's average accuracy (%) of one configuration."""
     return TABLE1["average"][TABLE1_CONFIGS.index(config)]
+
+
+def group_gap(a, b) -> float:
+    """Table 1's average accuracy (%) of the configurations ``a``, averaged, minus that of
+    ``b``: the paper's value for a difference of configuration groups (``verdicts.Primary``)."""
+    return (sum(table1_average(c) for c in a) / len(a)
+            - sum(table1_average(c) for c in b) / len(b))
+
+
+def plasticity_gain_spearman() -> float:
+    """Spearman's rho, over the five components, between the paper's plasticity (Fig. 2) and
+    its Table 1 average accuracy: the paper's value for "plasticity goes with gain"."""
+    from scipy import stats
+
+    return float(stats.spearmanr([FIG2_PLASTICITY[c] for c in FINETUNING_ORDER],
+                                 [table1_average(c) for c in FINETUNING_ORDER]).statistic)

@@ -4,7 +4,9 @@ Nothing here computes results or holds numbers: callers pass the tables that
 ``vitplast.plasticity``, ``.intervals``, ``.sweep`` produce. Notebooks save what they show with
 ``save``. Every figure is drawn inside ``theme()`` (seaborn's whitegrid, restored after);
 importing this module sets no global style. Axes are named in words (``LABELS``); log axes
-carry plain, non-overlapping tick labels (``log_axis``). The explorers of ``vitplast.widgets``
+carry plain, non-overlapping tick labels (``log_axis``). Each configuration (and component)
+has one colour in every figure of every notebook (``PALETTE``; a variant such as "MHA sparse"
+takes its component's colour, dashed: ``style``). The explorers of ``vitplast.widgets``
 redraw ``rate_histogram``, ``layernorm_rescale`` and ``run_curves``.
 
 Used by notebooks 01-06.
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -27,6 +30,11 @@ from vitplast.components import COMPONENTS
 ORDER = list(COMPONENTS)
 #: Finetuning configurations in the order figures list them (others follow as they come).
 CONFIG_ORDER = ["full", "head", "MHA", "FC1", "FC2", "LN2", "LN1"]
+#: One colour per configuration and component, the same in every notebook (seaborn's
+#: colour-blind-safe "colorblind" colours; head-only grey, the linear probe near black).
+_CB = sns.color_palette("colorblind", 10).as_hex()
+PALETTE = {"MHA": _CB[0], "FC1": _CB[1], "FC2": _CB[2], "LN2": _CB[3], "LN1": _CB[4],
+           "full": _CB[5], "head": _CB[7], "embedding": _CB[9], "linear probe": "#333333"}
 #: At most this many panels per row; more wrap onto new rows.
 MAX_COLS = 4
 #: Axis labels in words for the column names the figures plot most.
@@ -113,6 +121,14 @@ def _grid(df, col, height=3.2, aspect=1.2, **kw):
     return fig, axes[:len(cols)], cols
 
 
+def style(name) -> dict:
+    """Line keywords of a configuration or variant: ``PALETTE``'s colour of its first word
+    (None: the next colour of the cycle) and a dashed line unless it is a plain configuration."""
+    word = str(name).split()[0] if str(name).split() else ""
+    return dict(color=PALETTE.get(word), ls="-" if str(name) in PALETTE or word not in PALETTE
+                else "--")
+
+
 def _config_rank(item) -> int:
     """Sort key of a (hue value, group) pair: ``CONFIG_ORDER`` first, in its order."""
     key = str(item[0])
@@ -134,7 +150,8 @@ def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None
     fig, axes, cols = _grid(summary, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = summary if value is None else summary[summary[col] == value]
-        sns.boxplot(sub, x="component", y="plasticity", hue=hue, order=ORDER, ax=ax)
+        sns.boxplot(sub, x="component", y="plasticity", hue=hue, order=ORDER, ax=ax,
+                    **({} if hue else dict(hue="component", palette=PALETTE, legend=False)))
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
         ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
                ylabel="plasticity per layer (mean rate)")
@@ -152,7 +169,8 @@ def plasticity_by_layer(summary, col: str | None = "protocol"):
         sub = summary if value is None else summary[summary[col] == value]
         for comp in ORDER:
             part = sub[sub["component"] == comp].groupby("layer")[["plasticity", "ci95"]].mean()
-            line, = ax.plot(part.index, part["plasticity"], marker="o", label=comp)
+            line, = ax.plot(part.index, part["plasticity"], marker="o", label=comp,
+                            color=PALETTE[comp])
             ax.fill_between(part.index, part["plasticity"] - part["ci95"],
                             part["plasticity"] + part["ci95"], color=line.get_color(), alpha=0.2)
         ax.set(xlabel=_label("layer"), ylabel=_label("plasticity"),
@@ -171,7 +189,8 @@ def rate_distributions(df, col: str | None = "protocol"):
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
-        sns.violinplot(sub, x="component", y="rate", order=ORDER, ax=ax, log_scale=True, cut=0)
+        sns.violinplot(sub, x="component", y="rate", order=ORDER, ax=ax, log_scale=True, cut=0,
+                       hue="component", palette=PALETTE, legend=False)
         ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
                ylabel=_label("rate"))
         ax.yaxis.set_minor_formatter(NullFormatter())
@@ -194,7 +213,7 @@ def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = Fal
         shown = []
         for key, g in sorted(sub.groupby(hue, observed=True, sort=False), key=_config_rank):
             g = g.groupby(x)[[y] + ([band] if band else [])].mean().reset_index()
-            line, = ax.plot(g[x], g[y], marker="o", label=str(key))
+            line, = ax.plot(g[x], g[y], marker="o", label=str(key), **style(key))
             shown.append(g[y])
             if band:
                 ax.fill_between(g[x], g[y] - g[band], g[y] + g[band], alpha=0.2,
@@ -225,7 +244,9 @@ def scatter(df, x: str, y: str, hue: str, logx: bool = False, title: str = "",
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
-        sns.scatterplot(sub, x=x, y=y, hue=hue, ax=ax, legend=ax is axes[-1], s=60)
+        palette = {k: PALETTE.get(str(k)) for k in df[hue].unique()}
+        sns.scatterplot(sub, x=x, y=y, hue=hue, ax=ax, legend=ax is axes[-1], s=60,
+                        palette=palette if all(palette.values()) else None)
         if logx:
             log_axis(ax, "x")
         ax.axhline(0, color="k", lw=0.8, ls="--")
@@ -239,10 +260,12 @@ def scatter(df, x: str, y: str, hue: str, logx: bool = False, title: str = "",
 
 @_themed
 def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
-                significant: str | None = None, title: str = "", xlabel: str | None = None):
+                significant: str | None = None, title: str = "", xlabel: str | None = None,
+                descriptive: str | None = None):
     """A forest plot: per row of ``df``, ``diff`` with a +-``ci`` bar, against zero.
 
     ``significant`` (a boolean column) draws the rows it marks filled, the others hollow;
+    ``descriptive`` (a boolean column) draws its rows as grey diamonds (no test);
     ``xlabel`` names the difference in words (default: "difference, with its 95% CI").
     Used by notebooks 04 (findings) and 05 (verdicts).
     """
@@ -251,11 +274,14 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
     fig, ax = plt.subplots(figsize=(9, 0.55 * len(df) + 1.2))
     y = range(len(df))[::-1]  # first row on top
     filled = df[significant].astype(bool) if significant else [True] * len(df)
-    for yi, (_, r), full in zip(y, df.iterrows(), filled):
-        ax.errorbar(r[diff], yi, xerr=r[ci], fmt="o", color="C0", capsize=3,
-                    markerfacecolor="C0" if full else "white")
+    plain = df[descriptive].astype(bool) if descriptive else [False] * len(df)
+    for yi, (_, r), full, desc in zip(y, df.iterrows(), filled, plain):
+        color = "0.55" if desc else "C0"
+        ax.errorbar(r[diff], yi, xerr=r[ci] if np.isfinite(r[ci]) else None,
+                    fmt="D" if desc else "o", color=color, capsize=3,
+                    markerfacecolor=color if full or desc else "white")
     ax.axvline(0, color="k", lw=0.8, ls="--")
-    ax.set(yticks=list(y), yticklabels=[textwrap.fill(str(v), 45) for v in df[label]], title=title,
+    ax.set(yticks=list(y), yticklabels=[textwrap.fill(str(v), 48) for v in df[label]], title=title,
            xlabel=xlabel or "difference, with its 95% CI")
     fig.tight_layout()
     return fig
@@ -299,20 +325,31 @@ def intervals(df):
 @_themed
 def findings(table, unit: str | None = None, title: str = "", xlabel: str | None = None,
              alpha: float | None = None):
-    """A forest plot of the tested findings rows measured in ``unit`` (``vitplast.findings``;
-    default: the unit of most tested rows): each difference with its 95% CI, filled where the
-    table's own Holm-corrected p is below ``alpha`` (default ``findings.ALPHA``).
+    """A forest plot of the findings rows measured in ``unit`` (``vitplast.findings``;
+    default: the unit of most tested rows), primaries first: each mean with its 95% CI, filled
+    where the table's own Holm-corrected p (within its family) is below ``alpha`` (default
+    ``findings.ALPHA``), hollow where not, a grey diamond where the row is descriptive (n < 3:
+    no test). Each label names the row's family and n.
 
     Used by notebooks 04-05."""
     from vitplast.findings import ALPHA
 
     alpha = ALPHA if alpha is None else alpha
-    tested = table[table["test"] != "none"]
-    unit = unit or tested["unit"].value_counts().index[0]
-    rows = tested[tested["unit"] == unit].reset_index(drop=True)
-    rows = rows.assign(significant=rows["p_holm"] < alpha)
-    return differences(rows, label="claim", diff="measured", ci="ci95", significant="significant",
-                       title=title or f"filled: Holm-corrected p < {alpha:g}; hollow: not",
+    shown = table[pd.to_numeric(table["measured"], errors="coerce").notna()
+                  & ((table["test"] != "none") | (table["family"] != "descriptive"))]
+    tested = shown[shown["family"] != "descriptive"]
+    units = (tested if len(tested) else shown)["unit"].value_counts()
+    unit = unit or (units.index[0] if len(units) else "")
+    rows = shown[shown["unit"] == unit].reset_index(drop=True)
+    if not len(rows):
+        return message("no findings row with a number to plot yet")
+    rows = rows.assign(significant=rows["p_holm"] < alpha, descriptive=rows["family"] ==
+                       "descriptive", measured=rows["measured"].astype(float),
+                       label=[f"[{f}] {c} (n\u00a0=\u00a0{n})" for f, c, n in
+                              zip(rows["family"], rows["claim"], rows["n"])])
+    return differences(rows, label="label", diff="measured", ci="ci95", significant="significant",
+                       descriptive="descriptive", title=title or f"filled: Holm p < {alpha:g} "
+                       "within its family; hollow: not; grey diamond: descriptive (n < 3)",
                        xlabel=xlabel or f"difference, with its 95% CI ({unit})")
 
 

@@ -24,7 +24,7 @@ from vitplast import store
 from vitplast.runs import RUNTIME_KEYS, run_hash
 
 _OUTCOME = ("status", "error", "initial_val_acc", "test_acc", "test_loss", "best_val_acc",
-            "best_step", "trainable",
+            "best_val_loss", "best_step", "trainable",
             "seconds", "train_seconds", "device", "machine", "vitplast", "torch", "timm",
             "python", "git_commit", "git_dirty", "date")
 
@@ -48,14 +48,22 @@ _SETTINGS = ("kind", "model", "checkpoint", "pretrained", "task", "config", "opt
 def runs_table(records: list[dict]) -> pd.DataFrame:
     """Records (``sweep.run_one`` with their config) as the table ``results`` documents."""
     rows = [{"run": run_hash(r["config"]), **_flat(r["config"]),
-             **{k: r.get(k) for k in _OUTCOME}} for r in records]
+             **{k: r.get(k) for k in _OUTCOME}, "best_val_loss": _best_val_loss(r)}
+            for r in records]
     settings = dict.fromkeys(["run", *_SETTINGS,
                               *(k for row in rows for k in row if k not in _OUTCOME)])
     df = pd.DataFrame(rows, columns=[*settings, *_OUTCOME])
-    for k in ("initial_val_acc", "test_acc", "test_loss", "best_val_acc", "seconds",
-              "train_seconds"):
+    for k in ("initial_val_acc", "test_acc", "test_loss", "best_val_acc", "best_val_loss",
+              "seconds", "train_seconds"):
         df[k] = pd.to_numeric(df[k]).astype(float)
     return df
+
+
+def _best_val_loss(record: dict) -> float | None:
+    """The validation loss logged at the kept weights' step (``best_step``); None if none."""
+    at = [h.get("val_loss") for h in record.get("history") or []
+          if h.get("step") == record.get("best_step") and "val_loss" in h]
+    return at[0] if at else record.get("best_val_loss")
 
 
 def _records(roots) -> dict[str, dict]:
@@ -70,7 +78,8 @@ def results(*roots: str | Path) -> pd.DataFrame:
     Columns: ``run`` (``runs.run_hash`` of its config); every config key (``run_config``:
     kind, model, checkpoint, pretrained, task, ..., config, lr, seed, steps, optimizer, ...;
     nested dicts as ``key.sub``, lists as JSON text); ``status`` ("ok", "diverged",
-    "failed"); ``error``; ``test_acc``, ``best_val_acc`` (in [0, 1]; NaN unless ok) and
+    "failed"); ``error``; ``test_acc``, ``best_val_acc`` (in [0, 1]; NaN unless ok),
+    ``best_val_loss`` (validation loss at the kept weights, read off the logged curve) and
     ``test_loss``; ``best_step`` (step of the kept weights); ``trainable`` (parameters
     trained); ``seconds`` (whole run), ``train_seconds``; ``device``; provenance
     (``machine``, ``vitplast``, ``torch``, ``timm``, ``python``, ``git_commit``,
@@ -96,41 +105,91 @@ def history(*roots: str | Path, metrics: list[str] | None = None) -> pd.DataFram
     return df.astype({"value": float})
 
 
-def _select(df: pd.DataFrame, on: str):
-    """(setting columns, ``df`` with a ``_setting`` id, per id the chosen ``lr`` and score)."""
-    if on not in ("val", "test"):
+#: Seed-mean scores closer than this are a tie (means of k/1000 accuracies can differ in
+#: their last bits by the order of summation alone).
+TIE_TOLERANCE = 1e-9
+#: What each choice is made on: (score, higher is better), then (tie-break, lower is better).
+_RULE = {"val": ("best_val_acc", "best_val_loss"), "test": ("test_acc", "test_loss")}
+
+
+def _scores(df: pd.DataFrame, on: str):
+    """(setting columns, ``df`` with a ``_setting`` id, per id and lr: ``selection_score``,
+    ``tie_break`` and ``n_seeds``, best first by the rule of ``select_lr``)."""
+    if on not in _RULE:
         raise ValueError(f"on must be 'val' or 'test', got {on!r}")
     keys = [c for c in df.columns  # runtime knobs (device, precision...) define no setting
             if c not in (*_OUTCOME, *RUNTIME_KEYS, "run", "lr", "seed")]
     df = df.assign(_setting=df.groupby(keys, dropna=False).ngroup())  # NaN keys are a value
-    scores = (df[df["status"] == "ok"].groupby(["_setting", "lr"])
-              ["best_val_acc" if on == "val" else "test_acc"]
-              .agg(selection_score="mean", n_seeds="count").reset_index())  # by lr: ties -> min
-    best = scores.sort_values("selection_score", ascending=False, kind="stable")
-    return keys, df, best.drop_duplicates("_setting")
+    score, loss = _RULE[on]
+    ok = df[df["status"] == "ok"]
+    ok = ok.assign(_loss=ok[loss] if loss in ok else math.nan)
+    scores = ok.groupby(["_setting", "lr"]).agg(
+        selection_score=(score, "mean"), tie_break=("_loss", "mean"),
+        n_seeds=(score, "count")).reset_index()
+    rounded = (scores["selection_score"] / TIE_TOLERANCE).round()
+    scores = scores.assign(_rounded=rounded).sort_values(
+        ["_setting", "_rounded", "tie_break", "lr"], ascending=[True, False, True, True],
+        na_position="last", kind="stable")
+    return keys, df, scores
+
+
+def _select(df: pd.DataFrame, on: str):
+    """(setting columns, ``df`` with a ``_setting`` id, per id the chosen ``lr`` and score,
+    with ``tied``: how many other LRs have the same seed-mean score)."""
+    keys, df, scores = _scores(df, on)
+    top = scores.groupby("_setting")["_rounded"].transform("max")
+    tied = (scores["_rounded"] == top).groupby(scores["_setting"]).transform("sum") - 1
+    best = scores.assign(tied=tied).drop_duplicates("_setting")
+    return keys, df, best.drop(columns="_rounded")
 
 
 def select_lr(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
     """Per setting (all config columns but lr and seed: task, config, optimizer...), the LR
-    with the best seed-mean accuracy; ties go to the smaller LR.
+    chosen by one rule that does not hang on one image: the best seed-mean validation
+    accuracy; among LRs tied on it (within ``TIE_TOLERANCE``), the lowest seed-mean
+    validation loss at the kept weights; then the smaller LR.
 
-    Diverged and failed runs are missing (the mean is over the seeds left, ``n_seeds``),
+    Diverged and failed runs are missing (the means are over the seeds left, ``n_seeds``),
     never zeros.
 
     Args:
         df: ``results``, or a table with setting columns, ``lr``, ``seed``, ``status``,
-            ``best_val_acc`` and ``test_acc``.
-        on: ``"val"`` (``best_val_acc``) or ``"test"``: the public code's optimistic choice on
-            test accuracy, kept to reproduce its numbers.
+            ``best_val_acc``, ``best_val_loss`` and ``test_acc`` (``test_loss``).
+        on: ``"val"`` or ``"test"``: the public code's optimistic choice on test accuracy
+            (then test loss), kept to reproduce its numbers.
 
     Returns:
         One row per setting: its columns, ``lr``, ``selection_score`` (the seed-mean
-        accuracy it was chosen on), ``n_seeds`` and ``selected_on`` (``on``).
+        accuracy it was chosen on), ``tie_break`` (the seed-mean loss that broke a tie),
+        ``tied`` (how many other LRs had the same score: 0 when no tie), ``n_seeds`` and
+        ``selected_on`` (``on``).
     """
     keys, df, best = _select(df, on)
     out = df.drop_duplicates("_setting")[["_setting", *keys]].merge(best, on="_setting")
     return out.sort_values("_setting").drop(columns="_setting").assign(
         selected_on=on).reset_index(drop=True)
+
+
+def lr_ties(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
+    """The settings whose choice of LR was a tie on seed-mean accuracy (``select_lr`` rows
+    with ``tied`` > 0): the choices that the tie-break decided."""
+    chosen = select_lr(df, on)
+    return chosen[chosen["tied"] > 0].reset_index(drop=True)
+
+
+def tie_alternatives(df: pd.DataFrame, on: str = "val") -> list[pd.DataFrame]:
+    """For each tied choice (``lr_ties``), ``df`` with that one choice broken the other way:
+    the chosen LR's scores lowered by a hair, so the next tied LR wins. Feeding each to the
+    same tables shows whether a finding hangs on a tie (``finetuning_findings.with_ties``)."""
+    keys, marked, best = _select(df, on)
+    score = _RULE[on][0]
+    out = []
+    for setting, lr in best.loc[best["tied"] > 0, ["_setting", "lr"]].itertuples(index=False):
+        hit = (marked["_setting"] == setting) & (marked["lr"] == lr)
+        alt = df.copy()
+        alt.loc[hit.to_numpy(), score] = alt.loc[hit.to_numpy(), score] - 10 * TIE_TOLERANCE
+        out.append(alt)
+    return out
 
 
 def main_table(df: pd.DataFrame, on: str = "val", ddof: int = 0) -> pd.DataFrame:
@@ -203,24 +262,37 @@ def compare_with_paper(wide: pd.DataFrame) -> pd.DataFrame:
 
 
 def finetuning_tables(runs: pd.DataFrame, budget: pd.DataFrame, root, *, rates: pd.DataFrame,
-                      on: str = "val") -> dict:
+                      on: str = "val", ties: bool = True, curves: pd.DataFrame | None = None
+                      ) -> dict:
     """Every table behind notebook 04's findings, from a study's runs (``studies.load``) and
     the plasticity ``rates`` of its tasks: ``main`` (``main_table``), ``gain``, ``bands``
     (``lr_bands``), ``link`` (``plasticity_vs_gain``) and ``corr``
     (``within_task_correlation``), ``dynamics``, ``grad_norms`` (``component_grad_norms``)
     and ``grads`` (``grad_norms_by_task``), ``budget`` (``main_table`` of the budget runs,
-    or None)."""
+    or None); with ``ties``, also ``ties`` (``lr_ties``) and ``alternatives``: these tables
+    again once per tied choice broken the other way (``tie_alternatives``).
+
+    Args:
+        curves: ``history(root)``, when already read.
+    """
     from vitplast import plasticity
 
+    curves = history(root) if curves is None else curves
     main = main_table(runs, on=on)
     gain = gains(main)
     link = plasticity_vs_gain(plasticity.ranking(rates), gain)
-    dyn = dynamics(runs, history(root), on=on)
+    dyn = dynamics(runs, curves, on=on)
     norms = component_grad_norms(dyn)
-    return dict(main=main, gain=gain, bands=lr_bands(runs), link=link,
-                corr=within_task_correlation(link), dynamics=dyn, grad_norms=norms,
-                grads=grad_norms_by_task(norms),
-                budget=main_table(budget, on=on) if len(budget) else None)
+    out = dict(main=main, gain=gain, bands=lr_bands(runs), link=link,
+               corr=within_task_correlation(link), dynamics=dyn, grad_norms=norms,
+               grads=grad_norms_by_task(norms),
+               budget=main_table(budget, on=on) if len(budget) else None)
+    if ties:
+        out["ties"] = lr_ties(runs, on)
+        out["alternatives"] = [finetuning_tables(alt, budget, root, rates=rates, on=on,
+                                                 ties=False, curves=curves)
+                               for alt in tie_alternatives(runs, on)]
+    return out
 
 
 def budget_comparison(main: pd.DataFrame, budget: pd.DataFrame | None) -> pd.DataFrame:

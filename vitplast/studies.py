@@ -14,6 +14,11 @@ holds one record per run. The LR-tuning diary of each study is prose in its stor
   (``confounds.study_runs``).
 - ``PAPER``: the paper's own grid (ViT-B/16 in21k, its 11 datasets): ``paper_runs``.
 
+A study declares its primary questions (``primaries``: at most three ``verdicts.Primary``,
+each with its direction, the paper's value and its source) before any of its runs exist; the
+findings tables test them with Holm over the primaries only, everything else is exploratory
+(``primaries(study)``).
+
 ``SWEEPS`` names the studies the CLI runs (``vitplast sweep --study NAME``), each with its
 default store and how its runs are made: ``sweep_runs(name, root)``.
 
@@ -28,8 +33,9 @@ from typing import Callable
 
 import pandas as pd
 
-from vitplast import components, models, paper_datasets, runs, suite
+from vitplast import components, models, paper, paper_datasets, runs, suite
 from vitplast.search import LR_LADDER
+from vitplast.verdicts import MAX_PRIMARIES, Primary
 
 #: Where the main study's records are shipped (one JSON per run).
 MAIN_RESULTS = models.results_root("finetune")
@@ -60,10 +66,27 @@ MAIN = dict(
 BUDGET = dict(tasks=["fmnist_contrast", "digits"], steps=480, warmup_steps=48, eval_every=80,
               seeds=[0, 42, 3407])
 
+_TYPES = ("MHA", "FC1", "FC2")  # attention and the MLP linears: ~28M each on ViT-B
+_NORMS = ("LN1", "LN2")  # the LayerNorms: 18K each
+#: Notebook 04's primary questions, named by component type (on the embedded model the
+#: measured plasticity order is not the paper's: notebook 03). Declared after the study's runs
+#: (the questions it was built to answer; only ``SUITE_STUDY`` declared its before any run).
+MAIN_PRIMARIES = (
+    Primary("attention and MLP linears (MHA, FC1, FC2) - LayerNorms (LN1, LN2), test accuracy",
+            a=_TYPES, b=_NORMS, paper=paper.group_gap(_TYPES, _NORMS),
+            source="Table 1 average (ViT-B/16)"),
+    Primary("MHA - LN1, test accuracy", a=("MHA",), b=("LN1",),
+            paper=paper.group_gap(("MHA",), ("LN1",)), source="Table 1 average (ViT-B/16)"),
+    Primary("Spearman(plasticity, gain over head-only) over the five components, within a task",
+            statistic="spearman(plasticity, gain)", paper=paper.plasticity_gain_spearman(),
+            source="Fig. 2 plasticity vs Table 1 averages (ViT-B/16), Takeaway 3",
+            unit="rho, per task"))
+MAIN["primaries"] = MAIN_PRIMARIES
+
 
 #: A seconds-long variant of ``MAIN`` for the smoke profile: one task, two LRs, 4 steps.
 SMOKE = dict(tasks=["digits"], lrs={c: [0.01, 0.1] for c in MAIN["lrs"]}, seeds=[0],
-             fixed=dict(steps=4, warmup_steps=1, eval_every=2))
+             fixed=dict(steps=4, warmup_steps=1, eval_every=2), primaries=MAIN_PRIMARIES)
 #: Finetuning studies by name (the notebooks' ``study`` parameter, the CLI's ``--study``).
 FINETUNING = {"main": MAIN, "smoke": SMOKE}
 
@@ -112,7 +135,23 @@ CONFOUNDS = dict(
         dict(name="rescale, no clip", tasks=CONFOUND_TASKS[:2], fixed=dict(clip_grad_norm=0.0),
              lrs={"LN1 x * (preserved)": ladder(0.03, 3.0), "LN1 lr/c^2 *": ladder(0.03, 3.0),
                   "LN1": ladder(0.03, 3.0)}),
-    ])
+    ],
+    # declared after the study's runs, as the questions it was built to answer: does the gap
+    # survive at one count, and does a block's plasticity go with its accuracy once depth is
+    # held fixed?
+    primaries=(
+        Primary("attention and MLP linears at LN1's count (MHA, FC1, FC2 sparse) - LayerNorms "
+                "(LN1, LN2), test accuracy", a=tuple(f"{c} sparse" for c in _TYPES), b=_NORMS,
+                paper=paper.group_gap(_TYPES, _NORMS),
+                source="Table 1 average (ViT-B/16), at full counts"),
+        Primary("MHA at LN1's count (sparse) - LN1, test accuracy", a=("MHA sparse",),
+                b=("LN1",), paper=paper.group_gap(("MHA",), ("LN1",)),
+                source="Table 1 average (ViT-B/16), at full counts"),
+        Primary("one block at a time, mean over components: Spearman(plasticity, test "
+                "accuracy) over the blocks, partial on the block index",
+                statistic="partial spearman(plasticity, accuracy | block)",
+                source="Takeaway 3 (high plasticity -> better finetuning): positive",
+                unit="partial rho, per task")))
 #: A seconds-long variant of ``CONFOUNDS`` (the smoke profile): one task and seed, 4 steps, a
 #: few variants; its baselines are runs of ``SMOKE``.
 _FEW = dict(tasks=["digits"], fixed=SMOKE["fixed"])
@@ -126,6 +165,16 @@ CONFOUNDS_SMOKE = dict(
                 fixed=dict(SMOKE["fixed"], clip_grad_norm=0.0))])
 #: Confound studies by name (notebook 05's ``study``, the CLI's ``sweep --study confounds``).
 CONFOUND_STUDIES = {"confounds": CONFOUNDS, "smoke": CONFOUNDS_SMOKE}
+
+
+def primaries(study: dict) -> tuple[Primary, ...]:
+    """The declared primary questions of a study preset (``get(name)`` or
+    ``CONFOUND_STUDIES[name]``): none for a study without any; more than ``MAX_PRIMARIES``
+    fail."""
+    declared = tuple(study.get("primaries", ()))
+    if len(declared) > MAX_PRIMARIES:
+        raise ValueError(f"a study declares {len(declared)} primaries; at most {MAX_PRIMARIES}")
+    return declared
 
 
 def get(name: str) -> dict:
@@ -268,26 +317,28 @@ def budget_runs(main: pd.DataFrame, study: dict = BUDGET) -> list[dict]:
 #: configuration. Identical runs of the main and confound studies are copied, not re-run.
 #: Declared before any of its runs existed, with its three primary questions (Holm over these
 #: three only; everything else the notebook shows is exploratory):
+_SEED0 = "points, per task (seed 0)"
 SUITE_STUDY = dict(
     tasks=list(suite.SUITE), seeds=[0],
     configs={"head": 1.0, "MHA": 0.1, "FC1": 0.1, "FC2": 0.1, "LN1": 0.3, "LN2": 0.3,
              "MHA sparse": 1.0, "FC1 sparse": 0.3, "FC2 sparse": 1.0},
     n_pairs=256,  # plasticity before finetuning, per task (P3), both protocols
     reuse=("finetune", "confounds"),  # shipped stores whose identical runs are copied
-    primaries=[
-        dict(id="P1", claim="(MHA, FC1, FC2) minus (LN1, LN2) at equal trainable counts "
-             "(sparse masks at LN1's count)", a=["MHA sparse", "FC1 sparse", "FC2 sparse"],
-             b=["LN1", "LN2"], statistic="paired difference of group means, test points",
-             expected=1, paper="not tested in the paper (its groups differ in count by 1,500x)"),
-        dict(id="P2", claim="MHA minus LN1 at full counts", a=["MHA"], b=["LN1"],
-             statistic="paired difference, test points", expected=1,
-             paper="+0.93 points (Table 1, average over 11 datasets)"),
-        dict(id="P3", claim="within a task, components with higher plasticity gain more over "
-             "head-only", a=["MHA", "FC1", "FC2", "LN1", "LN2"], b=["head"],
-             statistic="mean over tasks of Spearman's rho between each component's plasticity "
-             "(embedding protocol, before finetuning, mean over blocks) and its gain",
-             expected=1, paper="Takeaway 3 (a positive association)"),
-    ])
+    # The three primaries as committed with the study (commit 337ac45, before its runs), in
+    # the ``Primary`` form the findings read: the same groups, statistic and directions.
+    primaries=(
+        Primary("attention and MLP linears at LN1's count (MHA, FC1, FC2 sparse) - LayerNorms "
+                "(LN1, LN2), test accuracy", a=tuple(f"{c} sparse" for c in _TYPES), b=_NORMS,
+                source="not tested in the paper (its groups differ in count by 1,500x)",
+                unit=_SEED0),
+        Primary("MHA - LN1 at full counts, test accuracy", a=("MHA",), b=("LN1",),
+                paper=paper.group_gap(("MHA",), ("LN1",)), source="Table 1 average (ViT-B/16)",
+                unit=_SEED0),
+        Primary("Spearman(plasticity, gain over head-only) over the five components, within a "
+                "task (plasticity: embedding protocol, before finetuning, mean over blocks)",
+                statistic="spearman(plasticity, gain)", paper=paper.plasticity_gain_spearman(),
+                source="Takeaway 3; Fig. 2 plasticity vs Table 1 averages (ViT-B/16)",
+                unit="rho, per task")))
 
 
 #: The paper's grid (PAPER.md section 2): its model, finetuning configurations (section 5),

@@ -1,0 +1,269 @@
+"""Verdicts: findings rows, their tests, Holm families, power, and the one renderer.
+
+A finding is a row: ``claim``; ``paper``, the paper's value or statement with its source
+(``vitplast.paper``); ``measured``; ``ci95``, the half-width of its 95% t interval; ``p``,
+two-sided, and ``p_holm``, Holm-corrected within the row's ``family``; ``n`` and its ``unit``
+(the independent unit: tasks, never seeds of one task); ``verdict``. Extra columns:
+
+- ``family``: "primary" (a question the study declared before its runs: ``Primary``),
+  "exploratory" (every other tested row) or "descriptive" (no test, or n < 3). Holm runs
+  within each family, so adding an exploratory row never moves a primary's verdict.
+- ``expected`` (the paper's sign for ``measured``: +1, -1, 0 where it reports about no
+  difference, NaN where it states nothing); ``effect_paper`` (the paper's value in the row's
+  unit, NaN where it gives none); ``sd`` (of the per-unit values).
+- ``level``: alpha / m, m the number of tested rows of the family (Holm's first step; the
+  power at it is a lower bound of the row's power under Holm); ``power_paper`` and
+  ``power_observed`` (``vitplast.power`` at that level, at the paper's effect and at the
+  observed mean, given the observed SD and n); ``n_needed`` (tasks for power 0.8 at the
+  paper's effect, else the observed one).
+- ``p_wilcoxon`` (signed-rank test on the same values), ``test``, ``counts`` (the trainable
+  counts a matched comparison compares), ``fragile`` (another tied LR choice flips the
+  verdict: ``finetuning_findings.with_ties``).
+
+Verdicts, after Holm at ``alpha``: "agrees with the paper" / "disagrees with the paper" when the
+mean is significant and its sign is / is not the paper's; where the paper reports no difference
+(``expected`` 0) a significant one disagrees; where it states nothing a significant result reads
+"resolved: positive" / "resolved: negative". Otherwise "not resolved", and "not resolved:
+underpowered (about N tasks needed)" where the power (at the paper's effect, else the observed
+one) is below ``UNDERPOWERED``. Descriptive rows carry their own verdict. Prose is made from rows
+by ``render`` only.
+
+Used by ``findings`` and ``finetuning_findings`` (notebooks 01-06).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from vitplast import power as _power
+
+COLUMNS = ["claim", "paper", "measured", "ci95", "p", "p_holm", "n", "unit", "verdict"]
+EXTRA = ["family", "expected", "effect_paper", "sd", "level", "power_paper", "power_observed",
+         "n_needed", "p_wilcoxon", "test", "counts", "fragile"]
+ALPHA = 0.05
+#: A "not resolved" row with power below this reads "underpowered".
+UNDERPOWERED = 0.5
+#: Fewer units than this: the row is descriptive, never in a test family.
+MIN_N = 3
+_NAN_COLUMNS = ("expected", "effect_paper", "sd", "level", "power_paper", "power_observed",
+                "n_needed", "p_wilcoxon")
+
+
+@dataclass(frozen=True)
+class Primary:
+    """A primary question, declared in a study preset before any of its runs exist
+    (``vitplast.studies``): at most ``MAX_PRIMARIES`` per study, tested at ``ALPHA`` with Holm
+    over the primaries only.
+
+    Either a difference of configuration groups, per task: the mean accuracy of the
+    configurations ``a`` minus that of ``b`` (one name each: a paired difference of two
+    configurations); or a per-task ``statistic`` named here and computed by the findings
+    builder (``finetuning_findings.STATISTICS``, e.g. a within-task rank correlation).
+
+    Args:
+        claim: how the row reads; name groups by what they are (component types), never by a
+            property that was not measured.
+        expected: the direction the paper claims (+1, -1).
+        paper: the paper's value in the row's unit (NaN: it gives none); ``source`` says where.
+    """
+
+    claim: str
+    a: tuple[str, ...] = ()
+    b: tuple[str, ...] = ()
+    statistic: str = ""
+    expected: int = 1
+    paper: float = math.nan
+    source: str = ""
+    unit: str = "points, per task (seed-mean)"
+
+    def values(self, acc: pd.DataFrame, statistics: dict | None = None) -> pd.Series:
+        """One value per task: from ``acc`` (tasks x configurations) or ``statistics``
+        (name -> per-task Series). Tasks lacking a configuration are left out; a study
+        lacking one gives no values."""
+        if self.statistic:
+            if self.statistic not in (statistics or {}):
+                raise ValueError(f"unknown statistic {self.statistic!r}; valid: "
+                                 f"{sorted(statistics or {})}")
+            return statistics[self.statistic].dropna()
+        if not all(c in acc for c in (*self.a, *self.b)):
+            return pd.Series(dtype=float)
+        diff = acc[list(self.a)].mean(axis=1, skipna=False) - acc[list(self.b)].mean(
+            axis=1, skipna=False)
+        return diff.dropna()
+
+    def row(self, acc: pd.DataFrame, statistics: dict | None = None) -> dict:
+        """The primary's findings row (family "primary")."""
+        paper = (f"{self.paper:+.2f}, {self.source}" if math.isfinite(self.paper)
+                 else self.source or "not reported")
+        r = mean_test(self.claim, self.values(acc, statistics), paper=paper,
+                      expected=self.expected, unit=self.unit, effect=self.paper)
+        return {**r, "family": "primary"}
+
+
+MAX_PRIMARIES = 3
+
+
+def _t_interval(values: np.ndarray) -> tuple[float, float]:
+    """(half-width of the 95% t interval of the mean, two-sided one-sample t p)."""
+    from scipy import stats
+
+    n = len(values)
+    if n < 2:
+        return math.nan, math.nan
+    sd = values.std(ddof=1)
+    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+    if sd == 0:
+        return 0.0, (1.0 if values.mean() == 0 else 0.0)
+    return float(half), float(stats.ttest_1samp(values, 0.0).pvalue)
+
+
+def mean_test(claim: str, values, *, paper: str, expected: int, unit: str,
+              effect: float = math.nan) -> dict:
+    """A finding on the mean of per-unit values (e.g. per-task differences a - b, or per-task
+    correlations): one-sample t test and Wilcoxon signed-rank test of mean 0, over the units.
+
+    Args:
+        values: one number per independent unit (NaN dropped).
+        expected: the paper's sign for the mean (+1, -1; 0: about no difference; NaN: the
+            paper states nothing).
+        effect: the paper's value in the same unit (NaN: none), for the power at it.
+    """
+    from scipy import stats
+
+    v = pd.Series(values, dtype=float).dropna().to_numpy()
+    ci, p = _t_interval(v)
+    w = (float(stats.wilcoxon(v).pvalue) if len(v) > 1 and (v != 0).any() else math.nan)
+    return dict(claim=claim, paper=paper, measured=float(v.mean()) if len(v) else math.nan,
+                ci95=ci, p=p, n=len(v), unit=unit, expected=expected, p_wilcoxon=w,
+                test="t (Wilcoxon beside)", effect_paper=effect,
+                sd=float(v.std(ddof=1)) if len(v) > 1 else math.nan, family="exploratory")
+
+
+def paired_test(claim: str, a: pd.Series, b: pd.Series, *, paper: str, expected: int,
+                unit: str, effect: float = math.nan) -> dict:
+    """``mean_test`` of a - b, paired on their common index (the units)."""
+    both = pd.concat([a.rename("a"), b.rename("b")], axis=1).dropna()
+    return mean_test(claim, both["a"] - both["b"], paper=paper, expected=expected, unit=unit,
+                     effect=effect)
+
+
+def descriptive(claim: str, measured, *, paper: str, verdict: str, n: int, unit: str) -> dict:
+    """A finding with no test, its ``verdict`` given (e.g. "same as the paper (untested)")."""
+    return dict(claim=claim, paper=paper, measured=measured, ci95=math.nan, p=math.nan, n=n,
+                unit=unit, expected=math.nan, p_wilcoxon=math.nan, test="none", verdict=verdict,
+                family="descriptive")
+
+
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjusted p-values (NaN stays NaN and is not counted)."""
+    p = np.asarray(p, dtype=float)
+    out = np.full_like(p, np.nan)
+    idx = np.flatnonzero(~np.isnan(p))
+    m = len(idx)
+    running = 0.0
+    for rank, i in enumerate(idx[np.argsort(p[idx], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+def _verdict(row, alpha: float) -> str:
+    if row["family"] == "descriptive":
+        return row["verdict"] or f"descriptive (n = {row['n']} < {MIN_N}, untested)"
+    if math.isnan(row["p_holm"]) or row["p_holm"] >= alpha:
+        power = row["power_paper"] if math.isfinite(row["power_paper"]) else row["power_observed"]
+        if math.isfinite(power) and power < UNDERPOWERED:
+            need = (f"about {row['n_needed']:.0f}" if math.isfinite(row["n_needed"])
+                    else f"more than {_power.MAX_N}")
+            return f"not resolved: underpowered ({need} tasks needed)"
+        return "not resolved"
+    if math.isnan(row["expected"]):  # the paper states nothing on it
+        return "resolved: " + ("positive" if row["measured"] > 0 else "negative")
+    if row["expected"] == 0:  # the paper reports about no difference
+        return "disagrees with the paper"
+    same = np.sign(row["measured"]) == row["expected"]
+    return "agrees with the paper" if same else "disagrees with the paper"
+
+
+def _power_columns(df: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """``level``, ``power_paper``, ``power_observed`` and ``n_needed`` of the tested rows."""
+    tested = df["family"] != "descriptive"
+    m = df[tested].groupby("family")["p"].transform(lambda p: p.notna().sum())
+    df.loc[tested, "level"] = alpha / m.clip(lower=1)
+    for i, r in df[tested].iterrows():
+        df.at[i, "power_paper"] = _power.power(r["effect_paper"], r["sd"], r["n"], r["level"])
+        df.at[i, "power_observed"] = _power.power(r["measured"], r["sd"], r["n"], r["level"])
+        effect = r["effect_paper"] if math.isfinite(r["effect_paper"]) else r["measured"]
+        df.at[i, "n_needed"] = _power.n_needed(effect, r["sd"], r["level"])
+    return df
+
+
+def table(rows: list[dict], alpha: float = ALPHA) -> pd.DataFrame:
+    """A findings table: rows with n < ``MIN_N`` made descriptive, Holm within each family
+    (primaries, exploratory), power at each family's level, then verdicts.
+
+    Raises:
+        ValueError: more than ``MAX_PRIMARIES`` primary rows.
+    """
+    df = pd.DataFrame(rows)
+    for col in [*COLUMNS, *EXTRA]:
+        if col not in df:
+            df[col] = (math.nan if col in (*_NAN_COLUMNS, "p", "ci95", "p_holm") else
+                       False if col == "fragile" else "" if col != "family" else "exploratory")
+    df["verdict"] = df["verdict"].fillna("")
+    df["fragile"] = df["fragile"].astype("boolean").fillna(False).astype(bool)
+    df["family"] = df["family"].fillna("exploratory")
+    if (df["family"] == "primary").sum() > MAX_PRIMARIES:
+        raise ValueError(f"at most {MAX_PRIMARIES} primary questions per study")
+    few = (df["family"] != "descriptive") & ~(df["n"] >= MIN_N)
+    df.loc[few, ["family", "p"]] = ["descriptive", math.nan]
+    df["p_holm"] = math.nan
+    for family in ("primary", "exploratory"):
+        mask = df["family"] == family
+        df.loc[mask, "p_holm"] = holm(df.loc[mask, "p"])
+    df = _power_columns(df, alpha)
+    df["verdict"] = [_verdict(r, alpha) for _, r in df.iterrows()]
+    order = {"primary": 0, "exploratory": 1, "descriptive": 2}
+    df = df.sort_values("family", key=lambda f: f.map(order), kind="stable")
+    return df[[*COLUMNS, *EXTRA]].reset_index(drop=True)
+
+
+def _num(x, fmt: str) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _power_text(r) -> str:
+    if r.family == "descriptive":
+        return ""
+    at = (f"power {_num(r.power_paper, '.2f')} at the paper's effect, "
+          if math.isfinite(r.power_paper) else "")
+    return (f"; {at}{_num(r.power_observed, '.2f')} at the observed one (level "
+            f"{_num(r.level, '.2g')}), n for power 0.8: {_num(r.n_needed, '.0f')}")
+
+
+def render(findings: pd.DataFrame) -> str:
+    """The findings as text, one line per row, primaries first: the only prose the kit makes
+    of results."""
+    lines = []
+    for r in findings.itertuples():
+        measured = _num(r.measured, "+.3g") if isinstance(r.measured, float) else str(r.measured)
+        stats_ = (f"; 95% CI +- {_num(r.ci95, '.2g')}, p = {_num(r.p, '.2g')}, Holm p = "
+                  f"{_num(r.p_holm, '.2g')}" if r.family != "descriptive" else "")
+        fragile = " (fragile: another tied LR choice flips it)" if r.fragile else ""
+        lines.append(f"- [{r.family}] {r.claim}: {measured} {r.unit} (n = {r.n}{stats_}"
+                     f"{_power_text(r)}). Paper: {r.paper}. Verdict: {r.verdict}{fragile}.")
+    return "\n".join(lines)
+
+
+def primaries_table(primaries) -> pd.DataFrame:
+    """The declared primaries as a table: ``claim``, ``tests`` (a - b, or the statistic),
+    ``expected`` direction, the ``paper``'s value and its ``source``. Used by notebooks 04-05."""
+    return pd.DataFrame([dict(claim=p.claim, tests=p.statistic or
+                              f"mean of ({', '.join(p.a)}) - mean of ({', '.join(p.b)}), per task",
+                              expected="+" if p.expected > 0 else "-", paper=p.paper,
+                              source=p.source) for p in primaries],
+                        columns=["claim", "tests", "expected", "paper", "source"])
