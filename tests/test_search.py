@@ -110,3 +110,18 @@ def test_settings_take_run_keywords_and_a_fixed_grid_joins_the_search(tmp_path):
     asked = search.search_runs(study, tmp_path)
     assert [r["lr"] for r in asked] == [1e-3, 0.01, 0.1, 0.3, 1.0] * 2
     assert asked[5]["ablation"] == dict(component="LN1", c=2.0) and "name" not in asked[5]
+
+
+def test_the_cross_gauge_study_is_declared_and_shares_the_suite_runs():
+    from vitplast import runs
+
+    study = studies.GAUGE_STUDY
+    assert len(study["tasks"]) == 17 and set(study["tasks"]) <= set(studies.SUITE_STUDY["tasks"])
+    assert len(study["primaries"]) == 3 and studies.sweep_of("gauge").search is study
+    named = {s["name"]: s for s in search.settings(dict(study, tasks=["digits_rotate90"]))}
+    assert named["MHA c=8"]["prepare"] == "gauge" and named["MHA c=8"]["ablation"] == {"c": 8.0}
+    suite = {s["name"]: s for s in search.settings(dict(studies.SUITE_STUDY,
+                                                        tasks=["digits_rotate90"]))}
+    for name in ("head", "LN1", "MHA", "FC2"):  # c = 1: the suite study's runs, same hashes
+        assert runs.run_hash(search._run(named[name], 0.1)) == runs.run_hash(
+            search._run(suite[name], 0.1))

@@ -92,7 +92,8 @@ def test_shipped_runs_table_agrees_with_the_shipped_records(study):
 
 
 def test_the_cli_studies_are_named_presets():
-    assert list(studies.SWEEPS) == ["main", "budget", "smoke", "confounds", "suite", "paper"]
+    assert list(studies.SWEEPS) == ["main", "budget", "smoke", "confounds", "suite", "gauge",
+                                    "paper"]
     assert studies.sweep_runs("smoke") == studies.runs_of(studies.SMOKE)
     assert studies.sweep_runs("main", "unused") == studies.runs_of(studies.MAIN)
     assert studies.SWEEPS["main"].store() == studies.MAIN_RESULTS

@@ -24,6 +24,8 @@ STUDY_HELP = (
     "stored with the main study, which it needs; smoke: a seconds-long main study, into "
     ".cache/finetune-smoke; confounds: notebook 05's confound study, into data/confounds; "
     "suite: the decisive study on the 33-task suite, LRs searched, into data/suite; "
+    "gauge: the cross-gauge study: 5 configurations at c = 1 and c = 8 on 17 suite tasks, LRs "
+    "searched, into data/gauge; "
     "paper: ViT-B/16 in21k on the 11 paper datasets under --data-root, the paper's grid, into "
     "results/paper")
 #: ``sweep``'s closed options, written out for the same reason (tests keep them equal to

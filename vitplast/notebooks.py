@@ -42,7 +42,7 @@ from vitplast.paper_datasets import PAPER_DATASETS
 NOTEBOOK_DIR = Path(__file__).resolve().parent / "notebooks"
 #: The notebook sequence, in order.
 NOTEBOOKS = ["01_definitions", "02_bounds", "03_plasticity", "04_finetuning", "05_confounds",
-             "06_explorer"]
+             "06_explorer", "07_suite"]
 #: Profile -> notebook -> parameters overriding the notebook's defaults.
 PROFILES: dict[str, dict[str, dict]] = {
     "smoke": {

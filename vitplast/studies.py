@@ -70,7 +70,8 @@ _TYPES = ("MHA", "FC1", "FC2")  # attention and the MLP linears: ~28M each on Vi
 _NORMS = ("LN1", "LN2")  # the LayerNorms: 18K each
 #: Notebook 04's primary questions, named by component type (on the embedded model the
 #: measured plasticity order is not the paper's: notebook 03). Declared after the study's runs
-#: (the questions it was built to answer; only ``SUITE_STUDY`` declared its before any run).
+#: (the questions it was built to answer; only the searched studies, ``SUITE_STUDY`` and
+#: ``GAUGE_STUDY``, declared theirs before any run).
 MAIN_PRIMARIES = (
     Primary("attention and MLP linears (MHA, FC1, FC2) - LayerNorms (LN1, LN2), test accuracy",
             a=_TYPES, b=_NORMS, paper=paper.group_gap(_TYPES, _NORMS),
@@ -341,6 +342,37 @@ SUITE_STUDY = dict(
                 unit="rho, per task")))
 
 
+#: Where the cross-gauge study's records go.
+GAUGE_RESULTS = models.results_root("gauge")
+_C = 8.0  # the gauge: residual stream x 8 (embedding RMS token norm ~3.5 -> ~28; ViT-B: 19.4)
+_GAUGED = {"head": 1.0, "LN1": 0.3, "MHA": 0.1, "FC2": 0.1, "full": 0.1}
+#: The cross-gauge study (issue "plasticity has a gauge"): the same network under two
+#: plasticity rankings. ``vitplast.gauge`` multiplies the residual stream by c = 8: the same
+#: function, but the embedding protocol's ranking moves from LN2 > LN1 > FC1 > FC2 > MHA to
+#: MHA > FC2 > FC1 > LN2 > LN1 (notebook 03). Configurations at c = 1 (plain; the suite
+#: study's runs where they are the same) and c = 8 (``prepare="gauge"``): MHA, FC2 and full,
+#: whose trajectories the gauge changes, and LN1 and head-only, which it provably leaves
+#: alone (a check: they must come out identical). Every task of the suite at an even place
+#: (17 tasks, all five families), seed 0, LRs searched as in the suite study, plus the
+#: paper's fixed grid shared by every configuration (its secondary question: choosing from
+#: that grid, as the paper's table does). Declared before any of its runs exist.
+GAUGE_STUDY = dict(
+    tasks=list(suite.SUITE)[::2], seeds=[0], grid=[1e-3, 3e-3, 0.01, 0.03],
+    configs={**_GAUGED, **{f"{c} c=8": dict(config=c, prepare="gauge", ablation=dict(c=_C),
+                                            start=lr) for c, lr in _GAUGED.items()}},
+    reuse=("suite", "finetune", "confounds"),
+    primaries=(
+        Primary("configurations whose trajectory the gauge changes (MHA, FC2, full): c = 8 "
+                "- c = 1, test accuracy, each LR tuned", a=("MHA c=8", "FC2 c=8", "full c=8"),
+                b=("MHA", "FC2", "full"), unit=_SEED0,
+                source="not in the paper; Takeaway 3 read causally predicts + (MHA and FC2 "
+                "rise in plasticity at c = 8)"),
+        Primary("MHA at c = 8 (most plastic) - MHA at c = 1 (least plastic), test accuracy",
+                a=("MHA c=8",), b=("MHA",), unit=_SEED0, source="not in the paper"),
+        Primary("FC2 at c = 8 - FC2 at c = 1, test accuracy", a=("FC2 c=8",), b=("FC2",),
+                unit=_SEED0, source="not in the paper")))
+
+
 #: The paper's grid (PAPER.md section 2): its model, finetuning configurations (section 5),
 #: LRs (DomainNet has its own) and seeds, with the paper recipe on its 11 datasets.
 PAPER = dict(model=paper_datasets.PAPER_MODEL,
@@ -398,10 +430,10 @@ def _confound_runs(root) -> list[dict]:
     return confounds.study_runs(CONFOUNDS, root)
 
 
-def _suite_runs(root) -> list[dict]:
+def _searched(study: dict, root) -> list[dict]:
     from vitplast import search
 
-    return search.search_runs(SUITE_STUDY, root)
+    return search.search_runs(study, root)
 
 
 def _budget_runs(root) -> list[dict]:
@@ -421,8 +453,12 @@ SWEEPS = {
     "confounds": Sweep("notebook 05's confound study, into data/confounds", _confound_store,
                        _confound_runs, shipped=True),
     "suite": Sweep("the decisive study on the 33-task suite, LRs searched, into data/suite",
-                   lambda: Path(SUITE_RESULTS), _suite_runs, shipped=True,
+                   lambda: Path(SUITE_RESULTS), lambda root: _searched(SUITE_STUDY, root),
+                   shipped=True,
                    search=SUITE_STUDY),
+    "gauge": Sweep("the cross-gauge study: 5 configurations at c = 1 and c = 8 on 17 suite "
+                   "tasks, LRs searched, into data/gauge", lambda: Path(GAUGE_RESULTS),
+                   lambda root: _searched(GAUGE_STUDY, root), shipped=True, search=GAUGE_STUDY),
     "paper": Sweep("ViT-B/16 in21k on the 11 paper datasets under --data-root, the paper's "
                    "grid, into results/paper", lambda: Path("results/paper"),
                    lambda root, **options: paper_runs(**options)),
