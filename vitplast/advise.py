@@ -44,11 +44,15 @@ CANDIDATES = tuple(components.COMPONENTS)
 LOSS_DROP_LR = {c: studies.MAIN["lrs"][c][len(studies.MAIN["lrs"][c]) // 2] for c in CANDIDATES}
 
 
-def _batch(dataset, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``n`` examples of ``dataset`` drawn with ``seed``: images (n, C, H, W), labels (n,)."""
+def _batch(dataset, n: int, seed: int, model) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` examples of ``dataset`` drawn with ``seed``: images (n, C, H, W), labels (n), on
+    ``model``'s device."""
+    from vitplast.inputs import to_model
+
     idx = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[:n]
     items = [dataset[int(i)] for i in idx]
-    return torch.stack([x for x, _ in items]), torch.as_tensor([int(y) for _, y in items])
+    return to_model(model, torch.stack([x for x, _ in items]),
+                    torch.as_tensor([int(y) for _, y in items]))
 
 
 def _plasticity(model, task: str, n_pairs: int, source: str | None) -> pd.Series:
@@ -87,7 +91,7 @@ def _loss_drop(model, config: str, train, probe: tuple, before: float, *, steps:
     params = [p for p in m.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=LOSS_DROP_LR[config], momentum=0.9)
     for step in range(steps):
-        x, y = _batch(train, batch_size, seed + 1 + step)
+        x, y = _batch(train, batch_size, seed + 1 + step, m)
         opt.zero_grad()
         F.cross_entropy(m(x), y).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -138,7 +142,7 @@ def _rank(model_name: str, task: str, *, rules, n_pairs: int, batch_size: int, s
     t = tasks.load(task)
     model = models.load_model(model_name, num_classes=t.num_classes)
     models.new_head(model, t.num_classes, seed=seed)
-    probe = _batch(t.train, 2 * batch_size, seed)  # the gradient rules' batch, the drop's
+    probe = _batch(t.train, 2 * batch_size, seed, model)  # the gradient rules' batch, the drop's
     scores, cost = {}, {}
     clock = time.perf_counter()
     if "plasticity" in rules:

@@ -215,7 +215,9 @@ def function_gap(model: nn.Module, images: torch.Tensor, c: float) -> dict:
     docstring); ``same_predictions``, the fraction of equal argmax. Used by notebook 03."""
     import copy
 
-    model = model.eval()
+    from vitplast.inputs import to_model
+
+    model, images = model.eval(), to_model(model, images)
     f = model(images)
     gauged = gauge(copy.deepcopy(model), c)(images)
     no_eps = copy.deepcopy(model)

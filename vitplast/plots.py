@@ -150,8 +150,8 @@ def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None
     fig, axes, cols = _grid(summary, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = summary if value is None else summary[summary[col] == value]
-        sns.boxplot(sub, x="component", y="plasticity", hue=hue, order=ORDER, ax=ax,
-                    **({} if hue else dict(hue="component", palette=PALETTE, legend=False)))
+        colour = dict(hue=hue) if hue else dict(hue="component", palette=PALETTE, legend=False)
+        sns.boxplot(sub, x="component", y="plasticity", order=ORDER, ax=ax, **colour)
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
         ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
                ylabel="plasticity per layer (mean rate)")
