@@ -16,7 +16,8 @@ A diverged or failed run is worse than any finished one. The search is a pure fu
 outcomes stored so far (``next_lrs``), so a sweep that runs what it asks for, reads the
 records back and asks again (``vitplast.studies.run_search``) resumes from any state.
 
-Used by ``vitplast.studies`` (the suite study) and its tests.
+Used by ``vitplast.studies`` (the suite and cross-gauge studies), the CLI (``vitplast sweep``),
+``vitplast.decide`` and notebook 07.
 """
 
 from __future__ import annotations
