@@ -5,7 +5,7 @@
 tensor, whose ``.device`` says ``cuda:0``; results of operations on it are ``OnDevice`` too
 (torch's subclass propagation). As on a real GPU, an operation that mixes an ``OnDevice``
 tensor with a host tensor of one or more dimensions raises "Expected all tensors to be on the
-same device", ``.numpy()`` of an ``OnDevice`` tensor raises, and ``.cpu()`` brings it back.
+same device", the ``.grad`` of an ``OnDevice`` tensor is ``OnDevice``, ``.numpy()`` of an ``OnDevice`` tensor raises, and ``.cpu()`` brings it back.
 Numbers are the CPU's: a whole measuring pass runs, to its end, under the mode.
 
 ``on_fake_cuda(model)`` puts a model's parameters and buffers there (as ``model.to("cuda")``
@@ -19,6 +19,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 FAKE = torch.device("cuda", 0)
+GRAD_GET = torch.Tensor.grad.__get__  # a new method-wrapper at each access: compare with ==
 #: Operations that may legitimately take tensors on two devices.
 MIXED_OK = (torch.Tensor.copy_, torch.Tensor.__getitem__, torch.Tensor.view_as,
             torch.Tensor.reshape_as, torch.Tensor.expand_as, torch.autograd.grad,
@@ -81,6 +82,9 @@ class FakeCuda(TorchFunctionMode):
             return self._to(func, args, kwargs)
         if func is torch.Tensor.pin_memory:  # page-locking needs a real driver: a no-op here
             return args[0]
+        if func == GRAD_GET:  # autograd's engine fills .grad outside the mode
+            grad = func(*args, **kwargs)
+            return grad.as_subclass(OnDevice) if grad is not None and _on(args[0]) else grad
         if func is torch.Tensor.cpu:
             return args[0].as_subclass(torch.Tensor) if _on(args[0]) else args[0]
         if func is torch.Tensor.numpy and _on(args[0]):

@@ -63,29 +63,34 @@ class FakeTrain:
                                     best_step=0, test_acc=0.25, trainable=7)
 
 
-def notebook_cells(name: str) -> list[str]:
-    """A notebook's code cells, IPython magics (``%matplotlib inline``) dropped."""
+def notebook_cells(name: str) -> list[tuple[str, bool]]:
+    """A notebook's code cells, IPython magics (``%matplotlib inline``) dropped, each with
+    whether it is the cell tagged ``parameters``."""
     import json
 
     from vitplast import notebooks
 
     nb = json.loads((notebooks.NOTEBOOK_DIR / f"{name}.ipynb").read_text())
-    return ["\n".join(line for line in "".join(c["source"]).splitlines()
-                      if not line.lstrip().startswith("%"))
+    return [("\n".join(line for line in "".join(c["source"]).splitlines()
+                       if not line.lstrip().startswith("%")),
+             "parameters" in c.get("metadata", {}).get("tags", []))
             for c in nb["cells"] if c["cell_type"] == "code"]
 
 
 def exec_notebook(name: str, profile: str = "smoke", params: dict | None = None) -> dict:
     """Run a notebook's cells in this process (no kernel: seconds, and monkeypatches hold),
-    with the parameters ``notebooks.plan`` gives it; the notebook's variables at the end.
-    Figures go to matplotlib's Agg backend."""
+    with the parameters ``notebooks.plan`` gives it set right after its parameters cell, as
+    papermill does; the notebook's variables at the end. Figures go to matplotlib's Agg
+    backend."""
     import matplotlib
 
     from vitplast import notebooks
 
     matplotlib.use("Agg")
     (_, chosen), = notebooks.plan(profile, [name[:2]], params)
-    scope = {**notebooks.notebook_parameters(name), **chosen}
-    for source in notebook_cells(name):
+    scope = {}
+    for source, is_parameters in notebook_cells(name):
         exec(compile(source, name, "exec"), scope)
+        if is_parameters:
+            scope.update(chosen)
     return scope

@@ -3,6 +3,8 @@
 device simulated on the CPU (``fake_cuda``): a host tensor meeting it raises, as on a GPU; the
 notebooks' measuring calls run as on a GPU machine (``torch.cuda.is_available()`` True)."""
 
+import copy
+
 import pytest
 import torch
 from fake_cuda import FAKE, FakeCuda, OnDevice, on_fake_cuda
@@ -26,6 +28,7 @@ def fake_cuda(monkeypatch):
     """Inside: the fake CUDA device, picked by default as on a GPU machine."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "fake CUDA (the CPU)")
     overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
     torch.__future__.set_overwrite_module_params_on_conversion(True)  # model.to keeps the class
     try:
@@ -54,6 +57,30 @@ def test_the_fake_device_catches_a_host_tensor(fake_cuda, pairs):
     with pytest.raises(TypeError, match="numpy"):
         out.numpy()
     torch.testing.assert_close(out.cpu(), expected)
+
+
+def test_training_a_deep_copy_on_the_fake_device_gives_the_cpu_s_numbers(fake_cuda, pairs):
+    """The harness: gradients and optimizer state of a model on the device (and of its deep
+    copy) are on the device, and a step with momentum changes the weights as on the CPU."""
+    x = pairs[0]
+
+    def step(model, device):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(2):
+            opt.zero_grad()
+            model(x.to(device)).square().mean().backward()
+            opt.step()
+        return opt
+
+    expected = tiny_vit()
+    on_device = copy.deepcopy(on_fake_cuda(tiny_vit()))
+    step(expected, "cpu")
+    opt = step(on_device, "cuda")
+    p = next(on_device.parameters())
+    assert isinstance(p.grad, OnDevice) and isinstance(opt.state[p]["momentum_buffer"], OnDevice)
+    for a, b in zip(on_device.parameters(), expected.parameters()):
+        assert isinstance(a, OnDevice)
+        torch.testing.assert_close(a.cpu(), b)
 
 
 def _calls(model, x, y):
@@ -152,28 +179,23 @@ SMALLER = {"01_definitions": dict(n_pairs=16, n_samples=100),
            "02_bounds": dict(n_pairs=8, n_seeds=1, power_iters=2, n_lipschitz=2),
            "03_plasticity": dict(n_pairs=8, tasks=["digits"], pretraining_tasks=["digits"],
                                  checkpoints=["init", "final"], scales=[1.0]),
-           "04_finetuning": {}, "05_confounds": {}, "06_explorer": dict(n_pairs=8)}
-
-
-#: Known gaps, each a finding of this test (issue 26 stays open until they are closed).
-_DEEPCOPY = ("training a deep copy of the model, SGD's step meets a host tensor on the fake "
-             "device (not yet diagnosed: the harness's deepcopy or the code)")
-_GAPS = {"03_plasticity": f"stream.finetuning_invariance: {_DEEPCOPY}",
-         "04_finetuning": f"advise's loss-drop rule: {_DEEPCOPY}"}
+           "04_finetuning": {}, "05_confounds": {}, "06_explorer": dict(n_pairs=8),
+           "07_suite": {}}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=_GAPS[n]))
-                                  if n in _GAPS else n for n in SMALLER])
+@pytest.mark.parametrize("name", SMALLER)
 def test_every_notebook_runs_on_the_device(name, fake_cuda, tmp_path, monkeypatch):
     """Each notebook's cells (smoke profile, fewer pairs), in this process, as on a GPU
-    machine: every model it loads lands on the (fake) CUDA device, and no host tensor meets
-    it."""
+    machine: every model it loads without asking for the CPU (07 reads the names of the
+    study's variants off a CPU copy) lands on the (fake) CUDA device, and no host tensor
+    meets it."""
     monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path))
     monkeypatch.chdir(tmp_path)
     loaded = []
     load = models.load_model
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: loaded.append(load(*a, **k))
-                        or loaded[-1])
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: loaded.append(
+        (k.get("device"), load(*a, **k))) or loaded[-1][1])
     exec_notebook(name, params=SMALLER[name])
-    assert loaded and all(next(m.parameters()).device == FAKE for m in loaded)
+    assert loaded and all(next(m.parameters()).device == FAKE
+                          for device, m in loaded if device != "cpu")
