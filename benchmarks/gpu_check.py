@@ -10,18 +10,22 @@ Side by side in one run on one GPU:
 2. the training loop: a bare SGD step (forward, backward, clip, step, the same autocast)
    against ``finetune.train`` steps of the same model and batch (full finetuning; MHA alone
    reported);
-3. the notebooks: all six in the ``default`` profile (``vitplast.notebooks.run``), each in a
+3. runs per device-minute: ``--procs`` processes sharing the device, each training runs of
+   the embedded study's recipe (fp32) one by one, against the same processes each training
+   groups of ``--k`` LRs batched (``vitplast.batched``, ``vitplast sweep --batch-lrs``); each
+   process warms up, then all start at one moment;
+4. the notebooks: every one in the ``default`` profile (``vitplast.notebooks.run``), each in a
    papermill kernel that loads its models on the GPU.
 
 Last lines, one per target (``RESULT <name> <value> target <op> <value>``)::
 
     RESULT gpu_plasticity_overhead_ratio 1.08 target <= 1.2
     RESULT gpu_finetune_step_overhead_ratio 1.04 target <= 1.1
-    RESULT notebooks_ok 6 target == 6
+    RESULT gpu_batched_runs_per_minute_ratio 9.1 target >= 8.0
+    RESULT notebooks_ok 7 target == 7
     RESULT gpu_check_seconds 301 target <= 480
 
-exit 1 when a target is missed. Batched runs per device-minute (issue 26, item 5) are not
-implemented yet: no line for them.
+exit 1 when a target is missed.
 
 Without CUDA it prints a SKIP line and exits 0, unless ``--dry``: the same code path on the
 CPU at toy sizes (the embedded model, 256 pairs, 5 steps, the notebooks in the ``smoke``
@@ -46,6 +50,7 @@ VIT_B = "vit_base_patch16_224.orig_in21k"
 #: name -> (operator, target); ``notebooks_ok`` is set to the number of notebooks run.
 TARGETS = {"gpu_plasticity_overhead_ratio": ("<=", 1.2),
            "gpu_finetune_step_overhead_ratio": ("<=", 1.1),
+           "gpu_batched_runs_per_minute_ratio": (">=", 8.0),
            "notebooks_ok": ("==", len(notebooks.NOTEBOOKS)),
            "gpu_check_seconds": ("<=", 480.0)}
 OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq}
@@ -116,6 +121,59 @@ def training_loop(name: str, *, batch: int, steps: int, device: torch.device, sh
     return out
 
 
+def runs_per_minute(mode: str, *, procs: int, k: int, steps: int, reps: int,
+                    device: torch.device, warmup_s: float) -> float:
+    """Runs per minute of ``procs`` processes on ``device``, each training ``reps`` units:
+    one run (``mode="separate"``) or ``k`` LRs batched (``"batched"``), after a warm-up, all
+    starting at one moment (now + ``warmup_s``)."""
+    import subprocess
+
+    start_at = time.time() + warmup_s
+    cmd = [sys.executable, __file__, "--worker", mode, "--k", str(k), "--steps", str(steps),
+           "--reps", str(reps), "--device", str(device), "--start-at", str(start_at)]
+    workers = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+    spans = []
+    for w in workers:
+        out, _ = w.communicate()
+        if w.returncode:
+            raise RuntimeError(f"a {mode} worker failed (exit {w.returncode})")
+        spans.append([float(v) for v in out.split()[-2:]])
+    wall = max(end for _, end in spans) - min(begin for begin, _ in spans)
+    if min(begin for begin, _ in spans) < start_at:
+        print(f"warning: a worker was not ready at the common start (warm-up > {warmup_s} s)")
+    runs = procs * reps * (k if mode == "batched" else 1)
+    return 60 * runs / wall
+
+
+def _worker(mode: str, k: int, steps: int, reps: int, device: str, start_at: float) -> None:
+    """One process of ``runs_per_minute``: warm up, wait for the common start, train; print
+    the (begin, end) wall-clock times of the timed part."""
+    from vitplast import batched, tasks
+
+    task = tasks.load("digits")
+    device = torch.device(device)
+    recipe = {**finetune.RECIPES["embedded"], "steps": steps, "warmup_steps": 1,
+              "precision": "fp32", "device": device, "progress": False}
+    lrs = [0.01 * 1.5 ** i for i in range(k)]
+
+    def unit():
+        model = models.load_model(models.EMBEDDED_NAME, num_classes=task.num_classes,
+                                  device=device)
+        models.new_head(model, task.num_classes, seed=0)
+        if mode == "batched":
+            batched.train_lrs(model, task.train, task.val, task.test, lrs=lrs, **recipe)
+        else:
+            finetune.train(model, task.train, task.val, task.test, lr=lrs[0], **recipe)
+
+    unit()
+    time.sleep(max(0.0, start_at - time.time()))
+    begin = time.time()
+    for _ in range(reps):
+        unit()
+    _sync(device)
+    print(begin, time.time())
+
+
 def result_lines(values: dict, dry: bool = False,
                  notebooks_run: int = len(notebooks.NOTEBOOKS)) -> tuple[list[str], int]:
     """The RESULT line of each measured target, and the exit code: 1 when one is missed
@@ -140,13 +198,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=8, help="DataLoader workers reading pairs")
     ap.add_argument("--only", nargs="*", default=None, help="notebook prefixes (default: all)")
     ap.add_argument("--out", default=None, help="folder of the executed notebooks")
+    ap.add_argument("--procs", type=int, default=15, help="processes sharing the device")
+    ap.add_argument("--k", type=int, default=8, help="LRs per batched group")
+    ap.add_argument("--reps", type=int, default=10, help="units per process (runs per minute)")
     ap.add_argument("--dry", action="store_true", help="rehearse on the CPU at toy sizes")
+    ap.add_argument("--worker", choices=("separate", "batched"), help=argparse.SUPPRESS)
+    ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
+    ap.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker:
+        _worker(args.worker, args.k, args.steps, args.reps, args.device, args.start_at)
+        return 0
     start = time.perf_counter()
     if args.dry:
         device, name, shape, profile = torch.device("cpu"), models.EMBEDDED_NAME, (1, 28, 28), \
             "smoke"
         args.pairs, args.steps, args.workers = min(args.pairs, 256), min(args.steps, 5), 0
+        args.procs, args.k, args.reps = 2, 2, 1
         print("dry run on the CPU: toy sizes, targets not enforced")
     elif not torch.cuda.is_available():
         print("SKIP gpu_check: no CUDA device (python benchmarks/gpu_check.py --dry rehearses "
@@ -171,6 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in s.items():
         print(f"step {k:>5}: {1000 * v:.1f} ms (batch {args.batch})")
     values["gpu_finetune_step_overhead_ratio"] = s["full"] / s["bare"]
+
+    per_minute = {mode: runs_per_minute(mode, procs=args.procs, k=args.k, steps=120 if not
+                                        args.dry else args.steps, reps=args.reps, device=device,
+                                        warmup_s=20 if args.dry else 60)
+                  for mode in ("separate", "batched")}
+    for mode, v in per_minute.items():
+        print(f"{mode:>8}: {v:8.0f} runs per minute ({args.procs} processes"
+              + (f", {args.k} LRs per group)" if mode == "batched" else ")"))
+    values["gpu_batched_runs_per_minute_ratio"] = per_minute["batched"] / per_minute["separate"]
 
     summary = notebooks.run(profile, args.only, out_dir=args.out, progress=False)
     print(summary.to_string(index=False))

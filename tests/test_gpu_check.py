@@ -24,6 +24,7 @@ def gpu_check():
 
 def test_result_lines_name_every_target_and_fail_on_a_miss(gpu_check):
     values = {"gpu_plasticity_overhead_ratio": 1.1, "gpu_finetune_step_overhead_ratio": 1.05,
+              "gpu_batched_runs_per_minute_ratio": 8.5,
               "notebooks_ok": len(notebooks.NOTEBOOKS), "gpu_check_seconds": 300.0}
     lines, code = gpu_check.result_lines(values)
     assert code == 0 and [LINE.match(line).group(1) for line in lines] == list(gpu_check.TARGETS)
@@ -32,6 +33,8 @@ def test_result_lines_name_every_target_and_fail_on_a_miss(gpu_check):
     assert code == 1
     _, code = gpu_check.result_lines({**values, "notebooks_ok": 1}, notebooks_run=1)
     assert code == 0
+    _, code = gpu_check.result_lines({**values, "gpu_batched_runs_per_minute_ratio": 7.9})
+    assert code == 1
     lines, code = gpu_check.result_lines({**values, "gpu_check_seconds": 600.0}, dry=True)
     assert code == 0 and lines[-1].endswith("(dry: not enforced)")
 

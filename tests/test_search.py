@@ -71,7 +71,7 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
         return dict(config=run, status="ok", best_val_acc=acc[run["lr"]], best_step=1,
                     history=[dict(step=1, val_loss=1.0)], test_acc=acc[run["lr"]])
 
-    monkeypatch.setattr(sweep, "run_one", fake)
+    monkeypatch.setattr(sweep, "run_lrs", lambda runs, **kwargs: [fake(r) for r in runs])
     store.save_run(tmp_path / "b", first[0], fake(first[0]))  # another store holds one run
     store.save_run(tmp_path / "a", first[1], dict(fake(first[1]), status="failed"))
     assert search.reuse(first, tmp_path / "a", [tmp_path / "b"]) == 1

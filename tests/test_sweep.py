@@ -36,7 +36,7 @@ def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch
     val = curves[curves.metric == "val_acc"]
     assert val["value"].tolist() == [record["best_val_acc"]] and val["step"].tolist() == [1]
 
-    monkeypatch.setattr(sweep, "run_one", lambda *a, **k: pytest.fail("re-ran a stored run"))
+    monkeypatch.setattr(sweep, "run_lrs", lambda *a, **k: pytest.fail("re-ran a stored run"))
     again = sweep.run_sweep([config], tmp_path, progress=False)
     assert again.loc[0, "test_acc"] == record["test_acc"]
 
@@ -166,3 +166,27 @@ def test_a_run_loads_its_task_through_the_one_registry(monkeypatch):
     assert calls == [(("digits", None), dict(severity=3, seed=2, train_size=5000,
                                             test_size=2000)),
                      (("pet", "/data"), dict(severity=5, seed=0, img_size=224))]
+
+
+def test_a_batched_sweep_stores_what_one_by_one_stores(tmp_path):
+    """``batch_lrs``: the runs of one setting that differ in LR train together
+    (``vitplast.batched``) into records equal to separate runs' (losses within 1e-5), each
+    saying how many trained with it; a run another process claims is left to it; runs the
+    batched path refuses (AdamW) train one by one."""
+    lrs = (0.01, 0.1, 1.0)
+    configs = [runs.run_config("digits", "LN1", lr=lr, **TINY) for lr in lrs]
+    adamw = runs.run_config("digits", "LN1", lr=0.01, optimizer="adamw", **TINY)
+    with store.claimed(tmp_path / "b", configs[2]):  # another process holds the third
+        sweep.run_sweep(configs + [adamw], tmp_path / "b", progress=False, batch_lrs=True)
+    assert not store.exists(tmp_path / "b", configs[2])
+    sweep.run_sweep(configs, tmp_path / "a", progress=False)
+    for c in configs[:2]:
+        one, batch = (store.read_json(store.run_path(tmp_path / s, c)) for s in "ab")
+        assert batch["batched"] == 2 and "batched" not in one
+        assert batch["test_acc"] == one["test_acc"] and batch["status"] == one["status"] == "ok"
+        assert [r["loss"] for r in batch["history"]] == pytest.approx(
+            [r["loss"] for r in one["history"]], abs=1e-5)
+    assert store.read_json(store.run_path(tmp_path / "b", adamw))["status"] == "ok"
+    assert "batched" not in store.read_json(store.run_path(tmp_path / "b", adamw))
+    with pytest.raises(ValueError, match="differ only in their lr"):
+        sweep.run_lrs([configs[0], adamw])

@@ -153,6 +153,9 @@ def _add_sweep(sub) -> None:
                     "the I-th (0-based): N processes or machines share one store")
     sw.add_argument("--status", action="store_true", help="run nothing: print how much of "
                     "the study the store holds, per task and seed, and the CPU hours left")
+    sw.add_argument("--batch-lrs", action="store_true", help="train the runs that differ only "
+                    "in their LR as one batched computation (vitplast.batched): many runs per "
+                    "device-minute on a GPU; the same results as one by one")
     sw.add_argument("--retry-failed", action="store_true", help="also re-run the stored runs "
                     "whose status is failed")
 
@@ -204,10 +207,10 @@ def _sweep(args, parser, argv) -> int:
             search.run_search(searched, root, shard=args.shard or (0, 1), device=args.device,
                               sources=[models.results_root(s) for s in searched["reuse"]],
                               runtime=dict(precision=args.precision) if args.precision else {},
-                              executor=args.executor, **kwargs)
+                              executor=args.executor, batch_lrs=args.batch_lrs, **kwargs)
         else:
             sweep.run_sweep(chosen, root, executor=args.executor, device=args.device,
-                            retry_failed=args.retry_failed, **kwargs)
+                            retry_failed=args.retry_failed, batch_lrs=args.batch_lrs, **kwargs)
     finally:  # also when interrupted: what the store holds now is logged
         summary = results.results(root)
         provenance.log_session(root, command, summary, time.perf_counter() - start, args.device)

@@ -6,7 +6,8 @@ A run is a flat JSON-able dict (``vitplast.runs.run_config``, ``runs.grid``); th
 defining keys (``runs.run_hash``) names its record file.
 ``run_sweep`` runs only what the store lacks and saves each record the moment it finishes, so
 a killed sweep resumes losing nothing; a diverged or failed run is recorded as such. Every run
-starts from a new, seeded head (``models.new_head``). ``select`` orders, shards and limits a
+starts from a new, seeded head (``models.new_head``). Runs that differ only in their LR may
+train as one batched computation (``batch_lrs``, ``vitplast.batched``). ``select`` orders, shards and limits a
 study's runs before a sweep. Named studies: ``vitplast.studies``; provenance of records and
 sessions, and a study's progress: ``vitplast.provenance``; tables: ``vitplast.results``.
 
@@ -16,6 +17,7 @@ when they recompute) and ``vitplast.confounds`` (``build``).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -62,26 +64,73 @@ def run_one(run: dict, *, device: str | torch.device | None = None,
         device: where to train; ``None`` picks CUDA when available.
         progress: show the training loop's progress bar.
     """
+    return run_lrs([run], device=device, progress=progress)[0]
+
+
+def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
+            progress: bool = False) -> list[dict]:
+    """Train runs that differ only in their ``lr``; return their records, as ``run_one``
+    would. Two or more train as one batched computation (``vitplast.batched``; their records
+    say ``batched``: how many, and ``seconds`` is the shared time divided among them), unless
+    the batched path refuses them (``batched.check_batchable``): then one by one.
+
+    Raises:
+        ValueError: the runs differ in more than their ``lr``.
+    """
+    from vitplast import batched
+
+    if len({json.dumps({**r, "lr": None}, sort_keys=True, default=str) for r in runs}) > 1:
+        raise ValueError("run_lrs takes runs that differ only in their lr (sweep.lr_groups)")
     start = time.perf_counter()
     device = models.pick_device(device)
-    record = dict(status="failed", error=None, traceback=None, history=[])
+    records = [dict(status="failed", error=None, traceback=None, history=[]) for _ in runs]
     try:
-        r = _train(run, device, progress)
-        record.update(status="diverged" if r.diverged else "ok",
-                      initial_val_acc=r.initial_val_acc, test_acc=r.test_acc,
-                      test_loss=r.test_loss, best_val_acc=r.best_val_acc, best_step=r.best_step,
-                      trainable=r.trainable, train_seconds=r.seconds, history=r.history)
+        model, task, kwargs = build(runs[0], device)
+        kwargs.pop("lr")
+        if len(runs) > 1:
+            try:
+                batched.check_batchable(model, device=device, **kwargs)
+            except ValueError:
+                del model
+                return [r for run in runs for r in run_lrs([run], device=device,
+                                                           progress=progress)]
+            results = batched.train_lrs(model, task.train, task.val, task.test,
+                                        lrs=[r["lr"] for r in runs], device=device,
+                                        progress=progress, **kwargs)
+        else:
+            results = [finetune.train(model, task.train, task.val, task.test, lr=runs[0]["lr"],
+                                      device=device, progress=progress, **kwargs)]
+        del model
+        for record, r in zip(records, results):
+            record.update(status="diverged" if r.diverged else "ok",
+                          initial_val_acc=r.initial_val_acc, test_acc=r.test_acc,
+                          test_loss=r.test_loss, best_val_acc=r.best_val_acc,
+                          best_step=r.best_step, trainable=r.trainable, train_seconds=r.seconds,
+                          history=r.history, **({"batched": len(runs)} if len(runs) > 1 else {}))
     except Exception as err:  # recorded; a KeyboardInterrupt still stops the sweep
-        record["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
-        record["traceback"] = traceback.format_exc()
-    record.update(seconds=time.perf_counter() - start, device=str(device),
-                  **provenance.provenance(device))
-    return _finite(record)
+        for record in records:
+            record["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
+            record["traceback"] = traceback.format_exc()
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    seconds = (time.perf_counter() - start) / len(runs)
+    return [_finite({**record, "seconds": seconds, "device": str(device),
+                     **provenance.provenance(device)}) for record in records]
+
+
+def lr_groups(runs: list[dict]) -> list[list[dict]]:
+    """``runs`` grouped by everything but their ``lr`` (groups in order of first
+    appearance): the groups ``run_lrs`` can batch."""
+    groups: dict[str, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(json.dumps({**r, "lr": None}, sort_keys=True, default=str), []).append(r)
+    return list(groups.values())
 
 
 def build(run: dict, device: torch.device) -> tuple[torch.nn.Module, tasks.Task, dict]:
     """What a run trains: its model (loaded, with a new head, prepared by its ablation), its
-    task, and the ``finetune.train`` keywords it passes. Used by ``_train`` and by
+    task, and the ``finetune.train`` keywords it passes. Used by ``run_lrs`` and by
     ``confounds.plasticity_after``, which measures the model before and after."""
     prepare = run.get("prepare")
     if prepare is not None and prepare not in PREPARE:
@@ -110,18 +159,6 @@ def default_workers() -> int:
     return max(int(cpus) - 1, 0) if cpus.isdigit() else 0
 
 
-def _train(run: dict, device: torch.device, progress: bool) -> finetune.TrainResult:
-    """Build the run (``build``) and train it."""
-    model, task, kwargs = build(run, device)
-    try:
-        return finetune.train(model, task.train, task.val, task.test, device=device,
-                              progress=progress, **kwargs)
-    finally:
-        del model
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-
-
 def _task(run: dict) -> tasks.Task:
     """The run's task (``tasks.load``), with the options its keys set. A paper dataset is
     transformed as the paper's model expects, at ``img_size`` (default 224)."""
@@ -146,7 +183,8 @@ def _finite(obj):
 
 def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
               device: str | torch.device | None = None, progress: bool = True,
-              retry_failed: bool = False, **executor_kwargs) -> pd.DataFrame:
+              retry_failed: bool = False, batch_lrs: bool = False,
+              **executor_kwargs) -> pd.DataFrame:
     """Run the runs the store under ``root`` lacks; each record is saved atomically by
     whoever ran it (this process or the cluster job) as soon as it finishes.
 
@@ -167,6 +205,9 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
             run in flight.
         retry_failed: also re-run stored runs whose status is "failed" (once: a failed record
             another sweep re-ran meanwhile is not re-run again).
+        batch_lrs: train the runs that differ only in their LR as one batched computation
+            (``run_lrs``): many runs per device-minute on a GPU; a job per group with
+            submitit.
         **executor_kwargs: submitit's ``folder`` (default ``root/submitit``), ``cluster``
             ("slurm", "local", "debug"; default detected) and ``update_parameters`` keywords
             (``timeout_min``, ``gpus_per_node``, ``slurm_array_parallelism``, ...).
@@ -193,12 +234,16 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
 
     bar = tqdm(total=len(todo), desc=f"sweep ({len(runs) - len(todo)} stored)",
                disable=not progress)
+    stale = {run_hash(c): mtime for c, mtime in todo.values()}
+    groups = [[(c, stale[run_hash(c)]) for c in group] for group in (
+        lr_groups([c for c, _ in todo.values()]) if batch_lrs else
+        [[c] for c, _ in todo.values()])]
     if executor == "serial":
-        for c, stale in todo.values():
-            _run_and_save(c, str(root), device, stale=stale, progress=progress)
-            bar.update()
-    elif todo:
-        _submit(list(todo.values()), root, device, bar, **executor_kwargs)
+        for group in groups:
+            _run_and_save(group, str(root), device, progress=progress)
+            bar.update(len(group))
+    elif groups:
+        _submit(groups, root, device, bar, **executor_kwargs)
     bar.close()
     records = {run_hash(c): _stored(root, c) or {"config": c, "status": "missing"}
                for c in runs}
@@ -234,36 +279,44 @@ def _wanted(root, run: dict, stale: int | None) -> bool:
             and path.stat().st_mtime_ns == stale)
 
 
-def _run_and_save(run: dict, root: str, device, registry: dict | None = None,
-                  stale: int | None = None, progress: bool = False) -> str:
-    """The job: claim ``run``, train it and store its record, release the claim;
-    return its status, or "skipped" when another process holds the claim or has stored the
-    run meanwhile."""
+def _run_and_save(group: list[tuple[dict, int | None]], root: str, device,
+                  registry: dict | None = None, progress: bool = False) -> list[str]:
+    """The job: claim the runs of ``group`` ((run, stale) pairs differing only in LR), train
+    those still wanted (``run_lrs``), store each record, release the claims; return each
+    run's status, or "skipped" when another process holds its claim or has stored it."""
+    import contextlib
+
     PREPARE.update(registry or {})  # a fresh job process has only what its pickle brings
-    with store.claimed(root, run) as mine:
-        if not mine or not _wanted(root, run, stale):
-            return "skipped"
-        record = run_one(run, device=device, progress=progress)
-        store.save_run(root, run, record)
-    return record["status"]
+    with contextlib.ExitStack() as claims:
+        mine = [claims.enter_context(store.claimed(root, run)) and _wanted(root, run, stale)
+                for run, stale in group]
+        todo = [run for (run, _), m in zip(group, mine) if m]
+        records = iter(run_lrs(todo, device=device, progress=progress) if todo else [])
+        statuses = []
+        for (run, _), m in zip(group, mine):
+            if m:
+                record = next(records)
+                store.save_run(root, run, record)
+            statuses.append(record["status"] if m else "skipped")
+    return statuses
 
 
-def _submit(runs, root, device, bar, folder=None, cluster=None, **parameters) -> None:
-    """One submitit job array over (run, stale) pairs; wait for every job, warn about
-    those that died."""
+def _submit(groups, root, device, bar, folder=None, cluster=None, **parameters) -> None:
+    """One submitit job array, a job per group of (run, stale) pairs; wait for every job,
+    warn about those that died."""
     import submitit
 
     executor = submitit.AutoExecutor(folder=folder or Path(root) / "submitit", cluster=cluster)
     executor.update_parameters(**parameters)
-    n = len(runs)
-    jobs = executor.map_array(_run_and_save, [c for c, _ in runs], [str(root)] * n,
-                              [device] * n, [dict(PREPARE)] * n, [stale for _, stale in runs])
-    for job in jobs:
+    n = len(groups)
+    jobs = executor.map_array(_run_and_save, groups, [str(root)] * n, [device] * n,
+                              [dict(PREPARE)] * n)
+    for job, group in zip(jobs, groups):
         try:
             job.result()
         except Exception as err:  # killed (time limit, preemption...): no record, re-run later
             warnings.warn(f"job {job.job_id} died without a record: {err}", stacklevel=3)
-        bar.update()
+        bar.update(len(group))
 
 
 def select(runs: list[dict], root: str | Path | None = None, *, order: str = "seed-first",
@@ -309,5 +362,5 @@ def parse_shard(shard: str | tuple[int, int]) -> tuple[int, int]:
     return i, n
 
 
-__all__ = ["EXECUTORS", "ORDERS", "PREPARE", "build", "default_workers", "parse_shard",
-           "run_one", "run_sweep", "select"]
+__all__ = ["EXECUTORS", "ORDERS", "PREPARE", "build", "default_workers", "lr_groups",
+           "parse_shard", "run_lrs", "run_one", "run_sweep", "select"]
