@@ -199,3 +199,29 @@ def test_every_notebook_runs_on_the_device(name, fake_cuda, tmp_path, monkeypatc
     exec_notebook(name, params=SMALLER[name])
     assert loaded and all(next(m.parameters()).device == FAKE
                           for device, m in loaded if device != "cpu")
+
+
+def test_batched_runs_train_on_the_device(fake_cuda, monkeypatch):
+    """``batched.train_lrs`` moves host batches to the device and gives the CPU's numbers.
+    (vmap returns plain tensors from the fake device's: its outputs are put back there, as
+    CUDA's would be, when its inputs were.)"""
+    from vitplast import batched
+
+    def vmap(fn, **kw):
+        def run(*args):
+            out = torch.func.vmap(fn, **kw)(*args)
+            on = any(isinstance(t, OnDevice) for t in torch.utils._pytree.tree_leaves(args))
+            return out.as_subclass(OnDevice) if on else out
+        return run
+
+    monkeypatch.setattr(batched, "vmap", vmap)
+
+    kwargs = dict(lrs=[0.01, 0.1], config="MHA", steps=3, batch_size=16, eval_every=2,
+                  progress=False)
+    expected = batched.train_lrs(tiny_vit(), toy_task(32), toy_task(16, seed=1),
+                                 toy_task(16, seed=2), device="cpu", **kwargs)
+    got = batched.train_lrs(on_fake_cuda(tiny_vit()), toy_task(32), toy_task(16, seed=1),
+                            toy_task(16, seed=2), device="cuda", **kwargs)
+    for g, e in zip(got, expected, strict=True):
+        assert g.device == "cuda" and g.test_acc == e.test_acc
+        assert [r["loss"] for r in g.history] == pytest.approx([r["loss"] for r in e.history])
