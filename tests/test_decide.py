@@ -42,3 +42,23 @@ def test_distance_reads_head_only_and_the_probe():
     probes = pd.DataFrame(dict(task=["t"], test_acc=[48.0]))
     out = decide.distance(picked, probes)
     assert out.to_dict("records") == [dict(task="t", head_acc=55.0, probe_acc=48.0)]
+
+
+def test_a_task_s_probe_is_computed_once_and_stored_as_a_companion(tmp_path, monkeypatch):
+    from vitplast import probes, store
+
+    calls = []
+
+    def fake(model_name, tasks):
+        calls.append(tasks)
+        return pd.DataFrame([dict(task=tasks[0], train_acc=99.0, val_acc=90.0, test_acc=89.5,
+                                  n_train=4000, n_features=128)])
+
+    monkeypatch.setattr(probes, "linear_probes", fake)
+    assert decide.task_probes(tmp_path, ["digits"]).empty  # nothing stored, nothing computed
+    assert decide.task_probe(tmp_path, "digits")["test_acc"] == 89.5
+    table = decide.task_probes(tmp_path, ["digits", "fmnist_invert"])
+    assert table.to_dict("records") == [dict(task="digits", test_acc=89.5, val_acc=90.0,
+                                             train_acc=99.0)]
+    assert calls == [["digits"]]  # read back, not recomputed
+    assert store.audit(tmp_path).empty  # a companion, not a foreign file

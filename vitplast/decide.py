@@ -15,6 +15,8 @@ test their mean over tasks.
   finetuning against gain over head-only) from ``spearman_plasticity_gain``.
 - ``task_plasticity``: a task's per-block plasticity before finetuning, measured once and
   stored beside the runs (``plasticity-<hash>.json``).
+- ``task_probe``: a task's linear probe on the frozen embedded model, computed once and stored
+  beside the runs (``probe-<hash>.json``).
 - ``distance``: head-only and linear-probe accuracy per task: how far it lies from what
   pretraining learned.
 
@@ -74,6 +76,32 @@ def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
     return pd.DataFrame(saved["rows"]).assign(task=task, protocol=protocol)
 
 
+def task_probe(root: str | Path, task: str, *, compute: bool = True) -> dict | None:
+    """The embedded model's linear probe on ``task`` (``probes.linear_probe``: ``train_acc``,
+    ``val_acc``, ``test_acc`` in %, ``n_train``, ``n_features``), computed once (about 40 s on
+    a CPU core) and stored in ``root/probe-<hash of the settings>.json``; ``None`` when not
+    stored and ``compute`` is False."""
+    from vitplast import models, probes
+
+    settings = dict(task=task, model=models.EMBEDDED_NAME, probe="logistic, C=1, L-BFGS")
+    path = Path(root) / f"probe-{store.config_hash(settings)}.json"
+    saved = store.read_json(path)
+    if saved is None and compute:
+        row = probes.linear_probes(models.EMBEDDED_NAME, [task]).iloc[0].to_dict()
+        saved = dict(settings, **{k: v for k, v in row.items() if k != "task"})
+        store.write_json(path, saved)
+    return saved
+
+
+def task_probes(root: str | Path, tasks, *, compute: bool = False) -> pd.DataFrame:
+    """``task_probe`` of each task that has one stored (or of every task, with ``compute``):
+    columns ``task``, ``test_acc`` (%), ``val_acc``, ``train_acc``."""
+    rows = [(t, task_probe(root, t, compute=compute)) for t in tasks]
+    return pd.DataFrame([dict(task=t, **{k: r[k] for k in ("test_acc", "val_acc", "train_acc")})
+                         for t, r in rows if r is not None],
+                        columns=["task", "test_acc", "val_acc", "train_acc"])
+
+
 def component_plasticity(root: str | Path, tasks, n_pairs: int = 256,
                          protocol: str = "embedding") -> pd.DataFrame:
     """Per task and component: plasticity before finetuning, the mean over blocks (as the
@@ -123,4 +151,5 @@ def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.Dat
 
 
 __all__ = ["FULL_COUNT", "accuracy", "chosen", "complete_tasks", "component_plasticity",
-           "distance", "findings", "spearman_plasticity_gain", "task_plasticity"]
+           "distance", "findings", "spearman_plasticity_gain", "task_plasticity", "task_probe",
+           "task_probes"]

@@ -47,9 +47,9 @@ STATUSES = ("ok", "diverged", "failed")
 #: JSON files a store holds beside its records: the sweep's session log
 #: (``provenance.log_session``) and the confound study's measurements before finetuning
 #: (``confounds``: scales, per-block plasticity, plasticity after finetuning) and the suite
-#: study's (``decide.task_plasticity``).
+#: study's (``decide.task_plasticity``, ``decide.task_probe``).
 COMPANIONS = ("study.json", "scales-*.json", "layers-*.json", "after-*.json",
-              "plasticity-*.json")
+              "plasticity-*.json", "probe-*.json")
 #: An orphan temp file older than this (seconds) is debris of a killed write.
 TEMP_AGE_S = 300.0
 #: A claim whose heartbeat is older than this (seconds) is dead.
