@@ -91,6 +91,18 @@ def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatc
         sweep.run_sweep([{**config, "prepare": "nope"}], "unused", progress=False)
 
 
+def test_no_clipping_means_no_clipping_end_to_end(fake_train):
+    """``clip_grad_norm=None`` (or 0) is stored as 0.0 and trains without a clip; a run dict
+    made by hand with None reaches the loop as None (no clip), never the default 1.0."""
+    config = runs.run_config("digits", lr=0.5, clip_grad_norm=None, **TINY)
+    assert config["clip_grad_norm"] == 0.0
+    assert run_hash(config) == run_hash(runs.run_config("digits", lr=0.5, clip_grad_norm=0.0,
+                                                        **TINY))
+    sweep.run_one(config)
+    sweep.run_one({**config, "clip_grad_norm": None})
+    assert [kw["clip_grad_norm"] for _, kw in fake_train.calls] == [0.0, None]
+
+
 def test_diverged_and_failed_runs_are_recorded_and_the_sweep_goes_on(tmp_path):
     diverge = runs.run_config("digits", lr=1e30, clip_grad_norm=None, **TINY)
     fail = runs.run_config("digits", ["nothing.*"], lr=1e-2, train_head=False, **TINY)

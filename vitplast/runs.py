@@ -77,7 +77,8 @@ def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: 
         severity, train_size, test_size, data_seed: task options (``tasks.load``); one
             ``data_seed`` fixes the splits for every training seed.
         **settings: any other key of ``RUN_KEYS`` (``finetune.train`` keywords such as steps,
-            batch_size, optimizer, clip_grad_norm, lr_scales; ``img_size`` of paper datasets;
+            batch_size, optimizer, clip_grad_norm (``None`` or 0: no clipping, stored as 0.0),
+            lr_scales; ``img_size`` of paper datasets;
             ``model_kwargs`` of ``load_model``; ``prepare``, a ``sweep.PREPARE`` name, and
             ``ablation``, its arguments) or of ``RUNTIME_KEYS`` (``data_root``,
             ``weights_file``, ``workers``, ``log_every``, ``precision``, ``accum_steps``).
@@ -105,6 +106,8 @@ def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: 
     if recipe == "paper" and task in paper_datasets.PAPER_STEPS:
         out["steps"] = paper_datasets.PAPER_STEPS[task]
     out.update(config=config, lr=lr, seed=seed, **settings)
+    if out["clip_grad_norm"] is None:  # no clipping, spelled as the stores spell it (0.0)
+        out["clip_grad_norm"] = 0.0
     if out["optimizer"] not in finetune.OPTIMIZERS:
         raise ValueError(f"unknown optimizer {out['optimizer']!r}; valid: {finetune.OPTIMIZERS}")
     return check_config(json.loads(json.dumps(out)))  # what the store holds (tuples: lists)

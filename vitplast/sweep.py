@@ -143,6 +143,8 @@ def build(run: dict, device: torch.device) -> tuple[torch.nn.Module, tasks.Task,
                               **run.get("model_kwargs") or {})
     models.new_head(model, task.num_classes, seed=run["seed"])
     kwargs = {k: run[k] for k in TRAIN_KEYS if run.get(k) is not None}
+    if "clip_grad_norm" in run:  # None is meaningful: no clipping (not the default 1.0)
+        kwargs["clip_grad_norm"] = run["clip_grad_norm"]
     kwargs.setdefault("workers", default_workers())
     if prepare is not None:
         kwargs.update(PREPARE[prepare](model, run) or {})
