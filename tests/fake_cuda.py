@@ -5,7 +5,8 @@
 tensor, whose ``.device`` says ``cuda:0``; results of operations on it are ``OnDevice`` too
 (torch's subclass propagation). As on a real GPU, an operation that mixes an ``OnDevice``
 tensor with a host tensor of one or more dimensions raises "Expected all tensors to be on the
-same device", the ``.grad`` of an ``OnDevice`` tensor is ``OnDevice``, ``.numpy()`` of an ``OnDevice`` tensor raises, and ``.cpu()`` brings it back.
+same device", the ``.grad`` of an ``OnDevice`` tensor is ``OnDevice``, ``.numpy()`` of an
+``OnDevice`` tensor raises, and ``.cpu()`` brings it back.
 Numbers are the CPU's: a whole measuring pass runs, to its end, under the mode.
 
 ``on_fake_cuda(model)`` puts a model's parameters and buffers there (as ``model.to("cuda")``

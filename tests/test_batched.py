@@ -1,7 +1,7 @@
 """Batched runs (``vitplast.batched``) give what separate ``finetune.train`` runs give: whole
-loss histories within 1e-5 (gradient norms within 1e-4, relative), the same logged rows, best steps, accuracies and trainable
-counts; a diverging LR stops alone; the model given is left unchanged; what cannot be
-batched is refused with the reason."""
+loss histories within 1e-5 (gradient norms within 1e-4, relative), the same logged rows, best
+steps, accuracies and trainable counts; a diverging LR stops alone; the model given is left
+unchanged; what cannot be batched is refused with the reason."""
 
 import math
 

@@ -87,7 +87,8 @@ def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatc
     failed = sweep.run_one({**config, "prepare": "nope"})
     assert failed["status"] == "failed" and "valid: [" in failed["error"]
     assert "'mark'" in failed["error"] and "'rescale_ln'" in failed["error"]
-    with pytest.raises(ValueError, match="unknown prepare \\['nope'\\]; valid: \\['gauge', 'lora', 'mark'"):
+    with pytest.raises(ValueError,
+                       match="unknown prepare \\['nope'\\]; valid: \\['gauge', 'lora', 'mark'"):
         sweep.run_sweep([{**config, "prepare": "nope"}], "unused", progress=False)
 
 

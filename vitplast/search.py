@@ -168,7 +168,8 @@ def state(study: dict, root) -> "pd.DataFrame":  # noqa: F821
         record = _record(root, _run(s, top)) if top is not None else None
         acc = {k: 100 * record[k] if record and record.get(k) is not None else math.nan
                for k in ("best_val_acc", "test_acc")}
-        rows.append(dict(task=s["task"], config=s["name"], seed=s["seed"], tried=sorted(outcomes), best=top,
+        rows.append(dict(
+            task=s["task"], config=s["name"], seed=s["seed"], tried=sorted(outcomes), best=top,
             bracketed=bracketed(outcomes), next=next_lrs(s["start"], outcomes),
             val_acc=acc["best_val_acc"], test_acc=acc["test_acc"],
             trainable=(record or {}).get("trainable")))

@@ -7,9 +7,10 @@ defining keys (``runs.run_hash``) names its record file.
 ``run_sweep`` runs only what the store lacks and saves each record the moment it finishes, so
 a killed sweep resumes losing nothing; a diverged or failed run is recorded as such. Every run
 starts from a new, seeded head (``models.new_head``). Runs that differ only in their LR may
-train as one batched computation (``batch_lrs``, ``vitplast.batched``). ``select`` orders, shards and limits a
-study's runs before a sweep. Named studies: ``vitplast.studies``; provenance of records and
-sessions, and a study's progress: ``vitplast.provenance``; tables: ``vitplast.results``.
+train as one batched computation (``batch_lrs``, ``vitplast.batched``). ``select`` orders,
+shards and limits a study's runs before a sweep. Named studies: ``vitplast.studies``;
+provenance of records and sessions, and a study's progress: ``vitplast.provenance``; tables:
+``vitplast.results``.
 
 Used by the CLI (``vitplast sweep``), ``vitplast.studies`` (so notebooks 04-05 through it,
 when they recompute) and ``vitplast.confounds`` (``build``).
