@@ -23,7 +23,8 @@ def test_progress_counts_the_study_and_prices_what_is_missing(tmp_path):
     for key, status, seconds in [(("head", 0), "ok", 3600.0), (("head", 42), "ok", 10800.0),
                                  (("LN1", 0), "ok", 1800.0), (("FC1", 0), "diverged", 99.0)]:
         store.save_run(tmp_path, by_key[key], dict(config=by_key[key], status=status,
-                                                   seconds=seconds))
+                                                   seconds=seconds, test_acc=0.5,
+                                                   best_val_acc=0.5, history=[dict(step=0)]))
     table = provenance.study_progress(study, tmp_path)
     assert table.drop(columns="hours_left").values.tolist() == [
         ["digits", 0, 3, 2, 1, 0, 0], ["digits", 42, 3, 1, 0, 0, 2], ["all", "", 6, 3, 1, 0, 2]]

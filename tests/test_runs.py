@@ -65,7 +65,7 @@ def test_every_key_of_a_run_is_declared():
 
 def test_the_store_finds_a_run_whatever_its_runtime_knobs(tmp_path):
     config = runs.run_config(**BASE)
-    store.save_run(tmp_path, {**config, "workers": 4}, dict(status="ok"))
+    store.save_run(tmp_path, {**config, "workers": 4}, dict(status="diverged"))
     assert store.exists(tmp_path, config) and store.exists(tmp_path, {**config, "device": "cuda"})
     assert not store.exists(tmp_path, {**config, "lr": 1.0})
     store.save_run(tmp_path, {**config, "lr": 1.0}, {})  # a record without a status

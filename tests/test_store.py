@@ -198,6 +198,8 @@ BAD_RECORDS = [
     ("no config", {"status": "ok", "config": None}, "no `config` object"),
     ("bad status", {"status": "done"}, "status 'done' is not one of"),
     ("text accuracy", {"status": "ok", "test_acc": "97%"}, "test_acc '97%' is not a number"),
+    ("ok without results", {"status": "ok", "test_acc": 0.9, "best_val_acc": None},
+     "status 'ok' without its results \\(best_val_acc, history missing\\)"),
     ("unknown key", {"status": "ok", "config": {"grad_masks": None}},
      r"config: unknown run setting\(s\) \['grad_masks'\]"),
     ("negative lr", {"status": "ok", "config": {"lr": -1.0}}, "config: lr=-1.0"),
@@ -234,7 +236,7 @@ def test_an_invalid_record_is_reported_by_name_and_re_run(tmp_path, fast_runs, m
 
 def test_a_record_at_another_runs_path_is_not_that_run(tmp_path):
     a, b = configs(2)
-    store.write_json(store.run_path(tmp_path, a), {"config": b, "status": "ok"})
+    store.write_json(store.run_path(tmp_path, a), {"config": b, "status": "diverged"})
     assert not store.exists(tmp_path, a) and not store.exists(tmp_path, b)
     problem = store.audit(tmp_path)["problem"].tolist()
     assert problem == [f"named {run_hash(a)} but its config hashes to {run_hash(b)} "
@@ -243,7 +245,8 @@ def test_a_record_at_another_runs_path_is_not_that_run(tmp_path):
 
 def test_complete_records_pass_and_load(tmp_path):
     a, b = configs(2)
-    store.save_run(tmp_path, a, dict(status="ok", test_acc=0.9, best_val_acc=None))
+    store.save_run(tmp_path, a, dict(status="ok", test_acc=0.9, best_val_acc=0.8,
+                                     history=[dict(step=0, loss=1.0)]))
     store.save_run(tmp_path, b, dict(status="diverged", test_acc=None, best_val_acc=0.2))
     assert store.record_problems(store.read_json(store.run_path(tmp_path, a)),
                                  store.run_path(tmp_path, a)) == []

@@ -45,9 +45,11 @@ def test_budget_runs_take_the_chosen_lr_and_its_grid_neighbours():
 def test_load_reads_only_the_study_runs_of_a_store(tmp_path):
     smoke = studies.runs_of(studies.SMOKE)
     for c in smoke[:3]:
-        store.save_run(tmp_path, c, dict(status="ok", test_acc=0.5, best_val_acc=0.5))
+        store.save_run(tmp_path, c, dict(status="ok", test_acc=0.5, best_val_acc=0.5,
+                                         history=[dict(step=0, loss=1.0)]))
     other = runs.run_config("digits", "MHA", lr=7.0)
-    store.save_run(tmp_path, other, dict(status="ok", test_acc=0.5, best_val_acc=0.5))
+    store.save_run(tmp_path, other, dict(status="ok", test_acc=0.5, best_val_acc=0.5,
+                                         history=[dict(step=0, loss=1.0)]))
     s = studies.load("smoke", str(tmp_path))
     assert len(s.runs) == 3 and s.coverage == {"expected": len(smoke), "ok": 3,
                                                "missing": len(smoke) - 3}

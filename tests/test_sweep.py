@@ -155,7 +155,7 @@ def test_select_orders_shards_and_limits(tmp_path):
     halves = [sweep.select(study, tmp_path, shard=s) for s in ("0/2", "1/2")]
     assert halves == [ordered[0::2], ordered[1::2]] and sweep.select(study, shard=(1, 2)) == \
         halves[1]
-    store.save_run(tmp_path, ordered[0], dict(status="ok"))
+    store.save_run(tmp_path, ordered[0], dict(status="diverged"))
     assert sweep.select(study, tmp_path, limit=2) == ordered[1:3]
     for bad, match in [(dict(order="random"), "valid: \\['seed-first', 'grid'\\]"),
                        (dict(shard="2/2"), "0 <= I < N"), (dict(shard="half"), "I/N"),

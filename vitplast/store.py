@@ -7,7 +7,8 @@ file, ``.<name>.json.<random>.tmp``, is deleted by the next sweep: ``clean_temp`
 
 A record is complete (``record_problems`` finds nothing) when it is a JSON object with a
 ``config`` that ``runs.check_config`` accepts, named by that config's hash, with a ``status``
-of ``STATUSES`` and numeric (or null) ``test_acc`` and ``best_val_acc``. Anything else under
+of ``STATUSES`` and numeric (or null) ``test_acc`` and ``best_val_acc``; an ``ok`` one also
+holds its results (both numbers, and a non-empty ``history``). Anything else under
 a store root is reported by name: ``audit`` lists every file that is not a complete record
 (invalid, foreign, orphan temp, claims), ``load_runs`` warns about those it skips, and a sweep
 re-runs a run whose file is not complete. A sweep asks ``exists`` before running, so it resumes.
@@ -122,7 +123,7 @@ def record_problems(record, path: str | Path | None = None) -> list[str]:
 
     Complete: a JSON object whose ``config`` passes ``runs.check_config``, whose file is named
     by that config's hash, with a ``status`` of ``STATUSES`` and ``test_acc`` and
-    ``best_val_acc`` numbers or null.
+    ``best_val_acc`` numbers or null; numbers, with a non-empty ``history``, when ``ok``.
     """
     if not isinstance(record, dict):
         return ["not a JSON object (unreadable, half-written, or not a run record)"]
@@ -140,6 +141,12 @@ def record_problems(record, path: str | Path | None = None) -> list[str]:
         value = record.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
             problems.append(f"{key} {value!r} is not a number or null")
+    if record.get("status") == "ok":
+        missing = [k for k in ("test_acc", "best_val_acc") if record.get(k) is None]
+        missing += [] if isinstance(record.get("history"), list) and record["history"] else [
+            "history"]
+        if missing:
+            problems.append(f"status 'ok' without its results ({', '.join(missing)} missing)")
     if path is not None and not problems and Path(path).stem != run_hash(config):
         problems.append(f"named {Path(path).stem} but its config hashes to {run_hash(config)} "
                         "(an older hash, or a moved file)")

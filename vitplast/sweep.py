@@ -30,7 +30,7 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from vitplast import ablations, finetune, models, provenance, store, tasks
+from vitplast import ablations, batched, finetune, models, provenance, store, tasks
 from vitplast.results import runs_table
 from vitplast.runs import TRAIN_KEYS, check_config, run_hash
 
@@ -78,8 +78,6 @@ def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
     Raises:
         ValueError: the runs differ in more than their ``lr``.
     """
-    from vitplast import batched
-
     if len({json.dumps({**r, "lr": None}, sort_keys=True, default=str) for r in runs}) > 1:
         raise ValueError("run_lrs takes runs that differ only in their lr (sweep.lr_groups)")
     start = time.perf_counter()
