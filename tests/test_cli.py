@@ -208,3 +208,20 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
                 ["--precision", "fp8"]):
         with pytest.raises(SystemExit):
             main(["sweep", "--root", str(tmp_path), *bad])
+
+
+def test_a_study_that_declares_its_precision_keeps_it(tmp_path, capsys):
+    """The suite and gauge studies declare fp32: their runs carry it (a runtime key: no hash
+    moves), and a sweep asked for another precision is refused before anything runs."""
+    from vitplast import search, studies
+
+    for study in (studies.SUITE_STUDY, studies.GAUGE_STUDY):
+        assert study["precision"] == "fp32"
+    first = search.settings(dict(studies.SUITE_STUDY, tasks=["digits"]))[0]
+    assert first["precision"] == "fp32"
+    assert search.settings(dict(studies.SUITE_STUDY, tasks=["digits"]),
+                           precision="bf16")[0]["precision"] == "bf16"  # the caller's word
+    with pytest.raises(SystemExit):
+        main(["sweep", "--study", "suite", "--root", str(tmp_path), "--precision", "bf16"])
+    assert "declares precision 'fp32'" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

@@ -189,6 +189,12 @@ def _sweep(args, parser, argv) -> int:
               file=sys.stderr)
         return 2
     root, runs = _study(args, parser)
+    searched = studies.sweep_of(args.study).search
+    if searched is not None and args.precision not in (None, searched.get("precision",
+                                                                          args.precision)):
+        parser.error(f"--precision {args.precision}: study {args.study!r} declares precision "
+                     f"{searched['precision']!r} (one precision in every contrast); drop "
+                     "--precision")
     try:  # also with --status, so that no bad option passes unnoticed
         chosen = sweep.select(runs, root, order=args.order, shard=args.shard, limit=args.limit)
     except ValueError as err:
@@ -202,7 +208,6 @@ def _sweep(args, parser, argv) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     start, command = time.perf_counter(), "python -m vitplast " + " ".join(argv or sys.argv[1:])
     try:
-        searched = studies.sweep_of(args.study).search
         if searched is not None:  # LRs searched: run, read back, ask again (search.run_search)
             search.run_search(searched, root, shard=args.shard or (0, 1), device=args.device,
                               sources=[models.results_root(s) for s in searched["reuse"]],

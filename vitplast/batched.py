@@ -101,7 +101,7 @@ def train_lrs(model: nn.Module, train_set, val_set=None, test_set=None, *, lrs: 
     results = [finetune.TrainResult(trainable=count - stack.masked_out, device=str(device))
                for _ in lrs]
     val = None
-    with _math_attention(model):
+    with _math_attention(model), finetune.numerics(device, a["precision"]):
         if val_set is not None:
             val = finetune.loader(val_set, finetune.EVAL_BATCH, device=device,
                                   workers=a["workers"])

@@ -23,6 +23,7 @@ Used by notebooks 04 and 05, and by ``python -m vitplast pretrain``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import random
@@ -54,7 +55,8 @@ OPTIMIZERS = ("sgd", "adamw")
 DIVERGENCE_FACTOR = 100.0
 #: Numeric precision of the forward pass: ``auto`` is bf16 autocast on a CUDA device that
 #: supports it, fp16 autocast with a gradient scaler (``torch.amp.GradScaler``) on one that does
-#: not, and fp32 elsewhere; ``fp32`` never autocasts; ``bf16`` and ``fp16`` insist (on CUDA).
+#: not, and fp32 elsewhere; ``fp32`` never autocasts and turns TF32 off (``numerics``);
+#: ``bf16`` and ``fp16`` insist (on CUDA).
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
@@ -111,6 +113,22 @@ def _amp_dtype(device: torch.device, precision: str = "auto") -> torch.dtype | N
     if precision == "auto":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.bfloat16 if precision == "bf16" else torch.float16
+
+
+@contextlib.contextmanager
+def numerics(device: torch.device, precision: str = "auto"):
+    """For the block: with ``fp32`` on CUDA, TF32 off in cuBLAS and cuDNN (PyTorch leaves it
+    on for convolutions, such as the patch embedding), so fp32 means fp32; the flags are
+    restored after. Elsewhere nothing changes (autocast is ``autocast``'s, per pass)."""
+    if torch.device(device).type != "cuda" or precision != "fp32":
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def autocast(device: torch.device, precision: str = "auto"):
@@ -309,15 +327,17 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
         result.initial_val_loss, result.initial_val_acc = evaluate(
             model, val_set, device=device, precision=precision)
     start = time.perf_counter()
-    best = _loop(model, update, result, train_set, val_set, generator=generator, device=device,
-                 precision=precision, steps=steps, batch_size=batch_size,
-                 accum_steps=accum_steps, lr=lr, warmup_steps=warmup_steps,
-                 label_smoothing=label_smoothing, augment=augment, eval_every=eval_every,
-                 log_every=log_every, workers=workers, on_eval=on_eval, keep_best=keep_best,
-                 desc=f"train {config if isinstance(config, str) else 'custom'}",
-                 progress=progress)
-    result.seconds = time.perf_counter() - start
-    _finish(model, result, best, update.named, test_set, device=device, precision=precision)
+    with numerics(device, precision):
+        best = _loop(model, update, result, train_set, val_set, generator=generator,
+                     device=device, precision=precision, steps=steps, batch_size=batch_size,
+                     accum_steps=accum_steps, lr=lr, warmup_steps=warmup_steps,
+                     label_smoothing=label_smoothing, augment=augment, eval_every=eval_every,
+                     log_every=log_every, workers=workers, on_eval=on_eval,
+                     keep_best=keep_best, progress=progress,
+                     desc=f"train {config if isinstance(config, str) else 'custom'}")
+        result.seconds = time.perf_counter() - start
+        _finish(model, result, best, update.named, test_set, device=device,
+                precision=precision)
     return result
 
 

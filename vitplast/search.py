@@ -92,6 +92,7 @@ def settings(study: dict, **runtime) -> list[dict]:
     """A searched study's settings, in its order (task > configuration > seed): each a dict
     of ``runs.run_config`` keywords without ``lr``, plus ``name`` (for display) and ``start``
     (its search's centre), plus ``runtime`` keys (``runs.RUNTIME_KEYS``: device, precision...;
+    the study's declared ``precision`` unless ``runtime`` names one;
     never hashed).
 
     ``study["configs"]`` maps a name to its start LR, or to a dict of run keywords with
@@ -104,6 +105,8 @@ def settings(study: dict, **runtime) -> list[dict]:
 
     model = models.load_model(models.EMBEDDED_NAME, num_classes=10, device="cpu")
     named = confounds.variants(model, {})
+    if "precision" in study:
+        runtime = {"precision": study["precision"], **runtime}
     out = []
     for task in study["tasks"]:
         for name, spec in study["configs"].items():

@@ -325,6 +325,7 @@ SUITE_STUDY = dict(
              "MHA sparse": 1.0, "FC1 sparse": 0.3, "FC2 sparse": 1.0},
     n_pairs=256,  # plasticity before finetuning, per task (P3), both protocols
     reuse=("finetune", "confounds"),  # shipped stores whose identical runs are copied
+    precision="fp32",  # one precision in every contrast, on a GPU too (no bf16, no TF32)
     # The three primaries as committed with the study (commit 337ac45, before its runs), in
     # the ``Primary`` form the findings read: the same groups, statistic and directions.
     primaries=(
@@ -360,7 +361,7 @@ GAUGE_STUDY = dict(
     tasks=list(suite.SUITE)[::2], seeds=[0], grid=[1e-3, 3e-3, 0.01, 0.03],
     configs={**_GAUGED, **{f"{c} c=8": dict(config=c, prepare="gauge", ablation=dict(c=_C),
                                             start=lr) for c, lr in _GAUGED.items()}},
-    reuse=("suite", "finetune", "confounds"),
+    reuse=("suite", "finetune", "confounds"), precision="fp32",
     primaries=(
         Primary("configurations whose trajectory the gauge changes (MHA, FC2, full): c = 8 "
                 "- c = 1, test accuracy, each LR tuned", a=("MHA c=8", "FC2 c=8", "full c=8"),
