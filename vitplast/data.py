@@ -20,7 +20,6 @@ Used by ``vitplast.tasks`` and ``vitplast.pretrain``.
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from vitplast import corruptions
+from vitplast import corruptions, store
 from vitplast.models import FASHION_MNIST_MEAN, FASHION_MNIST_STD, cache_dir
 
 # FASHION_MNIST_MEAN, FASHION_MNIST_STD: the embedded model's input normalisation, defined with
@@ -70,12 +69,11 @@ def _fashion_mnist_root(root: str | Path | None) -> Path:
             for f in _IDX_FILES:
                 if (src / f).exists():
                     shutil.copyfile(src / f, raw / f)
-                else:  # gunzip to a temp name of this process's, then rename: never a
-                    # half-written file, also when several sweep processes unpack at once
-                    tmp = raw / f"{f}.{os.getpid()}.tmp"
-                    with gzip.open(src / f"{f}.gz") as fin, open(tmp, "wb") as fout:
+                else:  # never a half-written file, also when several sweep processes
+                    # unpack at once (each into its own temp file)
+                    with store.atomic_path(raw / f) as tmp, gzip.open(src / f"{f}.gz") as fin, \
+                            open(tmp, "wb") as fout:
                         shutil.copyfileobj(fin, fout)
-                    os.replace(tmp, raw / f)
             return target
     try:
         import torchvision

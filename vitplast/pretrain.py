@@ -14,7 +14,6 @@ after each checkpoint so an interrupted run keeps what it finished.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -98,10 +97,9 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
 
     def save(name: str, model, step: int):
         path = out_dir / f"{models.EMBEDDED_NAME}_{name}.safetensors"
-        tmp = path.with_suffix(".tmp")
         state = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
-        save_file(state, str(tmp))
-        os.replace(tmp, path)
+        with store.atomic_path(path) as tmp:
+            save_file(state, str(tmp))
         test_loss, test_acc = finetune.evaluate(model, test_set, device=device)
         manifest["checkpoints"][name] = dict(
             file=path.name, sha256=models.sha256(path), epoch=step / steps_per_epoch, step=step,

@@ -66,22 +66,33 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically."""
+@contextlib.contextmanager
+def atomic_path(path: str | Path):
+    """The one atomic write of the kit: yields a temp path beside ``path``
+    (``.<name>.<random>.tmp``) to write; when the block ends it replaces ``path``
+    (``os.replace``), and after an error it is removed. Readers, and a run killed mid-write,
+    see the old file or the new one, never half of one. Used for records, companions, the
+    cache, checkpoints and the unpacked Fashion-MNIST."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        yield Path(tmp)
         os.chmod(tmp, 0o644)  # mkstemp's 0o600 would hide results from other users
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (``atomic_path``), synced to disk."""
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    return Path(path)
 
 
 @contextlib.contextmanager
@@ -348,10 +359,7 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
         except Exception:  # unreadable cache: recompute
             pass
     result = compute()
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        pickle.dump(result, f)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(pickle.dumps(result))
     write_json(path.with_suffix(".json"), params)
     return result
