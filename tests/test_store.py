@@ -219,8 +219,9 @@ def test_an_invalid_record_is_reported_by_name_and_re_run(tmp_path, fast_runs, m
         text = json.dumps({**text, "config": changed if changed is None else {**config,
                                                                               **changed}})
     store.write_text(store.run_path(root, config), text)
-    for name in ("study.json", "scales-0123.json"):  # the store's companions: not reported
-        store.write_json(root / name, {"sessions": []})
+    store.write_json(root / "study.json", {"sessions": []})  # companions: not reported
+    store.write_json(root / "scales-0123.json", dict(tasks=[], target="MHA", n_pairs=8,
+                                                     plasticity={}, scales={}))
     store.write_json(root / "notes.json", {"todo": "rerun"})  # foreign
     report = store.audit(root).set_index("file")
     name = store.run_path(root, config).name
@@ -272,3 +273,25 @@ def test_one_atomic_write_for_the_whole_kit(tmp_path):
     package = Path(vitplast.__file__).parent
     callers = [p.name for p in package.glob("*.py") if re_.search(r"os\.replace\(", p.read_text())]
     assert callers == ["store.py"]
+
+
+@pytest.mark.parametrize("name, content", [
+    ("study.json", {"session": []}),
+    ("scales-0123.json", dict(tasks=[], target="MHA", n_pairs=8, plasticity={})),
+    ("layers-0123.json", dict(tasks=[], n_pairs=8, protocol="hidden")),
+    ("after-0123.json", dict(run={}, n_pairs=8, before={})),
+    ("plasticity-0123.json", dict(task="digits", n_pairs=8, rows=[])),
+    ("probe-0123.json", dict(task="digits", model="m", probe="p", val_acc=1, train_acc=1)),
+    ("probe-4567.json", '{"task": "dig'),
+])
+def test_a_companion_without_its_keys_is_named_and_never_used(tmp_path, name, content):
+    """Every companion kind has its keys (``store.COMPANIONS``): one that lacks one is named by
+    the audit and refused by ``read_companion`` with the fix, not read into a KeyError."""
+    path = tmp_path / name
+    store.write_text(path, content) if isinstance(content, str) else store.write_json(path,
+                                                                                      content)
+    report = store.audit(tmp_path)
+    assert report.values.tolist()[0][:2] == [name, "invalid companion"]
+    with pytest.raises(ValueError, match=f"{name}: .*delete it to measure again"):
+        store.read_companion(path)
+    assert store.read_companion(tmp_path / "absent-0.json") is None

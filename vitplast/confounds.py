@@ -188,7 +188,7 @@ def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int =
 
     settings = dict(tasks=list(tasks), target=target, n_pairs=n_pairs)
     path = Path(root) / f"scales-{store.config_hash(settings)}.json"
-    saved = store.read_json(path)
+    saved = store.read_companion(path)
     if saved is None:
         rates = empirical.measure_tasks(models.EMBEDDED_NAME, list(tasks), protocols=["hidden"],
                                         n_pairs=n_pairs)
@@ -317,7 +317,7 @@ def layer_plasticity(root: str | Path, tasks, n_pairs: int = 256) -> pd.DataFram
 
     settings = dict(tasks=list(tasks), n_pairs=n_pairs, protocol="hidden")
     path = Path(root) / f"layers-{store.config_hash(settings)}.json"
-    saved = store.read_json(path)
+    saved = store.read_companion(path)
     if saved is None:
         rates = empirical.measure_tasks(models.EMBEDDED_NAME, list(tasks), protocols=["hidden"],
                                         n_pairs=n_pairs, progress=False)
@@ -347,7 +347,7 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
     from vitplast import empirical, plasticity, runs, sweep
 
     path = Path(root) / f"after-{runs.run_hash(run)}.json"
-    saved = store.read_json(path)
+    saved = store.read_companion(path)
     if saved is None and not compute:
         return pd.DataFrame(columns=AFTER_COLUMNS)
     if saved is None:

@@ -64,7 +64,7 @@ def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
 
     settings = dict(task=task, n_pairs=n_pairs, protocol=protocol)
     path = Path(root) / f"plasticity-{store.config_hash(settings)}.json"
-    saved = store.read_json(path)
+    saved = store.read_companion(path)
     if saved is None:
         rates = empirical.measure_tasks(models.EMBEDDED_NAME, [task], protocols=[protocol],
                                         n_pairs=n_pairs, progress=False)
@@ -85,7 +85,7 @@ def task_probe(root: str | Path, task: str, *, compute: bool = True) -> dict | N
 
     settings = dict(task=task, model=models.EMBEDDED_NAME, probe="logistic, C=1, L-BFGS")
     path = Path(root) / f"probe-{store.config_hash(settings)}.json"
-    saved = store.read_json(path)
+    saved = store.read_companion(path)
     if saved is None and compute:
         row = probes.linear_probes(models.EMBEDDED_NAME, [task]).iloc[0].to_dict()
         saved = dict(settings, **{k: v for k, v in row.items() if k != "task"})

@@ -78,7 +78,7 @@ def log_session(root: str | Path, command: str, summary: pd.DataFrame, seconds: 
                    wall_seconds=round(seconds, 1),
                    status=summary["status"].value_counts().to_dict())
     with store.locked(path):
-        log = store.read_json(path) or {"sessions": []}
+        log = store.read_companion(path) or {"sessions": []}
         log["sessions"].append(session)
         store.write_text(Path(root) / "runs.csv", summary.sort_values("run").to_csv(index=False))
         return store.write_json(path, log)

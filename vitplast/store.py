@@ -45,12 +45,16 @@ from vitplast.runs import check_config, defining, run_hash
 
 #: The outcomes a complete record may have (``sweep.run_one``).
 STATUSES = ("ok", "diverged", "failed")
-#: JSON files a store holds beside its records: the sweep's session log
-#: (``provenance.log_session``) and the confound study's measurements before finetuning
-#: (``confounds``: scales, per-block plasticity, plasticity after finetuning) and the suite
-#: study's (``decide.task_plasticity``, ``decide.task_probe``).
-COMPANIONS = ("study.json", "scales-*.json", "layers-*.json", "after-*.json",
-              "plasticity-*.json", "probe-*.json")
+#: JSON files a store holds beside its records, each with the keys it must hold
+#: (``read_companion``): the sweep's session log (``provenance.log_session``), the confound
+#: study's measurements (``confounds``: scales, per-block plasticity, plasticity after
+#: finetuning) and the suite study's (``decide.task_plasticity``, ``decide.task_probe``).
+COMPANIONS = {"study.json": ("sessions",),
+              "scales-*.json": ("tasks", "target", "n_pairs", "plasticity", "scales"),
+              "layers-*.json": ("tasks", "n_pairs", "protocol", "rows"),
+              "after-*.json": ("run", "n_pairs", "before", "after"),
+              "plasticity-*.json": ("task", "n_pairs", "protocol", "rows"),
+              "probe-*.json": ("task", "model", "probe", "test_acc", "val_acc", "train_acc")}
 #: An orphan temp file older than this (seconds) is debris of a killed write.
 TEMP_AGE_S = 300.0
 #: A claim whose heartbeat is older than this (seconds) is dead.
@@ -178,6 +182,39 @@ def save_run(root: str | Path, config: dict, record: dict) -> Path:
     return write_json(run_path(root, config), {"config": config, **record})
 
 
+def companion_problems(path: str | Path) -> list[str]:
+    """Why the companion file at ``path`` is not what its kind (``COMPANIONS``) holds; empty
+    if it is."""
+    path = Path(path)
+    keys = next(k for pattern, k in COMPANIONS.items() if fnmatch.fnmatch(path.name, pattern))
+    saved = read_json(path)
+    if not isinstance(saved, dict):
+        return ["not a JSON object (unreadable or half-written)"]
+    missing = [k for k in keys if k not in saved]
+    return [f"missing {missing}"] if missing else []
+
+
+def read_companion(path: str | Path) -> dict | None:
+    """The companion file at ``path`` (``COMPANIONS``), or ``None`` when there is none.
+
+    Raises:
+        ValueError: it is there but not complete, naming the file, what it lacks and the fix.
+    """
+    if not Path(path).exists():
+        return None
+    problems = companion_problems(path)
+    if problems:
+        raise ValueError(f"{path}: {'; '.join(problems)}: not a complete "
+                         f"{Path(path).name.split('-')[0].removesuffix('.json')} file; delete "
+                         "it to measure again (or restore it from version control)")
+    return read_json(path)
+
+
+def _companion_files(root: str | Path) -> list[Path]:
+    return [p for p in sorted(Path(root).glob("*.json"))
+            if any(fnmatch.fnmatch(p.name, c) for c in COMPANIONS)]
+
+
 def _record_files(root: str | Path) -> list[Path]:
     """The JSON files under ``root`` that should be run records (companions left out)."""
     return [p for p in sorted(Path(root).glob("*.json"))
@@ -207,7 +244,8 @@ def audit(root: str | Path):
 
     Returns:
         A DataFrame, one row per file: ``file`` (name), ``kind`` ("invalid" for a file named
-        like a record, "foreign" for any other JSON but ``COMPANIONS``, "orphan temp" for the
+        like a record, "foreign" for any other JSON but ``COMPANIONS``, "invalid companion"
+        for a companion without its keys (``read_companion`` refuses it), "orphan temp" for the
         temp file of a killed write older than ``TEMP_AGE_S``, "claim" for a run in flight,
         "dead claim"), ``problem`` (what is wrong, or the claim's owner and heartbeat age).
     """
@@ -219,6 +257,11 @@ def audit(root: str | Path):
         if problems:
             kind = "invalid" if _HASH_NAME.fullmatch(path.stem) else "foreign"
             rows.append(dict(file=path.name, kind=kind, problem="; ".join(problems)))
+    for path in _companion_files(root):
+        problems = companion_problems(path)
+        if problems:
+            rows.append(dict(file=path.name, kind="invalid companion",
+                             problem="; ".join(problems)))
     now = time.time()
     for path in _orphan_temps(root, TEMP_AGE_S):
         rows.append(dict(file=path.name, kind="orphan temp", problem=(
