@@ -23,7 +23,6 @@ Used by ``vitplast.sweep`` (``run_sweep(batch_lrs=True)``, ``vitplast sweep --ba
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import math
@@ -35,7 +34,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from vitplast import finetune
-from vitplast.components import component_of, set_trainable, trainable_names
+from vitplast.components import component_of, set_trainable, trainable_names, unfused_attention
 from vitplast.models import pick_device
 
 #: ``finetune.train``'s keyword defaults: one source for both paths.
@@ -101,7 +100,8 @@ def train_lrs(model: nn.Module, train_set, val_set=None, test_set=None, *, lrs: 
     results = [finetune.TrainResult(trainable=count - stack.masked_out, device=str(device))
                for _ in lrs]
     val = None
-    with _math_attention(model), finetune.numerics(device, a["precision"]):
+    # timm's attention on its matmul path: vmap has no batching rule for the fused kernels
+    with unfused_attention(model), finetune.numerics(device, a["precision"]):
         if val_set is not None:
             val = finetune.loader(val_set, finetune.EVAL_BATCH, device=device,
                                   workers=a["workers"])
@@ -120,21 +120,6 @@ def train_lrs(model: nn.Module, train_set, val_set=None, test_set=None, *, lrs: 
         r.seconds = (time.perf_counter() - start) / len(lrs)
     model.eval()
     return results
-
-
-@contextlib.contextmanager
-def _math_attention(model: nn.Module):
-    """timm's attention on its matmul path for the block: vmap has no batching rule for the
-    fused kernels (it would loop over the runs)."""
-    attns = [m for m in model.modules() if hasattr(m, "fused_attn")]
-    saved = [m.fused_attn for m in attns]
-    for m in attns:
-        m.fused_attn = False
-    try:
-        yield
-    finally:
-        for m, s in zip(attns, saved):
-            m.fused_attn = s
 
 
 class _Stack:

@@ -35,13 +35,12 @@ Used by notebook 02, and by notebook 06 through ``vitplast.widgets``.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 
 import pandas as pd
 import torch
 from torch import nn
 
-from vitplast.components import check_component, component_modules
+from vitplast.components import check_component, component_modules, unfused_attention
 from vitplast.inputs import check_count, check_positive, to_model
 
 
@@ -205,20 +204,6 @@ def energy_fit(x: torch.Tensor) -> dict:
 
 
 # Lower side
-@contextmanager
-def _unfused(f):
-    """Manual attention inside f (fused SDPA has no forward-mode AD on CPU); restored on exit."""
-    mods = [m for m in f.modules() if hasattr(m, "fused_attn")] if isinstance(f, nn.Module) else []
-    old = [m.fused_attn for m in mods]
-    for m in mods:
-        m.fused_attn = False
-    try:
-        yield
-    finally:
-        for m, o in zip(mods, old):
-            m.fused_attn = o
-
-
 def _unit(t: torch.Tensor) -> torch.Tensor:
     return t / t.flatten(1).norm(dim=1).clamp_min(1e-30).view(-1, *[1] * (t.dim() - 1))
 
@@ -237,7 +222,7 @@ def local_lipschitz(f, x: torch.Tensor, iters: int = 20, seed: int = 0) -> torch
                          "undefined; repair (torch.nan_to_num) or drop those inputs")
     x = to_model(f, x.detach().float())
     v = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(x.device)
-    with _unfused(f):
+    with unfused_attention(f):
         _, vjp = torch.func.vjp(f, x)
         for _ in range(iters):
             v = vjp(torch.func.jvp(f, (x,), (_unit(v),))[1])[0]

@@ -23,6 +23,7 @@ Used by notebooks 01-06.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 
 from torch import nn
@@ -188,6 +189,24 @@ def trainable_table(model: nn.Module, configs, *, train_head: bool = True):
     return pd.DataFrame(rows)
 
 
+
+@contextlib.contextmanager
+def unfused_attention(module):
+    """timm's attention on its matmul path inside the block (``fused_attn`` off in every
+    attention of ``module``; anything else passes through), restored after: the fused kernel
+    has no forward-mode AD on a CPU (``bounds``) and no vmap batching rule (``batched``)."""
+    attns = [m for m in module.modules() if hasattr(m, "fused_attn")] if isinstance(
+        module, nn.Module) else []
+    saved = [m.fused_attn for m in attns]
+    for m in attns:
+        m.fused_attn = False
+    try:
+        yield
+    finally:
+        for m, s in zip(attns, saved):
+            m.fused_attn = s
+
+
 __all__ = ["ALWAYS_TRAINED", "COMPONENTS", "CONFIGS", "PAPER_CONFIGS", "check_component",
            "check_supported", "component_modules", "component_of", "count_parameters",
-           "set_trainable", "trainable_names", "trainable_table"]
+           "set_trainable", "trainable_names", "trainable_table", "unfused_attention"]
