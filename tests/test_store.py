@@ -254,26 +254,6 @@ def test_complete_records_pass_and_load(tmp_path):
     assert len(store.load_runs(tmp_path)) == 2 and store.audit(tmp_path).empty
 
 
-def test_one_atomic_write_for_the_whole_kit(tmp_path):
-    """``store.atomic_path`` is the one place a file is replaced: the old file stays whole
-    when the write fails, and no temp file is left behind; no other module calls
-    ``os.replace``."""
-    import re as re_
-    from pathlib import Path
-
-    import vitplast
-
-    target = tmp_path / "a.json"
-    store.write_text(target, "old")
-    with pytest.raises(RuntimeError), store.atomic_path(target) as tmp:
-        tmp.write_text("half")
-        raise RuntimeError
-    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == [
-        "a.json"]
-    package = Path(vitplast.__file__).parent
-    callers = [p.name for p in package.glob("*.py") if re_.search(r"os\.replace\(", p.read_text())]
-    assert callers == ["store.py"]
-
 
 @pytest.mark.parametrize("name, content", [
     ("study.json", {"session": []}),

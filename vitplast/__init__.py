@@ -48,11 +48,13 @@ leading ``_`` are public, and a module's own ``__all__``, where it has one, list
   ``tasks`` (the registry and ``load``) over ``data`` (embedded images), ``suite`` (the task
   suite) and ``drawn`` (its glyphs and pictures), ``corruptions`` and ``paper_datasets``
   (the paper's datasets from disk; ``fake_datasets`` writes tiny fakes);
-- finetuning: ``finetune`` (the one training loop), ``probes`` (the linear probe),
+- finetuning: ``finetune`` (the one training loop; ``batched`` trains the LRs of one setting
+  as one computation), ``probes`` (the linear probe),
   ``ablations`` (with ``gauge``) and ``confounds``,
   ``runs`` (the run schema), ``studies`` (named studies), ``search`` (LRs bracketed on
   validation), ``decide`` (the suite study's tables), ``sweep`` (running them), ``store``
-  and ``provenance`` (records, sessions, progress), ``results`` (tables);
+  and ``provenance`` (records, sessions, progress) over ``files`` (atomic writes),
+  ``results`` (tables);
 - presentation: ``plots``, ``widgets``, ``notebooks`` (papermill), ``__main__`` (the CLI).
 
 Helpers for argument checks: ``inputs``. Package data: the embedded checkpoints
@@ -63,9 +65,9 @@ __version__ = "0.1.0"
 
 #: The public modules. Importing ``vitplast`` loads none of them: import the one you need,
 #: e.g. ``from vitplast import tasks``.
-__all__ = ["ablations", "advise", "bounds", "components", "confound_findings", "confounds",
-           "corruptions", "data", "decide", "definitions", "drawn", "empirical",
-           "fake_datasets", "findings", "finetune", "finetuning_findings", "gauge", "inputs",
-           "intervals", "models", "notebooks", "pairs", "paper", "paper_datasets", "plasticity",
-           "plots", "power", "pretrain", "probes", "provenance", "results", "runs", "search",
-           "store", "stream", "studies", "suite", "sweep", "tasks", "verdicts", "widgets"]
+__all__ = ["ablations", "advise", "batched", "bounds", "components", "confound_findings",
+           "confounds", "corruptions", "data", "decide", "definitions", "drawn", "empirical",
+           "fake_datasets", "files", "findings", "finetune", "finetuning_findings", "gauge",
+           "inputs", "intervals", "models", "notebooks", "pairs", "paper", "paper_datasets",
+           "plasticity", "plots", "power", "pretrain", "probes", "provenance", "results", "runs",
+           "search", "store", "stream", "studies", "suite", "sweep", "tasks", "verdicts", "widgets"]

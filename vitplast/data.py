@@ -27,7 +27,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from vitplast import corruptions, store
+from vitplast import corruptions
+from vitplast.files import atomic_path
 from vitplast.models import FASHION_MNIST_MEAN, FASHION_MNIST_STD, cache_dir
 
 # FASHION_MNIST_MEAN, FASHION_MNIST_STD: the embedded model's input normalisation, defined with
@@ -71,7 +72,7 @@ def _fashion_mnist_root(root: str | Path | None) -> Path:
                     shutil.copyfile(src / f, raw / f)
                 else:  # never a half-written file, also when several sweep processes
                     # unpack at once (each into its own temp file)
-                    with store.atomic_path(raw / f) as tmp, gzip.open(src / f"{f}.gz") as fin, \
+                    with atomic_path(raw / f) as tmp, gzip.open(src / f"{f}.gz") as fin, \
                             open(tmp, "wb") as fout:
                         shutil.copyfileobj(fin, fout)
             return target

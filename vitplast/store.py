@@ -33,7 +33,6 @@ import numbers
 import os
 import re
 import socket
-import tempfile
 import threading
 import time
 import uuid
@@ -41,6 +40,7 @@ import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
+from vitplast.files import atomic_path, read_json, write_json, write_text  # noqa: F401 (re-exported)
 from vitplast.runs import check_config, defining, run_hash
 
 #: The outcomes a complete record may have (``sweep.run_one``).
@@ -71,35 +71,6 @@ def config_hash(config: dict) -> str:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path):
-    """The one atomic write of the kit: yields a temp path beside ``path``
-    (``.<name>.<random>.tmp``) to write; when the block ends it replaces ``path``
-    (``os.replace``), and after an error it is removed. Readers, and a run killed mid-write,
-    see the old file or the new one, never half of one. Used for records, companions, the
-    cache, checkpoints and the unpacked Fashion-MNIST."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp's 0o600 would hide results from other users
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (``atomic_path``), synced to disk."""
-    with atomic_path(path) as tmp, open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    return Path(path)
-
-
-@contextlib.contextmanager
 def locked(path: str | Path):
     """Hold an exclusive lock on ``<path>.lock`` (``fcntl.flock``, released when the block
     ends or the process dies): read-modify-write of ``path`` by concurrent processes."""
@@ -113,19 +84,6 @@ def locked(path: str | Path):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def write_json(path: str | Path, obj) -> Path:
-    """Write ``obj`` as JSON to ``path`` atomically."""
-    return write_text(path, json.dumps(obj, indent=1, default=str))
-
-
-def read_json(path: str | Path):
-    """The parsed JSON at ``path``, or ``None`` if it is missing or unreadable."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def run_path(root: str | Path, config: dict) -> Path:

@@ -1,0 +1,57 @@
+"""Files: the kit's one way to write a file, atomically, and to read JSON back.
+
+A file is written to a temp file beside it (``.<name>.<random>.tmp``) then moved over it
+(``os.replace``), so readers, and a process killed mid-write, see the old file or the new
+one, never half of one. Used for run records and their companions (``vitplast.store``), the
+load-or-compute cache, checkpoints (``pretrain``) and the unpacked Fashion-MNIST (``data``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path):
+    """Yields a temp path beside ``path`` to write; when the block ends it replaces ``path``,
+    and after an error it is removed (module docstring)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp's 0o600 would hide results from other users
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (``atomic_path``), synced to disk."""
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    return Path(path)
+
+
+def write_json(path: str | Path, obj) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically."""
+    return write_text(path, json.dumps(obj, indent=1, default=str))
+
+
+def read_json(path: str | Path):
+    """The parsed JSON at ``path``, or ``None`` if it is missing or unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+__all__ = ["atomic_path", "read_json", "write_json", "write_text"]
