@@ -95,7 +95,7 @@ def test_shipped_runs_table_agrees_with_the_shipped_records(study):
 
 def test_the_cli_studies_are_named_presets():
     assert list(studies.SWEEPS) == ["main", "budget", "smoke", "confounds", "suite", "gauge",
-                                    "paper"]
+                                    "length", "paper"]
     assert studies.sweep_runs("smoke") == studies.runs_of(studies.SMOKE)
     assert studies.sweep_runs("main", "unused") == studies.runs_of(studies.MAIN)
     assert studies.SWEEPS["main"].store() == studies.MAIN_RESULTS
@@ -147,3 +147,24 @@ def test_shipped_suite_results_are_the_complete_study():
     state = search.state(studies.SUITE_STUDY, studies.SUITE_RESULTS)
     assert len(state) == 33 * 9
     assert (state["next"].map(len) == 0).all() and state["bracketed"].all()
+
+
+def test_the_recipe_length_check_is_p1_and_p2_at_two_and_four_times_the_steps():
+    """``LENGTH_STUDY``: the configurations of the suite study's P1 and P2, each at 240 and
+    480 steps (warm-up scaled alike), the sparse ones the suite's own variants (same masks
+    and count), from the suite's start LRs, on four tasks of four families."""
+    from vitplast import search, suite
+
+    settings = search.settings(studies.LENGTH_STUDY)
+    assert len(settings) == 4 * 6 * 2
+    assert {suite.SUITE[t].family for t in studies.LENGTH_STUDY["tasks"]} >= {
+        "shift", "digits", "drawn"}
+    suite_sparse = {s["name"]: s for s in search.settings(
+        dict(studies.SUITE_STUDY, tasks=["digits"]))}
+    for s in settings:
+        name, length = s["name"].rsplit(" ", 1)
+        k = {"2x": 2, "4x": 4}[length]
+        assert (s["steps"], s["warmup_steps"]) == (120 * k, 12 * k)
+        assert s["start"] == studies.SUITE_STUDY["configs"][name]
+        if name.endswith("sparse"):
+            assert s["ablation"] == suite_sparse[name]["ablation"]

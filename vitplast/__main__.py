@@ -26,6 +26,8 @@ STUDY_HELP = (
     "suite: the decisive study on the 33-task suite, LRs searched, into data/suite; "
     "gauge: the cross-gauge study: 5 configurations at c = 1 and c = 8 on 17 suite tasks, LRs "
     "searched, into data/gauge; "
+    "length: the suite study's recipe-length check: P1 and P2's configurations at 2x and 4x the "
+    "steps on 4 tasks, LRs searched, into data/suite_length; "
     "paper: ViT-B/16 in21k on the 11 paper datasets under --data-root, the paper's grid, into "
     "results/paper")
 #: ``sweep``'s closed options, written out for the same reason (tests keep them equal to

@@ -96,7 +96,8 @@ def settings(study: dict, **runtime) -> list[dict]:
     never hashed).
 
     ``study["configs"]`` maps a name to its start LR, or to a dict of run keywords with
-    ``start`` (e.g. ``dict(config="MHA", prepare="gauge", ablation=dict(c=8.0), start=0.1)``).
+    ``start`` (e.g. ``dict(config="MHA", prepare="gauge", ablation=dict(c=8.0), start=0.1)``;
+    ``variant="MHA sparse"`` starts from that named variant's keywords).
     A name with a start LR alone is a plain configuration (``components.CONFIGS``) or a named
     variant of the confound study (``confounds.variants``, e.g. ``"MHA sparse"``), so that
     identical runs hash identically.
@@ -111,7 +112,8 @@ def settings(study: dict, **runtime) -> list[dict]:
     for task in study["tasks"]:
         for name, spec in study["configs"].items():
             if isinstance(spec, dict):
-                variant = dict(spec)
+                base = named[spec["variant"]] if "variant" in spec else {}
+                variant = {**base, **{k: v for k, v in spec.items() if k != "variant"}}
             else:
                 variant = dict(named.get(name, dict(config=name)), start=spec)
             for seed in study["seeds"]:

@@ -343,6 +343,24 @@ SUITE_STUDY = dict(
                 unit="rho, per task")))
 
 
+#: Where the recipe-length check's records go.
+LENGTH_RESULTS = models.results_root("suite_length")
+#: The suite study's recipe-length check (issue "task suite", item 3), declared before its
+#: runs: the configurations of primaries P1 and P2 (MHA, LN1, LN2; MHA, FC1, FC2 sparse at
+#: LN1's count) at 2x and 4x the embedded recipe's 120 steps (warm-up scaled alike), LRs
+#: searched as in the suite study from its start LRs, on four tasks of four families. The
+#: rule: if P1's or P2's mean over these tasks changes sign between 1x (the suite study's
+#: runs) and 4x, the suite study is lengthened and the notebook says so.
+LENGTH_STUDY = dict(
+    tasks=["fmnist_contrast", "digits", "textures", "symmetry"], seeds=[0], precision="fp32",
+    configs={f"{name} {k}x": dict(
+        {"variant": name} if name.endswith("sparse") else {"config": name},
+        steps=120 * k, warmup_steps=12 * k, start=start)
+        for k in (2, 4) for name, start in (("MHA", 0.1), ("LN1", 0.3), ("LN2", 0.3),
+                                            ("MHA sparse", 1.0), ("FC1 sparse", 0.3),
+                                            ("FC2 sparse", 1.0))},
+    reuse=("suite",))
+
 #: Where the cross-gauge study's records go.
 GAUGE_RESULTS = models.results_root("gauge")
 _C = 8.0  # the gauge: residual stream x 8 (embedding RMS token norm ~3.5 -> ~28; ViT-B: 19.4)
@@ -460,6 +478,10 @@ SWEEPS = {
     "gauge": Sweep("the cross-gauge study: 5 configurations at c = 1 and c = 8 on 17 suite "
                    "tasks, LRs searched, into data/gauge", lambda: Path(GAUGE_RESULTS),
                    lambda root: _searched(GAUGE_STUDY, root), shipped=True, search=GAUGE_STUDY),
+    "length": Sweep("the suite study's recipe-length check: P1 and P2's configurations at 2x "
+                    "and 4x the steps on 4 tasks, LRs searched, into data/suite_length",
+                    lambda: Path(LENGTH_RESULTS), lambda root: _searched(LENGTH_STUDY, root),
+                    shipped=True, search=LENGTH_STUDY),
     "paper": Sweep("ViT-B/16 in21k on the 11 paper datasets under --data-root, the paper's "
                    "grid, into results/paper", lambda: Path("results/paper"),
                    lambda root, **options: paper_runs(**options)),
