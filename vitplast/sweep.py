@@ -78,7 +78,7 @@ def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
     Raises:
         ValueError: the runs differ in more than their ``lr``.
     """
-    if len({json.dumps({**r, "lr": None}, sort_keys=True, default=str) for r in runs}) > 1:
+    if len({_but_lr(r) for r in runs}) > 1:
         raise ValueError("run_lrs takes runs that differ only in their lr (sweep.lr_groups)")
     start = time.perf_counter()
     device = models.pick_device(device)
@@ -123,8 +123,13 @@ def lr_groups(runs: list[dict]) -> list[list[dict]]:
     appearance): the groups ``run_lrs`` can batch."""
     groups: dict[str, list[dict]] = {}
     for r in runs:
-        groups.setdefault(json.dumps({**r, "lr": None}, sort_keys=True, default=str), []).append(r)
+        groups.setdefault(_but_lr(r), []).append(r)
     return list(groups.values())
+
+
+def _but_lr(run: dict) -> str:
+    """Everything of ``run`` but its ``lr``, as a key."""
+    return json.dumps({**run, "lr": None}, sort_keys=True, default=str)
 
 
 def build(run: dict, device: torch.device) -> tuple[torch.nn.Module, tasks.Task, dict]:
