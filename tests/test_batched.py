@@ -83,9 +83,10 @@ def test_a_diverging_lr_stops_alone():
     (dict(optimizer="adamw"), "optimizer 'sgd'"),
     (dict(on_eval=lambda *a: None), "on_eval"),
     (dict(lr=0.1), "lrs"),
+    (dict(lrs=[]), "lrs is empty"),
 ])
 def test_what_cannot_be_batched_is_refused_with_the_reason(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
-        batched.train_lrs(tiny_vit(), toy_task(64), lrs=[0.1], **SETTINGS, **kwargs)
+        batched.train_lrs(tiny_vit(), toy_task(64), **{"lrs": [0.1], **SETTINGS, **kwargs})
     with pytest.raises(ValueError, match="dropout"):
         batched.train_lrs(tiny_vit(drop_rate=0.1), toy_task(64), lrs=[0.1], **SETTINGS)

@@ -67,8 +67,8 @@ def train_lrs(model: nn.Module, train_set, val_set=None, test_set=None, *, lrs: 
     """Train ``model`` once per learning rate of ``lrs``, as one batched computation.
 
     Args:
-        model, train_set, val_set, test_set: as ``finetune.train``; ``model`` itself is not
-            changed (the runs train stacked copies of its trainable parameters).
+        model, train_set, val_set, test_set: as ``finetune.train``; ``model``'s weights are
+            not changed (the runs train stacked copies of its trainable parameters).
         lrs: peak learning rates, one run each.
         **kwargs: ``finetune.train`` keywords (except ``lr`` and ``on_eval``), shared by the
             runs.
@@ -82,6 +82,8 @@ def train_lrs(model: nn.Module, train_set, val_set=None, test_set=None, *, lrs: 
     """
     if "lr" in kwargs:
         raise TypeError("train_lrs takes lrs (a list), not lr")
+    if not len(lrs):
+        raise ValueError("lrs is empty: give one learning rate or more")
     a = {**DEFAULTS, **kwargs}
     for lr in lrs:
         finetune._check_args(optimizer=a["optimizer"], precision=a["precision"], lr=lr,
