@@ -64,8 +64,11 @@ def _ranked(values: dict, noise: float = 0.05, checkpoint: str = "final", seed: 
 def test_notebook_03_findings_agree_with_the_papers_order():
     table = findings.plasticity_ranking(_ranked(FIG2_PLASTICITY))
     tested = table[table["test"] != "none"]
-    assert (tested["n"] == 8).all() and len(tested) == 10  # tasks are the unit
+    assert (tested["n"] == 8).all() and len(tested) == 8  # tasks are the unit
     assert set(tested["verdict"]) == {"agrees with the paper"}
+    # rho = +1 on every task: no spread to test, and it is the paper's value
+    assert all(v.startswith("agrees with the paper: rho = +1 on every one of the 8 tasks")
+               for v in verdicts(table, "Spearman"))
     assert set(verdicts(table, "above 1")) == {"same as the paper (untested)"}
     assert (table["p_holm"].dropna() >= table["p"].dropna()).all()
 
@@ -75,6 +78,8 @@ def test_notebook_03_findings_disagree_with_a_reversed_order():
     table = findings.plasticity_ranking(_ranked(reversed_))
     tested = table[table["test"] != "none"]
     assert set(tested["verdict"]) == {"disagrees with the paper"}
+    assert all(v.startswith("disagrees with the paper: rho = -1")
+               for v in verdicts(table, "Spearman"))
     assert tested.set_index("claim").loc["MHA - FC1, plasticity [hidden]", "measured"] < 0
     assert set(verdicts(table, "above 1")) == {"differs from the paper (untested)"}
 
