@@ -103,13 +103,13 @@ def test_jensen_a_linear_maps_plasticity_is_at_most_the_rms_singular_value(seed)
     value = dict(zip(linear["quantity"], linear["value"]))
     assert value["plasticity (mean rate)"] <= value["sqrt(mean sigma^2)"]
     row = _row(findings.definitions(*_tables01(linear)), "sqrt(mean sigma_i^2)")
-    assert row["measured"] <= 1 and row["verdict"] == "same as the paper (untested)"
+    assert row["measured"] <= 1 and row["verdict"] == "same as the paper (exact check)"
     assert "at most 1" in row["paper"]
     above = linear.copy()
     above.loc[above["quantity"] == "plasticity (mean rate)", "value"] = value[
         "sqrt(mean sigma^2)"] * 1.01
     row = _row(findings.definitions(*_tables01(above)), "sqrt(mean sigma_i^2)")
-    assert row["verdict"] == "differs from the paper (untested)"
+    assert row["verdict"] == "differs from the paper (exact check)"
 
 
 def test_the_order_is_settled_only_where_the_confidence_intervals_do_not_overlap():

@@ -5,6 +5,7 @@ import re
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -109,6 +110,13 @@ def test_explorer_legends_sit_beside_or_below_the_curves():
     box = fig.axes[0].get_legend().get_window_extent()
     assert box.x0 >= fig.axes[0].get_window_extent().x1  # right of the axes, not on the bars
     plt.close(fig)
+    visited = pd.DataFrame(dict(c=[0.5, 1.0, 2.0], plasticity=[0.5, 1, 2], bound=[3, 6, 12],
+                                diff_preserved=[1e-6, 0, 2e-6], diff_raw=[0.3, 0, 0.5]))
+    fig = plots.layernorm_rescale(visited, 2.0)
+    fig.canvas.draw()
+    for ax in fig.axes:  # below the axes and their x label
+        assert ax.get_legend().get_window_extent().y1 <= ax.xaxis.label.get_window_extent().y0
+    plt.close(fig)
 
 
 def test_notebook_06_findings_from_the_explorers(random_model, gamma):
@@ -119,7 +127,7 @@ def test_notebook_06_findings_from_the_explorers(random_model, gamma):
     assert scales["ratio"].tolist() == pytest.approx([0.5, 4.0], rel=1e-4)
     table = findings.explorer(bounds, scales)
     assert table.loc[0, "measured"] == "30/30"
-    assert table["verdict"].iloc[[0, 2, 3]].tolist() == ["same as the paper (untested)"] * 3
+    assert table["verdict"].iloc[[0, 2, 3]].tolist() == ["same as the paper (exact check)"] * 3
 
 
 def _record(lr, seed, test_acc, val_acc=0.6):

@@ -50,6 +50,11 @@ def _same(ok: bool) -> str:
     return "same as the paper (untested)" if ok else "differs from the paper (untested)"
 
 
+def _exact(ok: bool) -> str:
+    """The verdict of an exact computation (no sampling of units: nothing to test)."""
+    return "same as the paper (exact check)" if ok else "differs from the paper (exact check)"
+
+
 def correlation_row(claim: str, rho, *, paper: str, unit: str = "rho, per task",
                     paper_value: float = 1.0) -> dict:
     """A row on a per-task correlation with the paper's values (e.g. Spearman's rho with Fig.
@@ -95,18 +100,18 @@ def definitions(maps: pd.DataFrame, linear: pd.DataFrame, scale: pd.DataFrame,
     return table([
         descriptive("plasticity <= largest observed rate <= Lipschitz constant, 1-D maps",
                     f"{int(ok.sum())}/{len(ok)}", paper="Definition 1: P(f) <= Lip(f)",
-                    verdict=_same(bool(ok.all())), n=len(ok), unit="(map, scale) cases"),
+                    verdict=_exact(bool(ok.all())), n=len(ok), unit="(map, scale) cases"),
         descriptive("1-D maps whose plasticity crosses 1 between pair scales",
                     ", ".join(crossing) or "none", paper="objection 1 (PAPER.md): P depends on "
-                    "the pair distribution", verdict=_same(bool(crossing)),
+                    "the pair distribution", verdict=_exact(bool(crossing)),
                     n=maps["function"].nunique(), unit="(of the maps)"),
         descriptive("linear map: plasticity / sqrt(mean sigma_i^2)", float(ratio),
                     paper="at most 1 for isotropic pairs (Jensen: E[rate] <= sqrt(E[rate^2]) = "
-                    "||W||_F / sqrt(d))", verdict=_same(ratio <= 1 + 1e-6), n=1,
+                    "||W||_F / sqrt(d))", verdict=_exact(ratio <= 1 + 1e-6), n=1,
                     unit="(ratio; one map)"),
         descriptive("LayerNorm: slope of log plasticity against log input scale", slope,
                     paper="Prop. 1: bound ||gamma||_inf / sigma, slope -1",
-                    verdict=_same(abs(slope + 1) <= tol), n=len(ln), unit="(fit over scales)"),
+                    verdict=_exact(abs(slope + 1) <= tol), n=len(ln), unit="(fit over scales)"),
         _settled(big),
         descriptive(f"largest 95% CI half-width relative to the estimate at "
                     f"{int(big['n_pairs'].max())} pairs", rel, paper="not reported",
@@ -233,18 +238,19 @@ def explorer(bounds_: pd.DataFrame, gamma: pd.DataFrame, tol: float = 1e-3) -> p
     return table([
         descriptive("largest measured rate <= its bound (Props. 1-3)",
                     f"{int(held.sum())}/{len(held)}", paper="Props. 1-3: upper bounds",
-                    verdict=_same(bool(held.all())), n=len(held), unit="(layer, component)"),
+                    verdict=_exact(bool(held.all())), n=len(held), unit="(layer, component)"),
         descriptive("bound / plasticity, median over (layer, component)", loose,
                     paper="not reported", verdict="tight (< 2)" if loose < 2 else
                     "loose (>= 2)", n=len(bounds_), unit="ratio, median"),
         descriptive("LayerNorm gamma, beta times c: |plasticity ratio / c - 1|, largest over c",
                     off, paper="Definition 1: the LN's output times c, its input unchanged, "
                     "so every rate times c",
-                    verdict=_same(off <= tol), n=len(gamma), unit="(relative, over scales c)"),
+                    verdict=_exact(off <= tol), n=len(gamma), unit="(relative, over scales c)"),
         descriptive("largest |logit difference|: function-preserving rescale (smallest for the "
                     "raw one beside it)", f"{kept:.2g} (raw: {raw:.2g})",
                     paper="objections 3-4: the same function, another plasticity",
-                    verdict=_same(kept <= tol < raw), n=len(gamma), unit="(logits, over scales c)"),
+                    verdict=_exact(kept <= tol < raw), n=len(gamma),
+                    unit="(logits, over scales c)"),
     ])
 
 
