@@ -243,7 +243,8 @@ def test_notebooks_copy_puts_the_sequence_where_jupyterlab_opens_it(tmp_path, ca
     dest = tmp_path / "my notebooks"
     assert main(["notebooks", "copy", str(dest)]) == 0
     names = sorted(p.name for p in dest.iterdir())
-    assert names == sorted([f"{nb}.ipynb" for nb in notebooks.NOTEBOOKS] + ["README.md"])
+    assert names == sorted([f"{nb}.ipynb" for nb in notebooks.NOTEBOOKS]
+                           + ["README.md", "solutions.md"])
     assert (dest / "03_plasticity.ipynb").read_bytes() == (
         notebooks.NOTEBOOK_DIR / "03_plasticity.ipynb").read_bytes()
     assert main(["notebooks", "copy", str(dest)]) == 0  # the same files again: fine

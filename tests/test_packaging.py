@@ -54,6 +54,7 @@ def test_wheel_holds_checkpoints_notebooks_and_the_console_script(wheel):
         for nb in NOTEBOOKS:
             assert f"vitplast/notebooks/{nb}.ipynb" in names
         assert "vitplast/notebooks/README.md" in names
+        assert "vitplast/notebooks/solutions.md" in names  # the exercises' answers
         dist = f"vitplast-{vitplast.__version__}.dist-info"
         entry_points = z.read(f"{dist}/entry_points.txt").decode()
         metadata = z.read(f"{dist}/METADATA").decode()

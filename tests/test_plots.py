@@ -36,7 +36,7 @@ def tables01():
 def test_notebook_01_findings_agree_on_the_real_tables(tables01):
     table = findings.definitions(*tables01)
     assert list(table.columns[:9]) == findings.COLUMNS and (table["test"] == "none").all()
-    assert table["verdict"].iloc[:4].tolist() == ["same as the paper (untested)"] * 4
+    assert table["verdict"].iloc[:4].tolist() == ["same as the paper (exact check)"] * 4
     assert verdicts(table, "95% CI") == ["precise (<= 5%)"]
 
 
@@ -46,8 +46,8 @@ def test_notebook_01_findings_disagree_when_the_tables_do(tables01):
     scale.loc[scale["module"] == "LayerNorm", "plasticity"] = 1.0  # scale-free LayerNorm
     conv["ci95"] = conv["plasticity"]  # a CI as wide as the estimate
     table = findings.definitions(maps, linear, scale, conv)
-    assert verdicts(table, "Lipschitz") == ["differs from the paper (untested)"]
-    assert verdicts(table, "LayerNorm") == ["differs from the paper (untested)"]
+    assert verdicts(table, "Lipschitz") == ["differs from the paper (exact check)"]
+    assert verdicts(table, "LayerNorm") == ["differs from the paper (exact check)"]
     assert verdicts(table, "95% CI") == ["imprecise (> 5%)"]
 
 
@@ -64,8 +64,11 @@ def _ranked(values: dict, noise: float = 0.05, checkpoint: str = "final", seed: 
 def test_notebook_03_findings_agree_with_the_papers_order():
     table = findings.plasticity_ranking(_ranked(FIG2_PLASTICITY))
     tested = table[table["test"] != "none"]
-    assert (tested["n"] == 8).all() and len(tested) == 10  # tasks are the unit
+    assert (tested["n"] == 8).all() and len(tested) == 8  # tasks are the unit
     assert set(tested["verdict"]) == {"agrees with the paper"}
+    # rho = +1 on every task: no spread to test, and it is the paper's value
+    assert all(v.startswith("agrees with the paper: rho = +1 on every one of the 8 tasks")
+               for v in verdicts(table, "Spearman"))
     assert set(verdicts(table, "above 1")) == {"same as the paper (untested)"}
     assert (table["p_holm"].dropna() >= table["p"].dropna()).all()
 
@@ -75,6 +78,8 @@ def test_notebook_03_findings_disagree_with_a_reversed_order():
     table = findings.plasticity_ranking(_ranked(reversed_))
     tested = table[table["test"] != "none"]
     assert set(tested["verdict"]) == {"disagrees with the paper"}
+    assert all(v.startswith("disagrees with the paper: rho = -1")
+               for v in verdicts(table, "Spearman"))
     assert tested.set_index("claim").loc["MHA - FC1, plasticity [hidden]", "measured"] < 0
     assert set(verdicts(table, "above 1")) == {"differs from the paper (untested)"}
 
@@ -148,12 +153,12 @@ def _gamma(exact: bool) -> pd.DataFrame:
 
 def test_notebook_06_findings_agree_and_disagree():
     good = findings.explorer(_bounds(4.0), _gamma(True))
-    assert good["verdict"].tolist() == ["same as the paper (untested)", "loose (>= 2)",
-                                        "same as the paper (untested)",
-                                        "same as the paper (untested)"]
+    assert good["verdict"].tolist() == ["same as the paper (exact check)", "loose (>= 2)",
+                                        "same as the paper (exact check)",
+                                        "same as the paper (exact check)"]
     bad = findings.explorer(_bounds(6.0), _gamma(False))
     assert bad.loc[0, "measured"] == "2/3"
-    assert bad["verdict"].iloc[[0, 2, 3]].tolist() == ["differs from the paper (untested)"] * 3
+    assert bad["verdict"].iloc[[0, 2, 3]].tolist() == ["differs from the paper (exact check)"] * 3
 
 
 # -- figures -----------------------------------------------------------------------------------

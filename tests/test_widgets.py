@@ -1,9 +1,11 @@
 """Explorers driven headless: set control values, read the label, the numbers and the figure."""
 
+import copy
 import re
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -50,7 +52,8 @@ def test_gamma_slider_scales_plasticity_and_bound_and_preserves_the_function(gam
 
 def test_plasticity_explorer_shows_measured_rates_and_rerenders_from_cache(random_model):
     view = widgets.plasticity_explorer(random_model, task="digits", source="", n_pairs=12)
-    assert list(view.controls) == ["checkpoint", "task", "protocol", "layer", "component"]
+    assert list(view.controls) == ["checkpoint", "task", "source", "n_pairs", "embedding_scale",
+                                   "protocol", "layer", "component"]
     x, y = widgets.pair_tensors("digits", "", 12)
     direct = plasticity.measure(random_model, x, y, progress=False)
     for layer, comp in ((3, "MHA"), (5, "FC2"), (0, "LN1")):
@@ -70,6 +73,52 @@ def test_plasticity_explorer_shows_measured_rates_and_rerenders_from_cache(rando
     plt.close(fig)
 
 
+def test_plasticity_explorer_pairs_and_embedding_scale_controls(random_model):
+    """Objection 1 explorable: another pair source or count is another measurement; the
+    embedding-scale slider measures the embedding times s, and updates on release only."""
+    from vitplast import gauge
+
+    view = widgets.plasticity_explorer(random_model, task="digits", source="", n_pairs=8)
+    view.controls["component"].value = "LN1"
+    within = view.values["plasticity"]
+    assert view.controls["n_pairs"].options == (8, 32, 64, 128, 256, 512)
+    view.controls["n_pairs"].value = 32
+    assert view.values["n"] == 32 and len(view.cache) == 2
+    view.controls["source"].value = "fmnist"
+    x, y = widgets.pair_tensors("digits", "fmnist", 32)
+    direct = plasticity.measure(random_model, x, y, progress=False)
+    expect = direct[(direct.layer == 0) & (direct.component == "LN1")].rate.mean()
+    assert view.values["plasticity"] == pytest.approx(expect, rel=1e-5) != within
+    slider = view.controls["embedding_scale"]
+    assert slider.continuous_update is False
+    view.controls["protocol"].value = "embedding"
+    slider.value = 4.0
+    scaled = gauge.scale_embedding(copy.deepcopy(random_model), 4.0)
+    direct = plasticity.measure(scaled, x, y, protocol="embedding", progress=False)
+    expect = direct[(direct.layer == 0) & (direct.component == "LN1")].rate.mean()
+    assert view.values["plasticity"] == pytest.approx(expect, rel=1e-5)
+    assert "embedding x 4" in view.figure().axes[0].get_title()
+    plt.close("all")
+
+
+def test_sliders_update_on_release(gamma):
+    assert gamma.controls["c"].continuous_update is False
+
+
+def test_explorer_legends_sit_beside_or_below_the_curves():
+    fig = plots.rate_histogram(np.linspace(0.5, 2, 50), 3.0, "Prop. 1")
+    box = fig.axes[0].get_legend().get_window_extent()
+    assert box.x0 >= fig.axes[0].get_window_extent().x1  # right of the axes, not on the bars
+    plt.close(fig)
+    visited = pd.DataFrame(dict(c=[0.5, 1.0, 2.0], plasticity=[0.5, 1, 2], bound=[3, 6, 12],
+                                diff_preserved=[1e-6, 0, 2e-6], diff_raw=[0.3, 0, 0.5]))
+    fig = plots.layernorm_rescale(visited, 2.0)
+    fig.canvas.draw()
+    for ax in fig.axes:  # below the axes and their x label
+        assert ax.get_legend().get_window_extent().y1 <= ax.xaxis.label.get_window_extent().y0
+    plt.close(fig)
+
+
 def test_notebook_06_findings_from_the_explorers(random_model, gamma):
     view = widgets.plasticity_explorer(random_model, task="digits", source="", n_pairs=8)
     bounds = widgets.bound_table(view)
@@ -78,7 +127,7 @@ def test_notebook_06_findings_from_the_explorers(random_model, gamma):
     assert scales["ratio"].tolist() == pytest.approx([0.5, 4.0], rel=1e-4)
     table = findings.explorer(bounds, scales)
     assert table.loc[0, "measured"] == "30/30"
-    assert table["verdict"].iloc[[0, 2, 3]].tolist() == ["same as the paper (untested)"] * 3
+    assert table["verdict"].iloc[[0, 2, 3]].tolist() == ["same as the paper (exact check)"] * 3
 
 
 def _record(lr, seed, test_acc, val_acc=0.6):
@@ -111,6 +160,23 @@ def test_results_browser_on_a_tiny_store(tmp_path):
     plt.close(fig)
 
 
+def test_results_browser_keeps_budget_runs_apart(tmp_path):
+    """The same (task, config, lr, seed) at two step budgets: two runs, chosen by ``steps``,
+    never averaged."""
+    store.save_run(tmp_path, runs.run_config("digits", "FC1", lr=0.01, seed=0, steps=120),
+                   _record(0.01, 0, 0.50))
+    store.save_run(tmp_path, runs.run_config("digits", "FC1", lr=0.01, seed=0, steps=480),
+                   _record(0.01, 0, 0.60))
+    browser = widgets.results_browser(tmp_path)
+    assert browser.controls["steps"].options == (120, 480)
+    assert browser.values["runs"] == 1
+    for steps, acc in ((120, 0.50), (480, 0.60)):
+        browser.controls["steps"].value = steps
+        assert browser.values["test_acc"] == pytest.approx(acc) and browser.values["runs"] == 1
+        assert f"{steps} steps" in browser.figure().texts[0].get_text()
+    plt.close("all")
+
+
 def test_results_browser_opens_on_the_best_run_on_validation(tmp_path):
     """The first option of every control (lr 0.01, seed 0) has no run: the browser opens on
     the run with the best validation accuracy (here the last in order), not a message."""
@@ -118,7 +184,8 @@ def test_results_browser_opens_on_the_best_run_on_validation(tmp_path):
         store.save_run(tmp_path, runs.run_config("digits", "FC1", lr=lr, seed=seed),
                        _record(lr, seed, acc, val))
     browser = widgets.results_browser(tmp_path)
-    assert browser.state() == dict(task="digits", config="FC1", lr=0.1, seed=0)
+    assert browser.state() == dict(task="digits", config="FC1", lr=0.1, seed=0,
+                                   steps=runs.run_config("digits", "FC1", lr=0.1)["steps"])
     assert browser.values["test_acc"] == pytest.approx(0.42) and browser.output.outputs
 
 

@@ -38,7 +38,8 @@ from vitplast.verdicts import (
 )
 
 __all__ = ["ALPHA", "COLUMNS", "EXTRA", "MAX_PRIMARIES", "MIN_N", "STATISTICS", "UNDERPOWERED",
-           "Primary", "bounds", "confounds", "definitions", "descriptive", "explorer",
+           "Primary", "bounds", "confounds", "correlation_row", "definitions", "descriptive",
+           "explorer",
            "finetuning", "holm", "mean_test", "paired_test", "plasticity_ranking",
            "primaries_table", "render", "table", "with_ties"]
 
@@ -47,6 +48,32 @@ __all__ = ["ALPHA", "COLUMNS", "EXTRA", "MAX_PRIMARIES", "MIN_N", "STATISTICS", 
 
 def _same(ok: bool) -> str:
     return "same as the paper (untested)" if ok else "differs from the paper (untested)"
+
+
+def _exact(ok: bool) -> str:
+    """The verdict of an exact computation (no sampling of units: nothing to test)."""
+    return "same as the paper (exact check)" if ok else "differs from the paper (exact check)"
+
+
+def correlation_row(claim: str, rho, *, paper: str, unit: str = "rho, per task",
+                    paper_value: float = 1.0) -> dict:
+    """A row on a per-task correlation with the paper's values (e.g. Spearman's rho with Fig.
+    2, whose own value is ``paper_value`` = +1). Tested over tasks (``mean_test``, the paper's
+    sign +1) when it varies; when it takes ONE value on every one of at least ``MIN_N`` tasks
+    there is nothing for a test to weigh: the row is descriptive and reads "agrees with the
+    paper" when that value is the paper's, "disagrees with the paper" otherwise (a rho of
+    exactly 0 on every task is a clear, repeated disagreement with +1, not "not resolved").
+
+    Paper: Takeaway 2 (the order of Fig. 2). Used by notebook 03 (``plasticity_ranking``,
+    ``stream.ranking_findings``)."""
+    v = pd.Series(rho, dtype=float).dropna()
+    if len(v) >= MIN_N and v.nunique() == 1:
+        value = float(v.iloc[0])
+        word = "agrees with" if math.isclose(value, paper_value) else "disagrees with"
+        return descriptive(claim, value, paper=paper, n=len(v), unit=unit,
+                           verdict=f"{word} the paper: rho = {value:+.2g} on every one of the "
+                           f"{len(v)} tasks (no spread, so no test is needed)")
+    return mean_test(claim, v, paper=paper, expected=1, unit=unit)
 
 
 def definitions(maps: pd.DataFrame, linear: pd.DataFrame, scale: pd.DataFrame,
@@ -73,22 +100,44 @@ def definitions(maps: pd.DataFrame, linear: pd.DataFrame, scale: pd.DataFrame,
     return table([
         descriptive("plasticity <= largest observed rate <= Lipschitz constant, 1-D maps",
                     f"{int(ok.sum())}/{len(ok)}", paper="Definition 1: P(f) <= Lip(f)",
-                    verdict=_same(bool(ok.all())), n=len(ok), unit="(map, scale) cases"),
+                    verdict=_exact(bool(ok.all())), n=len(ok), unit="(map, scale) cases"),
         descriptive("1-D maps whose plasticity crosses 1 between pair scales",
-                    ", ".join(crossing) or "none", paper="objection 1 (PAPER.md): P depends on "
-                    "the pair distribution", verdict=_same(bool(crossing)),
+                    ", ".join(crossing) or "none", paper="objection 1 (docs/objections.md): P depends on "
+                    "the pair distribution", verdict=_exact(bool(crossing)),
                     n=maps["function"].nunique(), unit="(of the maps)"),
         descriptive("linear map: plasticity / sqrt(mean sigma_i^2)", float(ratio),
-                    paper="about 1 for isotropic pairs (||W||_F / sqrt(d))",
-                    verdict=_same(abs(ratio - 1) <= tol), n=1, unit="(ratio; one map)"),
+                    paper="at most 1 for isotropic pairs (Jensen: E[rate] <= sqrt(E[rate^2]) = "
+                    "||W||_F / sqrt(d))", verdict=_exact(ratio <= 1 + 1e-6), n=1,
+                    unit="(ratio; one map)"),
         descriptive("LayerNorm: slope of log plasticity against log input scale", slope,
                     paper="Prop. 1: bound ||gamma||_inf / sigma, slope -1",
-                    verdict=_same(abs(slope + 1) <= tol), n=len(ln), unit="(fit over scales)"),
+                    verdict=_exact(abs(slope + 1) <= tol), n=len(ln), unit="(fit over scales)"),
+        _settled(big),
         descriptive(f"largest 95% CI half-width relative to the estimate at "
                     f"{int(big['n_pairs'].max())} pairs", rel, paper="not reported",
                     verdict="precise (<= 5%)" if rel <= 0.05 else "imprecise (> 5%)",
                     n=len(big), unit="of the estimate, worst (layer, component)"),
     ])
+
+
+def _settled(big: pd.DataFrame) -> dict:
+    """Whether the order of the components is settled at ``big``'s number of pairs: per
+    layer, components neighbouring in the order whose 95% CIs overlap."""
+    overlap, total = [], 0
+    for layer, g in big.groupby("layer"):
+        g = g.sort_values("plasticity", ascending=False)
+        for (_, a), (_, b) in zip(g.iterrows(), g.iloc[1:].iterrows()):
+            total += 1
+            if a["plasticity"] - a["ci95"] <= b["plasticity"] + b["ci95"]:
+                overlap.append(f"{a['component']}/{b['component']} (layer {layer})")
+    n = int(big["n_pairs"].max())
+    verdict = ("one component per layer: no order" if not total else "order settled"
+               if not overlap else "order not settled where the intervals overlap")
+    return descriptive(f"neighbours in the order whose confidence intervals overlap at {n} pairs",
+                       f"{len(overlap)} of {total}" + (f": {', '.join(overlap)}" if overlap
+                                                       else ""),
+                       paper="not reported", n=total, unit="(neighbouring components, "
+                       "per layer; 95% intervals)", verdict=verdict)
 
 
 # notebook 03 ---------------------------------------------------------------------------------
@@ -140,9 +189,9 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
         rho = g.groupby("task").apply(lambda t: stats.spearmanr(
             t.set_index("component").loc[list(PLASTICITY_ORDER), "plasticity"],
             [FIG2_PLASTICITY[c] for c in PLASTICITY_ORDER]).statistic, include_groups=False)
-        rows.append(mean_test(f"Spearman(measured plasticity, paper's Fig. 2) over the five "
-                              f"components [{protocol}]", rho, paper=f"+1 (same order), {fig2}",
-                              expected=1, unit="rho, per task"))
+        rows.append(correlation_row(f"Spearman(measured plasticity, paper's Fig. 2) over the "
+                                    f"five components [{protocol}]", rho,
+                                    paper=f"+1 (same order), {fig2}"))
         means = g.groupby("component", observed=True)["plasticity"].mean()
         above = [c for c in PLASTICITY_ORDER if means.get(c, 0) > 1]
         paper_above = [c for c in PLASTICITY_ORDER if FIG2_PLASTICITY[c] > 1]
@@ -189,17 +238,19 @@ def explorer(bounds_: pd.DataFrame, gamma: pd.DataFrame, tol: float = 1e-3) -> p
     return table([
         descriptive("largest measured rate <= its bound (Props. 1-3)",
                     f"{int(held.sum())}/{len(held)}", paper="Props. 1-3: upper bounds",
-                    verdict=_same(bool(held.all())), n=len(held), unit="(layer, component)"),
+                    verdict=_exact(bool(held.all())), n=len(held), unit="(layer, component)"),
         descriptive("bound / plasticity, median over (layer, component)", loose,
                     paper="not reported", verdict="tight (< 2)" if loose < 2 else
                     "loose (>= 2)", n=len(bounds_), unit="ratio, median"),
         descriptive("LayerNorm gamma, beta times c: |plasticity ratio / c - 1|, largest over c",
-                    off, paper="Prop. 1: plasticity proportional to gamma",
-                    verdict=_same(off <= tol), n=len(gamma), unit="(relative, over scales c)"),
+                    off, paper="Definition 1: the LN's output times c, its input unchanged, "
+                    "so every rate times c",
+                    verdict=_exact(off <= tol), n=len(gamma), unit="(relative, over scales c)"),
         descriptive("largest |logit difference|: function-preserving rescale (smallest for the "
                     "raw one beside it)", f"{kept:.2g} (raw: {raw:.2g})",
                     paper="objections 3-4: the same function, another plasticity",
-                    verdict=_same(kept <= tol < raw), n=len(gamma), unit="(logits, over scales c)"),
+                    verdict=_exact(kept <= tol < raw), n=len(gamma),
+                    unit="(logits, over scales c)"),
     ])
 
 
@@ -253,6 +304,7 @@ def bounds(df: pd.DataFrame, checks: pd.DataFrame) -> pd.DataFrame:
                                 verdict=_holds(g[col], g["lipschitz_lower"]), n=len(g),
                                 unit="x, min of bound / lower end over (component, layer) cases"))
     rows += _plugin_rows(df)
+    rows += _median_rows(df)
     for col, what in (("bound", "proven bounds (Props. 1-3)"),
                       ("plugin", "paper's plug-in values")):
         cmp = compare_rankings(df, col)
@@ -271,6 +323,33 @@ def bounds(df: pd.DataFrame, checks: pd.DataFrame) -> pd.DataFrame:
             else "differs from the paper (untested)", n=len(cmp),
             unit="(order of layer means), over components"))
     return table(rows)
+
+
+def _order(df: pd.DataFrame, col: str, how: str) -> list[str]:
+    """Components ordered by ``col`` aggregated over layers with ``how`` ("mean", "median")."""
+    agg = df.groupby("component", observed=True)[col].agg(how).sort_values(ascending=False)
+    return [str(c) for c in agg.index]
+
+
+def _median_rows(df: pd.DataFrame) -> list[dict]:
+    """The verdicts on orders rest on layer means: the same orders from layer medians, which
+    one extreme layer (e.g. a LayerNorm bound from one small-sigma token) cannot move."""
+    mean_b, med_b = _order(df, "bound", "mean"), _order(df, "bound", "median")
+    mean_p, med_p = _order(df, "plasticity", "mean"), _order(df, "plasticity", "median")
+    n = df["component"].nunique()
+    return [
+        descriptive("order of the proven bounds (Props. 1-3), layer MEDIANS, vs Takeaway 1",
+                    " > ".join(med_b), paper="Takeaway 1: MHA > FC1 ~ FC2 > LN2 ~ LN1",
+                    verdict=_same(_in_takeaway1_order(med_b)) + (
+                        "; the same order as the layer means" if med_b == mean_b else
+                        "; the layer means give another order: the verdict depends on the "
+                        "average"), n=n, unit="(order of layer medians), over components"),
+        descriptive("order of measured plasticity: layer means vs layer MEDIANS",
+                    f"means {' > '.join(mean_p)}; medians {' > '.join(med_p)}",
+                    paper="Takeaway 2 (Fig. 2 shows per-layer boxes)",
+                    verdict="same order" if mean_p == med_p else
+                    "the order depends on the average (mean vs median over layers)", n=n,
+                    unit="(orders), over components")]
 
 
 def _plugin_rows(df: pd.DataFrame) -> list[dict]:

@@ -143,7 +143,8 @@ def copy_to(dest: str | Path, *, force: bool = False) -> list[Path]:
     import shutil
 
     dest = Path(dest)
-    files = [NOTEBOOK_DIR / f"{nb}.ipynb" for nb in available()] + [NOTEBOOK_DIR / "README.md"]
+    files = [NOTEBOOK_DIR / f"{nb}.ipynb" for nb in available()] + [
+        NOTEBOOK_DIR / "README.md", NOTEBOOK_DIR / "solutions.md"]
     files = [f for f in files if f.exists()]
     clash = [f.name for f in files
              if (dest / f.name).exists() and (dest / f.name).read_bytes() != f.read_bytes()]

@@ -400,7 +400,7 @@ def rate_histogram(rates, bound: float, bound_name: str, title: str = ""):
     ax.axvline(bound, color="C3", ls="--", label=f"bound ({bound_name}) {bound:.3g}")
     ax.set(xlabel=_label("rate"), ylabel="number of pairs", title=title)
     log_axis(ax, "x")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside, not on, the bars
     fig.tight_layout()
     return fig
 
@@ -436,7 +436,7 @@ def layernorm_rescale(visited, c: float, title: str = ""):
         ax.set(xlabel="scale c of gamma and beta", xlim=(0.09, 11))
         log_axis(ax, "x")
         ax.set_yscale("log")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.42), ncol=2)  # below
     fig.tight_layout()
     return fig
 
@@ -463,13 +463,13 @@ def run_curves(history, title: str = ""):
             m = part[part["metric"] == metric]
             ax.plot(m["step"], m["value"], marker=".", label=f"global, run {str(run)[:8]}")
         for metric in sorted(m for m in set(part["metric"]) if m.startswith("grad_norm/")):
-            m = part[part["metric"] == metric]
-            axes[2].plot(m["step"], m["value"], lw=0.8, label=metric[len("grad_norm/"):])
+            m, name = part[part["metric"] == metric], metric[len("grad_norm/"):]
+            axes[2].plot(m["step"], m["value"], lw=0.8, label=name, **style(name))
     for ax, (metric, name) in zip(axes, RUN_CURVES.items()):
         ax.set(xlabel=_label("step"), ylabel=name, title=metric.replace("_", " "))
         if metric == "grad_norm":
             ax.set_yscale("log")
-    axes[2].legend(fontsize=6)
+    axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the curves
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig

@@ -185,14 +185,20 @@ def embedding_scale_rankings(model_name: str, tasks, scales=(1.0, 2.0, 4.0, 8.0)
         source=source, data_root=data_root, n_pairs=n_pairs))
 
 
-def beside_fig2(ranked: pd.DataFrame, by: str = "c") -> pd.DataFrame:
+def beside_fig2(ranked: pd.DataFrame, by: str | None = "c") -> pd.DataFrame:
     """Per component: the paper's Fig. 2 value beside the measured plasticity (mean over
-    tasks) for each (protocol, ``by``) of a ranking table. Used by notebook 03."""
+    tasks) for each (protocol, ``by``) of a ranking table (``by`` None: per protocol). Used by
+    notebooks 01 and 03."""
     from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
 
-    wide = ranked.pivot_table(index="component", columns=["protocol", by], values="plasticity",
-                              observed=True)
-    wide.columns = [f"{p}, {by} = {v:g}" for p, v in wide.columns]
+    if by is None:
+        wide = ranked.pivot_table(index="component", columns="protocol", values="plasticity",
+                                  observed=True)
+        wide.columns = [f"measured, {p}" for p in wide.columns]
+    else:
+        wide = ranked.pivot_table(index="component", columns=["protocol", by],
+                                  values="plasticity", observed=True)
+        wide.columns = [f"{p}, {by} = {v:g}" for p, v in wide.columns]
     wide.insert(0, "paper (Fig. 2)", pd.Series(FIG2_PLASTICITY))
     return wide.loc[list(PLASTICITY_ORDER)]
 
@@ -249,9 +255,9 @@ def ranking_findings(gauged: pd.DataFrame, embedding_scaled: pd.DataFrame,
             paper=f"{paper_order}, {SOURCES['fig2']}",
             verdict="same as the paper (untested)" if text == paper_order else
             "differs from the paper (untested)", n=g["task"].nunique(), unit="(tasks)"))
-        rows.append(findings.mean_test(
+        rows.append(findings.correlation_row(
             f"Spearman(measured, Fig. 2) at gauge c = {c:g} [{protocol}]", _spearman_fig2(g),
-            paper=f"+1 (same order), {SOURCES['fig2']}", expected=1, unit="rho, per task"))
+            paper=f"+1 (same order), {SOURCES['fig2']}"))
     for protocol in gauged["protocol"].unique():
         dev, n = _factor_deviation(gauged, protocol)
         mha = ", MHA x c" if protocol == "hidden" else ""

@@ -129,49 +129,81 @@ def _measured(model, x, y, **kwargs) -> tuple:
                      for r in bounds.model_bounds(model, m.statistics).itertuples()}
 
 
+#: Pair sources offered by the plasticity explorer: label -> ``source`` of ``pair_tensors``.
+SOURCES = {"Fashion-MNIST x, task y (the paper's pairing)": "fmnist",
+           "both images from the task": ""}
+#: Numbers of pairs offered by the plasticity explorer.
+N_PAIRS = (32, 64, 128, 256, 512)
+
+
+def _scale_slider(name: str, value: float = 1.0, lo: int = -1, hi: int = 1):
+    """A log slider (10^lo to 10^hi) that updates on release, not while dragged: each value
+    may cost a forward pass."""
+    return widgets.FloatLogSlider(value=value, base=10, min=lo, max=hi, step=0.05,
+                                  description=name, readout_format=".3g",
+                                  continuous_update=False,
+                                  style=dict(description_width="initial"))
+
+
 def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str = "digits",
                         source: str = "fmnist", n_pairs: int = 128, batch_size: int = 64
                         ) -> Explorer:
     """Per-pair rates of one component (histogram), its plasticity (their mean), its bound.
 
-    Controls ``checkpoint``, ``task``, ``protocol``, ``layer``, ``component``. A new
-    (checkpoint, task, protocol, n_pairs) measures every component once (one
-    ``plasticity.measurement`` pass and ``bounds.model_bounds``, cached); layer and component
-    redraw from the cache. ``values``: plasticity, bound, bound_over_plasticity, max_rate, n
-    (pairs kept).
+    Controls ``checkpoint``, ``task``, ``source`` (the paper's pairing or pairs within the
+    task: objection 1), ``n_pairs``, ``embedding_scale`` (the embedding alone times s,
+    ``gauge.scale_embedding``: what the ``embedding`` protocol sees of a larger residual
+    stream; under ``hidden`` it changes the network), ``protocol``, ``layer``, ``component``.
+    A new (checkpoint, task, source, n_pairs, embedding_scale, protocol) measures every
+    component once (one ``plasticity.measurement`` pass and ``bounds.model_bounds``, cached);
+    layer and component redraw from the cache. ``values``: plasticity, bound,
+    bound_over_plasticity, max_rate, n (pairs kept).
 
     Args:
         model: explore this ViT (checkpoint "given") instead of the embedded checkpoints.
         checkpoint: the first checkpoint shown (default the last shipped; "random" if none).
-        task, source, n_pairs: the pairs (``pair_tensors``); ``task`` is the first shown.
+        task, source, n_pairs: the first pairs shown (``pair_tensors``).
 
-    Paper: Definition 1, Props. 1-3. Used by notebook 06.
+    Paper: Definition 1, Props. 1-3, objection 1. Used by notebook 06.
     """
+    from vitplast import gauge
+
     ckpts = ["given"] if model is not None else available_checkpoints() or ["random"]
     cache, loaded = {}, {}
 
-    def compute(checkpoint, task, protocol):
-        key = (checkpoint, task, protocol, n_pairs)
+    def compute(checkpoint, task, protocol, source=source, n_pairs=n_pairs, embedding_scale=1.0):
+        key = (checkpoint, task, protocol, source, n_pairs, float(embedding_scale))
         if key not in cache:
-            if checkpoint not in loaded:
-                loaded[checkpoint] = _load(model, checkpoint)
-            m, (x, y) = loaded[checkpoint], pair_tensors(task, source, n_pairs)
+            if (checkpoint, embedding_scale) not in loaded:
+                m = _load(model, checkpoint)
+                if embedding_scale != 1.0:
+                    m = gauge.scale_embedding(copy.deepcopy(m), float(embedding_scale))
+                loaded[(checkpoint, embedding_scale)] = m
+            m, (x, y) = loaded[(checkpoint, embedding_scale)], pair_tensors(task, source,
+                                                                             n_pairs)
             cache[key] = _measured(m, x, y, protocol=protocol, batch_size=batch_size)
         return cache[key]
 
-    def draw(checkpoint, task, protocol, layer, component):
-        df, bound = compute(checkpoint, task, protocol)
+    def draw(checkpoint, task, source, n_pairs, embedding_scale, protocol, layer, component):
+        df, bound = compute(checkpoint, task, protocol, source, n_pairs, embedding_scale)
         r = df.loc[(df["layer"] == layer) & (df["component"] == component), "rate"].to_numpy()
         p, b = float(r.mean()), float(bound[(layer, component)])
         values = dict(plasticity=p, bound=b, bound_over_plasticity=b / p,
                       max_rate=float(r.max()), n=len(r))
+        pairs = f"{source} x {task}" if source else f"pairs within {task}"
+        scaled = f" · embedding x {embedding_scale:.3g}" if embedding_scale != 1.0 else ""
         fig = plots.rate_histogram(r, b, PROPOSITION[component], title=f"{component}, layer "
-                                   f"{layer} · {checkpoint} · {task} · {protocol}")
+                                   f"{layer} · {checkpoint} · {pairs} · {protocol}{scaled}")
         return values, _fmt(values), fig
 
     depth = len(model.blocks) if model is not None else models.EMBEDDED_ARCH["depth"]
+    sources = dict(SOURCES) if source in SOURCES.values() else {**SOURCES, source: source}
+    counts = sorted({*N_PAIRS, n_pairs})
     controls = dict(checkpoint=_dropdown("checkpoint", ckpts, checkpoint or ckpts[-1]),
                     task=_dropdown("task", list(data.EMBEDDED_TASKS), task),
+                    source=_dropdown("pairs", list(sources.items()), source),
+                    n_pairs=_dropdown("n_pairs", counts, n_pairs),
+                    embedding_scale=_scale_slider("embedding scale s", 1.0, -1, 1),
                     protocol=_dropdown("protocol", list(plasticity.PROTOCOLS)),
                     layer=_dropdown("layer", list(range(depth))),
                     component=_dropdown("component", list(COMPONENTS)))
@@ -234,17 +266,18 @@ def gamma_explorer(model=None, *, checkpoint: str | None = None, task: str = "di
 
     controls = dict(ln=_dropdown("LayerNorm", list(ablations.NEXT_LINEAR)),
                     layer=_dropdown("layer", list(range(len(base.blocks)))),
-                    c=widgets.FloatLogSlider(value=1.0, base=10, min=-1, max=1, step=0.05,
-                                             description="c", readout_format=".3g"))
+                    c=_scale_slider("c"))
     return Explorer(controls, draw, compute, cache)
 
 
 def results_browser(root: str | Path | None = None) -> Explorer:
     """Curves (loss, val_acc, grad norms) and test accuracy of stored finetuning runs.
 
-    Controls ``task``, ``config``, ``lr``, ``seed`` over ``results.results(root)``; curves from
-    ``results.history(root)``; both read once. An empty or missing store shows a message.
-    ``values``: test_acc, best_val_acc (means over the matching runs), runs, status.
+    Controls ``task``, ``config``, ``lr``, ``seed`` and ``steps`` (the step budget: a budget
+    check's longer runs are other runs, never averaged with the main ones) over
+    ``results.results(root)``; curves from ``results.history(root)``; both read once. An empty
+    or missing store shows a message. ``values``: test_acc, best_val_acc (means over the
+    matching runs: one run unless the store holds repeats), runs, status.
 
     Args:
         root: a results store (default ``studies.MAIN_RESULTS``).
@@ -259,33 +292,45 @@ def results_browser(root: str | Path | None = None) -> Explorer:
         return Explorer({}, lambda: ({}, message, None))
     curves = results.history(root)
 
-    def draw(task, config, lr, seed):
-        sel = runs[(runs["task"] == task) & (runs["config"] == config) & (runs["lr"] == lr)
-                   & (runs["seed"] == seed)]
+    keys = _browser_keys(runs)
+
+    def draw(**chosen):
+        sel = runs
+        for k, v in chosen.items():
+            sel = sel[sel[k] == v]
+        task, config, lr, seed = (chosen[k] for k in ("task", "config", "lr", "seed"))
+        budget = f" · {chosen['steps']} steps" if "steps" in chosen else ""
         if sel.empty:
-            return {}, f"No run for task={task}, config={config}, lr={lr:g}, seed={seed}.", None
+            return {}, "No run for " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else
+                                                 f"{k}={v}" for k, v in chosen.items()) + ".", None
         values = dict(test_acc=float(sel["test_acc"].mean()),
                       best_val_acc=float(sel["best_val_acc"].mean()), runs=len(sel),
                       status=", ".join(sel["status"].astype(str)))
         fig = plots.run_curves(curves[curves["run"].isin(sel["run"])],
-                               title=f"{task} · {config} · lr {lr:g} · seed {seed} · test acc "
-                                     f"{values['test_acc']:.4f}")
+                               title=f"{task} · {config} · lr {lr:g} · seed {seed}{budget} · "
+                                     f"test acc {values['test_acc']:.4f}")
         return values, _fmt(values), fig
 
     first = opening_run(runs)
     controls = {k: _dropdown(k, sorted(runs[k].dropna().unique().tolist()), first[k])
-                for k in ("task", "config", "lr", "seed")}
+                for k in keys}
     controls["lr"].options = [(f"{v:g}", v) for v in controls["lr"].options]
     controls["lr"].value = first["lr"]
     return Explorer(controls, draw, compute=lambda: (runs, curves))
 
 
+def _browser_keys(runs: pd.DataFrame) -> list[str]:
+    """The results browser's controls: task, config, lr, seed, and steps where the store has
+    it (runs of one key at two step budgets are different runs)."""
+    return ["task", "config", "lr", "seed"] + (["steps"] if "steps" in runs else [])
+
+
 def opening_run(runs: pd.DataFrame) -> dict:
-    """The (task, config, lr, seed) the results browser opens on, so that the first view always
-    shows a run: among the finished runs (status ok, if any), the best on validation accuracy
-    (ties: the first in sorted order). Used by notebook 06."""
+    """The (task, config, lr, seed, steps) the results browser opens on, so that the first view
+    always shows a run: among the finished runs (status ok, if any), the best on validation
+    accuracy (ties: the first in sorted order; the fewest steps first). Used by notebook 06."""
     ok = runs[runs["status"] == "ok"] if (runs["status"] == "ok").any() else runs
-    keys = ["task", "config", "lr", "seed"]
+    keys = _browser_keys(runs)
     ok = ok.dropna(subset=keys).sort_values(keys)
     first = ok.loc[ok["best_val_acc"].fillna(-1).idxmax()] if "best_val_acc" in ok else ok.iloc[0]
     return {k: getattr(first[k], "item", lambda v=first[k]: v)() for k in keys}
@@ -296,7 +341,8 @@ def bound_table(view: Explorer) -> pd.DataFrame:
     component, ``plasticity`` (mean rate), ``max_rate`` and ``bound`` (Props. 1-3), from its
     cache. Used by notebook 06's findings (``findings.explorer``)."""
     s = view.state()
-    df, bound = view.compute(s["checkpoint"], s["task"], s["protocol"])
+    df, bound = view.compute(s["checkpoint"], s["task"], s["protocol"], s["source"],
+                             s["n_pairs"], s["embedding_scale"])
     per = (df.groupby(["layer", "component"], observed=True)["rate"]
            .agg(plasticity="mean", max_rate="max").reset_index())
     per["bound"] = [bound[(int(r.layer), str(r.component))] for r in per.itertuples()]
