@@ -102,8 +102,9 @@ def definitions(maps: pd.DataFrame, linear: pd.DataFrame, scale: pd.DataFrame,
                     f"{int(ok.sum())}/{len(ok)}", paper="Definition 1: P(f) <= Lip(f)",
                     verdict=_exact(bool(ok.all())), n=len(ok), unit="(map, scale) cases"),
         descriptive("1-D maps whose plasticity crosses 1 between pair scales",
-                    ", ".join(crossing) or "none", paper="objection 1 (docs/objections.md): P depends on "
-                    "the pair distribution", verdict=_exact(bool(crossing)),
+                    ", ".join(crossing) or "none",
+                    paper="objection 1 (docs/objections.md): P depends on the pair distribution",
+                    verdict=_exact(bool(crossing)),
                     n=maps["function"].nunique(), unit="(of the maps)"),
         descriptive("linear map: plasticity / sqrt(mean sigma_i^2)", float(ratio),
                     paper="at most 1 for isotropic pairs (Jensen: E[rate] <= sqrt(E[rate^2]) = "
