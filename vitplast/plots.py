@@ -436,7 +436,7 @@ def layernorm_rescale(visited, c: float, title: str = ""):
         ax.set(xlabel="scale c of gamma and beta", xlim=(0.09, 11))
         log_axis(ax, "x")
         ax.set_yscale("log")
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.42), ncol=2)  # below
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.5), ncol=2)  # below
     fig.tight_layout()
     return fig
 
