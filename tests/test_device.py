@@ -89,6 +89,7 @@ def _calls(model, x, y):
     tokens = torch.randn(3, 17, 32)
     return {
         "plasticity.rate": lambda: plasticity.rate(block.mlp.fc1, tokens, tokens + 1),
+        "plasticity.embed": lambda: plasticity.embed(model, x),
         "plasticity.batch_rates": lambda: plasticity.batch_rates(model, x, y),
         "plasticity.batch_rates embedding": lambda: plasticity.batch_rates(
             model, x, y, protocol="embedding"),

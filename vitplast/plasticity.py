@@ -114,8 +114,8 @@ class _Rates:
 
 def embed(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     """The embedding output fed to the first block: patch tokens + CLS (+ registers) +
-    positions, after ``norm_pre``. Shape (B, n, d)."""
-    x = model.patch_embed(images)
+    positions, after ``norm_pre``. Shape (B, n, d), on the model's device."""
+    x = model.patch_embed(to_model(model, images))
     x = model._pos_embed(x)
     x = model.patch_drop(x)
     return model.norm_pre(x)
