@@ -1,6 +1,6 @@
 """Confound ablations: does plasticity or the trainable-parameter count drive the gap?
 
-Paper: objections 3 and 4 of PAPER.md (the cross-group comparison puts 28M-parameter
+Paper: objections 3 and 4, docs/objections.md (the cross-group comparison puts 28M-parameter
 configurations against 18K-parameter LayerNorms). Each ablation is a model change applied
 before the one training loop (registered in ``vitplast.sweep.PREPARE``), so every experiment
 differs from the main study only in arguments.

@@ -9,7 +9,7 @@ Rules (``RULES``; each ranks LN1, MHA, LN2, FC1, FC2, 1 = finetune this one):
   head (the paper's Fig. 4 signal, at step 0); it grows with the component's size.
 - ``Auto-RGN``: the relative gradient norm ||g|| / ||theta|| of each parameter tensor, averaged
   over the component's tensors (Auto-RGN of Surgical Fine-Tuning, Lee et al., ICLR 2023).
-- ``gradient norm per parameter``: ||g|| / sqrt(#parameters) (objection 4 of PAPER.md).
+- ``gradient norm per parameter``: ||g|| / sqrt(#parameters) (objection 4, docs/objections.md).
 - ``loss drop``: how much a few SGD steps on the component alone lower the training loss of a
   fixed batch, at each configuration's ``LOSS_DROP_LR`` (the middle of its grid in the main
   study).

@@ -8,8 +8,8 @@ within a component, the partial rank correlation of a block's plasticity and its
 the block index; where a component's plasticity (or its accuracy) is monotone in depth nothing is
 left to test, that task is left out, and the row says how many were.
 
-Paper: Takeaway 3 and objections 3-4 of PAPER.md. Used by notebook 05 (``from vitplast import
-findings`` re-exports ``confounds``).
+Paper: Takeaway 3 and objections 3-4 (docs/objections.md). Used by notebook 05
+(``from vitplast import findings`` re-exports ``confounds``).
 """
 
 from __future__ import annotations

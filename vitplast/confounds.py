@@ -1,6 +1,6 @@
 """The confound study: does plasticity or the trainable-parameter count drive the gap?
 
-Paper: objections 3 and 4 of PAPER.md. The experiments are named variants of the finetuning
+Paper: objections 3 and 4 (docs/objections.md). The experiments are named variants of the finetuning
 configurations (``all_variants``: the model changes of ``vitplast.ablations``, single-block
 configurations, the plain ones), trained by the parts of a study preset
 (``studies.CONFOUNDS``, ``part_runs``) through the same sweep and results store as the main

@@ -2,7 +2,7 @@
 softmax attention. Plasticity (the average rate) against the Lipschitz constant (the
 largest rate).
 
-Paper: Definition 1 and the remark P(f) <= Lip(f); objection 1 of PAPER.md (the expectation
+Paper: Definition 1 and the remark P(f) <= Lip(f); objection 1 (docs/objections.md) (the expectation
 is over a distribution of pairs, so plasticity depends on that distribution).
 
 Notebook 01's conclusions are ``findings.definitions`` of these tables. Used by notebook 01.

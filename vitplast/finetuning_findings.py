@@ -9,7 +9,7 @@ way (``with_ties``): a row whose verdict moves is marked ``fragile``, and a row 
 
 ``STATISTICS`` names the per-task statistics a ``verdicts.Primary`` may declare.
 
-Paper: section 5, Takeaway 3, Table 1, Figs. 4 and 18; objections 3-4 of PAPER.md. Used by
+Paper: section 5, Takeaway 3, Table 1, Figs. 4 and 18; objections 3-4 (docs/objections.md). Used by
 notebooks 04 and 05 (``from vitplast import findings`` re-exports ``finetuning`` and
 ``confounds``).
 """
