@@ -17,13 +17,14 @@ Side by side in one run on one GPU:
 4. the notebooks: every one in the ``default`` profile (``vitplast.notebooks.run``), each in a
    papermill kernel that loads its models on the GPU.
 
-Last lines, one per target (``RESULT <name> <value> target <op> <value>``)::
+Last lines, one per target (``RESULT <name> <value> target <op> <value>``; the values below are
+placeholders, not measurements)::
 
-    RESULT gpu_plasticity_overhead_ratio 1.08 target <= 1.2
-    RESULT gpu_finetune_step_overhead_ratio 1.04 target <= 1.1
-    RESULT gpu_batched_runs_per_minute_ratio 9.1 target >= 8.0
-    RESULT notebooks_ok 7 target == 7
-    RESULT gpu_check_seconds 301 target <= 480
+    RESULT gpu_plasticity_overhead_ratio <value> target <= 1.2
+    RESULT gpu_finetune_step_overhead_ratio <value> target <= 1.1
+    RESULT gpu_batched_runs_per_minute_ratio <value> target >= 8.0
+    RESULT notebooks_ok <ok> target == 7
+    RESULT gpu_check_seconds <value> target <= 480
 
 exit 1 when a target is missed.
 
