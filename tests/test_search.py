@@ -125,3 +125,26 @@ def test_the_cross_gauge_study_is_declared_and_shares_the_suite_runs():
     for name in ("head", "LN1", "MHA", "FC2"):  # c = 1: the suite study's runs, same hashes
         assert runs.run_hash(search._run(named[name], 0.1)) == runs.run_hash(
             search._run(suite[name], 0.1))
+
+
+def test_a_grid_runs_after_every_task_s_search(tmp_path, monkeypatch):
+    from vitplast import sweep
+
+    study = dict(tasks=["digits", "fmnist_contrast"], seeds=[0], grid=[1e-3, 0.3],
+                 configs={"LN1": 0.3}, fixed=dict(steps=2, warmup_steps=1, eval_every=1))
+    acc = {1e-3: 0.9, 0.1: 0.5, 0.3: 0.7, 1.0: 0.6}  # the grid's 1e-3 beats the search's best
+    trained = []
+
+    def fake(runs, **kwargs):
+        trained.extend((r["task"], r["lr"]) for r in runs)
+        return [dict(config=r, status="ok", best_val_acc=acc.get(r["lr"], 0.1), best_step=1,
+                     history=[dict(step=1, val_loss=1.0)], test_acc=0.5) for r in runs]
+
+    monkeypatch.setattr(sweep, "run_lrs", fake)
+    search.run_search(study, tmp_path, progress=False)
+    searched = [(t, lr) for t in study["tasks"] for lr in (0.1, 0.3, 1.0)]
+    assert sorted(trained[:6]) == sorted(searched)  # both searches before any grid run
+    assert set(trained[6:]) >= {("digits", 1e-3), ("fmnist_contrast", 1e-3)}
+    state = search.state(study, tmp_path)  # the grid joined: its best asks for 3e-4 too
+    assert state["best"].tolist() == [1e-3, 1e-3] and state["bracketed"].all()
+    assert all(3e-4 in tried for tried in state["tried"])

@@ -208,6 +208,9 @@ def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sour
     bracketed (or at the ladder's end); resumable at any point. Tasks are taken in the study's
     order, one at a time, so the store fills task by task; shard ``(i, n)`` takes every n-th
     task from the i-th (n processes share one store without waiting on each other's claims).
+    A study with a fixed ``grid`` runs in two passes: the searches of all its tasks first (what
+    the primary questions read), then the grid's runs (which join the searches' outcomes, so
+    a search may ask for more after them); the complete store is the same either way.
     Records of identical runs in ``sources`` (other stores) are copied, not re-run; a failed
     record (the run raised) is run again, once per call.
     ``runtime``: run keys that change how runs execute (``precision``, ``workers``...), never
@@ -223,8 +226,8 @@ def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sour
 
     i, n = sweep.parse_shard(shard)
     trained, retried = 0, set()
-    for task in study["tasks"][i::n]:
-        one = dict(study, tasks=[task])
+    passes = [dict(study, grid=()), study] if study.get("grid") else [study]
+    for one in (dict(s, tasks=[task]) for s in passes for task in study["tasks"][i::n]):
         while True:
             runs = search_runs(one, root, **(runtime or {}))
             if reuse(runs, root, sources):  # copied outcomes may move the search: ask again
