@@ -134,7 +134,7 @@ def test_a_correlation_of_exactly_zero_on_every_task_is_a_disagreement():
     assert not few["verdict"].startswith("disagrees")  # two tasks: no claim either way
 
 
-def test_notebook_03_reads_the_hidden_protocols_zero_correlation_as_a_disagreement():
+def test_notebook_02_reads_the_hidden_protocols_zero_correlation_as_a_disagreement():
     # the hidden-protocol order of the embedded model: FC1 > FC2 > LN2 > LN1 > MHA, which has
     # Spearman's rho exactly 0 with Fig. 2 (d = 4, 1, 1, 1, 1: 1 - 6 * 20 / 120)
     measured = dict(zip(["FC1", "FC2", "LN2", "LN1", "MHA"], [1.5, 1.0, 0.9, 0.86, 0.7]))
@@ -171,9 +171,9 @@ def test_medians_and_means_of_layers_are_both_stated_where_an_order_rests_on_the
 
 
 def test_paper_values_beside_the_measured_ones_come_from_one_place():
-    # notebooks 01 and 03 print Fig. 2 beside the measurement from vitplast.paper, never retyped
+    # notebooks 01 and 02 print Fig. 2 beside the measurement from vitplast.paper, never retyped
     assert list(FIG2_PLASTICITY) == list(PLASTICITY_ORDER)
-    for name in ("01_definitions", "03_plasticity"):
+    for name in ("01_definitions", "02_plasticity"):
         code = "\n".join(text(c) for c in cells(name) if c["cell_type"] == "code")
         assert "beside_fig2" in code
         prose = "\n".join(text(c) for c in cells(name) if c["cell_type"] == "markdown")
