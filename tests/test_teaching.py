@@ -71,6 +71,21 @@ def test_notebooks_cite_the_glossary_and_the_objections_that_exist(name):
         assert f"## {k}." in objections, f"objection {k} cited by {name} is written in docs/"
 
 
+@pytest.mark.parametrize("name", notebooks.available())
+def test_the_findings_table_is_printed_once(name):
+    """Printed by the last cell's ``findings.render`` and nowhere else: no earlier cell shows the
+    findings table, whole or in slices (the last line of a cell is what Jupyter displays)."""
+    code = [text(c) for c in cells(name) if c["cell_type"] == "code"]
+    assert [i for i, c in enumerate(code) if "findings.render(" in c] == [len(code) - 1]
+    built = r"^(\w+) = (?:findings\.\w+|stream\.findings_table)\("  # the table's name(s)
+    held = set(re.findall(built, "\n".join(code), flags=re.M))
+    assert held, "the findings table has a name"
+    for source in code[:-1]:
+        last = source.strip().splitlines()[-1] if source.strip() else ""
+        shown = re.match(r"^(\w+)\b(?!\s*=[^=])", last)
+        assert not (shown and shown.group(1) in held), f"{name} shows its findings early: {last}"
+
+
 def test_glossary_defines_the_words_the_notebooks_use():
     glossary = (ROOT / "docs" / "glossary.md").read_text()
     for word in ("plasticity", "rate", "bound", "lower end", "plug-in", "`hidden`", "`embedding`",
