@@ -8,7 +8,7 @@ What a GPU run of the paper's protocol does, through the same entry points, offl
 - data: fake files in every paper-dataset layout (``vitplast.fake_datasets``), read by
   ``vitplast.paper_datasets`` with the model's timm transforms (224 px, bicubic);
 - plasticity: ``empirical.task_pairs`` and ``plasticity.measure`` (both protocols) on a few
-  pairs (a CIFAR-10 image, an image of the dataset) of every dataset, as notebook 03;
+  pairs (a CIFAR-10 image, an image of the dataset) of every dataset, as notebook 02;
 - finetuning: ``sweep.run_one`` of paper-recipe run configs (``data_root``, ``weights_file``)
   for a few steps on every dataset, cycling through the paper's configurations.
 

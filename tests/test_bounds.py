@@ -267,7 +267,7 @@ def test_bounds_read_no_data():
 def test_which_mha_bound_is_smaller_depends_on_the_tokens(img_size, p4_smaller):
     """Prop. 4 trades Prop. 3's sqrt(12n) r_max^2 for max_b ||X_b||_F^2 ~ n r_rms^2: on the
     same tiny ViT it is the smaller bound with 5 tokens and the larger with 65 (the embedded
-    model has 50; notebook 02 reports which holds there)."""
+    model has 50; notebook 03 reports which holds there)."""
     model = tiny_vit(img_size=img_size)
     g = torch.Generator().manual_seed(0)
     x, y = (torch.randn(8, 1, img_size, img_size, generator=g) for _ in range(2))

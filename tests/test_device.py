@@ -177,9 +177,9 @@ def test_scale_curve_skips_identical_pairs_and_streams(pairs):
 
 #: Smaller than the smoke profile: every op runs through the fake device's Python mode.
 SMALLER = {"01_definitions": dict(n_pairs=16, n_samples=100),
-           "02_bounds": dict(n_pairs=8, n_seeds=1, power_iters=2, n_lipschitz=2),
-           "03_plasticity": dict(n_pairs=8, tasks=["digits"], pretraining_tasks=["digits"],
+           "02_plasticity": dict(n_pairs=8, tasks=["digits"], pretraining_tasks=["digits"],
                                  checkpoints=["init", "final"], scales=[1.0]),
+           "03_bounds": dict(n_pairs=8, n_seeds=1, power_iters=2, n_lipschitz=2),
            "04_finetuning": {}, "05_confounds": {}, "06_explorer": dict(n_pairs=8),
            "07_suite": {}}
 

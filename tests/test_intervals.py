@@ -1,5 +1,5 @@
 """Intervals: the lower end <= Lip(f) <= the bounds for Props. 1-4 on random weights and on
-random models, every column documented; Takeaway 1's rankings compare as stated; notebook 02's
+random models, every column documented; Takeaway 1's rankings compare as stated; notebook 03's
 findings follow from the numbers."""
 
 import math
@@ -46,7 +46,7 @@ def test_intervals_bracket_lipschitz_on_random_models(images, protocol):
         assert df.bound_holds.all()
         assert (df.lipschitz_lower <= df.lipschitz_upper * (1 + 1e-5)).all()  # local Lipschitz too
         assert (df.lipschitz_upper <= df.bound).all() and (df.width >= 1 - 1e-5).all()
-        assert (df[df.component.isin(["FC1", "FC2"])].width < 1.05).all()  # notebook 02 says ~1
+        assert (df[df.component.isin(["FC1", "FC2"])].width < 1.05).all()  # notebook 03 says ~1
         mha = df[df.component == "MHA"]
         assert mha.p4_holds.all() and mha.bound_p4.notna().all()
         assert (mha.lipschitz_upper == mha[["bound", "bound_p4"]].min(axis=1)).all()
@@ -102,7 +102,7 @@ def test_rankings():
     assert set(cmp.columns) >= {"rank_measured", "rank_bound", "plasticity", "bound"}
 
 
-# Notebook 02's findings
+# Notebook 03's findings
 def synthetic(agree: bool):
     """An intervals table and random checks where everything agrees with the paper, or where
     every claim fails (a bound below an observed rate, Prop. 4 looser, tokens not sharing

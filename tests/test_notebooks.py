@@ -64,7 +64,7 @@ def test_notebook_defaults_are_the_shipped_studies():
 def test_paper_profile_fails_early_without_gpu_or_data(monkeypatch, tmp_path):
     import torch
 
-    todo = notebooks.plan("paper", only=["03"])
+    todo = notebooks.plan("paper", only=["02"])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         notebooks.check_requirements("paper", todo)
@@ -77,7 +77,7 @@ def test_paper_profile_fails_early_without_gpu_or_data(monkeypatch, tmp_path):
                                                for n, p in todo])
 
 
-TYPED = ["01_definitions", "02_bounds", "03_plasticity", "06_explorer"]
+TYPED = ["01_definitions", "02_plasticity", "03_bounds", "06_explorer"]
 
 
 @pytest.mark.parametrize("name", TYPED)
@@ -108,15 +108,15 @@ def test_weights_file_is_a_parameter_of_the_model_notebooks(tmp_path):
     weights.write_bytes(b"")
     todo = dict(notebooks.plan("paper", only=["01", "02", "03"],
                                params={"weights_file": str(weights)}))
-    assert todo["03_plasticity"]["weights_file"] == str(weights)  # ViT-B in the paper profile
+    assert todo["02_plasticity"]["weights_file"] == str(weights)  # ViT-B in the paper profile
     assert "weights_file" not in todo["01_definitions"]  # the embedded model: its own weights
     with pytest.raises(ValueError, match="weights_file is for a timm model_name"):
-        notebooks.plan("default", only=["03"], params={"weights_file": str(weights)})
-    (_, params), = notebooks.plan("default", only=["02"], params={
+        notebooks.plan("default", only=["02"], params={"weights_file": str(weights)})
+    (_, params), = notebooks.plan("default", only=["03"], params={
         "weights_file": str(weights), "model_name": "vit_base_patch16_224.orig_in21k"})
     assert params["weights_file"] == str(weights)
     with pytest.raises(FileNotFoundError, match="no_such.safetensors"):
-        notebooks.check_requirements("default", [("03_plasticity", {
+        notebooks.check_requirements("default", [("02_plasticity", {
             "weights_file": str(tmp_path / "no_such.safetensors")})])
 
 
@@ -143,7 +143,7 @@ def test_run_names_each_notebook_and_saves_figures_in_the_run(tmp_path, monkeypa
     summary = notebooks.run("smoke", only=["01", "02"], out_dir=tmp_path / "out")
     assert summary.status.tolist() == ["ok", "ok"]
     descs = [kwargs["progress_bar"]["desc"] for _, _, kwargs in fake.calls]
-    assert descs == ["[1/2] 01_definitions", "[2/2] 02_bounds"]
+    assert descs == ["[1/2] 01_definitions", "[2/2] 02_plasticity"]
     figures = str((tmp_path / "out" / "figures").resolve())
     assert [params["fig_dir"] for _, params, _ in fake.calls] == [figures, figures]
     meta = json.loads((tmp_path / "out" / "01_definitions.ipynb").read_text())["metadata"]
@@ -158,10 +158,10 @@ def test_ctrl_c_is_recorded_as_interrupted_and_the_cli_says_one_line(tmp_path, m
     monkeypatch.setattr(papermill, "execute_notebook", FakePapermill(interrupt_at=2))
     with pytest.raises(notebooks.Interrupted) as stop:
         notebooks.run("smoke", only=["01", "02", "03"], out_dir=tmp_path / "api", progress=False)
-    assert isinstance(stop.value, KeyboardInterrupt) and stop.value.notebook == "02_bounds"
+    assert isinstance(stop.value, KeyboardInterrupt) and stop.value.notebook == "02_plasticity"
     summary = pd.read_csv(tmp_path / "api" / "summary.csv")
     assert summary.status.tolist() == ["ok", "interrupted", "not run"]
-    meta = json.loads((tmp_path / "api" / "02_bounds.ipynb").read_text())["metadata"]
+    meta = json.loads((tmp_path / "api" / "02_plasticity.ipynb").read_text())["metadata"]
     assert meta["vitplast"]["status"] == "interrupted"
 
     monkeypatch.setattr(papermill, "execute_notebook", FakePapermill(interrupt_at=1))
@@ -231,7 +231,7 @@ def test_a_misspelled_task_is_an_unknown_task_before_any_kernel(capsys):
     for key, value in (("pretraining_tasks", ["digit"]), ("tasks", ["fmnist_contrast", "digts"]),
                        ("source", "fmnst")):
         with pytest.raises(SystemExit) as err:
-            main(["notebooks", "run", "--only", "03", "-p", key, repr(value)])
+            main(["notebooks", "run", "--only", "02", "-p", key, repr(value)])
         out = capsys.readouterr().err
         assert err.value.code == 2 and "unknown task" in out and "'digits'" in out, out
     with pytest.raises(ValueError, match="unknown task 'digit'.*valid: embedded tasks"):
@@ -245,13 +245,13 @@ def test_notebooks_copy_puts_the_sequence_where_jupyterlab_opens_it(tmp_path, ca
     names = sorted(p.name for p in dest.iterdir())
     assert names == sorted([f"{nb}.ipynb" for nb in notebooks.NOTEBOOKS]
                            + ["README.md", "solutions.md"])
-    assert (dest / "03_plasticity.ipynb").read_bytes() == (
-        notebooks.NOTEBOOK_DIR / "03_plasticity.ipynb").read_bytes()
+    assert (dest / "02_plasticity.ipynb").read_bytes() == (
+        notebooks.NOTEBOOK_DIR / "02_plasticity.ipynb").read_bytes()
     assert main(["notebooks", "copy", str(dest)]) == 0  # the same files again: fine
-    (dest / "02_bounds.ipynb").write_text("{}")  # a reader's edits are not overwritten
+    (dest / "03_bounds.ipynb").write_text("{}")  # a reader's edits are not overwritten
     with pytest.raises(SystemExit) as err:
         main(["notebooks", "copy", str(dest)])
-    assert err.value.code == 2 and "02_bounds.ipynb" in capsys.readouterr().err
-    assert (dest / "02_bounds.ipynb").read_text() == "{}"
+    assert err.value.code == 2 and "03_bounds.ipynb" in capsys.readouterr().err
+    assert (dest / "03_bounds.ipynb").read_text() == "{}"
     assert main(["notebooks", "copy", str(dest), "--force"]) == 0
-    assert (dest / "02_bounds.ipynb").read_text() != "{}"
+    assert (dest / "03_bounds.ipynb").read_text() != "{}"

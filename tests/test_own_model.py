@@ -41,21 +41,21 @@ def test_embedded_images_are_resized_to_the_model_s_input():
 
 
 def test_a_timm_model_gets_one_checkpoint_unless_told_otherwise():
-    (_, params), = notebooks.plan("smoke", ["03"], {"model_name": "test_vit"})
+    (_, params), = notebooks.plan("smoke", ["02"], {"model_name": "test_vit"})
     assert params["checkpoints"] == ["final"]
     with pytest.raises(ValueError, match="drop -p checkpoints"):
-        notebooks.plan("smoke", ["03"], {"model_name": "test_vit",
+        notebooks.plan("smoke", ["02"], {"model_name": "test_vit",
                                          "checkpoints": ["init", "final"]})
 
 
 @pytest.mark.slow
 def test_notebooks_02_03_on_a_timm_model_and_the_embedded_tasks(weights):
-    out = exec_notebook("03_plasticity", params=dict(
+    out = exec_notebook("02_plasticity", params=dict(
         model_name="test_vit", weights_file=str(weights / "test_vit.safetensors"), n_pairs=8,
         batch_size=4, scales=[0.5, 2.0]))
     assert set(out["rates"]["task"]) == {"fmnist_contrast", "digits"}
     assert out["mha_scale"]["plasticity"].notna().all()
-    out = exec_notebook("02_bounds", params=dict(
+    out = exec_notebook("03_bounds", params=dict(
         model_name=f"local-dir:{weights / 'hf'}", n_pairs=8, n_lipschitz=2))
     assert out["df"]["bound_holds"].all()
 
@@ -64,13 +64,13 @@ def test_notebooks_02_03_on_a_timm_model_and_the_embedded_tasks(weights):
 def test_notebooks_02_03_on_a_timm_model_and_the_paper_datasets(weights):
     root = fake_datasets.write_all(weights / "paper")
     with fake_datasets.accept_fake_checksums():
-        out = exec_notebook("03_plasticity", params=dict(
+        out = exec_notebook("02_plasticity", params=dict(
             model_name="test_vit", weights_file=str(weights / "test_vit.safetensors"),
             tasks=["cifar10", "pet"], pretraining_tasks=[], source="", data_root=str(root),
             n_pairs=8, batch_size=4, scales=[1.0]))
         assert set(out["rates"]["task"]) == {"cifar10", "pet"}
         assert out["mha_scale"]["plasticity"].notna().all()
-        out = exec_notebook("02_bounds", params=dict(
+        out = exec_notebook("03_bounds", params=dict(
             model_name="test_vit", weights_file=str(weights / "test_vit.safetensors"),
             task="cifar10", source="", data_root=str(root), n_pairs=8, n_lipschitz=2))
         assert out["df"]["bound_holds"].all()

@@ -15,7 +15,7 @@ import pytest
 import vitplast
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ["01_definitions", "02_bounds", "03_plasticity", "04_finetuning", "05_confounds",
+NOTEBOOKS = ["01_definitions", "02_plasticity", "03_bounds", "04_finetuning", "05_confounds",
              "06_explorer"]
 
 

@@ -1,5 +1,5 @@
 """Figures (pure functions, axes named in words, no global theme) and the findings builders of
-notebooks 01, 03 and 06: verdicts from synthetic tables, one agreeing case and one not."""
+notebooks 01, 02 and 06: verdicts from synthetic tables, one agreeing case and one not."""
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -51,7 +51,7 @@ def test_notebook_01_findings_disagree_when_the_tables_do(tables01):
     assert verdicts(table, "95% CI") == ["imprecise (> 5%)"]
 
 
-# -- notebook 03 -------------------------------------------------------------------------------
+# -- notebook 02 -------------------------------------------------------------------------------
 
 def _ranked(values: dict, noise: float = 0.05, checkpoint: str = "final", seed: int = 0):
     rng = np.random.default_rng(seed)
@@ -61,7 +61,7 @@ def _ranked(values: dict, noise: float = 0.05, checkpoint: str = "final", seed: 
                          for c, v in values.items()])
 
 
-def test_notebook_03_findings_agree_with_the_papers_order():
+def test_notebook_02_findings_agree_with_the_papers_order():
     table = findings.plasticity_ranking(_ranked(FIG2_PLASTICITY))
     tested = table[table["test"] != "none"]
     assert (tested["n"] == 8).all() and len(tested) == 8  # tasks are the unit
@@ -73,7 +73,7 @@ def test_notebook_03_findings_agree_with_the_papers_order():
     assert (table["p_holm"].dropna() >= table["p"].dropna()).all()
 
 
-def test_notebook_03_findings_disagree_with_a_reversed_order():
+def test_notebook_02_findings_disagree_with_a_reversed_order():
     reversed_ = dict(zip(PLASTICITY_ORDER, sorted(FIG2_PLASTICITY.values())))
     table = findings.plasticity_ranking(_ranked(reversed_))
     tested = table[table["test"] != "none"]
@@ -84,7 +84,7 @@ def test_notebook_03_findings_disagree_with_a_reversed_order():
     assert set(verdicts(table, "above 1")) == {"differs from the paper (untested)"}
 
 
-def test_notebook_03_pretraining_and_scale_rows():
+def test_notebook_02_pretraining_and_scale_rows():
     order = dict(zip(PLASTICITY_ORDER, [5, 4, 3, 2, 1]))
     same = pd.concat([_ranked(order, checkpoint="init"), _ranked(order)], ignore_index=True)
     flipped = pd.concat([_ranked(dict(zip(order, [1, 2, 3, 4, 5])), checkpoint="init"),
@@ -101,7 +101,7 @@ def test_notebook_03_pretraining_and_scale_rows():
     assert row["measured"] == pytest.approx(3.0) and row["verdict"] == "depends on the input scale"
 
 
-def test_notebook_03_tables_from_rates(images):
+def test_notebook_02_tables_from_rates(images):
     frames = [plasticity.measure(tiny_vit(), *images, progress=False,
                                  meta=dict(checkpoint=ckpt, task=task))
               for ckpt in ("init", "final") for task in ("a", "b")]
@@ -122,7 +122,7 @@ def test_notebook_03_tables_from_rates(images):
 
 
 def test_measurements_are_cached_per_checkpoint_task_and_protocol(tmp_path, monkeypatch):
-    """Notebook 04 reads what notebook 03 measured: the same (checkpoint, task, protocol,
+    """Notebook 04 reads what notebook 02 measured: the same (checkpoint, task, protocol,
     pairs) is measured once, whatever the list of tasks or protocols it comes in."""
     monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path))
     calls = []

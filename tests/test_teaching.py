@@ -71,6 +71,21 @@ def test_notebooks_cite_the_glossary_and_the_objections_that_exist(name):
         assert f"## {k}." in objections, f"objection {k} cited by {name} is written in docs/"
 
 
+@pytest.mark.parametrize("name", notebooks.available())
+def test_the_findings_table_is_printed_once(name):
+    """Printed by the last cell's ``findings.render`` and nowhere else: no earlier cell shows the
+    findings table, whole or in slices (the last line of a cell is what Jupyter displays)."""
+    code = [text(c) for c in cells(name) if c["cell_type"] == "code"]
+    assert [i for i, c in enumerate(code) if "findings.render(" in c] == [len(code) - 1]
+    built = r"^(\w+) = (?:findings\.\w+|stream\.findings_table)\("  # the table's name(s)
+    held = set(re.findall(built, "\n".join(code), flags=re.M))
+    assert held, "the findings table has a name"
+    for source in code[:-1]:
+        last = source.strip().splitlines()[-1] if source.strip() else ""
+        shown = re.match(r"^(\w+)\b(?!\s*=[^=])", last)
+        assert not (shown and shown.group(1) in held), f"{name} shows its findings early: {last}"
+
+
 def test_glossary_defines_the_words_the_notebooks_use():
     glossary = (ROOT / "docs" / "glossary.md").read_text()
     for word in ("plasticity", "rate", "bound", "lower end", "plug-in", "`hidden`", "`embedding`",
@@ -134,7 +149,7 @@ def test_a_correlation_of_exactly_zero_on_every_task_is_a_disagreement():
     assert not few["verdict"].startswith("disagrees")  # two tasks: no claim either way
 
 
-def test_notebook_03_reads_the_hidden_protocols_zero_correlation_as_a_disagreement():
+def test_notebook_02_reads_the_hidden_protocols_zero_correlation_as_a_disagreement():
     # the hidden-protocol order of the embedded model: FC1 > FC2 > LN2 > LN1 > MHA, which has
     # Spearman's rho exactly 0 with Fig. 2 (d = 4, 1, 1, 1, 1: 1 - 6 * 20 / 120)
     measured = dict(zip(["FC1", "FC2", "LN2", "LN1", "MHA"], [1.5, 1.0, 0.9, 0.86, 0.7]))
@@ -171,9 +186,9 @@ def test_medians_and_means_of_layers_are_both_stated_where_an_order_rests_on_the
 
 
 def test_paper_values_beside_the_measured_ones_come_from_one_place():
-    # notebooks 01 and 03 print Fig. 2 beside the measurement from vitplast.paper, never retyped
+    # notebooks 01 and 02 print Fig. 2 beside the measurement from vitplast.paper, never retyped
     assert list(FIG2_PLASTICITY) == list(PLASTICITY_ORDER)
-    for name in ("01_definitions", "03_plasticity"):
+    for name in ("01_definitions", "02_plasticity"):
         code = "\n".join(text(c) for c in cells(name) if c["cell_type"] == "code")
         assert "beside_fig2" in code
         prose = "\n".join(text(c) for c in cells(name) if c["cell_type"] == "markdown")

@@ -27,7 +27,7 @@ Images under 32 px: the blur reads repeated edge pixels, which equals padding th
 snow layer is built on a square canvas of side ``max(H, W, 32)`` (the reference's 32 px canvas
 for CIFAR-10 and Fashion-MNIST) and centre-cropped to ``H x W``.
 
-Used by vitplast.data (embedded tasks fmnist_<corruption>) and notebooks 03-05.
+Used by vitplast.data (embedded tasks fmnist_<corruption>) and notebooks 02, 04 and 05.
 """
 
 from __future__ import annotations

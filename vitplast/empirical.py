@@ -5,7 +5,7 @@ Paper: section 4, Fig. 2-3 and Takeaway 2 (on ViT-B: MHA > FC1 > FC2 > LN2 > LN1
 FC1, FC2 above 1 and the LayerNorms below; the values are ``vitplast.paper.FIG2_PLASTICITY``,
 and ``findings.plasticity_ranking`` compares with them).
 
-Used by notebooks 03, 04 and 06.
+Used by notebooks 02, 04 and 06.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
     ``checkpoint`` and ``task`` columns.
 
     On the embedded model each (checkpoint, task, protocol) is load-or-compute, cached under
-    the cache folder by its arguments, so notebooks measuring the same thing share it (03 and
+    the cache folder by its arguments, so notebooks measuring the same thing share it (02 and
     04 both measure the final checkpoint); other models are measured every time.
 
     Args:
@@ -119,12 +119,12 @@ def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",
                      pretraining_tasks: list[str] | None = None, source: str | None = "fmnist",
                      data_root: str = "", n_pairs: int = 256, batch_size: int = 64,
                      weights_file: str = "", workers: int = 0) -> pd.DataFrame:
-    """Notebook 03's measurement, load-or-compute (cached under the cache folder, keyed by
+    """Notebook 02's measurement, load-or-compute (cached under the cache folder, keyed by
     every argument): the last checkpoint on every task of ``tasks``, the earlier checkpoints on
     those of ``tasks`` in ``pretraining_tasks`` only (default: all tasks), both protocols, no
     progress bars.
 
-    Paper: section 4, Fig. 2-3. Used by notebook 03.
+    Paper: section 4, Fig. 2-3. Used by notebook 02.
     """
     from vitplast import store
     from vitplast import tasks as registry
@@ -154,7 +154,7 @@ def pooled_layers(rates: pd.DataFrame, checkpoint: str) -> pd.DataFrame:
     """Per (protocol, layer, component) at ``checkpoint``: ``plasticity`` and ``ci95`` of
     ``plasticity.summarize``, averaged over tasks (the figures' pooled view).
 
-    Paper: Fig. 2-3. Used by notebook 03."""
+    Paper: Fig. 2-3. Used by notebook 02."""
     per_layer = summarize(rates[rates["checkpoint"] == checkpoint], by=("layer", "component"))
     return (per_layer.groupby(["protocol", "layer", "component"], observed=True)
             [["plasticity", "ci95"]].mean().reset_index())
@@ -163,7 +163,7 @@ def pooled_layers(rates: pd.DataFrame, checkpoint: str) -> pd.DataFrame:
 def precision(rates: pd.DataFrame, checkpoint: str) -> pd.DataFrame:
     """How precise the per-layer estimates are with the pairs used: per protocol, the median
     and the largest 95% CI half-width relative to the plasticity, over (task, layer,
-    component), and the pairs per estimate. Used by notebook 03 (the choice of ``n_pairs``)."""
+    component), and the pairs per estimate. Used by notebook 02 (the choice of ``n_pairs``)."""
     per_layer = summarize(rates[rates["checkpoint"] == checkpoint], by=("layer", "component"))
     rel = per_layer.assign(relative_ci95=per_layer["ci95"] / per_layer["plasticity"])
     return rel.groupby("protocol").agg(pairs=("n", "min"), median_relative_ci95=(
@@ -172,7 +172,7 @@ def precision(rates: pd.DataFrame, checkpoint: str) -> pd.DataFrame:
 
 def task_orders(ranked: pd.DataFrame) -> pd.DataFrame:
     """Per (protocol, task) of a ``plasticity.ranking`` table: the order of the components as
-    text (``plasticity.order``). Used by notebook 03."""
+    text (``plasticity.order``). Used by notebook 02."""
     return (ranked.groupby(["protocol", "task"]).apply(order, include_groups=False)
             .rename("order").to_frame())
 
@@ -184,7 +184,7 @@ def along_pretraining(rates: pd.DataFrame, model_name: str) -> tuple[pd.DataFram
         (ranked, curve): ``plasticity.ranking`` per checkpoint in measured order, and its mean
         over those tasks per (protocol, epoch, component), with ``epoch`` from the manifest.
 
-    Paper: not studied there (it measures the final model). Used by notebook 03.
+    Paper: not studied there (it measures the final model). Used by notebook 02.
     """
     ckpts = list(dict.fromkeys(rates["checkpoint"]))
     everywhere = set.intersection(*(set(rates.loc[rates["checkpoint"] == c, "task"])
@@ -204,7 +204,7 @@ def finetuning_inputs(tasks: list[str], *, protocol: str = "hidden", n_pairs: in
     """What notebook 04 needs besides its runs, load-or-compute (cached): the embedded model's
     per-pair rates on each task under ``protocol`` (``measure_tasks``, final checkpoint), and
     the linear probe's test accuracy (%) per task (``probes.linear_probes``). The rates are
-    ``measure_tasks``'s cached ones: after notebook 03 (same pairs) they are read, not measured.
+    ``measure_tasks``'s cached ones: after notebook 02 (same pairs) they are read, not measured.
 
     Paper: Takeaway 3 (plasticity vs gain), Table 1's linear-probe column. Used by notebook 04.
     """

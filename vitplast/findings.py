@@ -2,7 +2,7 @@
 
 The rows, their tests, Holm families, power and verdicts are ``vitplast.verdicts`` (documented
 there, re-exported here: ``findings.table``, ``findings.render``, ``findings.Primary``...).
-One builder per notebook: 01 ``definitions``, 02 ``bounds``, 03 ``plasticity_ranking``, 06
+One builder per notebook: 01 ``definitions``, 02 ``plasticity_ranking``, 03 ``bounds``, 06
 ``explorer`` below; 04 ``finetuning`` (``vitplast.finetuning_findings``) and 05 ``confounds``
 (``vitplast.confound_findings``), re-exported. ``from vitplast import findings`` is the one
 import a notebook needs.
@@ -64,7 +64,7 @@ def correlation_row(claim: str, rho, *, paper: str, unit: str = "rho, per task",
     paper" when that value is the paper's, "disagrees with the paper" otherwise (a rho of
     exactly 0 on every task is a clear, repeated disagreement with +1, not "not resolved").
 
-    Paper: Takeaway 2 (the order of Fig. 2). Used by notebook 03 (``plasticity_ranking``,
+    Paper: Takeaway 2 (the order of Fig. 2). Used by notebook 02 (``plasticity_ranking``,
     ``stream.ranking_findings``)."""
     v = pd.Series(rho, dtype=float).dropna()
     if len(v) >= MIN_N and v.nunique() == 1:
@@ -141,7 +141,7 @@ def _settled(big: pd.DataFrame) -> dict:
                        "per layer; 95% intervals)", verdict=verdict)
 
 
-# notebook 03 ---------------------------------------------------------------------------------
+# notebook 02 ---------------------------------------------------------------------------------
 
 def _per_task(ranked: pd.DataFrame, component: str) -> pd.Series:
     return ranked[ranked["component"] == component].set_index("task")["plasticity"]
@@ -164,7 +164,7 @@ def _kendall_first_last(along: pd.DataFrame) -> tuple[float, int]:
 
 def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
                        mha_scale: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Notebook 03's findings table: the paper's plasticity order (Takeaway 2, Fig. 2) tested
+    """Notebook 02's findings table: the paper's plasticity order (Takeaway 2, Fig. 2) tested
     over tasks, per protocol. The unit is the task: a component's plasticity on a task is the
     mean over layers of per-layer means over pairs (``plasticity.ranking``).
 
@@ -255,7 +255,7 @@ def explorer(bounds_: pd.DataFrame, gamma: pd.DataFrame, tol: float = 1e-3) -> p
     ])
 
 
-# notebook 02
+# notebook 03
 #: Takeaway 1's order of the bounds, "~" as groups: MHA > FC1 ~ FC2 > LN2 ~ LN1.
 TAKEAWAY1 = (("MHA",), ("FC1", "FC2"), ("LN2", "LN1"))
 #: Prop. 1 assumes tokens share sigma: read as holding while the per-token cv is below this.
@@ -280,7 +280,7 @@ def _in_takeaway1_order(order: list[str]) -> bool:
 
 
 def bounds(df: pd.DataFrame, checks: pd.DataFrame) -> pd.DataFrame:
-    """Notebook 02's findings table: do Props. 1-4 bracket the Lipschitz constant, and does the
+    """Notebook 03's findings table: do Props. 1-4 bracket the Lipschitz constant, and does the
     order of the bounds give the order of plasticity? Every row is descriptive (the layers of one
     model are not independent units), its verdict computed from the numbers.
 

@@ -29,7 +29,7 @@ rates); ``width`` = lipschitz_upper / lipschitz_lower (the factor within which L
 known); the data statistics used: ``sigma``, ``sigma_mean``, ``sigma_cv`` (LN), ``r_rms``,
 ``r_max``, ``energy``, ``alpha`` (MHA).
 
-Used by notebook 02.
+Used by notebook 03.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
     Returns:
         One row per (layer, component); columns in the module docstring.
 
-    Paper: Props. 1-4, objection 2 (intervals, not ranked upper bounds). Used by notebook 02.
+    Paper: Props. 1-4, objection 2 (intervals, not ranked upper bounds). Used by notebook 03.
     """
     check_count("n_lipschitz", n_lipschitz, hint="inputs probed for the local Lipschitz "
                 "estimate, e.g. 8")
@@ -114,7 +114,7 @@ def random_checks(n_seeds: int = 5, *, n: int = 16, d: int = 32, num_heads: int 
     over the inputs), ``lipschitz_lower`` and ``bound_holds`` (``holds``) as in ``intervals``;
     ``width`` = bound / lipschitz_lower.
 
-    Paper: Props. 1-4, where their assumptions hold. Used by notebook 02.
+    Paper: Props. 1-4, where their assumptions hold. Used by notebook 03.
     """
     from timm.layers import Attention
 
@@ -155,7 +155,7 @@ def theoretical_ranking(df: pd.DataFrame, column: str = "bound") -> pd.DataFrame
     """Per component: ``column`` of ``intervals`` averaged over layers and its rank (1 =
     largest), by ``plasticity.ranking``.
 
-    Paper: Takeaway 1 (MHA > FC1 ~ FC2 > LN2 ~ LN1 for the bounds). Used by notebook 02.
+    Paper: Takeaway 1 (MHA > FC1 ~ FC2 > LN2 ~ LN1 for the bounds). Used by notebook 03.
     """
     keys = [k for k in _KEYS if k in df.columns]
     long = df[keys + ["layer", "component", column]].rename(columns={column: "rate"})
@@ -169,7 +169,7 @@ def compare_rankings(df: pd.DataFrame, column: str = "bound") -> pd.DataFrame:
     ``attrs``: ``measured`` and ``theory`` (the orders as text), ``match`` (same order),
     ``kendall_tau`` (rank agreement, 1 = same order).
 
-    Paper: Takeaway 1 vs Takeaway 2; objection 2. Used by notebook 02.
+    Paper: Takeaway 1 vs Takeaway 2; objection 2. Used by notebook 03.
     """
     from scipy.stats import kendalltau
 

@@ -41,17 +41,17 @@ from vitplast.paper_datasets import PAPER_DATASETS
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent / "notebooks"
 #: The notebook sequence, in order.
-NOTEBOOKS = ["01_definitions", "02_bounds", "03_plasticity", "04_finetuning", "05_confounds",
+NOTEBOOKS = ["01_definitions", "02_plasticity", "03_bounds", "04_finetuning", "05_confounds",
              "06_explorer", "07_suite"]
 #: Profile -> notebook -> parameters overriding the notebook's defaults.
 PROFILES: dict[str, dict[str, dict]] = {
     "smoke": {
         "01_definitions": dict(n_pairs=64, n_samples=500),
-        "02_bounds": dict(n_pairs=32, n_seeds=2, power_iters=5, n_lipschitz=4),
-        "03_plasticity": dict(n_pairs=32, tasks=["fmnist_contrast", "digits"],
+        "02_plasticity": dict(n_pairs=32, tasks=["fmnist_contrast", "digits"],
                               checkpoints=["init", "final"], scales=[0.5, 1.0, 2.0],
                               gauge_tasks=["fmnist_contrast", "digits"],
                               embedding_scales=[1.0, 8.0], stream_pairs=16, invariance_steps=3),
+        "03_bounds": dict(n_pairs=32, n_seeds=2, power_iters=5, n_lipschitz=4),
         "04_finetuning": dict(study="smoke", recompute=True, n_pairs=16),
         "05_confounds": dict(study="smoke", recompute=True),
         "06_explorer": dict(n_pairs=16, scales=[0.5, 2.0]),
@@ -61,7 +61,7 @@ PROFILES: dict[str, dict[str, dict]] = {
     # datasets under data_root (layouts: vitplast.paper_datasets), pairs within each dataset
     # (no ImageNet val ships with the kit), 12,800 pairs as the paper.
     "paper": {
-        "03_plasticity": dict(model_name="vit_base_patch16_224.orig_in21k", checkpoints=["final"],
+        "02_plasticity": dict(model_name="vit_base_patch16_224.orig_in21k", checkpoints=["final"],
                               tasks=list(PAPER_DATASETS), source="", data_root="data/paper",
                               n_pairs=12_800, batch_size=64, gauge_tasks=list(PAPER_DATASETS)[:4],
                               stream_pairs=256),

@@ -36,7 +36,7 @@ gives a loaded timm model's values.
 
 ``PAPER_STEPS`` holds the paper's finetuning step counts per dataset.
 
-Used by ``vitplast.tasks`` (notebooks 03-04 with the ``paper`` profile).
+Used by ``vitplast.tasks`` (notebooks 02 and 04 with the ``paper`` profile).
 """
 
 from __future__ import annotations

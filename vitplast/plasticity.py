@@ -196,7 +196,7 @@ def component_inputs(model: nn.Module, images: torch.Tensor, protocol: str = "hi
                      ) -> dict[tuple[int, str], torch.Tensor]:
     """Each component's input for a (small) batch of images under a protocol, (B, n, d_in).
 
-    For checks that apply a component to its real input (tests, notebook 02's head-by-head
+    For checks that apply a component to its real input (tests, notebook 03's head-by-head
     recomputation of attention). The inputs lie on the model's device (images are moved).
     """
     check_protocol(protocol)
@@ -342,9 +342,9 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
     """ONE streamed pass over the pairs: every component's per-pair rates, the statistics of
     its inputs that Props. 1-4 need, and its first ``keep`` inputs (``Measurement``).
 
-    Paper: Definition 1 and section 4 (rates); Props. 1-4 (statistics). Used by notebook 02
+    Paper: Definition 1 and section 4 (rates); Props. 1-4 (statistics). Used by notebook 03
     (through ``vitplast.intervals``) and 06 (``vitplast.widgets``); its ``rates`` by notebooks
-    01 and 03 (through ``measure``).
+    01 and 02 (through ``measure``).
 
     Args:
         model: a timm VisionTransformer (see ``vitplast.components.check_supported``).
@@ -466,7 +466,7 @@ def scale_curve(model: nn.Module, x, y: torch.Tensor | None = None,
     Raises:
         ValueError: as ``measure``: unknown component, bad pairs, only identical pairs.
 
-    Paper: not in the paper (objection to the embedding protocol). Used by notebook 03.
+    Paper: not in the paper (objection to the embedding protocol). Used by notebook 02.
     """
     check_component(component)
     pairs = check_pairs(model, x, y, batch_size=batch_size, workers=workers)

@@ -145,7 +145,7 @@ def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None
         col: a column to split into panels (e.g. protocol), or None.
         hue: a column to colour by (e.g. task or checkpoint), or None.
 
-    Used by notebook 03.
+    Used by notebook 02.
     """
     fig, axes, cols = _grid(summary, col, sharey=False)
     for ax, value in zip(axes, cols):
@@ -163,7 +163,7 @@ def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None
 def plasticity_by_layer(summary, col: str | None = "protocol"):
     """Fig. 3 analogue: per-layer plasticity curves per component, with 95% CI bands.
 
-    Used by notebook 03."""
+    Used by notebook 02."""
     fig, axes, cols = _grid(summary, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = summary if value is None else summary[summary[col] == value]
@@ -185,7 +185,7 @@ def plasticity_by_layer(summary, col: str | None = "protocol"):
 def rate_distributions(df, col: str | None = "protocol"):
     """Per-pair rate distributions per component (all layers pooled), log scale.
 
-    Used by notebook 03."""
+    Used by notebook 02."""
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
@@ -206,7 +206,7 @@ def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = Fal
     per ``col`` value; ``xlabel``/``ylabel`` name the axes in words (default: ``LABELS``, else
     the column name). ``robust``: y limits from the 2-98% quantiles (``robust_ylim``).
 
-    Used by notebooks 01 and 03-05."""
+    Used by notebooks 01, 02, 04 and 05."""
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
@@ -294,7 +294,7 @@ def intervals(df):
     paper's plug-in value, and plasticity (the mean rate, below the interval).
 
     Paper: Props. 1-4 next to the measured plasticity; ``df`` from ``intervals.intervals``.
-    Used by notebook 02.
+    Used by notebook 03.
     """
     from matplotlib.ticker import MaxNLocator
 

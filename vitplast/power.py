@@ -8,7 +8,7 @@ noncentrality effect / sd * sqrt(n) (Cohen 1988, ch. 2). ``n_needed`` is the sma
 tasks that reaches a target power. Tests check both against simulation.
 
 Not in the paper (it reports no test). Used by ``verdicts.table`` (every tested row) and so
-by notebooks 03-05.
+by notebooks 02, 04 and 05.
 """
 
 from __future__ import annotations

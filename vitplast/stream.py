@@ -10,7 +10,7 @@ is rescaled (``embedding_scale_rankings``: what the ``embedding`` protocol sees)
 ranking of the same network under the residual-stream gauge (``gauge_rankings``,
 ``vitplast.gauge``), and states each ranking as findings rows (``ranking_findings``).
 
-Used by notebook 03.
+Used by notebook 02.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def model_statistics(model: nn.Module, images: torch.Tensor) -> pd.DataFrame:
     ``entropy_embedding`` (attention entropy / log n, mean over heads and tokens, on LN1's
     output and on the raw embedding).
 
-    Paper: Props. 1, 3-4. Used by notebook 03 (through ``stream_statistics``)."""
+    Paper: Props. 1, 3-4. Used by notebook 02 (through ``stream_statistics``)."""
     from vitplast.bounds import token_sigma
 
     model = model.eval()
@@ -77,7 +77,7 @@ def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = 
     load-or-compute), with ``checkpoint`` and ``epoch`` columns.
 
     Paper: Props. 1, 3-4 beside its r = 19.4; along pretraining (not studied there).
-    Used by notebook 03."""
+    Used by notebook 02."""
     from vitplast import empirical, models, store
 
     def compute():
@@ -100,7 +100,7 @@ def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = 
 
 def long_statistics(stats: pd.DataFrame) -> pd.DataFrame:
     """``stream_statistics`` in long form (``statistic``, ``value``; one row per checkpoint,
-    layer and statistic), for one figure panel per statistic. Used by notebook 03."""
+    layer and statistic), for one figure panel per statistic. Used by notebook 02."""
     names = {"r_embedding": "embedding token norm r", "sigma_ln1": "stream sigma (LN1 input)",
              "ln1_bound": "LN1 bound max|gamma| / sigma",
              "entropy_hidden": "attention entropy / log n (hidden)",
@@ -113,7 +113,7 @@ def long_statistics(stats: pd.DataFrame) -> pd.DataFrame:
 
 def by_checkpoint(stats: pd.DataFrame) -> pd.DataFrame:
     """``stream_statistics`` averaged over layers, one row per checkpoint (in measured order),
-    with the paper's r beside. Used by notebook 03."""
+    with the paper's r beside. Used by notebook 02."""
     from vitplast.paper import VITB_RMS_TOKEN_NORM
 
     cols = ["epoch", "r_embedding", "sigma_ln1", "sigma_ln2", "ln1_bound", "entropy_hidden",
@@ -128,7 +128,7 @@ def _rankings(model_name: str, tasks, values, change, column: str, protocols, *,
     """``plasticity.ranking`` of the final model changed by ``change(model, value)``, per value
     (a column named ``column``), task and protocol. At value 1 (no change) the rates are
     ``empirical.measure_tasks``'s cached ones (the same pairs: read, not measured, after
-    notebook 03's section 1)."""
+    notebook 02's section 1)."""
     from vitplast import empirical, models
 
     frames, pairs = [], {}
@@ -158,7 +158,7 @@ def gauge_rankings(model_name: str, tasks, cs=(1.0, 8.0), *, protocols=("embeddi
     """The ranking of the same network at each gauge c (``gauge.gauge``: same function),
     per task and protocol (load-or-compute): ``plasticity.ranking`` with a ``c`` column.
 
-    Paper: Takeaway 2 (its order, Fig. 2) read against a free scale. Used by notebook 03."""
+    Paper: Takeaway 2 (its order, Fig. 2) read against a free scale. Used by notebook 02."""
     from vitplast import gauge, store
 
     key = dict(model_name=model_name, tasks=list(tasks), cs=list(cs), protocols=list(protocols),
@@ -175,7 +175,7 @@ def embedding_scale_rankings(model_name: str, tasks, scales=(1.0, 2.0, 4.0, 8.0)
     (``gauge.scale_embedding``; not function-preserving: what this protocol sees of the gauge),
     per task (load-or-compute): ``plasticity.ranking`` with a ``scale`` column.
 
-    Paper: Fig. 2's protocol, its r = 19.4 vs this model's. Used by notebook 03."""
+    Paper: Fig. 2's protocol, its r = 19.4 vs this model's. Used by notebook 02."""
     from vitplast import gauge, store
 
     key = dict(model_name=model_name, tasks=list(tasks), scales=list(scales), source=source,
@@ -188,7 +188,7 @@ def embedding_scale_rankings(model_name: str, tasks, scales=(1.0, 2.0, 4.0, 8.0)
 def beside_fig2(ranked: pd.DataFrame, by: str | None = "c") -> pd.DataFrame:
     """Per component: the paper's Fig. 2 value beside the measured plasticity (mean over
     tasks) for each (protocol, ``by``) of a ranking table (``by`` None: per protocol). Used by
-    notebooks 01 and 03."""
+    notebooks 01 and 02."""
     from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
 
     if by is None:
@@ -238,7 +238,7 @@ def _factor_deviation(ranked: pd.DataFrame, protocol: str) -> tuple[float, int]:
 
 def ranking_findings(gauged: pd.DataFrame, embedding_scaled: pd.DataFrame,
                      statistics: pd.DataFrame) -> list[dict]:
-    """Notebook 03's rows on the gauge (``findings.table`` makes them a table with the rest):
+    """Notebook 02's rows on the gauge (``findings.table`` makes them a table with the rest):
     per protocol and c, the order (descriptive) and its Spearman correlation with Fig. 2 over
     tasks (tested); the rate factors the gauge was derived to give; per embedding scale, the
     order; the embedding's RMS token norm against the paper's r, and the c that matches it.
@@ -292,7 +292,7 @@ def finetuning_invariance(model_name: str = "", task: str = "digits",
     (``vs_lr_scaled_clip``) and without it in both runs (``vs_lr_scaled_noclip``);
     ``max_grad_norm`` of the original run (the clip acts above 1).
 
-    Paper: Takeaway 3's configurations (section 5's recipe). Used by notebook 03."""
+    Paper: Takeaway 3's configurations (section 5's recipe). Used by notebook 02."""
     import copy
 
     from vitplast import finetune, gauge, models, store

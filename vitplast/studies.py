@@ -69,7 +69,7 @@ BUDGET = dict(tasks=["fmnist_contrast", "digits"], steps=480, warmup_steps=48, e
 _TYPES = ("MHA", "FC1", "FC2")  # attention and the MLP linears: ~28M each on ViT-B
 _NORMS = ("LN1", "LN2")  # the LayerNorms: 18K each
 #: Notebook 04's primary questions, named by component type (on the embedded model the
-#: measured plasticity order is not the paper's: notebook 03). Declared after the study's runs
+#: measured plasticity order is not the paper's: notebook 02). Declared after the study's runs
 #: (the questions it was built to answer; only the searched studies, ``SUITE_STUDY`` and
 #: ``GAUGE_STUDY``, declared theirs before any run).
 MAIN_PRIMARIES = (
@@ -368,7 +368,7 @@ _GAUGED = {"head": 1.0, "LN1": 0.3, "MHA": 0.1, "FC2": 0.1, "full": 0.1}
 #: The cross-gauge study (issue "plasticity has a gauge"): the same network under two
 #: plasticity rankings. ``vitplast.gauge`` multiplies the residual stream by c = 8: the same
 #: function, but the embedding protocol's ranking moves from LN2 > LN1 > FC1 > FC2 > MHA to
-#: MHA > FC2 > FC1 > LN2 > LN1 (notebook 03). Configurations at c = 1 (plain; the suite
+#: MHA > FC2 > FC1 > LN2 > LN1 (notebook 02). Configurations at c = 1 (plain; the suite
 #: study's runs where they are the same) and c = 8 (``prepare="gauge"``): MHA, FC2 and full,
 #: whose trajectories the gauge changes, and LN1 and head-only, which it provably leaves
 #: alone (a check: they must come out identical). Every task of the suite at an even place
