@@ -142,6 +142,10 @@ def test_a_correlation_of_exactly_zero_on_every_task_is_a_disagreement():
     assert row["family"] == "descriptive" and row["measured"] == 0
     one = findings.table([findings.correlation_row("rho", rho + 1, paper="+1")]).iloc[0]
     assert one["verdict"].startswith("agrees with the paper")
+    near = findings.table([findings.correlation_row("rho", rho + 0.9, paper="+1")]).iloc[0]
+    assert near["verdict"].startswith("disagrees with the paper: rho = +0.9")
+    assert near["verdict"].endswith("near the paper's order, not the same)")
+    assert "near" not in row["verdict"]
     spread = findings.table([findings.correlation_row("rho", rho + np.linspace(-.1, .1, 8),
                                                       paper="+1")]).iloc[0]
     assert spread["family"] == "exploratory" and spread["verdict"].startswith("not resolved")

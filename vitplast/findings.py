@@ -70,9 +70,10 @@ def correlation_row(claim: str, rho, *, paper: str, unit: str = "rho, per task",
     if len(v) >= MIN_N and v.nunique() == 1:
         value = float(v.iloc[0])
         word = "agrees with" if math.isclose(value, paper_value) else "disagrees with"
+        near = "; near the paper's order, not the same" if 0.5 <= value < paper_value else ""
         return descriptive(claim, value, paper=paper, n=len(v), unit=unit,
                            verdict=f"{word} the paper: rho = {value:+.2g} on every one of the "
-                           f"{len(v)} tasks (no spread, so no test is needed)")
+                           f"{len(v)} tasks (no spread, so no test is needed{near})")
     return mean_test(claim, v, paper=paper, expected=1, unit=unit)
 
 
