@@ -41,7 +41,8 @@ RULES = ("plasticity", "gradient norm", "Auto-RGN", "gradient norm per parameter
 #: The configurations the rules rank (each trains one component, plus the head).
 CANDIDATES = tuple(components.COMPONENTS)
 #: Peak LR of the ``loss drop`` rule per configuration: the middle of its main-study grid.
-LOSS_DROP_LR = {c: studies.MAIN["lrs"][c][len(studies.MAIN["lrs"][c]) // 2] for c in CANDIDATES}
+_MAIN_LRS = studies.get("main").spec["lrs"]
+LOSS_DROP_LR = {c: _MAIN_LRS[c][len(_MAIN_LRS[c]) // 2] for c in CANDIDATES}
 
 
 def _batch(dataset, n: int, seed: int, model) -> tuple[torch.Tensor, torch.Tensor]:

@@ -30,6 +30,10 @@ from torch import nn
 
 #: Paper name -> module path inside a block, in block order.
 COMPONENTS = {"LN1": "norm1", "MHA": "attn", "LN2": "norm2", "FC1": "mlp.fc1", "FC2": "mlp.fc2"}
+#: The two groups the paper's gap is between (Table 1, Takeaway 3): attention and the MLP
+#: linears (~28M parameters each on ViT-B), and the LayerNorms (18K each).
+LINEARS = ("MHA", "FC1", "FC2")
+NORMS = ("LN1", "LN2")
 
 #: Finetuning configuration -> parameter-name patterns (fnmatch) it trains.
 CONFIGS = {

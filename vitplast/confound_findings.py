@@ -1,6 +1,6 @@
 """Findings of the confound study (notebook 05): plasticity or parameter count?
 
-The table opens with the study's primary questions (``studies.primaries``: Holm over them
+The table opens with the study's primary questions (``Study.primaries``: Holm over them
 only), then exploratory rows (their own Holm family), then descriptive ones; a tied LR choice
 broken the other way marks the rows it flips ``fragile`` (``finetuning_findings.with_ties``).
 Matched comparisons state the counts they compare. The per-layer test controls for depth:
@@ -59,7 +59,7 @@ def confounds(t: dict, after: pd.DataFrame | None = None, primaries=()) -> pd.Da
             configurations), ``rescale`` (``confounds.rescale_pairs``), ``ties`` and
             ``alternatives`` (the fragile flag; absent: not computed).
         after: ``confounds.plasticity_after`` of the best runs (None or empty: no row).
-        primaries: the study's ``verdicts.Primary`` questions (``studies.primaries``).
+        primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
     """
     return with_ties(lambda tt: _confounds(tt, after, primaries), t)
 

@@ -3,7 +3,7 @@
 Paper: objections 3 and 4 (docs/objections.md). The experiments are named variants of the finetuning
 configurations (``all_variants``: the model changes of ``vitplast.ablations``, single-block
 configurations, the plain ones), trained by the parts of a study preset
-(``studies.CONFOUNDS``, ``part_runs``) through the same sweep and results store as the main
+(``studies.get("confounds")``, ``part_runs``) through the same sweep and results store as the main
 study. This module also measures what the study needs before finetuning (the LayerNorm scales,
 per-block plasticity) and turns the results into the tables behind notebook 05's findings
 (``tables``; the findings themselves: ``vitplast.findings.confounds``).
@@ -101,7 +101,7 @@ def layer_variants(model: nn.Module, components=("LN1", "MHA", "FC1")) -> dict[s
 
 
 def all_variants(model: nn.Module, scales: dict[str, float]) -> dict[str, dict]:
-    """Every named variant a study part can train (``studies.CONFOUNDS``): the ablations of
+    """Every named variant a study part can train (the confound study's spec): the ablations of
     ``variants``, the single-block configurations of ``layer_variants`` and the plain
     configurations (``PLAIN_CONFIGS``), as ``run_config`` keywords."""
     return {**variants(model, scales), **layer_variants(model),
@@ -109,8 +109,8 @@ def all_variants(model: nn.Module, scales: dict[str, float]) -> dict[str, dict]:
 
 
 def part_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> dict[str, list[dict]]:
-    """The runs of each part of a confound study preset (``studies.CONFOUNDS``), in its order,
-    with the LayerNorm scales stored under ``root`` (``study_scales``).
+    """The runs of each part of a confound study's spec (``studies.get("confounds").spec``),
+    in its order, with the LayerNorm scales stored under ``root`` (``study_scales``).
 
     Raises:
         ValueError: an ``lrs`` name or pattern of a part that matches no variant.

@@ -1,6 +1,6 @@
 """Findings of the finetuning studies (notebooks 04 and 05), as ``verdicts`` tables.
 
-Each table opens with the study's declared primary questions (``studies.primaries``: Holm over
+Each table opens with the study's declared primary questions (``Study.primaries``: Holm over
 them only), then exploratory rows (their own Holm family), then descriptive ones. Groups are
 named by what they are: a contrast of component types is named by the types; a grouping by
 plasticity is computed from the plasticity measured on the model and task in question. Every
@@ -105,7 +105,7 @@ def finetuning(t: dict, probe: pd.Series, primaries=()) -> pd.DataFrame:
             ``budget`` (None: no budget rows), and ``ties`` / ``alternatives`` (the fragile
             flag; absent: not computed).
         probe: linear-probe test accuracy (%) per task.
-        primaries: the study's ``verdicts.Primary`` questions (``studies.primaries``).
+        primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
     """
     return with_ties(lambda tt: _finetuning(tt, probe, primaries), t)
 
