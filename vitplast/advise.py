@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from vitplast import components, studies
+from vitplast.empirical import SOURCE
 
 RULES = ("plasticity", "gradient norm", "Auto-RGN", "gradient norm per parameter", "loss drop",
          "paper: MHA")
@@ -103,7 +104,7 @@ def _loss_drop(model, config: str, train, probe: tuple, before: float, *, steps:
 
 
 def rank(model_name: str, task: str, *, rules=RULES, n_pairs: int = 64, batch_size: int = 32,
-         steps: int = 2, source: str | None = "fmnist", seed: int = 0, threads: int | None = 1
+         steps: int = 2, source: str | None = SOURCE, seed: int = 0, threads: int | None = 1
          ) -> pd.DataFrame:
     """Every rule's ranking of the five components for finetuning ``model_name`` on ``task``.
 

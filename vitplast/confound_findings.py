@@ -18,6 +18,7 @@ import math
 
 import pandas as pd
 
+from vitplast.components import LINEARS
 from vitplast.finetuning_findings import declared_by, grad_rows, with_ties
 from vitplast.paper import SOURCES, table1_average
 from vitplast.verdicts import descriptive, mean_test, paired_test, table
@@ -73,7 +74,7 @@ def _confounds(t: dict, after, primaries) -> pd.DataFrame:
              ("MHA sparse", "FC1 sparse", "MHA - FC1 at LN1's count (sparse)"),
              ("FC1 sparse", "FC2 sparse", "FC1 - FC2 at LN1's count (sparse)")]
     pairs += [(f"{a} {kind}", f"{b} {kind}", f"{a} - {b}, {kind} at one count")
-              for kind in ("LoRA r1", "bias") for a, b in (("MHA", "FC1"), ("FC1", "FC2"))]
+              for kind in ("LoRA r1", "bias") for a, b in zip(LINEARS, LINEARS[1:])]
     rows += [_matched(acc, a, b, counts, claim) for a, b, claim in pairs
              if ((a,), (b,)) not in declared]
     count_effect = paired_test("MHA at its full count - MHA at LN1's count: what the count adds",

@@ -37,9 +37,6 @@ from vitplast.components import COMPONENTS
 if TYPE_CHECKING:  # for annotations only
     from vitplast.studies import Study
 
-#: The five components, in the paper's order, as configuration names.
-FULL_COUNT = tuple(COMPONENTS)
-
 
 def complete_tasks(state: pd.DataFrame) -> list[str]:
     """The tasks of a ``search.state`` table whose every setting has ended (nothing asked)."""
@@ -122,7 +119,7 @@ def accuracy(picked: pd.DataFrame) -> pd.DataFrame:
 
 
 def spearman_plasticity_gain(picked: pd.DataFrame, plasticity: pd.DataFrame,
-                             components=FULL_COUNT) -> pd.Series:
+                             components=tuple(COMPONENTS)) -> pd.Series:
     """Per task: Spearman's rho, over ``components``, between their plasticity before
     finetuning (``component_plasticity``) and their gain over head-only (test points). NaN
     for a task without plasticity. The statistic ``"spearman(plasticity, gain)"`` of the
@@ -154,6 +151,6 @@ def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.Dat
     return out.reset_index()
 
 
-__all__ = ["FULL_COUNT", "accuracy", "chosen", "complete_tasks", "component_plasticity",
+__all__ = ["accuracy", "chosen", "complete_tasks", "component_plasticity",
            "distance", "findings", "spearman_plasticity_gain", "task_plasticity", "task_probe",
            "task_probes"]
