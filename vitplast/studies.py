@@ -188,13 +188,13 @@ _MAIN_LRS = {"full": ladder(3e-4, 3.0), "head": ladder(1e-3, 30.0), "LN1": ladde
 _MAIN = dict(
     tasks=["fmnist_contrast", "digits", "fmnist_gaussian_noise", "fmnist_motion_blur",
            "fmnist_snow", "fmnist_speckle_noise", "fmnist_rotate90"],
-    lrs=_MAIN_LRS, seeds=[0, 42, 3407])
+    lrs=_MAIN_LRS, seeds=list(paper.SEEDS))
 _MAIN_SMOKE = dict(tasks=["digits"], lrs={c: [0.01, 0.1] for c in _MAIN_LRS}, seeds=[0],
                    fixed=_SMOKE_RUN)
 #: The budget-sensitivity check: two tasks (the hardest shift and the new domain), every
 #: configuration at 4x the embedded recipe's steps (warm-up and evaluation period scaled too).
 _BUDGET = dict(tasks=["fmnist_contrast", "digits"], steps=480, warmup_steps=48, eval_every=80,
-               seeds=[0, 42, 3407])
+               seeds=list(paper.SEEDS))
 
 #: The tasks of the confound study: five of the main study's seven (its two near-ceiling,
 #: low-spread shifts, motion blur and speckle noise, left out).
@@ -209,7 +209,7 @@ _CONFOUND_TASKS = ["fmnist_contrast", "digits", "fmnist_snow", "fmnist_rotate90"
 #: ladders were widened by two half-decade steps past every edge where a first fill chose its
 #: LR (widening adds runs and changes none; ``data/confounds/README.md``).
 _CONFOUNDS = dict(
-    seeds=[0, 42, 3407], target="FC1", n_pairs=256, scale_tasks=["fmnist_contrast", "digits"],
+    seeds=list(paper.SEEDS), target="FC1", n_pairs=256, scale_tasks=["fmnist_contrast", "digits"],
     # plasticity re-measured after finetuning (``confounds.plasticity_after``)
     after=dict(tasks=_CONFOUND_TASKS[:2], seed=0, n_pairs=128,
                configs=list(components.PAPER_CONFIGS)),
@@ -330,7 +330,7 @@ _GAUGED = {"head": 1.0, "LN1": 0.3, "MHA": 0.1, "FC2": 0.1, "full": 0.1}
 #: paper's fixed grid shared by every configuration (its secondary question: choosing from
 #: that grid, as the paper's table does). Declared before any of its runs exist.
 _GAUGE = dict(
-    tasks=list(suite.SUITE)[::2], seeds=[0], grid=[1e-3, 3e-3, 0.01, 0.03],
+    tasks=list(suite.SUITE)[::2], seeds=[0], grid=list(paper.LRS),
     configs={**_GAUGED, **{f"{c} c=8": dict(config=c, prepare="gauge", ablation=dict(c=_C),
                                             start=lr) for c, lr in _GAUGED.items()}},
     reuse=("suite", "finetune", "confounds"), precision="fp32")
@@ -348,8 +348,8 @@ _GAUGE_PRIMARIES = (
 #: The paper's grid (PAPER.md section 2): its model, finetuning configurations (section 5),
 #: LRs (DomainNet has its own) and seeds, with the paper recipe on its 11 datasets.
 _PAPER = dict(model=paper_datasets.PAPER_MODEL, configs=list(components.PAPER_CONFIGS),
-              lrs=[1e-3, 3e-3, 1e-2, 3e-2], lrs_domainnet=[3e-3, 1e-2, 3e-2, 6e-2],
-              seeds=[0, 42, 3407])
+              lrs=list(paper.LRS), lrs_domainnet=list(paper.LRS_DOMAINNET),
+              seeds=list(paper.SEEDS))
 
 
 def _registry(*full: Study) -> dict[str, Study]:
