@@ -28,6 +28,9 @@ def test_unknown_study_names_the_valid_ones():
     with pytest.raises(ValueError, match="'main' is not a confound study; these are: "
                        "\\['confounds', 'confounds-smoke'\\]"):
         studies.load_confounds("main")
+    with pytest.raises(ValueError, match="'suite' is not a finetuning study; these are: "
+                       "\\['main', 'main-smoke'\\]"):
+        studies.load("suite")
 
 
 def test_a_smoke_study_is_derived_from_its_full_study():

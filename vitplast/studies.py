@@ -406,6 +406,16 @@ def sweep_runs(name: str, root: str | Path | None = None, **options) -> list[dic
     return study.make(study, study.root() if root is None else root, **options)
 
 
+def _of_kind(name: str, make: Callable, kind: str) -> Study:
+    """The study ``name``, which must make its runs with ``make``; else fail naming those that
+    do."""
+    study = get(name)
+    if study.make is not make:
+        raise ValueError(f"study {name!r} is not a {kind}; these are: "
+                         f"{[s.name for s in STUDIES.values() if s.make is make]}")
+    return study
+
+
 @dataclass
 class StudyResults:
     """What a finetuning study's store holds: ``runs`` (``results.results`` rows of the
@@ -427,7 +437,7 @@ def load(name: str = "main", results_dir: str = "", recompute: bool = False) -> 
     """
     from vitplast import results, sweep
 
-    study = get(name)
+    study = _of_kind(name, _grid, "finetuning study")
     root = results_dir or str(study.root(recompute))
     expected = runs_of(study.spec)
     if recompute:
@@ -478,10 +488,7 @@ def load_confounds(name: str = "confounds", results_dir: str = "", main_results_
     """
     from vitplast import confounds, results, sweep
 
-    study = get(name)
-    if study.make is not _confound:
-        raise ValueError(f"study {name!r} is not a confound study; these are: "
-                         f"{[s.name for s in STUDIES.values() if s.make is _confound]}")
+    study = _of_kind(name, _confound, "confound study")
     spec = study.spec
     root = results_dir or str(study.root(recompute))
     main_root = main_results_dir or str(get(study.baselines).root(recompute))
