@@ -70,6 +70,7 @@ def test_there_is_one_study_registry():
                 found.append(f"{info.name}.{attr}")
     assert found == ["studies.STUDIES"]
     assert all(name == study.name for name, study in studies.STUDIES.items())
+    assert all(s.baselines in studies.STUDIES for s in studies.STUDIES.values() if s.baselines)
 
 
 def test_budget_runs_take_the_chosen_lr_and_its_grid_neighbours():

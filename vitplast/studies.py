@@ -45,9 +45,9 @@ PLACES = ("data", "cache", ".")
 
 @dataclass(frozen=True)
 class Study:
-    """A named study (``STUDIES``).
+    """A named study (``STUDIES``): what it is, where it is stored and how its runs are made.
 
-    Args:
+    Attributes:
         name: its name in ``STUDIES`` (``--study``, the notebooks' ``study``).
         purpose: one line: what it is, for the CLI's help.
         store: its results store's folder, under ``place``.
