@@ -143,19 +143,19 @@ def test_variants_and_their_exact_counts():
 
 
 def test_the_confound_study_is_its_parts_and_nothing_else():
-    """Exact run counts per part of ``studies.CONFOUNDS``; every variant a part names exists;
+    """Exact run counts per part of the confound study; every variant a part names exists;
     the per-layer configurations train exactly one block's component. The shipped scales are
     read (the same settings), never re-measured into the shipped store."""
     from vitplast import studies
     from vitplast.runs import run_hash
 
-    parts = confounds.part_runs(studies.CONFOUNDS)
+    parts = confounds.part_runs(studies.get("confounds").spec)
     sizes = {name: len(r) for name, r in parts.items()}
     assert sizes == {"matched sparse": 3 * 6 * 5 * 3, "per layer": 6 * (5 + 5 + 7) * 3 * 3,
                      "from init": (7 + 3 * 5 + 3 * 5) * 2 * 3, "matched LoRA": 3 * 5 * 5 * 3,
                      "matched bias": (5 + 6 + 5) * 5 * 3, "AdamW": (5 + 5) * 5 * 3,
                      "rescale": 6 * 5 * 2 * 3, "rescale, no clip": 3 * 5 * 2 * 3}
-    every = confounds.study_runs(studies.CONFOUNDS)
+    every = confounds.study_runs(studies.get("confounds").spec)
     assert len({run_hash(r) for r in every}) == len(every) == sum(sizes.values()) == 2295
     assert {r["checkpoint"] for r in parts["from init"]} == {"init"}
     assert {r["clip_grad_norm"] for r in parts["rescale, no clip"]} == {0.0}
@@ -171,7 +171,7 @@ def test_the_confound_study_is_its_parts_and_nothing_else():
     for name, n in counts.items():
         assert n == per_block[name.split()[0]] + head, name
     with pytest.raises(ValueError, match="matches no variant; valid"):
-        confounds.part_runs(dict(studies.CONFOUNDS, parts=[dict(  # reads the shipped scales
+        confounds.part_runs(dict(studies.get("confounds").spec, parts=[dict(  # shipped scales
             name="x", tasks=["digits"], lrs={"MHA sparsest": [0.1]})]))
 
 
@@ -268,7 +268,7 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
     assert table.loc[ps.index, "p_holm"].tolist() == pytest.approx(
         list(findings.holm(ps.to_numpy())))
     # declared primaries: the MHA - LN1 contrast leads as one, and is not repeated
-    declared = findings.confounds(t, primaries=studies.primaries(studies.CONFOUNDS))
+    declared = findings.confounds(t, primaries=studies.get("confounds").primaries)
     p2 = declared.set_index("claim").loc["MHA at LN1's count (sparse) - LN1, test accuracy"]
     assert p2["family"] == "primary" and p2["measured"] == 5.0 and p2["level"] == 0.025
     assert "MHA - LN1 at LN1's count (sparse MHA)" not in set(declared["claim"])
@@ -349,7 +349,7 @@ def test_study_scales_are_measured_once_and_rounded(tmp_path, monkeypatch):
 
 
 def test_shipped_confound_results_are_the_complete_study(monkeypatch):
-    """The shipped records are exactly the runs of ``studies.CONFOUNDS`` with its shipped
+    """The shipped records are exactly the runs of the confound study with its shipped
     scales (read, not re-measured), each finished and started from a new head (validation
     accuracy near chance before the first step), on ladders that put every chosen LR inside;
     its baselines are runs of the main study; the per-layer plasticity and the plasticity
@@ -359,21 +359,22 @@ def test_shipped_confound_results_are_the_complete_study(monkeypatch):
 
     monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: pytest.fail("re-measured"))
     shipped = results.results(confounds.EMBEDDED_RESULTS)
-    study = confounds.study_runs(studies.CONFOUNDS)
+    study = confounds.study_runs(studies.get("confounds").spec)
     expected = {run_hash(c) for c in study}
     assert set(shipped["run"]) == expected and len(shipped) == len(expected)
     assert shipped["status"].isin(["ok", "diverged"]).all()
     assert (shipped["initial_val_acc"] <= 0.3).all()
-    main = {run_hash(c) for c in studies.runs_of(studies.MAIN)}
-    assert {run_hash(c) for c in studies.confound_baselines(studies.CONFOUNDS)} <= main
+    main = {run_hash(c) for c in studies.runs_of(studies.get("main").spec)}
+    assert {run_hash(c) for c in studies.confound_baselines(studies.get("confounds"))} <= main
     chosen = confounds.variant_table(confounds.with_variant(shipped))
     settings = confounds.with_variant(pd.json_normalize(study))[["task", "variant"]]
     assert len(chosen) == len(settings.drop_duplicates()) and not chosen["lr_at_edge"].any()
     res = studies.load_confounds("confounds")
-    layer_tasks = [p for p in studies.CONFOUNDS["parts"] if p["name"] == "per layer"][0]["tasks"]
+    parts = studies.get("confounds").spec["parts"]
+    layer_tasks = [p for p in parts if p["name"] == "per layer"][0]["tasks"]
     blocks = res.layers[res.layers["component"].isin(["LN1", "MHA", "FC1"])]
     assert len(blocks.drop_duplicates(["task", "component", "layer"])) == len(layer_tasks) * 3 * 6
-    after = studies.CONFOUNDS["after"]
+    after = studies.get("confounds").spec["after"]
     assert set(map(tuple, res.after[["task", "variant"]].drop_duplicates().to_numpy())) == {
         (task, config) for task in after["tasks"] for config in after["configs"]}
 

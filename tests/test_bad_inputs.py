@@ -287,8 +287,8 @@ def test_cli_retry_failed_reaches_the_sweep(tmp_path, monkeypatch):
     from vitplast import studies
     from vitplast.__main__ import main
 
-    monkeypatch.setitem(studies.MAIN, "tasks", ["digits"])
-    monkeypatch.setitem(studies.MAIN, "lrs", {"head": [1.0]})
+    monkeypatch.setitem(studies.get("main").spec, "tasks", ["digits"])
+    monkeypatch.setitem(studies.get("main").spec, "lrs", {"head": [1.0]})
     seen = []
     monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: seen.append(k["retry_failed"]))
     main(["sweep", "--root", str(tmp_path), "--retry-failed", "--device", "cpu"])

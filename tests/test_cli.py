@@ -42,8 +42,7 @@ def test_version_and_help_import_no_torch():
 def test_the_study_help_is_the_study_registry():
     from vitplast.__main__ import STUDY_HELP
 
-    assert STUDY_HELP == "; ".join(f"{name}: {sweep.about}"
-                                   for name, sweep in studies.SWEEPS.items())
+    assert STUDY_HELP == "; ".join(study.describe() for study in studies.STUDIES.values())
 
 
 @pytest.mark.parametrize("command", [[], *SUBCOMMANDS], ids=lambda c: " ".join(c) or "vitplast")
@@ -66,9 +65,9 @@ def test_paper_grid_command_in_the_sweep_help_parses():
 @pytest.fixture
 def fake_runs(monkeypatch):
     """A two-run main study whose runs take no time (no model, a fake training loop)."""
-    monkeypatch.setitem(studies.MAIN, "tasks", ["digits"])
-    monkeypatch.setitem(studies.MAIN, "lrs", {"head": [1.0]})
-    monkeypatch.setitem(studies.MAIN, "seeds", [0, 42])
+    monkeypatch.setitem(studies.get("main").spec, "tasks", ["digits"])
+    monkeypatch.setitem(studies.get("main").spec, "lrs", {"head": [1.0]})
+    monkeypatch.setitem(studies.get("main").spec, "seeds", [0, 42])
     monkeypatch.setattr(models, "load_model", lambda *a, **k: torch.nn.Linear(1, 1))
     monkeypatch.setattr(models, "new_head", lambda model, n, seed: model)
     monkeypatch.setattr(finetune, "train", lambda *a, **k: finetune.TrainResult(
@@ -97,7 +96,7 @@ def test_slurm_settings_reach_submitit(tmp_path, fake_runs, monkeypatch):
                              slurm_partition="gpu", slurm_array_parallelism=32,
                              slurm_qos="high", slurm_mem="64G",
                              slurm_additional_parameters={"hint": "nomultithread"})]
-    assert all(store.exists(root, c) for c in studies.runs_of(studies.MAIN))
+    assert all(store.exists(root, c) for c in studies.runs_of(studies.get("main").spec))
 
 
 def test_submitit_settings_need_the_submitit_executor(tmp_path, fake_runs, capsys):
@@ -156,12 +155,12 @@ def test_the_smoke_study_starts_on_a_fresh_cache(tmp_path, fake_train, monkeypat
     monkeypatch.setattr(models, "load_model", lambda *a, **k: torch.nn.Linear(1, 1))
     monkeypatch.setattr(models, "new_head", lambda model, n, seed: model)
     root = tmp_path / "fresh" / "cache" / "finetune-smoke"
-    assert studies.SWEEPS["smoke"].store() == root and not studies.SWEEPS["smoke"].shipped
-    main(["sweep", "--study", "smoke", "--status"])
-    n = len(studies.runs_of(studies.SMOKE))
+    assert studies.get("main-smoke").root() == root and not studies.get("main-smoke").shipped
+    main(["sweep", "--study", "main-smoke", "--status"])
+    n = len(studies.runs_of(studies.get("main-smoke").spec))
     assert capsys.readouterr().out.splitlines()[-1].split()[:6] == ["all", str(n), "0", "0",
                                                                    "0", str(n)]
-    main(["sweep", "--study", "smoke", "--limit", "1"])
+    main(["sweep", "--study", "main-smoke", "--limit", "1"])
     assert len(fake_train.calls) == 1 and len(results.results(root)) == 1
     assert len(store.read_json(root / "study.json")["sessions"]) == 1
 
@@ -181,14 +180,15 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
     """Two ``--shard`` processes over one store run disjoint halves; a bad shard or study is
     refused naming the valid forms; each session is logged in study.json; ``--status`` runs
     nothing and prints the counts."""
-    monkeypatch.setitem(studies.MAIN, "tasks", ["digits"])
-    monkeypatch.setitem(studies.MAIN, "lrs", {"head": [1.0, 3.0], "LN1": [0.1, 0.3, 1.0]})
+    monkeypatch.setitem(studies.get("main").spec, "tasks", ["digits"])
+    monkeypatch.setitem(studies.get("main").spec, "lrs",
+                        {"head": [1.0, 3.0], "LN1": [0.1, 0.3, 1.0]})
     monkeypatch.setattr(models, "load_model", lambda *a, **k: torch.nn.Linear(1, 1))
     monkeypatch.setattr(models, "new_head", lambda model, n, seed: model)
     for shard in ("0/2", "1/2"):
         main(["sweep", "--root", str(tmp_path), "--shard", shard, "--limit", "3"])
-    seeds = studies.MAIN["seeds"]
-    expected = studies.runs_of(studies.MAIN)
+    seeds = studies.get("main").spec["seeds"]
+    expected = studies.runs_of(studies.get("main").spec)
     expected.sort(key=lambda c: seeds.index(c["seed"]))  # seed-first
     stored = results.results(tmp_path)
     assert len(fake_train.calls) == 6 and stored["run"].is_unique
@@ -215,11 +215,11 @@ def test_a_study_that_declares_its_precision_keeps_it(tmp_path, capsys):
     moves), and a sweep asked for another precision is refused before anything runs."""
     from vitplast import search, studies
 
-    for study in (studies.SUITE_STUDY, studies.GAUGE_STUDY):
-        assert study["precision"] == "fp32"
-    first = search.settings(dict(studies.SUITE_STUDY, tasks=["digits"]))[0]
+    for name in ("suite", "gauge"):
+        assert studies.get(name).spec["precision"] == "fp32"
+    first = search.settings(dict(studies.get("suite").spec, tasks=["digits"]))[0]
     assert first["precision"] == "fp32"
-    assert search.settings(dict(studies.SUITE_STUDY, tasks=["digits"]),
+    assert search.settings(dict(studies.get("suite").spec, tasks=["digits"]),
                            precision="bf16")[0]["precision"] == "bf16"  # the caller's word
     with pytest.raises(SystemExit):
         main(["sweep", "--study", "suite", "--root", str(tmp_path), "--precision", "bf16"])

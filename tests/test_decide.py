@@ -7,7 +7,7 @@ import pytest
 
 from vitplast import decide, studies
 
-PRIMARIES = studies.SUITE_STUDY["primaries"]
+PRIMARIES = studies.get("suite").primaries
 
 
 def _picked(task, acc):
@@ -33,7 +33,7 @@ def test_primaries_per_task():
     assert rho["t"] == pytest.approx(1.0) and math.isnan(rho["u"])  # no plasticity for u
     flipped = plastic.assign(plasticity=plastic["plasticity"][::-1].to_numpy())
     assert decide.spearman_plasticity_gain(picked, flipped)["t"] == pytest.approx(-1.0)
-    rows = decide.findings(studies.SUITE_STUDY, picked, plastic)
+    rows = decide.findings(studies.get("suite"), picked, plastic)
     assert [r["family"] for r in rows] == ["primary"] * 3 and [r["n"] for r in rows] == [2, 2, 1]
 
 

@@ -89,7 +89,7 @@ def test_finetuning_findings_use_tasks_as_units():
                                           ("LN2", "per parameter", 0.1))])
     probe = pd.Series(base - 10, index=TASKS)
     t = dict(main=_main(acc), bands=bands, corr=corr, grads=grads)
-    table = findings.finetuning(t, probe, studies.primaries(studies.MAIN))
+    table = findings.finetuning(t, probe, studies.get("main").primaries)
     assert (table.loc[table["test"] != "none", "n"] == 7).all()
     by_claim = table.set_index("claim")
     assert by_claim.loc["MHA - FC1, test accuracy", "measured"] == pytest.approx(1.0)
@@ -177,8 +177,8 @@ def test_holm_runs_over_the_primaries_only():
 def test_more_than_three_primaries_fail():
     with pytest.raises(ValueError, match="at most 3"):
         findings.table(_rows({f"P{i}": [1.0, 2.0, 3.0] for i in range(4)}, "primary"))
-    for study in (studies.MAIN, studies.CONFOUNDS):
-        declared = studies.primaries(study)
+    for name in ("main", "confounds"):
+        declared = studies.get(name).primaries
         assert 1 <= len(declared) <= findings.MAX_PRIMARIES
         assert all(p.expected in (1, -1) and p.source for p in declared)
 

@@ -106,3 +106,50 @@ def long_functions(max_lines: int = MAX_LINES) -> list[str]:
 
 def test_no_function_is_longer_than_80_lines():
     assert long_functions() == []
+
+
+#: Knowledge with one home: a literal -> the module that defines it (issue 29, item 4).
+ONE_HOME = {("MHA", "FC1", "FC2"): "components", ("LN1", "LN2"): "components",
+            ("full", "head", "MHA", "FC1", "FC2", "LN2", "LN1"): "components",
+            ("MHA", "FC1", "FC2", "LN2", "LN1"): "paper",
+            "vit_base_patch16_224.orig_in21k": "paper_datasets"}
+#: Modules that still hold a copy of a default pair source, being changed elsewhere.
+_SOURCE_COPIES_LEFT = {"stream"}
+
+
+def _literals(tree: ast.Module):
+    """Every string and every tuple or list of strings written in a module's code (not in its
+    docstrings)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List)) and node.elts and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+            yield tuple(e.value for e in node.elts)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.value
+
+
+def test_component_groups_orders_and_the_paper_model_have_one_home():
+    """The component groups, the configuration order, the paper's orders and its model name
+    are written once, in their module (``ONE_HOME``), and imported everywhere else."""
+    homes = {}
+    for name in MODULES:
+        found = set(_literals(ast.parse((PACKAGE / f"{name}.py").read_text())))
+        for literal in ONE_HOME:
+            if literal in found:
+                homes.setdefault(literal, []).append(name)
+    assert homes == {literal: [home] for literal, home in ONE_HOME.items()}
+
+
+def test_the_default_pair_source_is_defined_once():
+    """Every ``source=`` default is ``empirical.SOURCE``, not the task name written again."""
+    copies = set()
+    for name in MODULES:
+        for node in ast.walk(ast.parse((PACKAGE / f"{name}.py").read_text())):
+            if isinstance(node, ast.arguments):
+                names = [a.arg for a in [*node.posonlyargs, *node.args]][-len(node.defaults):] \
+                    if node.defaults else []
+                pairs = [*zip(names, node.defaults), *zip(
+                    [a.arg for a in node.kwonlyargs], node.kw_defaults)]
+                copies |= {name for arg, default in pairs if arg == "source"
+                           and isinstance(default, ast.Constant) and default.value == "fmnist"}
+    assert copies == _SOURCE_COPIES_LEFT

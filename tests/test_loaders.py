@@ -63,7 +63,7 @@ def chosen(monkeypatch, tmp_path):
     monkeypatch.setattr("vitplast.provenance.log_session", lambda *a, **k: None)
     monkeypatch.setattr("vitplast.results.results", lambda root: __import__("pandas").DataFrame(
         {"status": []}))
-    monkeypatch.setitem(studies.MAIN, "tasks", ["digits"])
+    monkeypatch.setitem(studies.get("main").spec, "tasks", ["digits"])
     return lambda *options: (got.clear(), main(["sweep", "--root", str(tmp_path), *options]),
                              list(got))[-1]
 

@@ -55,10 +55,10 @@ def test_notebook_defaults_are_the_shipped_studies():
 
     assert notebooks.notebook_parameters("04_finetuning")["study"] == "main"
     assert notebooks.notebook_parameters("05_confounds")["study"] == "confounds"
-    for nb in ("04_finetuning", "05_confounds"):  # the smoke studies are presets, not copies
-        assert notebooks.PROFILES["smoke"][nb]["study"] in (studies.FINETUNING
-                                                            if nb[:2] == "04" else
-                                                            studies.CONFOUND_STUDIES)
+    for nb, full in (("04_finetuning", "main"), ("05_confounds", "confounds")):
+        # the smoke studies are derived from the full ones, not copies
+        assert studies.get(notebooks.PROFILES["smoke"][nb]["study"]) == studies.smoke(
+            studies.get(full))
 
 
 def test_paper_profile_fails_early_without_gpu_or_data(monkeypatch, tmp_path):

@@ -90,14 +90,14 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
 
 
 def test_the_suite_study_is_declared_with_three_primaries():
-    study = studies.SUITE_STUDY
-    p1, p2, p3 = study["primaries"]
+    study = studies.get("suite")
+    p1, p2, p3 = study.primaries
     assert (p1.a, p1.b) == (("MHA sparse", "FC1 sparse", "FC2 sparse"), ("LN1", "LN2"))
     assert (p2.a, p2.b, round(p2.paper, 2)) == (("MHA",), ("LN1",), 0.93)
     assert p3.statistic == "spearman(plasticity, gain)"
-    assert len(study["tasks"]) == 33 and study["seeds"] == [0]
-    assert all(lr in search.LR_LADDER for lr in study["configs"].values())
-    assert studies.sweep_of("suite").search is study
+    assert len(study.spec["tasks"]) == 33 and study.spec["seeds"] == [0]
+    assert all(lr in search.LR_LADDER for lr in study.spec["configs"].values())
+    assert study.searched
 
 
 def test_settings_take_run_keywords_and_a_fixed_grid_joins_the_search(tmp_path):
@@ -115,12 +115,13 @@ def test_settings_take_run_keywords_and_a_fixed_grid_joins_the_search(tmp_path):
 def test_the_cross_gauge_study_is_declared_and_shares_the_suite_runs():
     from vitplast import runs
 
-    study = studies.GAUGE_STUDY
-    assert len(study["tasks"]) == 17 and set(study["tasks"]) <= set(studies.SUITE_STUDY["tasks"])
-    assert len(study["primaries"]) == 3 and studies.sweep_of("gauge").search is study
+    gauge, study = studies.get("gauge"), studies.get("gauge").spec
+    assert len(study["tasks"]) == 17 and set(study["tasks"]) <= set(
+        studies.get("suite").spec["tasks"])
+    assert len(gauge.primaries) == 3 and gauge.searched
     named = {s["name"]: s for s in search.settings(dict(study, tasks=["digits_rotate90"]))}
     assert named["MHA c=8"]["prepare"] == "gauge" and named["MHA c=8"]["ablation"] == {"c": 8.0}
-    suite = {s["name"]: s for s in search.settings(dict(studies.SUITE_STUDY,
+    suite = {s["name"]: s for s in search.settings(dict(studies.get("suite").spec,
                                                         tasks=["digits_rotate90"]))}
     for name in ("head", "LN1", "MHA", "FC2"):  # c = 1: the suite study's runs, same hashes
         assert runs.run_hash(search._run(named[name], 0.1)) == runs.run_hash(

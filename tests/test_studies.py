@@ -1,4 +1,4 @@
-"""Study presets: their runs, the budget check's LRs, reading a study from a store."""
+"""Studies: the one registry, their runs, the budget check's LRs, reading a study from a store."""
 
 import pandas as pd
 import pytest
@@ -8,7 +8,7 @@ from vitplast.runs import run_hash
 
 
 def test_main_study_grids_are_half_decade_ladders_per_configuration():
-    main = studies.MAIN
+    main = studies.get("main").spec
     assert set(main["lrs"]) == {"full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"}
     for lrs in main["lrs"].values():
         assert lrs == sorted(lrs) and set(lrs) <= set(studies.LR_LADDER)
@@ -21,15 +21,64 @@ def test_main_study_grids_are_half_decade_ladders_per_configuration():
 
 
 def test_unknown_study_names_the_valid_ones():
-    with pytest.raises(ValueError, match="valid: \\['main', 'smoke'\\]"):
+    with pytest.raises(ValueError, match="unknown study 'mian'; valid: \\['main', 'main-smoke', "
+                       "'budget', 'confounds', 'confounds-smoke', 'suite', 'gauge', 'length', "
+                       "'paper'\\]"):
         studies.get("mian")
+    with pytest.raises(ValueError, match="'main' is not a confound study; these are: "
+                       "\\['confounds', 'confounds-smoke'\\]"):
+        studies.load_confounds("main")
+    with pytest.raises(ValueError, match="'suite' is not a finetuning study; these are: "
+                       "\\['main', 'main-smoke'\\]"):
+        studies.load("suite")
+
+
+def test_a_smoke_study_is_derived_from_its_full_study():
+    """The smoke versions replace a few entries of their full study's spec and keep the rest
+    (primaries included); they go to the cache and compare with their baselines' smoke."""
+    for name in ("main", "confounds"):
+        full, smoke = studies.get(name), studies.get(f"{name}-smoke")
+        assert smoke == studies.smoke(full) and smoke.spec == {**full.spec, **full.smoke}
+        assert smoke.primaries == full.primaries and smoke.make is full.make
+        assert not smoke.shipped and smoke.root() == studies.models.cache_dir() / (
+            f"{full.store}-smoke")
+    assert studies.get("confounds-smoke").baselines == "main-smoke"
+    assert len(studies.runs_of(studies.get("main-smoke").spec)) == 7 * 2  # seconds long
+    with pytest.raises(ValueError, match="no smoke version"):
+        studies.smoke(studies.get("suite"))
+
+
+def test_there_is_one_study_registry():
+    """``STUDIES`` is the only module-level collection of studies (or of study specs keyed
+    by name) anywhere in the package."""
+    import importlib
+    import pkgutil
+
+    import vitplast
+
+    found = []
+    for info in pkgutil.iter_modules(vitplast.__path__):
+        module = importlib.import_module(f"vitplast.{info.name}")
+        for attr, value in vars(module).items():
+            if isinstance(value, studies.Study):
+                found.append(f"{info.name}.{attr}")
+            values = (list(value.values()) if isinstance(value, dict)
+                      else list(value) if isinstance(value, (list, tuple)) else [])
+            if any(isinstance(v, studies.Study) for v in values) or (
+                    isinstance(value, dict) and value and set(value) <= set(studies.STUDIES)
+                    and all(isinstance(v, dict) for v in value.values())):
+                found.append(f"{info.name}.{attr}")
+    assert found == ["studies.STUDIES"]
+    assert all(name == study.name for name, study in studies.STUDIES.items())
+    assert all(s.baselines in studies.STUDIES for s in studies.STUDIES.values() if s.baselines)
 
 
 def test_budget_runs_take_the_chosen_lr_and_its_grid_neighbours():
     rows = []
-    for config, lrs in studies.MAIN["lrs"].items():
+    main = studies.get("main").spec
+    for config, lrs in main["lrs"].items():
         best = lrs[0] if config == "head" else lrs[3]  # head at its grid's bottom edge
-        for c in studies.runs_of(dict(studies.MAIN, tasks=["digits"], lrs={config: lrs})):
+        for c in studies.runs_of(dict(main, tasks=["digits"], lrs={config: lrs})):
             rows.append(dict(run=runs.run_hash(c), task=c["task"], config=config, lr=c["lr"],
                              seed=c["seed"], status="ok", test_acc=0.5,
                              best_val_acc=0.9 if c["lr"] == best else 0.5))
@@ -38,19 +87,19 @@ def test_budget_runs_take_the_chosen_lr_and_its_grid_neighbours():
     for c in budget:
         got.setdefault(c["config"], set()).add(c["lr"])
         assert c["steps"] == 480 and c["task"] == "digits"
-    for config, lrs in studies.MAIN["lrs"].items():
+    for config, lrs in studies.get("main").spec["lrs"].items():
         assert got[config] == (set(lrs[:2]) if config == "head" else set(lrs[2:5]))
 
 
 def test_load_reads_only_the_study_runs_of_a_store(tmp_path):
-    smoke = studies.runs_of(studies.SMOKE)
+    smoke = studies.runs_of(studies.get("main-smoke").spec)
     for c in smoke[:3]:
         store.save_run(tmp_path, c, dict(status="ok", test_acc=0.5, best_val_acc=0.5,
                                          history=[dict(step=0, loss=1.0)]))
     other = runs.run_config("digits", "MHA", lr=7.0)
     store.save_run(tmp_path, other, dict(status="ok", test_acc=0.5, best_val_acc=0.5,
                                          history=[dict(step=0, loss=1.0)]))
-    s = studies.load("smoke", str(tmp_path))
+    s = studies.load("main-smoke", str(tmp_path))
     assert len(s.runs) == 3 and s.coverage == {"expected": len(smoke), "ok": 3,
                                                "missing": len(smoke) - 3}
     assert s.budget.empty and s.root == str(tmp_path)
@@ -61,7 +110,7 @@ def test_shipped_results_are_the_complete_study():
     hashes did not drift), each finished, each from a new head, on grids that bracket every
     chosen LR and every LR band."""
     shipped = results.results(studies.MAIN_RESULTS)
-    main = {run_hash(c) for c in studies.runs_of(studies.MAIN)}
+    main = {run_hash(c) for c in studies.runs_of(studies.get("main").spec)}
     assert len(main) == 7 * 3 * (9 + 10 + 10 + 9 + 10 + 9 + 9)  # per configuration its LRs
     budget = {run_hash(c) for c in studies.budget_runs(shipped)}
     assert 2 * 7 * 2 * 3 <= len(budget) <= 2 * 7 * 3 * 3  # the chosen LR and 1-2 neighbours
@@ -93,19 +142,17 @@ def test_shipped_runs_table_agrees_with_the_shipped_records(study):
                                        check_dtype=False)
 
 
-def test_the_cli_studies_are_named_presets():
-    assert list(studies.SWEEPS) == ["main", "budget", "smoke", "confounds", "suite", "gauge",
-                                    "length", "paper"]
-    assert studies.sweep_runs("smoke") == studies.runs_of(studies.SMOKE)
-    assert studies.sweep_runs("main", "unused") == studies.runs_of(studies.MAIN)
-    assert studies.SWEEPS["main"].store() == studies.MAIN_RESULTS
+def test_the_cli_studies_are_the_registry():
+    assert studies.sweep_runs("main-smoke") == studies.runs_of(studies.get("main-smoke").spec)
+    assert studies.sweep_runs("main", "unused") == studies.runs_of(studies.get("main").spec)
+    assert studies.get("main").root() == studies.MAIN_RESULTS
     paper = studies.sweep_runs("paper", data_root="/data", weights_file="w.safetensors")
     assert len(paper) == 11 * 7 * 4 * 3 and {r["steps"] for r in paper} == {4_000, 5_000,
                                                                           10_000, 20_000}
     domainnet = {r["lr"] for r in paper if r["task"].startswith("domainnet")}
-    assert domainnet == set(studies.PAPER["lrs_domainnet"])
+    assert domainnet == set(studies.get("paper").spec["lrs_domainnet"])
     assert {r["weights_file"] for r in paper} == {"w.safetensors"}
-    with pytest.raises(ValueError, match="unknown study 'mian'; valid: \\['main', 'budget'"):
+    with pytest.raises(ValueError, match="unknown study 'mian'; valid: \\['main', 'main-smoke'"):
         studies.sweep_runs("mian")
     with pytest.raises(ValueError, match="paper study needs data_root"):
         studies.sweep_runs("paper")
@@ -121,11 +168,12 @@ def _suite_records():
 
 def test_shipped_suite_records_are_runs_of_the_suite_study():
     """What the suite store holds (complete or not) is what its search asked for: every record
-    is a run of a setting of ``SUITE_STUDY`` on the ladder, finished (ok or diverged), from a
+    is a run of a setting of the suite study on the ladder, finished (ok or diverged), from a
     new head; identical runs of the main and confound studies are their records, copied."""
     from vitplast import confounds, search, store
 
-    asked = {run_hash(r) for r in search.search_runs(studies.SUITE_STUDY, studies.SUITE_RESULTS)}
+    asked = {run_hash(r) for r in search.search_runs(studies.get("suite").spec,
+                                                      studies.SUITE_RESULTS)}
     records = _suite_records()
     assert records, "the suite store is empty"
     stored = {run_hash(r["config"]) for r in records}
@@ -144,27 +192,28 @@ def test_shipped_suite_results_are_the_complete_study():
     """Every setting of the suite study searched to its end, with its best LR interior."""
     from vitplast import search
 
-    state = search.state(studies.SUITE_STUDY, studies.SUITE_RESULTS)
+    state = search.state(studies.get("suite").spec, studies.SUITE_RESULTS)
     assert len(state) == 33 * 9
     assert (state["next"].map(len) == 0).all() and state["bracketed"].all()
 
 
 def test_the_recipe_length_check_is_p1_and_p2_at_two_and_four_times_the_steps():
-    """``LENGTH_STUDY``: the configurations of the suite study's P1 and P2, each at 240 and
+    """The length study: the configurations of the suite study's P1 and P2, each at 240 and
     480 steps (warm-up scaled alike), the sparse ones the suite's own variants (same masks
     and count), from the suite's start LRs, on four tasks of four families."""
     from vitplast import search, suite
 
-    settings = search.settings(studies.LENGTH_STUDY)
+    length, suite_spec = studies.get("length").spec, studies.get("suite").spec
+    settings = search.settings(length)
     assert len(settings) == 4 * 6 * 2
-    assert {suite.SUITE[t].family for t in studies.LENGTH_STUDY["tasks"]} >= {
+    assert {suite.SUITE[t].family for t in length["tasks"]} >= {
         "shift", "digits", "drawn"}
     suite_sparse = {s["name"]: s for s in search.settings(
-        dict(studies.SUITE_STUDY, tasks=["digits"]))}
+        dict(suite_spec, tasks=["digits"]))}
     for s in settings:
         name, length = s["name"].rsplit(" ", 1)
         k = {"2x": 2, "4x": 4}[length]
         assert (s["steps"], s["warmup_steps"]) == (120 * k, 12 * k)
-        assert s["start"] == studies.SUITE_STUDY["configs"][name]
+        assert s["start"] == suite_spec["configs"][name]
         if name.endswith("sparse"):
             assert s["ablation"] == suite_sparse[name]["ablation"]

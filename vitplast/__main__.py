@@ -17,12 +17,17 @@ PAPER_SLURM_EXAMPLE = (
     "vitplast sweep --study paper --data-root data/paper --weights-file vit_b16_in21k.safetensors "
     "--root results/paper --executor submitit --cluster slurm --partition gpu --gpus-per-node 1 "
     "--cpus-per-task 8 --timeout-min 240 --array-parallelism 32 --slurm-param qos=normal")
-#: ``sweep --study`` help: ``vitplast.studies.SWEEPS`` as text, written out so that building the
-#: parser (``--version``, every ``--help``) imports no torch; a test keeps the two equal.
+#: ``sweep --study`` help: ``vitplast.studies.STUDIES`` (``Study.describe``) as text, written
+#: out so that building the parser (``--version``, every ``--help``) imports no torch; a test
+#: keeps the two equal.
 STUDY_HELP = (
-    "main: notebook 04's main study, into data/finetune; budget: notebook 04's 4x-steps check, "
-    "stored with the main study, which it needs; smoke: a seconds-long main study, into "
-    ".cache/finetune-smoke; confounds: notebook 05's confound study, into data/confounds; "
+    "main: notebook 04's main study, into data/finetune; "
+    "main-smoke: a seconds-long main study (the smoke profile), into .cache/finetune-smoke; "
+    "budget: notebook 04's 4x-steps check of the main study, stored with it (it reads it), "
+    "into data/finetune; "
+    "confounds: notebook 05's confound study, into data/confounds; "
+    "confounds-smoke: a seconds-long confounds study (the smoke profile), into "
+    ".cache/confounds-smoke; "
     "suite: the decisive study on the 33-task suite, LRs searched, into data/suite; "
     "gauge: the cross-gauge study: 5 configurations at c = 1 and c = 8 on 17 suite tasks, LRs "
     "searched, into data/gauge; "
@@ -191,7 +196,8 @@ def _sweep(args, parser, argv) -> int:
               file=sys.stderr)
         return 2
     root, runs = _study(args, parser)
-    searched = studies.sweep_of(args.study).search
+    study = studies.get(args.study)
+    searched = study.spec if study.searched else None
     if searched is not None and args.precision not in (None, searched.get("precision",
                                                                           args.precision)):
         parser.error(f"--precision {args.precision}: study {args.study!r} declares precision "
@@ -230,11 +236,11 @@ def _study(args, parser) -> tuple[str, list[dict]]:
     from vitplast import studies
 
     try:
-        study = studies.sweep_of(args.study)
+        study = studies.get(args.study)
     except ValueError as err:
         parser.error(str(err))
     _check_sweep_args(args, parser)
-    root = str(args.root or study.store())
+    root = str(args.root or study.root())
     _check_root(args, root, parser)
     try:
         runs = studies.sweep_runs(args.study, root, data_root=args.data_root,
@@ -325,7 +331,7 @@ def _check_root(args, root: str, parser) -> None:
 
     from vitplast import models, studies
 
-    if not studies.sweep_of(args.study).shipped:
+    if not studies.get(args.study).shipped:
         return
     reads = args.status or args.study == "budget"
     if not Path(root).is_dir() and (reads or (args.root is None

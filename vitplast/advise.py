@@ -35,13 +35,15 @@ import torch
 import torch.nn.functional as F
 
 from vitplast import components, studies
+from vitplast.empirical import SOURCE
 
 RULES = ("plasticity", "gradient norm", "Auto-RGN", "gradient norm per parameter", "loss drop",
          "paper: MHA")
 #: The configurations the rules rank (each trains one component, plus the head).
 CANDIDATES = tuple(components.COMPONENTS)
 #: Peak LR of the ``loss drop`` rule per configuration: the middle of its main-study grid.
-LOSS_DROP_LR = {c: studies.MAIN["lrs"][c][len(studies.MAIN["lrs"][c]) // 2] for c in CANDIDATES}
+_MAIN_LRS = studies.get("main").spec["lrs"]
+LOSS_DROP_LR = {c: _MAIN_LRS[c][len(_MAIN_LRS[c]) // 2] for c in CANDIDATES}
 
 
 def _batch(dataset, n: int, seed: int, model) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,7 +104,7 @@ def _loss_drop(model, config: str, train, probe: tuple, before: float, *, steps:
 
 
 def rank(model_name: str, task: str, *, rules=RULES, n_pairs: int = 64, batch_size: int = 32,
-         steps: int = 2, source: str | None = "fmnist", seed: int = 0, threads: int | None = 1
+         steps: int = 2, source: str | None = SOURCE, seed: int = 0, threads: int | None = 1
          ) -> pd.DataFrame:
     """Every rule's ranking of the five components for finetuning ``model_name`` on ``task``.
 

@@ -25,11 +25,17 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+from typing import TYPE_CHECKING
 
-from torch import nn
+if TYPE_CHECKING:  # torch is imported where a model is used, so that the names and groups
+    from torch import nn  # above import without it (``findings``, ``results``)
 
 #: Paper name -> module path inside a block, in block order.
 COMPONENTS = {"LN1": "norm1", "MHA": "attn", "LN2": "norm2", "FC1": "mlp.fc1", "FC2": "mlp.fc2"}
+#: The two groups the paper's gap is between (Table 1, Takeaway 3): attention and the MLP
+#: linears (~28M parameters each on ViT-B), and the LayerNorms (18K each).
+LINEARS = ("MHA", "FC1", "FC2")
+NORMS = ("LN1", "LN2")
 
 #: Finetuning configuration -> parameter-name patterns (fnmatch) it trains.
 CONFIGS = {
@@ -40,6 +46,9 @@ CONFIGS = {
 }
 #: The paper's seven finetuning configurations (section 5), in the order of its grid.
 PAPER_CONFIGS = ("full", "head", "LN1", "MHA", "LN2", "FC1", "FC2")
+#: The order tables and figures list configurations in: full, head-only, then the components
+#: in the order of the paper's Table 1 (others follow as they come).
+CONFIG_ORDER = ("full", "head", "MHA", "FC1", "FC2", "LN2", "LN1")
 #: Parameters that train in every configuration (the new head and the final norm).
 ALWAYS_TRAINED = ["head.*", "norm.*", "fc_norm.*", "head_norm.*"]
 
@@ -50,6 +59,8 @@ def check_supported(model: nn.Module) -> None:
     timm's EVA, for example, applies its qkv projection functionally inside ``attn`` and has
     no ``norm1 -> attn(qkv, proj)`` layout that hooks can observe the same way.
     """
+    from torch import nn
+
     name = type(model).__name__
     if name == "Eva" or "eva" in str(getattr(model, "pretrained_cfg", {}).get("architecture", "")):
         raise TypeError("timm's EVA applies qkv functionally (with rotary embeddings), so "
@@ -195,6 +206,8 @@ def unfused_attention(module):
     """timm's attention on its matmul path inside the block (``fused_attn`` off in every
     attention of ``module``; anything else passes through), restored after: the fused kernel
     has no forward-mode AD on a CPU (``bounds``) and no vmap batching rule (``batched``)."""
+    from torch import nn
+
     attns = [m for m in module.modules() if hasattr(m, "fused_attn")] if isinstance(
         module, nn.Module) else []
     saved = [m.fused_attn for m in attns]

@@ -1,6 +1,6 @@
 """Findings of the confound study (notebook 05): plasticity or parameter count?
 
-The table opens with the study's primary questions (``studies.primaries``: Holm over them
+The table opens with the study's primary questions (``Study.primaries``: Holm over them
 only), then exploratory rows (their own Holm family), then descriptive ones; a tied LR choice
 broken the other way marks the rows it flips ``fragile`` (``finetuning_findings.with_ties``).
 Matched comparisons state the counts they compare. The per-layer test controls for depth:
@@ -18,6 +18,7 @@ import math
 
 import pandas as pd
 
+from vitplast.components import LINEARS
 from vitplast.finetuning_findings import declared_by, grad_rows, with_ties
 from vitplast.paper import SOURCES, table1_average
 from vitplast.verdicts import descriptive, mean_test, paired_test, table
@@ -59,7 +60,7 @@ def confounds(t: dict, after: pd.DataFrame | None = None, primaries=()) -> pd.Da
             configurations), ``rescale`` (``confounds.rescale_pairs``), ``ties`` and
             ``alternatives`` (the fragile flag; absent: not computed).
         after: ``confounds.plasticity_after`` of the best runs (None or empty: no row).
-        primaries: the study's ``verdicts.Primary`` questions (``studies.primaries``).
+        primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
     """
     return with_ties(lambda tt: _confounds(tt, after, primaries), t)
 
@@ -73,7 +74,7 @@ def _confounds(t: dict, after, primaries) -> pd.DataFrame:
              ("MHA sparse", "FC1 sparse", "MHA - FC1 at LN1's count (sparse)"),
              ("FC1 sparse", "FC2 sparse", "FC1 - FC2 at LN1's count (sparse)")]
     pairs += [(f"{a} {kind}", f"{b} {kind}", f"{a} - {b}, {kind} at one count")
-              for kind in ("LoRA r1", "bias") for a, b in (("MHA", "FC1"), ("FC1", "FC2"))]
+              for kind in ("LoRA r1", "bias") for a, b in zip(LINEARS, LINEARS[1:])]
     rows += [_matched(acc, a, b, counts, claim) for a, b, claim in pairs
              if ((a,), (b,)) not in declared]
     count_effect = paired_test("MHA at its full count - MHA at LN1's count: what the count adds",

@@ -3,7 +3,7 @@
 Paper: objections 3 and 4 (docs/objections.md). The experiments are named variants of the finetuning
 configurations (``all_variants``: the model changes of ``vitplast.ablations``, single-block
 configurations, the plain ones), trained by the parts of a study preset
-(``studies.CONFOUNDS``, ``part_runs``) through the same sweep and results store as the main
+(``studies.get("confounds")``, ``part_runs``) through the same sweep and results store as the main
 study. This module also measures what the study needs before finetuning (the LayerNorm scales,
 per-block plasticity) and turns the results into the tables behind notebook 05's findings
 (``tables``; the findings themselves: ``vitplast.findings.confounds``).
@@ -33,15 +33,18 @@ from vitplast.ablations import (
     lora_count,
     rescale_layernorm,
 )
-from vitplast.components import COMPONENTS, PAPER_CONFIGS, count_parameters, trainable_names
+from vitplast.components import (
+    COMPONENTS,
+    LINEARS,
+    NORMS,
+    PAPER_CONFIGS,
+    count_parameters,
+    trainable_names,
+)
 from vitplast.inputs import to_model
 
 #: Where the embedded confound study is shipped (one JSON per run, and its scales).
 EMBEDDED_RESULTS = models.results_root("confounds")
-
-#: The plain configurations: the study's SGD baselines (runs of the main study), and what its
-#: from-init and AdamW parts train.
-PLAIN_CONFIGS = PAPER_CONFIGS
 
 
 def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1",
@@ -101,16 +104,16 @@ def layer_variants(model: nn.Module, components=("LN1", "MHA", "FC1")) -> dict[s
 
 
 def all_variants(model: nn.Module, scales: dict[str, float]) -> dict[str, dict]:
-    """Every named variant a study part can train (``studies.CONFOUNDS``): the ablations of
+    """Every named variant a study part can train (the confound study's spec): the ablations of
     ``variants``, the single-block configurations of ``layer_variants`` and the plain
-    configurations (``PLAIN_CONFIGS``), as ``run_config`` keywords."""
+    configurations (``PAPER_CONFIGS``), as ``run_config`` keywords."""
     return {**variants(model, scales), **layer_variants(model),
-            **{c: dict(config=c) for c in PLAIN_CONFIGS}}
+            **{c: dict(config=c) for c in PAPER_CONFIGS}}
 
 
 def part_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> dict[str, list[dict]]:
-    """The runs of each part of a confound study preset (``studies.CONFOUNDS``), in its order,
-    with the LayerNorm scales stored under ``root`` (``study_scales``).
+    """The runs of each part of a confound study's spec (``studies.get("confounds").spec``),
+    in its order, with the LayerNorm scales stored under ``root`` (``study_scales``).
 
     Raises:
         ValueError: an ``lrs`` name or pattern of a part that matches no variant.
@@ -168,7 +171,7 @@ def matching_scales(ranked: pd.DataFrame, target: str = "FC1") -> dict[str, floa
     """c per LayerNorm so that its plasticity (mean over layers and tasks, from
     ``plasticity.ranking``) matches ``target``'s: c = P(target) / P(LN)."""
     p = ranked.groupby("component", observed=True)["plasticity"].mean()
-    return {ln: float(p[target] / p[ln]) for ln in ("LN1", "LN2")}
+    return {ln: float(p[target] / p[ln]) for ln in NORMS}
 
 
 def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int = 256) -> dict:
@@ -352,7 +355,7 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
         return pd.DataFrame(columns=AFTER_COLUMNS)
     if saved is None:
         model, task, kwargs = sweep.build(run, models.pick_device("cpu"))
-        pairs = empirical.task_pairs(run["task"], "fmnist", n_pairs=n_pairs, model=model)
+        pairs = empirical.task_pairs(run["task"], empirical.SOURCE, n_pairs=n_pairs, model=model)
 
         def per_component():
             rates = plasticity.measure(model, pairs, protocol="hidden", progress=False)
@@ -439,10 +442,10 @@ def partial_correlation(xy: float, xz: float, yz: float) -> float:
 
 
 #: Matched families (notebook 05's first figure): family -> (variant name template, members).
-FAMILIES = {"full count": ("{}", ("MHA", "FC1", "FC2", "LN1", "LN2")),
-            "LN1's count (sparse)": ("{} sparse", ("MHA", "FC1", "FC2")),
-            "rank-1 LoRA, one count": ("{} LoRA r1", ("MHA", "FC1", "FC2")),
-            "bias only, one count": ("{} bias", ("MHA", "FC1", "FC2"))}
+FAMILIES = {"full count": ("{}", LINEARS + NORMS),
+            "LN1's count (sparse)": ("{} sparse", LINEARS),
+            "rank-1 LoRA, one count": ("{} LoRA r1", LINEARS),
+            "bias only, one count": ("{} bias", LINEARS)}
 
 
 def matched_accuracy(acc: pd.DataFrame) -> pd.DataFrame:
@@ -488,7 +491,7 @@ def _selected_tables(runs: pd.DataFrame, layers: pd.DataFrame, curves: pd.DataFr
 
     acc = accuracy(runs)
     norms = results.component_grad_norms(results.dynamics(runs, curves))
-    plain = norms[norms["variant"].isin(PLAIN_CONFIGS)]
+    plain = norms[norms["variant"].isin(PAPER_CONFIGS)]
     return dict(acc=acc, matched=matched_accuracy(acc), layers=layer_accuracy(acc, layers),
                 corr=layer_correlations(acc, layers), grad_norms=norms,
                 grads=results.grad_norms_by_task(plain))

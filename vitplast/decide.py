@@ -2,7 +2,7 @@
 each task lies from pretraining.
 
 Paper: Table 1 and Takeaway 3, tested on the task suite (``vitplast.suite``) by the study
-``studies.SUITE_STUDY``, whose three primary questions were declared before its runs. The
+``studies.get("suite")``, whose three primary questions were declared before its runs. The
 unit is the task: every value below is one number per task, and the findings (``findings``)
 test their mean over tasks.
 
@@ -26,6 +26,7 @@ Used by notebook 04 (the suite section) and the tests.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -33,8 +34,8 @@ import pandas as pd
 from vitplast import search, store
 from vitplast.components import COMPONENTS
 
-#: The five components, in the paper's order, as configuration names.
-FULL_COUNT = tuple(COMPONENTS)
+if TYPE_CHECKING:  # for annotations only
+    from vitplast.studies import Study
 
 
 def complete_tasks(state: pd.DataFrame) -> list[str]:
@@ -43,11 +44,11 @@ def complete_tasks(state: pd.DataFrame) -> list[str]:
     return [task for task, ended in done.all().items() if ended]
 
 
-def chosen(study: dict, root: str | Path) -> pd.DataFrame:
-    """``search.state`` of ``study`` on its complete tasks only: per task and configuration
-    the chosen ``lr`` (``best``), ``bracketed``, and that run's ``val_acc`` and ``test_acc``
-    (in %) and ``trainable`` count."""
-    state = search.state(study, root)
+def chosen(study: Study, root: str | Path) -> pd.DataFrame:
+    """``search.state`` of a searched ``study`` on its complete tasks only: per task and
+    configuration the chosen ``lr`` (``best``), ``bracketed``, and that run's ``val_acc`` and
+    ``test_acc`` (in %) and ``trainable`` count."""
+    state = search.state(study.spec, root)
     return state[state["task"].isin(complete_tasks(state))].rename(
         columns={"best": "lr"}).reset_index(drop=True)
 
@@ -118,7 +119,7 @@ def accuracy(picked: pd.DataFrame) -> pd.DataFrame:
 
 
 def spearman_plasticity_gain(picked: pd.DataFrame, plasticity: pd.DataFrame,
-                             components=FULL_COUNT) -> pd.Series:
+                             components=tuple(COMPONENTS)) -> pd.Series:
     """Per task: Spearman's rho, over ``components``, between their plasticity before
     finetuning (``component_plasticity``) and their gain over head-only (test points). NaN
     for a task without plasticity. The statistic ``"spearman(plasticity, gain)"`` of the
@@ -132,11 +133,11 @@ def spearman_plasticity_gain(picked: pd.DataFrame, plasticity: pd.DataFrame,
                       if t in plastic.index else np.nan for t in acc.index}, name="rho")
 
 
-def findings(study: dict, picked: pd.DataFrame, plasticity: pd.DataFrame) -> list[dict]:
+def findings(study: Study, picked: pd.DataFrame, plasticity: pd.DataFrame) -> list[dict]:
     """The study's declared primaries as findings rows (``verdicts.Primary.row``), one value
     per complete task; ``verdicts.table`` tests them with Holm over the primaries."""
     statistics = {"spearman(plasticity, gain)": spearman_plasticity_gain(picked, plasticity)}
-    return [p.row(accuracy(picked), statistics) for p in study["primaries"]]
+    return [p.row(accuracy(picked), statistics) for p in study.primaries]
 
 
 def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -150,6 +151,6 @@ def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.Dat
     return out.reset_index()
 
 
-__all__ = ["FULL_COUNT", "accuracy", "chosen", "complete_tasks", "component_plasticity",
+__all__ = ["accuracy", "chosen", "complete_tasks", "component_plasticity",
            "distance", "findings", "spearman_plasticity_gain", "task_plasticity", "task_probe",
            "task_probes"]

@@ -19,6 +19,9 @@ from torch import nn
 from vitplast.inputs import Fitted, fits, native_input
 from vitplast.plasticity import PROTOCOLS, Pairs, make_pairs, measure, order, ranking, summarize
 
+#: The pretraining-domain task whose test images are the x of each pair by default: the
+#: embedded model's Fashion-MNIST (the paper's ImageNet val).
+SOURCE = "fmnist"
 #: Seed of the pretraining-domain sample: another draw than the tasks' (seed 0), because the
 #: Fashion-MNIST tasks are built from the same test images; with one seed, pair i would hold
 #: the same garment clean and corrupted, not two unrelated images as in the paper.
@@ -45,7 +48,7 @@ def load_task_for(name: str, model=None, data_root: str | None = None, *, seed: 
                    test=Fitted(task.test, model, mean, std), in_chans=c, img_size=h)
 
 
-def task_pairs(task: str, source: str | None = "fmnist", *, n_pairs: int = 256, model=None,
+def task_pairs(task: str, source: str | None = SOURCE, *, n_pairs: int = 256, model=None,
                data_root: str | None = None, seed: int = 0, **task_kwargs) -> Pairs:
     """Image pairs for a task, as the paper builds them.
 
@@ -61,7 +64,7 @@ def task_pairs(task: str, source: str | None = "fmnist", *, n_pairs: int = 256, 
 
 
 def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
-                  checkpoints=("final",), source: str | None = "fmnist", data_root: str = "",
+                  checkpoints=("final",), source: str | None = SOURCE, data_root: str = "",
                   n_pairs: int = 256, batch_size: int = 64, device=None, workers: int = 0,
                   progress: bool = True) -> pd.DataFrame:
     """``measure`` over checkpoints x tasks x protocols, as one tidy table with ``model``,
@@ -116,7 +119,7 @@ def checkpoint_epochs(model_name: str, checkpoints) -> dict[str, float]:
 
 
 def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",),
-                     pretraining_tasks: list[str] | None = None, source: str | None = "fmnist",
+                     pretraining_tasks: list[str] | None = None, source: str | None = SOURCE,
                      data_root: str = "", n_pairs: int = 256, batch_size: int = 64,
                      weights_file: str = "", workers: int = 0) -> pd.DataFrame:
     """Notebook 02's measurement, load-or-compute (cached under the cache folder, keyed by

@@ -17,15 +17,21 @@ import math
 import numpy as np
 import pandas as pd
 
+from vitplast.components import NORMS
 from vitplast.confound_findings import confounds
 from vitplast.finetuning_findings import STATISTICS, finetuning, with_ties
-from vitplast.paper import SOURCES, VITB_RMS_TOKEN_NORM
+from vitplast.paper import PROPOSITIONS, SOURCES, TAKEAWAY1, VITB_RMS_TOKEN_NORM
 from vitplast.verdicts import (
     ALPHA,
     COLUMNS,
     EXTRA,
     MAX_PRIMARIES,
     MIN_N,
+    ORDER_HELD_TAU,
+    PRECISE,
+    SCALE_INVARIANT,
+    SHARED_SIGMA_CV,
+    TIGHT,
     UNDERPOWERED,
     Primary,
     descriptive,
@@ -117,7 +123,8 @@ def definitions(maps: pd.DataFrame, linear: pd.DataFrame, scale: pd.DataFrame,
         _settled(big),
         descriptive(f"largest 95% CI half-width relative to the estimate at "
                     f"{int(big['n_pairs'].max())} pairs", rel, paper="not reported",
-                    verdict="precise (<= 5%)" if rel <= 0.05 else "imprecise (> 5%)",
+                    verdict=f"precise (<= {PRECISE:.0%})" if rel <= PRECISE
+                    else f"imprecise (> {PRECISE:.0%})",
                     n=len(big), unit="of the estimate, worst (layer, component)"),
     ])
 
@@ -206,7 +213,8 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
         rows.append(descriptive(
             f"order at {g['checkpoint'].iloc[0]} vs at {g['checkpoint'].iloc[-1]} (Kendall tau) "
             f"[{protocol}]", tau, paper="not studied (the paper measures the final model)",
-            verdict="order held" if tau >= 0.7 else "order changed along pretraining", n=n,
+            verdict="order held" if tau >= ORDER_HELD_TAU else "order changed along pretraining",
+            n=n,
             unit="tau, mean over tasks"))
     if mha_scale is not None:
         per = mha_scale.groupby("scale")["plasticity"].median()
@@ -214,8 +222,9 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
         rows.append(descriptive(
             f"MHA plasticity at input scale {per.index[-1]:g} / at {per.index[0]:g} (median "
             "over layers)", ratio, paper="not studied (the embedding protocol feeds MHA the "
-            "raw embedding)", verdict="scale-invariant" if abs(math.log(ratio)) < 0.1 else
-            "depends on the input scale", n=mha_scale["layer"].nunique(),
+            "raw embedding)", n=mha_scale["layer"].nunique(),
+            verdict="scale-invariant" if abs(math.log(ratio)) < SCALE_INVARIANT
+            else "depends on the input scale",
             unit="ratio, median over layers"))
     return table(rows)
 
@@ -242,8 +251,8 @@ def explorer(bounds_: pd.DataFrame, gamma: pd.DataFrame, tol: float = 1e-3) -> p
                     f"{int(held.sum())}/{len(held)}", paper="Props. 1-3: upper bounds",
                     verdict=_exact(bool(held.all())), n=len(held), unit="(layer, component)"),
         descriptive("bound / plasticity, median over (layer, component)", loose,
-                    paper="not reported", verdict="tight (< 2)" if loose < 2 else
-                    "loose (>= 2)", n=len(bounds_), unit="ratio, median"),
+                    paper="not reported", verdict=f"tight (< {TIGHT:g})" if loose < TIGHT else
+                    f"loose (>= {TIGHT:g})", n=len(bounds_), unit="ratio, median"),
         descriptive("LayerNorm gamma, beta times c: |plasticity ratio / c - 1|, largest over c",
                     off, paper="Definition 1: the LN's output times c, its input unchanged, "
                     "so every rate times c",
@@ -257,14 +266,18 @@ def explorer(bounds_: pd.DataFrame, gamma: pd.DataFrame, tol: float = 1e-3) -> p
 
 
 # notebook 03
-#: Takeaway 1's order of the bounds, "~" as groups: MHA > FC1 ~ FC2 > LN2 ~ LN1.
-TAKEAWAY1 = (("MHA",), ("FC1", "FC2"), ("LN2", "LN1"))
-#: Prop. 1 assumes tokens share sigma: read as holding while the per-token cv is below this.
-SHARED_SIGMA_CV = 0.05
-_PROPS = {"P1": ("Prop. 1", ["LN1", "LN2"], "bound", "Lip(LN) <= ||gamma||_inf / sigma"),
-          "P2": ("Prop. 2", ["FC1", "FC2"], "bound", "Lip(W) <= ||W||_2"),
-          "P3": ("Prop. 3", ["MHA"], "bound", "Lip(MHA) <= sum_h ... sqrt(3n + (12n+3) r^4 ...)"),
-          "P4": ("Prop. 4", ["MHA"], "bound_p4", "the tighter MHA bound, sqrt(n) + alpha^2 E ..")}
+#: Each proposition: its bound's column of ``intervals.intervals`` and its statement; the
+#: components it bounds are ``paper.PROPOSITIONS``'s (Prop. 4: MHA's tighter bound).
+_PROPS = {"Prop. 1": ("bound", "Lip(LN) <= ||gamma||_inf / sigma"),
+          "Prop. 2": ("bound", "Lip(W) <= ||W||_2"),
+          "Prop. 3": ("bound", "Lip(MHA) <= sum_h ... sqrt(3n + (12n+3) r^4 ...)"),
+          "Prop. 4": ("bound_p4", "the tighter MHA bound, sqrt(n) + alpha^2 E ..")}
+
+
+def _bounded_by(prop: str) -> list[str]:
+    """The components ``prop`` bounds (Prop. 4: those of Prop. 3, MHA)."""
+    prop = "Prop. 3" if prop == "Prop. 4" else prop
+    return [c for c, p in PROPOSITIONS.items() if p == prop]
 
 
 def _holds(bound: pd.Series, lipschitz_lower: pd.Series) -> str:
@@ -297,7 +310,8 @@ def bounds(df: pd.DataFrame, checks: pd.DataFrame) -> pd.DataFrame:
                         verdict=_holds(checks["bound"], checks["lipschitz_lower"]),
                         n=len(checks),
                         unit="x, min of bound / lower end over seed x proposition cases")]
-    for name, comps, col, statement in _PROPS.values():
+    for name, (col, statement) in _PROPS.items():
+        comps = _bounded_by(name)
         g = df[df["component"].isin(comps)]
         ratio = g[col] / g["lipschitz_lower"]
         rows.append(descriptive(f"{name} >= the lower end of Lip(f) on the model "
@@ -356,13 +370,13 @@ def _median_rows(df: pd.DataFrame) -> list[dict]:
 
 def _plugin_rows(df: pd.DataFrame) -> list[dict]:
     """The paper's plug-in statistics, Prop. 4 vs Prop. 3, Prop. 1's assumption, widths."""
-    plug = df[df["component"].isin(["LN1", "LN2", "MHA"])]
+    plug = df[df["component"].isin([*NORMS, "MHA"])]
     ratio = plug["plugin"] / plug["max_rate"]
-    mha, ln = df[df["component"] == "MHA"], df[df["component"].isin(["LN1", "LN2"])]
+    mha, ln = df[df["component"] == "MHA"], df[df["component"].isin(NORMS)]
     p4 = mha["bound_p4"] / mha["bound"]
     cv = ln["sigma_cv"]
     width = df.groupby("component", observed=True)["width"].median()
-    narrow = [c for c, w in width.items() if w <= 2]
+    narrow = [c for c, w in width.items() if w <= TIGHT]
     return [
         descriptive("the paper's plug-in values (LN at the mean sigma, MHA at the RMS radius) "
                     ">= the largest observed rate", float(ratio.min()),
@@ -385,5 +399,5 @@ def _plugin_rows(df: pd.DataFrame) -> list[dict]:
         descriptive("width of the interval around Lip(f), upper / lower end",
                     ", ".join(f"{c} {w:.3g}" for c, w in width.items()),
                     paper="not reported (objection 2)",
-                    verdict=f"Lip(f) known within 2x for: {', '.join(narrow) or 'none'}",
+                    verdict=f"Lip(f) known within {TIGHT:g}x for: {', '.join(narrow) or 'none'}",
                     n=len(df), unit="(x, median per component) over (component, layer) cases")]

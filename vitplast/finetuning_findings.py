@@ -1,6 +1,6 @@
 """Findings of the finetuning studies (notebooks 04 and 05), as ``verdicts`` tables.
 
-Each table opens with the study's declared primary questions (``studies.primaries``: Holm over
+Each table opens with the study's declared primary questions (``Study.primaries``: Holm over
 them only), then exploratory rows (their own Holm family), then descriptive ones. Groups are
 named by what they are: a contrast of component types is named by the types; a grouping by
 plasticity is computed from the plasticity measured on the model and task in question. Every
@@ -21,8 +21,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from vitplast.components import NORMS
 from vitplast.paper import FIG2_PLASTICITY, FINETUNING_ORDER, SOURCES, group_gap, table1_average
-from vitplast.verdicts import descriptive, mean_test, paired_test, table
+from vitplast.verdicts import TOP_RANK, descriptive, mean_test, paired_test, table
 
 #: Per-task statistics a primary may name, and what each is.
 STATISTICS = {
@@ -105,7 +106,7 @@ def finetuning(t: dict, probe: pd.Series, primaries=()) -> pd.DataFrame:
             ``budget`` (None: no budget rows), and ``ties`` / ``alternatives`` (the fragile
             flag; absent: not computed).
         probe: linear-probe test accuracy (%) per task.
-        primaries: the study's ``verdicts.Primary`` questions (``studies.primaries``).
+        primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
     """
     return with_ties(lambda tt: _finetuning(tt, probe, primaries), t)
 
@@ -159,7 +160,7 @@ def _measured_groups(link: pd.DataFrame | None, k: int = 2) -> list[dict]:
 
 
 def _ln_mean(frame: pd.DataFrame, value: str) -> pd.Series:
-    ln = frame[frame["config"].isin(["LN1", "LN2"])]
+    ln = frame[frame["config"].isin(NORMS)]
     return ln.groupby("task")[value].mean()
 
 
@@ -190,7 +191,7 @@ def _plasticity_rows(corr: pd.DataFrame, source: str, declared=()) -> list[dict]
                                   paper=source + ": positive", expected=1, unit="rho, per task"))
         mha = c[c["component"] == "MHA"]
         ranks = f"plasticity rank {mha['rank_x'].mean():.1f}, gain rank {mha['rank_y'].mean():.1f}"
-        top = mha["rank_x"].mean() <= 1.5 and mha["rank_y"].mean() <= 1.5
+        top = mha["rank_x"].mean() <= TOP_RANK and mha["rank_y"].mean() <= TOP_RANK
         rows.append(descriptive(f"where MHA sits among the five [{protocol}] (1 = highest)", ranks,
                                 paper="highest plasticity and highest gain (Fig. 2, Table 1)",
                                 verdict="same as the paper (untested)" if top

@@ -37,7 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitplast.models import EMBEDDED_NAME
-from vitplast.paper_datasets import PAPER_DATASETS
+from vitplast.paper_datasets import PAPER_DATASETS, PAPER_MODEL
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent / "notebooks"
 #: The notebook sequence, in order.
@@ -52,8 +52,8 @@ PROFILES: dict[str, dict[str, dict]] = {
                               gauge_tasks=["fmnist_contrast", "digits"],
                               embedding_scales=[1.0, 8.0], stream_pairs=16, invariance_steps=3),
         "03_bounds": dict(n_pairs=32, n_seeds=2, power_iters=5, n_lipschitz=4),
-        "04_finetuning": dict(study="smoke", recompute=True, n_pairs=16),
-        "05_confounds": dict(study="smoke", recompute=True),
+        "04_finetuning": dict(study="main-smoke", recompute=True, n_pairs=16),
+        "05_confounds": dict(study="confounds-smoke", recompute=True),
         "06_explorer": dict(n_pairs=16, scales=[0.5, 2.0]),
     },
     "default": {},
@@ -61,7 +61,7 @@ PROFILES: dict[str, dict[str, dict]] = {
     # datasets under data_root (layouts: vitplast.paper_datasets), pairs within each dataset
     # (no ImageNet val ships with the kit), 12,800 pairs as the paper.
     "paper": {
-        "02_plasticity": dict(model_name="vit_base_patch16_224.orig_in21k", checkpoints=["final"],
+        "02_plasticity": dict(model_name=PAPER_MODEL, checkpoints=["final"],
                               tasks=list(PAPER_DATASETS), source="", data_root="data/paper",
                               n_pairs=12_800, batch_size=64, gauge_tasks=list(PAPER_DATASETS)[:4],
                               stream_pairs=256),
@@ -193,7 +193,7 @@ def plan(profile: str = "default", only: list[str] | None = None,
     if params.get("weights_file") and not any("weights_file" in p for _, p in out):
         raise ValueError(f"weights_file is for a timm model_name, but every selected notebook "
                          f"loads {EMBEDDED_NAME} (which ships its own weights): add -p model_name "
-                         "vit_base_patch16_224.orig_in21k, or use --profile paper")
+                         f"{PAPER_MODEL}, or use --profile paper")
     return out
 
 

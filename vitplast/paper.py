@@ -32,6 +32,17 @@ FINETUNING_ORDER = ("MHA", "FC1", "FC2", "LN2", "LN1")
 #: The paper's plasticity order on ViT-B (Fig. 2, Takeaway 2) and Fig. 2's per-layer means.
 PLASTICITY_ORDER = ("MHA", "FC1", "FC2", "LN2", "LN1")
 FIG2_PLASTICITY = {"MHA": 7.5, "FC1": 4.4, "FC2": 2.1, "LN2": 0.5, "LN1": 0.35}
+#: The paper's finetuning grid (section 5; PAPER.md section 2): its SGD learning rates
+#: (DomainNet has its own) and its seeds.
+LRS = (1e-3, 3e-3, 1e-2, 3e-2)
+LRS_DOMAINNET = (3e-3, 1e-2, 3e-2, 6e-2)
+SEEDS = (0, 42, 3407)
+#: Takeaway 1's order of the bounds, "~" as groups: MHA > FC1 ~ FC2 > LN2 ~ LN1.
+TAKEAWAY1 = (("MHA",), ("FC1", "FC2"), ("LN2", "LN1"))
+#: Component -> the proposition that bounds its plasticity (Props. 1-3; Prop. 4 is MHA's
+#: tighter bound).
+PROPOSITIONS = {"LN1": "Prop. 1", "LN2": "Prop. 1", "FC1": "Prop. 2", "FC2": "Prop. 2",
+                "MHA": "Prop. 3"}
 #: The RMS token norm the paper plugs into Prop. 3 for ViT-B (its MHA plug-in value).
 VITB_RMS_TOKEN_NORM = 19.4
 #: Where each claim the kit tests is made.

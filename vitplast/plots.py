@@ -25,11 +25,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from vitplast.components import COMPONENTS
+from vitplast.components import COMPONENTS, CONFIG_ORDER
 
-ORDER = list(COMPONENTS)
-#: Finetuning configurations in the order figures list them (others follow as they come).
-CONFIG_ORDER = ["full", "head", "MHA", "FC1", "FC2", "LN2", "LN1"]
 #: One colour per configuration and component, the same in every notebook (seaborn's
 #: colour-blind-safe "colorblind" colours; head-only grey, the linear probe near black).
 _CB = sns.color_palette("colorblind", 10).as_hex()
@@ -151,7 +148,7 @@ def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None
     for ax, value in zip(axes, cols):
         sub = summary if value is None else summary[summary[col] == value]
         colour = dict(hue=hue) if hue else dict(hue="component", palette=PALETTE, legend=False)
-        sns.boxplot(sub, x="component", y="plasticity", order=ORDER, ax=ax, **colour)
+        sns.boxplot(sub, x="component", y="plasticity", order=list(COMPONENTS), ax=ax, **colour)
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
         ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
                ylabel="plasticity per layer (mean rate)")
@@ -167,7 +164,7 @@ def plasticity_by_layer(summary, col: str | None = "protocol"):
     fig, axes, cols = _grid(summary, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = summary if value is None else summary[summary[col] == value]
-        for comp in ORDER:
+        for comp in COMPONENTS:
             part = sub[sub["component"] == comp].groupby("layer")[["plasticity", "ci95"]].mean()
             line, = ax.plot(part.index, part["plasticity"], marker="o", label=comp,
                             color=PALETTE[comp])
@@ -189,8 +186,8 @@ def rate_distributions(df, col: str | None = "protocol"):
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
-        sns.violinplot(sub, x="component", y="rate", order=ORDER, ax=ax, log_scale=True, cut=0,
-                       hue="component", palette=PALETTE, legend=False)
+        sns.violinplot(sub, x="component", y="rate", order=list(COMPONENTS), ax=ax,
+                       log_scale=True, cut=0, hue="component", palette=PALETTE, legend=False)
         ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
                ylabel=_label("rate"))
         ax.yaxis.set_minor_formatter(NullFormatter())
@@ -298,7 +295,7 @@ def intervals(df):
     """
     from matplotlib.ticker import MaxNLocator
 
-    comps = [c for c in ORDER if c in set(df["component"])]
+    comps = [c for c in COMPONENTS if c in set(df["component"])]
     fig, axes = plt.subplots(1, len(comps), figsize=(2.8 * len(comps), 3.6), sharey=True,
                              squeeze=False)
     for ax, comp in zip(axes[0], comps):

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast import store
+from vitplast.components import CONFIG_ORDER
 from vitplast.runs import RUNTIME_KEYS, run_hash
 
 _OUTCOME = ("status", "error", "initial_val_acc", "test_acc", "test_loss", "best_val_acc",
@@ -241,8 +242,7 @@ def main_wide(main: pd.DataFrame, probe: pd.Series | None = None,
     if probe is not None:
         wide["linear probe"] = probe.reindex(wide.index)
         wide.loc["average", "linear probe"] = probe.mean()
-    order = [c for c in ("full", "head", "MHA", "FC1", "FC2", "LN2", "LN1", "linear probe")
-             if c in wide]
+    order = [c for c in (*CONFIG_ORDER, "linear probe") if c in wide]
     # rows with no value at all (the average row of LRs) are left out
     return wide[order + [c for c in wide if c not in order]].dropna(how="all")
 

@@ -22,7 +22,7 @@ Every task loads through ``vitplast.tasks.load`` like any other, with the same o
 drawn task makes ``train_size`` + ``test_size`` images (default 5,000 + 2,000) from ``seed``
 and ignores ``severity``; digits tasks have 1,797 images and split 80/20 for test.
 
-Used by ``vitplast.tasks`` and ``vitplast.studies`` (``SUITE_STUDY``).
+Used by ``vitplast.tasks`` and ``vitplast.studies`` (the ``suite`` study).
 """
 
 from __future__ import annotations

@@ -49,6 +49,23 @@ ALPHA = 0.05
 UNDERPOWERED = 0.5
 #: Fewer units than this: the row is descriptive, never in a test family.
 MIN_N = 3
+# The thresholds of the descriptive rows' verdicts (``findings``, ``finetuning_findings``), in
+# one place: every verdict word is computed from one of these named numbers.
+#: A 95% CI half-width at most this fraction of its estimate reads "precise" (notebook 01).
+PRECISE = 0.05
+#: A mean Kendall tau at or above this reads "order held" (notebook 02, along pretraining).
+ORDER_HELD_TAU = 0.7
+#: |log(ratio)| below this reads "scale-invariant" (notebook 02, MHA at two input scales).
+SCALE_INVARIANT = 0.1
+#: A bound within this factor of plasticity reads "tight" (notebook 06), and an interval around
+#: Lip(f) whose ends are within this factor reads "known" (notebook 03).
+TIGHT = 2.0
+#: Prop. 1 assumes tokens share sigma: read as holding while the per-token cv of sigma is below
+#: this in every layer (notebook 03).
+SHARED_SIGMA_CV = 0.05
+#: A mean rank at or below this (1 = highest of the five components) reads "highest"
+#: (notebook 04, where MHA sits).
+TOP_RANK = 1.5
 _NAN_COLUMNS = ("expected", "effect_paper", "sd", "level", "power_paper", "power_observed",
                 "n_needed", "p_wilcoxon")
 

@@ -27,10 +27,7 @@ import torch
 
 from vitplast import ablations, bounds, data, empirical, models, plasticity, plots, results
 from vitplast.components import COMPONENTS
-
-#: Component -> the proposition bounding it.
-PROPOSITION = {"LN1": "Prop. 1", "LN2": "Prop. 1", "MHA": "Prop. 3", "FC1": "Prop. 2",
-               "FC2": "Prop. 2"}
+from vitplast.paper import PROPOSITIONS
 
 
 class Explorer(widgets.VBox):
@@ -109,7 +106,7 @@ def _load(model, checkpoint: str | None):
 
 
 @functools.lru_cache(maxsize=32)
-def pair_tensors(task: str, source: str = "fmnist", n_pairs: int = 128):
+def pair_tensors(task: str, source: str = empirical.SOURCE, n_pairs: int = 128):
     """Aligned images (x, y) of ``empirical.task_pairs`` (the paper's pairs, or pairs within
     ``task`` when ``source`` is empty or the task itself). Tasks are drawn small (16 train,
     ``n_pairs`` test images) so switching is fast, and cached for the session.
@@ -130,7 +127,7 @@ def _measured(model, x, y, **kwargs) -> tuple:
 
 
 #: Pair sources offered by the plasticity explorer: label -> ``source`` of ``pair_tensors``.
-SOURCES = {"Fashion-MNIST x, task y (the paper's pairing)": "fmnist",
+SOURCES = {"Fashion-MNIST x, task y (the paper's pairing)": empirical.SOURCE,
            "both images from the task": ""}
 #: Numbers of pairs offered by the plasticity explorer.
 N_PAIRS = (32, 64, 128, 256, 512)
@@ -146,7 +143,7 @@ def _scale_slider(name: str, value: float = 1.0, lo: int = -1, hi: int = 1):
 
 
 def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str = "digits",
-                        source: str = "fmnist", n_pairs: int = 128, batch_size: int = 64
+                        source: str = empirical.SOURCE, n_pairs: int = 128, batch_size: int = 64
                         ) -> Explorer:
     """Per-pair rates of one component (histogram), its plasticity (their mean), its bound.
 
@@ -192,7 +189,7 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
                       max_rate=float(r.max()), n=len(r))
         pairs = f"{source} x {task}" if source else f"pairs within {task}"
         scaled = f" · embedding x {embedding_scale:.3g}" if embedding_scale != 1.0 else ""
-        fig = plots.rate_histogram(r, b, PROPOSITION[component], title=f"{component}, layer "
+        fig = plots.rate_histogram(r, b, PROPOSITIONS[component], title=f"{component}, layer "
                                    f"{layer} · {checkpoint} · {pairs} · {protocol}{scaled}")
         return values, _fmt(values), fig
 
@@ -211,7 +208,7 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
 
 
 def gamma_explorer(model=None, *, checkpoint: str | None = None, task: str = "digits",
-                   source: str = "fmnist", n_pairs: int = 32) -> Explorer:
+                   source: str = empirical.SOURCE, n_pairs: int = 32) -> Explorer:
     """A LayerNorm's gamma and beta times c, in every block (``ablations.rescale_layernorm``).
 
     Controls ``ln`` (LN1 / LN2), ``layer``, ``c`` (log slider, 0.1 to 10). For the layer's LN,
