@@ -246,3 +246,32 @@ def test_findings_forest_plot_names_family_and_n_and_marks_descriptive_rows():
     only = plots.findings(findings.table([rows[1]]))  # nothing tested: still drawn
     assert "[descriptive] two" in only.axes[0].get_yticklabels()[0].get_text()
     plt.close("all")
+
+
+def test_lines_that_are_not_configurations_never_take_a_component_s_colour():
+    names = ["MHA", "LayerNorm", "linear", "LN1 sparse", "ReLU", "x^2", "tanh", "GELU"]
+    got = plots.colours(names)
+    assert got["MHA"] == plots.PALETTE["MHA"] and got["LN1 sparse"] == plots.PALETTE["LN1"]
+    others = [got[n] for n in names if n not in ("MHA", "LN1 sparse")]
+    assert not set(others) & set(plots.PALETTE.values()) and len(set(others)) == 5
+    layers = plots.colours(range(6))  # numbers: a sequential map, one colour each
+    assert len(set(layers.values())) == 6 and not set(layers.values()) & set(plots.PALETTE.values())
+
+
+def test_a_log_axis_labels_each_plotted_value_when_there_are_few():
+    df = pd.DataFrame([dict(c=c, plasticity=c * k, component=comp) for k, comp in
+                       ((1, "MHA"), (2, "LN1")) for c in (1, 2, 4, 8)])
+    fig = plots.lines(df, x="c", y="plasticity", hue="component", logx=True)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8"]
+    assert [line.get_color() for line in ax.get_lines()] == [plots.PALETTE["MHA"],
+                                                             plots.PALETTE["LN1"]]
+
+
+def test_run_curves_draw_the_global_gradient_norm_in_no_component_s_colour():
+    h = pd.DataFrame([dict(run="r", step=s, metric=m, value=1.0 + s) for s in range(3)
+                      for m in ("loss", "val_acc", "grad_norm", "grad_norm/MHA")])
+    ax = plots.run_curves(h).axes[2]
+    colours = {line.get_label(): line.get_color() for line in ax.get_lines()}
+    assert colours["MHA"] == plots.PALETTE["MHA"]
+    assert colours["global, run r"] not in plots.PALETTE.values()

@@ -17,13 +17,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import numbers
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
 from vitplast.components import COMPONENTS, CONFIG_ORDER
 
@@ -32,6 +33,9 @@ from vitplast.components import COMPONENTS, CONFIG_ORDER
 _CB = sns.color_palette("colorblind", 10).as_hex()
 PALETTE = {"MHA": _CB[0], "FC1": _CB[1], "FC2": _CB[2], "LN2": _CB[3], "LN1": _CB[4],
            "full": _CB[5], "head": _CB[7], "embedding": _CB[9], "linear probe": "#333333"}
+#: Colours for lines that are not configurations (functions, modules, runs), none of them a
+#: ``PALETTE`` colour, so that no such line passes for a component.
+OTHERS = ("#000000", "#5a3e8e", "#2f7f6f", "#8c8c8c", _CB[8])
 #: At most this many panels per row; more wrap onto new rows.
 MAX_COLS = 4
 #: Axis labels in words for the column names the figures plot most.
@@ -62,16 +66,19 @@ def _label(name: str | None, given: str | None = None) -> str:
     return given or LABELS.get(name, name or "")
 
 
-def log_axis(ax, which: str = "y") -> None:
+def log_axis(ax, which: str = "y", values=None) -> None:
     """A log axis whose tick labels never overlap: plain numbers (0.3, 2, 10), no labels on
-    minor ticks; majors at 1, 2, 3 and 5 per decade when the axis spans less than 1.5 decades,
-    at 1, 2 and 5 below 2 decades, else one per decade."""
+    minor ticks; majors at the plotted ``values`` when there are at most 8 of them (c = 1, 2,
+    4, 8 shows 8), else at 1, 2, 3 and 5 per decade when the axis spans less than 1.5
+    decades, at 1, 2 and 5 below 2 decades, else one per decade."""
     axis = ax.yaxis if which == "y" else ax.xaxis
     (ax.set_yscale if which == "y" else ax.set_xscale)("log")
     lo, hi = (ax.get_ylim() if which == "y" else ax.get_xlim())
     decades = math.log10(hi / lo) if lo > 0 else math.inf
     subs = (1.0, 2.0, 3.0, 5.0) if decades < 1.5 else (1.0, 2.0, 5.0) if decades < 2 else (1.0,)
-    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    shown = sorted({float(v) for v in values if v > 0}) if values is not None else []
+    axis.set_major_locator(FixedLocator(shown) if 1 < len(shown) <= 8
+                           else LogLocator(base=10, subs=subs))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
@@ -120,10 +127,22 @@ def _grid(df, col, height=3.2, aspect=1.2, **kw):
 
 def style(name) -> dict:
     """Line keywords of a configuration or variant: ``PALETTE``'s colour of its first word
-    (None: the next colour of the cycle) and a dashed line unless it is a plain configuration."""
+    (None when it has none) and a dashed line unless it is a plain configuration."""
     word = str(name).split()[0] if str(name).split() else ""
     return dict(color=PALETTE.get(word), ls="-" if str(name) in PALETTE or word not in PALETTE
                 else "--")
+
+
+def colours(names) -> dict:
+    """A colour per name: ``PALETTE``'s for configurations and their variants (``style``);
+    for the others, in order, a sequential map when they are all numbers (layers, seeds),
+    else ``OTHERS`` in turn: never a component's colour."""
+    names = list(dict.fromkeys(names))
+    rest = [n for n in names if style(n)["color"] is None]
+    numeric = all(isinstance(n, numbers.Number) for n in rest)
+    ramp = sns.color_palette("viridis", len(rest)).as_hex() if numeric and len(rest) > 1 else []
+    out = {n: ramp[i] if ramp else OTHERS[i % len(OTHERS)] for i, n in enumerate(rest)}
+    return {n: out.get(n) or style(n)["color"] for n in names}
 
 
 def _config_rank(item) -> int:
@@ -187,7 +206,8 @@ def rate_distributions(df, col: str | None = "protocol"):
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
         sns.violinplot(sub, x="component", y="rate", order=list(COMPONENTS), ax=ax,
-                       log_scale=True, cut=0, hue="component", palette=PALETTE, legend=False)
+                       log_scale=True, cut=0, hue="component", palette=PALETTE, legend=False,
+                       linewidth=0.6)
         ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
                ylabel=_label("rate"))
         ax.yaxis.set_minor_formatter(NullFormatter())
@@ -208,15 +228,18 @@ def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = Fal
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
         shown = []
-        for key, g in sorted(sub.groupby(hue, observed=True, sort=False), key=_config_rank):
+        groups = sorted(sub.groupby(hue, observed=True, sort=False), key=_config_rank)
+        colour = colours(key for key, _ in groups)
+        for key, g in groups:
             g = g.groupby(x)[[y] + ([band] if band else [])].mean().reset_index()
-            line, = ax.plot(g[x], g[y], marker="o", label=str(key), **style(key))
+            line, = ax.plot(g[x], g[y], marker="o", label=str(key),
+                            **dict(style(key), color=colour[key]))
             shown.append(g[y])
             if band:
                 ax.fill_between(g[x], g[y] - g[band], g[y] + g[band], alpha=0.2,
                                 color=line.get_color())
         if logx:
-            log_axis(ax, "x")
+            log_axis(ax, "x", sub[x].unique())
         if robust and shown:
             robust_ylim(ax, np.concatenate(shown), log=logy)
         if logy:
@@ -455,17 +478,18 @@ def run_curves(history, title: str = ""):
     """
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
     h = history.dropna(subset=["value"])
-    for run, part in h.groupby("run", sort=False):
+    for i, (run, part) in enumerate(h.groupby("run", sort=False)):
         for ax, metric in zip(axes, RUN_CURVES):
             m = part[part["metric"] == metric]
-            ax.plot(m["step"], m["value"], marker=".", label=f"global, run {str(run)[:8]}")
+            ax.plot(m["step"], m["value"], marker=".", label=f"global, run {str(run)[:8]}",
+                    color=OTHERS[i % len(OTHERS)], zorder=1)  # behind the components' lines
         for metric in sorted(m for m in set(part["metric"]) if m.startswith("grad_norm/")):
             m, name = part[part["metric"] == metric], metric[len("grad_norm/"):]
             axes[2].plot(m["step"], m["value"], lw=0.8, label=name, **style(name))
     for ax, (metric, name) in zip(axes, RUN_CURVES.items()):
         ax.set(xlabel=_label("step"), ylabel=name, title=metric.replace("_", " "))
         if metric == "grad_norm":
-            ax.set_yscale("log")
+            log_axis(ax)
     axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the curves
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
