@@ -32,6 +32,33 @@ def test_hook_rates_equal_direct_recomputation(images, protocol, variant):
         torch.testing.assert_close(hooked[key], direct[key], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("chunk", [1, 300, 1 << 17])
+def test_chunked_pair_distances_equal_whole_batch_ones(monkeypatch, chunk):
+    """The estimator forms x - y a few pairs at a time on a CPU (``_CHUNK`` elements): the
+    same numbers as the whole-batch difference (float rounding at most), however the batch
+    splits into chunks (one pair each, uneven ones, one), also for a non-contiguous
+    activation; other dtypes take the whole-batch path (in float32)."""
+    monkeypatch.setattr(plasticity, "_CHUNK", chunk)
+    g = torch.Generator().manual_seed(0)
+    t = torch.randn(2 * 9, 5, 12, generator=g)
+    for tensor in (t, t.transpose(1, 2), t.double()):
+        got = plasticity._Rates()._pair_distance(tensor)
+        want = (tensor[:9].double() - tensor[9:].double()).flatten(1).norm(dim=1)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=0)
+        torch.testing.assert_close(got, plasticity._pair_distance(tensor), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("protocol", plasticity.PROTOCOLS)
+def test_hook_rates_do_not_depend_on_the_chunk(monkeypatch, model, images, protocol):
+    x, y = images
+    whole = plasticity.batch_rates(model, x, y, protocol)
+    monkeypatch.setattr(plasticity, "_CHUNK", 100)  # several chunks per activation
+    chunked = plasticity.batch_rates(model, x, y, protocol)
+    for key in whole:
+        torch.testing.assert_close(chunked[key], whole[key], rtol=1e-6, atol=0)
+
+
 def test_embedding_protocol_feeds_every_component_the_embedding(model, images):
     x, y = images
     ex, ey = plasticity.embed(model, x), plasticity.embed(model, y)
