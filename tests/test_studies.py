@@ -186,8 +186,6 @@ def test_shipped_suite_records_are_runs_of_the_suite_study():
                 assert store.read_json(store.run_path(source, r["config"])) == r
 
 
-@pytest.mark.xfail(strict=True, reason="the suite study is being filled (data/suite/README.md): "
-                   "when this passes, remove this mark so that it stays complete")
 def test_shipped_suite_results_are_the_complete_study():
     """Every setting of the suite study searched to its end, with its best LR interior."""
     from vitplast import search
