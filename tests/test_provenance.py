@@ -30,3 +30,16 @@ def test_progress_counts_the_study_and_prices_what_is_missing(tmp_path):
         ["digits", 0, 3, 2, 1, 0, 0], ["digits", 42, 3, 1, 0, 0, 2], ["all", "", 6, 3, 1, 0, 2]]
     # seed 42 lacks LN1 (its ok mean: 0.5 h) and FC1 (none ok: the mean of all ok, 1.5 h)
     assert table["hours_left"].tolist() == [0.0, 2.0, 2.0]
+
+
+def test_a_logged_session_names_no_machine_folder(tmp_path):
+    import pandas as pd
+
+    command = f"python -m vitplast sweep --study suite --root {tmp_path}/data/suite --shard 0/2"
+    assert provenance.shipped_command(command).endswith("--root data/suite --shard 0/2")
+    assert provenance.shipped_command("vitplast sweep --root /data/x") == (
+        "vitplast sweep --root /data/x")  # short paths are not a machine's folders
+    provenance.log_session(tmp_path, command, pd.DataFrame(dict(run=["a"], status=["ok"])), 1.0,
+                           device="cpu")
+    logged = (tmp_path / "study.json").read_text()
+    assert str(tmp_path) not in logged and "--root data/suite" in logged

@@ -66,6 +66,13 @@ def provenance(device: torch.device) -> dict:
                 git_dirty=dirty, date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
+def shipped_command(command: str) -> str:
+    """``command`` with each absolute path shortened to its last two parts
+    (``/home/me/kit/data/suite`` -> ``data/suite``): a shipped log names no machine's folders."""
+    return " ".join(str(Path(*Path(w).parts[-2:])) if w.startswith("/") and len(Path(w).parts) > 3
+                    else w for w in command.split(" "))
+
+
 def log_session(root: str | Path, command: str, summary: pd.DataFrame, seconds: float,
                 device: str | torch.device | None = None) -> Path:
     """Append one sweep session (command, provenance, wall time, and the status counts of
@@ -74,7 +81,7 @@ def log_session(root: str | Path, command: str, summary: pd.DataFrame, seconds: 
     row each, for readers without vitplast. Concurrent sessions take turns (``store.locked``),
     so none is lost."""
     path = Path(root) / "study.json"
-    session = dict(command=command, **provenance(models.pick_device(device)),
+    session = dict(command=shipped_command(command), **provenance(models.pick_device(device)),
                    wall_seconds=round(seconds, 1),
                    status=summary["status"].value_counts().to_dict())
     with store.locked(path):
@@ -113,4 +120,4 @@ def study_progress(runs: list[dict], root: str | Path) -> pd.DataFrame:
     return pd.concat([counts, pd.DataFrame([total])], ignore_index=True).round({"hours_left": 2})
 
 
-__all__ = ["git_state", "log_session", "provenance", "study_progress"]
+__all__ = ["git_state", "log_session", "provenance", "shipped_command", "study_progress"]
