@@ -303,6 +303,16 @@ def _kernel_manager(log: Path):
     return KernelManager
 
 
+#: Set when this process receives Ctrl-C during ``run`` (a kernel that Ctrl-C killed is
+#: recorded as interrupted, not failed).
+_interrupted = threading.Event()
+
+
+def _note_sigint(signum, frame):
+    _interrupted.set()
+    raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def _sigint_ignored():
     """Ignore Ctrl-C inside the block (main thread only; elsewhere signals never arrive)."""
@@ -346,6 +356,10 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
     out_dir = Path(out_dir) if out_dir else Path("runs") / f"{stamp}-{profile}"
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [dict(notebook=nb, status="not run", seconds=0.0, error="") for nb, _ in todo]
+    _interrupted.clear()
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+        signal.signal(signal.SIGINT, _note_sigint)  # the same, noting that it came
     for i, (nb, nb_params) in enumerate(todo):
         nb_params = {k: str(Path(v).resolve()) if k in PATH_PARAMETERS and v else v
                      for k, v in nb_params.items()}
@@ -365,8 +379,9 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
             status, error = "interrupted", "KeyboardInterrupt (Ctrl-C)"
         except Exception as err:  # papermill raises PapermillExecutionError; keep going
             status, error = "failed", _failing_cell(target) or f"{type(err).__name__}: {err}"
-            if getattr(err, "ename", None) == "KeyboardInterrupt":  # Ctrl-C reached the kernel
-                status = "interrupted"
+            if getattr(err, "ename", None) == "KeyboardInterrupt" or (
+                    type(err).__name__ == "DeadKernelError" and _interrupted.is_set()):
+                status = "interrupted"  # Ctrl-C reached the kernel (and may have killed it)
         rows[i].update(status=status, seconds=round(time.perf_counter() - start, 1), error=error)
         if status == "interrupted":
             with _sigint_ignored():  # a second Ctrl-C must not lose the record
