@@ -255,3 +255,24 @@ def test_notebooks_copy_puts_the_sequence_where_jupyterlab_opens_it(tmp_path, ca
     assert (dest / "03_bounds.ipynb").read_text() == "{}"
     assert main(["notebooks", "copy", str(dest), "--force"]) == 0
     assert (dest / "03_bounds.ipynb").read_text() != "{}"
+
+
+@pytest.mark.parametrize("ctrl_c", [True, False])
+def test_a_kernel_that_died_is_interrupted_only_after_ctrl_c(tmp_path, monkeypatch, ctrl_c):
+    """Ctrl-C can kill a kernel outright (nbclient then raises ``DeadKernelError``): after a
+    Ctrl-C that is an interruption; a kernel that died on its own is a failure."""
+    import papermill
+    from nbclient.exceptions import DeadKernelError
+
+    def dies(source, target, parameters, **kwargs):
+        if ctrl_c:
+            notebooks._interrupted.set()  # what the run's SIGINT handler does
+        raise DeadKernelError("Kernel died")
+
+    monkeypatch.setattr(papermill, "execute_notebook", dies)
+    if ctrl_c:
+        with pytest.raises(notebooks.Interrupted):
+            notebooks.run("smoke", only=["01"], out_dir=tmp_path, progress=False)
+    else:
+        summary = notebooks.run("smoke", only=["01"], out_dir=tmp_path, progress=False)
+        assert summary.status.tolist() == ["failed"]
