@@ -62,3 +62,55 @@ def test_a_task_s_probe_is_computed_once_and_stored_as_a_companion(tmp_path, mon
                                              train_acc=99.0)]
     assert calls == [["digits"]]  # read back, not recomputed
     assert store.audit(tmp_path).empty  # a companion, not a foreign file
+
+
+def test_the_length_check_reads_p1_and_p2_at_each_length_and_applies_its_rule():
+    p1, p2, _ = PRIMARIES
+    suite_acc = {"MHA": 70, "LN1": 64, "LN2": 62, "MHA sparse": 63, "FC1 sparse": 62,
+                 "FC2 sparse": 61, "head": 50}
+    picked = pd.DataFrame(_picked("t", suite_acc) + _picked("u", suite_acc)
+                          + _picked("v", suite_acc))  # v: no longer runs, left out
+    longer = []
+    for k, gap in ((2, 1.0), (4, -8.0)):  # P2 (MHA - LN1): +6 at 1x, +7 at 2x, -2 at 4x
+        acc = {f"{c} {k}x": a for c, a in suite_acc.items() if c != "head"}
+        acc[f"MHA {k}x"] = 70 + gap
+        longer += _picked("t", acc) + _picked("u", acc)
+    longer += _picked("w", {"MHA 2x": 1.0, "LN1 2x": 2.0})  # w: no 4x runs yet, left out
+    values = decide.by_length(pd.DataFrame(longer), picked, (p1, p2))
+    assert set(values["task"]) == {"t", "u"} and set(values["steps"]) == {1, 2, 4}
+    p2_means = values[values["primary"] == "P2"].groupby("steps")["value"].mean()
+    assert p2_means.to_dict() == {1: 6.0, 2: 7.0, 4: -2.0}
+    rule = {r["claim"][:2]: r for r in decide.length_rule(values)}
+    assert rule["P2"]["verdict"].startswith("changed") and rule["P2"]["n"] == 2
+    assert rule["P2"]["measured"] == "+6.00 at 1x, +7.00 at 2x, -2.00 at 4x"
+    assert rule["P1"]["verdict"].startswith("kept")  # P1's configurations did not move
+
+
+def _gauge_record(root, lr, losses, test_acc, gauge, config="LN1", task="digits"):
+    from vitplast import runs, store
+
+    run = runs.run_config(task, config, lr=lr)
+    if gauge:
+        run = dict(run, prepare="gauge", ablation=dict(c=8.0))
+    store.save_run(root, run, dict(status="ok", test_acc=test_acc, best_val_acc=test_acc,
+                                   device="cpu", history=[dict(step=i, loss=v)
+                                                          for i, v in enumerate(losses)]))
+
+
+def test_gauge_pairs_match_the_same_run_at_two_gauges_and_the_checks_read_them(tmp_path):
+    _gauge_record(tmp_path, 0.1, [2.0, 1.5, 1.0], 0.70, gauge=False)
+    _gauge_record(tmp_path, 0.1, [2.0, 1.5002, 1.0], 0.70, gauge=True)  # stable, the same
+    _gauge_record(tmp_path, 1.0, [2.0, 3.0, 1.0], 0.60, gauge=False)  # a spike: unstable
+    _gauge_record(tmp_path, 1.0, [2.0, 3.5, 1.2], 0.65, gauge=True)
+    _gauge_record(tmp_path, 0.3, [2.0, 1.0, 0.5], 0.72, gauge=False)  # no c = 8 twin
+    pairs = decide.gauge_pairs(tmp_path).sort_values("lr").reset_index(drop=True)
+    assert pairs[["lr", "stable"]].to_dict("list") == dict(lr=[0.1, 1.0], stable=[True, False])
+    assert pairs["max_loss_diff"].tolist() == pytest.approx([2e-4, 0.5])
+    assert pairs["test_diff"].tolist() == pytest.approx([0.0, 5.0])
+    picked = pd.DataFrame(_picked("a", {"LN1": 70.0, "LN1 c=8": 70.0, "head": 60.0})
+                          + _picked("b", {"LN1": 71.0, "LN1 c=8": 73.0, "head": 61.0}))
+    same, ln1 = decide.gauge_checks(pairs, picked)  # head has no c = 8 column: no row
+    assert same["verdict"] == "the same trajectory, as derived" and same["n"] == 1
+    assert ln1["measured"] == 1.0 and ln1["n"] == 2
+    broken = pairs.assign(max_loss_diff=[0.01, 0.5])
+    assert decide.gauge_checks(broken, picked)[0]["verdict"].startswith("not the same")

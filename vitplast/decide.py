@@ -1,5 +1,6 @@
-"""The suite study's tables: what each task chose, the primaries' values per task, and how far
-each task lies from pretraining.
+"""The searched studies' tables (notebook 07): what each task chose, the primaries' values per
+task, how far each task lies from pretraining, the recipe-length check and the cross-gauge
+study's identity checks.
 
 Paper: Table 1 and Takeaway 3, tested on the task suite (``vitplast.suite``) by the study
 ``studies.get("suite")``, whose three primary questions were declared before its runs. The
@@ -19,19 +20,27 @@ test their mean over tasks.
   beside the runs (``probe-<hash>.json``).
 - ``distance``: head-only and linear-probe accuracy per task: how far it lies from what
   pretraining learned.
+- ``by_length`` and ``length_rule``: the recipe-length check (``studies.get("length")``): P1
+  and P2 per task at 1x, 2x and 4x the recipe's steps, and the rule declared with it (a sign
+  change of either mean between 1x and 4x lengthens the suite study).
+- ``gauge_pairs`` and ``gauge_checks``: the cross-gauge study's (``studies.get("gauge")``)
+  runs at c = 1 and c = 8 that the gauge provably leaves alone (head-only, LN1), paired: their
+  loss histories must agree wherever training is stable; at the chosen LRs their test
+  difference is what rounding alone does to a single run.
 
 Used by notebook 04 (the suite section) and the tests.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from vitplast import search, store
+from vitplast import search, store, verdicts
 from vitplast.components import COMPONENTS
 
 if TYPE_CHECKING:  # for annotations only
@@ -133,10 +142,13 @@ def spearman_plasticity_gain(picked: pd.DataFrame, plasticity: pd.DataFrame,
                       if t in plastic.index else np.nan for t in acc.index}, name="rho")
 
 
-def findings(study: Study, picked: pd.DataFrame, plasticity: pd.DataFrame) -> list[dict]:
+def findings(study: Study, picked: pd.DataFrame, plasticity: pd.DataFrame | None = None
+             ) -> list[dict]:
     """The study's declared primaries as findings rows (``verdicts.Primary.row``), one value
-    per complete task; ``verdicts.table`` tests them with Holm over the primaries."""
-    statistics = {"spearman(plasticity, gain)": spearman_plasticity_gain(picked, plasticity)}
+    per complete task; ``verdicts.table`` tests them with Holm over the primaries.
+    ``plasticity`` (``component_plasticity``): for a study whose primaries read it (P3)."""
+    statistics = ({"spearman(plasticity, gain)": spearman_plasticity_gain(picked, plasticity)}
+                  if plasticity is not None else {})
     return [p.row(accuracy(picked), statistics) for p in study.primaries]
 
 
@@ -151,6 +163,113 @@ def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.Dat
     return out.reset_index()
 
 
-__all__ = ["accuracy", "chosen", "complete_tasks", "component_plasticity",
-           "distance", "findings", "spearman_plasticity_gain", "task_plasticity", "task_probe",
-           "task_probes"]
+#: The recipe-length check's step multipliers; 1x is the suite study's own runs.
+LENGTHS = (1, 2, 4)
+
+
+def by_length(longer: pd.DataFrame, picked: pd.DataFrame, primaries) -> pd.DataFrame:
+    """The recipe-length check per task: ``primaries`` (the suite study's P1 and P2) at 1x
+    (``picked``: the suite study's ``chosen``), 2x and 4x the recipe's steps (``longer``: the
+    length study's ``chosen``, configurations named "<suite configuration> <k>x"), on the
+    tasks ``longer`` holds at every length. Columns ``task``, ``steps`` (the multiplier),
+    ``primary`` ("P1", "P2", ...), ``value`` (test points)."""
+    name = longer["config"].str.rsplit(" ", n=1)
+    longer = longer.assign(config=name.str[0], steps=name.str[1].str.rstrip("x").astype(int))
+    done = [t for t, k in longer.groupby("task")["steps"] if set(k) == set(LENGTHS[1:])]
+    runs = pd.concat([picked.assign(steps=1), longer])
+    runs = runs[runs["task"].isin(done) & runs["config"].isin(set(longer["config"]))]
+    rows = [dict(task=task, steps=k, primary=f"P{i + 1}", value=value)
+            for k, at in runs.groupby("steps") for i, p in enumerate(primaries)
+            for task, value in p.values(accuracy(at)).items()]
+    return pd.DataFrame(rows, columns=["task", "steps", "primary", "value"])
+
+
+def length_rule(values: pd.DataFrame) -> list[dict]:
+    """The rule declared with the length check, one descriptive findings row per primary of
+    ``by_length``: does its mean over the tasks keep its sign from 1x to 4x the steps? A sign
+    change means the suite study's recipe is too short to decide it, and it is lengthened."""
+    rows = []
+    for primary, v in values.groupby("primary"):
+        mean = v.groupby("steps")["value"].mean()
+        kept = np.sign(mean[LENGTHS[0]]) == np.sign(mean[LENGTHS[-1]])
+        rows.append(verdicts.descriptive(
+            f"{primary} keeps its sign from 1x to 4x the recipe's steps (the rule declared with "
+            "the check: a change lengthens the suite study)",
+            measured=", ".join(f"{m:+.2f} at {k}x" for k, m in mean.items()),
+            paper="not in the paper (it trains one length per dataset)",
+            verdict="kept: the 120-step recipe stands" if kept else
+            "changed: the suite study must be lengthened",
+            n=v["task"].nunique(), unit="points, mean over tasks"))
+    return rows
+
+
+#: The gauge's invariant configurations: they train nothing the gauge scales (``vitplast.gauge``).
+GAUGE_INVARIANT = ("head", "LN1")  # head: head-only finetuning
+#: Largest difference of two loss histories (training loss, every logged step) that reads
+#: "the same trajectory": rounding differences of fp32 runs, far below a step's change.
+SAME_TRAJECTORY = 1e-3
+
+
+def _losses(record: dict) -> np.ndarray:
+    return np.array([h["loss"] for h in record["history"] if "loss" in h])
+
+
+def gauge_pairs(root: str | Path, configs=GAUGE_INVARIANT) -> pd.DataFrame:
+    """Every run of ``configs`` stored at both c = 1 and c = 8 (the same run but for the
+    gauge), paired: ``task``, ``config``, ``lr``, ``stable`` (neither training loss ever rose
+    above its first value), ``max_loss_diff`` (largest difference of the two loss histories),
+    ``test_diff`` (c = 8 minus c = 1, test points) and ``devices`` (where each ran)."""
+    def key(run: dict) -> str:
+        return store.config_hash({k: v for k, v in run.items()
+                                  if k not in ("prepare", "ablation")})
+
+    runs = [r for r in store.load_runs(root) if r["status"] == "ok"
+            and r["config"].get("config") in configs]
+    plain = {key(r["config"]): r for r in runs if not r["config"].get("prepare")}
+    rows = []
+    for r8 in (r for r in runs if r["config"].get("prepare") == "gauge"):
+        r1 = plain.get(key(r8["config"]))
+        if r1 is None:
+            continue
+        l1, l8 = _losses(r1), _losses(r8)
+        same_length = len(l1) == len(l8)
+        rows.append(dict(
+            task=r8["config"]["task"], config=r8["config"]["config"], lr=r8["config"]["lr"],
+            stable=bool(l1.max() <= l1[0] and l8.max() <= l8[0]),
+            max_loss_diff=float(np.abs(l1 - l8).max()) if same_length else np.inf,
+            test_diff=100 * (r8["test_acc"] - r1["test_acc"]),
+            devices=f"{r1['device']}, {r8['device']}"))
+    return pd.DataFrame(rows, columns=["task", "config", "lr", "stable", "max_loss_diff",
+                                       "test_diff", "devices"])
+
+
+def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame) -> list[dict]:
+    """The cross-gauge study's checks as findings rows: on stable runs (``gauge_pairs``) the
+    invariant configurations follow the same trajectory at c = 8 as at c = 1 (descriptive, at
+    ``SAME_TRAJECTORY``); and, per invariant configuration, c = 8 minus c = 1 at the LRs the
+    search chose (``picked``: the study's ``chosen``), a test of what rounding alone does to
+    the study's single runs (exploratory: the derivation says zero in exact arithmetic)."""
+    stable = pairs[pairs["stable"]]
+    worst = float(stable["max_loss_diff"].max()) if len(stable) else np.nan
+    rows = [verdicts.descriptive(
+        f"{' and '.join(GAUGE_INVARIANT)} follow the same loss history at c = 8 as at c = 1 "
+        "where training is stable (derived: the gauge scales nothing they train)",
+        measured=worst, paper="not in the paper (vitplast.gauge, derived and tested)",
+        verdict=("no stable pair stored yet" if not len(stable) else
+                 "the same trajectory, as derived" if worst <= SAME_TRAJECTORY else
+                 "not the same: the derivation or the code is wrong"),
+        n=len(stable), unit="largest loss difference, over stable run pairs")]
+    acc = accuracy(picked)
+    for config in GAUGE_INVARIANT:
+        if {config, f"{config} c=8"} <= set(acc):
+            rows.append(verdicts.paired_test(
+                f"{config} at c = 8 - at c = 1, each at its chosen LR (zero in exact arithmetic: "
+                "what rounding alone does to one run)", acc[f"{config} c=8"], acc[config],
+                paper="not in the paper", expected=math.nan, unit="points, per task (seed 0)"))
+    return rows
+
+
+__all__ = ["GAUGE_INVARIANT", "LENGTHS", "SAME_TRAJECTORY", "accuracy", "by_length", "chosen",
+           "complete_tasks", "component_plasticity", "distance", "findings", "gauge_checks",
+           "gauge_pairs", "length_rule", "spearman_plasticity_gain", "task_plasticity",
+           "task_probe", "task_probes"]
