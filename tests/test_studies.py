@@ -160,39 +160,47 @@ def test_the_cli_studies_are_the_registry():
         studies.sweep_runs("main", data_root="/data")
 
 
-def _suite_records():
-    from vitplast import store
+#: The searched studies' shipped stores: (study, settings, complete). A store still filling is
+#: a strict xfail: its test fails the day the store is complete, to drop the mark.
+SEARCHED = {"suite": 33 * 9, "length": 4 * 6 * 2, "gauge": 17 * 10}
+FILLING = {"length", "gauge"}
 
-    return [r for r in store.load_runs(studies.SUITE_RESULTS)]
 
+@pytest.mark.parametrize("name", SEARCHED)
+def test_shipped_searched_records_are_runs_of_their_study(name):
+    """What a searched study's store holds (complete or not) is what its search asked for:
+    every record is a run of a setting of the study on the ladder (or its fixed grid),
+    finished (ok or diverged), from a new head; identical runs of the stores it reuses are
+    their records, copied."""
+    from vitplast import models, search, store
 
-def test_shipped_suite_records_are_runs_of_the_suite_study():
-    """What the suite store holds (complete or not) is what its search asked for: every record
-    is a run of a setting of the suite study on the ladder, finished (ok or diverged), from a
-    new head; identical runs of the main and confound studies are their records, copied."""
-    from vitplast import confounds, search, store
-
-    asked = {run_hash(r) for r in search.search_runs(studies.get("suite").spec,
-                                                      studies.SUITE_RESULTS)}
-    records = _suite_records()
-    assert records, "the suite store is empty"
-    stored = {run_hash(r["config"]) for r in records}
-    assert stored <= asked
+    study = studies.get(name)
+    root = study.root()
+    asked = {run_hash(r) for r in search.search_runs(study.spec, root)}
+    records = store.load_runs(root)
+    assert records, f"the {name} store is empty"
+    assert {run_hash(r["config"]) for r in records} <= asked
     assert {r["status"] for r in records} <= {"ok", "diverged"}
     assert max(r["initial_val_acc"] for r in records) <= 0.6  # chance: 1/26 .. 1/2
     for r in records:  # a copied record is byte for byte its source's
-        for source in (studies.MAIN_RESULTS, confounds.EMBEDDED_RESULTS):
+        for source in (models.results_root(s) for s in study.spec["reuse"]):
             if store.exists(source, r["config"]):
                 assert store.read_json(store.run_path(source, r["config"])) == r
 
 
-def test_shipped_suite_results_are_the_complete_study():
-    """Every setting of the suite study searched to its end, with its best LR interior."""
-    from vitplast import search
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
+    strict=True, reason="being filled: see its README")) if n in FILLING else n
+    for n in SEARCHED])
+def test_shipped_searched_results_are_the_complete_study(name):
+    """Every setting of the study searched to its end, with its best LR interior, and every
+    run of its fixed grid (if it has one) stored."""
+    from vitplast import search, store
 
-    state = search.state(studies.get("suite").spec, studies.SUITE_RESULTS)
-    assert len(state) == 33 * 9
+    study = studies.get(name)
+    state = search.state(study.spec, study.root())
+    assert len(state) == SEARCHED[name]
     assert (state["next"].map(len) == 0).all() and state["bracketed"].all()
+    assert all(store.exists(study.root(), r) for r in search.search_runs(study.spec, study.root()))
 
 
 def test_the_recipe_length_check_is_p1_and_p2_at_two_and_four_times_the_steps():
