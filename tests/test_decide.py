@@ -109,8 +109,10 @@ def test_gauge_pairs_match_the_same_run_at_two_gauges_and_the_checks_read_them(t
     assert pairs["test_diff"].tolist() == pytest.approx([0.0, 5.0])
     picked = pd.DataFrame(_picked("a", {"LN1": 70.0, "LN1 c=8": 70.0, "head": 60.0})
                           + _picked("b", {"LN1": 71.0, "LN1 c=8": 73.0, "head": 61.0}))
-    same, ln1 = decide.gauge_checks(pairs, picked)  # head has no c = 8 column: no row
+    picked["loss_rose"] = [0.0, 1.0, 0.0, 1.0, 1.0, float("nan")]
+    same, rose, ln1 = decide.gauge_checks(pairs, picked)  # head has no c = 8 column: no row
     assert same["verdict"] == "the same trajectory, as derived" and same["n"] == 1
+    assert (rose["measured"], rose["n"]) == (60.0, 5) and rose["verdict"].startswith("3 of 5")
     assert ln1["measured"] == 1.0 and ln1["n"] == 2
     broken = pairs.assign(max_loss_diff=[0.01, 0.5])
     assert decide.gauge_checks(broken, picked)[0]["verdict"].startswith("not the same")

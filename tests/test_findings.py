@@ -60,6 +60,10 @@ def test_render_is_one_line_per_row_from_the_table():
                                  unit="mean over tasks")]
     text = findings.render(findings.table(rows)).splitlines()
     assert len(text) == 2 and text[1].endswith("Verdict: differs (untested).")
+    assert "; power 0.73 at the observed one" in text[0]  # the paper gives no effect here
+    with_paper = dict(rows[0], effect_paper=2.5)
+    assert "; power 0.73 at the paper's effect, 0.73 at the observed one" in findings.render(
+        findings.table([with_paper]))
 
 
 def _main(acc: dict) -> pd.DataFrame:

@@ -68,8 +68,10 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
     acc = {0.1: 0.5, 0.3: 0.7, 1.0: 0.8, 3.0: 0.6, 10.0: 0.1}
 
     def fake(run, **kwargs):  # a record whose best_val_acc follows ``acc``
+        rise = 2.5 if run.get("prepare") != "sparse" else 1.5  # LN1's loss rises above 2.0
         return dict(config=run, status="ok", best_val_acc=acc[run["lr"]], best_step=1,
-                    history=[dict(step=1, val_loss=1.0)], test_acc=acc[run["lr"]])
+                    history=[dict(step=0, loss=2.0), dict(step=1, loss=rise, val_loss=1.0)],
+                    test_acc=acc[run["lr"]])
 
     monkeypatch.setattr(sweep, "run_lrs", lambda runs, **kwargs: [fake(r) for r in runs])
     store.save_run(tmp_path / "b", first[0], fake(first[0]))  # another store holds one run
@@ -79,6 +81,7 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
     state = search.state(study, tmp_path / "a")
     assert state["tried"].tolist() == [[0.1, 0.3, 1.0, 3.0], [0.3, 1.0, 3.0]]
     assert state["best"].tolist() == [1.0, 1.0] and state["bracketed"].all()
+    assert state["loss_rose"].tolist() == [1.0, 0.0]
     assert len(search.search_runs(study, tmp_path / "a")) == 7
     assert all(store.exists(tmp_path / "a", r) for r in search.search_runs(study, tmp_path / "a"))
     assert store.read_json(store.run_path(tmp_path / "a", first[1]))["status"] == "ok"  # re-run

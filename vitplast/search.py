@@ -163,7 +163,9 @@ def search_runs(study: dict, root, **runtime) -> list[dict]:
 def state(study: dict, root) -> "pd.DataFrame":  # noqa: F821
     """Where the search of each setting stands: one row per (task, config, seed) with
     ``tried`` (LRs stored), ``best`` (LR), ``bracketed``, ``next`` (LRs still asked for), and
-    the best run's ``val_acc``, ``test_acc`` (in %) and ``trainable`` count."""
+    the best run's ``val_acc``, ``test_acc`` (in %), ``trainable`` count and ``loss_rose``
+    (its training loss rose above its first value somewhere: a run at the edge of stability,
+    which rounding alone can move by points; NaN without a best run)."""
     import pandas as pd
 
     rows = []
@@ -177,8 +179,15 @@ def state(study: dict, root) -> "pd.DataFrame":  # noqa: F821
             task=s["task"], config=s["name"], seed=s["seed"], tried=sorted(outcomes), best=top,
             bracketed=bracketed(outcomes), next=next_lrs(s["start"], outcomes),
             val_acc=acc["best_val_acc"], test_acc=acc["test_acc"],
-            trainable=(record or {}).get("trainable")))
+            trainable=(record or {}).get("trainable"), loss_rose=_loss_rose(record)))
     return pd.DataFrame(rows)
+
+
+def _loss_rose(record: dict | None) -> float:
+    """1.0 if the record's training loss rose above its first logged value, else 0.0; NaN
+    without a record or history."""
+    losses = [h["loss"] for h in (record or {}).get("history") or [] if "loss" in h]
+    return float(max(losses) > losses[0]) if losses else math.nan
 
 
 def reuse(runs: list[dict], root, sources) -> int:

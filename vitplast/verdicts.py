@@ -257,7 +257,7 @@ def _power_text(r) -> str:
     if r.family == "descriptive":
         return ""
     at = (f"power {_num(r.power_paper, '.2f')} at the paper's effect, "
-          if math.isfinite(r.power_paper) else "")
+          if math.isfinite(r.power_paper) else "power ")
     return (f"; {at}{_num(r.power_observed, '.2f')} at the observed one (level "
             f"{_num(r.level, '.2g')}), n for power 0.8: {_num(r.n_needed, '.0f')}")
 
