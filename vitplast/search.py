@@ -234,7 +234,7 @@ def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sour
     from vitplast.runs import run_hash
 
     i, n = sweep.parse_shard(shard)
-    trained, retried = 0, set()
+    trained, retried, waited = 0, set(), False
     passes = [dict(study, grid=()), study] if study.get("grid") else [study]
     for one in (dict(s, tasks=[task]) for s in passes for task in study["tasks"][i::n]):
         while True:
@@ -251,6 +251,11 @@ def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sour
             stored = int((done["status"] != "missing").sum())
             trained += stored
             if not stored:  # another process holds the claims: wait for its records
+                if not waited and progress:
+                    print("search: waiting for runs another process is training (a search "
+                          "asks for one LR at a time: give each process its own tasks with "
+                          "--shard I/N)", flush=True)
+                waited = True
                 time.sleep(30)
     return trained
 
