@@ -224,10 +224,6 @@ GAUGE_INVARIANT = ("head", "LN1")  # head: head-only finetuning
 SAME_TRAJECTORY = 1e-3
 
 
-def _losses(record: dict) -> np.ndarray:
-    return np.array([h["loss"] for h in record["history"] if "loss" in h])
-
-
 def gauge_pairs(root: str | Path, configs=GAUGE_INVARIANT) -> pd.DataFrame:
     """Every run of ``configs`` stored at both c = 1 and c = 8 (the same run but for the
     gauge), paired: ``task``, ``config``, ``lr``, ``stable`` (neither training loss ever rose
@@ -245,12 +241,11 @@ def gauge_pairs(root: str | Path, configs=GAUGE_INVARIANT) -> pd.DataFrame:
         r1 = plain.get(key(r8["config"]))
         if r1 is None:
             continue
-        l1, l8 = _losses(r1), _losses(r8)
-        same_length = len(l1) == len(l8)
+        l1, l8 = np.array(search.losses(r1)), np.array(search.losses(r8))
         rows.append(dict(
             task=r8["config"]["task"], config=r8["config"]["config"], lr=r8["config"]["lr"],
-            stable=bool(l1.max() <= l1[0] and l8.max() <= l8[0]),
-            max_loss_diff=float(np.abs(l1 - l8).max()) if same_length else np.inf,
+            stable=not (search.loss_rose(r1) or search.loss_rose(r8)),
+            max_loss_diff=float(np.abs(l1 - l8).max()) if len(l1) == len(l8) else np.inf,
             test_diff=100 * (r8["test_acc"] - r1["test_acc"]),
             devices=f"{r1['device']}, {r8['device']}"))
     return pd.DataFrame(rows, columns=["task", "config", "lr", "stable", "max_loss_diff",

@@ -179,15 +179,20 @@ def state(study: dict, root) -> "pd.DataFrame":  # noqa: F821
             task=s["task"], config=s["name"], seed=s["seed"], tried=sorted(outcomes), best=top,
             bracketed=bracketed(outcomes), next=next_lrs(s["start"], outcomes),
             val_acc=acc["best_val_acc"], test_acc=acc["test_acc"],
-            trainable=(record or {}).get("trainable"), loss_rose=_loss_rose(record)))
+            trainable=(record or {}).get("trainable"), loss_rose=loss_rose(record)))
     return pd.DataFrame(rows)
 
 
-def _loss_rose(record: dict | None) -> float:
+def losses(record: dict | None) -> list[float]:
+    """A record's training loss at every logged step (empty without a history)."""
+    return [h["loss"] for h in (record or {}).get("history") or [] if "loss" in h]
+
+
+def loss_rose(record: dict | None) -> float:
     """1.0 if the record's training loss rose above its first logged value, else 0.0; NaN
     without a record or history."""
-    losses = [h["loss"] for h in (record or {}).get("history") or [] if "loss" in h]
-    return float(max(losses) > losses[0]) if losses else math.nan
+    seen = losses(record)
+    return float(max(seen) > seen[0]) if seen else math.nan
 
 
 def reuse(runs: list[dict], root, sources) -> int:
@@ -260,4 +265,5 @@ def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sour
     return trained
 
 
-__all__ += ["reuse", "run_search", "search_runs", "settings", "state"]
+__all__ += ["loss_rose", "losses", "reuse", "run_search", "search_runs", "settings",
+            "state"]
