@@ -197,11 +197,11 @@ def length_rule(values: pd.DataFrame) -> list[dict]:
         rows.append(verdicts.descriptive(
             f"{primary} keeps its sign from 1x to 4x the recipe's steps (the rule declared with "
             "the check: a change lengthens the suite study)",
-            measured=", ".join(f"{m:+.2f} at {k}x" for k, m in mean.items()),
+            measured=", ".join(f"{m:+.2f} ({k}x)" for k, m in mean.items()),
             paper="not in the paper (it trains one length per dataset)",
             verdict="kept: the 120-step recipe stands" if kept else
             "changed: the suite study must be lengthened",
-            n=v["task"].nunique(), unit="points, mean over tasks"))
+            n=v["task"].nunique(), unit="test points, mean over tasks at each length"))
     return rows
 
 
