@@ -4,10 +4,11 @@ and a stand-in for the training loop. Fixtures built on them are in ``conftest.p
 import gzip
 
 import numpy as np
+import pandas as pd
 import torch
 from timm.models.vision_transformer import VisionTransformer
 
-from vitplast import data, finetune
+from vitplast import components, data, finetune, rates
 
 #: A random embedded ViT on digits, a few steps: seconds on a CPU.
 TINY = dict(pretrained=False, steps=2, batch_size=16, eval_every=100)
@@ -94,3 +95,26 @@ def exec_notebook(name: str, profile: str = "smoke", params: dict | None = None)
         if is_parameters:
             scope.update(chosen)
     return scope
+
+
+def direct_rates(model, x, y, protocol):
+    """Recompute every component's rate by applying the module to its captured input."""
+    xin = rates.component_inputs(model, x, protocol)
+    yin = rates.component_inputs(model, y, protocol)
+    out = {}
+    for key, module in components.component_modules(model).items():
+        with torch.no_grad():
+            out[key] = rates.rate(module, xin[key], yin[key])
+    return out
+
+
+def run_row(task="digits", config="MHA", *, lr, seed, status="ok", val, test) -> dict:
+    """One row of a results table: the columns ``select_lr`` and ``main_table`` read."""
+    return dict(task=task, config=config, lr=lr, seed=seed, status=status, best_val_acc=val,
+                test_acc=test)
+
+
+def acc_table(**columns) -> pd.DataFrame:
+    """A tasks x variants accuracy table (``confounds.accuracy``) over tasks t0, t1, ..."""
+    n = len(next(iter(columns.values())))
+    return pd.DataFrame(columns, index=pd.Index([f"t{i}" for i in range(n)], name="task"))

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import tiny_vit, toy_task
+from helpers import acc_table, tiny_vit, toy_task
 from scipy import stats
 
 from vitplast import (
@@ -225,18 +225,12 @@ def test_global_clipping_breaks_the_equivalence():
     assert moved_a.norm().item() == pytest.approx(c * moved_b.norm().item(), rel=0.05)
 
 
-def _acc(**columns) -> pd.DataFrame:
-    """A tasks x variants accuracy table (``confounds.accuracy``) over tasks t0, t1, ..."""
-    n = len(next(iter(columns.values())))
-    return pd.DataFrame(columns, index=pd.Index([f"t{i}" for i in range(n)], name="task"))
-
-
 def test_confound_findings_are_task_level_paired_tests_with_their_counts():
     """MHA sparse beats LN1 by 5, 4, 6, 5, 5 points on five tasks: agrees with the paper after
     Holm; FC1 - FC2 sparse has a single task: never resolved; counts are stated."""
-    acc = _acc(**{"MHA sparse": [80.0, 74, 86, 90, 65], "LN1": [75.0, 70, 80, 85, 60],
-                  "FC1 sparse": [80.0, 74, 86, 90, 65], "FC2 sparse": [70.0] + [np.nan] * 4,
-                  "MHA": [81.0, 75, 87, 90, 66]})
+    acc = acc_table(**{"MHA sparse": [80.0, 74, 86, 90, 65], "LN1": [75.0, 70, 80, 85, 60],
+                       "FC1 sparse": [80.0, 74, 86, 90, 65], "FC2 sparse": [70.0] + [np.nan] * 4,
+                       "MHA": [81.0, 75, 87, 90, 66]})
     counts = {"MHA sparse": 1536, "LN1": 1536, "FC1 sparse": 1536, "FC2 sparse": 1536,
               "MHA": 396288, **{f"LN1 block {k}": 256 for k in range(6)}}
     layers = pd.DataFrame(dict(task=["t0", "t1", "t2"], component="LN1", spearman=[0.9, 0.8, 1.0],
@@ -278,7 +272,7 @@ def test_monotone_plasticity_leaves_the_per_layer_row_descriptive():
     layers = pd.DataFrame(dict(task=["t0", "t1", "t2"], component="LN1", spearman=0.9,
                                spearman_depth=0.5, plasticity_depth=1.0, partial=np.nan,
                                n_blocks=6))
-    t = dict(acc=_acc(LN1=[70.0, 71, 72, 73, 74]), counts={}, corr=layers,
+    t = dict(acc=acc_table(LN1=[70.0, 71, 72, 73, 74]), counts={}, corr=layers,
              grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]))
     row = findings.confounds(t).set_index("claim").filter(like="LN1 of one block", axis=0)
     assert row["verdict"].iloc[0] == "cannot be told from depth (untested)"
@@ -304,7 +298,8 @@ def test_rescale_pairs_compare_each_run_with_its_control_and_state_the_verdict()
     assert pairs.loc["on", "max_diff"] == pytest.approx(2.0)
     grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
     corr = pd.DataFrame(columns=["task", "component", "spearman", "spearman_depth"])
-    t = dict(acc=_acc(LN1=[70.0]), counts={}, corr=corr, grads=grads, rescale=pairs.reset_index())
+    t = dict(acc=acc_table(LN1=[70.0]), counts={}, corr=corr, grads=grads,
+             rescale=pairs.reset_index())
     table = findings.confounds(t).set_index("claim")
     off = table.loc["LN1 x 2 (preserved) (no clip) vs its lr/c^2 control, run by run (task, LR, "
                     "seed), gradient clipping off"]
@@ -314,23 +309,6 @@ def test_rescale_pairs_compare_each_run_with_its_control_and_state_the_verdict()
     assert on["verdict"] == "differs, as clipping allows"
     assert on["measured"] == ("2 of 3 pairs with equal status and test accuracy, the largest "
                               "difference 2.00")
-
-
-def test_layer_correlations_stay_within_component_and_task():
-    """Accuracy rises with plasticity over LN1's blocks on t0 and falls on t1; MHA's blocks
-    are incomplete on t0 (one block lacks a run) and are left out, never pooled."""
-    layers = pd.DataFrame([dict(task=t, layer=k, component=c, plasticity=float(k + 1), ci95=0.1)
-                           for t in ("t0", "t1") for c in ("LN1", "MHA") for k in range(3)])
-    acc = _acc(**{f"LN1 block {k}": [70.0 + k, 70.0 - k] for k in range(3)},
-               **{f"MHA block {k}": [60.0 + k if k < 2 else np.nan, (50.0, 52.0, 51.0)[k]]
-                  for k in range(3)})
-    table = confounds.layer_correlations(acc, layers).set_index(["task", "component"])
-    assert table["spearman"].to_dict() == pytest.approx({("t0", "LN1"): 1.0, ("t1", "LN1"): -1.0,
-                                                         ("t1", "MHA"): 0.5})
-    # plasticity rises with the block index here, so earliness goes against it and accuracy
-    assert table["plasticity_depth"].tolist() == [-1.0] * 3
-    assert table["spearman_depth"].to_dict() == pytest.approx(
-        {("t0", "LN1"): -1.0, ("t1", "LN1"): 1.0, ("t1", "MHA"): -0.5})
 
 
 def test_study_scales_are_measured_once_and_rounded(tmp_path, monkeypatch):
@@ -412,24 +390,6 @@ def test_matched_variants_change_exactly_their_count_of_backbone_entries(family)
                    train_head=False, progress=False, **extra)
     moved = sum(int((p != before[n]).sum()) for n, p in model.named_parameters())
     assert moved == count
-
-
-def test_plasticity_after_finetuning_is_measured_on_the_trained_model(tmp_path):
-    """Head-only finetuning leaves the backbone, hence every component's plasticity, exactly
-    as it was; finetuning MHA changes MHA's. Each is measured once (then read)."""
-    from vitplast import runs
-
-    kw = dict(lr=0.5, seed=0, steps=3, warmup_steps=1, eval_every=3)
-    head = confounds.plasticity_after(runs.run_config("digits", "head", **kw), tmp_path, 8)
-    assert (head["before"] == head["after"]).all() and len(head) == 5
-    mha = confounds.plasticity_after(runs.run_config("digits", "MHA", **kw), tmp_path, 8)
-    assert mha.set_index("component").loc["MHA", "ratio"] != 1.0
-    assert len(list(tmp_path.glob("after-*.json"))) == 2
-    again = confounds.plasticity_after(runs.run_config("digits", "MHA", **kw), tmp_path, 8,
-                                       compute=False)
-    pd.testing.assert_frame_equal(again, mha)
-    missing = runs.run_config("digits", "LN1", **kw)
-    assert confounds.plasticity_after(missing, tmp_path, 8, compute=False).empty
 
 
 def test_only_settings_with_every_run_stored_are_analysed():

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vitplast import confounds, findings, power, results, studies
+from vitplast import findings, power, results, studies
 
 TASKS = [f"t{i}" for i in range(7)]
 
@@ -279,18 +279,3 @@ def test_a_row_is_fragile_when_the_other_tied_lr_flips_it(alt_test, fragile):
     assert bool(table.loc["A - B", "fragile"]) is fragile
     ties = table.filter(like="tie-break", axis=0)
     assert ties["n"].iloc[0] == 1 and ties["family"].iloc[0] == "descriptive"
-
-
-def test_partial_rank_correlation_is_the_correlation_of_rank_residuals():
-    """Spearman partial on z == Pearson correlation of the ranks of x and y after regressing
-    each on the ranks of z; NaN when x is monotone in z."""
-    from scipy import stats
-
-    rng = np.random.default_rng(5)
-    x, y, z = rng.normal(size=(3, 6))
-    rx, ry, rz = (stats.rankdata(v) for v in (x, y, z))
-    res = [r - np.polyval(np.polyfit(rz, r, 1), rz) for r in (rx, ry)]
-    rho = lambda a, b: stats.spearmanr(a, b).statistic  # noqa: E731
-    assert confounds.partial_correlation(rho(x, y), rho(x, z), rho(y, z)) == pytest.approx(
-        np.corrcoef(*res)[0, 1])
-    assert math.isnan(confounds.partial_correlation(0.5, 1.0, 0.3))

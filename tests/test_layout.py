@@ -1,6 +1,6 @@
 """The package's layout rules: modules import each other without a cycle (at module level,
 and also counting the imports inside functions), the package lists its public modules, and
-no function is longer than ``MAX_LINES`` lines."""
+no function is longer than ``MAX_LINES`` lines nor any module than ``MAX_MODULE_LINES``."""
 
 import ast
 import importlib
@@ -14,6 +14,8 @@ PACKAGE = Path(vitplast.__file__).parent
 MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
 #: The longest function the package allows (STYLE.md: modules readable in one sitting).
 MAX_LINES = 80
+#: The longest module the package allows (STYLE.md: modules stay small, ~300 lines).
+MAX_MODULE_LINES = 400
 
 
 def _module_level(tree: ast.Module):
@@ -106,6 +108,13 @@ def long_functions(max_lines: int = MAX_LINES) -> list[str]:
 
 def test_no_function_is_longer_than_80_lines():
     assert long_functions() == []
+
+
+def test_no_module_is_longer_than_400_lines():
+    """A module over ``MAX_MODULE_LINES`` is split along a seam of its concept (moving whole
+    functions into a module with its own purpose), never shortened by cramming lines."""
+    lines = {name: len((PACKAGE / f"{name}.py").read_text().splitlines()) for name in MODULES}
+    assert {name: n for name, n in lines.items() if n > MAX_MODULE_LINES} == {}
 
 
 #: Knowledge with one home: a literal -> the module that defines it (issue 29, item 4).

@@ -248,16 +248,6 @@ def test_findings_forest_plot_names_family_and_n_and_marks_descriptive_rows():
     plt.close("all")
 
 
-def test_lines_that_are_not_configurations_never_take_a_component_s_colour():
-    names = ["MHA", "LayerNorm", "linear", "LN1 sparse", "ReLU", "x^2", "tanh", "GELU"]
-    got = plots.colours(names)
-    assert got["MHA"] == plots.PALETTE["MHA"] and got["LN1 sparse"] == plots.PALETTE["LN1"]
-    others = [got[n] for n in names if n not in ("MHA", "LN1 sparse")]
-    assert not set(others) & set(plots.PALETTE.values()) and len(set(others)) == 5
-    layers = plots.colours(range(6))  # numbers: a sequential map, one colour each
-    assert len(set(layers.values())) == 6 and not set(layers.values()) & set(plots.PALETTE.values())
-
-
 def test_a_log_axis_labels_each_plotted_value_when_there_are_few():
     df = pd.DataFrame([dict(c=c, plasticity=c * k, component=comp) for k, comp in
                        ((1, "MHA"), (2, "LN1")) for c in (1, 2, 4, 8)])
