@@ -1,6 +1,7 @@
 """The package's layout rules: modules import each other without a cycle (at module level,
-and also counting the imports inside functions), the package lists its public modules, and
-no function is longer than ``MAX_LINES`` lines nor any module than ``MAX_MODULE_LINES``."""
+and also counting the imports inside functions), the package lists its public modules, no
+function is longer than ``MAX_LINES`` lines and no module longer than ``MAX_MODULE_LINES``,
+and every module has its own test file."""
 
 import ast
 import importlib
@@ -16,6 +17,7 @@ MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
 MAX_LINES = 80
 #: The longest module the package allows (STYLE.md: modules stay small, ~300 lines).
 MAX_MODULE_LINES = 400
+TESTS = Path(__file__).parent
 
 
 def _module_level(tree: ast.Module):
@@ -115,6 +117,18 @@ def test_no_module_is_longer_than_400_lines():
     functions into a module with its own purpose), never shortened by cramming lines."""
     lines = {name: len((PACKAGE / f"{name}.py").read_text().splitlines()) for name in MODULES}
     assert {name: n for name, n in lines.items() if n > MAX_MODULE_LINES} == {}
+
+
+#: Modules whose tests still live in other test files or are still to be written: the set
+#: shrinks as ``tests/test_<module>.py`` files are added (issue "data model / layout").
+_NO_TEST_FILE_YET = {"verdicts"}
+
+
+def test_every_module_has_its_own_test_file():
+    """``vitplast/<m>.py`` is tested in ``tests/test_<m>.py`` (the CLI, ``__main__``, in
+    ``test_cli.py``), so that a module's claims are found where its name says."""
+    missing = {m for m in MODULES if m != "__main__" and not (TESTS / f"test_{m}.py").exists()}
+    assert missing == _NO_TEST_FILE_YET
 
 
 #: Knowledge with one home: a literal -> the module that defines it (issue 29, item 4).

@@ -1,5 +1,6 @@
-"""The estimator: one streamed pass gives rates, statistics and inputs; summaries; pairs;
-errors. One batch's rates (hooks, protocols, chunked distances): ``test_rates.py``."""
+"""The estimator: one streamed pass gives rates, statistics and inputs; summaries; streamed
+pairs; errors. Pairs themselves: ``test_pairs.py``; one batch's rates (hooks, protocols,
+chunked distances): ``test_rates.py``."""
 
 import pytest
 import torch
@@ -87,18 +88,6 @@ def test_summary_and_ranking(model, images):
     assert plasticity.order(r).count(">") == 4
 
 
-def test_pairs(images):
-    x, y = images
-    px, py = plasticity.make_pairs(x, y, n_pairs=10).tensors()
-    assert torch.equal(px, x[:10]) and torch.equal(py, y[:10])
-    within = plasticity.make_pairs(x, n_pairs=50, seed=3)
-    wx, _ = within.tensors()
-    assert wx.shape == (50, 1, 16, 16) and len(within) == 50
-    assert torch.equal(wx, plasticity.make_pairs(x, n_pairs=50, seed=3).tensors()[0])
-    with pytest.raises(ValueError, match="differ in shape"):
-        plasticity.make_pairs(x, torch.zeros(5, 1, 8, 8))
-
-
 def test_streamed_pairs_equal_tensors(model, images):
     x, y = images
     labelled = torch.utils.data.TensorDataset(y, torch.zeros(len(y)))  # a dataset source
@@ -118,13 +107,3 @@ def test_errors(model, images):
         plasticity.measure(model, x[:0], y[:0])
     with pytest.raises(ValueError, match="as many x as y"):
         plasticity.measure(model, x[:3], y[:2])
-
-
-def test_unsupported_architectures_fail_clearly():
-    import timm
-
-    eva = timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=28, patch_size=14)
-    with pytest.raises(TypeError, match="EVA"):
-        components.component_modules(eva)
-    with pytest.raises(TypeError, match="no `blocks`"):
-        components.component_modules(torch.nn.Linear(2, 2))
