@@ -136,8 +136,6 @@ ONE_HOME = {("MHA", "FC1", "FC2"): "components", ("LN1", "LN2"): "components",
             ("full", "head", "MHA", "FC1", "FC2", "LN2", "LN1"): "components",
             ("MHA", "FC1", "FC2", "LN2", "LN1"): "paper",
             "vit_base_patch16_224.orig_in21k": "paper_datasets"}
-#: Modules that still hold a copy of a default pair source, being changed elsewhere.
-_SOURCE_COPIES_LEFT = {"stream"}
 
 
 def _literals(tree: ast.Module):
@@ -175,4 +173,4 @@ def test_the_default_pair_source_is_defined_once():
                     [a.arg for a in node.kwonlyargs], node.kw_defaults)]
                 copies |= {name for arg, default in pairs if arg == "source"
                            and isinstance(default, ast.Constant) and default.value == "fmnist"}
-    assert copies == _SOURCE_COPIES_LEFT
+    assert copies == set()
