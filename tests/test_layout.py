@@ -135,7 +135,8 @@ def test_every_module_has_its_own_test_file():
 ONE_HOME = {("MHA", "FC1", "FC2"): "components", ("LN1", "LN2"): "components",
             ("full", "head", "MHA", "FC1", "FC2", "LN2", "LN1"): "components",
             ("MHA", "FC1", "FC2", "LN2", "LN1"): "paper",
-            "vit_base_patch16_224.orig_in21k": "paper_datasets"}
+            "vit_base_patch16_224.orig_in21k": "paper_datasets",
+            ("contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise"): "corruptions"}
 
 
 def _literals(tree: ast.Module):
