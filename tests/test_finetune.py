@@ -116,24 +116,3 @@ def test_lr_scales_make_a_parameter_group_move_slower():
     torch.testing.assert_close(b.blocks[0].norm1.weight - start,
                                0.25 * (a.blocks[0].norm1.weight - start))
     torch.testing.assert_close(a.head.weight, b.head.weight)
-
-
-def test_fp32_on_cuda_means_no_tf32_for_the_block_only():
-    """``numerics``: TF32 off in cuBLAS and cuDNN inside an fp32 block on CUDA, the flags as
-    they were after it (also after an error); untouched elsewhere and for other precisions."""
-    from vitplast.finetune import numerics
-
-    flags = lambda: (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)  # noqa: E731
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = True, True
-    try:
-        with numerics(torch.device("cuda"), "fp32"):
-            assert flags() == (False, False)
-        assert flags() == (True, True)
-        with pytest.raises(RuntimeError), numerics(torch.device("cuda"), "fp32"):
-            raise RuntimeError
-        assert flags() == (True, True)
-        for device, precision in (("cpu", "fp32"), ("cuda", "auto"), ("cuda", "bf16")):
-            with numerics(torch.device(device), precision):
-                assert flags() == (True, True)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True

@@ -1,6 +1,6 @@
-"""The data loaders of a run, and how their settings reach it: one DataLoader per split for
-the whole run (persistent workers, pinned memory on CUDA), the same batches as a loader per
-epoch, and ``--workers`` / ``--accum-steps`` / ``--eval-every`` from the command line
+"""The data loaders of a run, and how their settings reach it: persistent workers, pinned
+memory on CUDA (one DataLoader per split, the batches of a loader per epoch:
+``test_passes.py``), and ``--workers`` / ``--accum-steps`` / ``--eval-every`` from the command line
 (runtime keys outside run hashes; the evaluation period inside, as it changes the run)."""
 
 import pytest
@@ -9,29 +9,6 @@ from helpers import tiny_vit, toy_task
 
 from vitplast import finetune, runs, studies, sweep
 from vitplast.__main__ import main
-
-
-def test_one_loader_per_split_gives_the_batches_of_a_loader_per_epoch(monkeypatch):
-    made = []
-    real = finetune.DataLoader
-
-    class Counting(real):
-        def __init__(self, *a, **k):
-            made.append(k)
-            super().__init__(*a, **k)
-
-    monkeypatch.setattr(finetune, "DataLoader", Counting)
-    data = toy_task(40)
-    batches = finetune._batches(data, 16, torch.Generator().manual_seed(3))
-    got = [next(batches)[1] for _ in range(7)]  # 3 epochs of 2 full batches, and one more
-    g = torch.Generator().manual_seed(3)
-    expected = [y for _ in range(4) for _, y in real(data, batch_size=16, shuffle=True,
-                                                     drop_last=True, generator=g)][:7]
-    assert all(torch.equal(a, b) for a, b in zip(got, expected))
-    made.clear()
-    finetune.train(tiny_vit(), toy_task(48), toy_task(16, seed=1), toy_task(16, seed=2),
-                   steps=8, batch_size=16, eval_every=2, progress=False)  # 2.7 epochs, 4 evals
-    assert len(made) == 3  # train, val (every evaluation), test
 
 
 def test_loaders_keep_their_workers_and_pin_memory_on_cuda():

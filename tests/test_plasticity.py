@@ -1,85 +1,12 @@
-"""The estimator: hook rates equal direct recomputation; both protocols; pairs; errors."""
+"""The estimator: one streamed pass gives rates, statistics and inputs; summaries; streamed
+pairs; errors. Pairs themselves: ``test_pairs.py``; one batch's rates (hooks, protocols,
+chunked distances): ``test_rates.py``."""
 
 import pytest
 import torch
-from helpers import tiny_vit
+from helpers import direct_rates
 
 from vitplast import components, plasticity
-
-
-def direct_rates(model, x, y, protocol):
-    """Recompute every component's rate by applying the module to its captured input."""
-    xin = plasticity.component_inputs(model, x, protocol)
-    yin = plasticity.component_inputs(model, y, protocol)
-    out = {}
-    for key, module in components.component_modules(model).items():
-        with torch.no_grad():
-            out[key] = plasticity.rate(module, xin[key], yin[key])
-    return out
-
-
-@pytest.mark.parametrize("protocol", plasticity.PROTOCOLS)
-@pytest.mark.parametrize("variant", ["vit", "dinov2", "deit"])
-def test_hook_rates_equal_direct_recomputation(images, protocol, variant):
-    kwargs = {"vit": {}, "dinov2": dict(init_values=1e-5, reg_tokens=4),
-              "deit": dict(class_token=True, global_pool="avg", fc_norm=True)}[variant]
-    model = tiny_vit(**kwargs)
-    x, y = images
-    hooked = plasticity.batch_rates(model, x, y, protocol)
-    direct = direct_rates(model, x, y, protocol)
-    assert set(hooked) == {(i, c) for i in range(2) for c in components.COMPONENTS}
-    for key in hooked:
-        torch.testing.assert_close(hooked[key], direct[key], rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("chunk", [1, 300, 1 << 17])
-def test_chunked_pair_distances_equal_whole_batch_ones(monkeypatch, chunk):
-    """The estimator forms x - y a few pairs at a time on a CPU (``_CHUNK`` elements): the
-    same numbers as the whole-batch difference (float rounding at most), however the batch
-    splits into chunks (one pair each, uneven ones, one), also for a non-contiguous
-    activation; other dtypes take the whole-batch path (in float32)."""
-    monkeypatch.setattr(plasticity, "_CHUNK", chunk)
-    g = torch.Generator().manual_seed(0)
-    t = torch.randn(2 * 9, 5, 12, generator=g)
-    for tensor in (t, t.transpose(1, 2), t.double()):
-        got = plasticity._Rates()._pair_distance(tensor)
-        want = (tensor[:9].double() - tensor[9:].double()).flatten(1).norm(dim=1)
-        assert got.dtype == torch.float32
-        torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=0)
-        torch.testing.assert_close(got, plasticity._pair_distance(tensor), rtol=1e-6, atol=0)
-
-
-@pytest.mark.parametrize("protocol", plasticity.PROTOCOLS)
-def test_hook_rates_do_not_depend_on_the_chunk(monkeypatch, model, images, protocol):
-    x, y = images
-    whole = plasticity.batch_rates(model, x, y, protocol)
-    monkeypatch.setattr(plasticity, "_CHUNK", 100)  # several chunks per activation
-    chunked = plasticity.batch_rates(model, x, y, protocol)
-    for key in whole:
-        torch.testing.assert_close(chunked[key], whole[key], rtol=1e-6, atol=0)
-
-
-def test_embedding_protocol_feeds_every_component_the_embedding(model, images):
-    x, y = images
-    ex, ey = plasticity.embed(model, x), plasticity.embed(model, y)
-    rates = plasticity.batch_rates(model, x, y, "embedding")
-    fc2 = model.blocks[1].mlp.fc2
-    pad = lambda e: torch.nn.functional.pad(e, (0, fc2.in_features - e.shape[-1]))  # noqa: E731
-    with torch.no_grad():
-        num = (fc2(pad(ex)) - fc2(pad(ey))).flatten(1).norm(dim=1)
-        expected = num / (ex - ey).flatten(1).norm(dim=1)
-        mha = plasticity.rate(model.blocks[0].attn, ex, ey)
-    torch.testing.assert_close(rates[(1, "FC2")], expected)
-    torch.testing.assert_close(rates[(0, "MHA")], mha)
-
-
-def test_hidden_protocol_uses_in_network_inputs(model, images):
-    x, _ = images
-    inputs = plasticity.component_inputs(model, x, "hidden")
-    with torch.no_grad():
-        torch.testing.assert_close(inputs[(0, "MHA")], model.blocks[0].norm1(inputs[(0, "LN1")]))
-        torch.testing.assert_close(inputs[(0, "LN1")], plasticity.embed(model, x))
-        assert inputs[(1, "FC2")].shape[-1] == 4 * 32
 
 
 def test_measure_is_tidy_streams_and_counts_identical_pairs(model, images):
@@ -161,18 +88,6 @@ def test_summary_and_ranking(model, images):
     assert plasticity.order(r).count(">") == 4
 
 
-def test_pairs(images):
-    x, y = images
-    px, py = plasticity.make_pairs(x, y, n_pairs=10).tensors()
-    assert torch.equal(px, x[:10]) and torch.equal(py, y[:10])
-    within = plasticity.make_pairs(x, n_pairs=50, seed=3)
-    wx, _ = within.tensors()
-    assert wx.shape == (50, 1, 16, 16) and len(within) == 50
-    assert torch.equal(wx, plasticity.make_pairs(x, n_pairs=50, seed=3).tensors()[0])
-    with pytest.raises(ValueError, match="differ in shape"):
-        plasticity.make_pairs(x, torch.zeros(5, 1, 8, 8))
-
-
 def test_streamed_pairs_equal_tensors(model, images):
     x, y = images
     labelled = torch.utils.data.TensorDataset(y, torch.zeros(len(y)))  # a dataset source
@@ -192,21 +107,3 @@ def test_errors(model, images):
         plasticity.measure(model, x[:0], y[:0])
     with pytest.raises(ValueError, match="as many x as y"):
         plasticity.measure(model, x[:3], y[:2])
-
-
-def test_hooks_removed_even_after_an_error(model):
-    with pytest.raises(RuntimeError):
-        with plasticity.hooks(model, lambda key, module, inp, out: None):
-            model.forward_features(torch.randn(3, 1, 16, 16))  # odd batch still runs
-            raise RuntimeError("boom")
-    assert all(not m._forward_hooks for m in model.modules())
-
-
-def test_unsupported_architectures_fail_clearly():
-    import timm
-
-    eva = timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=28, patch_size=14)
-    with pytest.raises(TypeError, match="EVA"):
-        components.component_modules(eva)
-    with pytest.raises(TypeError, match="no `blocks`"):
-        components.component_modules(torch.nn.Linear(2, 2))

@@ -7,9 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import tiny_vit
 
-from vitplast import definitions, empirical, findings, plasticity, plots
+from vitplast import definitions, findings, plots
 from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
 
 TASKS = [f"t{i}" for i in range(8)]
@@ -99,42 +98,6 @@ def test_notebook_02_pretraining_and_scale_rows():
     assert set(verdicts(table, "order at init")) == {"order changed along pretraining"}
     row = table[table["claim"].str.startswith("MHA plasticity at")].iloc[0]
     assert row["measured"] == pytest.approx(3.0) and row["verdict"] == "depends on the input scale"
-
-
-def test_notebook_02_tables_from_rates(images):
-    frames = [plasticity.measure(tiny_vit(), *images, progress=False,
-                                 meta=dict(checkpoint=ckpt, task=task))
-              for ckpt in ("init", "final") for task in ("a", "b")]
-    frames.append(plasticity.measure(tiny_vit(), *images, progress=False,
-                                     meta=dict(checkpoint="final", task="c")))
-    rates = pd.concat(frames, ignore_index=True)
-    pooled = empirical.pooled_layers(rates, "final")
-    assert len(pooled) == 2 * 5  # 2 layers x 5 components, one protocol, tasks averaged
-    direct = rates[(rates.checkpoint == "final") & (rates.layer == 1) & (rates.component == "FC1")]
-    assert pooled.set_index(["layer", "component"]).loc[(1, "FC1"), "plasticity"] == (
-        pytest.approx(direct.groupby("task")["rate"].mean().mean()))
-    along, curve = empirical.along_pretraining(rates, "not-embedded")
-    assert set(along["task"]) == {"a", "b"}  # c has no init checkpoint
-    assert along["checkpoint"].iloc[0] == "init" and curve["epoch"].isna().all()
-    prec = empirical.precision(rates, "final")
-    assert prec.loc[0, "pairs"] == 24 and prec.loc[0, "max_relative_ci95"] > 0
-    assert len(empirical.task_orders(plasticity.ranking(rates))) == 3
-
-
-def test_measurements_are_cached_per_checkpoint_task_and_protocol(tmp_path, monkeypatch):
-    """Notebook 04 reads what notebook 02 measured: the same (checkpoint, task, protocol,
-    pairs) is measured once, whatever the list of tasks or protocols it comes in."""
-    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path))
-    calls = []
-    real = empirical.measure
-    monkeypatch.setattr(empirical, "measure", lambda *a, **k: calls.append(k) or real(*a, **k))
-    first = empirical.measure_tasks("vitplast_fmnist", ["digits"], n_pairs=4, progress=False)
-    assert len(calls) == 2 and set(first["protocol"]) == {"hidden", "embedding"}
-    again = empirical.measure_tasks("vitplast_fmnist", ["digits"], protocols=["hidden"],
-                                    n_pairs=4, progress=False)
-    assert len(calls) == 2
-    pd.testing.assert_frame_equal(again, first[first["protocol"] == "hidden"]
-                                  .reset_index(drop=True))
 
 
 # -- notebook 06 -------------------------------------------------------------------------------
@@ -246,16 +209,6 @@ def test_findings_forest_plot_names_family_and_n_and_marks_descriptive_rows():
     only = plots.findings(findings.table([rows[1]]))  # nothing tested: still drawn
     assert "[descriptive] two" in only.axes[0].get_yticklabels()[0].get_text()
     plt.close("all")
-
-
-def test_lines_that_are_not_configurations_never_take_a_component_s_colour():
-    names = ["MHA", "LayerNorm", "linear", "LN1 sparse", "ReLU", "x^2", "tanh", "GELU"]
-    got = plots.colours(names)
-    assert got["MHA"] == plots.PALETTE["MHA"] and got["LN1 sparse"] == plots.PALETTE["LN1"]
-    others = [got[n] for n in names if n not in ("MHA", "LN1 sparse")]
-    assert not set(others) & set(plots.PALETTE.values()) and len(set(others)) == 5
-    layers = plots.colours(range(6))  # numbers: a sequential map, one colour each
-    assert len(set(layers.values())) == 6 and not set(layers.values()) & set(plots.PALETTE.values())
 
 
 def test_a_log_axis_labels_each_plotted_value_when_there_are_few():

@@ -1,49 +1,16 @@
-"""Tables over a store: LR selection on validation, the main table's exact means and
-stds, and per-variant dynamics (``vitplast.results``)."""
+"""Tables over a store: the main table's exact means and stds, and per-variant dynamics
+(``vitplast.results``). LR selection: ``test_lr_selection.py``."""
 
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import TINY
+from helpers import TINY, run_row
 
 from vitplast import results, runs, store
 
 NAN = float("nan")
-
-
-def run_row(task="digits", config="MHA", *, lr, seed, status="ok", val, test) -> dict:
-    """One row of a results table: the columns ``select_lr`` and ``main_table`` read."""
-    return dict(task=task, config=config, lr=lr, seed=seed, status=status, best_val_acc=val,
-                test_acc=test)
-
-
-def test_select_lr_on_validation_not_test():
-    rows = [  # 1e-2 is better on validation, 1e-3 on test
-        run_row(lr=1e-2, seed=0, val=0.90, test=0.70),
-        run_row(lr=1e-3, seed=0, val=0.80, test=0.95),
-        run_row(lr=1e-2, seed=1, val=0.92, test=0.72),
-        run_row(lr=1e-3, seed=1, val=0.82, test=0.97),
-        # missing, not zero nor one:
-        run_row(lr=3e-2, seed=0, status="diverged", val=1.0, test=NAN),  # val before diverging
-        run_row(lr=1e-2, seed=2, status="failed", val=NAN, test=0.0)]
-    df = pd.DataFrame(rows)
-    by_val = results.select_lr(df)
-    assert by_val[["task", "config", "lr", "n_seeds", "selected_on"]].values.tolist() == [
-        ["digits", "MHA", 1e-2, 2, "val"]]
-    assert by_val["selection_score"][0] == pytest.approx(0.91)
-    by_test = results.select_lr(df, on="test")
-    assert by_test["lr"].tolist() == [1e-3] and by_test["selected_on"].tolist() == ["test"]
-    assert by_test["selection_score"][0] == pytest.approx(0.96)
-    with pytest.raises(ValueError, match="'val' or 'test'"):
-        results.select_lr(df, on="train")
-    # an extra config key given to some runs only (None elsewhere) is one more setting
-    df["ablation.c"] = [None, None, None, None, 2.0, None]
-    assert results.select_lr(df)["ablation.c"].isna().tolist() == [True]  # 2.0: diverged only
-    df.loc[4, "status"] = "ok"
-    assert results.select_lr(df)[["lr", "ablation.c"]].fillna(0).values.tolist() == [
-        [3e-2, 2.0], [1e-2, 0]]
 
 
 def test_main_table_mean_and_std_over_seeds_are_exact():

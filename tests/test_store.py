@@ -254,7 +254,6 @@ def test_complete_records_pass_and_load(tmp_path):
     assert len(store.load_runs(tmp_path)) == 2 and store.audit(tmp_path).empty
 
 
-
 @pytest.mark.parametrize("name, content", [
     ("study.json", {"session": []}),
     ("scales-0123.json", dict(tasks=[], target="MHA", n_pairs=8, plasticity={})),
@@ -275,34 +274,3 @@ def test_a_companion_without_its_keys_is_named_and_never_used(tmp_path, name, co
     with pytest.raises(ValueError, match=f"{name}: .*delete it to measure again"):
         store.read_companion(path)
     assert store.read_companion(tmp_path / "absent-0.json") is None
-
-
-def test_the_cache_stores_tables_as_data_and_gives_them_back_exactly(tmp_path):
-    """``load_or_compute``: a table round-trips exactly (dtypes, categories, missing text,
-    ``attrs``), is computed once, and is stored as arrays numpy reads without pickle (a
-    shared cache cannot run code); anything but a table is refused."""
-    import numpy as np
-    import pandas as pd
-
-    df = pd.DataFrame({"layer": pd.Categorical([0, 1, 1]), "rate": np.float32([0.5, 1.5, 2.5]),
-                       "pair": [3, 4, 5], "task": pd.array(["a", None, "c"], dtype="str"),
-                       "component": pd.Categorical(["MHA", "LN1", "MHA"],
-                                                   categories=["MHA", "FC1", "LN1"]),
-                       "ok": [True, False, True]})
-    df.attrs["excluded"] = np.int64(2)
-    calls = []
-
-    def compute():
-        calls.append(1)
-        return df
-
-    first = store.load_or_compute("t", {"a": 1}, compute, folder=tmp_path)
-    again = store.load_or_compute("t", {"a": 1}, compute, folder=tmp_path)
-    assert calls == [1] and first is df
-    pd.testing.assert_frame_equal(again, df, check_exact=True)
-    assert again.attrs == {"excluded": 2}
-    (saved,) = tmp_path.glob("t-*.npz")
-    with np.load(saved, allow_pickle=False) as z:
-        assert "schema" in z.files
-    with pytest.raises(TypeError, match="caches tables"):
-        store.load_or_compute("u", {}, lambda: {"not": "a table"}, folder=tmp_path)

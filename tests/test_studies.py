@@ -7,19 +7,6 @@ from vitplast import results, runs, store, studies
 from vitplast.runs import run_hash
 
 
-def test_main_study_grids_are_half_decade_ladders_per_configuration():
-    main = studies.get("main").spec
-    assert set(main["lrs"]) == {"full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"}
-    for lrs in main["lrs"].values():
-        assert lrs == sorted(lrs) and set(lrs) <= set(studies.LR_LADDER)
-        steps = [b / a for a, b in zip(lrs, lrs[1:])]
-        assert all(s == pytest.approx(10 / 3) or s == pytest.approx(3) for s in steps)
-    configs = studies.runs_of(main)
-    assert len(configs) == len(main["tasks"]) * len(main["seeds"]) * sum(
-        len(v) for v in main["lrs"].values())
-    assert len({runs.run_hash(c) for c in configs}) == len(configs)
-
-
 def test_unknown_study_names_the_valid_ones():
     with pytest.raises(ValueError, match="unknown study 'mian'; valid: \\['main', 'main-smoke', "
                        "'budget', 'confounds', 'confounds-smoke', 'suite', 'gauge', 'length', "
@@ -201,25 +188,3 @@ def test_shipped_searched_results_are_the_complete_study(name):
     assert len(state) == SEARCHED[name]
     assert (state["next"].map(len) == 0).all() and state["bracketed"].all()
     assert all(store.exists(study.root(), r) for r in search.search_runs(study.spec, study.root()))
-
-
-def test_the_recipe_length_check_is_p1_and_p2_at_two_and_four_times_the_steps():
-    """The length study: the configurations of the suite study's P1 and P2, each at 240 and
-    480 steps (warm-up scaled alike), the sparse ones the suite's own variants (same masks
-    and count), from the suite's start LRs, on four tasks of four families."""
-    from vitplast import search, suite
-
-    length, suite_spec = studies.get("length").spec, studies.get("suite").spec
-    settings = search.settings(length)
-    assert len(settings) == 4 * 6 * 2
-    assert {suite.SUITE[t].family for t in length["tasks"]} >= {
-        "shift", "digits", "drawn"}
-    suite_sparse = {s["name"]: s for s in search.settings(
-        dict(suite_spec, tasks=["digits"]))}
-    for s in settings:
-        name, length = s["name"].rsplit(" ", 1)
-        k = {"2x": 2, "4x": 4}[length]
-        assert (s["steps"], s["warmup_steps"]) == (120 * k, 12 * k)
-        assert s["start"] == suite_spec["configs"][name]
-        if name.endswith("sparse"):
-            assert s["ablation"] == suite_sparse[name]["ablation"]

@@ -1,10 +1,11 @@
-"""The task suite: 33 offline tasks, their class counts and splits pinned; drawn images."""
+"""The task suite: 33 offline tasks, their class counts and splits pinned (drawn pictures:
+``test_drawn.py``)."""
 
 import numpy as np
 import pytest
 import torch
 
-from vitplast import corruptions, data, drawn, suite, tasks
+from vitplast import corruptions, data, suite, tasks
 
 #: The suite's class counts, as the issue asked them pinned (a change must change this table).
 CLASSES = {
@@ -66,27 +67,6 @@ def test_relabelled_tasks_keep_the_images_and_map_the_labels(fake_fmnist, tmp_pa
     assert coarse.labels.tolist() == [[0, 1, 0, 1, 0, 2, 0, 2, 3, 2][y] for y in plain.labels]
     assert turned.labels.tolist() == [i % 4 for i in range(20)]
     assert torch.equal(turned.images[3], torch.rot90(plain.images[3], 3, dims=(1, 2)))
-
-
-def test_every_glyph_task_uses_only_fonts_that_draw_its_characters():
-    for chars in (drawn.UPPER, drawn.LOWER, drawn.DIGITS, drawn.SYMBOLS, drawn.GREEK):
-        fonts = drawn._fonts_for(chars)
-        assert len(fonts) >= 8
-        assert all(drawn.has_glyph(f, c) for f in fonts for c in chars)
-    assert not drawn.has_glyph("cmr10.ttf", "\u03b1")  # Computer Modern has no Greek here
-
-
-def test_drawn_pictures_are_what_their_labels_say():
-    rng = np.random.default_rng(0)
-    x, y = drawn.count_dots(12, rng)
-    from scipy import ndimage
-
-    for img, label in zip(x, y):  # count the blobs of ink
-        assert ndimage.label(img[0].numpy() > 0.5)[1] == int(label) + 1
-    x, y = drawn.symmetry(4, np.random.default_rng(1))
-    for img, label in zip(x, y):  # noise aside, label 1 is mirror-symmetric
-        gap = (img[0] - img[0].flip(-1)).abs().mean()
-        assert (gap < 3 * drawn.NOISE) == bool(label)
 
 
 @pytest.mark.parametrize("name", corruptions.MORE_CORRUPTIONS)

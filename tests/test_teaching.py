@@ -163,32 +163,6 @@ def test_notebook_02_reads_the_hidden_protocols_zero_correlation_as_a_disagreeme
     assert row["measured"] == 0 and row["verdict"].startswith("disagrees with the paper")
 
 
-def _intervals(ln1_layer0_bound: float, ln1_layer0_plasticity: float = 3.0) -> pd.DataFrame:
-    """Three layers; layer 0's LN1 bound set by one small-sigma token."""
-    base = dict(MHA=(3.0, 0.7), FC1=(2.5, 0.65), FC2=(2.2, 0.62), LN2=(1.5, 0.61), LN1=(1.4, 0.6))
-    rows = [dict(layer=layer, component=c, bound=b, plasticity=p)
-            for layer in range(3) for c, (b, p) in base.items()]
-    df = pd.DataFrame(rows)
-    df.loc[(df.layer == 0) & (df.component == "LN1"), ["bound", "plasticity"]] = \
-        [ln1_layer0_bound, ln1_layer0_plasticity]
-    return df
-
-
-def test_medians_and_means_of_layers_are_both_stated_where_an_order_rests_on_them():
-    rows = {r["claim"]: r for r in findings._median_rows(_intervals(14.47))}
-    bounds = rows["order of the proven bounds (Props. 1-3), layer MEDIANS, vs Takeaway 1"]
-    assert bounds["measured"] == "MHA > FC1 > FC2 > LN2 > LN1"
-    assert bounds["verdict"].startswith("same as the paper") and "another order" in \
-        bounds["verdict"]  # the means put LN1 first: the verdict depends on the average
-    plast = rows["order of measured plasticity: layer means vs layer MEDIANS"]
-    assert plast["measured"] == ("means LN1 > MHA > FC1 > FC2 > LN2; "
-                                 "medians MHA > FC1 > FC2 > LN2 > LN1")
-    assert plast["verdict"] == "the order depends on the average (mean vs median over layers)"
-    calm = {r["claim"]: r for r in findings._median_rows(_intervals(1.4, 0.6))}
-    assert calm["order of measured plasticity: layer means vs layer MEDIANS"]["verdict"] == \
-        "same order"
-
-
 def test_paper_values_beside_the_measured_ones_come_from_one_place():
     # notebooks 01 and 02 print Fig. 2 beside the measurement from vitplast.paper, never retyped
     assert list(FIG2_PLASTICITY) == list(PLASTICITY_ORDER)

@@ -37,25 +37,30 @@ primary         a question a study declares before its runs (``verdicts.Primary`
 Modules, one concept each (``__all__`` below lists them; within a module, names without a
 leading ``_`` are public, and a module's own ``__all__``, where it has one, lists them):
 
-- the paper's objects: ``components``, ``plasticity`` and ``pairs`` (Definition 1), ``bounds``
-  (Propositions 1-4), ``intervals`` (objection 2, Takeaway 1), ``definitions`` and
+- the paper's objects: ``components``, ``plasticity`` (over ``rates``: one batch's rates) and
+  ``pairs`` (Definition 1), ``bounds`` (Propositions 1-4), ``intervals`` (objection 2,
+  Takeaway 1), ``definitions`` and
   ``empirical`` (measured plasticity), ``stream`` (what sets the ranking: the residual
   stream's scale), ``paper`` (its reference values);
-- conclusions: ``findings`` (one builder per notebook; 04 in ``finetuning_findings``, 05 in
-  ``confound_findings``) over ``verdicts`` (rows, primaries, Holm families) and ``power``;
+- conclusions: ``findings`` (one builder per notebook; 03 in ``bound_findings``, 04 in
+  ``finetuning_findings``, 05 in ``confound_findings``) over ``verdicts`` (rows, primaries,
+  Holm families) and ``power``;
   ``advise`` (which component to finetune, from signals measured before finetuning);
-- models and data: ``models`` (loading, the embedded checkpoints, folders), ``pretrain``,
-  ``tasks`` (the registry and ``load``) over ``data`` (embedded images), ``suite`` (the task
-  suite) and ``drawn`` (its glyphs and pictures), ``corruptions`` and ``paper_datasets``
-  (the paper's datasets from disk; ``fake_datasets`` writes tiny fakes);
-- finetuning: ``finetune`` (the one training loop; ``batched`` trains the LRs of one setting
-  as one computation), ``probes`` (the linear probe),
-  ``ablations`` (with ``gauge``) and ``confounds``,
-  ``runs`` (the run schema), ``studies`` (named studies), ``search`` (LRs bracketed on
-  validation), ``decide`` (the suite study's tables), ``sweep`` (running them), ``store``
-  and ``provenance`` (records, sessions, progress) over ``files`` (atomic writes),
-  ``results`` (tables);
-- presentation: ``plots``, ``widgets``, ``notebooks`` (papermill), ``__main__`` (the CLI).
+- models and data: ``models`` (loading, the embedded checkpoints, folders; ``hub``: reaching
+  the Hugging Face hub), ``pretrain``, ``tasks`` (the registry and ``load``) over ``data``
+  (embedded images), ``suite`` (the task suite) and ``drawn`` (its glyphs and pictures),
+  ``corruptions`` and ``paper_datasets`` (the paper's datasets from disk; ``fake_datasets``
+  writes tiny fakes);
+- finetuning: ``finetune`` (the one training loop, over ``passes``: loader, precision,
+  evaluation; ``batched`` trains the LRs of one setting as one computation), ``probes`` (the
+  linear probe), ``ablations`` (with ``gauge``) and ``confounds`` (with
+  ``confound_plasticity``), ``runs`` (the run schema), ``studies`` (named studies; their specs
+  in ``study_specs``), ``search`` (LRs bracketed on validation), ``decide`` (the suite study's
+  tables), ``sweep`` (running them), ``store`` and ``provenance`` (records, sessions,
+  progress) over ``files`` (atomic writes) and ``cached`` (load-or-compute), ``results``
+  (tables; the LR rule in ``lr_selection``);
+- presentation: ``plots`` (its look in ``plot_style``), ``widgets``, ``notebooks``
+  (papermill), ``__main__`` (the CLI).
 
 Helpers for argument checks: ``inputs``. Package data: the embedded checkpoints
 (``vitplast/checkpoints/``) and the notebooks (``vitplast/notebooks/``).
@@ -65,9 +70,11 @@ __version__ = "0.1.0"
 
 #: The public modules. Importing ``vitplast`` loads none of them: import the one you need,
 #: e.g. ``from vitplast import tasks``.
-__all__ = ["ablations", "advise", "batched", "bounds", "components", "confound_findings",
-           "confounds", "corruptions", "data", "decide", "definitions", "drawn", "empirical",
-           "fake_datasets", "files", "findings", "finetune", "finetuning_findings", "gauge",
-           "inputs", "intervals", "models", "notebooks", "pairs", "paper", "paper_datasets",
-           "plasticity", "plots", "power", "pretrain", "probes", "provenance", "results", "runs",
-           "search", "store", "stream", "studies", "suite", "sweep", "tasks", "verdicts", "widgets"]
+__all__ = ["ablations", "advise", "batched", "bound_findings", "bounds", "cached", "components",
+           "confound_findings", "confound_plasticity", "confounds", "corruptions", "data",
+           "decide", "definitions", "drawn", "empirical", "fake_datasets", "files", "findings",
+           "finetune", "finetuning_findings", "gauge", "hub", "inputs", "intervals",
+           "lr_selection", "models", "notebooks", "pairs", "paper", "paper_datasets", "passes",
+           "plasticity", "plot_style", "plots", "power", "pretrain", "probes", "provenance",
+           "rates", "results", "runs", "search", "store", "stream", "studies", "study_specs",
+           "suite", "sweep", "tasks", "verdicts", "widgets"]

@@ -158,11 +158,7 @@ def _corruption(name):
 #: Embedded task name -> image shift of Fashion-MNIST (``None``: scikit-learn digits).
 EMBEDDED_TASKS = {
     "fmnist": _identity,
-    "fmnist_contrast": _corruption("contrast"),
-    "fmnist_gaussian_noise": _corruption("gaussian_noise"),
-    "fmnist_motion_blur": _corruption("motion_blur"),
-    "fmnist_snow": _corruption("snow"),
-    "fmnist_speckle_noise": _corruption("speckle_noise"),
+    **{f"fmnist_{c}": _corruption(c) for c in corruptions.CORRUPTIONS},  # the paper's five
     "fmnist_invert": _invert,
     "fmnist_rotate90": _rotate90,
     "digits": None,

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-CORRUPTIONS = ["contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise"]
+from vitplast.corruptions import CORRUPTIONS
+
 C10C_ROWS = 20  # rows per severity in the fake CIFAR-10-C files
 #: name -> (len train, len val, len test, num_classes); 80/20 splits round like tasks.split
 SIZES = {

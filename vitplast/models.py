@@ -15,6 +15,9 @@
 Names are checked with timm's own parser before anything is built: unknown architectures
 and pretrained tags fail at once with the valid ones.
 
+Whether the hub is reachable, and reading its cache only when it is not, is
+``vitplast.hub``'s.
+
 The shipped study results are not package data (they are large): ``results_root`` finds them
 in a checkout's ``data/``, or under ``$VITPLAST_DATA``.
 
@@ -27,12 +30,18 @@ import difflib
 import hashlib
 import json
 import os
-from contextlib import contextmanager
 from pathlib import Path
 
 import timm
 import torch
 from timm.models.vision_transformer import VisionTransformer
+
+from vitplast.hub import (  # noqa: F401 (HUB_TIMEOUT, hub_reachable re-exported)
+    HUB_TIMEOUT,
+    cache_only,
+    hub_reachable,
+    maybe_cached,
+)
 
 #: Folder holding the embedded checkpoints, their manifest and model card (package data).
 DATA_DIR = Path(__file__).resolve().parent / "checkpoints"
@@ -292,47 +301,6 @@ def _weights_error(path: Path, name: str, err: Exception) -> ValueError:
                       "weights were saved from.")
 
 
-#: Seconds ``hub_reachable`` waits for the hub to answer.
-HUB_TIMEOUT = 2.0
-
-
-def hub_reachable(timeout: float = HUB_TIMEOUT) -> bool:
-    """Whether the Hugging Face hub (``HF_ENDPOINT``) accepts a connection within
-    ``timeout`` seconds; False at once under ``HF_HUB_OFFLINE=1``. ``load_model`` asks before
-    a hub download, so that offline it reads the cache only and fails in seconds, not after
-    the hub client's retries."""
-    import socket
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants
-
-    if constants.is_offline_mode():
-        return False
-    url = urlparse(constants.ENDPOINT)
-    try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
-                                 timeout=timeout).close()
-    except OSError:
-        return False
-    return True
-
-
-def _maybe_cached(name: str) -> bool:
-    """False when ``name``'s weights are on the Hugging Face hub and surely not in its local
-    cache; True when they are there or cannot be told without timm (an ``hf-hub:`` name,
-    whose config timm reads in a fraction of a second, or weights hosted elsewhere)."""
-    from huggingface_hub import try_to_load_from_cache
-    from timm.models import get_pretrained_cfg, parse_model_name
-
-    source, model_id = parse_model_name(name)
-    cfg = get_pretrained_cfg(model_id) if source is None else None
-    if cfg is None or not cfg.hf_hub_id:
-        return True
-    files = [cfg.hf_hub_filename] if cfg.hf_hub_filename else [
-        "model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin"]
-    return any(isinstance(try_to_load_from_cache(cfg.hf_hub_id, f), str) for f in files)
-
-
 def _hub_error(name: str, err: Exception | None) -> RuntimeError:
     """The error of hub weights that could not be had (``err`` None: the hub is unreachable
     and they are not cached), naming what to do instead."""
@@ -343,22 +311,6 @@ def _hub_error(name: str, err: Exception | None) -> RuntimeError:
         "reachable and pass weights_file=PATH (CLI: --weights-file; notebooks: -p weights_file "
         "PATH) with the timm name, or a local-dir:PATH folder; or pretrained=False for a random "
         f"init, or the embedded model {EMBEDDED_NAME!r}.")
-
-
-@contextmanager
-def _hub_offline(offline: bool):
-    """Inside, the Hugging Face client reads its cache only (as under ``HF_HUB_OFFLINE=1``)."""
-    if not offline:
-        yield
-        return
-    from huggingface_hub import constants
-
-    before = constants.HF_HUB_OFFLINE
-    constants.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        constants.HF_HUB_OFFLINE = before
 
 
 def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint: str = "final",
@@ -408,10 +360,10 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
     source = name.split(":", 1)[0] if ":" in name else None  # hf-hub, local-dir (check_name)
     hub = weights_file is None and source != "local-dir" and (pretrained or source == "hf-hub")
     offline = hub and not hub_reachable()
-    if offline and not _maybe_cached(name):  # before timm builds (seconds for a ViT-B)
+    if offline and not maybe_cached(name):  # before timm builds (seconds for a ViT-B)
         raise _hub_error(name, None)
     try:
-        with _hub_offline(offline):  # the cache only: no retries against an unreachable hub
+        with cache_only(offline):  # the cache only: no retries against an unreachable hub
             model = timm.create_model(name, pretrained=pretrained, **timm_kwargs)
     except Exception as err:
         if weights_file is not None:

@@ -49,16 +49,17 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import ConcatDataset, Dataset
 
+from vitplast.corruptions import CORRUPTIONS
+
 #: The paper's model: its data config is the default one.
 PAPER_MODEL = "vit_base_patch16_224.orig_in21k"
-_CORRUPTIONS = ("contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise")
 _DOMAINS = ("clipart", "sketch")
 _IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 _HALF = (0.5, 0.5, 0.5)
 
 #: The paper's finetuning steps per dataset.
 PAPER_STEPS = {"cifar10": 10_000, "cifar100": 10_000, "pet": 4_000, "flowers102": 5_000,
-               **{f"cifar10c_{c}": 10_000 for c in _CORRUPTIONS},
+               **{f"cifar10c_{c}": 10_000 for c in CORRUPTIONS},
                **{f"domainnet_{d}": 20_000 for d in _DOMAINS}}
 
 
@@ -260,7 +261,7 @@ def _domainnet(root: Path, *, domain: str, **_):
 PAPER_DATASETS: dict[str, Callable] = {
     "cifar10": functools.partial(_cifar, hundred=False),
     "cifar100": functools.partial(_cifar, hundred=True),
-    **{f"cifar10c_{c}": functools.partial(_cifar10c, corruption=c) for c in _CORRUPTIONS},
+    **{f"cifar10c_{c}": functools.partial(_cifar10c, corruption=c) for c in CORRUPTIONS},
     "pet": _pet,
     "flowers102": _flowers,
     **{f"domainnet_{d}": functools.partial(_domainnet, domain=d) for d in _DOMAINS},

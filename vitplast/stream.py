@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from vitplast.empirical import SOURCE
 from vitplast.plasticity import component_inputs, measure, order, ranking
 
 
@@ -70,7 +71,7 @@ def model_statistics(model: nn.Module, images: torch.Tensor) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = "fmnist",
+def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = SOURCE,
                       data_root: str = "", n_pairs: int = 256) -> pd.DataFrame:
     """``model_statistics`` at each checkpoint of the embedded model on both images of one
     task's pairs (the pretraining domain's x and the task's y, as ``plasticity.measurement``;
@@ -153,7 +154,7 @@ def _rankings(model_name: str, tasks, values, change, column: str, protocols, *,
 
 
 def gauge_rankings(model_name: str, tasks, cs=(1.0, 8.0), *, protocols=("embedding", "hidden"),
-                   source: str = "fmnist", data_root: str = "", n_pairs: int = 256
+                   source: str = SOURCE, data_root: str = "", n_pairs: int = 256
                    ) -> pd.DataFrame:
     """The ranking of the same network at each gauge c (``gauge.gauge``: same function),
     per task and protocol (load-or-compute): ``plasticity.ranking`` with a ``c`` column.
@@ -169,7 +170,7 @@ def gauge_rankings(model_name: str, tasks, cs=(1.0, 8.0), *, protocols=("embeddi
 
 
 def embedding_scale_rankings(model_name: str, tasks, scales=(1.0, 2.0, 4.0, 8.0), *,
-                             source: str = "fmnist", data_root: str = "", n_pairs: int = 256
+                             source: str = SOURCE, data_root: str = "", n_pairs: int = 256
                              ) -> pd.DataFrame:
     """The ``embedding``-protocol ranking when only the embedding is multiplied by s
     (``gauge.scale_embedding``; not function-preserving: what this protocol sees of the gauge),

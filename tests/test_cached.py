@@ -1,0 +1,59 @@
+"""Load-or-compute (``vitplast.cached``): a table round-trips exactly and is computed once;
+the hash that names it ignores key order and tells parameters apart."""
+
+import pytest
+
+from vitplast import cached, store
+
+
+def test_the_hash_ignores_key_order_and_tells_parameters_apart():
+    a = cached.config_hash({"task": "digits", "n_pairs": 8})
+    assert a == cached.config_hash({"n_pairs": 8, "task": "digits"})
+    assert len(a) == 16 and int(a, 16) >= 0
+    assert a != cached.config_hash({"task": "digits", "n_pairs": 9})
+    assert store.config_hash is cached.config_hash  # the store's companions use the same one
+
+
+def test_the_cache_stores_tables_as_data_and_gives_them_back_exactly(tmp_path):
+    """``load_or_compute``: a table round-trips exactly (dtypes, categories, missing text,
+    ``attrs``), is computed once, and is stored as arrays numpy reads without pickle (a
+    shared cache cannot run code); anything but a table is refused."""
+    import numpy as np
+    import pandas as pd
+
+    df = pd.DataFrame({"layer": pd.Categorical([0, 1, 1]), "rate": np.float32([0.5, 1.5, 2.5]),
+                       "pair": [3, 4, 5], "task": pd.array(["a", None, "c"], dtype="str"),
+                       "component": pd.Categorical(["MHA", "LN1", "MHA"],
+                                                   categories=["MHA", "FC1", "LN1"]),
+                       "ok": [True, False, True]})
+    df.attrs["excluded"] = np.int64(2)
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return df
+
+    first = cached.load_or_compute("t", {"a": 1}, compute, folder=tmp_path)
+    again = cached.load_or_compute("t", {"a": 1}, compute, folder=tmp_path)
+    assert calls == [1] and first is df
+    pd.testing.assert_frame_equal(again, df, check_exact=True)
+    assert again.attrs == {"excluded": 2}
+    (saved,) = tmp_path.glob("t-*.npz")
+    with np.load(saved, allow_pickle=False) as z:
+        assert "schema" in z.files
+    with pytest.raises(TypeError, match="caches tables"):
+        cached.load_or_compute("u", {}, lambda: {"not": "a table"}, folder=tmp_path)
+
+
+def test_an_unreadable_cache_file_is_computed_again(tmp_path):
+    import pandas as pd
+
+    df = pd.DataFrame({"x": [1, 2]})
+    path = tmp_path / f"t-{cached.config_hash({'a': 1})}.npz"
+    path.write_bytes(b"not an npz")
+    got = cached.load_or_compute("t", {"a": 1}, lambda: df, folder=tmp_path)
+    pd.testing.assert_frame_equal(got, df)
+    pd.testing.assert_frame_equal(cached.load_or_compute("t", {"a": 1}, lambda: None,
+                                                         folder=tmp_path), df)
+    with pytest.raises(TypeError, match="default index"):
+        cached.load_or_compute("u", {}, lambda: df.set_index("x", drop=False), folder=tmp_path)

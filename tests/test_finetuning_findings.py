@@ -1,0 +1,76 @@
+"""Notebook 04's findings (``vitplast.finetuning_findings``, read as ``findings.finetuning``):
+tasks, not seeds, are the units; declared primaries lead; a row whose verdict the other tied LR
+would flip is flagged fragile."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import tie_runs
+
+from vitplast import findings, results, studies
+
+TASKS = [f"t{i}" for i in range(7)]
+
+
+def _main(acc: dict) -> pd.DataFrame:
+    """A main_table-like frame from {config: per-task accuracies}."""
+    rows = [dict(task=t, config=c, test_acc_mean=v, lr=0.1) for c, vals in acc.items()
+            for t, v in zip(TASKS, vals)]
+    return pd.DataFrame(rows)
+
+
+def test_finetuning_findings_use_tasks_as_units():
+    """Synthetic per-task accuracies where MHA beats LN1 by exactly 3 points on every task
+    (plus noise in the others): the table tests over 7 tasks, not 21 seeds."""
+    rng = np.random.default_rng(2)
+    base = 80 + rng.normal(0, 2, 7)
+    acc = {"MHA": base + 3, "FC1": base + 2, "FC2": base + 1, "LN2": base + 0.5, "LN1": base,
+           "full": base + 3.2, "head": base - 4}
+    bands = pd.DataFrame([dict(task=t, config=c, delta=d, width=w, drop_x3=1.0)
+                          for t in TASKS for c, w in (("MHA", 1.5), ("LN1", 1.0), ("LN2", 1.0))
+                          for d in (1.0, 2.0)])
+    corr = pd.DataFrame([dict(protocol="hidden", task=t, component=c, spearman=0.5,
+                              rank_x=r, rank_y=r) for t in TASKS
+                         for r, c in enumerate(["MHA", "FC1", "FC2", "LN2", "LN1"], 1)])
+    grads = pd.DataFrame([dict(task=t, config=c, kind=k, grad_norm=g) for t in TASKS
+                          for c, k, g in (("MHA", "total", 10.0), ("LN1", "total", 1.0),
+                                          ("LN2", "total", 1.0), ("MHA", "per parameter", 0.01),
+                                          ("LN1", "per parameter", 0.1),
+                                          ("LN2", "per parameter", 0.1))])
+    probe = pd.Series(base - 10, index=TASKS)
+    t = dict(main=_main(acc), bands=bands, corr=corr, grads=grads)
+    table = findings.finetuning(t, probe, studies.get("main").primaries)
+    assert (table.loc[table["test"] != "none", "n"] == 7).all()
+    by_claim = table.set_index("claim")
+    assert by_claim.loc["MHA - FC1, test accuracy", "measured"] == pytest.approx(1.0)
+    assert by_claim.loc["LN2 - LN1, test accuracy", "verdict"] == "agrees with the paper"
+    grad = by_claim.filter(like="per parameter", axis=0)
+    assert grad["measured"].iloc[0] == pytest.approx(-1.0)
+    assert grad["verdict"].iloc[0] == "resolved: negative"
+    mha = by_claim.filter(like="where MHA sits", axis=0)
+    assert mha["verdict"].iloc[0] == "same as the paper (untested)"
+    primary = table[table["family"] == "primary"].set_index("claim")
+    assert len(primary) == 3 and primary.index[1] == "MHA - LN1, test accuracy"
+    assert primary["measured"].iloc[0] == pytest.approx((3 + 2 + 1) / 3 - 0.25)
+    assert primary["measured"].iloc[2] == pytest.approx(0.5)  # the corr table's rho
+    assert not table["claim"].str.contains("high-plasticity").any()
+
+
+def _ab_findings(t: dict) -> pd.DataFrame:
+    main = results.main_table(t["runs"])
+    acc = main[main["task"] != "average"].pivot_table(index="task", columns="config",
+                                                      values="test_acc_mean")
+    return findings.table([findings.paired_test("A - B", acc["A"], acc["B"], paper="x",
+                                                expected=1, unit="points")])
+
+
+@pytest.mark.parametrize("alt_test, fragile", [(0.81, False), (0.40, True)])
+def test_a_row_is_fragile_when_the_other_tied_lr_flips_it(alt_test, fragile):
+    df = tie_runs(alt_test)
+    t = dict(runs=df, ties=results.lr_ties(df),
+             alternatives=[dict(runs=a) for a in results.tie_alternatives(df)])
+    table = findings.with_ties(_ab_findings, t).set_index("claim")
+    assert table.loc["A - B", "verdict"] == "agrees with the paper"
+    assert bool(table.loc["A - B", "fragile"]) is fragile
+    ties = table.filter(like="tie-break", axis=0)
+    assert ties["n"].iloc[0] == 1 and ties["family"].iloc[0] == "descriptive"

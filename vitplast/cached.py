@@ -1,0 +1,107 @@
+"""Load-or-compute: an expensive table computed once, stored under a hash of its parameters.
+
+``load_or_compute`` keeps a DataFrame as arrays in an ``.npz`` (never a pickle) with its
+parameters beside it; ``config_hash`` is the short stable hash that names it, and names the
+study stores' companion files (``store.COMPANIONS``). ``vitplast.store`` re-exports both.
+
+Used by ``vitplast.empirical``, ``vitplast.stream``, ``vitplast.advise`` and the confound and
+suite studies' measurements.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from vitplast.files import atomic_path, write_json
+
+
+def config_hash(config: dict) -> str:
+    """A short stable hash of a JSON-serialisable config (key order does not matter)."""
+    text = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+
+def load_or_compute(name: str, params: dict, compute, folder: str | Path | None = None):
+    """Return the cached result of ``compute()`` (a DataFrame) for ``params``, computing it
+    once.
+
+    The table is stored atomically as data, never as a pickle (a cache folder shared on a
+    cluster must not be able to run code when a notebook reads it): ``<folder>/<name>-<hash
+    of params>.npz``, one array per column (``numpy.load(allow_pickle=False)`` reads it), its
+    dtypes, categories and ``attrs`` as JSON inside, the params beside it in a ``.json``.
+    An unreadable file is computed again.
+    """
+    import pandas as pd
+
+    from vitplast.models import cache_dir
+
+    folder = Path(folder) if folder is not None else cache_dir() / "results"
+    path = folder / f"{name}-{config_hash(params)}.npz"
+    if path.exists():
+        try:
+            return _read_frame(path)
+        except Exception:  # unreadable cache: recompute
+            pass
+    result = compute()
+    if not isinstance(result, pd.DataFrame):
+        raise TypeError(f"load_or_compute caches tables (DataFrames), got {type(result)}")
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        _write_frame(result, f)
+    write_json(path.with_suffix(".json"), params)
+    return result
+
+
+def _write_frame(df, f) -> None:
+    """``df`` as arrays in an ``.npz`` (no pickled object): numbers as they are, strings as
+    unicode arrays with a mask of missing values, categoricals as codes and categories."""
+    import numpy as np
+    import pandas as pd
+
+    if not df.index.equals(pd.RangeIndex(len(df))):
+        raise TypeError("load_or_compute caches tables with a default index (reset_index)")
+    arrays, columns = {}, []
+    for i, (name, col) in enumerate(df.items()):
+        spec = dict(name=name, dtype=str(col.dtype))
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            arrays[f"codes{i}"] = col.cat.codes.to_numpy()
+            arrays[f"categories{i}"] = np.asarray(col.cat.categories.tolist())
+            spec.update(kind="category", ordered=bool(col.cat.ordered))
+        elif pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
+            arrays[f"values{i}"] = col.to_numpy()
+            spec.update(kind="numeric")
+        else:
+            missing = col.isna().to_numpy()
+            arrays[f"values{i}"] = np.asarray(["" if m else str(v) for v, m in zip(col, missing)],
+                                              dtype=str)
+            arrays[f"missing{i}"] = missing
+            spec.update(kind="text")
+        columns.append(spec)
+    schema = dict(columns=columns, attrs=df.attrs)
+    np.savez(f, schema=np.asarray(json.dumps(schema, default=lambda o: o.item())), **arrays)
+
+
+def _read_frame(path: Path):
+    """The table ``_write_frame`` stored at ``path``."""
+    import numpy as np
+    import pandas as pd
+
+    with np.load(path, allow_pickle=False) as z:
+        schema = json.loads(str(z["schema"]))
+        data = {}
+        for i, spec in enumerate(schema["columns"]):
+            if spec["kind"] == "category":
+                data[spec["name"]] = pd.Categorical.from_codes(
+                    z[f"codes{i}"], categories=z[f"categories{i}"].tolist(),
+                    ordered=spec["ordered"])
+            elif spec["kind"] == "numeric":
+                data[spec["name"]] = z[f"values{i}"]
+            else:
+                values = pd.Series(z[f"values{i}"].astype(object))
+                values[z[f"missing{i}"]] = None
+                data[spec["name"]] = values.astype(spec["dtype"])
+    df = pd.DataFrame(data)
+    df.attrs.update(schema["attrs"])
+    return df
