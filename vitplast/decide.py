@@ -23,7 +23,7 @@ test their mean over tasks.
 - ``by_length`` and ``length_rule``: the recipe-length check (``studies.get("length")``): P1
   and P2 per task at 1x, 2x and 4x the recipe's steps, and the rule declared with it (a sign
   change of either mean between 1x and 4x lengthens the suite study).
-- ``edge_of_stability``: how many of a study's chosen runs had a training loss that rose
+- ``rising_loss``: how many of a study's chosen runs had a training loss that rose
   above its start: single runs that rounding alone moves by points.
 - ``gauge_pairs`` and ``gauge_checks``: the cross-gauge study's (``studies.get("gauge")``)
   runs at c = 1 and c = 8 that the gauge provably leaves alone (head-only, LN1), paired: their
@@ -205,7 +205,7 @@ def length_rule(values: pd.DataFrame) -> list[dict]:
     return rows
 
 
-def edge_of_stability(picked: pd.DataFrame) -> dict:
+def rising_loss(picked: pd.DataFrame) -> dict:
     """A descriptive findings row: the share of a study's chosen runs (``chosen``) whose
     training loss rose above its first value (``search.state``'s ``loss_rose``), where
     rounding alone can move a single run by points (``gauge_pairs`` shows it)."""
@@ -214,14 +214,12 @@ def edge_of_stability(picked: pd.DataFrame) -> dict:
         "chosen runs whose training loss rose above its start (where rounding alone moves a "
         "single run by points)", measured=100 * rose.mean() if len(rose) else np.nan,
         paper="not in the paper", n=len(rose), unit="% of the chosen runs",
-        verdict=f"{int(rose.sum())} of {len(rose)} chosen runs sit at the edge of stability")
+        verdict=f"{int(rose.sum())} of {len(rose)} chosen runs had a training loss that rose "
+                "above its start")
 
 
 #: The gauge's invariant configurations: they train nothing the gauge scales (``vitplast.gauge``).
 GAUGE_INVARIANT = ("head", "LN1")  # head: head-only finetuning
-#: Largest difference of two loss histories (training loss, every logged step) that reads
-#: "the same trajectory": rounding differences of fp32 runs, far below a step's change.
-SAME_TRAJECTORY = 1e-3
 
 
 def gauge_pairs(root: str | Path, configs=GAUGE_INVARIANT) -> pd.DataFrame:
@@ -255,7 +253,7 @@ def gauge_pairs(root: str | Path, configs=GAUGE_INVARIANT) -> pd.DataFrame:
 def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame) -> list[dict]:
     """The cross-gauge study's checks as findings rows: on stable runs (``gauge_pairs``) the
     invariant configurations follow the same trajectory at c = 8 as at c = 1 (descriptive, at
-    ``SAME_TRAJECTORY``); the share of chosen runs whose loss rose above its start
+    ``verdicts.SAME_TRAJECTORY``); the share of chosen runs whose loss rose above its start
     (``search.state``'s ``loss_rose``); and, per invariant configuration, c = 8 minus c = 1 at
     the LRs the search chose (``picked``: the study's ``chosen``), a test of what rounding
     alone does to the study's single runs (exploratory: zero in exact arithmetic)."""
@@ -266,10 +264,10 @@ def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame) -> list[dict]:
         "where training is stable (derived: the gauge scales nothing they train)",
         measured=worst, paper="not in the paper (vitplast.gauge, derived and tested)",
         verdict=("no stable pair stored yet" if not len(stable) else
-                 "the same trajectory, as derived" if worst <= SAME_TRAJECTORY else
+                 "the same trajectory, as derived" if worst <= verdicts.SAME_TRAJECTORY else
                  "not the same: the derivation or the code is wrong"),
         n=len(stable), unit="largest loss difference, over stable run pairs")]
-    rows.append(edge_of_stability(picked))
+    rows.append(rising_loss(picked))
     acc = accuracy(picked)
     for config in GAUGE_INVARIANT:
         if {config, f"{config} c=8"} <= set(acc):
@@ -280,7 +278,7 @@ def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame) -> list[dict]:
     return rows
 
 
-__all__ = ["GAUGE_INVARIANT", "LENGTHS", "SAME_TRAJECTORY", "accuracy", "by_length", "chosen",
-           "complete_tasks", "component_plasticity", "distance", "edge_of_stability",
+__all__ = ["GAUGE_INVARIANT", "LENGTHS", "accuracy", "by_length", "chosen",
+           "complete_tasks", "component_plasticity", "distance", "rising_loss",
            "findings", "gauge_checks", "gauge_pairs", "length_rule", "spearman_plasticity_gain",
            "task_plasticity", "task_probe", "task_probes"]

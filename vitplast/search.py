@@ -164,7 +164,7 @@ def state(study: dict, root) -> "pd.DataFrame":  # noqa: F821
     """Where the search of each setting stands: one row per (task, config, seed) with
     ``tried`` (LRs stored), ``best`` (LR), ``bracketed``, ``next`` (LRs still asked for), and
     the best run's ``val_acc``, ``test_acc`` (in %), ``trainable`` count and ``loss_rose``
-    (its training loss rose above its first value somewhere: a run at the edge of stability,
+    (its training loss rose above its first value somewhere: a run
     which rounding alone can move by points; NaN without a best run)."""
     import pandas as pd
 

@@ -63,6 +63,9 @@ TIGHT = 2.0
 #: Prop. 1 assumes tokens share sigma: read as holding while the per-token cv of sigma is below
 #: this in every layer (notebook 03).
 SHARED_SIGMA_CV = 0.05
+#: Largest difference of two training-loss histories that reads "the same trajectory"
+#: (notebook 07, the gauge pairs): rounding differences of fp32 runs, far below a step's change.
+SAME_TRAJECTORY = 1e-3
 #: A mean rank at or below this (1 = highest of the five components) reads "highest"
 #: (notebook 04, where MHA sits).
 TOP_RANK = 1.5
