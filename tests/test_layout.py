@@ -121,7 +121,7 @@ def test_no_module_is_longer_than_400_lines():
 
 #: Modules whose tests still live in other test files or are still to be written: the set
 #: shrinks as ``tests/test_<module>.py`` files are added (issue "data model / layout").
-_NO_TEST_FILE_YET = {"verdicts"}
+_NO_TEST_FILE_YET: set[str] = set()
 
 
 def test_every_module_has_its_own_test_file():

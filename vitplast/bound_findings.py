@@ -2,9 +2,8 @@
 the bounds give the order of plasticity?
 
 Every row is descriptive (the layers of one model are not independent units), its verdict
-computed from the numbers (``intervals.holds``: the one definition of a bound holding). The
-verdict texts of untested and exact comparisons with the paper (``_same``, ``_exact``) are
-shared with the other builders of ``vitplast.findings``, which re-exports ``bounds``.
+computed from the numbers (``intervals.holds``: the one definition of a bound holding).
+``vitplast.findings`` re-exports ``bounds``.
 
 Paper: Propositions 1-4 and Takeaway 1. Used by notebook 03 (``findings.bounds``).
 """
@@ -15,18 +14,7 @@ import pandas as pd
 
 from vitplast.components import NORMS
 from vitplast.paper import PROPOSITIONS, TAKEAWAY1, VITB_RMS_TOKEN_NORM
-from vitplast.verdicts import SHARED_SIGMA_CV, TIGHT, descriptive, table
-
-
-def _same(ok: bool) -> str:
-    """The verdict of a comparison with the paper that is not a test (no units to test over)."""
-    return "same as the paper (untested)" if ok else "differs from the paper (untested)"
-
-
-def _exact(ok: bool) -> str:
-    """The verdict of an exact computation (no sampling of units: nothing to test)."""
-    return "same as the paper (exact check)" if ok else "differs from the paper (exact check)"
-
+from vitplast.verdicts import SHARED_SIGMA_CV, TIGHT, descriptive, same, table
 
 #: Each proposition: its bound's column of ``intervals.intervals`` and its statement; the
 #: components it bounds are ``paper.PROPOSITIONS``'s (Prop. 4: MHA's tighter bound).
@@ -97,8 +85,7 @@ def bounds(df: pd.DataFrame, checks: pd.DataFrame) -> pd.DataFrame:
         rows.append(descriptive(
             f"order of the {what} vs Takeaway 1", " > ".join(order),
             paper="Takeaway 1: MHA > FC1 ~ FC2 > LN2 ~ LN1",
-            verdict="same as the paper (untested)" if _in_takeaway1_order(order)
-            else "differs from the paper (untested)", n=len(cmp),
+            verdict=same(_in_takeaway1_order(order)), n=len(cmp),
             unit="(order of layer means), over components"))
     return table(rows)
 
@@ -118,7 +105,7 @@ def _median_rows(df: pd.DataFrame) -> list[dict]:
     return [
         descriptive("order of the proven bounds (Props. 1-3), layer MEDIANS, vs Takeaway 1",
                     " > ".join(med_b), paper="Takeaway 1: MHA > FC1 ~ FC2 > LN2 ~ LN1",
-                    verdict=_same(_in_takeaway1_order(med_b)) + (
+                    verdict=same(_in_takeaway1_order(med_b)) + (
                         "; the same order as the layer means" if med_b == mean_b else
                         "; the layer means give another order: the verdict depends on the "
                         "average"), n=n, unit="(order of layer medians), over components"),

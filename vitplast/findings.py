@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from vitplast.bound_findings import _exact, _same, bounds
+from vitplast.bound_findings import bounds
 from vitplast.confound_findings import confounds
 from vitplast.finetuning_findings import STATISTICS, finetuning, with_ties
 from vitplast.paper import SOURCES
@@ -35,19 +35,20 @@ from vitplast.verdicts import (
     UNDERPOWERED,
     Primary,
     descriptive,
+    exact,
     holm,
     mean_test,
     paired_test,
     primaries_table,
     render,
+    same,
     table,
 )
 
 __all__ = ["ALPHA", "COLUMNS", "EXTRA", "MAX_PRIMARIES", "MIN_N", "STATISTICS", "UNDERPOWERED",
            "Primary", "bounds", "confounds", "correlation_row", "definitions", "descriptive",
-           "explorer",
-           "finetuning", "holm", "mean_test", "paired_test", "plasticity_ranking",
-           "primaries_table", "render", "table", "with_ties"]
+           "exact", "explorer", "finetuning", "holm", "mean_test", "paired_test",
+           "plasticity_ranking", "primaries_table", "render", "same", "table", "with_ties"]
 
 
 # notebook 01 ---------------------------------------------------------------------------------
@@ -98,19 +99,19 @@ def definitions(maps: pd.DataFrame, linear: pd.DataFrame, scale: pd.DataFrame,
     return table([
         descriptive("plasticity <= largest observed rate <= Lipschitz constant, 1-D maps",
                     f"{int(ok.sum())}/{len(ok)}", paper="Definition 1: P(f) <= Lip(f)",
-                    verdict=_exact(bool(ok.all())), n=len(ok), unit="(map, scale) cases"),
+                    verdict=exact(bool(ok.all())), n=len(ok), unit="(map, scale) cases"),
         descriptive("1-D maps whose plasticity crosses 1 between pair scales",
                     ", ".join(crossing) or "none",
                     paper="objection 1 (docs/objections.md): P depends on the pair distribution",
-                    verdict=_exact(bool(crossing)),
+                    verdict=exact(bool(crossing)),
                     n=maps["function"].nunique(), unit="(of the maps)"),
         descriptive("linear map: plasticity / sqrt(mean sigma_i^2)", float(ratio),
                     paper="at most 1 for isotropic pairs (Jensen: E[rate] <= sqrt(E[rate^2]) = "
-                    "||W||_F / sqrt(d))", verdict=_exact(ratio <= 1 + 1e-6), n=1,
+                    "||W||_F / sqrt(d))", verdict=exact(ratio <= 1 + 1e-6), n=1,
                     unit="(ratio; one map)"),
         descriptive("LayerNorm: slope of log plasticity against log input scale", slope,
                     paper="Prop. 1: bound ||gamma||_inf / sigma, slope -1",
-                    verdict=_exact(abs(slope + 1) <= tol), n=len(ln), unit="(fit over scales)"),
+                    verdict=exact(abs(slope + 1) <= tol), n=len(ln), unit="(fit over scales)"),
         _settled(big),
         descriptive(f"largest 95% CI half-width relative to the estimate at "
                     f"{int(big['n_pairs'].max())} pairs", rel, paper="not reported",
@@ -197,7 +198,7 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
         paper_above = [c for c in PLASTICITY_ORDER if FIG2_PLASTICITY[c] > 1]
         rows.append(descriptive(f"components above 1 (mean over tasks) [{protocol}]",
                                 ", ".join(above) or "none", paper=", ".join(paper_above),
-                                verdict=_same(above == paper_above), n=g["task"].nunique(),
+                                verdict=same(above == paper_above), n=g["task"].nunique(),
                                 unit="(tasks)"))
     for protocol, g in ([] if along is None else along.groupby("protocol", sort=False)):
         tau, n = _kendall_first_last(g)
@@ -240,18 +241,18 @@ def explorer(bounds_: pd.DataFrame, gamma: pd.DataFrame, tol: float = 1e-3) -> p
     return table([
         descriptive("largest measured rate <= its bound (Props. 1-3)",
                     f"{int(held.sum())}/{len(held)}", paper="Props. 1-3: upper bounds",
-                    verdict=_exact(bool(held.all())), n=len(held), unit="(layer, component)"),
+                    verdict=exact(bool(held.all())), n=len(held), unit="(layer, component)"),
         descriptive("bound / plasticity, median over (layer, component)", loose,
                     paper="not reported", verdict=f"tight (< {TIGHT:g})" if loose < TIGHT else
                     f"loose (>= {TIGHT:g})", n=len(bounds_), unit="ratio, median"),
         descriptive("LayerNorm gamma, beta times c: |plasticity ratio / c - 1|, largest over c",
                     off, paper="Definition 1: the LN's output times c, its input unchanged, "
                     "so every rate times c",
-                    verdict=_exact(off <= tol), n=len(gamma), unit="(relative, over scales c)"),
+                    verdict=exact(off <= tol), n=len(gamma), unit="(relative, over scales c)"),
         descriptive("largest |logit difference|: function-preserving rescale (smallest for the "
                     "raw one beside it)", f"{kept:.2g} (raw: {raw:.2g})",
                     paper="objections 3-4: the same function, another plasticity",
-                    verdict=_exact(kept <= tol < raw), n=len(gamma),
+                    verdict=exact(kept <= tol < raw), n=len(gamma),
                     unit="(logits, over scales c)"),
     ])
 

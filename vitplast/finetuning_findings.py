@@ -23,7 +23,7 @@ import pandas as pd
 
 from vitplast.components import NORMS
 from vitplast.paper import FIG2_PLASTICITY, FINETUNING_ORDER, SOURCES, group_gap, table1_average
-from vitplast.verdicts import TOP_RANK, descriptive, mean_test, paired_test, table
+from vitplast.verdicts import TOP_RANK, descriptive, mean_test, paired_test, same, table
 
 #: Per-task statistics a primary may name, and what each is.
 STATISTICS = {
@@ -194,8 +194,7 @@ def _plasticity_rows(corr: pd.DataFrame, source: str, declared=()) -> list[dict]
         top = mha["rank_x"].mean() <= TOP_RANK and mha["rank_y"].mean() <= TOP_RANK
         rows.append(descriptive(f"where MHA sits among the five [{protocol}] (1 = highest)", ranks,
                                 paper="highest plasticity and highest gain (Fig. 2, Table 1)",
-                                verdict="same as the paper (untested)" if top
-                                else "differs from the paper (untested)",
+                                verdict=same(top),
                                 n=mha["task"].nunique(), unit="mean over tasks"))
     return rows
 

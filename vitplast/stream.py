@@ -254,8 +254,7 @@ def ranking_findings(gauged: pd.DataFrame, embedding_scaled: pd.DataFrame,
         rows.append(findings.descriptive(
             f"order at gauge c = {c:g} [{protocol}]", text,
             paper=f"{paper_order}, {SOURCES['fig2']}",
-            verdict="same as the paper (untested)" if text == paper_order else
-            "differs from the paper (untested)", n=g["task"].nunique(), unit="(tasks)"))
+            verdict=findings.same(text == paper_order), n=g["task"].nunique(), unit="(tasks)"))
         rows.append(findings.correlation_row(
             f"Spearman(measured, Fig. 2) at gauge c = {c:g} [{protocol}]", _spearman_fig2(g),
             paper=f"+1 (same order), {SOURCES['fig2']}"))
@@ -270,8 +269,7 @@ def ranking_findings(gauged: pd.DataFrame, embedding_scaled: pd.DataFrame,
         text = orders(g, by="scale").iloc[0, 0]
         rows.append(findings.descriptive(
             f"order with the embedding times {s:g} [embedding]", text, paper=paper_order,
-            verdict="same as the paper (untested)" if text == paper_order else
-            "differs from the paper (untested)", n=g["task"].nunique(), unit="(tasks)"))
+            verdict=findings.same(text == paper_order), n=g["task"].nunique(), unit="(tasks)"))
     last = statistics[statistics["checkpoint"] == statistics["checkpoint"].iloc[-1]]
     r = float(last["r_embedding"].mean())
     rows.append(findings.descriptive(

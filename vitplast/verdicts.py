@@ -127,6 +127,16 @@ class Primary:
 MAX_PRIMARIES = 3
 
 
+def same(ok: bool) -> str:
+    """The verdict of a comparison with the paper that is not a test (no units to test over)."""
+    return "same as the paper (untested)" if ok else "differs from the paper (untested)"
+
+
+def exact(ok: bool) -> str:
+    """The verdict of an exact computation (no sampling of units: nothing to test)."""
+    return "same as the paper (exact check)" if ok else "differs from the paper (exact check)"
+
+
 def _t_interval(values: np.ndarray) -> tuple[float, float]:
     """(half-width of the 95% t interval of the mean, two-sided one-sample t p)."""
     from scipy import stats

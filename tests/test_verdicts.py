@@ -1,0 +1,139 @@
+"""Verdicts: rows computed from synthetic tables, Holm's correction within families,
+primaries, power rows, the task as the unit, the verdict words of untested and exact
+comparisons. Notebook 04's table and the fragile flag: ``test_finetuning_findings.py``; the LR
+tie rule: ``test_lr_selection.py``."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vitplast import power, studies, verdicts
+
+TASKS = [f"t{i}" for i in range(7)]
+
+
+def test_holm_matches_its_definition():
+    p = [0.01, 0.04, 0.03, np.nan, 0.2]
+    # sorted 0.01, 0.03, 0.04, 0.2 (m = 4): 0.04, 0.09, max(0.09, 0.08), max(0.09, 0.2)
+    assert verdicts.holm(p) == pytest.approx([0.04, 0.09, 0.09, np.nan, 0.2], nan_ok=True)
+    assert verdicts.holm([0.6, 0.5]).tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("shift, expected, verdict", [
+    (2.0, 1, "agrees with the paper"), (-2.0, 1, "disagrees with the paper"),
+    (0.0, 1, "not resolved"), (2.0, 0, "disagrees with the paper"),
+    (-2.0, math.nan, "resolved: negative")])
+def test_a_verdict_follows_sign_significance_and_the_paper(shift, expected, verdict):
+    rng = np.random.default_rng(0)
+    a = pd.Series(80 + rng.normal(0, 1, 7), index=TASKS)
+    b = a - shift + pd.Series(rng.normal(0, 0.2, 7), index=TASKS)
+    row = verdicts.paired_test("a - b", a, b, paper="x", expected=expected, unit="points")
+    table = verdicts.table([row])
+    assert list(table.columns[:9]) == verdicts.COLUMNS
+    assert table.loc[0, "verdict"].startswith(verdict) and table.loc[0, "n"] == 7
+    assert table.loc[0, "measured"] == pytest.approx((a - b).mean())
+
+
+def test_holm_turns_a_lone_significance_into_not_resolved():
+    """One p = 0.03 among ten tests is significant alone but not after Holm."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for i in range(10):
+        d = rng.normal(0, 1, 7) if i else rng.normal(1.0, 1.0, 7)
+        rows.append(verdicts.mean_test(f"claim {i}", d, paper="x", expected=1, unit="points"))
+    table = verdicts.table(rows)
+    assert table.loc[0, "p"] < 0.05 <= table.loc[0, "p_holm"]
+    assert table.loc[0, "verdict"].startswith("not resolved")
+    assert (table["p_holm"] >= table["p"]).all()
+
+
+def test_too_few_units_are_never_resolved():
+    row = verdicts.mean_test("tiny", [5.0, 5.1], paper="x", expected=1, unit="points")
+    assert verdicts.table([row]).loc[0, "verdict"] == "descriptive (n = 2 < 3, untested)"
+    row = verdicts.mean_test("none", [], paper="x", expected=1, unit="points")
+    assert math.isnan(row["measured"]) and row["n"] == 0
+
+
+def test_render_is_one_line_per_row_from_the_table():
+    rows = [verdicts.mean_test("c", [1.0, 2.0, 3.0, 4.0], paper="p", expected=1, unit="u"),
+            verdicts.descriptive("d", "A > B", paper="B > A", verdict="differs (untested)", n=3,
+                                 unit="mean over tasks")]
+    text = verdicts.render(verdicts.table(rows)).splitlines()
+    assert len(text) == 2 and text[1].endswith("Verdict: differs (untested).")
+    assert "; power 0.73 at the observed one" in text[0]  # the paper gives no effect here
+    with_paper = dict(rows[0], effect_paper=2.5)
+    assert "; power 0.73 at the paper's effect, 0.73 at the observed one" in verdicts.render(
+        verdicts.table([with_paper]))
+
+
+def _rows(values: dict, family: str = "exploratory") -> list[dict]:
+    return [{**verdicts.mean_test(k, v, paper="x", expected=1, unit="points"), "family": family}
+            for k, v in values.items()]
+
+
+def test_holm_runs_over_the_primaries_only():
+    """Two primaries with p about 0.02 and 0.03: each resolved under Holm over 2, and adding
+    twenty exploratory rows (some significant, some not) changes neither verdict nor p_holm."""
+    rng = np.random.default_rng(3)
+    primaries = _rows({"P1": 1.0 + rng.normal(0, 1, 8), "P2": 1.0 + rng.normal(0, 1, 8)},
+                      "primary")
+    alone = verdicts.table(primaries)
+    more = verdicts.table(primaries + _rows({f"e{i}": rng.normal(2.0 * (i % 2), 1, 8)
+                                             for i in range(20)}))
+    assert alone["family"].tolist() == ["primary"] * 2
+    assert (alone["p_holm"] == more.iloc[:2]["p_holm"]).all()
+    assert alone["verdict"].tolist() == more.iloc[:2]["verdict"].tolist()
+    explo = more[more["family"] == "exploratory"]
+    assert explo["p_holm"].tolist() == pytest.approx(verdicts.holm(explo["p"]).tolist())
+    assert (more.iloc[:2]["level"] == 0.025).all() and (explo["level"] == 0.05 / 20).all()
+
+
+def test_more_than_three_primaries_fail():
+    with pytest.raises(ValueError, match="at most 3"):
+        verdicts.table(_rows({f"P{i}": [1.0, 2.0, 3.0] for i in range(4)}, "primary"))
+    for name in ("main", "confounds"):
+        declared = studies.get(name).primaries
+        assert 1 <= len(declared) <= verdicts.MAX_PRIMARIES
+        assert all(p.expected in (1, -1) and p.source for p in declared)
+
+
+def test_a_primary_is_a_difference_of_groups_or_a_named_statistic():
+    acc = pd.DataFrame({"A": [1.0, 2.0, 3.0], "B": [3.0, 4.0, 5.0], "C": [0.0, 0.0, np.nan]},
+                       index=["t0", "t1", "t2"])
+    p = verdicts.Primary("A, B - C", a=("A", "B"), b=("C",))
+    assert p.values(acc).tolist() == [2.0, 3.0]  # t2 lacks C: left out
+    assert verdicts.Primary("A - D", a=("A",), b=("D",)).values(acc).empty
+    rho = pd.Series([0.5, 0.1], index=["t0", "t1"])
+    q = verdicts.Primary("rho", statistic="s", paper=1.0, source="Fig. 2")
+    assert q.values(acc, {"s": rho}).equals(rho) and q.row(acc, {"s": rho})["effect_paper"] == 1.0
+    with pytest.raises(ValueError, match="unknown statistic"):
+        q.values(acc, {})
+
+
+def test_an_underpowered_row_says_how_many_tasks_it_needs():
+    values = np.array([2.4, -1.3, 0.4, 1.9, -0.8, 1.5, 0.2])  # mean 0.6, sd 1.4, p 0.3
+    row = {**verdicts.mean_test("MHA - LN1", values, paper="+0.93", expected=1, unit="points",
+                                effect=0.93), "family": "primary"}
+    r = verdicts.table([row]).iloc[0]
+    assert r["power_paper"] == pytest.approx(power.power(0.93, values.std(ddof=1), 7, 0.05))
+    assert r["power_paper"] < 0.5 and r["verdict"] == (
+        f"not resolved: underpowered (about {power.n_needed(0.93, values.std(ddof=1)):.0f} "
+        "tasks needed)")
+
+
+def test_rows_with_fewer_than_three_units_are_descriptive():
+    rows = _rows({"two": [5.0, 5.1], "big": [3.0, 3.1, 2.9, 3.2], "noise": [0.1, -0.2, 0.3, 0.0]})
+    table = verdicts.table(rows).set_index("claim")
+    assert table.loc["two", "family"] == "descriptive" and math.isnan(table.loc["two", "p"])
+    assert table.loc["two", "verdict"].startswith("descriptive (n = 2")
+    assert (table.loc[["big", "noise"], "level"] == 0.025).all()  # m = 2: "two" is not counted
+
+
+
+def test_untested_and_exact_comparisons_say_which_they_are():
+    assert verdicts.same(True) == "same as the paper (untested)"
+    assert verdicts.same(False) == "differs from the paper (untested)"
+    assert verdicts.exact(True) == "same as the paper (exact check)"
+    assert verdicts.exact(False) == "differs from the paper (exact check)"
