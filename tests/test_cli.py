@@ -6,9 +6,10 @@ import pytest
 import torch
 
 import vitplast
-from vitplast import finetune, models, results, store, studies
+from vitplast import finetune, models, results, studies
 from vitplast.__main__ import _parser, main
 from vitplast.runs import run_hash
+from vitplast.store import Store
 
 SUBCOMMANDS = [["pretrain"], ["sweep"], ["notebooks"], ["notebooks", "run"], ["notebooks", "list"],
                ["notebooks", "copy"]]
@@ -96,7 +97,7 @@ def test_slurm_settings_reach_submitit(tmp_path, fake_runs, monkeypatch):
                              slurm_partition="gpu", slurm_array_parallelism=32,
                              slurm_qos="high", slurm_mem="64G",
                              slurm_additional_parameters={"hint": "nomultithread"})]
-    assert all(store.exists(root, c) for c in studies.runs_of(studies.get("main").spec))
+    assert all(Store(root).has(c) for c in studies.runs_of(studies.get("main").spec))
 
 
 def test_submitit_settings_need_the_submitit_executor(tmp_path, fake_runs, capsys):
@@ -162,7 +163,7 @@ def test_the_smoke_study_starts_on_a_fresh_cache(tmp_path, fake_train, monkeypat
                                                                    "0", str(n)]
     main(["sweep", "--study", "main-smoke", "--limit", "1"])
     assert len(fake_train.calls) == 1 and len(results.results(root)) == 1
-    assert len(store.read_json(root / "study.json")["sessions"]) == 1
+    assert len(Store(root).companion("study.json")["sessions"]) == 1
 
 
 def test_readme_shows_the_paper_grid_command():
@@ -194,14 +195,14 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
     assert len(fake_train.calls) == 6 and stored["run"].is_unique
     assert set(stored["run"]) == {run_hash(c) for c in expected[0::2][:3]
                                   + expected[1::2][:3]}
-    log = store.read_json(tmp_path / "study.json")["sessions"]
+    log = Store(tmp_path).companion("study.json")["sessions"]
     assert [s["command"].split()[-3] for s in log] == ["0/2", "1/2"]
     assert log[-1]["status"] == {"ok": 6}
     table = pd.read_csv(tmp_path / "runs.csv")  # the store as one table, rewritten each session
     assert sorted(table["run"]) == sorted(stored["run"]) and (table["status"] == "ok").all()
     main(["sweep", "--root", str(tmp_path), "--status"])  # runs nothing, logs nothing
-    assert len(fake_train.calls) == 6 and len(store.read_json(tmp_path / "study.json")
-                                              ["sessions"]) == 2
+    assert len(fake_train.calls) == 6
+    assert len(Store(tmp_path).companion("study.json")["sessions"]) == 2
     total = capsys.readouterr().out.splitlines()[-1].split()  # task, expected, ok, ..., missing
     assert total[:6] == ["all", str(len(expected)), "6", "0", "0", str(len(expected) - 6)]
     for bad in (["--shard", "2/2"], ["--shard", "half"], ["--study", "finetune"],

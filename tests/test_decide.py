@@ -45,7 +45,8 @@ def test_distance_reads_head_only_and_the_probe():
 
 
 def test_a_task_s_probe_is_computed_once_and_stored_as_a_companion(tmp_path, monkeypatch):
-    from vitplast import probes, store
+    from vitplast import probes
+    from vitplast.store import Store
 
     calls = []
 
@@ -61,7 +62,7 @@ def test_a_task_s_probe_is_computed_once_and_stored_as_a_companion(tmp_path, mon
     assert table.to_dict("records") == [dict(task="digits", test_acc=89.5, val_acc=90.0,
                                              train_acc=99.0)]
     assert calls == [["digits"]]  # read back, not recomputed
-    assert store.audit(tmp_path).empty  # a companion, not a foreign file
+    assert Store(tmp_path).audit().empty  # a companion, not a foreign file
 
 
 def test_the_length_check_reads_p1_and_p2_at_each_length_and_applies_its_rule():
@@ -87,14 +88,15 @@ def test_the_length_check_reads_p1_and_p2_at_each_length_and_applies_its_rule():
 
 
 def _gauge_record(root, lr, losses, test_acc, gauge, config="LN1", task="digits"):
-    from vitplast import runs, store
+    from vitplast import runs
+    from vitplast.store import Store
 
     run = runs.run_config(task, config, lr=lr)
     if gauge:
         run = dict(run, prepare="gauge", ablation=dict(c=8.0))
-    store.save_run(root, run, dict(status="ok", test_acc=test_acc, best_val_acc=test_acc,
-                                   device="cpu", history=[dict(step=i, loss=v)
-                                                          for i, v in enumerate(losses)]))
+    Store(root).save(run, dict(status="ok", test_acc=test_acc, best_val_acc=test_acc,
+                               device="cpu", history=[dict(step=i, loss=v)
+                                                      for i, v in enumerate(losses)]))
 
 
 def test_gauge_pairs_match_the_same_run_at_two_gauges_and_the_checks_read_them(tmp_path):

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 from helpers import TINY, run_row
 
-from vitplast import results, runs, store
+from vitplast import results, runs
+from vitplast.store import Store
 
 NAN = float("nan")
 
@@ -61,8 +62,8 @@ def test_dynamics_follow_each_variant_at_its_own_lr(tmp_path):
             {"ablation": ablation} if ablation else {}))
         history = [{"step": 0, "loss": 1.0, "grad_norm/MHA": 10 * lr, "grad_norm/FC1": 20 * lr,
                     "grad_norm_per_param/MHA": lr, "grad_norm_per_param/FC1": 2 * lr}]
-        store.save_run(tmp_path, c, dict(status="ok", history=history, best_val_acc=val,
-                                         test_acc=val))
+        Store(tmp_path).save(c, dict(status="ok", history=history, best_val_acc=val,
+                                     test_acc=val))
 
     record("MHA", 0.1, 0.9), record("MHA", 1.0, 0.5)
     sparse = dict(variant="MHA sparse", component="MHA", count=5)

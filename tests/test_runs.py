@@ -6,7 +6,8 @@ import json
 import pytest
 from helpers import TINY
 
-from vitplast import finetune, paper_datasets, runs, store
+from vitplast import finetune, paper_datasets, runs
+from vitplast.store import Store
 
 BASE = dict(task="digits", config="MHA", lr=0.1, seed=0)
 
@@ -65,11 +66,11 @@ def test_every_key_of_a_run_is_declared():
 
 def test_the_store_finds_a_run_whatever_its_runtime_knobs(tmp_path):
     config = runs.run_config(**BASE)
-    store.save_run(tmp_path, {**config, "workers": 4}, dict(status="diverged"))
-    assert store.exists(tmp_path, config) and store.exists(tmp_path, {**config, "device": "cuda"})
-    assert not store.exists(tmp_path, {**config, "lr": 1.0})
-    store.save_run(tmp_path, {**config, "lr": 1.0}, {})  # a record without a status
-    assert not store.exists(tmp_path, {**config, "lr": 1.0})
+    Store(tmp_path).save({**config, "workers": 4}, dict(status="diverged"))
+    assert Store(tmp_path).has(config) and Store(tmp_path).has({**config, "device": "cuda"})
+    assert not Store(tmp_path).has({**config, "lr": 1.0})
+    Store(tmp_path).save({**config, "lr": 1.0}, {})  # a record without a status
+    assert not Store(tmp_path).has({**config, "lr": 1.0})
 
 
 def test_grid_size_order_and_recipes():

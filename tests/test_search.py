@@ -59,6 +59,7 @@ def test_lrs_off_the_ladder_are_refused():
 
 def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monkeypatch):
     from vitplast import runs, store, sweep
+    from vitplast.store import Store
 
     study = dict(tasks=["digits"], seeds=[0], configs={"LN1": 0.3, "MHA sparse": 1.0},
                  fixed=dict(steps=2, warmup_steps=1, eval_every=1))
@@ -74,8 +75,8 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
                     test_acc=acc[run["lr"]])
 
     monkeypatch.setattr(sweep, "run_lrs", lambda runs, **kwargs: [fake(r) for r in runs])
-    store.save_run(tmp_path / "b", first[0], fake(first[0]))  # another store holds one run
-    store.save_run(tmp_path / "a", first[1], dict(fake(first[1]), status="failed"))
+    Store(tmp_path / "b").save(first[0], fake(first[0]))  # another store holds one run
+    Store(tmp_path / "a").save(first[1], dict(fake(first[1]), status="failed"))
     assert search.reuse(first, tmp_path / "a", [tmp_path / "b"]) == 1
     search.run_search(study, tmp_path / "a", progress=False)
     state = search.state(study, tmp_path / "a")
@@ -83,8 +84,8 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
     assert state["best"].tolist() == [1.0, 1.0] and state["bracketed"].all()
     assert state["loss_rose"].tolist() == [1.0, 0.0]
     assert len(search.search_runs(study, tmp_path / "a")) == 7
-    assert all(store.exists(tmp_path / "a", r) for r in search.search_runs(study, tmp_path / "a"))
-    assert store.read_json(store.run_path(tmp_path / "a", first[1]))["status"] == "ok"  # re-run
+    assert all(Store(tmp_path / "a").has(r) for r in search.search_runs(study, tmp_path / "a"))
+    assert store.read_json(Store(tmp_path / "a").path(first[1]))["status"] == "ok"  # re-run
     # a search whose every run another store holds is copied to its end, training nothing
     copied = tmp_path / "c"
     assert search.run_search(study, copied, sources=[tmp_path / "a"], progress=False) == 0

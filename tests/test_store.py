@@ -1,9 +1,12 @@
-"""The store accounts for every run: complete records only, every other file reported by
-name, claims so that concurrent sweeps train each run once, and no session lost."""
+"""The store (``Store(root)``) accounts for every run: complete records only, every other file
+reported by name, claims so that concurrent sweeps train each run once, companions read and
+written through their keys, and no session lost."""
 
+import dataclasses
 import json
 import multiprocessing
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -15,6 +18,7 @@ import torch
 
 from vitplast import finetune, models, provenance, results, store, sweep, tasks
 from vitplast.runs import run_config, run_hash
+from vitplast.store import Store
 
 TINY = dict(pretrained=False, steps=2, batch_size=16, eval_every=100)
 FORK = multiprocessing.get_context("fork")
@@ -92,7 +96,7 @@ def test_two_sweeps_retry_a_failed_run_once(tmp_path, fast_runs, monkeypatch):
     monkeypatch.setattr(finetune, "train", fake)
     todo = configs(3)
     for c in todo:
-        store.save_run(tmp_path, c, dict(status="failed", error="RuntimeError: out of memory"))
+        Store(tmp_path).save(c, dict(status="failed", error="RuntimeError: out of memory"))
     sweep.run_sweep(todo, tmp_path, progress=False)  # failed runs stay failed by default
     assert fake.trainings() == {}
     args = (todo, tmp_path, True)
@@ -110,7 +114,7 @@ def _log_one(barrier, root, i):
 def test_fifty_concurrent_sessions_are_all_logged(tmp_path, fast_runs):
     codes = _in_processes(_log_one, [(tmp_path, i) for i in range(50)])
     assert codes == [0] * 50
-    sessions = store.read_json(tmp_path / "study.json")["sessions"]
+    sessions = Store(tmp_path).companion("study.json")["sessions"]
     assert sorted(s["command"] for s in sessions) == sorted(f"session {i}" for i in range(50))
     assert len(pd.read_csv(tmp_path / "runs.csv")) == 1  # the last writer's table, whole
 
@@ -123,7 +127,7 @@ def _dead_pid() -> int:
 
 
 def _claim(root, config, host, pid, age):
-    path = store.claim_path(root, config)
+    path = root / f"{run_hash(config)}.claim"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dict(host=host, pid=pid, token="x")))
     os.utime(path, (time.time() - age, time.time() - age))
@@ -141,7 +145,7 @@ def test_dead_claims_are_taken_over_and_live_ones_left_alone(tmp_path, fast_runs
               _claim(tmp_path, todo[1], "elsewhere", 1, 2 * store.CLAIM_TIMEOUT_S),  # silent
               _claim(tmp_path, todo[2], here, os.getppid(), 0),  # alive on this host
               _claim(tmp_path, todo[3], "elsewhere", 1, 0)]  # fresh heartbeat elsewhere
-    kinds = store.audit(tmp_path).set_index("file")["kind"]
+    kinds = Store(tmp_path).audit().set_index("file")["kind"]
     assert [kinds[c.name] for c in claims] == ["dead claim", "dead claim", "claim", "claim"]
     table = sweep.run_sweep(todo, tmp_path, progress=False)
     assert table["status"].tolist() == ["ok", "ok", "missing", "missing"]
@@ -152,12 +156,12 @@ def test_dead_claims_are_taken_over_and_live_ones_left_alone(tmp_path, fast_runs
 
 def test_a_claim_beats_while_held_and_goes_when_the_run_ends(tmp_path):
     config = configs(1)[0]
-    path = store.claim_path(tmp_path, config)
-    with store.claimed(tmp_path, config, heartbeat=0.05) as mine:
+    path = tmp_path / f"{run_hash(config)}.claim"
+    with Store(tmp_path).claim(config, heartbeat=0.05) as mine:
         assert mine
         owner = json.loads(path.read_text())
         assert owner["pid"] == os.getpid() and owner["host"] and owner["claimed"]
-        with store.claimed(tmp_path, config) as again:
+        with Store(tmp_path).claim(config) as again:
             assert not again  # held: a second claim is refused
         os.utime(path, (time.time() - 3600, time.time() - 3600))
         time.sleep(0.3)
@@ -188,9 +192,23 @@ def test_orphan_temp_files_are_cleaned_and_young_ones_kept(tmp_path, fast_runs, 
     for path in (old, young):
         path.write_text('{"config": {')
     os.utime(old, (time.time() - 2 * store.TEMP_AGE_S, time.time() - 2 * store.TEMP_AGE_S))
-    assert store.audit(root)[["file", "kind"]].values.tolist() == [[old.name, "orphan temp"]]
+    assert Store(root).audit()[["file", "kind"]].values.tolist() == [[old.name, "orphan temp"]]
     sweep.run_sweep(configs(1), root, progress=False)
     assert not old.exists() and young.exists()  # young: maybe a write in progress
+
+
+def test_clean_temp_deletes_only_temp_files_older_than_asked(tmp_path):
+    names = [".0123456789abcdef.json.a.tmp", ".fedcba9876543210.json.b.tmp", ".study.json.c.tmp"]
+    for name, age in zip(names, [2 * store.TEMP_AGE_S, 60.0, 0.0]):
+        (tmp_path / name).write_text("{")
+        os.utime(tmp_path / name, (time.time() - age, time.time() - age))
+    (tmp_path / "notes.tmp").write_text("not a temp file of a write")
+    os.utime(tmp_path / "notes.tmp", (time.time() - 3600, time.time() - 3600))
+    runs = Store(tmp_path)
+    assert runs.clean_temp() == [names[0]]
+    assert runs.clean_temp(older_than=30.0) == [names[1]]
+    assert runs.clean_temp() == [] and sorted(p.name for p in tmp_path.iterdir()) == [
+        names[2], "notes.tmp"]
 
 
 BAD_RECORDS = [
@@ -218,40 +236,41 @@ def test_an_invalid_record_is_reported_by_name_and_re_run(tmp_path, fast_runs, m
         changed = text.get("config", {})
         text = json.dumps({**text, "config": changed if changed is None else {**config,
                                                                               **changed}})
-    store.write_text(store.run_path(root, config), text)
-    store.write_json(root / "study.json", {"sessions": []})  # companions: not reported
-    store.write_json(root / "scales-0123.json", dict(tasks=[], target="MHA", n_pairs=8,
-                                                     plasticity={}, scales={}))
+    store.write_text(Store(root).path(config), text)
+    Store(root).write_companion("study.json", {"sessions": []})  # companions: not reported
+    Store(root).write_companion("scales-0123.json", dict(tasks=[], target="MHA", n_pairs=8,
+                                                         plasticity={}, scales={}))
     store.write_json(root / "notes.json", {"todo": "rerun"})  # foreign
-    report = store.audit(root).set_index("file")
-    name = store.run_path(root, config).name
+    report = Store(root).audit().set_index("file")
+    name = Store(root).path(config).name
     assert report["kind"].to_dict() == {name: "invalid", "notes.json": "foreign"}
     assert re.search(problem, report.loc[name, "problem"])
-    with pytest.warns(UserWarning, match=f"2 file\\(s\\) .*{name}.*notes.json.*audit"):
-        assert store.load_runs(root) == []
+    with pytest.warns(UserWarning, match=f"2 file\\(s\\) .*{name}.*notes.json.*"
+                      r"vitplast\.store\.Store\(root\)\.audit\(\) says why"):
+        assert Store(root).records() == []
     with pytest.warns(UserWarning, match=name):
         table = sweep.run_sweep([config], root, progress=False)
     assert table["status"].tolist() == ["ok"] and fake.trainings() == {"0.1": 1}
-    assert store.audit(root)["file"].tolist() == ["notes.json"]
+    assert Store(root).audit()["file"].tolist() == ["notes.json"]
 
 
 def test_a_record_at_another_runs_path_is_not_that_run(tmp_path):
     a, b = configs(2)
-    store.write_json(store.run_path(tmp_path, a), {"config": b, "status": "diverged"})
-    assert not store.exists(tmp_path, a) and not store.exists(tmp_path, b)
-    problem = store.audit(tmp_path)["problem"].tolist()
+    store.write_json(Store(tmp_path).path(a), {"config": b, "status": "diverged"})
+    assert not Store(tmp_path).has(a) and not Store(tmp_path).has(b)
+    problem = Store(tmp_path).audit()["problem"].tolist()
     assert problem == [f"named {run_hash(a)} but its config hashes to {run_hash(b)} "
                        "(an older hash, or a moved file)"]
 
 
 def test_complete_records_pass_and_load(tmp_path):
     a, b = configs(2)
-    store.save_run(tmp_path, a, dict(status="ok", test_acc=0.9, best_val_acc=0.8,
-                                     history=[dict(step=0, loss=1.0)]))
-    store.save_run(tmp_path, b, dict(status="diverged", test_acc=None, best_val_acc=0.2))
-    assert store.record_problems(store.read_json(store.run_path(tmp_path, a)),
-                                 store.run_path(tmp_path, a)) == []
-    assert len(store.load_runs(tmp_path)) == 2 and store.audit(tmp_path).empty
+    Store(tmp_path).save(a, dict(status="ok", test_acc=0.9, best_val_acc=0.8,
+                                 history=[dict(step=0, loss=1.0)]))
+    Store(tmp_path).save(b, dict(status="diverged", test_acc=None, best_val_acc=0.2))
+    assert store.record_problems(store.read_json(Store(tmp_path).path(a)),
+                                 Store(tmp_path).path(a)) == []
+    assert len(Store(tmp_path).records()) == 2 and Store(tmp_path).audit().empty
 
 
 @pytest.mark.parametrize("name, content", [
@@ -265,12 +284,55 @@ def test_complete_records_pass_and_load(tmp_path):
 ])
 def test_a_companion_without_its_keys_is_named_and_never_used(tmp_path, name, content):
     """Every companion kind has its keys (``store.COMPANIONS``): one that lacks one is named by
-    the audit and refused by ``read_companion`` with the fix, not read into a KeyError."""
+    the audit and refused by ``Store.companion`` with the fix, not read into a KeyError."""
     path = tmp_path / name
     store.write_text(path, content) if isinstance(content, str) else store.write_json(path,
                                                                                       content)
-    report = store.audit(tmp_path)
+    report = Store(tmp_path).audit()
     assert report.values.tolist()[0][:2] == [name, "invalid companion"]
     with pytest.raises(ValueError, match=f"{name}: .*delete it to measure again"):
-        store.read_companion(path)
-    assert store.read_companion(tmp_path / "absent-0.json") is None
+        Store(tmp_path).companion(name)
+    assert Store(tmp_path).companion("probe-absent.json") is None
+
+
+def test_a_store_is_its_folder(tmp_path):
+    """A value: made from a str or a Path, equal by folder, frozen, sent to other processes
+    whole; a run's record lies at ``<run hash>.json`` in it."""
+    runs, config = Store(str(tmp_path)), configs(1)[0]
+    assert runs == Store(tmp_path) and runs.root == tmp_path and runs != Store(tmp_path / "b")
+    assert pickle.loads(pickle.dumps(runs)) == runs
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        runs.root = tmp_path / "b"
+    assert runs.path(config) == tmp_path / f"{run_hash(config)}.json"
+
+
+def test_a_saved_record_is_read_back_whole(tmp_path):
+    runs, (a, b) = Store(tmp_path / "runs"), configs(2)
+    assert runs.record(a) is None and not runs.has(a) and runs.records() == []
+    outcome = dict(status="ok", test_acc=0.9, best_val_acc=0.8, history=[dict(step=0, loss=1.0)])
+    assert runs.save(a, outcome) == runs.path(a)  # the folder is made
+    assert runs.record(a) == {"config": json.loads(json.dumps(a)), **outcome}
+    assert runs.has(a) and not runs.has(b) and runs.record(b) is None
+    assert runs.records() == [runs.record(a)] and runs.audit().empty
+
+
+def test_a_companion_is_written_and_read_by_name(tmp_path):
+    """``write_companion`` refuses what ``companion`` would refuse, and writes nothing then;
+    a name that is no companion kind's fails naming the kinds."""
+    runs = Store(tmp_path)
+    probe = dict(task="digits", model="m", probe="p", test_acc=89.5, val_acc=90.0, train_acc=99.0)
+    assert runs.companion("probe-0123.json") is None
+    assert runs.write_companion("probe-0123.json", probe) == tmp_path / "probe-0123.json"
+    assert runs.companion("probe-0123.json") == probe and runs.audit().empty
+    with pytest.raises(ValueError, match=r"probe-4567.json: missing \['train_acc'\]"):
+        runs.write_companion("probe-4567.json", {k: v for k, v in probe.items()
+                                                 if k != "train_acc"})
+    assert not (tmp_path / "probe-4567.json").exists()
+    store.write_json(tmp_path / "notes.json", {"todo": "rerun"})
+    for name in ("notes.json", "sub/study.json", "../probe-0123.json"):
+        with pytest.raises(ValueError, match=re.escape(f"{name!r} is not a companion file of a "
+                                                       f"store; valid: {list(store.COMPANIONS)}")):
+            runs.companion(name)
+        with pytest.raises(ValueError, match="is not a companion file"):
+            runs.write_companion(name, {"sessions": []})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.json", "probe-0123.json"]

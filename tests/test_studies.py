@@ -5,6 +5,7 @@ import pytest
 
 from vitplast import results, runs, store, studies
 from vitplast.runs import run_hash
+from vitplast.store import Store
 
 
 def test_unknown_study_names_the_valid_ones():
@@ -81,11 +82,11 @@ def test_budget_runs_take_the_chosen_lr_and_its_grid_neighbours():
 def test_load_reads_only_the_study_runs_of_a_store(tmp_path):
     smoke = studies.runs_of(studies.get("main-smoke").spec)
     for c in smoke[:3]:
-        store.save_run(tmp_path, c, dict(status="ok", test_acc=0.5, best_val_acc=0.5,
-                                         history=[dict(step=0, loss=1.0)]))
+        Store(tmp_path).save(c, dict(status="ok", test_acc=0.5, best_val_acc=0.5,
+                                     history=[dict(step=0, loss=1.0)]))
     other = runs.run_config("digits", "MHA", lr=7.0)
-    store.save_run(tmp_path, other, dict(status="ok", test_acc=0.5, best_val_acc=0.5,
-                                         history=[dict(step=0, loss=1.0)]))
+    Store(tmp_path).save(other, dict(status="ok", test_acc=0.5, best_val_acc=0.5,
+                                     history=[dict(step=0, loss=1.0)]))
     s = studies.load("main-smoke", str(tmp_path))
     assert len(s.runs) == 3 and s.coverage == {"expected": len(smoke), "ok": 3,
                                                "missing": len(smoke) - 3}
@@ -159,20 +160,20 @@ def test_shipped_searched_records_are_runs_of_their_study(name):
     every record is a run of a setting of the study on the ladder (or its fixed grid),
     finished (ok or diverged), from a new head; identical runs of the stores it reuses are
     their records, copied."""
-    from vitplast import models, search, store
+    from vitplast import models, search
 
     study = studies.get(name)
     root = study.root()
     asked = {run_hash(r) for r in search.search_runs(study.spec, root)}
-    records = store.load_runs(root)
+    records = Store(root).records()
     assert records, f"the {name} store is empty"
     assert {run_hash(r["config"]) for r in records} <= asked
     assert {r["status"] for r in records} <= {"ok", "diverged"}
     assert max(r["initial_val_acc"] for r in records) <= 0.6  # chance: 1/26 .. 1/2
     for r in records:  # a copied record is byte for byte its source's
         for source in (models.results_root(s) for s in study.spec["reuse"]):
-            if store.exists(source, r["config"]):
-                assert store.read_json(store.run_path(source, r["config"])) == r
+            if Store(source).has(r["config"]):
+                assert store.read_json(Store(source).path(r["config"])) == r
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
@@ -181,10 +182,10 @@ def test_shipped_searched_records_are_runs_of_their_study(name):
 def test_shipped_searched_results_are_the_complete_study(name):
     """Every setting of the study searched to its end, with its best LR interior, and every
     run of its fixed grid (if it has one) stored."""
-    from vitplast import search, store
+    from vitplast import search
 
     study = studies.get(name)
     state = search.state(study.spec, study.root())
     assert len(state) == SEARCHED[name]
     assert (state["next"].map(len) == 0).all() and state["bracketed"].all()
-    assert all(store.exists(study.root(), r) for r in search.search_runs(study.spec, study.root()))
+    assert all(Store(study.root()).has(r) for r in search.search_runs(study.spec, study.root()))

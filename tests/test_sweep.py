@@ -10,6 +10,7 @@ from helpers import TINIER, TINY
 
 from vitplast import models, results, runs, store, sweep
 from vitplast.runs import TRAIN_KEYS, run_hash
+from vitplast.store import Store
 
 
 def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch):
@@ -51,7 +52,7 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path, fake_train):
     # debris of a kill: a half-written temp file, a truncated record of the 4th run
     (tmp_path / f".{run_hash(configs[2])}.json.x.tmp").write_text('{"config": {')
     full = json.dumps({"config": configs[3], "status": "ok"})
-    store.run_path(tmp_path, configs[3]).write_text(full[: len(full) // 2])
+    Store(tmp_path).path(configs[3]).write_text(full[: len(full) // 2])
     assert sorted(results.results(tmp_path)["lr"]) == [1, 2]
 
     summary = sweep.run_sweep(configs, tmp_path, progress=False)  # the same sweep again
@@ -112,7 +113,7 @@ def test_diverged_and_failed_runs_are_recorded_and_the_sweep_goes_on(tmp_path):
     assert summary["status"].tolist() == ["diverged", "failed", "ok"]
     assert "ValueError: configuration ['nothing.*'] selects no parameter" in summary["error"][1]
     assert math.isnan(summary["test_acc"][0]) and math.isnan(summary["test_acc"][1])
-    text = store.run_path(tmp_path, diverge).read_text()
+    text = Store(tmp_path).path(diverge).read_text()
     record = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
     assert record["history"][-1]["loss"] is None and record["test_acc"] is None
     table = results.results(tmp_path)
@@ -135,7 +136,7 @@ def test_submitit_jobs_store_their_own_records(tmp_path, cluster):
                               folder=tmp_path / "logs", timeout_min=5, slurm_partition="gpu",
                               device="cpu", progress=False)
     assert summary["status"].tolist() == ["ok", "ok"]
-    assert all(store.exists(tmp_path / "runs", c) for c in configs)
+    assert all(Store(tmp_path / "runs").has(c) for c in configs)
     assert list((tmp_path / "logs").iterdir())  # submitit's job files went there
 
 
@@ -155,7 +156,7 @@ def test_select_orders_shards_and_limits(tmp_path):
     halves = [sweep.select(study, tmp_path, shard=s) for s in ("0/2", "1/2")]
     assert halves == [ordered[0::2], ordered[1::2]] and sweep.select(study, shard=(1, 2)) == \
         halves[1]
-    store.save_run(tmp_path, ordered[0], dict(status="diverged"))
+    Store(tmp_path).save(ordered[0], dict(status="diverged"))
     assert sweep.select(study, tmp_path, limit=2) == ordered[1:3]
     for bad, match in [(dict(order="random"), "valid: \\['seed-first', 'grid'\\]"),
                        (dict(shard="2/2"), "0 <= I < N"), (dict(shard="half"), "I/N"),
@@ -189,17 +190,17 @@ def test_a_batched_sweep_stores_what_one_by_one_stores(tmp_path):
     lrs = (0.01, 0.1, 1.0)
     configs = [runs.run_config("digits", "LN1", lr=lr, **TINY) for lr in lrs]
     adamw = runs.run_config("digits", "LN1", lr=0.01, optimizer="adamw", **TINY)
-    with store.claimed(tmp_path / "b", configs[2]):  # another process holds the third
+    with Store(tmp_path / "b").claim(configs[2]):  # another process holds the third
         sweep.run_sweep(configs + [adamw], tmp_path / "b", progress=False, batch_lrs=True)
-    assert not store.exists(tmp_path / "b", configs[2])
+    assert not Store(tmp_path / "b").has(configs[2])
     sweep.run_sweep(configs, tmp_path / "a", progress=False)
     for c in configs[:2]:
-        one, batch = (store.read_json(store.run_path(tmp_path / s, c)) for s in "ab")
+        one, batch = (store.read_json(Store(tmp_path / s).path(c)) for s in "ab")
         assert batch["batched"] == 2 and "batched" not in one
         assert batch["test_acc"] == one["test_acc"] and batch["status"] == one["status"] == "ok"
         assert [r["loss"] for r in batch["history"]] == pytest.approx(
             [r["loss"] for r in one["history"]], abs=1e-5)
-    assert store.read_json(store.run_path(tmp_path / "b", adamw))["status"] == "ok"
-    assert "batched" not in store.read_json(store.run_path(tmp_path / "b", adamw))
+    assert store.read_json(Store(tmp_path / "b").path(adamw))["status"] == "ok"
+    assert "batched" not in store.read_json(Store(tmp_path / "b").path(adamw))
     with pytest.raises(ValueError, match="differ only in their lr"):
         sweep.run_lrs([configs[0], adamw])

@@ -23,7 +23,7 @@ variant         a named configuration of the confound study, maybe with an ablat
                 (``confounds``)
 run             one training run's dict (``runs.run_config``); its hash names its record
 record          a finished run's outcome, one JSON file (``store``)
-store           a results folder of records, resumable (``store``, ``provenance``)
+store           a results folder of records, resumable (``store.Store``, ``provenance``)
 study           a named set of runs and its store (``studies``); a ``sweep`` runs what
                 its store lacks
 checkpoint      a stage of the embedded model's pretraining (``models``, ``pretrain``)

@@ -29,8 +29,8 @@ def layer_plasticity(root: str | Path, tasks, n_pairs: int = 256) -> pd.DataFram
     from vitplast import empirical, plasticity
 
     settings = dict(tasks=list(tasks), n_pairs=n_pairs, protocol="hidden")
-    path = Path(root) / f"layers-{store.config_hash(settings)}.json"
-    saved = store.read_companion(path)
+    name = f"layers-{store.config_hash(settings)}.json"
+    saved = store.Store(root).companion(name)
     if saved is None:
         rates = empirical.measure_tasks(models.EMBEDDED_NAME, list(tasks), protocols=["hidden"],
                                         n_pairs=n_pairs, progress=False)
@@ -38,7 +38,7 @@ def layer_plasticity(root: str | Path, tasks, n_pairs: int = 256) -> pd.DataFram
         cols = ["task", "layer", "component", "plasticity", "ci95"]
         per_layer = per_layer.assign(component=per_layer["component"].astype(str))[cols]
         saved = dict(settings, rows=per_layer.to_dict("records"))
-        store.write_json(path, saved)
+        store.Store(root).write_companion(name, saved)
     return pd.DataFrame(saved["rows"])
 
 
@@ -59,8 +59,8 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
     """
     from vitplast import empirical, plasticity, runs, sweep
 
-    path = Path(root) / f"after-{runs.run_hash(run)}.json"
-    saved = store.read_companion(path)
+    name = f"after-{runs.run_hash(run)}.json"
+    saved = store.Store(root).companion(name)
     if saved is None and not compute:
         return pd.DataFrame(columns=AFTER_COLUMNS)
     if saved is None:
@@ -75,7 +75,7 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
         before = per_component()
         finetune.train(model, task.train, task.val, task.test, progress=False, **kwargs)
         saved = dict(run=run, n_pairs=n_pairs, before=before, after=per_component())
-        store.write_json(path, saved)
+        store.Store(root).write_companion(name, saved)
     return pd.DataFrame([dict(task=run["task"], variant=str(run["config"]), component=c,
                               before=b, after=saved["after"][c], ratio=saved["after"][c] / b)
                          for c, b in saved["before"].items()])

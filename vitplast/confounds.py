@@ -198,8 +198,8 @@ def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int =
     from vitplast import empirical, plasticity
 
     settings = dict(tasks=list(tasks), target=target, n_pairs=n_pairs)
-    path = Path(root) / f"scales-{store.config_hash(settings)}.json"
-    saved = store.read_companion(path)
+    name = f"scales-{store.config_hash(settings)}.json"
+    saved = store.Store(root).companion(name)
     if saved is None:
         rates = empirical.measure_tasks(models.EMBEDDED_NAME, list(tasks), protocols=["hidden"],
                                         n_pairs=n_pairs)
@@ -208,7 +208,7 @@ def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int =
         p = ranked.groupby("component", observed=True)["plasticity"].mean()
         saved = dict(settings, plasticity=p.to_dict(),
                      scales={ln: float(f"{c:.3g}") for ln, c in scales.items()})
-        store.write_json(path, saved)
+        store.Store(root).write_companion(name, saved)
     return saved
 
 

@@ -75,8 +75,8 @@ def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
     from vitplast import empirical, models, plasticity
 
     settings = dict(task=task, n_pairs=n_pairs, protocol=protocol)
-    path = Path(root) / f"plasticity-{store.config_hash(settings)}.json"
-    saved = store.read_companion(path)
+    name = f"plasticity-{store.config_hash(settings)}.json"
+    saved = store.Store(root).companion(name)
     if saved is None:
         rates = empirical.measure_tasks(models.EMBEDDED_NAME, [task], protocols=[protocol],
                                         n_pairs=n_pairs, progress=False)
@@ -84,7 +84,7 @@ def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
         per_layer = per_layer.assign(component=per_layer["component"].astype(str))
         cols = ["layer", "component", "plasticity", "ci95"]
         saved = dict(settings, rows=per_layer[cols].to_dict("records"))
-        store.write_json(path, saved)
+        store.Store(root).write_companion(name, saved)
     return pd.DataFrame(saved["rows"]).assign(task=task, protocol=protocol)
 
 
@@ -96,12 +96,12 @@ def task_probe(root: str | Path, task: str, *, compute: bool = True) -> dict | N
     from vitplast import models, probes
 
     settings = dict(task=task, model=models.EMBEDDED_NAME, probe="logistic, C=1, L-BFGS")
-    path = Path(root) / f"probe-{store.config_hash(settings)}.json"
-    saved = store.read_companion(path)
+    name = f"probe-{store.config_hash(settings)}.json"
+    saved = store.Store(root).companion(name)
     if saved is None and compute:
         row = probes.linear_probes(models.EMBEDDED_NAME, [task]).iloc[0].to_dict()
         saved = dict(settings, **{k: v for k, v in row.items() if k != "task"})
-        store.write_json(path, saved)
+        store.Store(root).write_companion(name, saved)
     return saved
 
 
@@ -231,7 +231,7 @@ def gauge_pairs(root: str | Path, configs=GAUGE_INVARIANT) -> pd.DataFrame:
         return store.config_hash({k: v for k, v in run.items()
                                   if k not in ("prepare", "ablation")})
 
-    runs = [r for r in store.load_runs(root) if r["status"] == "ok"
+    runs = [r for r in store.Store(root).records() if r["status"] == "ok"
             and r["config"].get("config") in configs]
     plain = {key(r["config"]): r for r in runs if not r["config"].get("prepare")}
     rows = []

@@ -2,7 +2,7 @@
 commit, date), the sweep sessions that filled the store (``study.json``, ``runs.csv``), and
 how far a study has got (``study_progress``).
 
-The store itself (atomic records, claims, audit) is ``vitplast.store``; this module is its
+The store itself (atomic records, claims, audit) is ``vitplast.store.Store``; this module is its
 account of who wrote what, when, and what is left.
 
 Used by ``vitplast.sweep`` (every record), ``vitplast.pretrain`` (the manifest) and the CLI
@@ -85,10 +85,10 @@ def log_session(root: str | Path, command: str, summary: pd.DataFrame, seconds: 
                    wall_seconds=round(seconds, 1),
                    status=summary["status"].value_counts().to_dict())
     with store.locked(path):
-        log = store.read_companion(path) or {"sessions": []}
+        log = store.Store(root).companion("study.json") or {"sessions": []}
         log["sessions"].append(session)
         store.write_text(Path(root) / "runs.csv", summary.sort_values("run").to_csv(index=False))
-        return store.write_json(path, log)
+        return store.Store(root).write_companion("study.json", log)
 
 
 def study_progress(runs: list[dict], root: str | Path) -> pd.DataFrame:

@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vitplast import store
 from vitplast.components import CONFIG_ORDER
 from vitplast.lr_selection import (  # noqa: F401 (the public ones re-exported)
     _OUTCOME,
@@ -35,6 +34,7 @@ from vitplast.lr_selection import (  # noqa: F401 (the public ones re-exported)
     tie_alternatives,
 )
 from vitplast.runs import run_hash
+from vitplast.store import Store
 
 
 def _flat(config: dict, prefix: str = "") -> dict:
@@ -76,7 +76,7 @@ def _best_val_loss(record: dict) -> float | None:
 
 def _records(roots) -> dict[str, dict]:
     """Stored runs of one or more results folders by run hash, each run once."""
-    return {run_hash(r["config"]): r for root in roots for r in store.load_runs(root)}
+    return {run_hash(r["config"]): r for root in roots for r in Store(root).records()}
 
 
 def results(*roots: str | Path) -> pd.DataFrame:

@@ -143,7 +143,7 @@ def _outcomes(setting: dict, root, lrs) -> dict[float, tuple[float, float]]:
 def _record(root, run: dict) -> dict | None:
     from vitplast import store
 
-    return store.read_json(store.run_path(root, run)) if store.exists(root, run) else None
+    return store.Store(root).record(run)
 
 
 def search_runs(study: dict, root, **runtime) -> list[dict]:
@@ -204,13 +204,13 @@ def reuse(runs: list[dict], root, sources) -> int:
 
     copied = 0
     for run in runs:
-        if store.exists(root, run):
+        if store.Store(root).has(run):
             continue
         for source in sources:
-            if store.exists(source, run):
-                target = store.run_path(root, run)
+            if store.Store(source).has(run):
+                target = store.Store(root).path(run)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(store.run_path(source, run), target)
+                shutil.copyfile(store.Store(source).path(run), target)
                 copied += 1
                 break
     return copied
@@ -246,7 +246,7 @@ def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sour
             runs = search_runs(one, root, **(runtime or {}))
             if reuse(runs, root, sources):  # copied outcomes may move the search: ask again
                 continue
-            missing = [r for r in runs if not store.exists(root, r) or (
+            missing = [r for r in runs if not store.Store(root).has(r) or (
                 run_hash(r) not in retried and _record(root, r)["status"] == "failed")]
             if not missing:
                 break

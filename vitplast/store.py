@@ -1,29 +1,39 @@
-"""The results store: one JSON file per run, named by the hash of its defining keys
-(``vitplast.runs.run_hash``), and an account of every file in it.
+"""The results store, a value: ``Store(root)``, the folder ``root`` holding one JSON file per
+run, named by the hash of its defining keys (``vitplast.runs.run_hash``), and an account of
+every file in it. ``Store(root).path(config)`` is where a run's record is; ``has``, ``record``
+and ``save`` read and write one run, ``records`` every complete one, ``audit`` names every
+other file, ``clean_temp`` deletes the debris of killed writes, ``claim`` holds a run while it
+trains, and ``companion`` / ``write_companion`` read and write the files kept beside the
+records (``COMPANIONS``).
 
-Files are written atomically (a temp file in the same folder, then ``os.replace``), so a run
-killed mid-write leaves either the old file or none, never a half-written one (its orphan temp
-file, ``.<name>.json.<random>.tmp``, is deleted by the next sweep: ``clean_temp``).
+Files are written atomically (``files.atomic_path``: a temp file in the same folder, then
+``os.replace``), so a run killed mid-write leaves either the old file or none, never a
+half-written one (its orphan temp file, ``.<name>.json.<random>.tmp``, is deleted by the next
+sweep: ``Store.clean_temp``).
 
 A record is complete (``record_problems`` finds nothing) when it is a JSON object with a
 ``config`` that ``runs.check_config`` accepts, named by that config's hash, with a ``status``
 of ``STATUSES`` and numeric (or null) ``test_acc`` and ``best_val_acc``; an ``ok`` one also
-holds its results (both numbers, and a non-empty ``history``). Anything else under
-a store root is reported by name: ``audit`` lists every file that is not a complete record
-(invalid, foreign, orphan temp, claims), ``load_runs`` warns about those it skips, and a sweep
-re-runs a run whose file is not complete. A sweep asks ``exists`` before running, so it resumes.
+holds its results (both numbers, and a non-empty ``history``). Anything else in a store is
+reported by name: ``Store.audit`` lists every file that is not a complete record (invalid,
+foreign, invalid companion, orphan temp, claims), ``Store.records`` warns about those it
+skips, and a sweep re-runs a run whose file is not complete. A sweep asks ``Store.has``
+before running, so it resumes.
 
-Claims (``claimed``): before a run trains, its ``<hash>.claim`` file is created atomically
+Claims (``Store.claim``): before a run trains, its ``<hash>.claim`` file is created atomically
 (``O_CREAT | O_EXCL``) holding the owner's host and pid; the owner touches it every
 ``HEARTBEAT_S`` seconds while the run trains (its modification time is the heartbeat) and
 removes it when the record is written or the run fails. Two sweeps over one store thus never
 train the same run twice. A claim is dead when its heartbeat is older than ``CLAIM_TIMEOUT_S``
 or its owner pid is gone on this host; the next sweep takes it over.
 
-Load-or-compute caches (``load_or_compute``, ``config_hash``) are ``vitplast.cached``'s,
+What does not depend on a store's folder stays a function: ``record_problems``,
+``companion_problems``, ``locked``. Load-or-compute caches (``load_or_compute``,
+``config_hash``) are ``vitplast.cached``'s and the JSON helpers ``vitplast.files``'s, both
 re-exported here.
 
-Used by ``vitplast.sweep``, ``python -m vitplast pretrain`` and notebooks 04-06.
+Used by ``vitplast.sweep``, ``search``, ``results``, ``provenance``, ``confounds``,
+``confound_plasticity`` and ``decide``, ``python -m vitplast pretrain`` and notebooks 04-06.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ import threading
 import time
 import uuid
 import warnings
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -49,7 +60,7 @@ from vitplast.runs import check_config, defining, run_hash
 #: The outcomes a complete record may have (``sweep.run_one``).
 STATUSES = ("ok", "diverged", "failed")
 #: JSON files a store holds beside its records, each with the keys it must hold
-#: (``read_companion``): the sweep's session log (``provenance.log_session``), the confound
+#: (``Store.companion``): the sweep's session log (``provenance.log_session``), the confound
 #: study's measurements (``confounds``: scales, per-block plasticity, plasticity after
 #: finetuning) and the suite study's (``decide.task_plasticity``, ``decide.task_probe``).
 COMPANIONS = {"study.json": ("sessions",),
@@ -81,11 +92,6 @@ def locked(path: str | Path):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def run_path(root: str | Path, config: dict) -> Path:
-    """Where the run of ``config`` is stored under ``root``."""
-    return Path(root) / f"{run_hash(config)}.json"
 
 
 def record_problems(record, path: str | Path | None = None) -> list[str]:
@@ -123,25 +129,10 @@ def record_problems(record, path: str | Path | None = None) -> list[str]:
     return problems
 
 
-def exists(root: str | Path, config: dict) -> bool:
-    """Whether a complete record of ``config``'s run is stored: one whose defining keys are
-    ``config``'s (its runtime keys may differ)."""
-    path = run_path(root, config)
-    record = read_json(path)
-    as_stored = json.loads(json.dumps(defining(config), default=str))
-    return not record_problems(record, path) and defining(record["config"]) == as_stored
-
-
-def save_run(root: str | Path, config: dict, record: dict) -> Path:
-    """Store ``record`` (with ``config`` inside) for ``config``, atomically."""
-    return write_json(run_path(root, config), {"config": config, **record})
-
-
 def companion_problems(path: str | Path) -> list[str]:
     """Why the companion file at ``path`` is not what its kind (``COMPANIONS``) holds; empty
     if it is."""
-    path = Path(path)
-    keys = next(k for pattern, k in COMPANIONS.items() if fnmatch.fnmatch(path.name, pattern))
+    keys = _companion_keys(Path(path).name)
     saved = read_json(path)
     if not isinstance(saved, dict):
         return ["not a JSON object (unreadable or half-written)"]
@@ -149,144 +140,205 @@ def companion_problems(path: str | Path) -> list[str]:
     return [f"missing {missing}"] if missing else []
 
 
-def read_companion(path: str | Path) -> dict | None:
-    """The companion file at ``path`` (``COMPANIONS``), or ``None`` when there is none.
+def _companion_keys(name: str) -> tuple[str, ...]:
+    """The keys a companion file named ``name`` holds (``COMPANIONS``); ``ValueError`` naming
+    the kinds when ``name`` is none of them (or not a bare file name)."""
+    keys = next((k for pattern, k in COMPANIONS.items() if fnmatch.fnmatch(name, pattern)), None)
+    if keys is None or Path(name).name != name:
+        raise ValueError(f"{name!r} is not a companion file of a store; valid: "
+                         f"{list(COMPANIONS)} (a file name, no folder)")
+    return keys
 
-    Raises:
-        ValueError: it is there but not complete, naming the file, what it lacks and the fix.
+
+@dataclass(frozen=True)
+class Store:
+    """The results store in the folder ``root`` (module docstring): its run records, their
+    claims and its companion files. A value: it holds only its folder (a ``str`` is made a
+    ``Path``), so stores compare by folder and pickle to other processes; every method reads
+    the files anew. Used by ``vitplast.sweep``, ``search``, ``results``, ``provenance`` and
+    the studies that keep companions (``confounds``, ``confound_plasticity``, ``decide``).
+
+    Example::
+
+        runs = Store("data/finetune")
+        with runs.claim(config) as mine:
+            if mine and not runs.has(config):
+                runs.save(config, sweep.run_one(config))
     """
-    if not Path(path).exists():
-        return None
-    problems = companion_problems(path)
-    if problems:
-        raise ValueError(f"{path}: {'; '.join(problems)}: not a complete "
-                         f"{Path(path).name.split('-')[0].removesuffix('.json')} file; delete "
-                         "it to measure again (or restore it from version control)")
-    return read_json(path)
 
+    root: Path
 
-def _companion_files(root: str | Path) -> list[Path]:
-    return [p for p in sorted(Path(root).glob("*.json"))
-            if any(fnmatch.fnmatch(p.name, c) for c in COMPANIONS)]
+    def __post_init__(self):
+        object.__setattr__(self, "root", Path(self.root))  # frozen: set once, here
 
+    def path(self, config: dict) -> Path:
+        """Where the record of ``config``'s run is: ``root/<run_hash(config)>.json`` (there
+        or not)."""
+        return self.root / f"{run_hash(config)}.json"
 
-def _record_files(root: str | Path) -> list[Path]:
-    """The JSON files under ``root`` that should be run records (companions left out)."""
-    return [p for p in sorted(Path(root).glob("*.json"))
-            if not any(fnmatch.fnmatch(p.name, c) for c in COMPANIONS)]
-
-
-def load_runs(root: str | Path) -> list[dict]:
-    """Every complete run record under ``root``; the files skipped (half-written, invalid or
-    foreign) are named in one warning (``audit`` says why)."""
-    runs, skipped = [], []
-    for path in _record_files(root):
+    def record(self, config: dict) -> dict | None:
+        """The complete record of ``config``'s run, or ``None``: no file at its ``path``, or
+        one that is not complete (``record_problems``; ``audit`` says why), or the record of
+        a run whose defining keys differ from ``config``'s (its runtime keys may differ)."""
+        path = self.path(config)
         record = read_json(path)
         if record_problems(record, path):
-            skipped.append(path.name)
-        else:
-            runs.append(record)
-    if skipped:
-        warnings.warn(f"{len(skipped)} file(s) under {root} are not complete run records and "
-                      f"were skipped: {skipped[:5]}{' ...' if len(skipped) > 5 else ''}; "
-                      "vitplast.store.audit(root) says why (a sweep re-runs those at a run's "
-                      "path)", stacklevel=2)
-    return runs
+            return None
+        as_stored = json.loads(json.dumps(defining(config), default=str))
+        return record if defining(record["config"]) == as_stored else None
 
+    def has(self, config: dict) -> bool:
+        """Whether a complete record of ``config``'s run is stored (``record``): a sweep asks
+        before running, so it resumes."""
+        return self.record(config) is not None
 
-def audit(root: str | Path):
-    """Every file under ``root`` that is not a complete run record, and why.
+    def save(self, config: dict, record: dict) -> Path:
+        """Store ``record`` with ``config`` inside (a ``config`` key of ``record`` wins) at
+        ``path(config)``, atomically; return that path. Not validated: a record that is not
+        complete is written, and reads as absent (``has``)."""
+        return write_json(self.path(config), {"config": config, **record})
 
-    Returns:
-        A DataFrame, one row per file: ``file`` (name), ``kind`` ("invalid" for a file named
-        like a record, "foreign" for any other JSON but ``COMPANIONS``, "invalid companion"
-        for a companion without its keys (``read_companion`` refuses it), "orphan temp" for the
-        temp file of a killed write older than ``TEMP_AGE_S``, "claim" for a run in flight,
-        "dead claim"), ``problem`` (what is wrong, or the claim's owner and heartbeat age).
-    """
-    import pandas as pd
+    def records(self) -> list[dict]:
+        """Every complete run record in the store; the files skipped (half-written, invalid
+        or foreign) are named in one warning (``audit`` says why). Companions are no records."""
+        runs, skipped = [], []
+        for path in self._record_files():
+            record = read_json(path)
+            if record_problems(record, path):
+                skipped.append(path.name)
+            else:
+                runs.append(record)
+        if skipped:
+            warnings.warn(f"{len(skipped)} file(s) under {self.root} are not complete run "
+                          f"records and were skipped: {skipped[:5]}"
+                          f"{' ...' if len(skipped) > 5 else ''}; vitplast.store.Store(root)"
+                          ".audit() says why (a sweep re-runs those at a run's path)",
+                          stacklevel=2)
+        return runs
 
-    rows = []
-    for path in _record_files(root):
-        problems = record_problems(read_json(path), path)
-        if problems:
-            kind = "invalid" if _HASH_NAME.fullmatch(path.stem) else "foreign"
-            rows.append(dict(file=path.name, kind=kind, problem="; ".join(problems)))
-    for path in _companion_files(root):
+    def audit(self):
+        """Every file in the store that is not a complete run record, and why.
+
+        Returns:
+            A DataFrame, one row per file: ``file`` (name), ``kind`` ("invalid" for a file
+            named like a record, "foreign" for any other JSON but ``COMPANIONS``, "invalid
+            companion" for a companion without its keys (``companion`` refuses it), "orphan
+            temp" for the temp file of a killed write older than ``TEMP_AGE_S``, "claim" for
+            a run in flight, "dead claim"), ``problem`` (what is wrong, or the claim's owner
+            and heartbeat age).
+        """
+        import pandas as pd
+
+        rows = []
+        for path in self._record_files():
+            problems = record_problems(read_json(path), path)
+            if problems:
+                kind = "invalid" if _HASH_NAME.fullmatch(path.stem) else "foreign"
+                rows.append(dict(file=path.name, kind=kind, problem="; ".join(problems)))
+        for path in self._companion_files():
+            problems = companion_problems(path)
+            if problems:
+                rows.append(dict(file=path.name, kind="invalid companion",
+                                 problem="; ".join(problems)))
+        now = time.time()
+        for path in self._orphan_temps(TEMP_AGE_S):
+            rows.append(dict(file=path.name, kind="orphan temp", problem=(
+                f"temp file of a killed write, {(now - path.stat().st_mtime) / 60:.0f} min old")))
+        for path in sorted(self.root.glob("*.claim")):
+            owner, age = read_json(path) or {}, now - path.stat().st_mtime
+            alive = _alive(owner, age, CLAIM_TIMEOUT_S)
+            rows.append(dict(file=path.name, kind="claim" if alive else "dead claim", problem=(
+                f"owner {owner.get('host')} pid {owner.get('pid')}, heartbeat {age:.0f} s ago")))
+        return pd.DataFrame(rows, columns=["file", "kind", "problem"])
+
+    def clean_temp(self, older_than: float = TEMP_AGE_S) -> list[str]:
+        """Delete the orphan temp files (``.<name>.json.<random>.tmp``, left by a write killed
+        before its ``os.replace``) older than ``older_than`` seconds; return their names.
+        Younger ones may belong to a write in progress and are kept."""
+        removed = []
+        for path in self._orphan_temps(older_than):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+        return removed
+
+    @contextlib.contextmanager
+    def claim(self, config: dict, *, timeout: float = CLAIM_TIMEOUT_S,
+              heartbeat: float = HEARTBEAT_S):
+        """Hold the claim on ``config``'s run, ``root/<run_hash(config)>.claim``, for the
+        block (module docstring).
+
+        Yields ``True`` when this process holds it: a daemon thread touches it every
+        ``heartbeat`` seconds, and it is removed when the block ends, also after an error.
+        Yields ``False`` when a live owner holds it; a dead one (heartbeat older than
+        ``timeout``, or owner pid gone on this host) is taken over.
+        """
+        path = self.root / f"{run_hash(config)}.claim"
+        token = _take(path, timeout, heartbeat)
+        if token is None:
+            yield False
+            return
+        stop = threading.Event()
+        beat = threading.Thread(target=_beat, args=(path, token, heartbeat, stop), daemon=True)
+        beat.start()
+        try:
+            yield True
+        finally:
+            stop.set()
+            beat.join()
+            with locked(self.root / "claims"):
+                if (read_json(path) or {}).get("token") == token:
+                    path.unlink(missing_ok=True)
+
+    def companion(self, name: str) -> dict | None:
+        """The companion file ``root/name`` (``COMPANIONS``), or ``None`` when there is none.
+
+        Raises:
+            ValueError: ``name`` is not a companion kind's (naming the kinds), or the file is
+                there but not complete (naming it, what it lacks and the fix).
+        """
+        _companion_keys(name)
+        path = self.root / name
+        if not path.exists():
+            return None
         problems = companion_problems(path)
         if problems:
-            rows.append(dict(file=path.name, kind="invalid companion",
-                             problem="; ".join(problems)))
-    now = time.time()
-    for path in _orphan_temps(root, TEMP_AGE_S):
-        rows.append(dict(file=path.name, kind="orphan temp", problem=(
-            f"temp file of a killed write, {(now - path.stat().st_mtime) / 60:.0f} min old")))
-    for path in sorted(Path(root).glob("*.claim")):
-        owner, age = read_json(path) or {}, now - path.stat().st_mtime
-        alive = _alive(owner, age, CLAIM_TIMEOUT_S)
-        rows.append(dict(file=path.name, kind="claim" if alive else "dead claim", problem=(
-            f"owner {owner.get('host')} pid {owner.get('pid')}, heartbeat {age:.0f} s ago")))
-    return pd.DataFrame(rows, columns=["file", "kind", "problem"])
+            raise ValueError(f"{path}: {'; '.join(problems)}: not a complete "
+                             f"{name.split('-')[0].removesuffix('.json')} file; delete "
+                             "it to measure again (or restore it from version control)")
+        return read_json(path)
 
+    def write_companion(self, name: str, content: dict) -> Path:
+        """Store ``content`` as the companion file ``root/name``, atomically; return its path.
 
-def _orphan_temps(root: str | Path, older_than: float) -> list[Path]:
-    now = time.time()
-    out = []
-    for path in sorted(Path(root).glob(".*.json.*.tmp")):
-        try:
-            if now - path.stat().st_mtime > older_than:
-                out.append(path)
-        except FileNotFoundError:  # its writer just finished
-            pass
-    return out
+        Raises:
+            ValueError: ``name`` is not a companion kind's (naming the kinds), or ``content``
+                lacks a key of its kind (``companion`` would refuse it); nothing is written.
+        """
+        missing = [k for k in _companion_keys(name) if k not in content]
+        if missing:
+            raise ValueError(f"{name}: missing {missing}: not a complete "
+                             f"{name.split('-')[0].removesuffix('.json')} file; not written")
+        return write_json(self.root / name, content)
 
+    def _companion_files(self) -> list[Path]:
+        return [p for p in sorted(self.root.glob("*.json"))
+                if any(fnmatch.fnmatch(p.name, c) for c in COMPANIONS)]
 
-def clean_temp(root: str | Path, older_than: float = TEMP_AGE_S) -> list[str]:
-    """Delete the orphan temp files (``.<name>.json.<random>.tmp``, left by a write killed
-    before its ``os.replace``) older than ``older_than`` seconds; return their names. Younger
-    ones may belong to a write in progress and are kept."""
-    removed = []
-    for path in _orphan_temps(root, older_than):
-        path.unlink(missing_ok=True)
-        removed.append(path.name)
-    return removed
+    def _record_files(self) -> list[Path]:
+        """The JSON files in the store that should be run records (companions left out)."""
+        return [p for p in sorted(self.root.glob("*.json"))
+                if not any(fnmatch.fnmatch(p.name, c) for c in COMPANIONS)]
 
-
-def claim_path(root: str | Path, config: dict) -> Path:
-    """Where the claim on ``config``'s run lies under ``root``."""
-    return Path(root) / f"{run_hash(config)}.claim"
-
-
-@contextlib.contextmanager
-def claimed(root: str | Path, config: dict, *, timeout: float = CLAIM_TIMEOUT_S,
-            heartbeat: float = HEARTBEAT_S):
-    """Hold the claim on ``config``'s run for the block (module docstring).
-
-    Yields ``True`` when this process holds it: a daemon thread touches it every ``heartbeat``
-    seconds, and it is removed when the block ends, also after an error. Yields ``False``
-    when a live owner holds it; a dead one (heartbeat older than ``timeout``, or owner pid
-    gone on this host) is taken over. Example::
-
-        with store.claimed(root, config) as mine:
-            if mine and not store.exists(root, config):
-                store.save_run(root, config, sweep.run_one(config))
-    """
-    path = claim_path(root, config)
-    token = _take(path, timeout, heartbeat)
-    if token is None:
-        yield False
-        return
-    stop = threading.Event()
-    beat = threading.Thread(target=_beat, args=(path, token, heartbeat, stop), daemon=True)
-    beat.start()
-    try:
-        yield True
-    finally:
-        stop.set()
-        beat.join()
-        with locked(path.parent / "claims"):
-            if (read_json(path) or {}).get("token") == token:
-                path.unlink(missing_ok=True)
+    def _orphan_temps(self, older_than: float) -> list[Path]:
+        now = time.time()
+        out = []
+        for path in sorted(self.root.glob(".*.json.*.tmp")):
+            try:
+                if now - path.stat().st_mtime > older_than:
+                    out.append(path)
+            except FileNotFoundError:  # its writer just finished
+                pass
+        return out
 
 
 def _take(path: Path, timeout: float, heartbeat: float) -> str | None:
@@ -337,5 +389,3 @@ def _beat(path: Path, token: str, period: float, stop: threading.Event) -> None:
                 os.utime(path)
         except OSError:
             pass
-
-

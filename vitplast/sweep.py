@@ -30,9 +30,10 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from vitplast import ablations, batched, finetune, models, provenance, store, tasks
+from vitplast import ablations, batched, finetune, models, provenance, tasks
 from vitplast.results import runs_table
 from vitplast.runs import TRAIN_KEYS, check_config, run_hash
+from vitplast.store import Store
 
 EXECUTORS = ("serial", "submitit")
 #: How ``select`` orders a study's runs: ``seed-first`` (every (task, configuration, lr)
@@ -194,16 +195,16 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
     """Run the runs the store under ``root`` lacks; each record is saved atomically by
     whoever ran it (this process or the cluster job) as soon as it finishes.
 
-    Every run is claimed before it trains (``store.claimed``), so concurrent sweeps over one
+    Every run is claimed before it trains (``Store.claim``), so concurrent sweeps over one
     store, sharded or not, never train a run twice: a run claimed by a live process is left
     to it (and reads "missing" here until it is stored). Before running, orphan temp files of
-    killed writes are deleted (``store.clean_temp``) and the files that are not complete
-    records named in a warning (``store.audit``); one at a run's path is re-run.
+    killed writes are deleted (``Store.clean_temp``) and the files that are not complete
+    records named in a warning (``Store.audit``); one at a run's path is re-run.
 
     Args:
         runs: run dicts (``grid``, ``run_config``); duplicates run once. Each is checked
             (``runs.check_config``) before anything is loaded.
-        root: the results folder (``vitplast.store``).
+        root: the results folder (``vitplast.store.Store``).
         executor: ``"serial"`` (here, one run after another) or ``"submitit"`` (a job array:
             SLURM when available, else submitit's local executor).
         device: where each run trains; ``None`` picks CUDA when available.
@@ -223,19 +224,21 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
         status "missing" and runs again next time.
     """
     _check_sweep(runs, root, executor, executor_kwargs)
-    store.clean_temp(root)
-    problems = store.audit(root)
+    store = Store(root)
+    store.clean_temp()
+    problems = store.audit()
     problems = problems[problems["kind"] != "claim"]
     if len(problems):
         warnings.warn(f"{len(problems)} file(s) under {root} are not complete run records: "
-                      f"{problems['file'].tolist()[:5]}; see vitplast.store.audit(root)",
+                      f"{problems['file'].tolist()[:5]}; see vitplast.store.Store(root).audit()",
                       stacklevel=2)
     todo = {}  # hash -> (run, the modification time of the failed record to retry)
     for c in runs:
-        if not store.exists(root, c):
+        record = store.record(c)
+        if record is None:
             todo[run_hash(c)] = (c, None)
-        elif retry_failed and _stored(root, c)["status"] == "failed":
-            todo[run_hash(c)] = (c, store.run_path(root, c).stat().st_mtime_ns)
+        elif retry_failed and record["status"] == "failed":
+            todo[run_hash(c)] = (c, store.path(c).stat().st_mtime_ns)
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(todo), desc=f"sweep ({len(runs) - len(todo)} stored)",
@@ -246,12 +249,12 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
         [[c] for c, _ in todo.values()])]
     if executor == "serial":
         for group in groups:
-            _run_and_save(group, str(root), device, progress=progress)
+            _run_and_save(group, store, device, progress=progress)
             bar.update(len(group))
     elif groups:
-        _submit(groups, root, device, bar, **executor_kwargs)
+        _submit(groups, store, device, bar, **executor_kwargs)
     bar.close()
-    records = {run_hash(c): _stored(root, c) or {"config": c, "status": "missing"}
+    records = {run_hash(c): store.record(c) or {"config": c, "status": "missing"}
                for c in runs}
     return runs_table(list(records.values()))
 
@@ -271,21 +274,17 @@ def _check_sweep(runs, root, executor, executor_kwargs) -> None:
         raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(PREPARE)}")
 
 
-def _stored(root, run: dict) -> dict | None:
-    return store.read_json(store.run_path(root, run)) if store.exists(root, run) else None
-
-
-def _wanted(root, run: dict, stale: int | None) -> bool:
+def _wanted(store: Store, run: dict, stale: int | None) -> bool:
     """Whether ``run`` still needs running: no complete record, or (``stale``) the
     failed record seen when the sweep began is still there (no other sweep re-ran it)."""
-    if not store.exists(root, run):
+    record = store.record(run)
+    if record is None:
         return True
-    path = store.run_path(root, run)
-    return (stale is not None and _stored(root, run)["status"] == "failed"
-            and path.stat().st_mtime_ns == stale)
+    return (stale is not None and record["status"] == "failed"
+            and store.path(run).stat().st_mtime_ns == stale)
 
 
-def _run_and_save(group: list[tuple[dict, int | None]], root: str, device,
+def _run_and_save(group: list[tuple[dict, int | None]], store: Store, device,
                   registry: dict | None = None, progress: bool = False) -> list[str]:
     """The job: claim the runs of ``group`` ((run, stale) pairs differing only in LR), train
     those still wanted (``run_lrs``), store each record, release the claims; return each
@@ -294,7 +293,7 @@ def _run_and_save(group: list[tuple[dict, int | None]], root: str, device,
 
     PREPARE.update(registry or {})  # a fresh job process has only what its pickle brings
     with contextlib.ExitStack() as claims:
-        mine = [claims.enter_context(store.claimed(root, run)) and _wanted(root, run, stale)
+        mine = [claims.enter_context(store.claim(run)) and _wanted(store, run, stale)
                 for run, stale in group]
         todo = [run for (run, _), m in zip(group, mine) if m]
         records = iter(run_lrs(todo, device=device, progress=progress) if todo else [])
@@ -302,20 +301,21 @@ def _run_and_save(group: list[tuple[dict, int | None]], root: str, device,
         for (run, _), m in zip(group, mine):
             if m:
                 record = next(records)
-                store.save_run(root, run, record)
+                store.save(run, record)
             statuses.append(record["status"] if m else "skipped")
     return statuses
 
 
-def _submit(groups, root, device, bar, folder=None, cluster=None, **parameters) -> None:
+def _submit(groups, store: Store, device, bar, folder=None, cluster=None, **parameters
+            ) -> None:
     """One submitit job array, a job per group of (run, stale) pairs; wait for every job,
     warn about those that died."""
     import submitit
 
-    executor = submitit.AutoExecutor(folder=folder or Path(root) / "submitit", cluster=cluster)
+    executor = submitit.AutoExecutor(folder=folder or store.root / "submitit", cluster=cluster)
     executor.update_parameters(**parameters)
     n = len(groups)
-    jobs = executor.map_array(_run_and_save, groups, [str(root)] * n, [device] * n,
+    jobs = executor.map_array(_run_and_save, groups, [store] * n, [device] * n,
                               [dict(PREPARE)] * n)
     for job, group in zip(jobs, groups):
         try:
@@ -351,7 +351,7 @@ def select(runs: list[dict], root: str | Path | None = None, *, order: str = "se
         i, n = parse_shard(shard)
         runs = runs[i::n]
     if limit is not None:
-        runs = [r for r in runs if not store.exists(root, r)][:limit]
+        runs = [r for r in runs if not Store(root).has(r)][:limit]
     return runs
 
 
