@@ -202,15 +202,14 @@ def reuse(runs: list[dict], root, sources) -> int:
 
     from vitplast import store
 
-    copied = 0
+    into, copied = store.Store(root), 0
     for run in runs:
-        if store.Store(root).has(run):
+        if into.has(run):
             continue
-        for source in sources:
-            if store.Store(source).has(run):
-                target = store.Store(root).path(run)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(store.Store(source).path(run), target)
+        for source in map(store.Store, sources):
+            if source.has(run):
+                into.path(run).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source.path(run), into.path(run))
                 copied += 1
                 break
     return copied
@@ -235,7 +234,7 @@ def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sour
     """
     import time
 
-    from vitplast import store, sweep
+    from vitplast import sweep
     from vitplast.runs import run_hash
 
     i, n = sweep.parse_shard(shard)
@@ -246,8 +245,8 @@ def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sour
             runs = search_runs(one, root, **(runtime or {}))
             if reuse(runs, root, sources):  # copied outcomes may move the search: ask again
                 continue
-            missing = [r for r in runs if not store.Store(root).has(r) or (
-                run_hash(r) not in retried and _record(root, r)["status"] == "failed")]
+            missing = [r for r in runs if (record := _record(root, r)) is None or (
+                run_hash(r) not in retried and record["status"] == "failed")]
             if not missing:
                 break
             retried |= {run_hash(r) for r in missing}
