@@ -6,6 +6,9 @@ component change its plasticity?). Each measurement is made once and stored besi
 records (``layers-*.json``, ``after-*.json``: ``store.COMPANIONS``); ``vitplast.confounds``
 re-exports every name here and builds notebook 05's tables from them.
 
+The per-block test reads which block and component an accuracy column is from the variants'
+fields (``vitplast.confound_variants``), never from its name.
+
 Used by ``vitplast.confounds``, ``vitplast.studies.load_confounds`` and notebook 05.
 """
 
@@ -17,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitplast import finetune, models, store
+from vitplast.confound_variants import names_of
 
 
 def layer_plasticity(root: str | Path, tasks, n_pairs: int = 256) -> pd.DataFrame:
@@ -99,21 +103,26 @@ def after_runs(main: pd.DataFrame, study: dict, baselines: list[dict]) -> list[d
             and r["seed"] == after["seed"]]
 
 
-def layer_accuracy(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
+def layer_accuracy(acc: pd.DataFrame, layers: pd.DataFrame, fields: pd.DataFrame
+                   ) -> pd.DataFrame:
     """Per task, component and block: the block's plasticity before finetuning
     (``layer_plasticity``) and the test accuracy (%) of finetuning that block's component
-    alone (``accuracy``'s ``"<C> block <k>"`` columns), where both exist."""
+    alone (``accuracy``'s columns of the ``block`` variants, their ``component`` and
+    ``block`` read from ``fields``: ``confound_variants.variant_fields``), where both exist."""
+    blocks = fields.loc[names_of(fields, family="block"), ["component", "block"]]
     long = acc.reset_index().melt(id_vars="task", var_name="variant", value_name="test_acc")
-    parts = long["variant"].str.extract(r"^(?P<component>\w+) block (?P<layer>\d+)$")
-    long = long.join(parts).dropna(subset=["component", "test_acc"])
+    long = long.merge(blocks.rename(columns={"block": "layer"}), left_on="variant",
+                      right_index=True).dropna(subset=["test_acc"])
     return long.assign(layer=long["layer"].astype(int)).merge(
         layers, on=["task", "component", "layer"])[["task", "component", "layer", "plasticity",
                                                    "test_acc"]]
 
 
-def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
+def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame, fields: pd.DataFrame
+                       ) -> pd.DataFrame:
     """Per task and component: Spearman's rho, over the blocks, between a block's plasticity
-    and the test accuracy of finetuning that block's component alone (``layer_accuracy``).
+    and the test accuracy of finetuning that block's component alone (``layer_accuracy``,
+    ``fields`` as there).
     Count is fixed within a component, so rho > 0 says plasticity, not size, goes with gain;
     unless plasticity itself follows depth, which may matter on its own: so also rho between
     earliness (minus the block index) and accuracy, and between earliness and plasticity.
@@ -131,7 +140,7 @@ def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
 
     rows = []
     depth = layers["layer"].nunique()
-    for (task, comp), g in layer_accuracy(acc, layers).groupby(["task", "component"]):
+    for (task, comp), g in layer_accuracy(acc, layers, fields).groupby(["task", "component"]):
         if len(g) == depth >= 3:
             early = -g["layer"]
             xy, yz, xz = (rho(g["plasticity"], g["test_acc"]), rho(early, g["test_acc"]),
