@@ -6,7 +6,9 @@ broken the other way marks the rows it flips ``fragile`` (``finetuning_findings.
 Matched comparisons state the counts they compare. The per-layer test controls for depth:
 within a component, the partial rank correlation of a block's plasticity and its accuracy given
 the block index; where a component's plasticity (or its accuracy) is monotone in depth nothing is
-left to test, that task is left out, and the row says how many were.
+left to test, that task is left out, and the row says how many were. The rows after the
+primaries (which name their variants as declared) find the variants they compare by their
+fields (``confound_variants.name_of``: family, component, c, recipe), never by parsing a name.
 
 Paper: Takeaway 3 and objections 3-4 (docs/objections.md). Used by notebook 05
 (``from vitplast import findings`` re-exports ``confounds``).
