@@ -5,10 +5,16 @@ and a per-layer row left descriptive where plasticity is monotone in depth."""
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import acc_table
+from helpers import acc_table, tiny_vit
 from scipy import stats
 
 from vitplast import confounds, findings, studies
+
+
+def _fields(**renamed) -> pd.DataFrame:
+    """The fields of every variant of a 6-block ViT (``confounds.catalogue``), some renamed."""
+    table = confounds.all_variants(tiny_vit(depth=6), {"LN1": 2.0})
+    return confounds.catalogue(table).rename(index=renamed)
 
 
 def test_confound_findings_are_task_level_paired_tests_with_their_counts():
@@ -25,7 +31,7 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
     layers["partial"] = [confounds.partial_correlation(*r) for r in layers[
         ["spearman", "plasticity_depth", "spearman_depth"]].to_numpy()]
     grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
-    t = dict(acc=acc, counts=counts, corr=layers, grads=grads)
+    t = dict(acc=acc, counts=counts, corr=layers, grads=grads, fields=_fields())
     table = findings.confounds(t).set_index("claim")
     first = table.loc["MHA - LN1 at LN1's count (sparse MHA)"]
     diffs = np.array([5.0, 4, 6, 5, 5])
@@ -59,6 +65,32 @@ def test_monotone_plasticity_leaves_the_per_layer_row_descriptive():
                                spearman_depth=0.5, plasticity_depth=1.0, partial=np.nan,
                                n_blocks=6))
     t = dict(acc=acc_table(LN1=[70.0, 71, 72, 73, 74]), counts={}, corr=layers,
-             grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]))
+             grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]),
+             fields=_fields())
     row = findings.confounds(t).set_index("claim").filter(like="LN1 of one block", axis=0)
     assert row["verdict"].iloc[0] == "cannot be told from depth (untested)"
+
+
+def test_findings_find_their_variants_by_fields_not_names():
+    """Renamed variants are still the ones compared: sparse MHA under any name is the matched
+    MHA, a plain configuration under AdamW is the one with optimizer adamw, a preserved rescale
+    is compared with the control of its component and c; a name alone selects nothing."""
+    fields = _fields(**{"MHA sparse": "attention at LN1's count",
+                        "LN1 lr/c^2 (c=2)": "the LN1 control"}).assign(optimizer="sgd")
+    adamw = _fields().loc[["MHA", "LN1"]].rename(index=lambda n: f"{n}, AdamW")
+    fields = pd.concat([fields, adamw.assign(optimizer="adamw")])
+    acc = acc_table(**{"attention at LN1's count": [80.0, 74, 86], "LN1": [75.0, 70, 80],
+                       "MHA, AdamW": [70.0, 71, 72], "LN1, AdamW": [60.0, 61, 62],
+                       "LN1 x 2 (preserved)": [75.0, 70, 81], "the LN1 control": [75.0, 70, 80],
+                       "MHA sparse": [0.0, 0, 0], "MHA (AdamW)": [0.0, 0, 0]})
+    t = dict(acc=acc, counts={"attention at LN1's count": 1536, "LN1": 1536}, fields=fields,
+             corr=pd.DataFrame(columns=["task", "component", "partial", "plasticity_depth"]),
+             grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]))
+    table = findings.confounds(t).set_index("claim")
+    sparse = table.loc["MHA - LN1 at LN1's count (sparse MHA)"]
+    assert (sparse["n"], sparse["measured"], sparse["counts"]) == (3, 5.0, "1,536 vs 1,536")
+    adam = table.loc["MHA - LN1 under AdamW"]
+    assert (adam["n"], adam["measured"]) == (3, 10.0)
+    control = table.loc["LN1 x 2 (preserved) - its lr/c^2 control, gradient clipping on"]
+    assert control["n"] == 3 and control["measured"] == pytest.approx(1 / 3)
+    assert table.loc["MHA - LN1 finetuned from the random init checkpoint", "n"] == 0

@@ -7,21 +7,32 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import acc_table
+from helpers import acc_table, tiny_vit
 
-from vitplast import confound_plasticity
+from vitplast import confound_plasticity, confounds
 from vitplast.confound_plasticity import partial_correlation, plasticity_after
 
 
 def test_layer_correlations_stay_within_component_and_task():
     """Accuracy rises with plasticity over LN1's blocks on t0 and falls on t1; MHA's blocks
-    are incomplete on t0 (one block lacks a run) and are left out, never pooled."""
+    are incomplete on t0 (one block lacks a run) and are left out, never pooled. A column's
+    component and block are its variant's fields (one named otherwise is still LN1's block
+    2); a column of another family is no block."""
     layers = pd.DataFrame([dict(task=t, layer=k, component=c, plasticity=float(k + 1), ci95=0.1)
                            for t in ("t0", "t1") for c in ("LN1", "MHA") for k in range(3)])
     acc = acc_table(**{f"LN1 block {k}": [70.0 + k, 70.0 - k] for k in range(3)},
                     **{f"MHA block {k}": [60.0 + k if k < 2 else np.nan, (50.0, 52.0, 51.0)[k]]
-                       for k in range(3)})
-    table = confound_plasticity.layer_correlations(acc, layers).set_index(["task", "component"])
+                       for k in range(3)}, **{"MHA block 9": [99.0, 1.0]})
+    renamed = {"LN1 block 2": "LN1, the last block"}
+    acc = acc.rename(columns=renamed)
+    fields = confounds.catalogue(confounds.layer_variants(tiny_vit(depth=3), ("LN1", "MHA")))
+    fields = pd.concat([fields.rename(index=renamed), confounds.catalogue(
+        {"MHA block 9": confounds.Variant("MHA block 9", "sparse", "MHA", count=9)})])
+    long = confound_plasticity.layer_accuracy(acc, layers, fields)
+    assert len(long) == 11 and long.set_index(["task", "component", "layer"]).loc[
+        ("t0", "LN1", 2), "test_acc"] == 72.0
+    table = confound_plasticity.layer_correlations(acc, layers, fields).set_index(
+        ["task", "component"])
     assert table["spearman"].to_dict() == pytest.approx({("t0", "LN1"): 1.0, ("t1", "LN1"): -1.0,
                                                          ("t1", "MHA"): 0.5})
     # plasticity rises with the block index here, so earliness goes against it and accuracy

@@ -27,10 +27,11 @@ def test_variants_and_their_exact_counts():
     assert lora < ablations.lora_count(model, "MHA", 1)
     bias = {counts[f"{c} bias"] for c in components.COMPONENTS}
     assert bias == {2 * 32 + head}  # d per block: FC2's and the betas; MHA's 4d, FC1's masked
-    for name, kw in table.items():
-        if "count" in kw.get("ablation", {}):
-            assert counts[name] == kw["ablation"]["count"] + head, name
-    configs = runs.grid(["digits"], list(table.values())[:2], [0.01], [0], pretrained=False)
+    for name, variant in table.items():
+        if variant.count is not None:
+            assert counts[name] == variant.count + head, name
+    configs = runs.grid(["digits"], [v.keywords() for v in list(table.values())[:2]], [0.01],
+                        [0], pretrained=False)
     assert configs[0]["ablation"]["variant"] == "LN1 x 4 (preserved)"
 
 
@@ -61,34 +62,46 @@ def test_the_confound_study_is_its_parts_and_nothing_else():
     per_block = {c: components.count_parameters(model, c) // len(model.blocks)
                  for c in ("LN1", "MHA", "FC1")}
     for name, n in counts.items():
-        assert n == per_block[name.split()[0]] + head, name
+        assert n == per_block[layer[name].component] + head, name
     with pytest.raises(ValueError, match="matches no variant; valid"):
         confounds.part_runs(dict(studies.get("confounds").spec, parts=[dict(  # shipped scales
             name="x", tasks=["digits"], lrs={"MHA sparsest": [0.1]})]))
 
 
+def _rescale_records(table: dict, acc: dict, misnamed: dict | None = None) -> pd.DataFrame:
+    """``with_variant`` results of ``table``'s variants on task digits at LRs 0.1 (seeds 0
+    and 1) and 1.0 (seed 0, diverged), with and without clipping; test accuracy 0.70 but
+    where ``acc`` says otherwise (name -> (clipping, seed, accuracy)); ``misnamed``: stored
+    names replaced (old -> new) after the fields are set."""
+    rows = []
+    for clip in (1.0, 0.0):
+        for lr, seed in ((0.1, 0), (0.1, 1), (1.0, 0)):
+            for name, variant in table.items():
+                run = runs.run_config("digits", lr=lr, seed=seed, clip_grad_norm=clip,
+                                      **variant.keywords())
+                value = acc.get(name, {}).get(("on" if clip else "off", seed), 0.70)
+                rows.append(dict(run, status="diverged" if lr == 1.0 else "ok",
+                                 test_acc=np.nan if lr == 1.0 else value))
+    df = confounds.with_variant(pd.json_normalize(rows))
+    return df.assign(variant=df["variant"].replace(misnamed or {}))
+
+
 def test_rescale_pairs_compare_each_run_with_its_control_and_state_the_verdict():
     """Without clipping the preserved rescale and its control end identically in every run
     (a diverged pair counts as identical); with clipping one pair differs by 2 points."""
-    rows = []
-    for lr, seed in ((0.1, 0), (0.1, 1), (1.0, 0)):
-        diverged = lr == 1.0
-        for variant, acc in (("LN1 x 2 (preserved)", 0.70), ("LN1 lr/c^2 (c=2)", 0.70),
-                             ("LN1 x 2 (preserved) (no clip)", 0.70),
-                             ("LN1 lr/c^2 (c=2) (no clip)", 0.70)):
-            if variant == "LN1 lr/c^2 (c=2)" and seed == 1:
-                acc = 0.72
-            rows.append(dict(task="t0", variant=variant, lr=lr, seed=seed,
-                             status="diverged" if diverged else "ok",
-                             test_acc=np.nan if diverged else acc))
-    pairs = confounds.rescale_pairs(pd.DataFrame(rows)).set_index("clipping")
+    table = {k: v for k, v in confounds.all_variants(tiny_vit(), {"LN1": 2.0}).items()
+             if k in ("LN1 x 2 (preserved)", "LN1 lr/c^2 (c=2)", "LN1 x 2 (raw)")}
+    df = _rescale_records(table, {"LN1 lr/c^2 (c=2)": {("on", 1): 0.72}})
+    pairs = confounds.rescale_pairs(df).set_index("clipping")
+    assert pairs["variant"].to_dict() == {"on": "LN1 x 2 (preserved)",
+                                          "off": "LN1 x 2 (preserved) (no clip)"}
     assert pairs.loc["off", ["pairs", "identical"]].tolist() == [3, 3]
     assert pairs.loc["on", ["pairs", "identical"]].tolist() == [3, 2]
     assert pairs.loc["on", "max_diff"] == pytest.approx(2.0)
     grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
     corr = pd.DataFrame(columns=["task", "component", "spearman", "spearman_depth"])
     t = dict(acc=acc_table(LN1=[70.0]), counts={}, corr=corr, grads=grads,
-             rescale=pairs.reset_index())
+             rescale=pairs.reset_index(), fields=confounds.variant_fields(df))
     table = findings.confounds(t).set_index("claim")
     off = table.loc["LN1 x 2 (preserved) (no clip) vs its lr/c^2 control, run by run (task, LR, "
                     "seed), gradient clipping off"]
@@ -100,19 +113,84 @@ def test_rescale_pairs_compare_each_run_with_its_control_and_state_the_verdict()
                               "difference 2.00")
 
 
-def test_study_scales_are_measured_once_and_rounded(tmp_path, monkeypatch):
-    from vitplast import empirical, plasticity
+def test_rescale_pairs_match_the_control_by_fields_not_by_name():
+    """Two scales whose controls carry each other's names: each rescale is paired with the
+    control of its own c (read from the control's lr_scales), within a relative tolerance;
+    a control of another component or clipping is never its pair."""
+    table = confounds.all_variants(tiny_vit(), {"LN1": 2.0, "LN2": 3.0})
+    table = {k: v for k, v in table.items() if "preserved" in k or "lr/c^2" in k}
+    table["LN1 lr/c^2 (c=3)"] = confounds.Variant("LN1 lr/c^2 (c=3)", "lr/c^2", "LN1",
+                                                  c=3.0 * (1 + 1e-9))
+    table["LN1 x 3 (preserved)"] = confounds.Variant("LN1 x 3 (preserved)", "rescale", "LN1",
+                                                     c=3.0, preserve=True)
+    acc = {"LN1 lr/c^2 (c=3)": {("on", 0): 0.50}, "LN2 lr/c^2 (c=3)": {("on", 1): 0.60}}
+    swap = {"LN1 lr/c^2 (c=2)": "LN1 lr/c^2 (c=3)", "LN1 lr/c^2 (c=3)": "LN1 lr/c^2 (c=2)"}
+    df = _rescale_records(table, acc, misnamed=swap)
+    pairs = confounds.rescale_pairs(df).set_index(["variant", "clipping"])
+    assert pairs["identical"].to_dict() == {
+        ("LN1 x 2 (preserved)", "on"): 3, ("LN1 x 3 (preserved)", "on"): 2,
+        ("LN2 x 3 (preserved)", "on"): 2, ("LN1 x 2 (preserved) (no clip)", "off"): 3,
+        ("LN1 x 3 (preserved) (no clip)", "off"): 3, ("LN2 x 3 (preserved) (no clip)", "off"): 3}
+    assert set(pairs["pairs"]) == {3}
+    assert pairs.loc[("LN1 x 3 (preserved)", "on"), "max_diff"] == pytest.approx(20.0)
+    assert pairs.loc[("LN2 x 3 (preserved)", "on"), "max_diff"] == pytest.approx(10.0)
+
+
+def test_scales_are_measured_once_in_their_own_step_and_only_read_when_runs_are_listed(
+        tmp_path, monkeypatch):
+    """``measure_scales`` measures (rounded to 3 digits) and saves; again, it reads; other
+    settings are measured anew. ``study_scales`` and listing a study's runs only read: with no
+    scales file they fail naming the file and the call that measures it."""
+    from vitplast import empirical, plasticity, studies
 
     calls = []
     monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: calls.append(a) or None)
     monkeypatch.setattr(plasticity, "ranking", lambda rates: pd.DataFrame(dict(
         component=["LN1", "LN2", "FC1", "FC1"], plasticity=[0.3, 0.7, 1.0, 1.1])))
-    first = confounds.study_scales(tmp_path, ["digits"], n_pairs=8)
+    with pytest.raises(FileNotFoundError, match=r"scales-[0-9a-f]+\.json is missing.*"
+                       r"confounds\.measure_scales\(.*\['digits'\], target='FC1', "
+                       r"n_pairs=8\)"):
+        confounds.study_scales(tmp_path, ["digits"], n_pairs=8)
+    spec = dict(studies.get("confounds-smoke").spec, scale_tasks=["digits"], n_pairs=8)
+    with pytest.raises(FileNotFoundError, match="measure_scales"):
+        confounds.part_runs(spec, tmp_path)
+    assert calls == []  # listing measured nothing
+    first = confounds.measure_scales(tmp_path, ["digits"], n_pairs=8)
     assert first["scales"] == {"LN1": 3.5, "LN2": 1.5} and len(calls) == 1
     assert first["plasticity"]["FC1"] == pytest.approx(1.05)
-    assert confounds.study_scales(tmp_path, ["digits"], n_pairs=8) == first and len(calls) == 1
-    confounds.study_scales(tmp_path, ["digits"], n_pairs=16)  # other settings: measured anew
+    assert confounds.measure_scales(tmp_path, ["digits"], n_pairs=8) == first and len(calls) == 1
+    assert confounds.study_scales(tmp_path, ["digits"], n_pairs=8) == first
+    assert [r["ablation"]["variant"] for r in confounds.part_runs(spec, tmp_path)[
+        "rescale, no clip"]] == ["LN1 x 3.5 (preserved)"]
+    confounds.measure_scales(tmp_path, ["digits"], n_pairs=16)  # other settings: measured anew
     assert len(calls) == 2 and len(list(tmp_path.glob("scales-*.json"))) == 2
+
+
+def test_the_cli_and_a_recomputing_load_measure_the_scales_before_listing_runs(
+        tmp_path, monkeypatch, capsys):
+    """A fresh store: ``vitplast sweep --study confounds-smoke`` (here only ``--status``) and
+    ``studies.load_confounds(..., recompute=True)`` (notebook 05's smoke profile) measure the
+    scales first, then list the runs from them; reading without recomputing does not."""
+    from vitplast import empirical, plasticity, studies, sweep
+    from vitplast.__main__ import main
+
+    calls = []
+    monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: calls.append(a) or None)
+    monkeypatch.setattr(plasticity, "ranking", lambda rates: pd.DataFrame(dict(
+        component=["LN1", "LN2", "FC1"], plasticity=[0.5, 0.5, 1.0])))
+    assert main(["sweep", "--study", "confounds-smoke", "--root", str(tmp_path / "cli"),
+                 "--status"]) == 0
+    assert "all" in capsys.readouterr().out and len(calls) == 1
+    assert len(list((tmp_path / "cli").glob("scales-*.json"))) == 1
+    monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: None)
+    monkeypatch.setattr(confounds, "layer_plasticity", lambda *a, **k: pd.DataFrame())
+    root, main_root = str(tmp_path / "nb"), str(tmp_path / "main")
+    with pytest.raises(FileNotFoundError, match="measure_scales"):
+        studies.load_confounds("confounds-smoke", root, main_root)
+    res = studies.load_confounds("confounds-smoke", root, main_root, recompute=True)
+    assert res.scales["scales"] == {"LN1": 2.0, "LN2": 2.0} and len(calls) == 2
+    assert res.coverage["missing"] == len(confounds.study_runs(studies.get(
+        "confounds-smoke").spec, root)) == 5
 
 
 def test_shipped_confound_results_are_the_complete_study(monkeypatch):

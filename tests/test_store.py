@@ -336,3 +336,21 @@ def test_a_companion_is_written_and_read_by_name(tmp_path):
         with pytest.raises(ValueError, match="is not a companion file"):
             runs.write_companion(name, {"sessions": []})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.json", "probe-0123.json"]
+
+
+def test_a_companion_is_computed_once_then_read(tmp_path):
+    """With ``compute``, a missing companion is computed, written and returned; later calls
+    read the file and never compute again; content that lacks its keys is refused unwritten."""
+    runs, calls = Store(tmp_path), []
+    probe = dict(task="digits", model="m", probe="p", test_acc=89.5, val_acc=90.0, train_acc=99.0)
+
+    def compute():
+        calls.append(1)
+        return probe
+
+    assert runs.companion("probe-1.json", compute=compute) == probe
+    assert runs.companion("probe-1.json", compute=compute) == probe and len(calls) == 1
+    assert store.read_json(tmp_path / "probe-1.json") == probe
+    with pytest.raises(ValueError, match="missing"):
+        runs.companion("probe-2.json", compute=lambda: {"task": "digits"})
+    assert not (tmp_path / "probe-2.json").exists()

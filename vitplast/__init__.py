@@ -19,8 +19,8 @@ recipe          named training settings: optimizer, schedule, steps (``finetune.
 ablation        a model change before training (``ablations``; a run's ``prepare`` names
                 it and ``ablation`` holds its arguments)
 gauge           the residual stream times c: same function, rates moved (``gauge``)
-variant         a named configuration of the confound study, maybe with an ablation
-                (``confounds``)
+variant         a named configuration of the confound study, maybe with an ablation; its
+                fields say what it trains (``confound_variants.Variant``)
 run             one training run's dict (``runs.run_config``); its hash names its record
 record          a finished run's outcome, one JSON file (``store``)
 store           a results folder of records, resumable (``store.Store``, ``provenance``)
@@ -54,11 +54,11 @@ leading ``_`` are public, and a module's own ``__all__``, where it has one, list
 - finetuning: ``finetune`` (the one training loop, over ``passes``: loader, precision,
   evaluation; ``batched`` trains the LRs of one setting as one computation), ``probes`` (the
   linear probe), ``ablations`` (with ``gauge``) and ``confounds`` (with
-  ``confound_plasticity``), ``runs`` (the run schema), ``studies`` (named studies; their specs
-  in ``study_specs``), ``search`` (LRs bracketed on validation), ``decide`` (the suite study's
-  tables), ``sweep`` (running them), ``store`` and ``provenance`` (records, sessions,
-  progress) over ``files`` (atomic writes) and ``cached`` (load-or-compute), ``results``
-  (tables; the LR rule in ``lr_selection``);
+  ``confound_plasticity``; its variants as values in ``confound_variants``), ``runs`` (the run
+  schema), ``studies`` (named studies; their specs in ``study_specs``), ``search`` (LRs
+  bracketed on validation), ``decide`` (the suite study's tables), ``sweep`` (running them),
+  ``store`` and ``provenance`` (records, sessions, progress) over ``files`` (atomic writes) and
+  ``cached`` (load-or-compute), ``results`` (tables; the LR rule in ``lr_selection``);
 - presentation: ``plots`` (its look in ``plot_style``), ``widgets``, ``notebooks``
   (papermill), ``__main__`` (the CLI).
 
@@ -71,10 +71,10 @@ __version__ = "0.1.0"
 #: The public modules. Importing ``vitplast`` loads none of them: import the one you need,
 #: e.g. ``from vitplast import tasks``.
 __all__ = ["ablations", "advise", "batched", "bound_findings", "bounds", "cached", "components",
-           "confound_findings", "confound_plasticity", "confounds", "corruptions", "data",
-           "decide", "definitions", "drawn", "empirical", "fake_datasets", "files", "findings",
-           "finetune", "finetuning_findings", "gauge", "hub", "inputs", "intervals",
-           "lr_selection", "models", "notebooks", "pairs", "paper", "paper_datasets", "passes",
-           "plasticity", "plot_style", "plots", "power", "pretrain", "probes", "provenance",
-           "rates", "results", "runs", "search", "store", "stream", "studies", "study_specs",
-           "suite", "sweep", "tasks", "verdicts", "widgets"]
+           "confound_findings", "confound_plasticity", "confound_variants", "confounds",
+           "corruptions", "data", "decide", "definitions", "drawn", "empirical",
+           "fake_datasets", "files", "findings", "finetune", "finetuning_findings", "gauge", "hub",
+           "inputs", "intervals", "lr_selection", "models", "notebooks", "pairs", "paper",
+           "paper_datasets", "passes", "plasticity", "plot_style", "plots", "power", "pretrain",
+           "probes", "provenance", "rates", "results", "runs", "search", "store", "stream",
+           "studies", "study_specs", "suite", "sweep", "tasks", "verdicts", "widgets"]

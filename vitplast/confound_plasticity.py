@@ -6,6 +6,9 @@ component change its plasticity?). Each measurement is made once and stored besi
 records (``layers-*.json``, ``after-*.json``: ``store.COMPANIONS``); ``vitplast.confounds``
 re-exports every name here and builds notebook 05's tables from them.
 
+The per-block test reads which block and component an accuracy column is from the variants'
+fields (``vitplast.confound_variants``), never from its name.
+
 Used by ``vitplast.confounds``, ``vitplast.studies.load_confounds`` and notebook 05.
 """
 
@@ -17,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitplast import finetune, models, store
+from vitplast.confound_variants import names_of
 
 
 def layer_plasticity(root: str | Path, tasks, n_pairs: int = 256) -> pd.DataFrame:
@@ -26,19 +30,13 @@ def layer_plasticity(root: str | Path, tasks, n_pairs: int = 256) -> pd.DataFram
 
     Columns: ``task``, ``layer``, ``component``, ``plasticity``, ``ci95``.
     """
-    from vitplast import empirical, plasticity
+    from vitplast import empirical
 
     settings = dict(tasks=list(tasks), n_pairs=n_pairs, protocol="hidden")
-    name = f"layers-{store.config_hash(settings)}.json"
-    saved = store.Store(root).companion(name)
-    if saved is None:
-        rates = empirical.measure_tasks(models.EMBEDDED_NAME, list(tasks), protocols=["hidden"],
-                                        n_pairs=n_pairs, progress=False)
-        per_layer = plasticity.summarize(rates)
-        cols = ["task", "layer", "component", "plasticity", "ci95"]
-        per_layer = per_layer.assign(component=per_layer["component"].astype(str))[cols]
-        saved = dict(settings, rows=per_layer.to_dict("records"))
-        store.Store(root).write_companion(name, saved)
+    saved = store.Store(root).companion(
+        f"layers-{store.config_hash(settings)}.json",
+        compute=lambda: dict(settings, rows=empirical.embedded_layers(
+            tasks, n_pairs=n_pairs).to_dict("records")))
     return pd.DataFrame(saved["rows"])
 
 
@@ -59,11 +57,7 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
     """
     from vitplast import empirical, plasticity, runs, sweep
 
-    name = f"after-{runs.run_hash(run)}.json"
-    saved = store.Store(root).companion(name)
-    if saved is None and not compute:
-        return pd.DataFrame(columns=AFTER_COLUMNS)
-    if saved is None:
+    def measure() -> dict:
         model, task, kwargs = sweep.build(run, models.pick_device("cpu"))
         pairs = empirical.task_pairs(run["task"], empirical.SOURCE, n_pairs=n_pairs, model=model)
 
@@ -74,8 +68,12 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
 
         before = per_component()
         finetune.train(model, task.train, task.val, task.test, progress=False, **kwargs)
-        saved = dict(run=run, n_pairs=n_pairs, before=before, after=per_component())
-        store.Store(root).write_companion(name, saved)
+        return dict(run=run, n_pairs=n_pairs, before=before, after=per_component())
+
+    saved = store.Store(root).companion(f"after-{runs.run_hash(run)}.json",
+                                        compute=measure if compute else None)
+    if saved is None:
+        return pd.DataFrame(columns=AFTER_COLUMNS)
     return pd.DataFrame([dict(task=run["task"], variant=str(run["config"]), component=c,
                               before=b, after=saved["after"][c], ratio=saved["after"][c] / b)
                          for c, b in saved["before"].items()])
@@ -99,21 +97,26 @@ def after_runs(main: pd.DataFrame, study: dict, baselines: list[dict]) -> list[d
             and r["seed"] == after["seed"]]
 
 
-def layer_accuracy(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
+def layer_accuracy(acc: pd.DataFrame, layers: pd.DataFrame, fields: pd.DataFrame
+                   ) -> pd.DataFrame:
     """Per task, component and block: the block's plasticity before finetuning
     (``layer_plasticity``) and the test accuracy (%) of finetuning that block's component
-    alone (``accuracy``'s ``"<C> block <k>"`` columns), where both exist."""
+    alone (``accuracy``'s columns of the ``block`` variants, their ``component`` and
+    ``block`` read from ``fields``: ``confound_variants.variant_fields``), where both exist."""
+    blocks = fields.loc[names_of(fields, family="block"), ["component", "block"]]
     long = acc.reset_index().melt(id_vars="task", var_name="variant", value_name="test_acc")
-    parts = long["variant"].str.extract(r"^(?P<component>\w+) block (?P<layer>\d+)$")
-    long = long.join(parts).dropna(subset=["component", "test_acc"])
+    long = long.merge(blocks.rename(columns={"block": "layer"}), left_on="variant",
+                      right_index=True).dropna(subset=["test_acc"])
     return long.assign(layer=long["layer"].astype(int)).merge(
         layers, on=["task", "component", "layer"])[["task", "component", "layer", "plasticity",
                                                    "test_acc"]]
 
 
-def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
+def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame, fields: pd.DataFrame
+                       ) -> pd.DataFrame:
     """Per task and component: Spearman's rho, over the blocks, between a block's plasticity
-    and the test accuracy of finetuning that block's component alone (``layer_accuracy``).
+    and the test accuracy of finetuning that block's component alone (``layer_accuracy``,
+    ``fields`` as there).
     Count is fixed within a component, so rho > 0 says plasticity, not size, goes with gain;
     unless plasticity itself follows depth, which may matter on its own: so also rho between
     earliness (minus the block index) and accuracy, and between earliness and plasticity.
@@ -131,7 +134,7 @@ def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
 
     rows = []
     depth = layers["layer"].nunique()
-    for (task, comp), g in layer_accuracy(acc, layers).groupby(["task", "component"]):
+    for (task, comp), g in layer_accuracy(acc, layers, fields).groupby(["task", "component"]):
         if len(g) == depth >= 3:
             early = -g["layer"]
             xy, yz, xz = (rho(g["plasticity"], g["test_acc"]), rho(early, g["test_acc"]),

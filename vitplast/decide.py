@@ -72,19 +72,13 @@ def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
 
     Columns: ``task``, ``protocol``, ``layer``, ``component``, ``plasticity``, ``ci95``.
     """
-    from vitplast import empirical, models, plasticity
+    from vitplast import empirical
 
     settings = dict(task=task, n_pairs=n_pairs, protocol=protocol)
-    name = f"plasticity-{store.config_hash(settings)}.json"
-    saved = store.Store(root).companion(name)
-    if saved is None:
-        rates = empirical.measure_tasks(models.EMBEDDED_NAME, [task], protocols=[protocol],
-                                        n_pairs=n_pairs, progress=False)
-        per_layer = plasticity.summarize(rates)
-        per_layer = per_layer.assign(component=per_layer["component"].astype(str))
-        cols = ["layer", "component", "plasticity", "ci95"]
-        saved = dict(settings, rows=per_layer[cols].to_dict("records"))
-        store.Store(root).write_companion(name, saved)
+    saved = store.Store(root).companion(
+        f"plasticity-{store.config_hash(settings)}.json",
+        compute=lambda: dict(settings, rows=empirical.embedded_layers(
+            [task], protocol=protocol, n_pairs=n_pairs).drop(columns="task").to_dict("records")))
     return pd.DataFrame(saved["rows"]).assign(task=task, protocol=protocol)
 
 
@@ -96,13 +90,13 @@ def task_probe(root: str | Path, task: str, *, compute: bool = True) -> dict | N
     from vitplast import models, probes
 
     settings = dict(task=task, model=models.EMBEDDED_NAME, probe="logistic, C=1, L-BFGS")
-    name = f"probe-{store.config_hash(settings)}.json"
-    saved = store.Store(root).companion(name)
-    if saved is None and compute:
+
+    def probe() -> dict:
         row = probes.linear_probes(models.EMBEDDED_NAME, [task]).iloc[0].to_dict()
-        saved = dict(settings, **{k: v for k, v in row.items() if k != "task"})
-        store.Store(root).write_companion(name, saved)
-    return saved
+        return dict(settings, **{k: v for k, v in row.items() if k != "task"})
+
+    return store.Store(root).companion(f"probe-{store.config_hash(settings)}.json",
+                                       compute=probe if compute else None)
 
 
 def task_probes(root: str | Path, tasks, *, compute: bool = False) -> pd.DataFrame:

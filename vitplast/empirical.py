@@ -153,6 +153,21 @@ def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",
     return store.load_or_compute("plasticity", params, compute)
 
 
+def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> pd.DataFrame:
+    """Per task, block and component: the embedded model's plasticity before finetuning and its
+    ``ci95`` (``measure_tasks``, ``plasticity.summarize``), components as plain text: the rows
+    the study stores keep beside their runs (``confound_plasticity.layer_plasticity``,
+    ``decide.task_plasticity``). Columns ``task``, ``layer``, ``component``, ``plasticity``,
+    ``ci95``."""
+    from vitplast import models
+
+    rates = measure_tasks(models.EMBEDDED_NAME, list(tasks), protocols=[protocol],
+                          n_pairs=n_pairs, progress=False)
+    per_layer = summarize(rates)
+    per_layer = per_layer.assign(component=per_layer["component"].astype(str))
+    return per_layer[["task", "layer", "component", "plasticity", "ci95"]]
+
+
 def pooled_layers(rates: pd.DataFrame, checkpoint: str) -> pd.DataFrame:
     """Per (protocol, layer, component) at ``checkpoint``: ``plasticity`` and ``ci95`` of
     ``plasticity.summarize``, averaged over tasks (the figures' pooled view).

@@ -99,13 +99,15 @@ def settings(study: dict, **runtime) -> list[dict]:
     ``start`` (e.g. ``dict(config="MHA", prepare="gauge", ablation=dict(c=8.0), start=0.1)``;
     ``variant="MHA sparse"`` starts from that named variant's keywords).
     A name with a start LR alone is a plain configuration (``components.CONFIGS``) or a named
-    variant of the confound study (``confounds.variants``, e.g. ``"MHA sparse"``), so that
-    identical runs hash identically.
+    variant of the confound study (``confounds.variants``, e.g. ``"MHA sparse"``: its
+    ``Variant.keywords``), so that identical runs hash identically. The variants' counts come
+    from the embedded architecture (no checkpoint is read).
     """
     from vitplast import confounds, models
 
-    model = models.load_model(models.EMBEDDED_NAME, num_classes=10, device="cpu")
-    named = confounds.variants(model, {})
+    model = models.load_model(models.EMBEDDED_NAME, pretrained=False, num_classes=10,
+                              device="cpu")
+    named = {name: v.keywords() for name, v in confounds.variants(model, {}).items()}
     if "precision" in study:
         runtime = {"precision": study["precision"], **runtime}
     out = []

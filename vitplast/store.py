@@ -289,8 +289,10 @@ class Store:
                 if (read_json(path) or {}).get("token") == token:
                     path.unlink(missing_ok=True)
 
-    def companion(self, name: str) -> dict | None:
-        """The companion file ``root/name`` (``COMPANIONS``), or ``None`` when there is none.
+    def companion(self, name: str, compute=None) -> dict | None:
+        """The companion file ``root/name`` (``COMPANIONS``); when there is none, ``None``, or
+        with ``compute`` (a function of no argument returning its content) its content
+        computed once and written (``write_companion``): a measurement kept beside the runs.
 
         Raises:
             ValueError: ``name`` is not a companion kind's (naming the kinds), or the file is
@@ -299,7 +301,11 @@ class Store:
         _companion_keys(name)
         path = self.root / name
         if not path.exists():
-            return None
+            if compute is None:
+                return None
+            content = compute()
+            self.write_companion(name, content)
+            return content
         problems = companion_problems(path)
         if problems:
             raise ValueError(f"{path}: {'; '.join(problems)}: not a complete "

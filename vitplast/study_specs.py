@@ -68,7 +68,7 @@ CONFOUND_TASKS = ["fmnist_contrast", "digits", "fmnist_snow", "fmnist_rotate90",
 #: (``confounds.variant_table``: ablations, single-block configurations, plain configurations;
 #: ``lrs`` maps a name, or an fnmatch pattern over names, to its LRs) on ``tasks`` x ``seeds``,
 #: with the part's ``fixed`` run settings. Its plain SGD baselines are runs of the main study.
-#: The LayerNorm scales are measured on ``scale_tasks`` (``confounds.study_scales``). The
+#: The LayerNorm scales are measured on ``scale_tasks`` (``confounds.measure_scales``). The
 #: ladders were widened by two half-decade steps past every edge where a first fill chose its
 #: LR (widening adds runs and changes none; ``data/confounds/README.md``).
 CONFOUNDS = dict(
@@ -173,7 +173,7 @@ SUITE_PRIMARIES = (
 LENGTH = dict(
     tasks=["fmnist_contrast", "digits", "textures", "symmetry"], seeds=[0], precision="fp32",
     configs={f"{name} {k}x": dict(
-        {"variant": name} if name.endswith("sparse") else {"config": name},
+        {"config": name} if name in components.CONFIGS else {"variant": name},
         steps=120 * k, warmup_steps=12 * k, start=start)
         for k in (2, 4) for name, start in (("MHA", 0.1), ("LN1", 0.3), ("LN2", 0.3),
                                             ("MHA sparse", 1.0), ("FC1 sparse", 0.3),
