@@ -106,16 +106,27 @@ def test_gauge_pairs_match_the_same_run_at_two_gauges_and_the_checks_read_them(t
     _gauge_record(tmp_path, 1.0, [2.0, 3.5, 1.2], 0.65, gauge=True)
     _gauge_record(tmp_path, 0.3, [2.0, 1.0, 0.5], 0.72, gauge=False)  # no c = 8 twin
     pairs = decide.gauge_pairs(tmp_path).sort_values("lr").reset_index(drop=True)
-    assert pairs[["lr", "stable"]].to_dict("list") == dict(lr=[0.1, 1.0], stable=[True, False])
+    assert pairs[["lr", "loss_rose"]].to_dict("list") == dict(lr=[0.1, 1.0],
+                                                             loss_rose=[False, True])
+    assert pairs["first_diff"].tolist() == [0.0, 0.0]
     assert pairs["max_loss_diff"].tolist() == pytest.approx([2e-4, 0.5])
     assert pairs["test_diff"].tolist() == pytest.approx([0.0, 5.0])
     picked = pd.DataFrame(_picked("a", {"LN1": 70.0, "LN1 c=8": 70.0, "head": 60.0})
                           + _picked("b", {"LN1": 71.0, "LN1 c=8": 73.0, "head": 61.0}))
     picked["loss_rose"] = [0.0, 1.0, 0.0, 1.0, 1.0, float("nan")]
-    same, rose, ln1 = decide.gauge_checks(pairs, picked)  # head has no c = 8 column: no row
-    assert same["verdict"] == "the same trajectory, as derived" and same["n"] == 1
+    first, same, rose, ln1 = decide.gauge_checks(pairs, picked)  # head: no c = 8 column
+    assert first["verdict"] == "the same, as derived" and first["n"] == 2
+    assert same["measured"] == "0.0002 (LR 0.1), 0.5 (LR 1)"
+    assert same["verdict"] == ("the same trajectory up to LR 0.1, as derived; above it the "
+                               "pairs part by up to 0.5 from first-step differences of at most "
+                               "0: large steps amplify rounding (the pairs ran on cpu, cpu)")
     assert (rose["measured"], rose["n"]) == (60.0, 5)
     assert rose["verdict"] == "3 of 5 chosen runs had a training loss that rose above its start"
     assert ln1["measured"] == 1.0 and ln1["n"] == 2
-    broken = pairs.assign(max_loss_diff=[0.01, 0.5])
-    assert decide.gauge_checks(broken, picked)[0]["verdict"].startswith("not the same")
+    calm = decide.gauge_checks(pairs.assign(max_loss_diff=[2e-4, 5e-4]), picked)[1]
+    assert calm["verdict"] == "the same trajectory at every LR stored (up to 1), as derived"
+    broken = decide.gauge_checks(pairs.assign(max_loss_diff=[0.01, 0.5], first_diff=[0.01, 0]),
+                                 picked)
+    assert broken[0]["verdict"].startswith("not the same: the derivation")
+    assert broken[1]["verdict"].startswith("not the same at any LR stored")
+    assert decide.gauge_checks(pairs.iloc[:0], picked)[0]["verdict"] == "no pair stored yet"
