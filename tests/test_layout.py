@@ -175,3 +175,19 @@ def test_the_default_pair_source_is_defined_once():
                 copies |= {name for arg, default in pairs if arg == "source"
                            and isinstance(default, ast.Constant) and default.value == "fmnist"}
     assert copies == set()
+
+
+def _calls(tree: ast.Module) -> set[str]:
+    """The dotted names a module calls (``os.replace``, ``tempfile.mkstemp``, ...)."""
+    return {ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+
+
+def test_the_atomic_write_is_defined_once():
+    """Only ``files.atomic_path`` moves a temp file over its target: every other module that
+    writes a file it must not leave half-written goes through it (issue 29, item 3)."""
+    movers = {name for name in MODULES
+              if {"os.replace", "os.rename", "tempfile.mkstemp", "tempfile.NamedTemporaryFile"}
+              & _calls(ast.parse((PACKAGE / f"{name}.py").read_text()))}
+    assert movers == {"files"}
+    users = {name for name in MODULES if "atomic_path" in (PACKAGE / f"{name}.py").read_text()}
+    assert {"files", "store", "cached"} <= users
