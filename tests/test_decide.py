@@ -119,7 +119,7 @@ def test_gauge_pairs_match_the_same_run_at_two_gauges_and_the_checks_read_them(t
     assert same["measured"] == "0.0002 (LR 0.1), 0.5 (LR 1)"
     assert same["verdict"] == ("the same trajectory up to LR 0.1, as derived; above it the "
                                "pairs part by up to 0.5 from first-step differences of at most "
-                               "0: large steps amplify rounding (the pairs ran on cpu, cpu)")
+                               "0: large steps amplify rounding (the pairs ran on cpu)")
     assert (rose["measured"], rose["n"]) == (60.0, 5)
     assert rose["verdict"] == "3 of 5 chosen runs had a training loss that rose above its start"
     assert ln1["measured"] == 1.0 and ln1["n"] == 2

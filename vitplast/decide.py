@@ -256,7 +256,7 @@ def _trajectory_row(pairs: pd.DataFrame) -> dict:
     leading = worst.index[same.astype(int).cummin().astype(bool)]  # LRs before the first miss
     upto = leading.max() if len(leading) else np.nan
     above = pairs[pairs["lr"] > upto] if np.isfinite(upto) else pairs
-    devices = ", ".join(sorted(set(pairs["devices"])))
+    devices = " and ".join(sorted({d for ds in pairs["devices"] for d in ds.split(", ")}))
     if not np.isfinite(upto):
         verdict = "not the same at any LR stored: the derivation or the code is wrong"
     elif not len(above):
