@@ -233,7 +233,7 @@ def _sweep(args, parser, argv) -> int:
 
 def _study(args, parser) -> tuple[str, list[dict]]:
     """The study's store and its runs (with ``--precision``), after checking the arguments; a
-    confound study's LayerNorm scales are measured first (``confounds.measure_scales``: read
+    confound study's LayerNorm scales are measured first (``confounds.measure_study_scales``: read
     when its store has them), since its runs are made from them."""
     from vitplast import studies
 
@@ -247,8 +247,7 @@ def _study(args, parser) -> tuple[str, list[dict]]:
     if "scale_tasks" in study.spec:  # a confound study: its runs are made from its scales
         from vitplast import confounds
 
-        confounds.measure_scales(root, study.spec["scale_tasks"], target=study.spec["target"],
-                                 n_pairs=study.spec["n_pairs"])
+        confounds.measure_study_scales(study.spec, root)
     try:
         runs = studies.sweep_runs(args.study, root, data_root=args.data_root,
                                   weights_file=args.weights_file)

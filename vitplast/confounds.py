@@ -158,6 +158,13 @@ def measure_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int
     return store.Store(root).companion(_scales_name(tasks, target, n_pairs), compute=measure)
 
 
+def measure_study_scales(study: dict, root: str | Path) -> dict:
+    """``measure_scales`` with the settings of a confound study's spec (``scale_tasks``,
+    ``target``, ``n_pairs``): what must run before its runs are listed."""
+    return measure_scales(root, study["scale_tasks"], target=study["target"],
+                          n_pairs=study["n_pairs"])
+
+
 def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int = 256) -> dict:
     """The LayerNorm scales of the study stored under ``root``, as ``measure_scales`` saved
     them (read only: nothing is measured here).

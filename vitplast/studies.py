@@ -297,8 +297,7 @@ def load_confounds(name: str = "confounds", results_dir: str = "", main_results_
     root = results_dir or str(study.root(recompute))
     main_root = main_results_dir or str(get(study.baselines).root(recompute))
     if recompute:  # its runs are listed from its LayerNorm scales: measured first
-        confounds.measure_scales(root, spec["scale_tasks"], target=spec["target"],
-                                 n_pairs=spec["n_pairs"])
+        confounds.measure_study_scales(spec, root)
     expected, baselines = confounds.study_runs(spec, root), confound_baselines(study)
     if recompute:
         sweep.run_sweep(baselines, main_root)
