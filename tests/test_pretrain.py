@@ -56,3 +56,23 @@ def counting(fn, calls):
         calls.append(kwargs)
         return fn(*args, **kwargs)
     return wrapper
+
+
+def test_weight_decay_and_stages_reach_the_optimizer_manifest_and_command(fake_fmnist, tmp_path,
+                                                                           monkeypatch):
+    """A second recipe (no weight decay, one stage) trains with it, says so in the manifest and
+    the command that remakes it, and does not resume from the shipped recipe's checkpoints."""
+    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path / "cache"))
+    calls = []
+    monkeypatch.setattr(pretrain.finetune, "train", counting(pretrain.finetune.train, calls))
+    out = tmp_path / "out"
+    pretrain.pretrain(out, stages=STAGES, train_limit=128, arch=TINY_ARCH, root=fake_fmnist,
+                      progress=False)
+    assert [c["weight_decay"] for c in calls] == [pretrain.RECIPE["weight_decay"]] * 2
+    calls.clear()
+    manifest = pretrain.pretrain(out, stages=((1, 2e-3, 0),), weight_decay=0.0, train_limit=128,
+                                 arch=TINY_ARCH, root=fake_fmnist, progress=False)
+    assert [(c["weight_decay"], c["lr"]) for c in calls] == [(0.0, 2e-3)]  # started over
+    assert manifest["recipe"]["weight_decay"] == 0.0
+    assert manifest["command"] == "python -m vitplast pretrain --weight-decay 0 --stages 1:0.002:0"
+    assert "weight decay 0.0" in (out / "README.md").read_text()

@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default: the package's "
                    "vitplast/checkpoints/)")
     p.add_argument("--train-limit", type=int, default=None, help="use only N training images")
+    p.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay "
+                   "(default: the shipped model's recipe, vitplast.pretrain.RECIPE)")
+    p.add_argument("--stages", default=None, help="comma-separated EPOCHS:PEAK_LR:SEED per "
+                   "stage of the cosine schedule (default: the shipped model's, e.g. "
+                   "12:1e-3:0,8:5e-4:1)")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
 
     _add_sweep(sub)
@@ -177,11 +182,27 @@ def main(argv: list[str] | None = None) -> int:
 def _pretrain(args, parser, argv) -> int:
     from vitplast import models, pretrain
 
+    extra = {} if args.weight_decay is None else {"weight_decay": args.weight_decay}
+    if args.stages:
+        extra["stages"] = _stages(args.stages, parser)
     manifest = pretrain.pretrain(args.out or models.DATA_DIR, train_limit=args.train_limit,
-                                 device=args.device)
+                                 device=args.device, **extra)
     for name, c in manifest["checkpoints"].items():
         print(f"{name:>8}  epoch {c['epoch']:>6}  test acc {c['test_acc']:.4f}  {c['file']}")
     return 0
+
+
+def _stages(text: str, parser) -> tuple:
+    """``--stages`` "12:1e-3:0,8:5e-4:1" -> ((12, 0.001, 0), (8, 0.0005, 1))."""
+    try:
+        stages = tuple((int(e), float(lr), int(s)) for e, lr, s in
+                       (part.split(":") for part in text.split(",")))
+    except ValueError:
+        parser.error(f"--stages {text!r}: expected EPOCHS:PEAK_LR:SEED per stage, separated by "
+                     "commas, e.g. 12:1e-3:0,8:5e-4:1")
+    if any(e < 1 or lr <= 0 for e, lr, _ in stages):
+        parser.error(f"--stages {text!r}: every stage needs EPOCHS >= 1 and PEAK_LR > 0")
+    return stages
 
 
 def _sweep(args, parser, argv) -> int:

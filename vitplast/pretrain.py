@@ -59,8 +59,8 @@ def _checkpoint_names(stages, steps_per_epoch: int) -> dict[int, str]:
 
 def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
              train_limit: int | None = None, arch: dict | None = None,
-             root: str | Path | None = None, device: str | None = None,
-             progress: bool = True) -> dict:
+             weight_decay: float = RECIPE["weight_decay"], root: str | Path | None = None,
+             device: str | None = None, progress: bool = True) -> dict:
     """Pretrain the embedded model and write its checkpoints and manifest to ``out_dir``.
 
     Resumes at stage boundaries: a stage whose end checkpoint is already in ``out_dir``'s
@@ -69,6 +69,9 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
     Args:
         stages: (epochs, peak lr, seed) per stage (the shipped model: ``STAGES``).
         train_limit: use only this many training images (for tests).
+        weight_decay: AdamW's decoupled weight decay (the shipped model: ``RECIPE``'s); it
+            shrinks the embedding and so the residual stream's scale, the gauge that sets the
+            plasticity ranking (``vitplast.gauge``).
         arch: ``VisionTransformer`` keywords (default ``models.EMBEDDED_ARCH``; the tests
             pretrain a tiny one); saved in the manifest, which ``models.load_model`` follows.
         root: Fashion-MNIST folder (see ``vitplast.data.fashion_mnist_arrays``).
@@ -84,14 +87,14 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
     first = torch.utils.data.Subset(test_set, list(range(min(TEST_SUBSET, len(test_set)))))
     steps_per_epoch = len(train_set) // RECIPE["batch_size"]
     names = _checkpoint_names(stages, steps_per_epoch)
-    recipe = {**RECIPE, "stages": [list(st) for st in stages], "steps_per_epoch": steps_per_epoch,
+    recipe = {**RECIPE, "weight_decay": weight_decay, "stages": [list(st) for st in stages], "steps_per_epoch": steps_per_epoch,
               "augment": "translate<=2px + hflip", "train_images": len(train_set),
               "val_images": len(val_set)}
     manifest = store.read_json(out_dir / "checkpoints.json") or {}
     if [manifest.get("recipe"), manifest.get("arch")] != json.loads(json.dumps([recipe, arch])):
         manifest = dict(checkpoints={}, history=[])  # another recipe: start over
     manifest.update(model=models.EMBEDDED_NAME, arch=arch, recipe=recipe,
-                    command="python -m vitplast pretrain", device=str(models.pick_device(device)),
+                    command=_command(stages, weight_decay), device=str(models.pick_device(device)),
                     **provenance.provenance(models.pick_device(device)))
     start = time.perf_counter() - manifest.get("wall_seconds", 0.0)
 
@@ -132,10 +135,20 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
         finetune.train(model, train_set, val_set, steps=steps, lr=lr, seed=seed,
                        warmup_steps=steps_per_epoch, eval_every=steps_per_epoch, log_every=50,
                        augment=augment, device=device, on_eval=on_eval, keep_best=False,
-                       progress=progress, **RECIPE)
+                       progress=progress, **{**RECIPE, "weight_decay": weight_decay})
         offset += steps
     (out_dir / "README.md").write_text(model_card(manifest))
     return manifest
+
+
+def _command(stages, weight_decay: float) -> str:
+    """The CLI command that reproduces this recipe (``--out`` aside)."""
+    out = "python -m vitplast pretrain"
+    if weight_decay != RECIPE["weight_decay"]:
+        out += f" --weight-decay {weight_decay:g}"
+    if tuple(map(tuple, stages)) != STAGES:
+        out += " --stages " + ",".join(f"{e}:{lr:g}:{s}" for e, lr, s in stages)
+    return out
 
 
 def _sets(root, train_limit: int | None):
