@@ -5,9 +5,11 @@ model; the layer medians and means are both stated where an order rests on them.
 import math
 
 import pandas as pd
+import pytest
+import torch
 from helpers import tiny_vit
 
-from vitplast import bound_findings, findings, intervals
+from vitplast import bound_findings, findings, gauge, intervals
 
 
 def synthetic(agree: bool):
@@ -88,3 +90,54 @@ def test_medians_and_means_of_layers_are_both_stated_where_an_order_rests_on_the
     calm = {r["claim"]: r for r in bound_findings._median_rows(_intervals(1.4, 0.6))}
     assert calm["order of measured plasticity: layer means vs layer MEDIANS"]["verdict"] == \
         "same order"
+
+
+def test_gauge_rows_read_the_derived_factors_and_the_order():
+    """At c = 8 under the hidden protocol the LayerNorms' bound and plasticity / 8, MHA's and
+    FC2's x 8, FC1's unchanged: "as derived"; one layer mean off by 1% is not; the order of
+    the gauged bounds is stated against Takeaway 1 with the gauged plasticity's."""
+    df, checks = synthetic(agree=False)  # bounds LN1 > LN2 > FC2 > FC1 > MHA: not Takeaway 1
+    df["sigma"] = df["component"].map({"LN1": 1.0, "LN2": 2.0})  # eps's share: 5e-7
+    factor = df["component"].map({"LN1": 1 / 8, "LN2": 1 / 8, "MHA": 8.0, "FC1": 1.0,
+                                  "FC2": 8.0})
+    gauged = df.assign(bound=df["bound"] * factor, plasticity=df["plasticity"] * factor)
+    ratios = bound_findings.gauge_ratios(df, gauged, 8.0).set_index("component")
+    assert ratios["derived"].to_dict() == {"FC1": 1.0, "FC2": 8.0, "LN1": 0.125, "LN2": 0.125,
+                                           "MHA": 8.0}
+    rows = bound_findings.bounds(df, checks, gauged=gauged, c=8.0).set_index("claim")
+    moved = rows.loc[rows.index.str.startswith("bounds and plasticity move"), "verdict"]
+    assert moved.tolist() == ["as derived (exact check)"]
+    order = rows.loc["order of the proven bounds at gauge c = 8 vs Takeaway 1"]
+    assert order["measured"] == "FC2 > LN1 > LN2 > FC1 > MHA"  # 64, 12.5, 6.25, 3, 0.8
+    assert order["verdict"] == ("differs from the paper (untested); plasticity "
+                                "MHA > FC2 > FC1 > LN2 > LN1")  # 56, 16, 4, .0625, .0375
+    off = gauged.assign(bound=gauged["bound"].where(gauged["component"] != "FC1", 3.03))
+    rows = bound_findings.bounds(df, checks, gauged=off, c=8.0)
+    assert rows["verdict"].str.startswith("not as derived (exact check)").sum() == 1
+    assert len(bound_findings.bounds(df, checks)) == len(rows) - 2
+
+
+def test_the_bounds_of_a_gauged_model_move_as_derived(images):
+    """On a tiny random ViT, the bounds and plasticity measured at c = 8 (``intervals.gauged``)
+    are the model's times the derived factors, and the model itself is left unchanged. The
+    first LayerNorm's sigma is exactly sqrt(c^2 var + eps): the gauge leaves eps, so where a
+    token's sigma is near it (timm's CLS token and positions start at std 0.02: sigma 0.017)
+    the bound moves by a little less than 1/c, within ``gauge_tolerance``; gauged at 10 first,
+    every sigma is far above eps and the bounds move by the derived factors to float32."""
+    x, y = images
+    c, eps = 8.0, 1e-6
+    for pre in (1.0, 10.0):
+        model = gauge.gauge(tiny_vit(), pre)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        df = intervals.intervals(model, x, y, n_lipschitz=1, power_iters=0, progress=False)
+        gauged = intervals.gauged(model, c, x, y)
+        assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+        first = (df["component"] == "LN1") & (df["layer"] == 0)  # its input: the embedding x c
+        var = df.loc[first, "sigma"].item() ** 2 - eps
+        assert gauged.loc[first, "sigma"].item() == pytest.approx((c**2 * var + eps) ** 0.5,
+                                                                  rel=1e-5)
+        ratios = bound_findings.gauge_ratios(df, gauged, c)
+        off = (ratios[["bound_ratio", "plasticity_ratio"]].div(ratios["derived"], axis=0) - 1)
+        worst = off.abs().max().max()
+        assert worst < bound_findings.gauge_tolerance(df, c)
+        assert (worst < bound_findings.FLOAT_RTOL) == (pre == 10.0)

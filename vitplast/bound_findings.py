@@ -43,7 +43,8 @@ def _in_takeaway1_order(order: list[str]) -> bool:
     return all(rank[a] <= rank[b] for a, b in zip(order, order[1:]))
 
 
-def bounds(df: pd.DataFrame, checks: pd.DataFrame) -> pd.DataFrame:
+def bounds(df: pd.DataFrame, checks: pd.DataFrame, gauged: pd.DataFrame | None = None,
+           c: float = 8.0) -> pd.DataFrame:
     """Notebook 03's findings table: do Props. 1-4 bracket the Lipschitz constant, and does the
     order of the bounds give the order of plasticity? Every row is descriptive (the layers of one
     model are not independent units), its verdict computed from the numbers.
@@ -51,6 +52,8 @@ def bounds(df: pd.DataFrame, checks: pd.DataFrame) -> pd.DataFrame:
     Args:
         df: ``intervals.intervals`` of one model, task and protocol.
         checks: ``intervals.random_checks``.
+        gauged: ``intervals.gauged`` of the same model at gauge ``c`` (the same pairs and
+            protocol), or None: with it, the rows of the gauge (``gauge_ratios``) follow.
     """
     from vitplast.intervals import compare_rankings
 
@@ -87,6 +90,8 @@ def bounds(df: pd.DataFrame, checks: pd.DataFrame) -> pd.DataFrame:
             paper="Takeaway 1: MHA > FC1 ~ FC2 > LN2 ~ LN1",
             verdict=same(_in_takeaway1_order(order)), n=len(cmp),
             unit="(order of layer means), over components"))
+    if gauged is not None:
+        rows += _gauge_rows(df, gauged, c)
     return table(rows)
 
 
@@ -150,3 +155,63 @@ def _plugin_rows(df: pd.DataFrame) -> list[dict]:
                     paper="not reported (objection 2)",
                     verdict=f"Lip(f) known within {TIGHT:g}x for: {', '.join(narrow) or 'none'}",
                     n=len(df), unit="(x, median per component) over (component, layer) cases")]
+
+
+#: Relative departure from a derived factor that float32 alone explains (layer means of
+#: rates summed over a few hundred pairs).
+FLOAT_RTOL = 1e-4
+
+
+def gauge_tolerance(df: pd.DataFrame, c: float, eps: float = 1e-6) -> float:
+    """Largest relative departure of a gauged layer mean from its derived factor that reads "as
+    derived": ``FLOAT_RTOL`` plus LayerNorm's eps, which the gauge leaves, at the smallest
+    per-token sigma of ``df`` (``intervals.intervals``): (1 - c^-2) eps / (2 s^2), the bound of
+    ``gauge.layernorm_shift``. Tokens of small sigma (timm's CLS token starts near 0) set it."""
+    var = (df["sigma"].dropna() ** 2 - eps).min()
+    return FLOAT_RTOL + (1 - c**-2) * eps / (2 * var)
+
+
+def gauge_ratios(df: pd.DataFrame, gauged: pd.DataFrame, c: float) -> pd.DataFrame:
+    """Per component: its layer-mean ``bound`` and ``plasticity`` on the gauged model
+    (``gauged``: ``intervals.intervals`` of ``gauge.gauge(model, c)``, the same pairs and
+    protocol) over the same on the model (``df``), beside the factor derived for plasticity
+    (``gauge.RATE_FACTORS``; NaN where none is derived). Columns ``component``, ``derived``,
+    ``bound_ratio``, ``plasticity_ratio``."""
+    from vitplast.gauge import RATE_FACTORS
+
+    factors = RATE_FACTORS[str(df["protocol"].iloc[0])]
+    means = [d.groupby("component", observed=True)[["bound", "plasticity"]].mean()
+             for d in (df, gauged)]
+    ratio = (means[1] / means[0]).add_suffix("_ratio")
+    derived = [factors[str(k)](c) if factors.get(str(k)) else float("nan") for k in ratio.index]
+    return ratio.assign(derived=derived).reset_index()[
+        ["component", "derived", "bound_ratio", "plasticity_ratio"]]
+
+
+def _gauge_rows(df: pd.DataFrame, gauged: pd.DataFrame, c: float) -> list[dict]:
+    """The gauge rows of ``bounds``: the bounds move with the residual stream's scale as
+    plasticity does (``gauge_ratios`` against the derived factors: the architecture does not
+    fix the bounds, the gauge does), and the order of the bounds and of plasticity on the
+    gauged model against Takeaway 1."""
+    from vitplast.intervals import compare_rankings
+
+    ratios = gauge_ratios(df, gauged, c).dropna(subset=["derived"])
+    off = (ratios[["bound_ratio", "plasticity_ratio"]].div(ratios["derived"], axis=0) - 1).abs()
+    worst = float(off.to_numpy().max())
+    rows = [descriptive(
+        f"bounds and plasticity move by the derived factors at gauge c = {c:g} ("
+        + ", ".join(f"{r.component} x{r.derived:.3g}" for r in ratios.itertuples()) + ")",
+        worst, paper="not in the paper (vitplast.gauge: the same network function)",
+        verdict=("as derived (exact check)" if worst <= gauge_tolerance(df, c) else
+                 "not as derived (exact check): the derivation or the code is wrong"),
+        n=len(ratios), unit="largest relative departure of a layer mean, over components")]
+    cmp = compare_rankings(gauged)
+    order = cmp.sort_values("rank_bound")["component"].astype(str).tolist()
+    rows.append(descriptive(
+        f"order of the proven bounds at gauge c = {c:g} vs Takeaway 1", " > ".join(order),
+        paper="Takeaway 1: MHA > FC1 ~ FC2 > LN2 ~ LN1",
+        verdict=same(_in_takeaway1_order(order)) + (
+            "; plasticity in the same order" if cmp.attrs["match"] else
+            f"; plasticity {cmp.attrs['measured']}"),
+        n=len(cmp), unit="(order of layer means), over components"))
+    return rows

@@ -103,6 +103,26 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
     return df.reindex(columns=_COLUMNS)
 
 
+def gauged(model: nn.Module, c: float, x, y: torch.Tensor | None = None, *,
+           protocol: str = "hidden", batch_size: int = 64, workers: int = 0) -> pd.DataFrame:
+    """``intervals`` of a copy of ``model`` with its residual stream times ``c``
+    (``gauge.gauge``: the same network function), for the bounds and plasticity only: the
+    local Lipschitz probe is skipped (``local_lipschitz`` of one input, no power iteration),
+    so ``lipschitz_lower`` is about the largest rate. ``model`` is left as it is.
+
+    Raises:
+        TypeError: an architecture the gauge refuses (``gauge.check_gauge`` names why).
+
+    Paper: none (issue 28: what sets the ranking). Used by notebook 03.
+    """
+    import copy
+
+    from vitplast.gauge import gauge
+
+    return intervals(gauge(copy.deepcopy(model), c), x, y, protocol=protocol, n_lipschitz=1,
+                     power_iters=0, batch_size=batch_size, workers=workers, progress=False)
+
+
 def random_checks(n_seeds: int = 5, *, n: int = 16, d: int = 32, num_heads: int = 4,
                   n_pairs: int = 64, power_iters: int = 20) -> pd.DataFrame:
     """Props. 1-4 on random weights and random inputs that satisfy each assumption exactly.
