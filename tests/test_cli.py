@@ -228,13 +228,11 @@ def test_a_study_that_declares_its_precision_keeps_it(tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
-def test_pretrain_stages_are_parsed_or_refused_with_the_format():
-    import argparse
+def test_pretrain_stages_are_parsed_or_refused_with_the_format(capsys):
+    from vitplast.pretrain import parse_stages
 
-    from vitplast.__main__ import _stages
-
-    parser = argparse.ArgumentParser(prog="vitplast pretrain")
-    assert _stages("12:1e-3:0,8:5e-4:1", parser) == ((12, 1e-3, 0), (8, 5e-4, 1))
+    assert parse_stages("12:1e-3:0,8:5e-4:1") == ((12, 1e-3, 0), (8, 5e-4, 1))
     for bad in ("12:1e-3", "0:1e-3:0", "6:fast:0"):
         with pytest.raises(SystemExit):
-            _stages(bad, parser)
+            main(["pretrain", "--stages", bad])
+        assert "expected EPOCHS:PEAK_LR:SEED per stage" in capsys.readouterr().err

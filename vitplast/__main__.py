@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--train-limit", type=int, default=None, help="use only N training images")
     p.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay "
                    "(default: the shipped model's recipe, vitplast.pretrain.RECIPE)")
-    p.add_argument("--stages", default=None, help="comma-separated EPOCHS:PEAK_LR:SEED per "
+    p.add_argument("--stages", default=None, help="EPOCHS:PEAK_LR:SEED per "
                    "stage of the cosine schedule (default: the shipped model's, e.g. "
                    "12:1e-3:0,8:5e-4:1)")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
@@ -96,20 +96,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _at_least_one(text: str) -> int:
-    """An argparse type: an integer N >= 1."""
-    n = int(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"takes N >= 1 (run at most N missing runs), got {n}")
-    return n
-
-
-def _at_least_zero(text: str) -> int:
-    """An argparse type: an integer N >= 0."""
-    n = int(text)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"takes N >= 0, got {n}")
-    return n
+def _at_least(low: int):
+    """An argparse type: an integer N >= ``low``."""
+    def parse(text: str) -> int:
+        if int(text) < low:
+            raise argparse.ArgumentTypeError(f"takes N >= {low}, got {int(text)}")
+        return int(text)
+    return parse
 
 
 def _add_sweep(sub) -> None:
@@ -146,20 +139,20 @@ def _add_sweep(sub) -> None:
     sw.add_argument("--precision", default=None, choices=PRECISIONS, help="auto | fp32 | "
                     "bf16 | fp16: autocast on CUDA (default auto: bf16 where supported, else "
                     "fp16 with a gradient scaler); a runtime setting, not in run hashes")
-    sw.add_argument("--workers", type=_at_least_zero, default=None, help="DataLoader worker "
+    sw.add_argument("--workers", type=_at_least(0), default=None, help="DataLoader worker "
                     "processes per run (default 0; in a SLURM job, its cpus-per-task - 1); a "
                     "runtime setting, not in run hashes")
-    sw.add_argument("--accum-steps", type=_at_least_one, default=None, help="split each batch "
+    sw.add_argument("--accum-steps", type=_at_least(1), default=None, help="split each batch "
                     "into N equal micro-batches (same gradient, less memory); a runtime "
                     "setting, not in run hashes")
-    sw.add_argument("--eval-every", type=_at_least_one, default=None, help="validate every N "
+    sw.add_argument("--eval-every", type=_at_least(1), default=None, help="validate every N "
                     "steps instead of the study's period. It chooses the kept checkpoint, so it "
                     "IS in run hashes: runs with another period are other runs, stored beside "
                     "the study's (whose hashes stay as they are)")
     sw.add_argument("--order", default="seed-first", choices=ORDERS, help="seed-first: "
                     "every (task, config, lr) once before the next seed, so a partial sweep "
                     "covers the grid | grid")
-    sw.add_argument("--limit", type=_at_least_one, default=None,
+    sw.add_argument("--limit", type=_at_least(1), default=None,
                     help="run at most N missing runs")
     sw.add_argument("--shard", default=None, metavar="I/N", help="run only every N-th run from "
                     "the I-th (0-based): N processes or machines share one store")
@@ -182,27 +175,17 @@ def main(argv: list[str] | None = None) -> int:
 def _pretrain(args, parser, argv) -> int:
     from vitplast import models, pretrain
 
-    extra = {} if args.weight_decay is None else {"weight_decay": args.weight_decay}
-    if args.stages:
-        extra["stages"] = _stages(args.stages, parser)
+    try:
+        stages = None if args.stages is None else pretrain.parse_stages(args.stages)
+    except ValueError as err:
+        parser.error(f"--stages {err}")
+    extra = {k: v for k, v in (("weight_decay", args.weight_decay), ("stages", stages))
+             if v is not None}
     manifest = pretrain.pretrain(args.out or models.DATA_DIR, train_limit=args.train_limit,
                                  device=args.device, **extra)
     for name, c in manifest["checkpoints"].items():
         print(f"{name:>8}  epoch {c['epoch']:>6}  test acc {c['test_acc']:.4f}  {c['file']}")
     return 0
-
-
-def _stages(text: str, parser) -> tuple:
-    """``--stages`` "12:1e-3:0,8:5e-4:1" -> ((12, 0.001, 0), (8, 0.0005, 1))."""
-    try:
-        stages = tuple((int(e), float(lr), int(s)) for e, lr, s in
-                       (part.split(":") for part in text.split(",")))
-    except ValueError:
-        parser.error(f"--stages {text!r}: expected EPOCHS:PEAK_LR:SEED per stage, separated by "
-                     "commas, e.g. 12:1e-3:0,8:5e-4:1")
-    if any(e < 1 or lr <= 0 for e, lr, _ in stages):
-        parser.error(f"--stages {text!r}: every stage needs EPOCHS >= 1 and PEAK_LR > 0")
-    return stages
 
 
 def _sweep(args, parser, argv) -> int:

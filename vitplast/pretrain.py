@@ -69,9 +69,7 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
     Args:
         stages: (epochs, peak lr, seed) per stage (the shipped model: ``STAGES``).
         train_limit: use only this many training images (for tests).
-        weight_decay: AdamW's decoupled weight decay (the shipped model: ``RECIPE``'s); it
-            shrinks the embedding and so the residual stream's scale, the gauge that sets the
-            plasticity ranking (``vitplast.gauge``).
+        weight_decay: AdamW's (default ``RECIPE``'s); it shrinks the residual stream (gauge).
         arch: ``VisionTransformer`` keywords (default ``models.EMBEDDED_ARCH``; the tests
             pretrain a tiny one); saved in the manifest, which ``models.load_model`` follows.
         root: Fashion-MNIST folder (see ``vitplast.data.fashion_mnist_arrays``).
@@ -87,9 +85,9 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
     first = torch.utils.data.Subset(test_set, list(range(min(TEST_SUBSET, len(test_set)))))
     steps_per_epoch = len(train_set) // RECIPE["batch_size"]
     names = _checkpoint_names(stages, steps_per_epoch)
-    recipe = {**RECIPE, "weight_decay": weight_decay, "stages": [list(st) for st in stages], "steps_per_epoch": steps_per_epoch,
-              "augment": "translate<=2px + hflip", "train_images": len(train_set),
-              "val_images": len(val_set)}
+    recipe = {**RECIPE, "weight_decay": weight_decay, "stages": [list(st) for st in stages],
+              "steps_per_epoch": steps_per_epoch, "augment": "translate<=2px + hflip",
+              "train_images": len(train_set), "val_images": len(val_set)}
     manifest = store.read_json(out_dir / "checkpoints.json") or {}
     if [manifest.get("recipe"), manifest.get("arch")] != json.loads(json.dumps([recipe, arch])):
         manifest = dict(checkpoints={}, history=[])  # another recipe: start over
@@ -139,6 +137,23 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
         offset += steps
     (out_dir / "README.md").write_text(model_card(manifest))
     return manifest
+
+
+def parse_stages(text: str) -> tuple:
+    """``"12:1e-3:0,8:5e-4:1"`` -> ((12, 0.001, 0), (8, 0.0005, 1)), the CLI's ``--stages``.
+
+    Raises:
+        ValueError: not EPOCHS:PEAK_LR:SEED per stage with EPOCHS >= 1 and PEAK_LR > 0.
+    """
+    try:
+        stages = tuple((int(e), float(lr), int(s)) for e, lr, s in
+                       (part.split(":") for part in text.split(",")))
+    except ValueError:
+        stages = ()
+    if not stages or any(e < 1 or lr <= 0 for e, lr, _ in stages):
+        raise ValueError(f"{text!r}: expected EPOCHS:PEAK_LR:SEED per stage (EPOCHS >= 1, "
+                         "PEAK_LR > 0), e.g. 12:1e-3:0,8:5e-4:1")
+    return stages
 
 
 def _command(stages, weight_decay: float) -> str:
