@@ -37,6 +37,17 @@ def test_primaries_per_task():
     assert [r["family"] for r in rows] == ["primary"] * 3 and [r["n"] for r in rows] == [2, 2, 1]
 
 
+def test_secondary_asks_the_primaries_again_on_the_grid_s_choices():
+    gauge = studies.get("gauge")
+    acc = {"MHA": 70, "FC2": 60, "full": 80, "MHA c=8": 71, "FC2 c=8": 58, "full c=8": 80}
+    on_grid = pd.DataFrame(_picked("t", acc) + _picked("u", {k: 50 for k in acc}))
+    rows = decide.secondary(gauge, on_grid)
+    assert [r["family"] for r in rows] == ["secondary"] * 3
+    assert [r["measured"] for r in rows] == [pytest.approx(-1 / 6), 0.5, -1.0]  # means over t, u
+    assert all(r["claim"].endswith("; LR from the fixed grid")
+               and "each LR tuned" not in r["claim"] for r in rows)
+
+
 def test_distance_reads_head_only_and_the_probe():
     picked = pd.DataFrame(_picked("t", {"head": 55.0, "MHA": 70.0}))
     probes = pd.DataFrame(dict(task=["t"], test_acc=[48.0]))

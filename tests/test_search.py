@@ -153,3 +153,8 @@ def test_a_grid_runs_after_every_task_s_search(tmp_path, monkeypatch):
     state = search.state(study, tmp_path)  # the grid joined: its best asks for 3e-4 too
     assert state["best"].tolist() == [1e-3, 1e-3] and state["bracketed"].all()
     assert all(3e-4 in tried for tried in state["tried"])
+    on_grid = search.state(study, tmp_path, grid=True)  # chosen among the grid's LRs only
+    assert on_grid["best"].tolist() == [1e-3, 1e-3] and on_grid["next"].map(len).eq(0).all()
+    assert all(tried == [1e-3, 0.3] for tried in on_grid["tried"])
+    more = search.state(dict(study, grid=[1e-3, 0.3, 3e-2]), tmp_path, grid=True)
+    assert more["next"].tolist() == [[3e-2], [3e-2]]  # a grid run not stored yet is asked for

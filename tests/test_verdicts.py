@@ -90,6 +90,24 @@ def test_holm_runs_over_the_primaries_only():
     assert (more.iloc[:2]["level"] == 0.025).all() and (explo["level"] == 0.05 / 20).all()
 
 
+def test_secondary_rows_are_their_own_holm_family_listed_after_the_primaries():
+    """Secondary rows (the primaries asked again another declared way) get Holm over
+    themselves: they move neither a primary's p_holm nor an exploratory row's."""
+    rng = np.random.default_rng(4)
+    prim = _rows({"P1": 1.0 + rng.normal(0, 1, 8)}, "primary")
+    explo = _rows({"e1": rng.normal(0, 1, 8), "e2": rng.normal(1, 1, 8)})
+    sec = _rows({"S1": 1.0 + rng.normal(0, 1, 8), "S2": rng.normal(0, 1, 8)}, "secondary")
+    base = verdicts.table(prim + explo)
+    both = verdicts.table(explo + sec + prim)
+    assert both["family"].tolist() == ["primary", "secondary", "secondary", "exploratory",
+                                       "exploratory"]
+    assert both["p_holm"].tolist()[:1] + both["p_holm"].tolist()[3:] == pytest.approx(
+        base["p_holm"].tolist())
+    s = both[both["family"] == "secondary"]
+    assert s["p_holm"].tolist() == pytest.approx(verdicts.holm(s["p"]).tolist())
+    assert (s["level"] == 0.025).all()
+
+
 def test_more_than_three_primaries_fail():
     with pytest.raises(ValueError, match="at most 3"):
         verdicts.table(_rows({f"P{i}": [1.0, 2.0, 3.0] for i in range(4)}, "primary"))

@@ -13,7 +13,8 @@ test their mean over tasks.
 - ``findings``: the study's three declared primaries as findings rows: P1 (sparse MHA, FC1,
   FC2 minus LN1, LN2, all at LN1's count) and P2 (MHA minus LN1 at full counts) from
   ``accuracy``; P3 (Spearman's rho, over the five full-count components, of plasticity before
-  finetuning against gain over head-only) from ``spearman_plasticity_gain``.
+  finetuning against gain over head-only) from ``spearman_plasticity_gain``. ``secondary``:
+  the same primaries with each LR chosen from the study's fixed grid.
 - ``task_plasticity``: a task's per-block plasticity before finetuning, measured once and
   stored beside the runs (``plasticity-<hash>.json``).
 - ``task_probe``: a task's linear probe on the frozen embedded model, computed once and stored
@@ -55,11 +56,12 @@ def complete_tasks(state: pd.DataFrame) -> list[str]:
     return [task for task, ended in done.all().items() if ended]
 
 
-def chosen(study: Study, root: str | Path) -> pd.DataFrame:
+def chosen(study: Study, root: str | Path, *, grid: bool = False) -> pd.DataFrame:
     """``search.state`` of a searched ``study`` on its complete tasks only: per task and
     configuration the chosen ``lr`` (``best``), ``bracketed``, and that run's ``val_acc`` and
-    ``test_acc`` (in %) and ``trainable`` count."""
-    state = search.state(study.spec, root)
+    ``test_acc`` (in %) and ``trainable`` count. ``grid``: the LR chosen on validation from
+    the study's fixed grid instead (a task is complete when every grid run is stored)."""
+    state = search.state(study.spec, root, grid=grid)
     return state[state["task"].isin(complete_tasks(state))].rename(
         columns={"best": "lr"}).reset_index(drop=True)
 
@@ -146,6 +148,16 @@ def findings(study: Study, picked: pd.DataFrame, plasticity: pd.DataFrame | None
     statistics = ({"spearman(plasticity, gain)": spearman_plasticity_gain(picked, plasticity)}
                   if plasticity is not None else {})
     return [p.row(accuracy(picked), statistics) for p in study.primaries]
+
+
+def secondary(study: Study, on_grid: pd.DataFrame) -> list[dict]:
+    """The study's primaries asked again with each LR chosen from its fixed grid
+    (``chosen(..., grid=True)``; for the cross-gauge study the paper's four LRs, shared by
+    every configuration, as the paper's table chose them): family "secondary", Holm over
+    these rows only, so they never move a primary's verdict."""
+    return [dict(p.row(accuracy(on_grid)), family="secondary",
+                 claim=p.claim.replace(", each LR tuned", "") + "; LR from the fixed grid")
+            for p in study.primaries]
 
 
 def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -162,24 +162,31 @@ def search_runs(study: dict, root, **runtime) -> list[dict]:
     return out
 
 
-def state(study: dict, root) -> "pd.DataFrame":  # noqa: F821
+def state(study: dict, root, *, grid: bool = False) -> "pd.DataFrame":  # noqa: F821
     """Where the search of each setting stands: one row per (task, config, seed) with
     ``tried`` (LRs stored), ``best`` (LR), ``bracketed``, ``next`` (LRs still asked for), and
     the best run's ``val_acc``, ``test_acc`` (in %), ``trainable`` count and ``loss_rose``
     (its training loss rose above its first value somewhere: a run
-    which rounding alone can move by points; NaN without a best run)."""
+    which rounding alone can move by points; NaN without a best run).
+
+    ``grid``: the same for the study's fixed ``grid`` instead of its search: ``best`` chosen
+    on validation among the grid's LRs only, ``next`` the grid's LRs not stored yet.
+    """
     import pandas as pd
 
     rows = []
     for s in settings(study):
-        outcomes = _outcomes(s, root, LR_LADDER)
+        lrs = study["grid"] if grid else LR_LADDER
+        outcomes = _outcomes(s, root, lrs)
         top = best(outcomes)
         record = _record(root, _run(s, top)) if top is not None else None
         acc = {k: 100 * record[k] if record and record.get(k) is not None else math.nan
                for k in ("best_val_acc", "test_acc")}
         rows.append(dict(
             task=s["task"], config=s["name"], seed=s["seed"], tried=sorted(outcomes), best=top,
-            bracketed=bracketed(outcomes), next=next_lrs(s["start"], outcomes),
+            bracketed=bracketed(outcomes),
+            next=[lr for lr in lrs if lr not in outcomes] if grid else next_lrs(s["start"],
+                                                                                outcomes),
             val_acc=acc["best_val_acc"], test_acc=acc["test_acc"],
             trainable=(record or {}).get("trainable"), loss_rose=loss_rose(record)))
     return pd.DataFrame(rows)

@@ -6,8 +6,10 @@ two-sided, and ``p_holm``, Holm-corrected within the row's ``family``; ``n`` and
 (the independent unit: tasks, never seeds of one task); ``verdict``. Extra columns:
 
 - ``family``: "primary" (a question the study declared before its runs: ``Primary``),
-  "exploratory" (every other tested row) or "descriptive" (no test, or n < 3). Holm runs
-  within each family, so adding an exploratory row never moves a primary's verdict.
+  "secondary" (the primaries asked again another declared way, e.g. with the paper's fixed LR
+  grid), "exploratory" (every other tested row) or "descriptive" (no test, or n < 3). Holm
+  runs within each family (``FAMILIES``), so adding an exploratory row never moves a
+  primary's verdict.
 - ``expected`` (the paper's sign for ``measured``: +1, -1, 0 where it reports about no
   difference, NaN where it states nothing); ``effect_paper`` (the paper's value in the row's
   unit, NaN where it gives none); ``sd`` (of the per-unit values).
@@ -47,6 +49,8 @@ EXTRA = ["family", "expected", "effect_paper", "sd", "level", "power_paper", "po
 ALPHA = 0.05
 #: A "not resolved" row with power below this reads "underpowered".
 UNDERPOWERED = 0.5
+#: The tested families, in the order a table lists them; Holm runs within each.
+FAMILIES = ("primary", "secondary", "exploratory")
 #: Fewer units than this: the row is descriptive, never in a test family.
 MIN_N = 3
 # The thresholds of the descriptive rows' verdicts (``findings``, ``finetuning_findings``), in
@@ -234,7 +238,7 @@ def _power_columns(df: pd.DataFrame, alpha: float) -> pd.DataFrame:
 
 def table(rows: list[dict], alpha: float = ALPHA) -> pd.DataFrame:
     """A findings table: rows with n < ``MIN_N`` made descriptive, Holm within each family
-    (primaries, exploratory), power at each family's level, then verdicts.
+    (``FAMILIES``), power at each family's level, then verdicts.
 
     Raises:
         ValueError: more than ``MAX_PRIMARIES`` primary rows.
@@ -252,12 +256,12 @@ def table(rows: list[dict], alpha: float = ALPHA) -> pd.DataFrame:
     few = (df["family"] != "descriptive") & ~(df["n"] >= MIN_N)
     df.loc[few, ["family", "p"]] = ["descriptive", math.nan]
     df["p_holm"] = math.nan
-    for family in ("primary", "exploratory"):
+    for family in FAMILIES:
         mask = df["family"] == family
         df.loc[mask, "p_holm"] = holm(df.loc[mask, "p"])
     df = _power_columns(df, alpha)
     df["verdict"] = [_verdict(r, alpha) for _, r in df.iterrows()]
-    order = {"primary": 0, "exploratory": 1, "descriptive": 2}
+    order = {f: i for i, f in enumerate((*FAMILIES, "descriptive"))}
     df = df.sort_values("family", key=lambda f: f.map(order), kind="stable")
     return df[[*COLUMNS, *EXTRA]].reset_index(drop=True)
 
