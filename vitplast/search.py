@@ -174,19 +174,18 @@ def state(study: dict, root, *, grid: bool = False) -> "pd.DataFrame":  # noqa: 
     """
     import pandas as pd
 
-    rows = []
+    rows, lrs = [], study["grid"] if grid else LR_LADDER
     for s in settings(study):
-        lrs = study["grid"] if grid else LR_LADDER
         outcomes = _outcomes(s, root, lrs)
+        asked = ([lr for lr in lrs if lr not in outcomes] if grid else
+                 next_lrs(s["start"], outcomes))
         top = best(outcomes)
         record = _record(root, _run(s, top)) if top is not None else None
         acc = {k: 100 * record[k] if record and record.get(k) is not None else math.nan
                for k in ("best_val_acc", "test_acc")}
         rows.append(dict(
             task=s["task"], config=s["name"], seed=s["seed"], tried=sorted(outcomes), best=top,
-            bracketed=bracketed(outcomes),
-            next=[lr for lr in lrs if lr not in outcomes] if grid else next_lrs(s["start"],
-                                                                                outcomes),
+            bracketed=bracketed(outcomes), next=asked,
             val_acc=acc["best_val_acc"], test_acc=acc["test_acc"],
             trainable=(record or {}).get("trainable"), loss_rose=loss_rose(record)))
     return pd.DataFrame(rows)
