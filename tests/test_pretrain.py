@@ -4,6 +4,7 @@ loading them back (in the manifest's architecture) through the sha256 check."""
 
 import json
 
+import pytest
 import torch
 
 from vitplast import models, pretrain
@@ -34,6 +35,9 @@ def test_pretrain_writes_loadable_checkpoints(fake_fmnist, tmp_path, monkeypatch
     assert len(final.blocks) == 1 and final.embed_dim == 32  # the manifest's architecture
     assert f"{sum(p.numel() for p in final.parameters()):,} parameters" in card
     assert not torch.equal(init.blocks[0].attn.qkv.weight, final.blocks[0].attn.qkv.weight)
+    from_folder = models.load_pretrained(out, "final", device="cpu")  # no monkeypatch needed
+    assert all(torch.equal(a, b) for a, b in zip(from_folder.state_dict().values(),
+                                                 final.state_dict().values()))
 
     # Resume: with the final checkpoint gone, only the last stage runs again, to the same bits.
     (out / final_file(manifest)).unlink()
@@ -76,3 +80,8 @@ def test_weight_decay_and_stages_reach_the_optimizer_manifest_and_command(fake_f
     assert manifest["recipe"]["weight_decay"] == 0.0
     assert manifest["command"] == "python -m vitplast pretrain --weight-decay 0 --stages 1:0.002:0"
     assert "weight decay 0.0" in (out / "README.md").read_text()
+    with pytest.raises(ValueError, match=r"valid: \['init', 'final'\]"):
+        models.load_pretrained(out, "epoch9")
+    (out / manifest["checkpoints"]["final"]["file"]).write_bytes(b"changed")
+    with pytest.raises(ValueError, match="sha256"):
+        models.load_pretrained(out)

@@ -92,3 +92,4 @@ def test_invariance_findings_read_same_and_different_trajectories():
     assert table.tolist() == [same, different, different, same]
     assert table.index[3] == ("MHA-only finetuning, gauged vs the LR / c^2 run, no clip: largest "
                               "|loss difference|")
+

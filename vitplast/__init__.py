@@ -47,7 +47,8 @@ leading ``_`` are public, and a module's own ``__all__``, where it has one, list
   Holm families) and ``power``;
   ``advise`` (which component to finetune, from signals measured before finetuning);
 - models and data: ``models`` (loading, the embedded checkpoints, folders; ``hub``: reaching
-  the Hugging Face hub), ``pretrain``, ``tasks`` (the registry and ``load``) over ``data``
+  the Hugging Face hub), ``pretrain`` (``recipes``: another recipe's ranking), ``tasks`` (the
+  registry and ``load``) over ``data``
   (embedded images), ``suite`` (the task suite) and ``drawn`` (its glyphs and pictures),
   ``corruptions`` and ``paper_datasets`` (the paper's datasets from disk; ``fake_datasets``
   writes tiny fakes);
@@ -76,5 +77,6 @@ __all__ = ["ablations", "advise", "batched", "bound_findings", "bounds", "cached
            "fake_datasets", "files", "findings", "finetune", "finetuning_findings", "gauge", "hub",
            "inputs", "intervals", "lr_selection", "models", "notebooks", "pairs", "paper",
            "paper_datasets", "passes", "plasticity", "plot_style", "plots", "power", "pretrain",
-           "probes", "provenance", "rates", "results", "runs", "search", "store", "stream",
+           "probes", "provenance", "rates", "recipes", "results", "runs", "search", "store",
+           "stream",
            "studies", "study_specs", "suite", "sweep", "tasks", "verdicts", "widgets"]

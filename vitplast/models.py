@@ -130,34 +130,51 @@ def embedded_checkpoints() -> dict:
     return _manifest()["checkpoints"]
 
 
-def _manifest() -> dict:
-    """The embedded checkpoints' manifest, checked (``checkpoints``, ``arch``, recipe...)."""
-    if not MANIFEST.exists():
-        raise FileNotFoundError(f"{MANIFEST} is missing: run `python -m vitplast pretrain` "
+def _manifest(folder: Path | None = None) -> dict:
+    """The manifest of the embedded checkpoints (or of a ``vitplast pretrain --out`` folder),
+    checked (``checkpoints``, ``arch``, recipe...)."""
+    path = MANIFEST if folder is None else Path(folder) / MANIFEST.name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `python -m vitplast pretrain` "
                                 "to make the embedded checkpoints")
     try:
-        manifest = json.loads(MANIFEST.read_text())
+        manifest = json.loads(path.read_text())
         checkpoints = manifest["checkpoints"]
         if not all({"file", "sha256"} <= set(e) for e in checkpoints.values()):
             raise KeyError("an entry lacks its 'file' or 'sha256'")
     except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise ValueError(f"{MANIFEST} is unreadable or truncated ({type(err).__name__}: {err}): "
+        raise ValueError(f"{path} is unreadable or truncated ({type(err).__name__}: {err}): "
                          "restore it from the checkout (`git checkout -- "
                          f"vitplast/checkpoints/{MANIFEST.name}`) or remake the checkpoints with "
                          "`python -m vitplast pretrain`") from err
     return manifest
 
 
-def _load_embedded(checkpoint: str, num_classes: int | None) -> VisionTransformer:
+def load_pretrained(folder: str | Path, checkpoint: str = "final", *,
+                    num_classes: int | None = None,
+                    device: str | torch.device | None = None) -> VisionTransformer:
+    """A model that ``vitplast pretrain --out FOLDER`` wrote (another recipe than the shipped
+    one, e.g. ``data/pretrain_no_weight_decay``), in eval mode: the checkpoint is checked
+    against the folder's manifest (sha256) and built in the manifest's architecture.
+
+    Raises:
+        ValueError: unknown checkpoint (naming the valid ones), a checksum mismatch, an
+            unreadable manifest. FileNotFoundError: no manifest or checkpoint file.
+    """
+    return _load_embedded(checkpoint, num_classes, Path(folder)).to(pick_device(device)).eval()
+
+
+def _load_embedded(checkpoint: str, num_classes: int | None, folder: Path | None = None
+                   ) -> VisionTransformer:
     from safetensors.torch import load_file
 
-    manifest = _manifest()
+    manifest = _manifest(folder)
     checkpoints = manifest["checkpoints"]
     if checkpoint not in checkpoints:
-        raise ValueError(f"unknown checkpoint {checkpoint!r} of {EMBEDDED_NAME}; "
+        raise ValueError(f"unknown checkpoint {checkpoint!r} of {folder or EMBEDDED_NAME}; "
                          f"valid: {list(checkpoints)}")
     entry = checkpoints[checkpoint]
-    path = DATA_DIR / entry["file"]
+    path = (DATA_DIR if folder is None else folder) / entry["file"]
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing (listed in {MANIFEST.name})")
     digest = sha256(path)

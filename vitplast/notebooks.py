@@ -64,7 +64,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "02_plasticity": dict(model_name=PAPER_MODEL, checkpoints=["final"],
                               tasks=list(PAPER_DATASETS), source="", data_root="data/paper",
                               n_pairs=12_800, batch_size=64, gauge_tasks=list(PAPER_DATASETS)[:4],
-                              stream_pairs=256),
+                              stream_pairs=256, recipe_folder=""),
     },
 }
 

@@ -190,13 +190,18 @@ def model_card(manifest: dict) -> str:
     n = sum(p.numel() for p in models.build_embedded(arch=a).parameters())
     px = a["img_size"]
     stages = ", ".join(f"({e}, {lr:g}, {s})" for e, lr, s in r["stages"])
+    shipped = manifest["command"] == _command(STAGES, RECIPE["weight_decay"])
+    load = (f'`vitplast.models.load_model("{manifest["model"]}",\ncheckpoint=NAME)`' if shipped
+            else "`vitplast.models.load_pretrained(FOLDER,\ncheckpoint=NAME)` (FOLDER: this one)")
+    load += "; every file is checked against the sha256 below (and in `checkpoints.json`)."
+    remake = ("`make pretrain` (about 1.5 hours on 2 CPU cores); an\ninterrupted run" if shipped
+              else "the command above and `--out FOLDER`; an\ninterrupted run")
     return f"""# Model card: `{manifest['model']}`
 
 A small timm `VisionTransformer` ({arch}; {n:,} parameters) pretrained from timm's random
 initialisation on Fashion-MNIST, the embedded stand-in for the paper's ImageNet-21k
 pretraining. Inputs: {px}x{px} grayscale, normalised with mean {data.FASHION_MNIST_MEAN} and std
-{data.FASHION_MNIST_STD}. Load it with `vitplast.models.load_model("{manifest['model']}",
-checkpoint=NAME)`; every file is checked against the sha256 below (and in `checkpoints.json`).
+{data.FASHION_MNIST_STD}. Load it with {load}
 
 - Command: `{manifest['command']}` (commit `{manifest['git_commit']}`), recipe in
   `vitplast/pretrain.py`: {r['optimizer']}, weight decay {r['weight_decay']}, betas
@@ -215,6 +220,5 @@ checkpoint=NAME)`; every file is checked against the sha256 below (and in `check
 {rows}
 
 Files: fp32 safetensors, one per checkpoint; `checkpoints.json` holds the same values plus the
-validation history. Remake them with `make pretrain` (about 1.5 hours on 2 CPU cores); an
-interrupted run resumes at the last finished stage.
+validation history. Remake them with {remake} resumes at the last finished stage.
 """

@@ -8,7 +8,8 @@ On ViT-B the paper's r is 19.4 (``paper.VITB_RMS_TOKEN_NORM``). This module meas
 model and along its pretraining (``stream_statistics``), the ranking when the embedding alone
 is rescaled (``embedding_scale_rankings``: what the ``embedding`` protocol sees), and the
 ranking of the same network under the residual-stream gauge (``gauge_rankings``,
-``vitplast.gauge``), and states each ranking as findings rows (``ranking_findings``).
+``vitplast.gauge``), and states each ranking as findings rows (``ranking_findings``); a
+model pretrained by another recipe is in ``vitplast.recipes``.
 
 Used by notebook 02.
 """
@@ -199,7 +200,8 @@ def beside_fig2(ranked: pd.DataFrame, by: str | None = "c") -> pd.DataFrame:
     else:
         wide = ranked.pivot_table(index="component", columns=["protocol", by],
                                   values="plasticity", observed=True)
-        wide.columns = [f"{p}, {by} = {v:g}" for p, v in wide.columns]
+        wide.columns = [f"{p}, {v}" if isinstance(v, str) else f"{p}, {by} = {v:g}"
+                        for p, v in wide.columns]
     wide.insert(0, "paper (Fig. 2)", pd.Series(FIG2_PLASTICITY))
     return wide.loc[list(PLASTICITY_ORDER)]
 
