@@ -259,7 +259,7 @@ def test_a_diverged_run_is_recorded_and_never_counted_as_ok(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--limit", "-1"], r"--limit: takes N >= 1 .*got -1"),
+    (["--limit", "-1"], r"--limit: takes N >= 1, got -1"),
     (["--limit", "0"], r"--limit: takes N >= 1"),
     (["--root", "FILE"], r"--root '.*' is a file: the results store is a folder"),
     (["--device", "foo"], r"--device 'foo' is not a device .*valid: cpu, cuda"),
