@@ -37,3 +37,18 @@ def test_recipe_findings_state_each_recipe_s_order_and_its_fig2_correlation():
     assert row["measured"] == ("shipped: MHA > FC1 > FC2 > LN2 > LN1; "
                                "other: LN1 > LN2 > FC2 > FC1 > MHA")
     assert row["verdict"].endswith("shipped +1.00, other -1.00") and row["n"] == 2
+
+
+def test_recipe_statistics_are_each_model_s_layer_means_on_the_same_images():
+    import torch
+
+    from vitplast import stream
+
+    got = recipes.recipe_statistics(FOLDER, "digits", n_pairs=4)
+    images = torch.cat(empirical.task_pairs("digits", "fmnist", n_pairs=4,
+                                            model=models.load_model()).tensors())
+    for recipe, model in (("shipped", models.load_model()),
+                          ("pretrain_no_weight_decay", models.load_pretrained(FOLDER))):
+        want = stream.model_statistics(model, images).drop(columns="layer").mean()
+        assert got.loc[recipe].to_dict() == pytest.approx(want.to_dict(), rel=1e-6)
+    assert got.loc["pretrain_no_weight_decay", "sigma_ln1"] != got.loc["shipped", "sigma_ln1"]

@@ -5,7 +5,8 @@ the ranking rests on a scale the architecture leaves free; which scale a network
 set by its pretraining (initialisation, weight decay, learning rate). ``vitplast pretrain --out
 FOLDER --weight-decay W --stages ...`` pretrains the same architecture by another recipe (the
 kit ships one: ``data/pretrain_no_weight_decay``, no weight decay); ``recipe_rankings``
-measures its ranking beside the embedded model's, and ``recipe_findings`` states both orders
+measures its ranking beside the embedded model's, ``recipe_statistics`` the statistics that
+set it (``stream.model_statistics``), and ``recipe_findings`` states both orders
 against the paper's Fig. 2. Not the same function as the embedded model: another network.
 
 Used by notebook 02.
@@ -43,6 +44,25 @@ def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source:
         return ranked.assign(recipe=ranked["recipe"].map({1.0: "shipped", 2.0: folder.name}))
 
     return store.load_or_compute("recipe-rankings", key, compute)
+
+
+def recipe_statistics(folder, task: str, *, source: str = SOURCE, data_root: str = "",
+                      n_pairs: int = 32) -> pd.DataFrame:
+    """``stream.model_statistics`` of the embedded model and of the folder's model on the same
+    images (both images of ``n_pairs`` pairs of ``task``), averaged over layers: one row per
+    recipe ("shipped", or the folder's name)."""
+    import torch
+
+    from vitplast import empirical, models
+    from vitplast.stream import model_statistics
+
+    folder = Path(folder)
+    nets = {"shipped": models.load_model(), folder.name: models.load_pretrained(folder)}
+    pairs = empirical.task_pairs(task, source, n_pairs=n_pairs, model=nets["shipped"],
+                                 data_root=data_root)
+    images = torch.cat(pairs.tensors())
+    return pd.DataFrame({name: model_statistics(net, images).drop(columns="layer").mean()
+                         for name, net in nets.items()}).T.rename_axis("recipe")
 
 
 def recipe_findings(ranked: pd.DataFrame) -> list[dict]:
