@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitplast.empirical import SOURCE
-from vitplast.stream import _rankings, _spearman_fig2, orders
+from vitplast.stream import changed_rankings, orders, spearman_fig2
 from vitplast.verdicts import descriptive
 
 
@@ -38,7 +38,7 @@ def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source:
                protocols=list(protocols), source=source, data_root=data_root, n_pairs=n_pairs)
 
     def compute():  # value 1: the embedded model (its cached rates); 2: the folder's model
-        ranked = _rankings(models.EMBEDDED_NAME, tasks, (1.0, 2.0),
+        ranked = changed_rankings(models.EMBEDDED_NAME, tasks, (1.0, 2.0),
                            lambda _, __: models.load_pretrained(folder), "recipe", protocols,
                            source=source, data_root=data_root, n_pairs=n_pairs)
         return ranked.assign(recipe=ranked["recipe"].map({1.0: "shipped", 2.0: folder.name}))
@@ -74,7 +74,7 @@ def recipe_findings(ranked: pd.DataFrame) -> list[dict]:
     rows = []
     for protocol, g in ranked.groupby("protocol", sort=False):
         recipes = list(dict.fromkeys(g["recipe"]))
-        rho = {r: float(_spearman_fig2(g[g["recipe"] == r]).mean()) for r in recipes}
+        rho = {r: float(spearman_fig2(g[g["recipe"] == r]).mean()) for r in recipes}
         rows.append(descriptive(
             f"order of plasticity by pretraining recipe ({protocol} protocol)",
             "; ".join(f"{r}: {text[(protocol, r)]}" for r in recipes),

@@ -125,7 +125,7 @@ def by_checkpoint(stats: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _rankings(model_name: str, tasks, values, change, column: str, protocols, *,
+def changed_rankings(model_name: str, tasks, values, change, column: str, protocols, *,
               source: str, data_root: str, n_pairs: int) -> pd.DataFrame:
     """``plasticity.ranking`` of the final model changed by ``change(model, value)``, per value
     (a column named ``column``), task and protocol. At value 1 (no change) the rates are
@@ -165,7 +165,7 @@ def gauge_rankings(model_name: str, tasks, cs=(1.0, 8.0), *, protocols=("embeddi
 
     key = dict(model_name=model_name, tasks=list(tasks), cs=list(cs), protocols=list(protocols),
                source=source, data_root=data_root, n_pairs=n_pairs)
-    return store.load_or_compute("gauge-rankings", key, lambda: _rankings(
+    return store.load_or_compute("gauge-rankings", key, lambda: changed_rankings(
         model_name, tasks, cs, gauge.gauge, "c", protocols, source=source, data_root=data_root,
         n_pairs=n_pairs))
 
@@ -182,7 +182,7 @@ def embedding_scale_rankings(model_name: str, tasks, scales=(1.0, 2.0, 4.0, 8.0)
 
     key = dict(model_name=model_name, tasks=list(tasks), scales=list(scales), source=source,
                data_root=data_root, n_pairs=n_pairs)
-    return store.load_or_compute("embedding-scale-rankings", key, lambda: _rankings(
+    return store.load_or_compute("embedding-scale-rankings", key, lambda: changed_rankings(
         model_name, tasks, scales, gauge.scale_embedding, "scale", ("embedding",),
         source=source, data_root=data_root, n_pairs=n_pairs))
 
@@ -215,7 +215,9 @@ def orders(ranked: pd.DataFrame, by: str = "c") -> pd.DataFrame:
         .to_frame()
 
 
-def _spearman_fig2(g: pd.DataFrame) -> pd.Series:
+def spearman_fig2(g: pd.DataFrame) -> pd.Series:
+    """Per task of a ranking table (one protocol): Spearman's rho of the measured plasticity
+    with the paper's Fig. 2 values over the five components."""
     from scipy import stats
 
     from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
@@ -258,7 +260,7 @@ def ranking_findings(gauged: pd.DataFrame, embedding_scaled: pd.DataFrame,
             paper=f"{paper_order}, {SOURCES['fig2']}",
             verdict=findings.same(text == paper_order), n=g["task"].nunique(), unit="(tasks)"))
         rows.append(findings.correlation_row(
-            f"Spearman(measured, Fig. 2) at gauge c = {c:g} [{protocol}]", _spearman_fig2(g),
+            f"Spearman(measured, Fig. 2) at gauge c = {c:g} [{protocol}]", spearman_fig2(g),
             paper=f"+1 (same order), {SOURCES['fig2']}"))
     for protocol in gauged["protocol"].unique():
         dev, n = _factor_deviation(gauged, protocol)
