@@ -120,11 +120,11 @@ def main() -> int:
 
         per_step, failed = [], []
         for i, name in enumerate(names):
-            config = runs.run_config(
+            run = runs.make_run(
                 name, CONFIGS[i % len(CONFIGS)], lr=0.01, seed=0, recipe="paper", model=VIT_B,
                 data_root=str(root), weights_file=str(weights), steps=args.steps,
                 warmup_steps=1, batch_size=args.batch_size, eval_every=10**6, log_every=1)
-            record = sweep.run_one(config, device=args.device)
+            record = sweep.run_one(run, device=args.device)
             if record["status"] != "ok":
                 failed.append(f"{name}: {record['status']} {record['error']}")
                 print(f"finetune {name}: {record['status']}: {record['error']}")
@@ -132,10 +132,10 @@ def main() -> int:
             # train_seconds includes the validation pass after the last step: take it out
             n_val = fake_datasets.SIZES[name][1]
             step = max(record["train_seconds"] - n_val * per_image, 0.0) / args.steps
-            if config["config"] == "full":
+            if run["config"] == "full":
                 per_step.append(step)
-            print(f"finetune {name} ({config['config']}, {config['steps']} steps of batch "
-                  f"{config['batch_size']}): {step:.2f} s/step (its {n_val}-image validation "
+            print(f"finetune {name} ({run['config']}, {run['steps']} steps of batch "
+                  f"{run['batch_size']}): {step:.2f} s/step (its {n_val}-image validation "
                   f"pass taken out), run {record['seconds']:.1f} s, trainable "
                   f"{record['trainable']:,}")
     total = time.perf_counter() - begin

@@ -104,7 +104,7 @@ def test_bias_only_counts_are_exact():
 
 
 def test_ablations_run_through_the_sweep(tmp_path):
-    config = runs.run_config("digits", "FC2", lr=0.01, pretrained=False, steps=2,
+    config = runs.make_run("digits", "FC2", lr=0.01, pretrained=False, steps=2,
                               batch_size=16, prepare="sparse",
                               ablation=dict(component="FC2", count=100))
     record = sweep.run_one(config)

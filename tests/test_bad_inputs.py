@@ -161,20 +161,20 @@ CASES = [
      r"would train.*'blocks.0.norm1.weight'"),
     ("train config not a list of str", lambda: _train(config=3), ValueError,
      r"config=3 is not valid"),
-    ("run_config lr=nan", lambda: runs.run_config("digits", lr=math.nan), ValueError,
+    ("make_run lr=nan", lambda: runs.make_run("digits", lr=math.nan), ValueError,
      r"lr=nan .*finite number > 0"),
-    ("run_config lr=0", lambda: runs.run_config("digits", lr=0), ValueError, r"lr=0 "),
-    ("run_config lr=-1e-3", lambda: runs.run_config("digits", lr=-1e-3), ValueError, r"lr=-0.001"),
-    ("run_config steps=0", lambda: runs.run_config("digits", lr=0.1, steps=0), ValueError,
+    ("make_run lr=0", lambda: runs.make_run("digits", lr=0), ValueError, r"lr=0 "),
+    ("make_run lr=-1e-3", lambda: runs.make_run("digits", lr=-1e-3), ValueError, r"lr=-0.001"),
+    ("make_run steps=0", lambda: runs.make_run("digits", lr=0.1, steps=0), ValueError,
      r"steps=0 .*integer >= 1"),
-    ("run_config batch_size=0", lambda: runs.run_config("digits", lr=0.1, batch_size=0),
+    ("make_run batch_size=0", lambda: runs.make_run("digits", lr=0.1, batch_size=0),
      ValueError, r"batch_size=0"),
-    ("run_config seed=1.5", lambda: runs.run_config("digits", lr=0.1, seed=1.5), ValueError,
+    ("make_run seed=1.5", lambda: runs.make_run("digits", lr=0.1, seed=1.5), ValueError,
      r"seed=1.5 .*integer"),
-    ("run_config seed='0'", lambda: runs.run_config("digits", lr=0.1, seed="0"), ValueError,
+    ("make_run seed='0'", lambda: runs.make_run("digits", lr=0.1, seed="0"), ValueError,
      r"seed='0'"),
     ("run_sweep hand-made config", lambda: sweep.run_sweep(
-        [{**runs.run_config("digits", lr=0.1), "steps": -1}], "unused", progress=False),
+        [{**runs.make_run("digits", lr=0.1), "steps": -1}], "unused", progress=False),
      ValueError, r"steps=-1"),
 ]
 
@@ -246,7 +246,7 @@ def test_a_diverged_run_is_recorded_and_never_counted_as_ok(tmp_path, monkeypatc
                                     test_acc=math.nan if diverged else 0.4, diverged=diverged)
 
     monkeypatch.setattr(finetune, "train", fake_train)
-    configs = [runs.run_config("digits", "LN1", lr=lr, seed=s, pretrained=False, steps=2,
+    configs = [runs.make_run("digits", "LN1", lr=lr, seed=s, pretrained=False, steps=2,
                                batch_size=16) for lr in (0.1, 10.0) for s in (0, 1)]
     table = sweep.run_sweep(configs, tmp_path, device="cpu", progress=False)
     assert table["status"].tolist() == ["ok", "ok", "diverged", "diverged"]

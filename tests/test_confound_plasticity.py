@@ -47,15 +47,15 @@ def test_plasticity_after_finetuning_is_measured_on_the_trained_model(tmp_path):
     from vitplast import runs
 
     kw = dict(lr=0.5, seed=0, steps=3, warmup_steps=1, eval_every=3)
-    head = plasticity_after(runs.run_config("digits", "head", **kw), tmp_path, 8)
+    head = plasticity_after(runs.make_run("digits", "head", **kw), tmp_path, 8)
     assert (head["before"] == head["after"]).all() and len(head) == 5
-    mha = plasticity_after(runs.run_config("digits", "MHA", **kw), tmp_path, 8)
+    mha = plasticity_after(runs.make_run("digits", "MHA", **kw), tmp_path, 8)
     assert mha.set_index("component").loc["MHA", "ratio"] != 1.0
     assert len(list(tmp_path.glob("after-*.json"))) == 2
-    again = plasticity_after(runs.run_config("digits", "MHA", **kw), tmp_path, 8,
+    again = plasticity_after(runs.make_run("digits", "MHA", **kw), tmp_path, 8,
                                        compute=False)
     pd.testing.assert_frame_equal(again, mha)
-    missing = runs.run_config("digits", "LN1", **kw)
+    missing = runs.make_run("digits", "LN1", **kw)
     assert plasticity_after(missing, tmp_path, 8, compute=False).empty
 
 

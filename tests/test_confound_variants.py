@@ -49,8 +49,8 @@ def test_keywords_are_the_dicts_the_runs_were_made_from():
         "full": dict(config="full"), "head": dict(config="head"), "LN2": dict(config="LN2")}
     for name, kw in old.items():
         assert table[name].keywords() == kw, name
-        assert runs.run_hash(runs.run_config("digits", lr=0.1, **table[name].keywords())) == \
-            runs.run_hash(runs.run_config("digits", lr=0.1, **kw)), name
+        assert runs.run_hash(runs.make_run("digits", lr=0.1, **table[name].keywords())) == \
+            runs.run_hash(runs.make_run("digits", lr=0.1, **kw)), name
     assert len(table) == 2 * 3 + 3 * 2 + 5 + 3 * 2 + 7
     assert list(table)[:6] == ["LN1 x 4 (preserved)", "LN1 x 4 (raw)", "LN1 lr/c^2 (c=4)",
                                "LN2 x 1.55 (preserved)", "LN2 x 1.55 (raw)",

@@ -77,7 +77,7 @@ def _rescale_records(table: dict, acc: dict, misnamed: dict | None = None) -> pd
     for clip in (1.0, 0.0):
         for lr, seed in ((0.1, 0), (0.1, 1), (1.0, 0)):
             for name, variant in table.items():
-                run = runs.run_config("digits", lr=lr, seed=seed, clip_grad_norm=clip,
+                run = runs.make_run("digits", lr=lr, seed=seed, clip_grad_norm=clip,
                                       **variant.keywords())
                 value = acc.get(name, {}).get(("on" if clip else "off", seed), 0.70)
                 rows.append(dict(run, status="diverged" if lr == 1.0 else "ok",

@@ -102,7 +102,7 @@ def _gauge_record(root, lr, losses, test_acc, gauge, config="LN1", task="digits"
     from vitplast import runs
     from vitplast.store import Store
 
-    run = runs.run_config(task, config, lr=lr)
+    run = runs.make_run(task, config, lr=lr)
     if gauge:
         run = dict(run, prepare="gauge", ablation=dict(c=8.0))
     Store(root).save(run, dict(status="ok", test_acc=test_acc, best_val_acc=test_acc,

@@ -27,7 +27,7 @@ def test_a_slurm_job_reads_with_its_cpus_but_one(monkeypatch):
     assert sweep.default_workers() == 0
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
     assert sweep.default_workers() == 7
-    run = runs.run_config("digits", "head", lr=0.1, pretrained=False, steps=1)
+    run = runs.make_run("digits", "head", lr=0.1, pretrained=False, steps=1)
     assert sweep.build(run, torch.device("cpu"))[2]["workers"] == 7
     assert sweep.build({**run, "workers": 2}, torch.device("cpu"))[2]["workers"] == 2
 

@@ -23,9 +23,9 @@ def test_progress_counts_the_study_and_prices_what_is_missing(tmp_path):
     by_key = {(r["config"], r["seed"]): r for r in study}
     for key, status, seconds in [(("head", 0), "ok", 3600.0), (("head", 42), "ok", 10800.0),
                                  (("LN1", 0), "ok", 1800.0), (("FC1", 0), "diverged", 99.0)]:
-        Store(tmp_path).save(by_key[key], dict(config=by_key[key], status=status,
-                                               seconds=seconds, test_acc=0.5,
-                                               best_val_acc=0.5, history=[dict(step=0)]))
+        Store(tmp_path).save(by_key[key], dict(run=by_key[key], status=status,
+                                            seconds=seconds, test_acc=0.5,
+                                            best_val_acc=0.5, history=[dict(step=0)]))
     table = provenance.study_progress(study, tmp_path)
     assert table.drop(columns="hours_left").values.tolist() == [
         ["digits", 0, 3, 2, 1, 0, 0], ["digits", 42, 3, 1, 0, 0, 2], ["all", "", 6, 3, 1, 0, 2]]

@@ -58,7 +58,7 @@ def test_dynamics_follow_each_variant_at_its_own_lr(tmp_path):
     from vitplast import confounds
 
     def record(config, lr, val, ablation=None):
-        c = runs.run_config("digits", config, lr=lr, **TINY, **(
+        c = runs.make_run("digits", config, lr=lr, **TINY, **(
             {"ablation": ablation} if ablation else {}))
         history = [{"step": 0, "loss": 1.0, "grad_norm/MHA": 10 * lr, "grad_norm/FC1": 20 * lr,
                     "grad_norm_per_param/MHA": lr, "grad_norm_per_param/FC1": 2 * lr}]

@@ -13,7 +13,7 @@ BASE = dict(task="digits", config="MHA", lr=0.1, seed=0)
 
 
 def _hash(**changes):
-    return runs.run_hash(runs.run_config(**{**BASE, **changes}))
+    return runs.run_hash(runs.make_run(**{**BASE, **changes}))
 
 
 @pytest.mark.parametrize("knob, value", [("device", "cuda"), ("workers", 8), ("log_every", 1),
@@ -38,34 +38,34 @@ def test_a_defining_key_changes_the_hash(key, value):
 
 
 def test_a_new_training_keyword_does_not_rehash_the_store(monkeypatch):
-    """``run_config`` never reads ``finetune.train``'s signature: a new keyword there (with
+    """``make_run`` never reads ``finetune.train``'s signature: a new keyword there (with
     any default) leaves every config and hash as it was."""
-    before = runs.run_config(**BASE)
+    before = runs.make_run(**BASE)
 
     def train(*args, new_knob=3, **kwargs):
         return finetune.train(*args, **kwargs)
 
     monkeypatch.setattr(finetune, "train", train)
     assert "new_knob" in inspect.signature(finetune.train).parameters
-    after = runs.run_config(**BASE)
+    after = runs.make_run(**BASE)
     assert after == before and runs.run_hash(after) == runs.run_hash(before)
 
 
 def test_none_valued_keys_are_left_out_of_the_hash():
-    config = runs.run_config(**BASE)
+    config = runs.make_run(**BASE)
     assert runs.run_hash({**config, "prepare": None}) == runs.run_hash(config)
     assert "prepare" not in runs.defining({**config, "prepare": None})
 
 
 def test_every_key_of_a_run_is_declared():
-    config = runs.run_config(**BASE, workers=2, data_root=None)
+    config = runs.make_run(**BASE, workers=2, data_root=None)
     assert set(config) <= set(runs.RUN_KEYS) | set(runs.RUNTIME_KEYS)
     with pytest.raises(ValueError, match="unknown run setting\\(s\\) \\['wrokers'\\]; valid"):
-        runs.run_config(**BASE, wrokers=2)
+        runs.make_run(**BASE, wrokers=2)
 
 
 def test_the_store_finds_a_run_whatever_its_runtime_knobs(tmp_path):
-    config = runs.run_config(**BASE)
+    config = runs.make_run(**BASE)
     Store(tmp_path).save({**config, "workers": 4}, dict(status="diverged"))
     assert Store(tmp_path).has(config) and Store(tmp_path).has({**config, "device": "cuda"})
     assert not Store(tmp_path).has({**config, "lr": 1.0})
@@ -90,14 +90,14 @@ def test_grid_size_order_and_recipes():
     assert c["warmup_steps"] == finetune.RECIPES["embedded"]["warmup_steps"]
     assert c["steps"] == 2 and c["pretrained"] is False and c["kind"] == "finetune"
     assert json.loads(json.dumps(c)) == c
-    paper = runs.run_config("pet", "LN1", lr=1e-3, recipe="paper", data_root="/data",
+    paper = runs.make_run("pet", "LN1", lr=1e-3, recipe="paper", data_root="/data",
                              ablation={"c": 2.0})
     assert paper["steps"] == paper_datasets.PAPER_STEPS["pet"]
     assert paper["batch_size"] == finetune.RECIPES["paper"]["batch_size"]
     assert paper["ablation"] == {"c": 2.0} and "ablation" not in c
     with pytest.raises(ValueError, match="valid: \\['paper', 'embedded'\\]"):
-        runs.run_config("digits", lr=1.0, recipe="fast")
+        runs.make_run("digits", lr=1.0, recipe="fast")
     with pytest.raises(ValueError, match="unknown task 'pet'.*data_root"):
-        runs.run_config("pet", lr=1.0)
+        runs.make_run("pet", lr=1.0)
     with pytest.raises(ValueError, match="unknown configuration 'attention'"):
-        runs.run_config("digits", "attention", lr=1.0)
+        runs.make_run("digits", "attention", lr=1.0)

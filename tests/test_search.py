@@ -70,7 +70,7 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
 
     def fake(run, **kwargs):  # a record whose best_val_acc follows ``acc``
         rise = 2.5 if run.get("prepare") != "sparse" else 1.5  # LN1's loss rises above 2.0
-        return dict(config=run, status="ok", best_val_acc=acc[run["lr"]], best_step=1,
+        return dict(run=run, status="ok", best_val_acc=acc[run["lr"]], best_step=1,
                     history=[dict(step=0, loss=2.0), dict(step=1, loss=rise, val_loss=1.0)],
                     test_acc=acc[run["lr"]])
 
@@ -142,7 +142,7 @@ def test_a_grid_runs_after_every_task_s_search(tmp_path, monkeypatch):
 
     def fake(runs, **kwargs):
         trained.extend((r["task"], r["lr"]) for r in runs)
-        return [dict(config=r, status="ok", best_val_acc=acc.get(r["lr"], 0.1), best_step=1,
+        return [dict(run=r, status="ok", best_val_acc=acc.get(r["lr"], 0.1), best_step=1,
                      history=[dict(step=1, val_loss=1.0)], test_acc=0.5) for r in runs]
 
     monkeypatch.setattr(sweep, "run_lrs", fake)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from vitplast import finetune, models, provenance, results, store, sweep, tasks
-from vitplast.runs import run_config, run_hash
+from vitplast.runs import make_run, run_hash
 from vitplast.store import Store
 
 TINY = dict(pretrained=False, steps=2, batch_size=16, eval_every=100)
@@ -25,7 +25,7 @@ FORK = multiprocessing.get_context("fork")
 
 
 def configs(n):
-    return [run_config("digits", "LN1", lr=0.1 * (i + 1), **TINY) for i in range(n)]
+    return [make_run("digits", "LN1", lr=0.1 * (i + 1), **TINY) for i in range(n)]
 
 
 class MarkedTrain:
@@ -190,7 +190,7 @@ def test_orphan_temp_files_are_cleaned_and_young_ones_kept(tmp_path, fast_runs, 
     root.mkdir()
     old, young = root / ".0123456789abcdef.json.k1ll.tmp", root / ".fedcba9876543210.json.w.tmp"
     for path in (old, young):
-        path.write_text('{"config": {')
+        path.write_text('{"run": {')
     os.utime(old, (time.time() - 2 * store.TEMP_AGE_S, time.time() - 2 * store.TEMP_AGE_S))
     assert Store(root).audit()[["file", "kind"]].values.tolist() == [[old.name, "orphan temp"]]
     sweep.run_sweep(configs(1), root, progress=False)
@@ -212,16 +212,16 @@ def test_clean_temp_deletes_only_temp_files_older_than_asked(tmp_path):
 
 
 BAD_RECORDS = [
-    ("truncated", '{"config": {"kind": "fin', "not a JSON object"),
-    ("no config", {"status": "ok", "config": None}, "no `config` object"),
+    ("truncated", '{"run": {"kind": "fin', "not a JSON object"),
+    ("no run", {"status": "ok", "run": None}, "no `run` object"),
     ("bad status", {"status": "done"}, "status 'done' is not one of"),
     ("text accuracy", {"status": "ok", "test_acc": "97%"}, "test_acc '97%' is not a number"),
     ("ok without results", {"status": "ok", "test_acc": 0.9, "best_val_acc": None},
      "status 'ok' without its results \\(best_val_acc, history missing\\)"),
-    ("unknown key", {"status": "ok", "config": {"grad_masks": None}},
-     r"config: unknown run setting\(s\) \['grad_masks'\]"),
-    ("negative lr", {"status": "ok", "config": {"lr": -1.0}}, "config: lr=-1.0"),
-    ("wrong kind", {"status": "ok", "config": {"kind": "pretrain"}}, "kind='pretrain'"),
+    ("unknown key", {"status": "ok", "run": {"grad_masks": None}},
+     r"run: unknown run setting\(s\) \['grad_masks'\]"),
+    ("negative lr", {"status": "ok", "run": {"lr": -1.0}}, "run: lr=-1.0"),
+    ("wrong kind", {"status": "ok", "run": {"kind": "pretrain"}}, "kind='pretrain'"),
 ]
 
 
@@ -233,9 +233,9 @@ def test_an_invalid_record_is_reported_by_name_and_re_run(tmp_path, fast_runs, m
     monkeypatch.setattr(finetune, "train", fake)
     root, config = tmp_path / "runs", configs(1)[0]
     if isinstance(text, dict):  # changes to a complete record
-        changed = text.get("config", {})
-        text = json.dumps({**text, "config": changed if changed is None else {**config,
-                                                                              **changed}})
+        changed = text.get("run", {})
+        text = json.dumps({**text, "run": changed if changed is None else {**config,
+                                                                           **changed}})
     store.write_text(Store(root).path(config), text)
     Store(root).write_companion("study.json", {"sessions": []})  # companions: not reported
     Store(root).write_companion("scales-0123.json", dict(tasks=[], target="MHA", n_pairs=8,
@@ -256,10 +256,10 @@ def test_an_invalid_record_is_reported_by_name_and_re_run(tmp_path, fast_runs, m
 
 def test_a_record_at_another_runs_path_is_not_that_run(tmp_path):
     a, b = configs(2)
-    store.write_json(Store(tmp_path).path(a), {"config": b, "status": "diverged"})
+    store.write_json(Store(tmp_path).path(a), {"run": b, "status": "diverged"})
     assert not Store(tmp_path).has(a) and not Store(tmp_path).has(b)
     problem = Store(tmp_path).audit()["problem"].tolist()
-    assert problem == [f"named {run_hash(a)} but its config hashes to {run_hash(b)} "
+    assert problem == [f"named {run_hash(a)} but its run hashes to {run_hash(b)} "
                        "(an older hash, or a moved file)"]
 
 
@@ -311,7 +311,7 @@ def test_a_saved_record_is_read_back_whole(tmp_path):
     assert runs.record(a) is None and not runs.has(a) and runs.records() == []
     outcome = dict(status="ok", test_acc=0.9, best_val_acc=0.8, history=[dict(step=0, loss=1.0)])
     assert runs.save(a, outcome) == runs.path(a)  # the folder is made
-    assert runs.record(a) == {"config": json.loads(json.dumps(a)), **outcome}
+    assert runs.record(a) == {"run": json.loads(json.dumps(a)), **outcome}
     assert runs.has(a) and not runs.has(b) and runs.record(b) is None
     assert runs.records() == [runs.record(a)] and runs.audit().empty
 

@@ -84,7 +84,7 @@ def test_load_reads_only_the_study_runs_of_a_store(tmp_path):
     for c in smoke[:3]:
         Store(tmp_path).save(c, dict(status="ok", test_acc=0.5, best_val_acc=0.5,
                                      history=[dict(step=0, loss=1.0)]))
-    other = runs.run_config("digits", "MHA", lr=7.0)
+    other = runs.make_run("digits", "MHA", lr=7.0)
     Store(tmp_path).save(other, dict(status="ok", test_acc=0.5, best_val_acc=0.5,
                                      history=[dict(step=0, loss=1.0)]))
     s = studies.load("main-smoke", str(tmp_path))

@@ -14,14 +14,14 @@ from vitplast.store import Store
 
 
 def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch):
-    config = runs.run_config("digits", "MHA", lr=1e-2, **TINY)
+    config = runs.make_run("digits", "MHA", lr=1e-2, **TINY)
     summary = sweep.run_sweep([config, config], tmp_path, device="cpu", progress=False)
     path = tmp_path / f"{run_hash(config)}.json"
     # no claim nor temp file left: only the record and the store's (git-ignored) lock file
     assert {p.name for p in tmp_path.iterdir()} == {"claims.lock", path.name}
     assert path.stat().st_mode & 0o777 == 0o644  # readable by all, like any plain file
     record = json.loads(path.read_text())
-    assert record["config"] == config and record["status"] == "ok"
+    assert record["run"] == config and record["status"] == "ok"
     assert 0.0 <= record["test_acc"] <= 1.0 and 0.0 <= record["best_val_acc"] <= 1.0
     assert record["best_step"] == 1 and record["device"] == "cpu"
     assert 0.0 <= record["initial_val_acc"] <= 0.3  # a new head: about chance before training
@@ -43,15 +43,15 @@ def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch
 
 
 def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path, fake_train):
-    configs = [runs.run_config("digits", lr=lr, **TINY) for lr in (1, 2, 3, 4, 5)]
+    configs = [runs.make_run("digits", lr=lr, **TINY) for lr in (1, 2, 3, 4, 5)]
     fake_train.kill_at = 3
     with pytest.raises(KeyboardInterrupt):
         sweep.run_sweep(configs, tmp_path, progress=False)
     assert len(fake_train.calls) == 3
     assert sorted(results.results(tmp_path)["lr"]) == [1, 2]
     # debris of a kill: a half-written temp file, a truncated record of the 4th run
-    (tmp_path / f".{run_hash(configs[2])}.json.x.tmp").write_text('{"config": {')
-    full = json.dumps({"config": configs[3], "status": "ok"})
+    (tmp_path / f".{run_hash(configs[2])}.json.x.tmp").write_text('{"run": {')
+    full = json.dumps({"run": configs[3], "status": "ok"})
     Store(tmp_path).path(configs[3]).write_text(full[: len(full) // 2])
     assert sorted(results.results(tmp_path)["lr"]) == [1, 2]
 
@@ -63,7 +63,7 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path, fake_train):
 
 
 def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatch):
-    config = runs.run_config("digits", "LN2", lr=0.5, seed=3, optimizer="adamw",
+    config = runs.make_run("digits", "LN2", lr=0.5, seed=3, optimizer="adamw",
                               **{**TINY, "pretrained": True})
     record = sweep.run_one(config)
     assert record["status"] == "ok" and record["test_acc"] == 0.25
@@ -96,9 +96,9 @@ def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatc
 def test_no_clipping_means_no_clipping_end_to_end(fake_train):
     """``clip_grad_norm=None`` (or 0) is stored as 0.0 and trains without a clip; a run dict
     made by hand with None reaches the loop as None (no clip), never the default 1.0."""
-    config = runs.run_config("digits", lr=0.5, clip_grad_norm=None, **TINY)
+    config = runs.make_run("digits", lr=0.5, clip_grad_norm=None, **TINY)
     assert config["clip_grad_norm"] == 0.0
-    assert run_hash(config) == run_hash(runs.run_config("digits", lr=0.5, clip_grad_norm=0.0,
+    assert run_hash(config) == run_hash(runs.make_run("digits", lr=0.5, clip_grad_norm=0.0,
                                                         **TINY))
     sweep.run_one(config)
     sweep.run_one({**config, "clip_grad_norm": None})
@@ -106,9 +106,9 @@ def test_no_clipping_means_no_clipping_end_to_end(fake_train):
 
 
 def test_diverged_and_failed_runs_are_recorded_and_the_sweep_goes_on(tmp_path):
-    diverge = runs.run_config("digits", lr=1e30, clip_grad_norm=None, **TINY)
-    fail = runs.run_config("digits", ["nothing.*"], lr=1e-2, train_head=False, **TINY)
-    ok = runs.run_config("digits", "LN1", lr=1e-2, **TINIER)
+    diverge = runs.make_run("digits", lr=1e30, clip_grad_norm=None, **TINY)
+    fail = runs.make_run("digits", ["nothing.*"], lr=1e-2, train_head=False, **TINY)
+    ok = runs.make_run("digits", "LN1", lr=1e-2, **TINIER)
     summary = sweep.run_sweep([diverge, fail, ok], tmp_path, device="cpu", progress=False)
     assert summary["status"].tolist() == ["diverged", "failed", "ok"]
     assert "ValueError: configuration ['nothing.*'] selects no parameter" in summary["error"][1]
@@ -131,7 +131,7 @@ def test_diverged_and_failed_runs_are_recorded_and_the_sweep_goes_on(tmp_path):
 def test_submitit_jobs_store_their_own_records(tmp_path, cluster):
     """debug: in this process; local: one subprocess per job (~20 s on 2 busy cores)."""
     pytest.importorskip("submitit")
-    configs = [runs.run_config("digits", c, lr=1e-2, **TINIER) for c in ("LN1", "FC2")]
+    configs = [runs.make_run("digits", c, lr=1e-2, **TINIER) for c in ("LN1", "FC2")]
     summary = sweep.run_sweep(configs, tmp_path / "runs", executor="submitit", cluster=cluster,
                               folder=tmp_path / "logs", timeout_min=5, slurm_partition="gpu",
                               device="cpu", progress=False)
@@ -175,8 +175,8 @@ def test_a_run_loads_its_task_through_the_one_registry(monkeypatch):
 
     calls = []
     monkeypatch.setattr(tasks, "load", lambda *a, **k: calls.append((a, k)))
-    sweep._task(runs.run_config("digits", lr=0.1, severity=3, data_seed=2))
-    sweep._task(runs.run_config("pet", lr=0.1, data_root="/data", recipe="paper"))
+    sweep._task(runs.make_run("digits", lr=0.1, severity=3, data_seed=2))
+    sweep._task(runs.make_run("pet", lr=0.1, data_root="/data", recipe="paper"))
     assert calls == [(("digits", None), dict(severity=3, seed=2, train_size=5000,
                                             test_size=2000)),
                      (("pet", "/data"), dict(severity=5, seed=0, img_size=224))]
@@ -188,8 +188,8 @@ def test_a_batched_sweep_stores_what_one_by_one_stores(tmp_path):
     saying how many trained with it; a run another process claims is left to it; runs the
     batched path refuses (AdamW) train one by one."""
     lrs = (0.01, 0.1, 1.0)
-    configs = [runs.run_config("digits", "LN1", lr=lr, **TINY) for lr in lrs]
-    adamw = runs.run_config("digits", "LN1", lr=0.01, optimizer="adamw", **TINY)
+    configs = [runs.make_run("digits", "LN1", lr=lr, **TINY) for lr in lrs]
+    adamw = runs.make_run("digits", "LN1", lr=0.01, optimizer="adamw", **TINY)
     with Store(tmp_path / "b").claim(configs[2]):  # another process holds the third
         sweep.run_sweep(configs + [adamw], tmp_path / "b", progress=False, batch_lrs=True)
     assert not Store(tmp_path / "b").has(configs[2])

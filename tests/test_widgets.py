@@ -144,7 +144,7 @@ def _record(lr, seed, test_acc, val_acc=0.6):
 
 def test_results_browser_on_a_tiny_store(tmp_path):
     for lr, seed, acc in ((0.01, 0, 0.51), (0.01, 1, 0.53), (0.1, 0, 0.42)):
-        Store(tmp_path).save(runs.run_config("digits", "FC1", lr=lr, seed=seed),
+        Store(tmp_path).save(runs.make_run("digits", "FC1", lr=lr, seed=seed),
                              _record(lr, seed, acc))
     browser = widgets.results_browser(tmp_path)
     assert browser.controls["lr"].options == (("0.01", 0.01), ("0.1", 0.1))
@@ -165,9 +165,9 @@ def test_results_browser_on_a_tiny_store(tmp_path):
 def test_results_browser_keeps_budget_runs_apart(tmp_path):
     """The same (task, config, lr, seed) at two step budgets: two runs, chosen by ``steps``,
     never averaged."""
-    Store(tmp_path).save(runs.run_config("digits", "FC1", lr=0.01, seed=0, steps=120),
+    Store(tmp_path).save(runs.make_run("digits", "FC1", lr=0.01, seed=0, steps=120),
                          _record(0.01, 0, 0.50))
-    Store(tmp_path).save(runs.run_config("digits", "FC1", lr=0.01, seed=0, steps=480),
+    Store(tmp_path).save(runs.make_run("digits", "FC1", lr=0.01, seed=0, steps=480),
                          _record(0.01, 0, 0.60))
     browser = widgets.results_browser(tmp_path)
     assert browser.controls["steps"].options == (120, 480)
@@ -183,11 +183,11 @@ def test_results_browser_opens_on_the_best_run_on_validation(tmp_path):
     """The first option of every control (lr 0.01, seed 0) has no run: the browser opens on
     the run with the best validation accuracy (here the last in order), not a message."""
     for lr, seed, acc, val in ((0.01, 1, 0.53, 0.5), (0.1, 0, 0.42, 0.7)):
-        Store(tmp_path).save(runs.run_config("digits", "FC1", lr=lr, seed=seed),
+        Store(tmp_path).save(runs.make_run("digits", "FC1", lr=lr, seed=seed),
                              _record(lr, seed, acc, val))
     browser = widgets.results_browser(tmp_path)
     assert browser.state() == dict(task="digits", config="FC1", lr=0.1, seed=0,
-                                   steps=runs.run_config("digits", "FC1", lr=0.1)["steps"])
+                                   steps=runs.make_run("digits", "FC1", lr=0.1)["steps"])
     assert browser.values["test_acc"] == pytest.approx(0.42) and browser.output.outputs
 
 

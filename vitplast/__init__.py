@@ -21,8 +21,9 @@ ablation        a model change before training (``ablations``; a run's ``prepare
 gauge           the residual stream times c: same function, rates moved (``gauge``)
 variant         a named configuration of the confound study, maybe with an ablation; its
                 fields say what it trains (``confound_variants.Variant``)
-run             one training run's dict (``runs.run_config``); its hash names its record
-record          a finished run's outcome, one JSON file (``store``)
+run             one training run's dict (``runs.make_run``); its hash names its record
+record          a finished run's outcome, one JSON file holding its run under ``run``
+                (``store``; older stores: ``python -m vitplast.migrate``)
 store           a results folder of records, resumable (``store.Store``, ``provenance``)
 study           a named set of runs and its store (``studies``); a ``sweep`` runs what
                 its store lacks
@@ -58,8 +59,9 @@ leading ``_`` are public, and a module's own ``__all__``, where it has one, list
   ``confound_plasticity``; its variants as values in ``confound_variants``), ``runs`` (the run
   schema), ``studies`` (named studies; their specs in ``study_specs``), ``search`` (LRs
   bracketed on validation), ``decide`` (the suite study's tables), ``sweep`` (running them),
-  ``store`` and ``provenance`` (records, sessions, progress) over ``files`` (atomic writes) and
-  ``cached`` (load-or-compute), ``results`` (tables; the LR rule in ``lr_selection``);
+  ``store`` and ``provenance`` (records, sessions, progress; ``migrate``: older record layouts)
+  over ``files`` (atomic writes) and ``cached`` (load-or-compute), ``results`` (tables; the LR
+  rule in ``lr_selection``);
 - presentation: ``plots`` (its look in ``plot_style``), ``widgets``, ``notebooks``
   (papermill), ``__main__`` (the CLI).
 
@@ -73,10 +75,9 @@ __version__ = "0.1.0"
 #: e.g. ``from vitplast import tasks``.
 __all__ = ["ablations", "advise", "batched", "bound_findings", "bounds", "cached", "components",
            "confound_findings", "confound_plasticity", "confound_variants", "confounds",
-           "corruptions", "data", "decide", "definitions", "drawn", "empirical",
-           "fake_datasets", "files", "findings", "finetune", "finetuning_findings", "gauge", "hub",
-           "inputs", "intervals", "lr_selection", "models", "notebooks", "pairs", "paper",
+           "corruptions", "data", "decide", "definitions", "drawn", "empirical", "fake_datasets",
+           "files", "findings", "finetune", "finetuning_findings", "gauge", "hub", "inputs",
+           "intervals", "lr_selection", "migrate", "models", "notebooks", "pairs", "paper",
            "paper_datasets", "passes", "plasticity", "plot_style", "plots", "power", "pretrain",
            "probes", "provenance", "rates", "recipes", "results", "runs", "search", "store",
-           "stream",
-           "studies", "study_specs", "suite", "sweep", "tasks", "verdicts", "widgets"]
+           "stream", "studies", "study_specs", "suite", "sweep", "tasks", "verdicts", "widgets"]

@@ -215,24 +215,24 @@ def merge_lora(model: nn.Module) -> nn.Module:
 LORA_PATTERNS = ["*.lora_a", "*.lora_b"]
 
 
-# Prepare functions for ``vitplast.sweep``: (model, config) -> extra ``finetune.train``
-# keywords. A run's ``config["ablation"]`` holds their arguments.
-def _prepare_rescale(model: nn.Module, config: dict) -> None:
-    a = config["ablation"]
+# Prepare functions for ``vitplast.sweep``: (model, run) -> extra ``finetune.train``
+# keywords. A run's ``run["ablation"]`` holds their arguments.
+def _prepare_rescale(model: nn.Module, run: dict) -> None:
+    a = run["ablation"]
     rescale_layernorm(model, a["component"], a["c"], preserve=a.get("preserve", True))
 
 
-def _prepare_sparse(model: nn.Module, config: dict) -> dict:
+def _prepare_sparse(model: nn.Module, run: dict) -> dict:
     """Exactly ``count`` trainable entries of the component, among the parameters the run's
     configuration selects (all of the component's, or e.g. only its biases)."""
-    a, patterns = config["ablation"], config["config"]
+    a, patterns = run["ablation"], run["config"]
     return {"grad_masks": sparse_masks(model, a["component"], a["count"], a.get("mask_seed", 0),
                                        patterns=patterns if isinstance(patterns, list) else None)}
 
 
-def _prepare_lora(model: nn.Module, config: dict) -> dict | None:
+def _prepare_lora(model: nn.Module, run: dict) -> dict | None:
     """LoRA adapters; with ``count``, exactly that many of their entries train."""
-    a = config["ablation"]
+    a = run["ablation"]
     add_lora(model, a["component"], a["rank"], a.get("alpha"))
     if a.get("count") is None:
         return None

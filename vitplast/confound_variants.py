@@ -4,7 +4,7 @@ Paper: objections 3 and 4 (docs/objections.md). A variant is a named finetuning 
 of the confound study, maybe with an ablation (``vitplast.ablations``). What it trains is held
 in its fields (``family``, ``component``, ``c``, ``preserve``, ``count``, ``rank``, ``block``);
 its name is a label for display, never parsed. ``variants``, ``layer_variants`` and
-``all_variants`` make them; ``Variant.keywords`` gives the ``run_config`` keywords its runs are
+``all_variants`` make them; ``Variant.keywords`` gives the ``make_run`` keywords its runs are
 made from (their hash covers them). A results table gets the same fields as columns from the
 stored records (``with_variant``), and tables select variants by fields (``names_of``,
 ``name_of``).
@@ -76,7 +76,7 @@ class Variant:
                              f"valid: {list(VARIANT_FAMILIES)}")
 
     def keywords(self) -> dict:
-        """The ``run_config`` keywords of its runs: ``config``, and where it has them
+        """The ``make_run`` keywords of its runs: ``config``, and where it has them
         ``prepare`` (a ``ablations.PREPARE`` name), ``ablation`` (its arguments, with the
         name as ``variant``) and ``lr_scales``. A new dict on every call."""
         if self.family == "plain":
@@ -160,7 +160,7 @@ def catalogue(table: dict[str, Variant]) -> pd.DataFrame:
 
 
 def with_variant(df: pd.DataFrame) -> pd.DataFrame:
-    """Results (``results.results``, or run configs through ``pd.json_normalize``) with the
+    """Results (``results.results``, or runs through ``pd.json_normalize``) with the
     variant of each record as columns, from its stored fields, never from a name:
 
     - ``variant``: its display name: the ablation's name, else the configuration, with a

@@ -137,7 +137,7 @@ def measure_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int
     ``matching_scales``, rounded to 3 significant digits (the precision of the variant names),
     and everything is saved in ``root/scales-<hash of the settings>.json``. When that file is
     there it is read, not measured again: float noise of a re-measurement never changes a
-    run's config, so its hash stays. Called by ``studies.load_confounds`` (recomputing) and
+    run, so its hash stays. Called by ``studies.load_confounds`` (recomputing) and
     the CLI's ``vitplast sweep`` of a confound study.
 
     Returns:

@@ -240,16 +240,16 @@ def gauge_pairs(root: str | Path, configs=GAUGE_INVARIANT) -> pd.DataFrame:
                                   if k not in ("prepare", "ablation")})
 
     runs = [r for r in store.Store(root).records() if r["status"] == "ok"
-            and r["config"].get("config") in configs]
-    plain = {key(r["config"]): r for r in runs if not r["config"].get("prepare")}
+            and r["run"].get("config") in configs]
+    plain = {key(r["run"]): r for r in runs if not r["run"].get("prepare")}
     rows = []
-    for r8 in (r for r in runs if r["config"].get("prepare") == "gauge"):
-        r1 = plain.get(key(r8["config"]))
+    for r8 in (r for r in runs if r["run"].get("prepare") == "gauge"):
+        r1 = plain.get(key(r8["run"]))
         if r1 is None:
             continue
         l1, l8 = np.array(search.losses(r1)), np.array(search.losses(r8))
         rows.append(dict(
-            task=r8["config"]["task"], config=r8["config"]["config"], lr=r8["config"]["lr"],
+            task=r8["run"]["task"], config=r8["run"]["config"], lr=r8["run"]["lr"],
             loss_rose=bool(search.loss_rose(r1) or search.loss_rose(r8)),
             first_diff=float(abs(l1[0] - l8[0])),
             max_loss_diff=float(np.abs(l1 - l8).max()) if len(l1) == len(l8) else np.inf,

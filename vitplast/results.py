@@ -37,10 +37,10 @@ from vitplast.runs import run_hash
 from vitplast.store import Store
 
 
-def _flat(config: dict, prefix: str = "") -> dict:
+def _flat(run: dict, prefix: str = "") -> dict:
     """Nested dicts become ``a.b`` columns; lists become their JSON text (hashable)."""
     out = {}
-    for k, v in config.items():
+    for k, v in run.items():
         if isinstance(v, dict):
             out.update(_flat(v, f"{prefix}{k}."))
         else:
@@ -48,14 +48,14 @@ def _flat(config: dict, prefix: str = "") -> dict:
     return out
 
 
-#: Settings every run has (``runs.run_config``): the columns of a table, even an empty one.
+#: Settings every run has (``runs.make_run``): the columns of a table, even an empty one.
 _SETTINGS = ("kind", "model", "checkpoint", "pretrained", "task", "config", "optimizer", "lr",
              "seed", "steps", "batch_size")
 
 
 def runs_table(records: list[dict]) -> pd.DataFrame:
-    """Records (``sweep.run_one`` with their config) as the table ``results`` documents."""
-    rows = [{"run": run_hash(r["config"]), **_flat(r["config"]),
+    """Records (``sweep.run_one`` with their run) as the table ``results`` documents."""
+    rows = [{"run": run_hash(r["run"]), **_flat(r["run"]),
              **{k: r.get(k) for k in _OUTCOME}, "best_val_loss": _best_val_loss(r)}
             for r in records]
     settings = dict.fromkeys(["run", *_SETTINGS,
@@ -76,14 +76,14 @@ def _best_val_loss(record: dict) -> float | None:
 
 def _records(roots) -> dict[str, dict]:
     """Stored runs of one or more results folders by run hash, each run once."""
-    return {run_hash(r["config"]): r for root in roots for r in Store(root).records()}
+    return {run_hash(r["run"]): r for root in roots for r in Store(root).records()}
 
 
 def results(*roots: str | Path) -> pd.DataFrame:
     """One row per stored run of one or more results folders (half-written or unreadable
     files are not runs).
 
-    Columns: ``run`` (``runs.run_hash`` of its config); every config key (``run_config``:
+    Columns: ``run`` (``runs.run_hash`` of the run); every key of the run (``make_run``:
     kind, model, checkpoint, pretrained, task, ..., config, lr, seed, steps, optimizer, ...;
     nested dicts as ``key.sub``, lists as JSON text); ``status`` ("ok", "diverged",
     "failed"); ``error``; ``test_acc``, ``best_val_acc`` (in [0, 1]; NaN unless ok),

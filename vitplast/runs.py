@@ -2,7 +2,7 @@
 
 Paper: section 2 (finetuning protocol: configurations x LR grid x seeds per dataset).
 
-A run is a flat JSON-able dict (``run_config``). Its keys are of two kinds, declared here once:
+A run is a flat JSON-able dict (``make_run``). Its keys are of two kinds, declared here once:
 
 - ``RUN_KEYS`` define what a run computes (task, model, configuration, LR, seed, recipe,
   ablation...). Its hash (``run_hash``) is over these keys only, and names its record file.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-#: The keys that define a run (and its hash). See ``run_config`` for each one's meaning.
+#: The keys that define a run (and its hash). See ``make_run`` for each one's meaning.
 RUN_KEYS = (
     # what is finetuned, on what
     "kind", "model", "checkpoint", "pretrained", "model_kwargs", "task", "severity",
@@ -48,23 +48,23 @@ TRAIN_DEFAULTS = dict(train_head=True, optimizer="sgd", momentum=0.9, weight_dec
                       batch_size=128, eval_every=100, label_smoothing=0.0)
 
 
-def defining(config: dict) -> dict:
-    """The part of a run config that defines it: its ``RUN_KEYS`` that are not ``None``."""
-    return {k: config[k] for k in RUN_KEYS if config.get(k) is not None}
+def defining(run: dict) -> dict:
+    """The part of a run that defines it: its ``RUN_KEYS`` that are not ``None``."""
+    return {k: run[k] for k in RUN_KEYS if run.get(k) is not None}
 
 
-def run_hash(config: dict) -> str:
+def run_hash(run: dict) -> str:
     """A short stable hash of a run: of its ``defining`` keys only (key order does not
     matter; runtime keys do not count)."""
-    text = json.dumps(defining(config), sort_keys=True, default=str)
+    text = json.dumps(defining(run), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: int = 0,
-               recipe: str = "embedded", model: str | None = None, checkpoint: str = "final",
-               pretrained: bool = True, severity: int = 5, train_size: int = 5000,
-               test_size: int = 2000, data_seed: int = 0, **settings) -> dict:
-    """One run's config: ``TRAIN_DEFAULTS``, overridden by the recipe
+def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: int = 0,
+             recipe: str = "embedded", model: str | None = None, checkpoint: str = "final",
+             pretrained: bool = True, severity: int = 5, train_size: int = 5000,
+             test_size: int = 2000, data_seed: int = 0, **settings) -> dict:
+    """One run (a dict of its settings): ``TRAIN_DEFAULTS``, overridden by the recipe
     ``finetune.RECIPES[recipe]`` (``"paper"`` also takes ``paper_datasets.PAPER_STEPS``), then
     by ``settings``.
 
@@ -85,7 +85,7 @@ def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: 
 
     Raises:
         ValueError: unknown key, recipe, task, configuration or optimizer (naming the valid
-            ones); ``lr``, ``steps``, ``batch_size`` or ``seed`` not valid (``check_config``).
+            ones); ``lr``, ``steps``, ``batch_size`` or ``seed`` not valid (``check_run``).
     """
     from vitplast import components, finetune, models, paper_datasets, tasks
 
@@ -110,51 +110,51 @@ def run_config(task: str, config: str | list[str] = "full", *, lr: float, seed: 
         out["clip_grad_norm"] = 0.0
     if out["optimizer"] not in finetune.OPTIMIZERS:
         raise ValueError(f"unknown optimizer {out['optimizer']!r}; valid: {finetune.OPTIMIZERS}")
-    return check_config(json.loads(json.dumps(out)))  # what the store holds (tuples: lists)
+    return check_run(json.loads(json.dumps(out)))  # what the store holds (tuples: lists)
 
 
-def check_config(config: dict) -> dict:
-    """``config`` if it is a run config as ``run_config`` makes one, else raise: every key
+def check_run(run: dict) -> dict:
+    """``run`` if it is a run as ``make_run`` makes one, else raise: every key
     declared (``RUN_KEYS``, ``RUNTIME_KEYS``), ``kind`` "finetune", a ``task`` and ``model``,
     ``lr`` a finite number > 0, ``steps`` and ``batch_size`` positive integers, ``seed`` an
-    integer. Cheap: a sweep checks every config before it loads anything, and the store
-    checks every record's config (``store.record_problems``).
+    integer. Cheap: a sweep checks every run before it loads anything, and the store
+    checks every record's run (``store.record_problems``).
 
     Raises:
         ValueError: naming the key, its value and what is valid.
     """
     from vitplast.inputs import check_count, check_positive, check_seed
 
-    if not isinstance(config, dict):
-        raise ValueError(f"a run config is a dict (runs.run_config), got {type(config).__name__}")
-    unknown = sorted(set(config) - set(RUN_KEYS) - set(RUNTIME_KEYS))
+    if not isinstance(run, dict):
+        raise ValueError(f"a run is a dict (runs.make_run), got {type(run).__name__}")
+    unknown = sorted(set(run) - set(RUN_KEYS) - set(RUNTIME_KEYS))
     if unknown:
         raise ValueError(f"unknown run setting(s) {unknown}; valid: run keys {list(RUN_KEYS)} "
                          f"and runtime keys {list(RUNTIME_KEYS)}")
-    if config.get("kind") != KIND:
-        raise ValueError(f"kind={config.get('kind')!r} is not valid: a run's kind is {KIND!r}")
+    if run.get("kind") != KIND:
+        raise ValueError(f"kind={run.get('kind')!r} is not valid: a run's kind is {KIND!r}")
     for key in ("task", "model"):
-        if not isinstance(config.get(key), str):
-            raise ValueError(f"{key}={config.get(key)!r} is not valid: a run names its {key}")
-    check_positive("lr", config.get("lr"), hint="the peak learning rate, e.g. 1e-2")
-    check_count("steps", config.get("steps"), hint="optimisation steps, e.g. 120")
-    check_count("batch_size", config.get("batch_size"), hint="images per step, e.g. 64")
-    check_seed("seed", config.get("seed"))
-    return config
+        if not isinstance(run.get(key), str):
+            raise ValueError(f"{key}={run.get(key)!r} is not valid: a run names its {key}")
+    check_positive("lr", run.get("lr"), hint="the peak learning rate, e.g. 1e-2")
+    check_count("steps", run.get("steps"), hint="optimisation steps, e.g. 120")
+    check_count("batch_size", run.get("batch_size"), hint="images per step, e.g. 64")
+    check_seed("seed", run.get("seed"))
+    return run
 
 
 def grid(tasks, configs, lrs, seeds, **fixed) -> list[dict]:
-    """Run configs of the cartesian product, ordered task > config > lr > seed (seed fastest).
+    """Runs of the cartesian product, ordered task > config > lr > seed (seed fastest).
 
     Args:
         tasks, configs, lrs, seeds: lists. A configuration is a name of
-            ``components.CONFIGS``, a list of patterns, or a dict of ``run_config`` keywords
+            ``components.CONFIGS``, a list of patterns, or a dict of ``make_run`` keywords
             (with ``config``), as ``vitplast.confounds.variants`` makes.
-        **fixed: ``run_config`` keywords shared by every run (recipe, steps, model...).
+        **fixed: ``make_run`` keywords shared by every run (recipe, steps, model...).
     """
     def one(t, c, lr, s):
         if isinstance(c, dict):
-            return run_config(t, lr=lr, seed=s, **{**fixed, **c})
-        return run_config(t, c, lr=lr, seed=s, **fixed)
+            return make_run(t, lr=lr, seed=s, **{**fixed, **c})
+        return make_run(t, c, lr=lr, seed=s, **fixed)
 
     return [one(t, c, lr, s) for t in tasks for c in configs for lr in lrs for s in seeds]

@@ -90,7 +90,7 @@ __all__ = ["LR_LADDER", "best", "bracketed", "next_lrs", "rung", "score"]
 
 def settings(study: dict, **runtime) -> list[dict]:
     """A searched study's settings, in its order (task > configuration > seed): each a dict
-    of ``runs.run_config`` keywords without ``lr``, plus ``name`` (for display) and ``start``
+    of ``runs.make_run`` keywords without ``lr``, plus ``name`` (for display) and ``start``
     (its search's centre), plus ``runtime`` keys (``runs.RUNTIME_KEYS``: device, precision...;
     the study's declared ``precision`` unless ``runtime`` names one;
     never hashed).
@@ -128,7 +128,7 @@ def _run(setting: dict, lr: float) -> dict:
     from vitplast import runs
 
     kwargs = {k: v for k, v in setting.items() if k not in ("task", "start", "name")}
-    return runs.run_config(setting["task"], lr=lr, **kwargs)
+    return runs.make_run(setting["task"], lr=lr, **kwargs)
 
 
 def _outcomes(setting: dict, root, lrs) -> dict[float, tuple[float, float]]:

@@ -1,10 +1,10 @@
-"""The results store, a value: ``Store(root)``, the folder ``root`` holding one JSON file per
-run, named by the hash of its defining keys (``vitplast.runs.run_hash``), and an account of
-every file in it. ``Store(root).path(config)`` is where a run's record is; ``has``, ``record``
-and ``save`` read and write one run, ``records`` every complete one, ``audit`` names every
-other file, ``clean_temp`` deletes the debris of killed writes, ``claim`` holds a run while it
-trains, and ``companion`` / ``write_companion`` read and write the files kept beside the
-records (``COMPANIONS``).
+"""The results store, a value: ``Store(root)``, the folder ``root`` holding one JSON file per run,
+named by the hash of its defining keys (``vitplast.runs.run_hash``), and an account of every
+file in it. ``Store(root).path(run)`` is where a run's record is; ``has``, ``record`` and
+``save`` read and write one run, ``records`` every complete one (``record_files``: the files
+that should be records), ``audit`` names every other file, ``clean_temp`` deletes the debris of
+killed writes, ``claim`` holds a run while it trains, and ``companion`` / ``write_companion``
+read and write the files kept beside the records (``COMPANIONS``).
 
 Files are written atomically (``files.atomic_path``: a temp file in the same folder, then
 ``os.replace``), so a run killed mid-write leaves either the old file or none, never a
@@ -12,12 +12,13 @@ half-written one (its orphan temp file, ``.<name>.json.<random>.tmp``, is delete
 sweep: ``Store.clean_temp``).
 
 A record is complete (``record_problems`` finds nothing) when it is a JSON object with a
-``config`` that ``runs.check_config`` accepts, named by that config's hash, with a ``status``
+``run`` that ``runs.check_run`` accepts, named by that run's hash, with a ``status``
 of ``STATUSES`` and numeric (or null) ``test_acc`` and ``best_val_acc``; an ``ok`` one also
 holds its results (both numbers, and a non-empty ``history``). Anything else in a store is
 reported by name: ``Store.audit`` lists every file that is not a complete record (invalid,
 foreign, invalid companion, orphan temp, claims), ``Store.records`` warns about those it
-skips, and a sweep re-runs a run whose file is not complete. A sweep asks ``Store.has``
+skips, and a sweep re-runs a run whose file is not complete (a record of the older layout,
+its run under ``config``, names its fix: ``vitplast.migrate``). A sweep asks ``Store.has``
 before running, so it resumes.
 
 Claims (``Store.claim``): before a run trains, its ``<hash>.claim`` file is created atomically
@@ -55,7 +56,7 @@ from pathlib import Path
 
 from vitplast.cached import config_hash, load_or_compute  # noqa: F401 (re-exported)
 from vitplast.files import atomic_path, read_json, write_json, write_text  # noqa: F401 (re-exported)
-from vitplast.runs import check_config, defining, run_hash
+from vitplast.runs import check_run, defining, run_hash
 
 #: The outcomes a complete record may have (``sweep.run_one``).
 STATUSES = ("ok", "diverged", "failed")
@@ -97,20 +98,23 @@ def locked(path: str | Path):
 def record_problems(record, path: str | Path | None = None) -> list[str]:
     """Why ``record`` (read from ``path``) is not a complete run record; empty if it is.
 
-    Complete: a JSON object whose ``config`` passes ``runs.check_config``, whose file is named
-    by that config's hash, with a ``status`` of ``STATUSES`` and ``test_acc`` and
+    Complete: a JSON object whose ``run`` passes ``runs.check_run``, whose file is named
+    by that run's hash, with a ``status`` of ``STATUSES`` and ``test_acc`` and
     ``best_val_acc`` numbers or null; numbers, with a non-empty ``history``, when ``ok``.
     """
     if not isinstance(record, dict):
         return ["not a JSON object (unreadable, half-written, or not a run record)"]
-    config = record.get("config")
-    if not isinstance(config, dict):
-        return ["no `config` object: not a run record"]
+    run = record.get("run")
+    if not isinstance(run, dict):
+        if isinstance(record.get("config"), dict):
+            return ["an older record layout (its run under `config`); migrate it: "
+                    f"python -m vitplast.migrate {Path(path).parent if path else 'ROOT'}"]
+        return ["no `run` object: not a run record"]
     problems = []
     try:
-        check_config(config)
+        check_run(run)
     except ValueError as err:
-        problems.append(f"config: {str(err)[:200]}")
+        problems.append(f"run: {str(err)[:200]}")
     if record.get("status") not in STATUSES:
         problems.append(f"status {record.get('status')!r} is not one of {list(STATUSES)}")
     for key in ("test_acc", "best_val_acc"):
@@ -123,8 +127,8 @@ def record_problems(record, path: str | Path | None = None) -> list[str]:
             "history"]
         if missing:
             problems.append(f"status 'ok' without its results ({', '.join(missing)} missing)")
-    if path is not None and not problems and Path(path).stem != run_hash(config):
-        problems.append(f"named {Path(path).stem} but its config hashes to {run_hash(config)} "
+    if path is not None and not problems and Path(path).stem != run_hash(run):
+        problems.append(f"named {Path(path).stem} but its run hashes to {run_hash(run)} "
                         "(an older hash, or a moved file)")
     return problems
 
@@ -161,9 +165,9 @@ class Store:
     Example::
 
         runs = Store("data/finetune")
-        with runs.claim(config) as mine:
-            if mine and not runs.has(config):
-                runs.save(config, sweep.run_one(config))
+        with runs.claim(run) as mine:
+            if mine and not runs.has(run):
+                runs.save(run, sweep.run_one(run))
     """
 
     root: Path
@@ -171,38 +175,37 @@ class Store:
     def __post_init__(self):
         object.__setattr__(self, "root", Path(self.root))  # frozen: set once, here
 
-    def path(self, config: dict) -> Path:
-        """Where the record of ``config``'s run is: ``root/<run_hash(config)>.json`` (there
-        or not)."""
-        return self.root / f"{run_hash(config)}.json"
+    def path(self, run: dict) -> Path:
+        """Where the record of ``run`` is: ``root/<run_hash(run)>.json`` (there or not)."""
+        return self.root / f"{run_hash(run)}.json"
 
-    def record(self, config: dict) -> dict | None:
-        """The complete record of ``config``'s run, or ``None``: no file at its ``path``, or
-        one that is not complete (``record_problems``; ``audit`` says why), or the record of
-        a run whose defining keys differ from ``config``'s (its runtime keys may differ)."""
-        path = self.path(config)
+    def record(self, run: dict) -> dict | None:
+        """The complete record of ``run``, or ``None``: no file at its ``path``, or one that
+        is not complete (``record_problems``; ``audit`` says why), or the record of a run
+        whose defining keys differ from ``run``'s (its runtime keys may differ)."""
+        path = self.path(run)
         record = read_json(path)
         if record_problems(record, path):
             return None
-        as_stored = json.loads(json.dumps(defining(config), default=str))
-        return record if defining(record["config"]) == as_stored else None
+        as_stored = json.loads(json.dumps(defining(run), default=str))
+        return record if defining(record["run"]) == as_stored else None
 
-    def has(self, config: dict) -> bool:
-        """Whether a complete record of ``config``'s run is stored (``record``): a sweep asks
-        before running, so it resumes."""
-        return self.record(config) is not None
+    def has(self, run: dict) -> bool:
+        """Whether a complete record of ``run`` is stored (``record``): a sweep asks before
+        running, so it resumes."""
+        return self.record(run) is not None
 
-    def save(self, config: dict, record: dict) -> Path:
-        """Store ``record`` with ``config`` inside (a ``config`` key of ``record`` wins) at
-        ``path(config)``, atomically; return that path. Not validated: a record that is not
+    def save(self, run: dict, record: dict) -> Path:
+        """Store ``record`` with ``run`` inside (a ``run`` key of ``record`` wins) at
+        ``path(run)``, atomically; return that path. Not validated: a record that is not
         complete is written, and reads as absent (``has``)."""
-        return write_json(self.path(config), {"config": config, **record})
+        return write_json(self.path(run), {"run": run, **record})
 
     def records(self) -> list[dict]:
         """Every complete run record in the store; the files skipped (half-written, invalid
         or foreign) are named in one warning (``audit`` says why). Companions are no records."""
         runs, skipped = [], []
-        for path in self._record_files():
+        for path in self.record_files():
             record = read_json(path)
             if record_problems(record, path):
                 skipped.append(path.name)
@@ -230,7 +233,7 @@ class Store:
         import pandas as pd
 
         rows = []
-        for path in self._record_files():
+        for path in self.record_files():
             problems = record_problems(read_json(path), path)
             if problems:
                 kind = "invalid" if _HASH_NAME.fullmatch(path.stem) else "foreign"
@@ -262,17 +265,17 @@ class Store:
         return removed
 
     @contextlib.contextmanager
-    def claim(self, config: dict, *, timeout: float = CLAIM_TIMEOUT_S,
+    def claim(self, run: dict, *, timeout: float = CLAIM_TIMEOUT_S,
               heartbeat: float = HEARTBEAT_S):
-        """Hold the claim on ``config``'s run, ``root/<run_hash(config)>.claim``, for the
-        block (module docstring).
+        """Hold the claim on ``run``, ``root/<run_hash(run)>.claim``, for the block (module
+        docstring).
 
         Yields ``True`` when this process holds it: a daemon thread touches it every
         ``heartbeat`` seconds, and it is removed when the block ends, also after an error.
         Yields ``False`` when a live owner holds it; a dead one (heartbeat older than
         ``timeout``, or owner pid gone on this host) is taken over.
         """
-        path = self.root / f"{run_hash(config)}.claim"
+        path = self.root / f"{run_hash(run)}.claim"
         token = _take(path, timeout, heartbeat)
         if token is None:
             yield False
@@ -330,7 +333,7 @@ class Store:
         return [p for p in sorted(self.root.glob("*.json"))
                 if any(fnmatch.fnmatch(p.name, c) for c in COMPANIONS)]
 
-    def _record_files(self) -> list[Path]:
+    def record_files(self) -> list[Path]:
         """The JSON files in the store that should be run records (companions left out)."""
         return [p for p in sorted(self.root.glob("*.json"))
                 if not any(fnmatch.fnmatch(p.name, c) for c in COMPANIONS)]

@@ -122,7 +122,7 @@ def smoke(study: Study) -> Study:
 
 
 def runs_of(spec: dict, **fixed) -> list[dict]:
-    """Every run config of a grid ``spec`` (such as the main study's): per configuration its
+    """Every run of a grid ``spec`` (such as the main study's): per configuration its
     LRs (``lrs``: configuration -> LRs), x tasks x seeds, ordered task > config > lr > seed;
     the spec's ``fixed`` keywords (e.g. steps) and ``fixed`` go to every run."""
     fixed = {**spec.get("fixed", {}), **fixed}

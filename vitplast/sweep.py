@@ -2,7 +2,7 @@
 
 Paper: section 2 (finetuning protocol: configurations x LR grid x seeds per dataset).
 
-A run is a flat JSON-able dict (``vitplast.runs.run_config``, ``runs.grid``); the hash of its
+A run is a flat JSON-able dict (``vitplast.runs.make_run``, ``runs.grid``); the hash of its
 defining keys (``runs.run_hash``) names its record file.
 ``run_sweep`` runs only what the store lacks and saves each record the moment it finishes, so
 a killed sweep resumes losing nothing; a diverged or failed run is recorded as such. Every run
@@ -32,7 +32,7 @@ import torch
 
 from vitplast import ablations, batched, finetune, models, provenance, tasks
 from vitplast.results import runs_table
-from vitplast.runs import TRAIN_KEYS, check_config, run_hash
+from vitplast.runs import TRAIN_KEYS, check_run, run_hash
 from vitplast.store import Store
 
 EXECUTORS = ("serial", "submitit")
@@ -62,7 +62,7 @@ def run_one(run: dict, *, device: str | torch.device | None = None,
     ``git_commit``, ``git_dirty``, ``date`` (UTC). Non-finite numbers become ``None``.
 
     Args:
-        run: from ``run_config``.
+        run: from ``make_run``.
         device: where to train; ``None`` picks CUDA when available.
         progress: show the training loop's progress bar.
     """
@@ -202,8 +202,8 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
     records named in a warning (``Store.audit``); one at a run's path is re-run.
 
     Args:
-        runs: run dicts (``grid``, ``run_config``); duplicates run once. Each is checked
-            (``runs.check_config``) before anything is loaded.
+        runs: run dicts (``grid``, ``make_run``); duplicates run once. Each is checked
+            (``runs.check_run``) before anything is loaded.
         root: the results folder (``vitplast.store.Store``).
         executor: ``"serial"`` (here, one run after another) or ``"submitit"`` (a job array:
             SLURM when available, else submitit's local executor).
@@ -254,7 +254,7 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
     elif groups:
         _submit(groups, store, device, bar, **executor_kwargs)
     bar.close()
-    records = {run_hash(c): store.record(c) or {"config": c, "status": "missing"}
+    records = {run_hash(c): store.record(c) or {"run": c, "status": "missing"}
                for c in runs}
     return runs_table(list(records.values()))
 
@@ -268,7 +268,7 @@ def _check_sweep(runs, root, executor, executor_kwargs) -> None:
     if Path(root).exists() and not Path(root).is_dir():
         raise ValueError(f"root={str(root)!r} is a file: a store is a folder; give another path")
     for c in runs:
-        check_config(c)
+        check_run(c)
     unknown = {c["prepare"] for c in runs if c.get("prepare") is not None} - set(PREPARE)
     if unknown:
         raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(PREPARE)}")
