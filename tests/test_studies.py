@@ -167,13 +167,13 @@ def test_shipped_searched_records_are_runs_of_their_study(name):
     asked = {run_hash(r) for r in search.search_runs(study.spec, root)}
     records = Store(root).records()
     assert records, f"the {name} store is empty"
-    assert {run_hash(r["config"]) for r in records} <= asked
+    assert {run_hash(r["run"]) for r in records} <= asked
     assert {r["status"] for r in records} <= {"ok", "diverged"}
     assert max(r["initial_val_acc"] for r in records) <= 0.6  # chance: 1/26 .. 1/2
     for r in records:  # a copied record is byte for byte its source's
         for source in (models.results_root(s) for s in study.spec["reuse"]):
-            if Store(source).has(r["config"]):
-                assert store.read_json(Store(source).path(r["config"])) == r
+            if Store(source).has(r["run"]):
+                assert store.read_json(Store(source).path(r["run"])) == r
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
