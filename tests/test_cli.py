@@ -8,8 +8,8 @@ import torch
 import vitplast
 from vitplast import finetune, models, results, studies
 from vitplast.__main__ import _parser, main
-from vitplast.runs import run_hash
-from vitplast.store import Store
+from vitplast.experiments.runs import run_hash
+from vitplast.experiments.store import Store
 
 SUBCOMMANDS = [["pretrain"], ["sweep"], ["notebooks"], ["notebooks", "run"], ["notebooks", "list"],
                ["notebooks", "copy"]]
@@ -229,7 +229,7 @@ def test_a_study_that_declares_its_precision_keeps_it(tmp_path, capsys):
 
 
 def test_pretrain_stages_are_parsed_or_refused_with_the_format(capsys):
-    from vitplast.pretrain import parse_stages
+    from vitplast.train.pretrain import parse_stages
 
     assert parse_stages("12:1e-3:0,8:5e-4:1") == ((12, 1e-3, 0), (8, 5e-4, 1))
     for bad in ("12:1e-3", "0:1e-3:0", "6:fast:0"):

@@ -25,5 +25,5 @@ def test_no_other_module_replaces_a_file():
     """``atomic_path`` is the one place a file is replaced (records, companions, the cache,
     checkpoints, the unpacked Fashion-MNIST all go through it)."""
     package = Path(vitplast.__file__).parent
-    callers = [p.name for p in package.glob("*.py") if re.search(r"os\.replace\(", p.read_text())]
+    callers = [p.name for p in package.rglob("*.py") if re.search(r"os\.replace\(", p.read_text())]
     assert callers == ["files.py"]

@@ -1,7 +1,8 @@
-"""The package's layout rules: modules import each other without a cycle (at module level,
-and also counting the imports inside functions), the package lists its public modules, no
+"""The package's layout rules: modules sit in the subpackage ``vitplast.SUBPACKAGES`` names and
+are reachable by their short names, import each other without a cycle (at module level, and
+also counting the imports inside functions), the package lists its public modules, no
 function is longer than ``MAX_LINES`` lines and no module longer than ``MAX_MODULE_LINES``,
-and every module has its own test file."""
+and every module has its own test file, in the folder of its subpackage."""
 
 import ast
 import importlib
@@ -12,7 +13,9 @@ import pytest
 import vitplast
 
 PACKAGE = Path(vitplast.__file__).parent
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+#: Every module by its short name (unique across subpackages) -> its file.
+FILES = {p.stem: p for p in sorted(PACKAGE.rglob("*.py")) if p.stem != "__init__"}
+MODULES = sorted(FILES)
 #: The longest function the package allows (STYLE.md: modules readable in one sitting).
 MAX_LINES = 80
 #: The longest module the package allows (STYLE.md: modules stay small, ~300 lines).
@@ -37,16 +40,17 @@ def _module_level(tree: ast.Module):
 def imports_of(name: str, anywhere: bool = False) -> set[str]:
     """The ``vitplast`` modules that module ``name`` imports at module level (``anywhere``:
     also inside functions)."""
-    tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+    tree = ast.parse(FILES[name].read_text())
     out = set()
     for node in (ast.walk(tree) if anywhere else _module_level(tree)):
-        if isinstance(node, ast.ImportFrom) and node.module == "vitplast":
+        if isinstance(node, ast.ImportFrom) and node.module in ("vitplast", *(
+                f"vitplast.{p}" for p in vitplast.SUBPACKAGES)):
             out |= {a.name for a in node.names if a.name in MODULES}
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vitplast."):
-            out.add(node.module.split(".")[1])
+            out.add(node.module.split(".")[-1])
         elif isinstance(node, ast.Import):
-            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("vitplast.")}
-    return out
+            out |= {a.name.split(".")[-1] for a in node.names if a.name.startswith("vitplast.")}
+    return out & set(MODULES)
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -83,15 +87,20 @@ def test_modules_import_each_other_without_a_cycle():
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
 
 
+def dotted(name: str) -> str:
+    """The import path of module ``name``: ``vitplast[.<subpackage>].<name>``."""
+    return ".".join(FILES[name].relative_to(PACKAGE.parent).with_suffix("").parts)
+
+
 @pytest.mark.parametrize("name", MODULES)
 def test_every_module_imports_on_its_own(name):
-    importlib.import_module(f"vitplast.{name}")
+    importlib.import_module(dotted(name))
 
 
 def test_the_package_lists_its_public_modules():
     assert sorted(vitplast.__all__) == [m for m in MODULES if m != "__main__"]
     for name in vitplast.__all__:  # every module that declares a surface names real objects
-        module = importlib.import_module(f"vitplast.{name}")
+        module = importlib.import_module(dotted(name))
         missing = [n for n in getattr(module, "__all__", []) if not hasattr(module, n)]
         assert not missing, f"vitplast.{name}.__all__ names {missing}"
 
@@ -99,7 +108,7 @@ def test_the_package_lists_its_public_modules():
 def long_functions(max_lines: int = MAX_LINES) -> list[str]:
     """``module.function (lines)`` for every function of the package over ``max_lines``."""
     out = []
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in FILES.values():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
@@ -115,7 +124,7 @@ def test_no_function_is_longer_than_80_lines():
 def test_no_module_is_longer_than_400_lines():
     """A module over ``MAX_MODULE_LINES`` is split along a seam of its concept (moving whole
     functions into a module with its own purpose), never shortened by cramming lines."""
-    lines = {name: len((PACKAGE / f"{name}.py").read_text().splitlines()) for name in MODULES}
+    lines = {name: len(FILES[name].read_text().splitlines()) for name in MODULES}
     assert {name: n for name, n in lines.items() if n > MAX_MODULE_LINES} == {}
 
 
@@ -125,10 +134,34 @@ _NO_TEST_FILE_YET: set[str] = set()
 
 
 def test_every_module_has_its_own_test_file():
-    """``vitplast/<m>.py`` is tested in ``tests/test_<m>.py`` (the CLI, ``__main__``, in
+    """``vitplast/<package>/<m>.py`` is tested in ``tests/<package>/test_<m>.py`` and a
+    top-level ``vitplast/<m>.py`` in ``tests/test_<m>.py`` (the CLI, ``__main__``, in
     ``test_cli.py``), so that a module's claims are found where its name says."""
-    missing = {m for m in MODULES if m != "__main__" and not (TESTS / f"test_{m}.py").exists()}
+    where = {m: TESTS / FILES[m].parent.relative_to(PACKAGE) / f"test_{m}.py" for m in MODULES}
+    missing = {m for m in MODULES if m != "__main__" and not where[m].exists()}
     assert missing == _NO_TEST_FILE_YET
+    strays = {p.name for p in TESTS.rglob("test_*.py")} - {p.name for p in where.values()}
+    assert not strays & {f"test_{m}.py" for m in MODULES}  # none outside its package's folder
+
+
+def test_modules_sit_in_the_subpackage_the_package_names_and_keep_their_short_names():
+    """``vitplast.SUBPACKAGES`` is the folder layout, every subpackage's docstring names its
+    modules, and ``from vitplast import <module>`` is the subpackage's module itself (code
+    written against the flat layout keeps working)."""
+    on_disk = {p.name: tuple(sorted(m for m in FILES if FILES[m].parent == p))
+               for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert on_disk == {k: tuple(sorted(v)) for k, v in vitplast.SUBPACKAGES.items()}
+    for package, modules in vitplast.SUBPACKAGES.items():
+        doc = importlib.import_module(f"vitplast.{package}").__doc__
+        assert [m for m in modules if f"``{m}``" not in doc] == []
+        for name in modules:
+            module = importlib.import_module(f"vitplast.{package}.{name}")
+            assert getattr(vitplast, name) is module
+            scope = {}
+            exec(f"from vitplast import {name} as short", scope)
+            assert scope["short"] is module
+    with pytest.raises(AttributeError, match="no attribute 'plastisity'"):
+        vitplast.plastisity
 
 
 #: Knowledge with one home: a literal -> the module that defines it (issue 29, item 4).
@@ -155,7 +188,7 @@ def test_component_groups_orders_and_the_paper_model_have_one_home():
     are written once, in their module (``ONE_HOME``), and imported everywhere else."""
     homes = {}
     for name in MODULES:
-        found = set(_literals(ast.parse((PACKAGE / f"{name}.py").read_text())))
+        found = set(_literals(ast.parse(FILES[name].read_text())))
         for literal in ONE_HOME:
             if literal in found:
                 homes.setdefault(literal, []).append(name)
@@ -166,7 +199,7 @@ def test_the_default_pair_source_is_defined_once():
     """Every ``source=`` default is ``empirical.SOURCE``, not the task name written again."""
     copies = set()
     for name in MODULES:
-        for node in ast.walk(ast.parse((PACKAGE / f"{name}.py").read_text())):
+        for node in ast.walk(ast.parse(FILES[name].read_text())):
             if isinstance(node, ast.arguments):
                 names = [a.arg for a in [*node.posonlyargs, *node.args]][-len(node.defaults):] \
                     if node.defaults else []
@@ -187,7 +220,7 @@ def test_the_atomic_write_is_defined_once():
     writes a file it must not leave half-written goes through it (issue 29, item 3)."""
     movers = {name for name in MODULES
               if {"os.replace", "os.rename", "tempfile.mkstemp", "tempfile.NamedTemporaryFile"}
-              & _calls(ast.parse((PACKAGE / f"{name}.py").read_text()))}
+              & _calls(ast.parse(FILES[name].read_text()))}
     assert movers == {"files"}
-    users = {name for name in MODULES if "atomic_path" in (PACKAGE / f"{name}.py").read_text()}
+    users = {name for name in MODULES if "atomic_path" in FILES[name].read_text()}
     assert {"files", "store", "cached"} <= users

@@ -37,9 +37,9 @@ def chosen(monkeypatch, tmp_path):
     """The runs ``vitplast sweep`` hands to ``run_sweep`` (nothing runs)."""
     got = []
     monkeypatch.setattr(sweep, "run_sweep", lambda todo, *a, **k: got.extend(todo))
-    monkeypatch.setattr("vitplast.provenance.log_session", lambda *a, **k: None)
-    monkeypatch.setattr("vitplast.results.results", lambda root: __import__("pandas").DataFrame(
-        {"status": []}))
+    monkeypatch.setattr("vitplast.experiments.provenance.log_session", lambda *a, **k: None)
+    monkeypatch.setattr("vitplast.experiments.results.results",
+                        lambda root: __import__("pandas").DataFrame({"status": []}))
     monkeypatch.setitem(studies.get("main").spec, "tasks", ["digits"])
     return lambda *options: (got.clear(), main(["sweep", "--root", str(tmp_path), *options]),
                              list(got))[-1]

@@ -23,7 +23,7 @@ variant         a named configuration of the confound study, maybe with an ablat
                 fields say what it trains (``confound_variants.Variant``)
 run             one training run's dict (``runs.make_run``); its hash names its record
 record          a finished run's outcome, one JSON file holding its run under ``run``
-                (``store``; older stores: ``python -m vitplast.migrate``)
+                (``store``; older stores: ``python -m vitplast.experiments.migrate``)
 store           a results folder of records, resumable (``store.Store``, ``provenance``)
 study           a named set of runs and its store (``studies``); a ``sweep`` runs what
                 its store lacks
@@ -35,49 +35,62 @@ primary         a question a study declares before its runs (``verdicts.Primary`
                 other tested findings are exploratory
 ==============  ==========================================================================
 
-Modules, one concept each (``__all__`` below lists them; within a module, names without a
-leading ``_`` are public, and a module's own ``__all__``, where it has one, lists them):
+Modules, one concept each, in subpackages by where they sit in the flow (each subpackage's
+docstring lists its modules; within a module, names without a leading ``_`` are public, and a
+module's own ``__all__``, where it has one, lists them). Data flows top to bottom:
 
-- the paper's objects: ``components``, ``plasticity`` (over ``rates``: one batch's rates) and
-  ``pairs`` (Definition 1), ``bounds`` (Propositions 1-4), ``intervals`` (objection 2,
-  Takeaway 1), ``definitions`` and
-  ``empirical`` (measured plasticity), ``stream`` (what sets the ranking: the residual
-  stream's scale), ``paper`` (its reference values);
-- conclusions: ``findings`` (one builder per notebook; 03 in ``bound_findings``, 04 in
-  ``finetuning_findings``, 05 in ``confound_findings``) over ``verdicts`` (rows, primaries,
-  Holm families) and ``power``;
-  ``advise`` (which component to finetune, from signals measured before finetuning);
-- models and data: ``models`` (loading, the embedded checkpoints, folders; ``hub``: reaching
-  the Hugging Face hub), ``pretrain`` (``recipes``: another recipe's ranking), ``tasks`` (the
-  registry and ``load``) over ``data``
-  (embedded images), ``suite`` (the task suite) and ``drawn`` (its glyphs and pictures),
-  ``corruptions`` and ``paper_datasets`` (the paper's datasets from disk; ``fake_datasets``
-  writes tiny fakes);
-- finetuning: ``finetune`` (the one training loop, over ``passes``: loader, precision,
-  evaluation; ``batched`` trains the LRs of one setting as one computation), ``probes`` (the
-  linear probe), ``ablations`` (with ``gauge``) and ``confounds`` (with
-  ``confound_plasticity``; its variants as values in ``confound_variants``), ``runs`` (the run
-  schema), ``studies`` (named studies; their specs in ``study_specs``), ``search`` (LRs
-  bracketed on validation), ``decide`` (the suite study's tables), ``sweep`` (running them),
-  ``store`` and ``provenance`` (records, sessions, progress; ``migrate``: older record layouts)
-  over ``files`` (atomic writes) and ``cached`` (load-or-compute), ``results`` (tables; the LR
-  rule in ``lr_selection``);
-- presentation: ``plots`` (its look in ``plot_style``), ``widgets``, ``notebooks``
-  (papermill), ``__main__`` (the CLI).
+- ``datasets``: the tasks and their images (``tasks``, ``data``, ``suite``, ``drawn``,
+  ``corruptions``, ``paper_datasets``, ``fake_datasets``); beside it ``models`` (loading, the
+  embedded checkpoints, folders) and ``hub`` (reaching the Hugging Face hub);
+- ``measure``: the paper's objects measured (``components``, ``rates``, ``plasticity``,
+  ``pairs``, ``bounds``, ``intervals``, ``definitions``, ``empirical``, ``stream``, ``gauge``);
+- ``train``: the one training loop and what runs on it (``finetune``, ``passes``, ``batched``,
+  ``probes``, ``ablations``, ``pretrain``, ``recipes``);
+- ``experiments``: runs, their store, the studies and their tables (``runs``, ``store``,
+  ``migrate``, ``sweep``, ``search``, ``studies``, ``study_specs``, ``provenance``,
+  ``results``, ``lr_selection``, ``decide``, ``confounds``, ``confound_variants``,
+  ``confound_plasticity``);
+- ``report``: conclusions as rows and what shows them (``findings``, ``bound_findings``,
+  ``finetuning_findings``, ``confound_findings``, ``verdicts``, ``power``, ``plots``,
+  ``plot_style``, ``widgets``, ``advise``, ``notebooks``);
+- shared by all: ``paper`` (the paper's reference values), ``inputs`` (argument checks),
+  ``files`` (atomic writes), ``cached`` (load-or-compute); ``__main__`` is the CLI.
 
-Helpers for argument checks: ``inputs``. Package data: the embedded checkpoints
-(``vitplast/checkpoints/``) and the notebooks (``vitplast/notebooks/``).
+Every module is also reachable by its short name: ``from vitplast import plasticity`` is
+``from vitplast.measure import plasticity`` (``__getattr__`` below), so code written against
+the flat layout keeps working.
+
+Package data: the embedded checkpoints (``vitplast/checkpoints/``) and the notebooks
+(``vitplast/notebooks/``).
 """
 
 __version__ = "0.1.0"
 
-#: The public modules. Importing ``vitplast`` loads none of them: import the one you need,
-#: e.g. ``from vitplast import tasks``.
-__all__ = ["ablations", "advise", "batched", "bound_findings", "bounds", "cached", "components",
-           "confound_findings", "confound_plasticity", "confound_variants", "confounds",
-           "corruptions", "data", "decide", "definitions", "drawn", "empirical", "fake_datasets",
-           "files", "findings", "finetune", "finetuning_findings", "gauge", "hub", "inputs",
-           "intervals", "lr_selection", "migrate", "models", "notebooks", "pairs", "paper",
-           "paper_datasets", "passes", "plasticity", "plot_style", "plots", "power", "pretrain",
-           "probes", "provenance", "rates", "recipes", "results", "runs", "search", "store",
-           "stream", "studies", "study_specs", "suite", "sweep", "tasks", "verdicts", "widgets"]
+import importlib
+
+#: Where each module of a subpackage lives: ``from vitplast import <module>`` finds it here.
+SUBPACKAGES = {
+    "datasets": ("corruptions", "data", "drawn", "fake_datasets", "paper_datasets", "suite",
+                 "tasks"),
+    "measure": ("bounds", "components", "definitions", "empirical", "gauge", "intervals",
+                "pairs", "plasticity", "rates", "stream"),
+    "train": ("ablations", "batched", "finetune", "passes", "pretrain", "probes", "recipes"),
+    "experiments": ("confound_plasticity", "confound_variants", "confounds", "decide",
+                    "lr_selection", "migrate", "provenance", "results", "runs", "search",
+                    "store", "studies", "study_specs", "sweep"),
+    "report": ("advise", "bound_findings", "confound_findings", "findings",
+               "finetuning_findings", "notebooks", "plot_style", "plots", "power", "verdicts",
+               "widgets"),
+}
+_HOME = {module: package for package, modules in SUBPACKAGES.items() for module in modules}
+#: The public modules by their short names. Importing ``vitplast`` loads none of them: import
+#: the one you need, e.g. ``from vitplast import tasks``.
+__all__ = sorted(["cached", "files", "hub", "inputs", "models", "paper", *_HOME])
+
+
+def __getattr__(name: str):
+    """``vitplast.<module>`` for a module of a subpackage (``SUBPACKAGES``), imported on first
+    use: ``from vitplast import plasticity`` keeps working."""
+    if name in _HOME:
+        return importlib.import_module(f"vitplast.{_HOME[name]}.{name}")
+    raise AttributeError(f"module 'vitplast' has no attribute {name!r}")

@@ -1,0 +1,235 @@
+"""The confound study (``vitplast.confounds``): its variants and their exact counts, its parts
+and nothing else, the rescale pairs, the LayerNorm scales measured once, the shipped records
+being the complete study, and only complete settings analysed."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import acc_table, tiny_vit
+
+from vitplast import ablations, components, confounds, findings, results, runs
+
+
+def test_variants_and_their_exact_counts():
+    model = tiny_vit()
+    table = confounds.variants(model, {"LN1": 4.0})
+    assert {"LN1 x 4 (preserved)", "LN1 x 4 (raw)", "LN1 lr/c^2 (c=4)", "FC1 sparse",
+            "MHA LoRA r1", "FC2 bias"} <= set(table)
+    counts = dict(confounds.variant_counts(model, table).values.tolist())
+    head = sum(p.numel() for n, p in model.named_parameters()
+               if components.component_of(n) in ("head", "norm"))
+    ln1 = components.count_parameters(model, "LN1")
+    assert counts["FC1 sparse"] == counts["MHA sparse"] == ln1 + head
+    assert counts["LN1 x 4 (preserved)"] == counts["LN1 lr/c^2 (c=4)"] == ln1 + head
+    # matched families: every member trains exactly the same number of backbone entries
+    lora = ablations.lora_count(model, "FC1", 1)  # FC1 and FC2 (5d per block) < MHA (6d)
+    assert counts["MHA LoRA r1"] == counts["FC1 LoRA r1"] == counts["FC2 LoRA r1"] == lora + head
+    assert lora < ablations.lora_count(model, "MHA", 1)
+    bias = {counts[f"{c} bias"] for c in components.COMPONENTS}
+    assert bias == {2 * 32 + head}  # d per block: FC2's and the betas; MHA's 4d, FC1's masked
+    for name, variant in table.items():
+        if variant.count is not None:
+            assert counts[name] == variant.count + head, name
+    configs = runs.grid(["digits"], [v.keywords() for v in list(table.values())[:2]], [0.01],
+                        [0], pretrained=False)
+    assert configs[0]["ablation"]["variant"] == "LN1 x 4 (preserved)"
+
+
+def test_the_confound_study_is_its_parts_and_nothing_else():
+    """Exact run counts per part of the confound study; every variant a part names exists;
+    the per-layer configurations train exactly one block's component. The shipped scales are
+    read (the same settings), never re-measured into the shipped store."""
+    from vitplast import studies
+    from vitplast.experiments.runs import run_hash
+
+    parts = confounds.part_runs(studies.get("confounds").spec)
+    sizes = {name: len(r) for name, r in parts.items()}
+    assert sizes == {"matched sparse": 3 * 6 * 5 * 3, "per layer": 6 * (5 + 5 + 7) * 3 * 3,
+                     "from init": (7 + 3 * 5 + 3 * 5) * 2 * 3, "matched LoRA": 3 * 5 * 5 * 3,
+                     "matched bias": (5 + 6 + 5) * 5 * 3, "AdamW": (5 + 5) * 5 * 3,
+                     "rescale": 6 * 5 * 2 * 3, "rescale, no clip": 3 * 5 * 2 * 3}
+    every = confounds.study_runs(studies.get("confounds").spec)
+    assert len({run_hash(r) for r in every}) == len(every) == sum(sizes.values()) == 2295
+    assert {r["checkpoint"] for r in parts["from init"]} == {"init"}
+    assert {r["clip_grad_norm"] for r in parts["rescale, no clip"]} == {0.0}
+    assert {r["optimizer"] for r in parts["AdamW"]} == {"adamw"}
+    model = tiny_vit()
+    layer = confounds.layer_variants(model)
+    assert len(layer) == 3 * len(model.blocks)
+    counts = dict(confounds.variant_counts(model, layer).values.tolist())
+    head = sum(p.numel() for n, p in model.named_parameters()
+               if components.component_of(n) in ("head", "norm"))
+    per_block = {c: components.count_parameters(model, c) // len(model.blocks)
+                 for c in ("LN1", "MHA", "FC1")}
+    for name, n in counts.items():
+        assert n == per_block[layer[name].component] + head, name
+    with pytest.raises(ValueError, match="matches no variant; valid"):
+        confounds.part_runs(dict(studies.get("confounds").spec, parts=[dict(  # shipped scales
+            name="x", tasks=["digits"], lrs={"MHA sparsest": [0.1]})]))
+
+
+def _rescale_records(table: dict, acc: dict, misnamed: dict | None = None) -> pd.DataFrame:
+    """``with_variant`` results of ``table``'s variants on task digits at LRs 0.1 (seeds 0
+    and 1) and 1.0 (seed 0, diverged), with and without clipping; test accuracy 0.70 but
+    where ``acc`` says otherwise (name -> (clipping, seed, accuracy)); ``misnamed``: stored
+    names replaced (old -> new) after the fields are set."""
+    rows = []
+    for clip in (1.0, 0.0):
+        for lr, seed in ((0.1, 0), (0.1, 1), (1.0, 0)):
+            for name, variant in table.items():
+                run = runs.make_run("digits", lr=lr, seed=seed, clip_grad_norm=clip,
+                                      **variant.keywords())
+                value = acc.get(name, {}).get(("on" if clip else "off", seed), 0.70)
+                rows.append(dict(run, status="diverged" if lr == 1.0 else "ok",
+                                 test_acc=np.nan if lr == 1.0 else value))
+    df = confounds.with_variant(pd.json_normalize(rows))
+    return df.assign(variant=df["variant"].replace(misnamed or {}))
+
+
+def test_rescale_pairs_compare_each_run_with_its_control_and_state_the_verdict():
+    """Without clipping the preserved rescale and its control end identically in every run
+    (a diverged pair counts as identical); with clipping one pair differs by 2 points."""
+    table = {k: v for k, v in confounds.all_variants(tiny_vit(), {"LN1": 2.0}).items()
+             if k in ("LN1 x 2 (preserved)", "LN1 lr/c^2 (c=2)", "LN1 x 2 (raw)")}
+    df = _rescale_records(table, {"LN1 lr/c^2 (c=2)": {("on", 1): 0.72}})
+    pairs = confounds.rescale_pairs(df).set_index("clipping")
+    assert pairs["variant"].to_dict() == {"on": "LN1 x 2 (preserved)",
+                                          "off": "LN1 x 2 (preserved) (no clip)"}
+    assert pairs.loc["off", ["pairs", "identical"]].tolist() == [3, 3]
+    assert pairs.loc["on", ["pairs", "identical"]].tolist() == [3, 2]
+    assert pairs.loc["on", "max_diff"] == pytest.approx(2.0)
+    grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
+    corr = pd.DataFrame(columns=["task", "component", "spearman", "spearman_depth"])
+    t = dict(acc=acc_table(LN1=[70.0]), counts={}, corr=corr, grads=grads,
+             rescale=pairs.reset_index(), fields=confounds.variant_fields(df))
+    table = findings.confounds(t).set_index("claim")
+    off = table.loc["LN1 x 2 (preserved) (no clip) vs its lr/c^2 control, run by run (task, LR, "
+                    "seed), gradient clipping off"]
+    assert off["verdict"] == "equal test accuracy, as derived" and off["n"] == 3
+    on = table.loc["LN1 x 2 (preserved) vs its lr/c^2 control, run by run (task, LR, seed), "
+                   "gradient clipping on"]
+    assert on["verdict"] == "differs, as clipping allows"
+    assert on["measured"] == ("2 of 3 pairs with equal status and test accuracy, the largest "
+                              "difference 2.00")
+
+
+def test_rescale_pairs_match_the_control_by_fields_not_by_name():
+    """Two scales whose controls carry each other's names: each rescale is paired with the
+    control of its own c (read from the control's lr_scales), within a relative tolerance;
+    a control of another component or clipping is never its pair."""
+    table = confounds.all_variants(tiny_vit(), {"LN1": 2.0, "LN2": 3.0})
+    table = {k: v for k, v in table.items() if "preserved" in k or "lr/c^2" in k}
+    table["LN1 lr/c^2 (c=3)"] = confounds.Variant("LN1 lr/c^2 (c=3)", "lr/c^2", "LN1",
+                                                  c=3.0 * (1 + 1e-9))
+    table["LN1 x 3 (preserved)"] = confounds.Variant("LN1 x 3 (preserved)", "rescale", "LN1",
+                                                     c=3.0, preserve=True)
+    acc = {"LN1 lr/c^2 (c=3)": {("on", 0): 0.50}, "LN2 lr/c^2 (c=3)": {("on", 1): 0.60}}
+    swap = {"LN1 lr/c^2 (c=2)": "LN1 lr/c^2 (c=3)", "LN1 lr/c^2 (c=3)": "LN1 lr/c^2 (c=2)"}
+    df = _rescale_records(table, acc, misnamed=swap)
+    pairs = confounds.rescale_pairs(df).set_index(["variant", "clipping"])
+    assert pairs["identical"].to_dict() == {
+        ("LN1 x 2 (preserved)", "on"): 3, ("LN1 x 3 (preserved)", "on"): 2,
+        ("LN2 x 3 (preserved)", "on"): 2, ("LN1 x 2 (preserved) (no clip)", "off"): 3,
+        ("LN1 x 3 (preserved) (no clip)", "off"): 3, ("LN2 x 3 (preserved) (no clip)", "off"): 3}
+    assert set(pairs["pairs"]) == {3}
+    assert pairs.loc[("LN1 x 3 (preserved)", "on"), "max_diff"] == pytest.approx(20.0)
+    assert pairs.loc[("LN2 x 3 (preserved)", "on"), "max_diff"] == pytest.approx(10.0)
+
+
+def test_scales_are_measured_once_in_their_own_step_and_only_read_when_runs_are_listed(
+        tmp_path, monkeypatch):
+    """``measure_scales`` measures (rounded to 3 digits) and saves; again, it reads; other
+    settings are measured anew. ``study_scales`` and listing a study's runs only read: with no
+    scales file they fail naming the file and the call that measures it."""
+    from vitplast import empirical, plasticity, studies
+
+    calls = []
+    monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: calls.append(a) or None)
+    monkeypatch.setattr(plasticity, "ranking", lambda rates: pd.DataFrame(dict(
+        component=["LN1", "LN2", "FC1", "FC1"], plasticity=[0.3, 0.7, 1.0, 1.1])))
+    with pytest.raises(FileNotFoundError, match=r"scales-[0-9a-f]+\.json is missing.*"
+                       r"confounds\.measure_scales\(.*\['digits'\], target='FC1', "
+                       r"n_pairs=8\)"):
+        confounds.study_scales(tmp_path, ["digits"], n_pairs=8)
+    spec = dict(studies.get("confounds-smoke").spec, scale_tasks=["digits"], n_pairs=8)
+    with pytest.raises(FileNotFoundError, match="measure_scales"):
+        confounds.part_runs(spec, tmp_path)
+    assert calls == []  # listing measured nothing
+    first = confounds.measure_scales(tmp_path, ["digits"], n_pairs=8)
+    assert first["scales"] == {"LN1": 3.5, "LN2": 1.5} and len(calls) == 1
+    assert first["plasticity"]["FC1"] == pytest.approx(1.05)
+    assert confounds.measure_scales(tmp_path, ["digits"], n_pairs=8) == first and len(calls) == 1
+    assert confounds.study_scales(tmp_path, ["digits"], n_pairs=8) == first
+    assert [r["ablation"]["variant"] for r in confounds.part_runs(spec, tmp_path)[
+        "rescale, no clip"]] == ["LN1 x 3.5 (preserved)"]
+    confounds.measure_scales(tmp_path, ["digits"], n_pairs=16)  # other settings: measured anew
+    assert len(calls) == 2 and len(list(tmp_path.glob("scales-*.json"))) == 2
+
+
+def test_the_cli_and_a_recomputing_load_measure_the_scales_before_listing_runs(
+        tmp_path, monkeypatch, capsys):
+    """A fresh store: ``vitplast sweep --study confounds-smoke`` (here only ``--status``) and
+    ``studies.load_confounds(..., recompute=True)`` (notebook 05's smoke profile) measure the
+    scales first, then list the runs from them; reading without recomputing does not."""
+    from vitplast import empirical, plasticity, studies, sweep
+    from vitplast.__main__ import main
+
+    calls = []
+    monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: calls.append(a) or None)
+    monkeypatch.setattr(plasticity, "ranking", lambda rates: pd.DataFrame(dict(
+        component=["LN1", "LN2", "FC1"], plasticity=[0.5, 0.5, 1.0])))
+    assert main(["sweep", "--study", "confounds-smoke", "--root", str(tmp_path / "cli"),
+                 "--status"]) == 0
+    assert "all" in capsys.readouterr().out and len(calls) == 1
+    assert len(list((tmp_path / "cli").glob("scales-*.json"))) == 1
+    monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: None)
+    monkeypatch.setattr(confounds, "layer_plasticity", lambda *a, **k: pd.DataFrame())
+    root, main_root = str(tmp_path / "nb"), str(tmp_path / "main")
+    with pytest.raises(FileNotFoundError, match="measure_scales"):
+        studies.load_confounds("confounds-smoke", root, main_root)
+    res = studies.load_confounds("confounds-smoke", root, main_root, recompute=True)
+    assert res.scales["scales"] == {"LN1": 2.0, "LN2": 2.0} and len(calls) == 2
+    assert res.coverage["missing"] == len(confounds.study_runs(studies.get(
+        "confounds-smoke").spec, root)) == 5
+
+
+def test_shipped_confound_results_are_the_complete_study(monkeypatch):
+    """The shipped records are exactly the runs of the confound study with its shipped
+    scales (read, not re-measured), each finished and started from a new head (validation
+    accuracy near chance before the first step), on ladders that put every chosen LR inside;
+    its baselines are runs of the main study; the per-layer plasticity and the plasticity
+    after finetuning are stored for every block and every run they measure."""
+    from vitplast import empirical, studies
+    from vitplast.experiments.runs import run_hash
+
+    monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: pytest.fail("re-measured"))
+    shipped = results.results(confounds.EMBEDDED_RESULTS)
+    study = confounds.study_runs(studies.get("confounds").spec)
+    expected = {run_hash(c) for c in study}
+    assert set(shipped["run"]) == expected and len(shipped) == len(expected)
+    assert shipped["status"].isin(["ok", "diverged"]).all()
+    assert (shipped["initial_val_acc"] <= 0.3).all()
+    main = {run_hash(c) for c in studies.runs_of(studies.get("main").spec)}
+    assert {run_hash(c) for c in studies.confound_baselines(studies.get("confounds"))} <= main
+    chosen = confounds.variant_table(confounds.with_variant(shipped))
+    settings = confounds.with_variant(pd.json_normalize(study))[["task", "variant"]]
+    assert len(chosen) == len(settings.drop_duplicates()) and not chosen["lr_at_edge"].any()
+    res = studies.load_confounds("confounds")
+    parts = studies.get("confounds").spec["parts"]
+    layer_tasks = [p for p in parts if p["name"] == "per layer"][0]["tasks"]
+    blocks = res.layers[res.layers["component"].isin(["LN1", "MHA", "FC1"])]
+    assert len(blocks.drop_duplicates(["task", "component", "layer"])) == len(layer_tasks) * 3 * 6
+    after = studies.get("confounds").spec["after"]
+    assert set(map(tuple, res.after[["task", "variant"]].drop_duplicates().to_numpy())) == {
+        (task, config) for task in after["tasks"] for config in after["configs"]}
+
+
+def test_only_settings_with_every_run_stored_are_analysed():
+    """A ladder still filling (one of two LRs stored) is left out; a full one is kept."""
+    from vitplast import runs
+
+    expected = runs.grid(["digits"], ["MHA", "LN1"], [0.1, 1.0], [0])
+    rows = [dict(task="digits", variant=c, lr=lr, status="ok")
+            for c, lr in (("MHA", 0.1), ("LN1", 0.1), ("LN1", 1.0))]
+    kept = confounds.complete_settings(pd.DataFrame(rows), expected)
+    assert sorted(set(kept["variant"])) == ["LN1"] and len(kept) == 2

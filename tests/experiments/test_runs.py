@@ -1,0 +1,103 @@
+"""The declared run schema: which keys define a run's hash, which are runtime knobs."""
+
+import inspect
+import json
+
+import pytest
+from helpers import TINY
+
+from vitplast import finetune, paper_datasets, runs
+from vitplast.experiments.store import Store
+
+BASE = dict(task="digits", config="MHA", lr=0.1, seed=0)
+
+
+def _hash(**changes):
+    return runs.run_hash(runs.make_run(**{**BASE, **changes}))
+
+
+@pytest.mark.parametrize("knob, value", [("device", "cuda"), ("workers", 8), ("log_every", 1),
+                                         ("precision", "fp32"), ("accum_steps", 4),
+                                         ("weights_file", "w.pt")])
+def test_a_runtime_knob_keeps_the_hash(knob, value):
+    assert knob in runs.RUNTIME_KEYS and knob not in runs.RUN_KEYS
+    assert _hash(**{knob: value}) == _hash()
+
+
+def test_where_the_paper_data_lies_is_not_part_of_a_run():
+    assert _hash(task="pet", data_root="/data") == _hash(task="pet", data_root="/scratch/data")
+
+
+@pytest.mark.parametrize("key, value", [("lr", 0.3), ("seed", 1), ("config", "FC1"),
+                                        ("task", "fmnist_snow"), ("steps", 10),
+                                        ("batch_size", 32), ("clip_grad_norm", None),
+                                        ("checkpoint", "init"), ("optimizer", "adamw"),
+                                        ("eval_every", 5), ("ablation", {"c": 2.0})])
+def test_a_defining_key_changes_the_hash(key, value):
+    assert _hash(**{key: value}) != _hash()
+
+
+def test_a_new_training_keyword_does_not_rehash_the_store(monkeypatch):
+    """``make_run`` never reads ``finetune.train``'s signature: a new keyword there (with
+    any default) leaves every config and hash as it was."""
+    before = runs.make_run(**BASE)
+
+    def train(*args, new_knob=3, **kwargs):
+        return finetune.train(*args, **kwargs)
+
+    monkeypatch.setattr(finetune, "train", train)
+    assert "new_knob" in inspect.signature(finetune.train).parameters
+    after = runs.make_run(**BASE)
+    assert after == before and runs.run_hash(after) == runs.run_hash(before)
+
+
+def test_none_valued_keys_are_left_out_of_the_hash():
+    config = runs.make_run(**BASE)
+    assert runs.run_hash({**config, "prepare": None}) == runs.run_hash(config)
+    assert "prepare" not in runs.defining({**config, "prepare": None})
+
+
+def test_every_key_of_a_run_is_declared():
+    config = runs.make_run(**BASE, workers=2, data_root=None)
+    assert set(config) <= set(runs.RUN_KEYS) | set(runs.RUNTIME_KEYS)
+    with pytest.raises(ValueError, match="unknown run setting\\(s\\) \\['wrokers'\\]; valid"):
+        runs.make_run(**BASE, wrokers=2)
+
+
+def test_the_store_finds_a_run_whatever_its_runtime_knobs(tmp_path):
+    config = runs.make_run(**BASE)
+    Store(tmp_path).save({**config, "workers": 4}, dict(status="diverged"))
+    assert Store(tmp_path).has(config) and Store(tmp_path).has({**config, "device": "cuda"})
+    assert not Store(tmp_path).has({**config, "lr": 1.0})
+    Store(tmp_path).save({**config, "lr": 1.0}, {})  # a record without a status
+    assert not Store(tmp_path).has({**config, "lr": 1.0})
+
+
+def test_grid_size_order_and_recipes():
+    configs = runs.grid(["digits", "fmnist"], ["full", "MHA", ["blocks.0.attn.*"]],
+                         [1e-2, 1e-3], [0, 1], **TINY)
+    assert len(configs) == 2 * 3 * 2 * 2
+    assert len({runs.run_hash(c) for c in configs}) == 24
+    assert [(c["task"], c["config"], c["lr"], c["seed"]) for c in configs[:5]] == [
+        ("digits", "full", 1e-2, 0), ("digits", "full", 1e-2, 1), ("digits", "full", 1e-3, 0),
+        ("digits", "full", 1e-3, 1), ("digits", "MHA", 1e-2, 0)]
+    assert configs[8]["config"] == ["blocks.0.attn.*"] and configs[-1]["task"] == "fmnist"
+    c = configs[0]
+    for key in ("kind", "model", "checkpoint", "task", "severity", "train_size", "config",
+                "train_head", "optimizer", "lr", "seed", "steps", "batch_size", "warmup_steps",
+                "momentum", "weight_decay", "clip_grad_norm", "eval_every"):
+        assert key in c, key
+    assert c["warmup_steps"] == finetune.RECIPES["embedded"]["warmup_steps"]
+    assert c["steps"] == 2 and c["pretrained"] is False and c["kind"] == "finetune"
+    assert json.loads(json.dumps(c)) == c
+    paper = runs.make_run("pet", "LN1", lr=1e-3, recipe="paper", data_root="/data",
+                             ablation={"c": 2.0})
+    assert paper["steps"] == paper_datasets.PAPER_STEPS["pet"]
+    assert paper["batch_size"] == finetune.RECIPES["paper"]["batch_size"]
+    assert paper["ablation"] == {"c": 2.0} and "ablation" not in c
+    with pytest.raises(ValueError, match="valid: \\['paper', 'embedded'\\]"):
+        runs.make_run("digits", lr=1.0, recipe="fast")
+    with pytest.raises(ValueError, match="unknown task 'pet'.*data_root"):
+        runs.make_run("pet", lr=1.0)
+    with pytest.raises(ValueError, match="unknown configuration 'attention'"):
+        runs.make_run("digits", "attention", lr=1.0)

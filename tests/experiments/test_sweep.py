@@ -1,0 +1,206 @@
+"""Sweeps: the store by hash, resume after a kill, divergence and failure recorded, the run
+body (a new seeded head, the run's keywords), executors, and run selection (``vitplast.sweep``)."""
+
+import json
+import math
+
+import pytest
+import torch
+from helpers import TINIER, TINY
+
+from vitplast import models, results, runs, store, sweep
+from vitplast.experiments.runs import TRAIN_KEYS, run_hash
+from vitplast.experiments.store import Store
+
+
+def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch):
+    config = runs.make_run("digits", "MHA", lr=1e-2, **TINY)
+    summary = sweep.run_sweep([config, config], tmp_path, device="cpu", progress=False)
+    path = tmp_path / f"{run_hash(config)}.json"
+    # no claim nor temp file left: only the record and the store's (git-ignored) lock file
+    assert {p.name for p in tmp_path.iterdir()} == {"claims.lock", path.name}
+    assert path.stat().st_mode & 0o777 == 0o644  # readable by all, like any plain file
+    record = json.loads(path.read_text())
+    assert record["run"] == config and record["status"] == "ok"
+    assert 0.0 <= record["test_acc"] <= 1.0 and 0.0 <= record["best_val_acc"] <= 1.0
+    assert record["best_step"] == 1 and record["device"] == "cpu"
+    assert 0.0 <= record["initial_val_acc"] <= 0.3  # a new head: about chance before training
+    # MHA (qkv, proj) of 6 blocks + the new head + the final norm
+    assert record["trainable"] == 6 * (128 * 384 + 384 + 128 * 128 + 128) + 1290 + 256
+    assert [h["step"] for h in record["history"]] == [0, 1] and "val_acc" in record["history"][1]
+    assert record["machine"].endswith("cores") and record["torch"] == torch.__version__
+    assert len(summary) == 1 and summary.loc[0, "run"] == path.stem
+
+    curves = results.history(tmp_path)
+    assert list(curves.columns) == ["run", "step", "metric", "value"]
+    assert len(curves) == sum(len(h) - 1 for h in record["history"])
+    val = curves[curves.metric == "val_acc"]
+    assert val["value"].tolist() == [record["best_val_acc"]] and val["step"].tolist() == [1]
+
+    monkeypatch.setattr(sweep, "run_lrs", lambda *a, **k: pytest.fail("re-ran a stored run"))
+    again = sweep.run_sweep([config], tmp_path, progress=False)
+    assert again.loc[0, "test_acc"] == record["test_acc"]
+
+
+def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path, fake_train):
+    configs = [runs.make_run("digits", lr=lr, **TINY) for lr in (1, 2, 3, 4, 5)]
+    fake_train.kill_at = 3
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run_sweep(configs, tmp_path, progress=False)
+    assert len(fake_train.calls) == 3
+    assert sorted(results.results(tmp_path)["lr"]) == [1, 2]
+    # debris of a kill: a half-written temp file, a truncated record of the 4th run
+    (tmp_path / f".{run_hash(configs[2])}.json.x.tmp").write_text('{"run": {')
+    full = json.dumps({"run": configs[3], "status": "ok"})
+    Store(tmp_path).path(configs[3]).write_text(full[: len(full) // 2])
+    assert sorted(results.results(tmp_path)["lr"]) == [1, 2]
+
+    summary = sweep.run_sweep(configs, tmp_path, progress=False)  # the same sweep again
+    assert [kw["lr"] for _, kw in fake_train.calls[3:]] == [3, 4, 5]  # first two not re-run
+    table = results.results(tmp_path)
+    assert sorted(table["lr"]) == [1, 2, 3, 4, 5] and table["run"].is_unique
+    assert summary["lr"].tolist() == [1, 2, 3, 4, 5] and (summary["status"] == "ok").all()
+
+
+def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatch):
+    config = runs.make_run("digits", "LN2", lr=0.5, seed=3, optimizer="adamw",
+                              **{**TINY, "pretrained": True})
+    record = sweep.run_one(config)
+    assert record["status"] == "ok" and record["test_acc"] == 0.25
+    model, kwargs = fake_train.calls[0]
+    expected = {k: config[k] for k in TRAIN_KEYS if k in config}
+    expected["betas"] = (0.9, 0.999)
+    assert {k: kwargs[k] for k in expected} == expected
+    assert kwargs["device"] == torch.device("cpu") and model.head.out_features == 10
+    sweep.run_one(config)
+    sweep.run_one({**config, "seed": 4})
+    heads = [m.head.weight for m, _ in fake_train.calls]
+    assert torch.equal(heads[0], heads[1]) and not torch.equal(heads[0], heads[2])
+    # a new head although the task has as many classes as the pretrained one; norm kept
+    pretrained = models.load_model(models.EMBEDDED_NAME, pretrained=True)
+    assert pretrained.head.out_features == 10 and not torch.equal(heads[0], pretrained.head.weight)
+    assert not torch.allclose(fake_train.calls[0][0].head.bias, pretrained.head.bias)
+    assert torch.equal(fake_train.calls[0][0].norm.weight, pretrained.norm.weight)
+
+    monkeypatch.setitem(sweep.PREPARE, "mark", lambda m, c: setattr(m, "mark", c["ablation"]))
+    sweep.run_one({**config, "prepare": "mark", "ablation": {"c": 3}})
+    assert fake_train.calls[-1][0].mark == {"c": 3}
+    failed = sweep.run_one({**config, "prepare": "nope"})
+    assert failed["status"] == "failed" and "valid: [" in failed["error"]
+    assert "'mark'" in failed["error"] and "'rescale_ln'" in failed["error"]
+    with pytest.raises(ValueError,
+                       match="unknown prepare \\['nope'\\]; valid: \\['gauge', 'lora', 'mark'"):
+        sweep.run_sweep([{**config, "prepare": "nope"}], "unused", progress=False)
+
+
+def test_no_clipping_means_no_clipping_end_to_end(fake_train):
+    """``clip_grad_norm=None`` (or 0) is stored as 0.0 and trains without a clip; a run dict
+    made by hand with None reaches the loop as None (no clip), never the default 1.0."""
+    config = runs.make_run("digits", lr=0.5, clip_grad_norm=None, **TINY)
+    assert config["clip_grad_norm"] == 0.0
+    assert run_hash(config) == run_hash(runs.make_run("digits", lr=0.5, clip_grad_norm=0.0,
+                                                        **TINY))
+    sweep.run_one(config)
+    sweep.run_one({**config, "clip_grad_norm": None})
+    assert [kw["clip_grad_norm"] for _, kw in fake_train.calls] == [0.0, None]
+
+
+def test_diverged_and_failed_runs_are_recorded_and_the_sweep_goes_on(tmp_path):
+    diverge = runs.make_run("digits", lr=1e30, clip_grad_norm=None, **TINY)
+    fail = runs.make_run("digits", ["nothing.*"], lr=1e-2, train_head=False, **TINY)
+    ok = runs.make_run("digits", "LN1", lr=1e-2, **TINIER)
+    summary = sweep.run_sweep([diverge, fail, ok], tmp_path, device="cpu", progress=False)
+    assert summary["status"].tolist() == ["diverged", "failed", "ok"]
+    assert "ValueError: configuration ['nothing.*'] selects no parameter" in summary["error"][1]
+    assert math.isnan(summary["test_acc"][0]) and math.isnan(summary["test_acc"][1])
+    text = Store(tmp_path).path(diverge).read_text()
+    record = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
+    assert record["history"][-1]["loss"] is None and record["test_acc"] is None
+    table = results.results(tmp_path)
+    assert set(table["status"]) == {"diverged", "failed", "ok"}
+    main = results.main_table(table)  # a real table: None and list-valued settings
+    assert main["task"].tolist() == ["digits"] * 3 + ["average"] * 3  # 3 settings
+    ok_acc = 100 * summary["test_acc"][2]
+    for task in ("digits", "average"):
+        acc = main[main.task == task].set_index("config")["test_acc_mean"]
+        assert math.isnan(acc["full"]) and math.isnan(acc['["nothing.*"]'])
+        assert acc["LN1"] == pytest.approx(ok_acc)
+
+
+@pytest.mark.parametrize("cluster", ["debug", pytest.param("local", marks=pytest.mark.slow)])
+def test_submitit_jobs_store_their_own_records(tmp_path, cluster):
+    """debug: in this process; local: one subprocess per job (~20 s on 2 busy cores)."""
+    pytest.importorskip("submitit")
+    configs = [runs.make_run("digits", c, lr=1e-2, **TINIER) for c in ("LN1", "FC2")]
+    summary = sweep.run_sweep(configs, tmp_path / "runs", executor="submitit", cluster=cluster,
+                              folder=tmp_path / "logs", timeout_min=5, slurm_partition="gpu",
+                              device="cpu", progress=False)
+    assert summary["status"].tolist() == ["ok", "ok"]
+    assert all(Store(tmp_path / "runs").has(c) for c in configs)
+    assert list((tmp_path / "logs").iterdir())  # submitit's job files went there
+
+
+def test_unknown_executor_names_the_valid_ones(tmp_path):
+    with pytest.raises(ValueError, match="valid: \\['serial', 'submitit'\\]"):
+        sweep.run_sweep([], tmp_path, executor="slurm")
+
+
+def test_select_orders_shards_and_limits(tmp_path):
+    """seed-first puts every seed's runs before the next seed's, in their order; shards are
+    disjoint and cover the study; the limit counts only runs the store lacks."""
+    study = runs.grid(["digits"], ["head", "LN1"], [0.1, 1.0], [42, 0], **TINY)
+    ordered = sweep.select(study, tmp_path)
+    assert [r["seed"] for r in ordered] == [42] * 4 + [0] * 4
+    assert [r for r in ordered if r["seed"] == 0] == [r for r in study if r["seed"] == 0]
+    assert sweep.select(study, tmp_path, order="grid") == study
+    halves = [sweep.select(study, tmp_path, shard=s) for s in ("0/2", "1/2")]
+    assert halves == [ordered[0::2], ordered[1::2]] and sweep.select(study, shard=(1, 2)) == \
+        halves[1]
+    Store(tmp_path).save(ordered[0], dict(status="diverged"))
+    assert sweep.select(study, tmp_path, limit=2) == ordered[1:3]
+    for bad, match in [(dict(order="random"), "valid: \\['seed-first', 'grid'\\]"),
+                       (dict(shard="2/2"), "0 <= I < N"), (dict(shard="half"), "I/N"),
+                       (dict(shard=(0, 0)), "0 <= I < N"), (dict(shard=(1,)), "I/N"),
+                       (dict(limit=0), "N >= 1")]:
+        with pytest.raises(ValueError, match=match):
+            sweep.select(study, tmp_path, **bad)
+    with pytest.raises(ValueError, match="limit needs root"):
+        sweep.select(study, limit=1)
+
+
+def test_a_run_loads_its_task_through_the_one_registry(monkeypatch):
+    """Embedded and paper tasks alike go through ``tasks.load``, with the options the run's
+    keys set (a paper dataset at 224 px unless the run says otherwise)."""
+    from vitplast import tasks
+
+    calls = []
+    monkeypatch.setattr(tasks, "load", lambda *a, **k: calls.append((a, k)))
+    sweep._task(runs.make_run("digits", lr=0.1, severity=3, data_seed=2))
+    sweep._task(runs.make_run("pet", lr=0.1, data_root="/data", recipe="paper"))
+    assert calls == [(("digits", None), dict(severity=3, seed=2, train_size=5000,
+                                            test_size=2000)),
+                     (("pet", "/data"), dict(severity=5, seed=0, img_size=224))]
+
+
+def test_a_batched_sweep_stores_what_one_by_one_stores(tmp_path):
+    """``batch_lrs``: the runs of one setting that differ in LR train together
+    (``vitplast.batched``) into records equal to separate runs' (losses within 1e-5), each
+    saying how many trained with it; a run another process claims is left to it; runs the
+    batched path refuses (AdamW) train one by one."""
+    lrs = (0.01, 0.1, 1.0)
+    configs = [runs.make_run("digits", "LN1", lr=lr, **TINY) for lr in lrs]
+    adamw = runs.make_run("digits", "LN1", lr=0.01, optimizer="adamw", **TINY)
+    with Store(tmp_path / "b").claim(configs[2]):  # another process holds the third
+        sweep.run_sweep(configs + [adamw], tmp_path / "b", progress=False, batch_lrs=True)
+    assert not Store(tmp_path / "b").has(configs[2])
+    sweep.run_sweep(configs, tmp_path / "a", progress=False)
+    for c in configs[:2]:
+        one, batch = (store.read_json(Store(tmp_path / s).path(c)) for s in "ab")
+        assert batch["batched"] == 2 and "batched" not in one
+        assert batch["test_acc"] == one["test_acc"] and batch["status"] == one["status"] == "ok"
+        assert [r["loss"] for r in batch["history"]] == pytest.approx(
+            [r["loss"] for r in one["history"]], abs=1e-5)
+    assert store.read_json(Store(tmp_path / "b").path(adamw))["status"] == "ok"
+    assert "batched" not in store.read_json(Store(tmp_path / "b").path(adamw))
+    with pytest.raises(ValueError, match="differ only in their lr"):
+        sweep.run_lrs([configs[0], adamw])

@@ -1,0 +1,82 @@
+"""One batch's rates (``vitplast.rates``): hooked rates equal direct recomputation on three
+ViT variants, both protocols feed what they say, chunked pair distances equal whole-batch ones,
+and the hook scope removes its handles after an error."""
+
+import pytest
+import torch
+from helpers import direct_rates, tiny_vit
+
+from vitplast import components, rates
+from vitplast.measure.pairs import PROTOCOLS
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("variant", ["vit", "dinov2", "deit"])
+def test_hook_rates_equal_direct_recomputation(images, protocol, variant):
+    kwargs = {"vit": {}, "dinov2": dict(init_values=1e-5, reg_tokens=4),
+              "deit": dict(class_token=True, global_pool="avg", fc_norm=True)}[variant]
+    model = tiny_vit(**kwargs)
+    x, y = images
+    hooked = rates.batch_rates(model, x, y, protocol)
+    direct = direct_rates(model, x, y, protocol)
+    assert set(hooked) == {(i, c) for i in range(2) for c in components.COMPONENTS}
+    for key in hooked:
+        torch.testing.assert_close(hooked[key], direct[key], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("chunk", [1, 300, 1 << 17])
+def test_chunked_pair_distances_equal_whole_batch_ones(monkeypatch, chunk):
+    """The estimator forms x - y a few pairs at a time on a CPU (``_CHUNK`` elements): the
+    same numbers as the whole-batch difference (float rounding at most), however the batch
+    splits into chunks (one pair each, uneven ones, one), also for a non-contiguous
+    activation; other dtypes take the whole-batch path (in float32)."""
+    monkeypatch.setattr(rates, "_CHUNK", chunk)
+    g = torch.Generator().manual_seed(0)
+    t = torch.randn(2 * 9, 5, 12, generator=g)
+    for tensor in (t, t.transpose(1, 2), t.double()):
+        got = rates._Rates()._pair_distance(tensor)
+        want = (tensor[:9].double() - tensor[9:].double()).flatten(1).norm(dim=1)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=0)
+        torch.testing.assert_close(got, rates._pair_distance(tensor), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_hook_rates_do_not_depend_on_the_chunk(monkeypatch, model, images, protocol):
+    x, y = images
+    whole = rates.batch_rates(model, x, y, protocol)
+    monkeypatch.setattr(rates, "_CHUNK", 100)  # several chunks per activation
+    chunked = rates.batch_rates(model, x, y, protocol)
+    for key in whole:
+        torch.testing.assert_close(chunked[key], whole[key], rtol=1e-6, atol=0)
+
+
+def test_embedding_protocol_feeds_every_component_the_embedding(model, images):
+    x, y = images
+    ex, ey = rates.embed(model, x), rates.embed(model, y)
+    got = rates.batch_rates(model, x, y, "embedding")
+    fc2 = model.blocks[1].mlp.fc2
+    pad = lambda e: torch.nn.functional.pad(e, (0, fc2.in_features - e.shape[-1]))  # noqa: E731
+    with torch.no_grad():
+        num = (fc2(pad(ex)) - fc2(pad(ey))).flatten(1).norm(dim=1)
+        expected = num / (ex - ey).flatten(1).norm(dim=1)
+        mha = rates.rate(model.blocks[0].attn, ex, ey)
+    torch.testing.assert_close(got[(1, "FC2")], expected)
+    torch.testing.assert_close(got[(0, "MHA")], mha)
+
+
+def test_hidden_protocol_uses_in_network_inputs(model, images):
+    x, _ = images
+    inputs = rates.component_inputs(model, x, "hidden")
+    with torch.no_grad():
+        torch.testing.assert_close(inputs[(0, "MHA")], model.blocks[0].norm1(inputs[(0, "LN1")]))
+        torch.testing.assert_close(inputs[(0, "LN1")], rates.embed(model, x))
+        assert inputs[(1, "FC2")].shape[-1] == 4 * 32
+
+
+def test_hooks_removed_even_after_an_error(model):
+    with pytest.raises(RuntimeError):
+        with rates.hooks(model, lambda key, module, inp, out: None):
+            model.forward_features(torch.randn(3, 1, 16, 16))  # odd batch still runs
+            raise RuntimeError("boom")
+    assert all(not m._forward_hooks for m in model.modules())

@@ -1,0 +1,278 @@
+"""The notebook sequence: committed clean, parameters declared, smoke runs with papermill."""
+
+import json
+
+import pytest
+
+from vitplast import notebooks
+from vitplast.__main__ import main
+
+
+@pytest.mark.parametrize("name", notebooks.available())
+def test_notebook_source_is_clean_and_parametrised(name):
+    nb = json.loads((notebooks.NOTEBOOK_DIR / f"{name}.ipynb").read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert all(not c.get("outputs") and not c.get("execution_count") for c in code)
+    params = notebooks.notebook_parameters(name)
+    assert params, "a parameters cell with at least one parameter"
+    for profile in notebooks.PROFILES:  # every profile override is a declared parameter
+        assert set(notebooks.PROFILES[profile].get(name, {})) <= set(params)
+    first = "".join(nb["cells"][0]["source"])
+    assert first.startswith(f"# {name[:2]} ·") and "What this shows" in json.dumps(nb)
+    # the conclusions are the findings table's rows, printed by ``findings.render``, never typed
+    assert "print(findings.render(" in "".join(code[-1]["source"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", notebooks.available())
+def test_notebook_runs_in_the_smoke_profile(name, tmp_path):
+    summary = notebooks.run("smoke", only=[name[:2]], out_dir=tmp_path, progress=False)
+    assert summary.status.tolist() == ["ok"], summary.error.tolist()
+    assert (tmp_path / f"{name}.ipynb").exists()
+
+
+def test_plan_rejects_unknown_names_before_running():
+    with pytest.raises(ValueError, match="valid: \\['smoke', 'default', 'paper'\\]"):
+        notebooks.plan("fast")
+    with pytest.raises(ValueError, match="unknown notebook"):
+        notebooks.plan("smoke", only=["99"])
+    with pytest.raises(ValueError, match="unknown parameter"):
+        notebooks.plan("smoke", params={"n_pair": 3})
+    (name, params), = notebooks.plan("smoke", only=["01"], params={"n_pairs": 7})
+    assert name == "01_definitions" and params["n_pairs"] == 7
+
+
+def test_cli_errors_exit_before_any_kernel(capsys):
+    with pytest.raises(SystemExit) as err:
+        main(["notebooks", "run", "--profile", "fast"])
+    assert err.value.code == 2 and "valid: ['smoke'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["notebooks", "run", "-p", "no_such_param", "1"])
+
+
+def test_notebook_defaults_are_the_shipped_studies():
+    from vitplast import studies
+
+    assert notebooks.notebook_parameters("04_finetuning")["study"] == "main"
+    assert notebooks.notebook_parameters("05_confounds")["study"] == "confounds"
+    for nb, full in (("04_finetuning", "main"), ("05_confounds", "confounds")):
+        # the smoke studies are derived from the full ones, not copies
+        assert studies.get(notebooks.PROFILES["smoke"][nb]["study"]) == studies.smoke(
+            studies.get(full))
+
+
+def test_paper_profile_fails_early_without_gpu_or_data(monkeypatch, tmp_path):
+    import torch
+
+    todo = notebooks.plan("paper", only=["02"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        notebooks.check_requirements("paper", todo)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(FileNotFoundError, match="data_root"):
+        notebooks.check_requirements("paper", [(n, {**p, "data_root": str(tmp_path / "no")})
+                                               for n, p in todo])
+    with pytest.raises(FileNotFoundError, match="cifar-10-batches-py"):
+        notebooks.check_requirements("paper", [(n, {**p, "data_root": str(tmp_path)})
+                                               for n, p in todo])
+
+
+TYPED = ["01_definitions", "02_plasticity", "03_bounds", "06_explorer"]
+
+
+@pytest.mark.parametrize("name", TYPED)
+def test_papermill_sees_every_parameters_type(name):
+    """``papermill --help-notebook`` shows types: it reads them from the annotations."""
+    import papermill as pm
+
+    inspected = pm.inspect_notebook(str(notebooks.NOTEBOOK_DIR / f"{name}.ipynb"))
+    declared = notebooks.notebook_parameter_types(name)
+    assert {k: v["inferred_type_name"] for k, v in inspected.items()} == declared
+    assert "None" not in declared.values() and all(v["help"] for v in inspected.values())
+
+
+def test_parameter_values_of_the_wrong_type_fail_before_any_kernel(capsys):
+    with pytest.raises(ValueError, match="parameter n_pairs of 01_definitions is a int"):
+        notebooks.plan("smoke", only=["01"], params={"n_pairs": "abc"})
+    with pytest.raises(ValueError, match="scales of 01_definitions is a list\\[float\\]"):
+        notebooks.plan("smoke", only=["01"], params={"scales": ["a"]})
+    (_, params), = notebooks.plan("smoke", only=["01"], params={"scales": [1, 2.5]})
+    assert params["scales"] == [1, 2.5]  # ints are floats; lists come parsed
+    with pytest.raises(SystemExit) as err:
+        main(["notebooks", "run", "--only", "01", "-p", "n_pairs", "abc"])
+    assert err.value.code == 2 and "is a int" in capsys.readouterr().err
+
+
+def test_weights_file_is_a_parameter_of_the_model_notebooks(tmp_path):
+    weights = tmp_path / "vit_b16.safetensors"
+    weights.write_bytes(b"")
+    todo = dict(notebooks.plan("paper", only=["01", "02", "03"],
+                               params={"weights_file": str(weights)}))
+    assert todo["02_plasticity"]["weights_file"] == str(weights)  # ViT-B in the paper profile
+    assert "weights_file" not in todo["01_definitions"]  # the embedded model: its own weights
+    with pytest.raises(ValueError, match="weights_file is for a timm model_name"):
+        notebooks.plan("default", only=["02"], params={"weights_file": str(weights)})
+    (_, params), = notebooks.plan("default", only=["03"], params={
+        "weights_file": str(weights), "model_name": "vit_base_patch16_224.orig_in21k"})
+    assert params["weights_file"] == str(weights)
+    with pytest.raises(FileNotFoundError, match="no_such.safetensors"):
+        notebooks.check_requirements("default", [("02_plasticity", {
+            "weights_file": str(tmp_path / "no_such.safetensors")})])
+
+
+class FakePapermill:
+    """Stands in for ``papermill.execute_notebook``: copies the source, records the call, and
+    raises ``KeyboardInterrupt`` on notebook ``interrupt_at`` (Ctrl-C while it runs)."""
+
+    def __init__(self, interrupt_at=None):
+        self.calls, self.interrupt_at = [], interrupt_at
+
+    def __call__(self, source, target, parameters, **kwargs):
+        self.calls.append((source, parameters, kwargs))
+        with open(source) as f, open(target, "w") as g:
+            g.write(f.read())
+        if len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+
+
+def test_run_names_each_notebook_and_saves_figures_in_the_run(tmp_path, monkeypatch):
+    import papermill
+
+    fake = FakePapermill()
+    monkeypatch.setattr(papermill, "execute_notebook", fake)
+    summary = notebooks.run("smoke", only=["01", "02"], out_dir=tmp_path / "out")
+    assert summary.status.tolist() == ["ok", "ok"]
+    descs = [kwargs["progress_bar"]["desc"] for _, _, kwargs in fake.calls]
+    assert descs == ["[1/2] 01_definitions", "[2/2] 02_plasticity"]
+    figures = str((tmp_path / "out" / "figures").resolve())
+    assert [params["fig_dir"] for _, params, _ in fake.calls] == [figures, figures]
+    meta = json.loads((tmp_path / "out" / "01_definitions.ipynb").read_text())["metadata"]
+    assert meta["vitplast"]["status"] == "ok" and meta["vitplast"]["profile"] == "smoke"
+
+
+def test_ctrl_c_is_recorded_as_interrupted_and_the_cli_says_one_line(tmp_path, monkeypatch,
+                                                                      capsys):
+    import pandas as pd
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", FakePapermill(interrupt_at=2))
+    with pytest.raises(notebooks.Interrupted) as stop:
+        notebooks.run("smoke", only=["01", "02", "03"], out_dir=tmp_path / "api", progress=False)
+    assert isinstance(stop.value, KeyboardInterrupt) and stop.value.notebook == "02_plasticity"
+    summary = pd.read_csv(tmp_path / "api" / "summary.csv")
+    assert summary.status.tolist() == ["ok", "interrupted", "not run"]
+    meta = json.loads((tmp_path / "api" / "02_plasticity.ipynb").read_text())["metadata"]
+    assert meta["vitplast"]["status"] == "interrupted"
+
+    monkeypatch.setattr(papermill, "execute_notebook", FakePapermill(interrupt_at=1))
+    code = main(["notebooks", "run", "--profile", "smoke", "--only", "01",
+                 "--out", str(tmp_path / "cli")])
+    err = capsys.readouterr().err.strip()
+    assert code == 130 and len(err.splitlines()) == 1
+    assert "interrupted during 01_definitions" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("profile", list(notebooks.PROFILES))
+def test_every_profile_fits_the_declared_types(profile):
+    todo = notebooks.plan(profile)
+    assert [nb for nb, _ in todo] == notebooks.available()
+
+
+@pytest.mark.slow
+def test_a_real_ctrl_c_stops_the_run_with_one_line(tmp_path):
+    """Ctrl-C in a terminal reaches the whole process group (the CLI and the kernel): the CLI
+    exits 130 with one line, the notebook is recorded as interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vitplast", "notebooks", "run", "--profile", "smoke", "--only",
+         "01", "--out", "run"],  # a relative output folder, like the default runs/...
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": str(root)})
+    deadline = time.monotonic() + 120
+    while not _running_a_cell(out / "01_definitions.ipynb") and time.monotonic() < deadline:
+        time.sleep(0.2)  # on a loaded machine the kernel can take many seconds to start
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "interrupted during 01_definitions")
+    assert pd.read_csv(out / "summary.csv").status.tolist() == ["interrupted"]
+    meta = json.loads((out / "01_definitions.ipynb").read_text())["metadata"]
+    assert meta["vitplast"]["status"] == "interrupted"
+
+
+def _running_a_cell(path) -> bool:
+    """Whether papermill's copy of a notebook shows a cell running (the kernel is up)."""
+    import json
+
+    try:
+        cells = json.loads(path.read_text())["cells"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return any(c.get("metadata", {}).get("papermill", {}).get("status") == "running"
+               for c in cells)
+
+
+def test_a_misspelled_task_is_an_unknown_task_before_any_kernel(capsys):
+    """Named with the valid tasks, whichever parameter holds it (not "share no task")."""
+    from vitplast import empirical
+
+    for key, value in (("pretraining_tasks", ["digit"]), ("tasks", ["fmnist_contrast", "digts"]),
+                       ("source", "fmnst")):
+        with pytest.raises(SystemExit) as err:
+            main(["notebooks", "run", "--only", "02", "-p", key, repr(value)])
+        out = capsys.readouterr().err
+        assert err.value.code == 2 and "unknown task" in out and "'digits'" in out, out
+    with pytest.raises(ValueError, match="unknown task 'digit'.*valid: embedded tasks"):
+        empirical.plasticity_study("vitplast_fmnist", ["digits"], checkpoints=["init", "final"],
+                                   pretraining_tasks=["digit"])
+
+
+def test_notebooks_copy_puts_the_sequence_where_jupyterlab_opens_it(tmp_path, capsys):
+    dest = tmp_path / "my notebooks"
+    assert main(["notebooks", "copy", str(dest)]) == 0
+    names = sorted(p.name for p in dest.iterdir())
+    assert names == sorted([f"{nb}.ipynb" for nb in notebooks.NOTEBOOKS]
+                           + ["README.md", "solutions.md"])
+    assert (dest / "02_plasticity.ipynb").read_bytes() == (
+        notebooks.NOTEBOOK_DIR / "02_plasticity.ipynb").read_bytes()
+    assert main(["notebooks", "copy", str(dest)]) == 0  # the same files again: fine
+    (dest / "03_bounds.ipynb").write_text("{}")  # a reader's edits are not overwritten
+    with pytest.raises(SystemExit) as err:
+        main(["notebooks", "copy", str(dest)])
+    assert err.value.code == 2 and "03_bounds.ipynb" in capsys.readouterr().err
+    assert (dest / "03_bounds.ipynb").read_text() == "{}"
+    assert main(["notebooks", "copy", str(dest), "--force"]) == 0
+    assert (dest / "03_bounds.ipynb").read_text() != "{}"
+
+
+@pytest.mark.parametrize("ctrl_c", [True, False])
+def test_a_kernel_that_died_is_interrupted_only_after_ctrl_c(tmp_path, monkeypatch, ctrl_c):
+    """Ctrl-C can kill a kernel outright (nbclient then raises ``DeadKernelError``): after a
+    Ctrl-C that is an interruption; a kernel that died on its own is a failure."""
+    import papermill
+    from nbclient.exceptions import DeadKernelError
+
+    def dies(source, target, parameters, **kwargs):
+        if ctrl_c:
+            notebooks._interrupted.set()  # what the run's SIGINT handler does
+        raise DeadKernelError("Kernel died")
+
+    monkeypatch.setattr(papermill, "execute_notebook", dies)
+    if ctrl_c:
+        with pytest.raises(notebooks.Interrupted):
+            notebooks.run("smoke", only=["01"], out_dir=tmp_path, progress=False)
+    else:
+        summary = notebooks.run("smoke", only=["01"], out_dir=tmp_path, progress=False)
+        assert summary.status.tolist() == ["failed"]

@@ -1,0 +1,54 @@
+"""Another pretraining recipe's ranking beside the embedded model's, on the shipped folder."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from vitplast import empirical, models, plasticity, recipes
+
+FOLDER = Path(__file__).resolve().parents[2] / "data" / "pretrain_no_weight_decay"
+
+
+def test_recipe_rankings_are_each_model_s_own_measurement(tmp_path, monkeypatch):
+    """The second recipe's rows are the ranking of ``models.load_pretrained(FOLDER)`` on the
+    same pairs, the shipped model's rows the embedded model's (8 pairs, one task)."""
+    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path))
+    got = recipes.recipe_rankings(FOLDER, ["digits"], protocols=("hidden",), n_pairs=8)
+    assert sorted(got["recipe"].unique()) == ["pretrain_no_weight_decay", "shipped"]
+    for recipe, model in (("shipped", models.load_model()),
+                          ("pretrain_no_weight_decay", models.load_pretrained(FOLDER))):
+        pairs = empirical.task_pairs("digits", "fmnist", n_pairs=8, model=model)
+        want = plasticity.ranking(plasticity.measure(model, pairs, progress=False))
+        mine = got[got["recipe"] == recipe].set_index("component")["plasticity"]
+        assert mine.to_dict() == pytest.approx(want.set_index("component")["plasticity"]
+                                               .to_dict(), rel=1e-5)
+
+
+def test_recipe_findings_state_each_recipe_s_order_and_its_fig2_correlation():
+    """Per protocol one row: both orders (the paper's order gives Spearman +1, its reverse
+    -1)."""
+    paper = ["MHA", "FC1", "FC2", "LN2", "LN1"]
+    rows = [dict(task=t, protocol="hidden", recipe=r, component=c, plasticity=v)
+            for t in ("a", "b") for r, values in (("shipped", [5, 4, 3, 2, 1]),
+                                                  ("other", [1, 2, 3, 4, 5]))
+            for c, v in zip(paper, values)]
+    (row,) = recipes.recipe_findings(pd.DataFrame(rows))
+    assert row["measured"] == ("shipped: MHA > FC1 > FC2 > LN2 > LN1; "
+                               "other: LN1 > LN2 > FC2 > FC1 > MHA")
+    assert row["verdict"].endswith("shipped +1.00, other -1.00") and row["n"] == 2
+
+
+def test_recipe_statistics_are_each_model_s_layer_means_on_the_same_images():
+    import torch
+
+    from vitplast import stream
+
+    got = recipes.recipe_statistics(FOLDER, "digits", n_pairs=4)
+    images = torch.cat(empirical.task_pairs("digits", "fmnist", n_pairs=4,
+                                            model=models.load_model()).tensors())
+    for recipe, model in (("shipped", models.load_model()),
+                          ("pretrain_no_weight_decay", models.load_pretrained(FOLDER))):
+        want = stream.model_statistics(model, images).drop(columns="layer").mean()
+        assert got.loc[recipe].to_dict() == pytest.approx(want.to_dict(), rel=1e-6)
+    assert got.loc["pretrain_no_weight_decay", "sigma_ln1"] != got.loc["shipped", "sigma_ln1"]

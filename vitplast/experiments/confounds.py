@@ -1,0 +1,353 @@
+"""The confound study: does plasticity or the trainable-parameter count drive the gap?
+
+Paper: objections 3 and 4 (docs/objections.md). The experiments are variants of the finetuning
+configurations (``all_variants``: the model changes of ``vitplast.ablations``, single-block
+configurations, the plain ones; each a ``Variant`` of ``vitplast.confound_variants``, whose
+names are re-exported here), trained by the parts of a study preset (``studies.get("confounds")``,
+``part_runs``) through the same sweep and results store as the main study. This module also
+measures what the study needs before finetuning (the LayerNorm scales: ``measure_scales``, an
+explicit step that listing the runs only reads; per-block plasticity, and plasticity after
+finetuning, in ``vitplast.confound_plasticity``, re-exported here) and turns the results into
+the tables behind notebook 05's findings (``tables``; the findings themselves:
+``vitplast.findings.confounds``).
+
+Used by notebook 05.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from vitplast import models, store
+from vitplast.experiments.confound_plasticity import (  # noqa: F401 (re-exported)
+    AFTER_COLUMNS,
+    after_runs,
+    layer_accuracy,
+    layer_correlations,
+    layer_plasticity,
+    partial_correlation,
+    plasticity_after,
+)
+from vitplast.experiments.confound_variants import (  # noqa: F401 (re-exported)
+    C_RTOL,
+    SUFFIXES,
+    Variant,
+    all_variants,
+    catalogue,
+    layer_variants,
+    name_of,
+    names_of,
+    variant_fields,
+    variants,
+    with_variant,
+)
+from vitplast.inputs import to_model
+from vitplast.measure.components import LINEARS, NORMS, PAPER_CONFIGS, trainable_names
+from vitplast.train.ablations import PREPARE, rescale_layernorm
+
+#: Where the embedded confound study is shipped (one JSON per run, and its scales).
+EMBEDDED_RESULTS = models.results_root("confounds")
+
+
+def part_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> dict[str, list[dict]]:
+    """The runs of each part of a confound study's spec (``studies.get("confounds").spec``),
+    in its order, with the LayerNorm scales stored under ``root`` (read, never measured:
+    ``study_scales``). The variants' counts come from the embedded architecture (random
+    weights: no checkpoint is read).
+
+    Raises:
+        FileNotFoundError: the scales are not measured yet (``measure_scales``, named).
+        ValueError: an ``lrs`` name or pattern of a part that matches no variant.
+    """
+    from vitplast import runs
+
+    scales = study_scales(root, study["scale_tasks"], target=study["target"],
+                          n_pairs=study["n_pairs"])["scales"]
+    table = all_variants(models.load_model(models.EMBEDDED_NAME, pretrained=False,
+                                           num_classes=10, device="cpu"), scales)
+    out = {}
+    for part in study["parts"]:
+        out[part["name"]] = []
+        for pattern, lrs in part["lrs"].items():
+            names = [n for n in table if fnmatch.fnmatch(n, pattern)]
+            if not names:
+                raise ValueError(f"part {part['name']!r}: {pattern!r} matches no variant; "
+                                 f"valid: {list(table)}")
+            out[part["name"]] += [run for task in part["tasks"] for name in names
+                                  for run in runs.grid([task], [table[name].keywords()], lrs,
+                                                       study["seeds"], **part.get("fixed", {}))]
+    return out
+
+
+def study_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
+    """Every run of a confound study preset, part by part (``part_runs``)."""
+    return [run for part in part_runs(study, root).values() for run in part]
+
+
+def part_coverage(study: dict, df: pd.DataFrame, root: str | Path = EMBEDDED_RESULTS
+                  ) -> pd.DataFrame:
+    """Per part of the study: its expected runs by status in ``results`` table ``df``."""
+    from vitplast import results
+
+    rows = [dict(part=name, **results.coverage(df, expected))
+            for name, expected in part_runs(study, root).items()]
+    return pd.DataFrame(rows).fillna(0).set_index("part").astype(int)
+
+
+def variant_counts(model: nn.Module, table: dict[str, Variant]) -> pd.DataFrame:
+    """Exact trainable counts (head and final norm included) of each variant of ``table``
+    (``variants``) on ``model``: each is prepared on a copy and counted as ``finetune.train``
+    counts."""
+    rows = []
+    for name, variant in table.items():
+        kw, m = variant.keywords(), copy.deepcopy(model)
+        extra = PREPARE[kw["prepare"]](m, kw) if kw.get("prepare") else None
+        names = set(trainable_names(m, kw["config"]))
+        n = sum(p.numel() for k, p in m.named_parameters() if k in names)
+        n -= sum(mk.numel() - int(mk.sum()) for mk in (extra or {}).get("grad_masks", {}).values())
+        rows.append(dict(variant=name, trainable=n))
+    return pd.DataFrame(rows)
+
+
+def matching_scales(ranked: pd.DataFrame, target: str = "FC1") -> dict[str, float]:
+    """c per LayerNorm so that its plasticity (mean over layers and tasks, from
+    ``plasticity.ranking``) matches ``target``'s: c = P(target) / P(LN)."""
+    p = ranked.groupby("component", observed=True)["plasticity"].mean()
+    return {ln: float(p[target] / p[ln]) for ln in NORMS}
+
+
+def _scales_name(tasks, target: str, n_pairs: int) -> str:
+    """The scales file of a study: ``scales-<hash of its settings>.json``."""
+    settings = dict(tasks=list(tasks), target=target, n_pairs=n_pairs)
+    return f"scales-{store.config_hash(settings)}.json"
+
+
+def measure_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int = 256) -> dict:
+    """Measure the LayerNorm scales of the study stored under ``root``, once: the step that
+    must come before its runs are listed (``part_runs`` only reads them: ``study_scales``).
+
+    The embedded model's plasticity (hidden protocol, ``n_pairs`` per task) gives
+    ``matching_scales``, rounded to 3 significant digits (the precision of the variant names),
+    and everything is saved in ``root/scales-<hash of the settings>.json``. When that file is
+    there it is read, not measured again: float noise of a re-measurement never changes a
+    run, so its hash stays. Called by ``studies.load_confounds`` (recomputing) and
+    the CLI's ``vitplast sweep`` of a confound study.
+
+    Returns:
+        ``tasks``, ``target``, ``n_pairs``, ``plasticity`` (mean per component) and
+        ``scales`` (LayerNorm -> c).
+    """
+    from vitplast import empirical, plasticity
+
+    def measure() -> dict:
+        rates = empirical.measure_tasks(models.EMBEDDED_NAME, list(tasks), protocols=["hidden"],
+                                        n_pairs=n_pairs)
+        ranked = plasticity.ranking(rates)
+        p = ranked.groupby("component", observed=True)["plasticity"].mean()
+        return dict(tasks=list(tasks), target=target, n_pairs=n_pairs, plasticity=p.to_dict(),
+                    scales={ln: float(f"{c:.3g}")
+                            for ln, c in matching_scales(ranked, target).items()})
+
+    return store.Store(root).companion(_scales_name(tasks, target, n_pairs), compute=measure)
+
+
+def measure_study_scales(study: dict, root: str | Path) -> dict:
+    """``measure_scales`` with the settings of a confound study's spec (``scale_tasks``,
+    ``target``, ``n_pairs``): what must run before its runs are listed."""
+    return measure_scales(root, study["scale_tasks"], target=study["target"],
+                          n_pairs=study["n_pairs"])
+
+
+def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int = 256) -> dict:
+    """The LayerNorm scales of the study stored under ``root``, as ``measure_scales`` saved
+    them (read only: nothing is measured here).
+
+    Raises:
+        FileNotFoundError: they are not measured yet (naming the file and the call that
+            measures them).
+        ValueError: the file is there but incomplete (``store.Store.companion``).
+    """
+    name = _scales_name(tasks, target, n_pairs)
+    saved = store.Store(root).companion(name)
+    if saved is None:
+        raise FileNotFoundError(
+            f"{Path(root) / name} is missing: the LayerNorm scales of this confound study are "
+            f"not measured yet. Measure them first: vitplast.confounds.measure_scales("
+            f"{str(root)!r}, {list(tasks)!r}, target={target!r}, n_pairs={n_pairs}) (`python "
+            "-m vitplast sweep --study <confound study>` and studies.load_confounds(..., "
+            "recompute=True) do it before listing the runs)")
+    return saved
+
+
+@torch.no_grad()
+def check_rescale(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scales: dict[str, float]
+                  ) -> pd.DataFrame:
+    """For each LayerNorm and its c: plasticity before and after the preserved rescale
+    (hidden protocol, mean over layers), their ratio (should be c), and the largest output
+    change of the preserved (should be ~0) and raw (should not) variants. x and y are moved
+    to the model's device."""
+    from vitplast import plasticity
+
+    x, y = to_model(model, x, y)
+    base = plasticity.batch_rates(model, x, y)
+    out0 = model(x)
+    rows = []
+    for ln, c in scales.items():
+        preserved = rescale_layernorm(copy.deepcopy(model), ln, c, preserve=True)
+        raw = rescale_layernorm(copy.deepcopy(model), ln, c, preserve=False)
+        after = plasticity.batch_rates(preserved, x, y)
+        layers = [k for k in base if k[1] == ln]
+        before_p = float(np.mean([base[k].mean().item() for k in layers]))
+        after_p = float(np.mean([after[k].mean().item() for k in layers]))
+        rows.append(dict(component=ln, c=c, plasticity_before=before_p, plasticity_after=after_p,
+                         ratio=after_p / before_p,
+                         max_output_change_preserved=(preserved(x) - out0).abs().max().item(),
+                         max_output_change_raw=(raw(x) - out0).abs().max().item()))
+    return pd.DataFrame(rows)
+
+
+def rescale_pairs(df: pd.DataFrame) -> pd.DataFrame:
+    """Each preserved gamma rescale against its lr/c^2 control, run by run: the two runs of one
+    (task, LR, seed) in ``with_variant`` results ``df``. Without gradient clipping they are the
+    same run in exact arithmetic (``vitplast.ablations``); with it, they need not be.
+
+    A control is matched by fields, not names: the same ``component``, ``c`` within a relative
+    ``C_RTOL`` and the same clipping (``clip_grad_norm`` 0: off).
+
+    Returns:
+        Per preserved variant (by name): ``variant``, ``clipping`` (``"on"``, ``"off"``),
+        ``pairs``, ``identical`` (pairs with the same status and the same test accuracy) and
+        ``max_diff`` (largest |difference| of test accuracy in points over pairs both ok).
+    """
+    df = df.assign(clipping=df["clip_grad_norm"].eq(0.0).map({True: "off", False: "on"}))
+    controls = df[df["family"].eq("lr/c^2")]
+    rows = []
+    for variant, own in sorted(df[df["family"].eq("rescale") & df["preserve"].eq(True)]
+                               .groupby("variant")):
+        first = own.iloc[0]
+        control = controls[controls["component"].eq(first["component"])
+                           & controls["clipping"].eq(first["clipping"])
+                           & np.isclose(controls["c"], first["c"], rtol=C_RTOL, atol=0)]
+        runs = [d.set_index(["task", "lr", "seed"])[["status", "test_acc"]] for d in (own, control)]
+        both = runs[0].merge(runs[1], left_index=True, right_index=True,
+                             suffixes=("", "_control"))
+        same = both["status"].eq(both["status_control"]) & (
+            both["test_acc"].eq(both["test_acc_control"])
+            | (both["test_acc"].isna() & both["test_acc_control"].isna()))
+        diff = 100 * (both["test_acc"] - both["test_acc_control"]).abs()
+        rows.append(dict(variant=variant, clipping=first["clipping"], pairs=len(both),
+                         identical=int(same.sum()), max_diff=float(diff.max())))
+    return pd.DataFrame(rows, columns=["variant", "clipping", "pairs", "identical", "max_diff"])
+
+
+def complete_settings(df: pd.DataFrame, expected: list[dict]) -> pd.DataFrame:
+    """The rows of ``with_variant`` results ``df`` whose (task, variant) setting has every run
+    of ``expected`` stored (ok or diverged): an LR chosen on a ladder still filling would
+    mislead. A study filling over sessions shows its findings setting by setting."""
+    want = with_variant(pd.json_normalize(expected)).groupby(["task", "variant"]).size()
+    done = df[df["status"].isin(["ok", "diverged"])].groupby(["task", "variant"]).size()
+    full = [k for k, n in want.items() if done.get(k, 0) >= n]
+    return df[pd.MultiIndex.from_frame(df[["task", "variant"]]).isin(full)] if len(df) else df
+
+
+def variant_table(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
+    """Per task x variant: the LR chosen on ``on`` and test accuracy mean and std over seeds
+    (in %), from ``with_variant`` results (``vitplast.results.main_table`` per variant)."""
+    from vitplast import results
+
+    table = results.main_table(_outcomes(df), on=on)
+    return table[table["task"] != "average"].reset_index(drop=True)
+
+
+def _outcomes(df: pd.DataFrame) -> pd.DataFrame:
+    """Only the columns that name a run's setting by its variant, and its outcome: so that LR
+    selection groups by (task, variant) and nothing else."""
+    return df[[c for c in ("task", "variant", "lr", "seed", "status", "run", "test_acc",
+                           "test_loss", "best_val_acc", "best_val_loss") if c in df.columns]]
+
+
+def accuracy(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
+    """``variant_table`` as tasks x variants: seed-mean test accuracy (%) at the LR chosen on
+    ``on``; NaN where a variant lacks a task. The task is the unit of every finding."""
+    table = variant_table(df, on)
+    return table.pivot_table(index="task", columns="variant", values="test_acc_mean")
+
+
+#: Matched families (notebook 05's first figure): label -> (the fields its variants share,
+#: the components it compares: one variant each, ``name_of``).
+FAMILIES = {"full count": (dict(family="plain"), LINEARS + NORMS),
+            "LN1's count (sparse)": (dict(family="sparse"), LINEARS),
+            "rank-1 LoRA, one count": (dict(family="lora", rank=1), LINEARS),
+            "bias only, one count": (dict(family="bias"), LINEARS)}
+
+
+def matched_accuracy(acc: pd.DataFrame, fields: pd.DataFrame) -> pd.DataFrame:
+    """``accuracy`` of the matched families (``FAMILIES``, their variants found in ``fields``:
+    ``variant_fields``) as a long table: ``task``, ``family`` (its label), ``component``,
+    ``test_acc`` (%), for the variants that have runs."""
+    rows = [dict(task=task, family=family, component=comp, test_acc=acc.at[task, name])
+            for family, (want, comps) in FAMILIES.items() for comp in comps
+            for name in [name_of(fields, **want, component=comp)] if name in acc
+            for task in acc.index if pd.notna(acc.at[task, name])]
+    return pd.DataFrame(rows, columns=["task", "family", "component", "test_acc"])
+
+
+def tables(res, model: nn.Module) -> dict:
+    """Every table behind notebook 05's findings, from ``studies.load_confounds``'s ``res``:
+    ``fields`` (``variant_fields``: each variant's fields, of the runs and of the catalogue
+    ``all_variants``), ``acc`` (``accuracy``), ``matched`` (``matched_accuracy``), ``counts``
+    (``variant_counts_table``) and ``count_matrix`` (its matched families: family x
+    component), ``layers`` (per-layer plasticity and accuracy), ``rescale``
+    (``rescale_pairs``), ``corr``
+    (``layer_correlations``), ``grad_norms`` (``results.component_grad_norms`` of every run),
+    ``grads`` (``results.grad_norms_by_task`` of the plain configurations), ``ties``
+    (``results.lr_ties``) and ``alternatives`` (the LR-dependent tables again, once per tied
+    choice broken the other way: ``results.tie_alternatives``)."""
+    from vitplast import results
+
+    curves = results.history(res.root, res.main_root)
+    counts = variant_counts_table(model, res.scales["scales"])
+    fields = variant_fields(res.runs, all_variants(model, res.scales["scales"]))
+    out = dict(_selected_tables(res.runs, res.layers, curves, fields), counts=counts,
+               count_matrix=pd.DataFrame({family: {
+                   c: counts[name_of(fields, **want, component=c)] for c in comps}
+                   for family, (want, comps) in FAMILIES.items()}).T.astype("Int64"),
+               rescale=rescale_pairs(res.runs), ties=results.lr_ties(_outcomes(res.runs)))
+    # ties are found where LRs are chosen, by (task, variant); each alternative moves one
+    out["alternatives"] = [dict(_selected_tables(res.runs.assign(best_val_acc=alt[
+        "best_val_acc"]), res.layers, curves, fields), counts=counts, rescale=out["rescale"])
+        for alt in results.tie_alternatives(_outcomes(res.runs))]
+    return out
+
+
+def _selected_tables(runs: pd.DataFrame, layers: pd.DataFrame, curves: pd.DataFrame,
+                     fields: pd.DataFrame) -> dict:
+    """The tables of ``tables`` that depend on the LR choices: ``acc``, ``matched``,
+    ``layers``, ``corr``, ``grad_norms``, ``grads``; and ``fields``, which the findings read
+    with them."""
+    from vitplast import results
+
+    acc = accuracy(runs)
+    norms = results.component_grad_norms(results.dynamics(runs, curves))
+    plain = norms[norms["variant"].isin(names_of(fields, family="plain",
+                                                 component=list(PAPER_CONFIGS)))]
+    return dict(fields=fields, acc=acc, matched=matched_accuracy(acc, fields),
+                layers=layer_accuracy(acc, layers, fields),
+                corr=layer_correlations(acc, layers, fields), grad_norms=norms,
+                grads=results.grad_norms_by_task(plain))
+
+
+def variant_counts_table(model: nn.Module, scales: dict[str, float]) -> dict[str, int]:
+    """Backbone entries each variant trains (``count`` of its ablation, else its trainable
+    parameters but the head and final norm): what every matched finding states."""
+    table = all_variants(model, scales)
+    total = variant_counts(model, table).set_index("variant")["trainable"]
+    head = variant_counts(model, {"head": Variant("head", "plain", "head")})["trainable"].iloc[0]
+    return {name: int(total[name] - head) for name in table}

@@ -1,0 +1,215 @@
+"""Study specs: what each named study of ``vitplast.studies`` runs, and what it asks.
+
+Each study's ``spec`` is a plain value here (a ``studies.runs_of`` grid, the confound study's
+parts, or a ``vitplast.search`` preset), with its smoke version's replacements and its declared
+primary questions (``verdicts.Primary``), written before (or, where said, after) its runs.
+``studies.STUDIES`` names them and says how their runs are made; a run's hash comes from these
+values, so changing one re-runs the study.
+
+Used by ``vitplast.studies``.
+"""
+
+from __future__ import annotations
+
+from vitplast import components, paper, paper_datasets, suite
+from vitplast.experiments.search import LR_LADDER
+from vitplast.measure.components import LINEARS, NORMS
+from vitplast.report.verdicts import Primary
+
+
+def ladder(low: float, high: float) -> list[float]:
+    """The ``LR_LADDER`` values from ``low`` to ``high``, both included."""
+    return [lr for lr in LR_LADDER if low <= lr <= high]
+
+
+#: The run settings of every smoke study: 4 steps.
+SMOKE_RUN = dict(steps=4, warmup_steps=1, eval_every=2)
+#: Notebook 04's primary questions, named by component type (on the embedded model the
+#: measured plasticity order is not the paper's: notebook 02). Declared after the study's runs
+#: (the questions it was built to answer; only the searched studies, ``suite`` and ``gauge``,
+#: declared theirs before any run).
+MAIN_PRIMARIES = (
+    Primary("attention and MLP linears (MHA, FC1, FC2) - LayerNorms (LN1, LN2), test accuracy",
+            a=LINEARS, b=NORMS, paper=paper.group_gap(LINEARS, NORMS),
+            source="Table 1 average (ViT-B/16)"),
+    Primary("MHA - LN1, test accuracy", a=("MHA",), b=("LN1",),
+            paper=paper.group_gap(("MHA",), ("LN1",)), source="Table 1 average (ViT-B/16)"),
+    Primary("Spearman(plasticity, gain over head-only) over the five components, within a task",
+            statistic="spearman(plasticity, gain)", paper=paper.plasticity_gain_spearman(),
+            source="Fig. 2 plasticity vs Table 1 averages (ViT-B/16), Takeaway 3",
+            unit="rho, per task"))
+#: Notebook 04's study: every embedded downstream task but plain Fashion-MNIST (the
+#: pretraining domain) and one of its two geometric shifts, x the paper's configurations plus
+#: head-only, x a half-decade SGD grid per configuration (centred on what the first study,
+#: which kept the pretrained head, chose, and wide enough that accuracy falls by more than
+#: 2 points on both sides of every best LR), x the paper's seeds. Recipe:
+#: ``finetune.RECIPES["embedded"]``; every run starts from a new head. Its smoke version: one
+#: task, two LRs, 4 steps.
+MAIN_LRS = {"full": ladder(3e-4, 3.0), "head": ladder(1e-3, 30.0), "LN1": ladder(1e-3, 30.0),
+             "MHA": ladder(3e-4, 3.0), "LN2": ladder(1e-3, 30.0), "FC1": ladder(3e-4, 3.0),
+             "FC2": ladder(3e-4, 3.0)}
+MAIN = dict(
+    tasks=["fmnist_contrast", "digits", "fmnist_gaussian_noise", "fmnist_motion_blur",
+           "fmnist_snow", "fmnist_speckle_noise", "fmnist_rotate90"],
+    lrs=MAIN_LRS, seeds=list(paper.SEEDS))
+MAIN_SMOKE = dict(tasks=["digits"], lrs={c: [0.01, 0.1] for c in MAIN_LRS}, seeds=[0],
+                   fixed=SMOKE_RUN)
+#: The budget-sensitivity check: two tasks (the hardest shift and the new domain), every
+#: configuration at 4x the embedded recipe's steps (warm-up and evaluation period scaled too).
+BUDGET = dict(tasks=["fmnist_contrast", "digits"], steps=480, warmup_steps=48, eval_every=80,
+               seeds=list(paper.SEEDS))
+
+#: The tasks of the confound study: five of the main study's seven (its two near-ceiling,
+#: low-spread shifts, motion blur and speckle noise, left out).
+CONFOUND_TASKS = ["fmnist_contrast", "digits", "fmnist_snow", "fmnist_rotate90",
+                   "fmnist_gaussian_noise"]
+#: Notebook 05's confound study, stored in ``data/confounds/``: parts run in this order, the
+#: ones that can decide "plasticity or count?" first. A part trains named variants
+#: (``confounds.variant_table``: ablations, single-block configurations, plain configurations;
+#: ``lrs`` maps a name, or an fnmatch pattern over names, to its LRs) on ``tasks`` x ``seeds``,
+#: with the part's ``fixed`` run settings. Its plain SGD baselines are runs of the main study.
+#: The LayerNorm scales are measured on ``scale_tasks`` (``confounds.measure_scales``). The
+#: ladders were widened by two half-decade steps past every edge where a first fill chose its
+#: LR (widening adds runs and changes none; ``data/confounds/README.md``).
+CONFOUNDS = dict(
+    seeds=list(paper.SEEDS), target="FC1", n_pairs=256, scale_tasks=["fmnist_contrast", "digits"],
+    # plasticity re-measured after finetuning (``confounds.plasticity_after``)
+    after=dict(tasks=CONFOUND_TASKS[:2], seed=0, n_pairs=128,
+               configs=list(components.PAPER_CONFIGS)),
+    parts=[
+        # MHA, FC1, FC2 each with exactly LN1's trainable count (random sparse masks)
+        dict(name="matched sparse", tasks=CONFOUND_TASKS, lrs={"* sparse": ladder(0.1, 30.0)}),
+        # one block's LN1, MHA or FC1 at a time: count fixed within a component, plasticity not
+        dict(name="per layer", tasks=CONFOUND_TASKS[:3],
+             lrs={"LN1 block *": ladder(0.03, 3.0), "MHA block *": ladder(0.01, 1.0),
+                  "FC1 block *": ladder(0.01, 10.0)}),
+        # the same configurations from the random init checkpoint: architecture or pretraining?
+        dict(name="from init", tasks=CONFOUND_TASKS[:2], fixed=dict(checkpoint="init"),
+             lrs={"full": ladder(3e-4, 0.3), "MHA": ladder(3e-3, 0.3), "FC1": ladder(3e-3, 0.3),
+                  "FC2": ladder(3e-3, 0.3), "LN1": ladder(0.03, 3.0), "LN2": ladder(0.03, 3.0),
+                  "head": ladder(0.03, 3.0)}),
+        # rank-1 LoRA and bias-only, each family masked to one count
+        dict(name="matched LoRA", tasks=CONFOUND_TASKS, lrs={"* LoRA r1": ladder(0.01, 1.0)}),
+        dict(name="matched bias", tasks=CONFOUND_TASKS,
+             lrs={"MHA bias": ladder(0.03, 3.0), "FC1 bias": ladder(0.03, 10.0),
+                  "FC2 bias": ladder(0.03, 3.0)}),
+        # the paper's optimizer ablation (AdamW at about SGD's LR / 100)
+        dict(name="AdamW", tasks=CONFOUND_TASKS, fixed=dict(optimizer="adamw"),
+             lrs={"MHA": ladder(1e-4, 0.01), "LN1": ladder(3e-3, 0.3)}),
+        # the function-preserving gamma rescale, its raw twin and its lr/c^2 control: with the
+        # recipe's gradient clipping, and without it (where rescale and control are one run)
+        dict(name="rescale", tasks=CONFOUND_TASKS[:2],
+             lrs={"LN? x * (*)": ladder(0.03, 3.0), "LN? lr/c^2 *": ladder(0.03, 3.0)}),
+        dict(name="rescale, no clip", tasks=CONFOUND_TASKS[:2], fixed=dict(clip_grad_norm=0.0),
+             lrs={"LN1 x * (preserved)": ladder(0.03, 3.0), "LN1 lr/c^2 *": ladder(0.03, 3.0),
+                  "LN1": ladder(0.03, 3.0)}),
+    ])
+#: Its smoke version: one task and seed, 4 steps, a few variants.
+_FEW = dict(tasks=["digits"], fixed=SMOKE_RUN)
+CONFOUNDS_SMOKE = dict(
+    seeds=[0], n_pairs=8, scale_tasks=["digits"],
+    after=dict(tasks=["digits"], configs=["MHA", "LN1"], seed=0, n_pairs=8),
+    parts=[dict(_FEW, name="matched sparse", lrs={"MHA sparse": [0.1]}),
+           dict(_FEW, name="per layer", lrs={"LN1 block 0": [0.1], "LN1 block 5": [0.1],
+                                             "LN1 block 2": [0.1]}),
+           dict(_FEW, name="rescale, no clip", lrs={"LN1 x * (preserved)": [0.1]},
+                fixed=dict(SMOKE_RUN, clip_grad_norm=0.0))])
+_SPARSE = tuple(f"{c} sparse" for c in LINEARS)
+#: Declared after the study's runs, as the questions it was built to answer: does the gap
+#: survive at one count, and does a block's plasticity go with its accuracy once depth is
+#: held fixed?
+CONFOUND_PRIMARIES = (
+    Primary("attention and MLP linears at LN1's count (MHA, FC1, FC2 sparse) - LayerNorms "
+            "(LN1, LN2), test accuracy", a=_SPARSE, b=NORMS,
+            paper=paper.group_gap(LINEARS, NORMS),
+            source="Table 1 average (ViT-B/16), at full counts"),
+    Primary("MHA at LN1's count (sparse) - LN1, test accuracy", a=("MHA sparse",),
+            b=("LN1",), paper=paper.group_gap(("MHA",), ("LN1",)),
+            source="Table 1 average (ViT-B/16), at full counts"),
+    Primary("one block at a time, mean over components: Spearman(plasticity, test "
+            "accuracy) over the blocks, partial on the block index",
+            statistic="partial spearman(plasticity, accuracy | block)",
+            source="Takeaway 3 (high plasticity -> better finetuning): positive",
+            unit="partial rho, per task"))
+
+#: The suite study (issue "a task suite that can decide"): every task of the task suite
+#: (``vitplast.suite``, 33 tasks in 5 families) x 9 configurations x seed 0 (tasks, not seeds,
+#: are the unit: seeds explained about 13% of the between-task spread in the main study), new
+#: head in every run, each setting's LR found by ``vitplast.search`` (three LRs around
+#: ``configs[name]``, then half-decade steps until the best on validation is interior). The
+#: start LRs are the medians of what the main and confound studies chose for each
+#: configuration. Identical runs of the main and confound studies are copied, not re-run.
+SUITE = dict(
+    tasks=list(suite.SUITE), seeds=[0],
+    configs={"head": 1.0, "MHA": 0.1, "FC1": 0.1, "FC2": 0.1, "LN1": 0.3, "LN2": 0.3,
+             "MHA sparse": 1.0, "FC1 sparse": 0.3, "FC2 sparse": 1.0},
+    n_pairs=256,  # plasticity before finetuning, per task (P3), both protocols
+    reuse=("finetune", "confounds"),  # shipped stores whose identical runs are copied
+    precision="fp32")  # one precision in every contrast, on a GPU too (no bf16, no TF32)
+_SEED0 = "points, per task (seed 0)"
+#: Declared before any of its runs existed (Holm over these three only; everything else the
+#: notebook shows is exploratory), as committed with the study (commit 337ac45), in the
+#: ``Primary`` form the findings read: the same groups, statistic and directions.
+SUITE_PRIMARIES = (
+    Primary("attention and MLP linears at LN1's count (MHA, FC1, FC2 sparse) - LayerNorms "
+            "(LN1, LN2), test accuracy", a=_SPARSE, b=NORMS,
+            source="not tested in the paper (its groups differ in count by 1,500x)",
+            unit=_SEED0),
+    Primary("MHA - LN1 at full counts, test accuracy", a=("MHA",), b=("LN1",),
+            paper=paper.group_gap(("MHA",), ("LN1",)), source="Table 1 average (ViT-B/16)",
+            unit=_SEED0),
+    Primary("Spearman(plasticity, gain over head-only) over the five components, within a "
+            "task (plasticity: embedding protocol, before finetuning, mean over blocks)",
+            statistic="spearman(plasticity, gain)", paper=paper.plasticity_gain_spearman(),
+            source="Takeaway 3; Fig. 2 plasticity vs Table 1 averages (ViT-B/16)",
+            unit="rho, per task"))
+
+#: The suite study's recipe-length check (issue "task suite", item 3), declared before its
+#: runs: the configurations of primaries P1 and P2 (MHA, LN1, LN2; MHA, FC1, FC2 sparse at
+#: LN1's count) at 2x and 4x the embedded recipe's 120 steps (warm-up scaled alike), LRs
+#: searched as in the suite study from its start LRs, on four tasks of four families. The
+#: rule: if P1's or P2's mean over these tasks changes sign between 1x (the suite study's
+#: runs) and 4x, the suite study is lengthened and the notebook says so.
+LENGTH = dict(
+    tasks=["fmnist_contrast", "digits", "textures", "symmetry"], seeds=[0], precision="fp32",
+    configs={f"{name} {k}x": dict(
+        {"config": name} if name in components.CONFIGS else {"variant": name},
+        steps=120 * k, warmup_steps=12 * k, start=start)
+        for k in (2, 4) for name, start in (("MHA", 0.1), ("LN1", 0.3), ("LN2", 0.3),
+                                            ("MHA sparse", 1.0), ("FC1 sparse", 0.3),
+                                            ("FC2 sparse", 1.0))},
+    reuse=("suite",))
+
+_C = 8.0  # the gauge: residual stream x 8 (embedding RMS token norm ~3.5 -> ~28; ViT-B: 19.4)
+_GAUGED = {"head": 1.0, "LN1": 0.3, "MHA": 0.1, "FC2": 0.1, "full": 0.1}
+#: The cross-gauge study (issue "plasticity has a gauge"): the same network under two
+#: plasticity rankings. ``vitplast.gauge`` multiplies the residual stream by c = 8: the same
+#: function, but the embedding protocol's ranking moves from LN2 > LN1 > FC1 > FC2 > MHA to
+#: MHA > FC2 > FC1 > LN2 > LN1 (notebook 02). Configurations at c = 1 (plain; the suite
+#: study's runs where they are the same) and c = 8 (``prepare="gauge"``): MHA, FC2 and full,
+#: whose trajectories the gauge changes, and LN1 and head-only, which it provably leaves
+#: alone (a check: they must come out identical). Every task of the suite at an even place
+#: (17 tasks, all five families), seed 0, LRs searched as in the suite study, plus the
+#: paper's fixed grid shared by every configuration (its secondary question: choosing from
+#: that grid, as the paper's table does). Declared before any of its runs exist.
+GAUGE = dict(
+    tasks=list(suite.SUITE)[::2], seeds=[0], grid=list(paper.LRS),
+    configs={**_GAUGED, **{f"{c} c=8": dict(config=c, prepare="gauge", ablation=dict(c=_C),
+                                            start=lr) for c, lr in _GAUGED.items()}},
+    reuse=("suite", "finetune", "confounds"), precision="fp32")
+GAUGE_PRIMARIES = (
+    Primary("configurations whose trajectory the gauge changes (MHA, FC2, full): c = 8 "
+            "- c = 1, test accuracy, each LR tuned", a=("MHA c=8", "FC2 c=8", "full c=8"),
+            b=("MHA", "FC2", "full"), unit=_SEED0,
+            source="not in the paper; Takeaway 3 read causally predicts + (MHA and FC2 "
+            "rise in plasticity at c = 8)"),
+    Primary("MHA at c = 8 (most plastic) - MHA at c = 1 (least plastic), test accuracy",
+            a=("MHA c=8",), b=("MHA",), unit=_SEED0, source="not in the paper"),
+    Primary("FC2 at c = 8 - FC2 at c = 1, test accuracy", a=("FC2 c=8",), b=("FC2",),
+            unit=_SEED0, source="not in the paper"))
+
+#: The paper's grid (PAPER.md section 2): its model, finetuning configurations (section 5),
+#: LRs (DomainNet has its own) and seeds, with the paper recipe on its 11 datasets.
+PAPER = dict(model=paper_datasets.PAPER_MODEL, configs=list(components.PAPER_CONFIGS),
+              lrs=list(paper.LRS), lrs_domainnet=list(paper.LRS_DOMAINNET),
+              seeds=list(paper.SEEDS))

@@ -1,0 +1,372 @@
+"""Sweeps: run the runs a results store lacks, here or as a cluster job array.
+
+Paper: section 2 (finetuning protocol: configurations x LR grid x seeds per dataset).
+
+A run is a flat JSON-able dict (``vitplast.runs.make_run``, ``runs.grid``); the hash of its
+defining keys (``runs.run_hash``) names its record file.
+``run_sweep`` runs only what the store lacks and saves each record the moment it finishes, so
+a killed sweep resumes losing nothing; a diverged or failed run is recorded as such. Every run
+starts from a new, seeded head (``models.new_head``). Runs that differ only in their LR may
+train as one batched computation (``batch_lrs``, ``vitplast.batched``). ``select`` orders,
+shards and limits a study's runs before a sweep. Named studies: ``vitplast.studies``;
+provenance of records and sessions, and a study's progress: ``vitplast.provenance``; tables:
+``vitplast.results``.
+
+Used by the CLI (``vitplast sweep``), ``vitplast.studies`` (so notebooks 04-05 through it,
+when they recompute) and ``vitplast.confounds`` (``build``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import torch
+
+from vitplast import ablations, batched, finetune, models, provenance, tasks
+from vitplast.experiments.results import runs_table
+from vitplast.experiments.runs import TRAIN_KEYS, check_run, run_hash
+from vitplast.experiments.store import Store
+
+EXECUTORS = ("serial", "submitit")
+#: How ``select`` orders a study's runs: ``seed-first`` (every (task, configuration, lr)
+#: once before the next seed, so a partial sweep covers the grid) or ``grid`` (as given).
+ORDERS = ("seed-first", "grid")
+#: Name -> ``prepare(model, run)``, run after loading and before training; ablations
+#: register here and a run names one with the key ``prepare``.
+PREPARE: dict[str, Callable] = dict(ablations.PREPARE)
+
+
+def run_one(run: dict, *, device: str | torch.device | None = None,
+            progress: bool = False) -> dict:
+    """Train one run; return its record. A failing run is recorded, not raised.
+
+    The model is loaded, its classifier replaced by a new one seeded by the run's seed
+    (``models.new_head``; the final norm stays pretrained), the ablation's ``prepare`` applied,
+    then ``finetune.train`` trains what the configuration selects.
+
+    Record fields: ``status`` ("ok", "diverged" or "failed"), ``error`` (a failed run's
+    exception line) and ``traceback``, ``initial_val_acc`` (validation accuracy before the
+    first update: about chance with the new head), ``test_acc``, ``test_loss``,
+    ``best_val_acc``, ``best_step``, ``trainable``, ``seconds`` (whole run), ``train_seconds``,
+    ``device``,
+    ``history`` (``TrainResult.history``, see ``vitplast.finetune``), and provenance:
+    ``machine`` (e.g. "x86_64, 2 cores"), ``vitplast``, ``torch``, ``timm``, ``python``,
+    ``git_commit``, ``git_dirty``, ``date`` (UTC). Non-finite numbers become ``None``.
+
+    Args:
+        run: from ``make_run``.
+        device: where to train; ``None`` picks CUDA when available.
+        progress: show the training loop's progress bar.
+    """
+    return run_lrs([run], device=device, progress=progress)[0]
+
+
+def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
+            progress: bool = False) -> list[dict]:
+    """Train runs that differ only in their ``lr``; return their records, as ``run_one``
+    would. Two or more train as one batched computation (``vitplast.batched``; their records
+    say ``batched``: how many, and ``seconds`` is the shared time divided among them), unless
+    the batched path refuses them (``batched.check_batchable``): then one by one.
+
+    Raises:
+        ValueError: the runs differ in more than their ``lr``.
+    """
+    if len({_but_lr(r) for r in runs}) > 1:
+        raise ValueError("run_lrs takes runs that differ only in their lr (sweep.lr_groups)")
+    start = time.perf_counter()
+    device = models.pick_device(device)
+    records = [dict(status="failed", error=None, traceback=None, history=[]) for _ in runs]
+    try:
+        model, task, kwargs = build(runs[0], device)
+        kwargs.pop("lr")
+        if len(runs) > 1:
+            try:
+                batched.check_batchable(model, device=device, **kwargs)
+            except ValueError:
+                del model
+                return [r for run in runs for r in run_lrs([run], device=device,
+                                                           progress=progress)]
+            results = batched.train_lrs(model, task.train, task.val, task.test,
+                                        lrs=[r["lr"] for r in runs], device=device,
+                                        progress=progress, **kwargs)
+        else:
+            results = [finetune.train(model, task.train, task.val, task.test, lr=runs[0]["lr"],
+                                      device=device, progress=progress, **kwargs)]
+        del model
+        for record, r in zip(records, results):
+            record.update(status="diverged" if r.diverged else "ok",
+                          initial_val_acc=r.initial_val_acc, test_acc=r.test_acc,
+                          test_loss=r.test_loss, best_val_acc=r.best_val_acc,
+                          best_step=r.best_step, trainable=r.trainable, train_seconds=r.seconds,
+                          history=r.history, **({"batched": len(runs)} if len(runs) > 1 else {}))
+    except Exception as err:  # recorded; a KeyboardInterrupt still stops the sweep
+        for record in records:
+            record["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
+            record["traceback"] = traceback.format_exc()
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    seconds = (time.perf_counter() - start) / len(runs)
+    return [_finite({**record, "seconds": seconds, "device": str(device),
+                     **provenance.provenance(device)}) for record in records]
+
+
+def lr_groups(runs: list[dict]) -> list[list[dict]]:
+    """``runs`` grouped by everything but their ``lr`` (groups in order of first
+    appearance): the groups ``run_lrs`` can batch."""
+    groups: dict[str, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(_but_lr(r), []).append(r)
+    return list(groups.values())
+
+
+def _but_lr(run: dict) -> str:
+    """Everything of ``run`` but its ``lr``, as a key."""
+    return json.dumps({**run, "lr": None}, sort_keys=True, default=str)
+
+
+def build(run: dict, device: torch.device) -> tuple[torch.nn.Module, tasks.Task, dict]:
+    """What a run trains: its model (loaded, with a new head, prepared by its ablation), its
+    task, and the ``finetune.train`` keywords it passes. Used by ``run_lrs`` and by
+    ``confounds.plasticity_after``, which measures the model before and after."""
+    prepare = run.get("prepare")
+    if prepare is not None and prepare not in PREPARE:
+        raise ValueError(f"unknown prepare {prepare!r}; valid: {sorted(PREPARE)}")
+    task = _task(run)
+    finetune.seed_everything(run["seed"])  # a random model's init
+    model = models.load_model(run["model"], pretrained=run["pretrained"],
+                              checkpoint=run["checkpoint"], num_classes=task.num_classes,
+                              weights_file=run.get("weights_file"), device=device,
+                              **run.get("model_kwargs") or {})
+    models.new_head(model, task.num_classes, seed=run["seed"])
+    kwargs = {k: run[k] for k in TRAIN_KEYS if run.get(k) is not None}
+    if "clip_grad_norm" in run:  # None is meaningful: no clipping (not the default 1.0)
+        kwargs["clip_grad_norm"] = run["clip_grad_norm"]
+    kwargs.setdefault("workers", default_workers())
+    if prepare is not None:
+        kwargs.update(PREPARE[prepare](model, run) or {})
+    if "betas" in kwargs:
+        kwargs["betas"] = tuple(kwargs["betas"])
+    return model, task, kwargs
+
+
+def default_workers() -> int:
+    """DataLoader workers of a run that names none: inside a SLURM job, its cpus-per-task
+    minus the one the training process needs (``SLURM_CPUS_PER_TASK``); else 0 (this
+    process reads the batches)."""
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return max(int(cpus) - 1, 0) if cpus.isdigit() else 0
+
+
+def _task(run: dict) -> tasks.Task:
+    """The run's task (``tasks.load``), with the options its keys set. A paper dataset is
+    transformed as the paper's model expects, at ``img_size`` (default 224)."""
+    options = dict(severity=run["severity"], seed=run["data_seed"])
+    if tasks.check(run["task"], run.get("data_root")) == "paper":
+        options["img_size"] = run.get("img_size") or 224
+    else:
+        options.update(train_size=run["train_size"], test_size=run["test_size"])
+    return tasks.load(run["task"], run.get("data_root"), **options)
+
+
+def _finite(obj):
+    """``obj`` with NaN and infinities replaced by ``None`` (strict JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
+              device: str | torch.device | None = None, progress: bool = True,
+              retry_failed: bool = False, batch_lrs: bool = False,
+              **executor_kwargs) -> pd.DataFrame:
+    """Run the runs the store under ``root`` lacks; each record is saved atomically by
+    whoever ran it (this process or the cluster job) as soon as it finishes.
+
+    Every run is claimed before it trains (``Store.claim``), so concurrent sweeps over one
+    store, sharded or not, never train a run twice: a run claimed by a live process is left
+    to it (and reads "missing" here until it is stored). Before running, orphan temp files of
+    killed writes are deleted (``Store.clean_temp``) and the files that are not complete
+    records named in a warning (``Store.audit``); one at a run's path is re-run.
+
+    Args:
+        runs: run dicts (``grid``, ``make_run``); duplicates run once. Each is checked
+            (``runs.check_run``) before anything is loaded.
+        root: the results folder (``vitplast.store.Store``).
+        executor: ``"serial"`` (here, one run after another) or ``"submitit"`` (a job array:
+            SLURM when available, else submitit's local executor).
+        device: where each run trains; ``None`` picks CUDA when available.
+        progress: a progress bar over runs, and (serial executor) one over the steps of the
+            run in flight.
+        retry_failed: also re-run stored runs whose status is "failed" (once: a failed record
+            another sweep re-ran meanwhile is not re-run again).
+        batch_lrs: train the runs that differ only in their LR as one batched computation
+            (``run_lrs``): many runs per device-minute on a GPU; a job per group with
+            submitit.
+        **executor_kwargs: submitit's ``folder`` (default ``root/submitit``), ``cluster``
+            ("slurm", "local", "debug"; default detected) and ``update_parameters`` keywords
+            (``timeout_min``, ``gpus_per_node``, ``slurm_array_parallelism``, ...).
+
+    Returns:
+        ``results`` rows of ``runs``, in order; a run without a record (its job died) has
+        status "missing" and runs again next time.
+    """
+    _check_sweep(runs, root, executor, executor_kwargs)
+    store = Store(root)
+    store.clean_temp()
+    problems = store.audit()
+    problems = problems[problems["kind"] != "claim"]
+    if len(problems):
+        warnings.warn(f"{len(problems)} file(s) under {root} are not complete run records: "
+                      f"{problems['file'].tolist()[:5]}; see vitplast.store.Store(root).audit()",
+                      stacklevel=2)
+    todo = {}  # hash -> (run, the modification time of the failed record to retry)
+    for c in runs:
+        record = store.record(c)
+        if record is None:
+            todo[run_hash(c)] = (c, None)
+        elif retry_failed and record["status"] == "failed":
+            todo[run_hash(c)] = (c, store.path(c).stat().st_mtime_ns)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(todo), desc=f"sweep ({len(runs) - len(todo)} stored)",
+               disable=not progress)
+    stale = {run_hash(c): mtime for c, mtime in todo.values()}
+    groups = [[(c, stale[run_hash(c)]) for c in group] for group in (
+        lr_groups([c for c, _ in todo.values()]) if batch_lrs else
+        [[c] for c, _ in todo.values()])]
+    if executor == "serial":
+        for group in groups:
+            _run_and_save(group, store, device, progress=progress)
+            bar.update(len(group))
+    elif groups:
+        _submit(groups, store, device, bar, **executor_kwargs)
+    bar.close()
+    records = {run_hash(c): store.record(c) or {"run": c, "status": "missing"}
+               for c in runs}
+    return runs_table(list(records.values()))
+
+
+def _check_sweep(runs, root, executor, executor_kwargs) -> None:
+    """``run_sweep``'s arguments, before anything is loaded or run."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; valid: {list(EXECUTORS)}")
+    if executor == "serial" and executor_kwargs:
+        raise TypeError(f"the serial executor takes no options, got {sorted(executor_kwargs)}")
+    if Path(root).exists() and not Path(root).is_dir():
+        raise ValueError(f"root={str(root)!r} is a file: a store is a folder; give another path")
+    for c in runs:
+        check_run(c)
+    unknown = {c["prepare"] for c in runs if c.get("prepare") is not None} - set(PREPARE)
+    if unknown:
+        raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(PREPARE)}")
+
+
+def _wanted(store: Store, run: dict, stale: int | None) -> bool:
+    """Whether ``run`` still needs running: no complete record, or (``stale``) the
+    failed record seen when the sweep began is still there (no other sweep re-ran it)."""
+    record = store.record(run)
+    if record is None:
+        return True
+    return (stale is not None and record["status"] == "failed"
+            and store.path(run).stat().st_mtime_ns == stale)
+
+
+def _run_and_save(group: list[tuple[dict, int | None]], store: Store, device,
+                  registry: dict | None = None, progress: bool = False) -> list[str]:
+    """The job: claim the runs of ``group`` ((run, stale) pairs differing only in LR), train
+    those still wanted (``run_lrs``), store each record, release the claims; return each
+    run's status, or "skipped" when another process holds its claim or has stored it."""
+    import contextlib
+
+    PREPARE.update(registry or {})  # a fresh job process has only what its pickle brings
+    with contextlib.ExitStack() as claims:
+        mine = [claims.enter_context(store.claim(run)) and _wanted(store, run, stale)
+                for run, stale in group]
+        todo = [run for (run, _), m in zip(group, mine) if m]
+        records = iter(run_lrs(todo, device=device, progress=progress) if todo else [])
+        statuses = []
+        for (run, _), m in zip(group, mine):
+            if m:
+                record = next(records)
+                store.save(run, record)
+            statuses.append(record["status"] if m else "skipped")
+    return statuses
+
+
+def _submit(groups, store: Store, device, bar, folder=None, cluster=None, **parameters
+            ) -> None:
+    """One submitit job array, a job per group of (run, stale) pairs; wait for every job,
+    warn about those that died."""
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=folder or store.root / "submitit", cluster=cluster)
+    executor.update_parameters(**parameters)
+    n = len(groups)
+    jobs = executor.map_array(_run_and_save, groups, [store] * n, [device] * n,
+                              [dict(PREPARE)] * n)
+    for job, group in zip(jobs, groups):
+        try:
+            job.result()
+        except Exception as err:  # killed (time limit, preemption...): no record, re-run later
+            warnings.warn(f"job {job.job_id} died without a record: {err}", stacklevel=3)
+        bar.update(len(group))
+
+
+def select(runs: list[dict], root: str | Path | None = None, *, order: str = "seed-first",
+           shard: str | tuple[int, int] | None = None, limit: int | None = None) -> list[dict]:
+    """The runs a sweep should take, in its order: ``order`` (``ORDERS``; seed-first keeps
+    each seed's runs in their given order, seeds in order of first appearance), then every
+    ``n``-th run from the ``i``-th of ``shard`` = ``(i, n)`` or ``"i/n"`` (``n`` processes
+    share one store; ``parse_shard``), then at most ``limit`` runs the store under ``root``
+    lacks.
+
+    Raises:
+        ValueError: unknown order, a shard not ``"i/n"`` or ``(i, n)`` with ``0 <= i < n``,
+            a limit below 1 or without ``root``.
+    """
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}; valid: {list(ORDERS)}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit takes N >= 1 (run at most N missing runs), got {limit}")
+    if limit is not None and root is None:
+        raise ValueError("limit needs root: the store whose missing runs it counts")
+    runs = list(runs)
+    if order == "seed-first":
+        seeds = list(dict.fromkeys(r["seed"] for r in runs))
+        runs.sort(key=lambda r: seeds.index(r["seed"]))
+    if shard is not None:
+        i, n = parse_shard(shard)
+        runs = runs[i::n]
+    if limit is not None:
+        runs = [r for r in runs if not Store(root).has(r)][:limit]
+    return runs
+
+
+def parse_shard(shard: str | tuple[int, int]) -> tuple[int, int]:
+    """``"1/4"`` or ``(1, 4)`` -> (1, 4); ``ValueError`` naming the valid forms for anything
+    else, or unless ``0 <= i < n``."""
+    try:
+        i, n = (int(v) for v in (shard.split("/") if isinstance(shard, str) else shard))
+    except (ValueError, TypeError):
+        i, n = -1, 0
+    if not 0 <= i < n:
+        raise ValueError(f"shard takes 'I/N' or (I, N) with 0 <= I < N, e.g. '0/2'; "
+                         f"got {shard!r}")
+    return i, n
+
+
+__all__ = ["EXECUTORS", "ORDERS", "PREPARE", "build", "default_workers", "lr_groups",
+           "parse_shard", "run_lrs", "run_one", "run_sweep", "select"]

@@ -1,0 +1,9 @@
+"""Measuring the paper's objects: components and their plasticity (Definition 1), the bounds
+(Propositions 1-4), intervals, and what sets the ranking (the residual stream, its gauge).
+
+``components`` (what a component is) · ``rates`` (one batch's rates) · ``plasticity`` (the
+estimator) · ``pairs`` (the image pairs a rate compares) · ``bounds`` (Propositions 1-4) ·
+``intervals`` (objection 2, Takeaway 1) · ``definitions`` (notebook 01's direct versions) ·
+``empirical`` (measured plasticity of the embedded model, cached) · ``stream`` (the residual
+stream's scale and the rankings it sets) · ``gauge`` (the function-preserving rescaling).
+"""

@@ -1,0 +1,244 @@
+"""Empirical plasticity of a model across tasks, protocols and pretraining checkpoints, and
+how its ranking of components compares with the paper's.
+
+Paper: section 4, Fig. 2-3 and Takeaway 2 (on ViT-B: MHA > FC1 > FC2 > LN2 > LN1, with MHA,
+FC1, FC2 above 1 and the LayerNorms below; the values are ``vitplast.paper.FIG2_PLASTICITY``,
+and ``findings.plasticity_ranking`` compares with them).
+
+Used by notebooks 02, 04 and 06.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+from torch import nn
+
+from vitplast.inputs import Fitted, fits, native_input
+from vitplast.measure.plasticity import (
+    PROTOCOLS,
+    Pairs,
+    make_pairs,
+    measure,
+    order,
+    ranking,
+    summarize,
+)
+
+#: The pretraining-domain task whose test images are the x of each pair by default: the
+#: embedded model's Fashion-MNIST (the paper's ImageNet val).
+SOURCE = "fmnist"
+#: Seed of the pretraining-domain sample: another draw than the tasks' (seed 0), because the
+#: Fashion-MNIST tasks are built from the same test images; with one seed, pair i would hold
+#: the same garment clean and corrupted, not two unrelated images as in the paper.
+SOURCE_SEED = 1
+
+
+def load_task_for(name: str, model=None, data_root: str | None = None, *, seed: int = 0,
+                  **task_kwargs):
+    """An embedded task, or a paper dataset under ``data_root`` with ``model``'s transforms.
+
+    An embedded task (1 x 28 x 28) for a model that takes other images (a timm ViT by name)
+    is resized to the model's input (``vitplast.inputs.Fitted``): any ViT can be measured
+    on it offline."""
+    from vitplast import models, tasks
+
+    task = tasks.load(name, data_root, model=model, seed=seed, **task_kwargs)
+    if tasks.TASKS[name] != "embedded" or not isinstance(model, nn.Module) or fits(
+            model, (task.in_chans, task.img_size, task.img_size)):
+        return task
+    mean, std = models.FASHION_MNIST_MEAN, models.FASHION_MNIST_STD
+    c, h, _ = native_input(model)
+    return replace(task, train=Fitted(task.train, model, mean, std),
+                   val=Fitted(task.val, model, mean, std),
+                   test=Fitted(task.test, model, mean, std), in_chans=c, img_size=h)
+
+
+def task_pairs(task: str, source: str | None = SOURCE, *, n_pairs: int = 256, model=None,
+               data_root: str | None = None, seed: int = 0, **task_kwargs) -> Pairs:
+    """Image pairs for a task, as the paper builds them.
+
+    With a ``source`` (the pretraining domain, the paper's ImageNet val): x = source test
+    image i (drawn with ``SOURCE_SEED``), y = task test image i, unshuffled. Without one (or
+    ``source == task``): random pairs within the task's test set.
+    """
+    y_task = load_task_for(task, model, data_root, **task_kwargs)
+    if not source or source == task:
+        return make_pairs(y_task.test, n_pairs=n_pairs, seed=seed)
+    x_task = load_task_for(source, model, data_root, seed=SOURCE_SEED, **task_kwargs)
+    return make_pairs(x_task.test, y_task.test, n_pairs=n_pairs)
+
+
+def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
+                  checkpoints=("final",), source: str | None = SOURCE, data_root: str = "",
+                  n_pairs: int = 256, batch_size: int = 64, device=None, workers: int = 0,
+                  progress: bool = True) -> pd.DataFrame:
+    """``measure`` over checkpoints x tasks x protocols, as one tidy table with ``model``,
+    ``checkpoint`` and ``task`` columns.
+
+    On the embedded model each (checkpoint, task, protocol) is load-or-compute, cached under
+    the cache folder by its arguments, so notebooks measuring the same thing share it (02 and
+    04 both measure the final checkpoint); other models are measured every time.
+
+    Args:
+        model_name: ``"vitplast_fmnist"`` or a timm name (``checkpoints`` then only label).
+        tasks: embedded task names, or paper dataset names with ``data_root``.
+        source: the pretraining-domain task whose test images are the x of each pair
+            (the paper's ImageNet val); ``None`` or ``""`` pairs images within each task.
+        data_root: folder of the paper's datasets (``vitplast.paper_datasets``).
+        workers: DataLoader workers reading the pairs (a runtime setting: not in the cache
+            key).
+    """
+    from vitplast import models, store
+
+    frames = []
+    for ckpt in checkpoints:
+        kwargs = {"checkpoint": ckpt} if model_name == models.EMBEDDED_NAME else {}
+        model = None  # loaded at the first measurement not in the cache
+        for name in tasks:
+            for protocol in protocols:
+                def compute(name=name, protocol=protocol):
+                    nonlocal model
+                    model = model or models.load_model(model_name, device=device, **kwargs)
+                    pairs = task_pairs(name, source, n_pairs=n_pairs, model=model,
+                                       data_root=data_root)
+                    return measure(model, pairs, protocol=protocol, batch_size=batch_size,
+                                   workers=workers, progress=progress,
+                                   meta=dict(model=model_name, checkpoint=ckpt, task=name))
+                if model_name != models.EMBEDDED_NAME:
+                    frames.append(compute())
+                    continue
+                key = dict(model_name=model_name, checkpoint=ckpt, task=name, protocol=protocol,
+                           source=source or "", n_pairs=n_pairs, batch_size=batch_size)
+                frames.append(store.load_or_compute("rates", key, compute))
+    return pd.concat(frames, ignore_index=True)
+
+
+def checkpoint_epochs(model_name: str, checkpoints) -> dict[str, float]:
+    """Checkpoint name -> pretraining epoch, from the embedded manifest (NaN elsewhere)."""
+    from vitplast import models
+
+    if model_name != models.EMBEDDED_NAME:
+        return {c: np.nan for c in checkpoints}
+    known = models.embedded_checkpoints()
+    return {c: known[c]["epoch"] for c in checkpoints}
+
+
+def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",),
+                     pretraining_tasks: list[str] | None = None, source: str | None = SOURCE,
+                     data_root: str = "", n_pairs: int = 256, batch_size: int = 64,
+                     weights_file: str = "", workers: int = 0) -> pd.DataFrame:
+    """Notebook 02's measurement, load-or-compute (cached under the cache folder, keyed by
+    every argument): the last checkpoint on every task of ``tasks``, the earlier checkpoints on
+    those of ``tasks`` in ``pretraining_tasks`` only (default: all tasks), both protocols, no
+    progress bars.
+
+    Paper: section 4, Fig. 2-3. Used by notebook 02.
+    """
+    from vitplast import store
+    from vitplast import tasks as registry
+
+    for name in [*tasks, *(pretraining_tasks or []), *([source] if source else [])]:
+        registry.check(name, data_root)  # "unknown task", naming the valid ones
+    *early, last = list(checkpoints)
+    along = [t for t in tasks if pretraining_tasks is None or t in pretraining_tasks]
+    if early and not along:
+        raise ValueError(f"pretraining_tasks {pretraining_tasks} share no task with tasks "
+                         f"{tasks}: the earlier checkpoints are measured on tasks of both")
+    params = dict(model_name=model_name, weights_file=weights_file, checkpoints=list(checkpoints),
+                  tasks=list(tasks), pretraining_tasks=along, source=source,
+                  data_root=data_root, n_pairs=n_pairs, batch_size=batch_size)
+    kw = dict(source=source, data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
+              workers=workers, progress=False)  # workers: not in the cache key (params)
+
+    def compute():
+        frames = [measure_tasks(model_name, along, checkpoints=early, **kw)] if early else []
+        frames.append(measure_tasks(model_name, list(tasks), checkpoints=[last], **kw))
+        return pd.concat(frames, ignore_index=True)
+
+    return store.load_or_compute("plasticity", params, compute)
+
+
+def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> pd.DataFrame:
+    """Per task, block and component: the embedded model's plasticity before finetuning and its
+    ``ci95`` (``measure_tasks``, ``plasticity.summarize``), components as plain text: the rows
+    the study stores keep beside their runs (``confound_plasticity.layer_plasticity``,
+    ``decide.task_plasticity``). Columns ``task``, ``layer``, ``component``, ``plasticity``,
+    ``ci95``."""
+    from vitplast import models
+
+    rates = measure_tasks(models.EMBEDDED_NAME, list(tasks), protocols=[protocol],
+                          n_pairs=n_pairs, progress=False)
+    per_layer = summarize(rates)
+    per_layer = per_layer.assign(component=per_layer["component"].astype(str))
+    return per_layer[["task", "layer", "component", "plasticity", "ci95"]]
+
+
+def pooled_layers(rates: pd.DataFrame, checkpoint: str) -> pd.DataFrame:
+    """Per (protocol, layer, component) at ``checkpoint``: ``plasticity`` and ``ci95`` of
+    ``plasticity.summarize``, averaged over tasks (the figures' pooled view).
+
+    Paper: Fig. 2-3. Used by notebook 02."""
+    per_layer = summarize(rates[rates["checkpoint"] == checkpoint], by=("layer", "component"))
+    return (per_layer.groupby(["protocol", "layer", "component"], observed=True)
+            [["plasticity", "ci95"]].mean().reset_index())
+
+
+def precision(rates: pd.DataFrame, checkpoint: str) -> pd.DataFrame:
+    """How precise the per-layer estimates are with the pairs used: per protocol, the median
+    and the largest 95% CI half-width relative to the plasticity, over (task, layer,
+    component), and the pairs per estimate. Used by notebook 02 (the choice of ``n_pairs``)."""
+    per_layer = summarize(rates[rates["checkpoint"] == checkpoint], by=("layer", "component"))
+    rel = per_layer.assign(relative_ci95=per_layer["ci95"] / per_layer["plasticity"])
+    return rel.groupby("protocol").agg(pairs=("n", "min"), median_relative_ci95=(
+        "relative_ci95", "median"), max_relative_ci95=("relative_ci95", "max")).reset_index()
+
+
+def task_orders(ranked: pd.DataFrame) -> pd.DataFrame:
+    """Per (protocol, task) of a ``plasticity.ranking`` table: the order of the components as
+    text (``plasticity.order``). Used by notebook 02."""
+    return (ranked.groupby(["protocol", "task"]).apply(order, include_groups=False)
+            .rename("order").to_frame())
+
+
+def along_pretraining(rates: pd.DataFrame, model_name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Plasticity along the pretraining checkpoints, on the tasks measured at every checkpoint.
+
+    Returns:
+        (ranked, curve): ``plasticity.ranking`` per checkpoint in measured order, and its mean
+        over those tasks per (protocol, epoch, component), with ``epoch`` from the manifest.
+
+    Paper: not studied there (it measures the final model). Used by notebook 02.
+    """
+    ckpts = list(dict.fromkeys(rates["checkpoint"]))
+    everywhere = set.intersection(*(set(rates.loc[rates["checkpoint"] == c, "task"])
+                                    for c in ckpts))
+    ranked = ranking(rates[rates["task"].isin(everywhere)])
+    ranked["checkpoint"] = pd.Categorical(ranked["checkpoint"], ckpts, ordered=True)
+    ranked = ranked.sort_values(["checkpoint", "task", "rank"], kind="stable")
+    ranked["checkpoint"] = ranked["checkpoint"].astype(str)
+    ranked["epoch"] = ranked["checkpoint"].map(checkpoint_epochs(model_name, ckpts))
+    curve = (ranked.groupby(["protocol", "epoch", "component"], observed=True)["plasticity"]
+             .mean().reset_index())
+    return ranked, curve
+
+
+def finetuning_inputs(tasks: list[str], *, protocol: str = "hidden", n_pairs: int = 256
+                      ) -> tuple[pd.DataFrame, pd.Series]:
+    """What notebook 04 needs besides its runs, load-or-compute (cached): the embedded model's
+    per-pair rates on each task under ``protocol`` (``measure_tasks``, final checkpoint), and
+    the linear probe's test accuracy (%) per task (``probes.linear_probes``). The rates are
+    ``measure_tasks``'s cached ones: after notebook 02 (same pairs) they are read, not measured.
+
+    Paper: Takeaway 3 (plasticity vs gain), Table 1's linear-probe column. Used by notebook 04.
+    """
+    from vitplast import models, probes, store
+
+    rates = measure_tasks(models.EMBEDDED_NAME, tasks, protocols=[protocol], n_pairs=n_pairs,
+                          progress=False)
+
+    probe = store.load_or_compute("probe-04", dict(tasks=tasks),
+                                  lambda: probes.linear_probes(models.EMBEDDED_NAME, tasks))
+    return rates, probe.set_index("task")["test_acc"]

@@ -1,0 +1,195 @@
+"""Rates: Definition 1's ratio ||f(x) - f(y)|| / ||x - y|| for one batch of pairs, per component.
+
+The one hook scope (``hooks``) and the two input protocols (``hidden``, ``embedding``: the one
+place they differ is ``_apply``) live here; ``batch_rates`` gives every component's rates for a
+batch of pairs in ONE forward pass over [x; y], each tensor's pair distances computed once
+(``_Rates``). ``vitplast.plasticity`` streams pairs through them (``measurement``) and
+re-exports the public names (``plasticity.rate``, ``plasticity.hooks``, ...).
+
+Paper: Definition 1. Used by ``vitplast.plasticity`` and notebook 03 (``component_inputs``).
+"""
+
+from __future__ import annotations
+
+import weakref
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from vitplast.inputs import check_finite, check_images, to_model
+from vitplast.measure.components import component_modules
+from vitplast.measure.pairs import check_batch, check_protocol
+
+__all__ = ["rate", "embed", "hooks", "batch_rates", "component_inputs"]
+
+
+def rate(f, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-pair rate ||f(x) - f(y)|| / ||x - y|| (Frobenius over all but the first dim).
+
+    Paper: Definition 1, the quantity averaged into plasticity. x and y go to f's device
+    when f is a module.
+    """
+    x, y = to_model(f, x, y)  # a module's device; a plain function takes them as they are
+    num = (f(x) - f(y)).flatten(1).norm(dim=1)
+    return num / (x - y).flatten(1).norm(dim=1)
+
+
+def _pair_distance(t: torch.Tensor) -> torch.Tensor:
+    """||x_i - y_i||_F of a batch [x; y] (first half x, second half y), (B,)."""
+    b = t.shape[0] // 2
+    return (t[:b].float() - t[b:].float()).flatten(1).norm(dim=1)
+
+
+def _pair_rate(inp: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Rates of a batch [x; y] (first half x, second half y) given inputs and outputs."""
+    return _pair_distance(out) / _pair_distance(inp)
+
+
+# Elements of the pair differences formed at once on a CPU: 512 KiB of float32, which stays in
+# a core's L2 cache while its norms are taken (see ``_Rates``).
+_CHUNK = 1 << 17
+
+
+class _Rates:
+    """``_pair_rate`` along one pass, each tensor's pair distances computed once: in a block
+    (``hidden``), MHA's input IS LN1's output and FC1's input IS LN2's output (the hooks see
+    the same tensor); under ``embedding`` every component but FC2 gets the same embedding. The
+    last input's and output's distances are kept for the next call, with weak references to
+    their tensors (a strong one would keep an activation alive after the network has let it
+    go: more memory in use during the pass).
+
+    On a CPU the differences x - y are formed a few pairs at a time in one small scratch buffer
+    (``_CHUNK`` elements) that stays in cache while their norms are taken: each activation is
+    read once from memory and no difference is written there. The whole batch's difference
+    (written to memory, then read back for its norm) cost a fifth more; the numbers are the
+    same (each pair's norm is reduced alone either way). Reading every activation once remains
+    the estimator's cost: about 0.1x a forward pass of the embedded model on one core."""
+
+    def __init__(self):
+        self.inp = self.out = (None, None)  # (weak reference to a tensor, its distances)
+        self.scratch: torch.Tensor | None = None
+
+    def _pair_distance(self, t: torch.Tensor) -> torch.Tensor:
+        """``_pair_distance(t)``, the same numbers, chunk by chunk on a CPU."""
+        if t.dtype != torch.float32 or t.device.type != "cpu":
+            return _pair_distance(t)
+        b = t.shape[0] // 2
+        x, y = t[:b].flatten(1), t[b:].flatten(1)  # (B, m) each
+        m = x.shape[1]
+        rows = max(1, min(b, _CHUNK // m))
+        if self.scratch is None or self.scratch.numel() < rows * m:
+            self.scratch = torch.empty(rows * m, dtype=t.dtype)
+        out = torch.empty(b, dtype=t.dtype)
+        full = self.scratch[:rows * m].view(rows, m)
+        for xa, ya, o in zip(x.split(rows), y.split(rows), out.split(rows)):
+            diff = torch.sub(xa, ya, out=full if len(xa) == rows else full[:len(xa)])
+            torch.linalg.vector_norm(diff, dim=1, out=o)
+        return out
+
+    def _distance(self, t: torch.Tensor) -> torch.Tensor:
+        for seen, d in (self.inp, self.out):
+            if seen is not None and t is seen():
+                return d
+        return self._pair_distance(t)
+
+    def __call__(self, inp: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        self.inp = (weakref.ref(inp), self._distance(inp))
+        self.out = (weakref.ref(out), self._pair_distance(out))
+        return self.out[1] / self.inp[1]
+
+
+def embed(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """The embedding output fed to the first block: patch tokens + CLS (+ registers) +
+    positions, after ``norm_pre``. Shape (B, n, d), on the model's device."""
+    x = model.patch_embed(to_model(model, images))
+    x = model._pos_embed(x)
+    x = model.patch_drop(x)
+    return model.norm_pre(x)
+
+
+def _pad_to(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Zero-pad the last dim of x to ``width`` (FC2's input under the embedding protocol)."""
+    return nn.functional.pad(x, (0, width - x.shape[-1]))
+
+
+def _embedding_input(module: nn.Module, component: str, e: torch.Tensor) -> torch.Tensor:
+    return _pad_to(e, module.in_features) if component == "FC2" else e
+
+
+@contextmanager
+def hooks(model: nn.Module, reduce):
+    """The one hook scope: ``reduce(key, module, input, output)`` sees every component's input
+    and output in the forward passes inside it; the handles are removed on exit, also after an
+    exception. ``key`` is ``(layer, component)``."""
+    handles = [module.register_forward_hook(
+        lambda mod, args, out, key=key: reduce(key, mod, args[0], out))
+        for key, module in component_modules(model).items()]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _apply(model: nn.Module, images: torch.Tensor, protocol: str, reduce) -> None:
+    """Run every component on its input for ``images`` under ``protocol`` (the one place the
+    protocols differ), handing each (input, output) to ``reduce`` as ``hooks`` does."""
+    if protocol == "hidden":
+        with hooks(model, reduce):
+            model.forward_features(images)
+        return
+    e = embed(model, images)
+    for (layer, comp), module in component_modules(model).items():
+        inp = _embedding_input(module, comp, e)
+        reduce((layer, comp), module, inp, module(inp))
+
+
+def _checked(model, x, y):
+    """``check_batch``, and x and y of one shape."""
+    x, y = check_batch(model, x, y)
+    if x.shape != y.shape:
+        raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} differ in shape: pair i "
+                         "is (x[i], y[i]), so both need the same shape")
+    return x, y
+
+
+@torch.no_grad()
+def batch_rates(model: nn.Module, x: torch.Tensor, y: torch.Tensor, protocol: str = "hidden"
+                ) -> dict[tuple[int, str], torch.Tensor]:
+    """Rates of every component of every block for a batch of image pairs.
+
+    Args:
+        x, y: images (B, C, H, W), pair i is (x[i], y[i]).
+        protocol: ``"hidden"`` or ``"embedding"`` (see module docstring).
+
+    Returns:
+        ``{(layer, component): rates (B,)}`` on the model's device (x and y are moved there).
+
+    Raises:
+        ValueError: unknown protocol; x and y of different shapes; images the model does not
+            take or with non-finite pixels (``vitplast.inputs.check_images``).
+    """
+    check_protocol(protocol)
+    x, y = _checked(model, x, y)
+    out, rates = {}, _Rates()
+    _apply(model, to_model(model, torch.cat([x, y])), protocol,
+           lambda key, mod, inp, o: out.__setitem__(key, rates(inp, o)))
+    return out
+
+
+@torch.no_grad()
+def component_inputs(model: nn.Module, images: torch.Tensor, protocol: str = "hidden"
+                     ) -> dict[tuple[int, str], torch.Tensor]:
+    """Each component's input for a (small) batch of images under a protocol, (B, n, d_in).
+
+    For checks that apply a component to its real input (tests, notebook 03's head-by-head
+    recomputation of attention). The inputs lie on the model's device (images are moved).
+    """
+    check_protocol(protocol)
+    images = check_images(model, images, "images")
+    check_finite("images", images)
+    images = to_model(model, images)
+    inputs = {}
+    _apply(model, images, protocol, lambda key, mod, inp, o: inputs.__setitem__(key, inp))
+    return inputs

@@ -1,0 +1,191 @@
+"""Findings of the confound study (notebook 05): plasticity or parameter count?
+
+The table opens with the study's primary questions (``Study.primaries``: Holm over them
+only), then exploratory rows (their own Holm family), then descriptive ones; a tied LR choice
+broken the other way marks the rows it flips ``fragile`` (``finetuning_findings.with_ties``).
+Matched comparisons state the counts they compare. The per-layer test controls for depth:
+within a component, the partial rank correlation of a block's plasticity and its accuracy given
+the block index; where a component's plasticity (or its accuracy) is monotone in depth nothing is
+left to test, that task is left out, and the row says how many were. The rows after the
+primaries (which name their variants as declared) find the variants they compare by their
+fields (``confound_variants.name_of``: family, component, c, recipe), never by parsing a name.
+
+Paper: Takeaway 3 and objections 3-4 (docs/objections.md). Used by notebook 05
+(``from vitplast import findings`` re-exports ``confounds``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from vitplast.experiments.confound_variants import name_of, names_of
+from vitplast.measure.components import LINEARS
+from vitplast.paper import SOURCES, table1_average
+from vitplast.report.finetuning_findings import declared_by, grad_rows, with_ties
+from vitplast.report.verdicts import descriptive, mean_test, paired_test, table
+
+_TASKS = "points, per task (seed-mean)"
+#: The per-task statistic of the per-layer test (``finetuning_findings.STATISTICS``).
+LAYER_STATISTIC = "partial spearman(plasticity, accuracy | block)"
+
+
+def _col(acc: pd.DataFrame, variant: str | None) -> pd.Series:
+    """A variant's accuracy per task; empty when the study has no run of it yet (or no such
+    variant: ``None``)."""
+    return acc[variant] if variant in acc else pd.Series(dtype=float)
+
+
+def _matched(acc: pd.DataFrame, fields: pd.DataFrame, a: dict, b: dict, counts: dict,
+             claim: str) -> dict:
+    """A paired test over tasks of the variants whose fields are ``a`` - those whose fields are
+    ``b`` (``name_of``), stating the counts compared."""
+    gap = table1_average(a["component"]) - table1_average(b["component"])
+    a, b = name_of(fields, **a), name_of(fields, **b)
+    row = paired_test(claim, _col(acc, a), _col(acc, b), expected=1, unit=_TASKS, effect=gap,
+                      paper=f"{gap:+.2f} points (Table 1 average) at full counts")
+    return {**row, "counts": f"{counts.get(a, math.nan):,} vs {counts.get(b, math.nan):,}"}
+
+
+def layer_statistic(corr: pd.DataFrame) -> pd.Series:
+    """Per task, the mean over components of the partial rho (``layer_correlations``'s
+    ``partial``; NaN where a component's plasticity or accuracy is monotone in depth, left
+    out)."""
+    if "partial" not in corr or not len(corr):
+        return pd.Series(dtype=float)
+    return corr.groupby("task")["partial"].mean().dropna()
+
+
+def confounds(t: dict, after: pd.DataFrame | None = None, primaries=()) -> pd.DataFrame:
+    """Notebook 05's findings table: the task is the unit.
+
+    Args:
+        t: ``confounds.tables``: ``fields`` (each variant's fields, by name:
+            ``confounds.variant_fields``; every row finds its variants there),
+            ``acc`` (tasks x variants, seed-mean test accuracy in %, the
+            plain SGD baselines included), ``counts`` (backbone entries per variant),
+            ``corr`` (``confounds.layer_correlations``), ``grads`` (of the plain
+            configurations), ``rescale`` (``confounds.rescale_pairs``), ``ties`` and
+            ``alternatives`` (the fragile flag; absent: not computed).
+        after: ``confounds.plasticity_after`` of the best runs (None or empty: no row).
+        primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
+    """
+    return with_ties(lambda tt: _confounds(tt, after, primaries), t)
+
+
+def _confounds(t: dict, after, primaries) -> pd.DataFrame:
+    acc, counts, fields = t["acc"], t["counts"], t["fields"]
+    declared = declared_by(primaries)
+    rows = [{**p.row(acc, {LAYER_STATISTIC: layer_statistic(t["corr"])}),
+             "counts": " vs ".join(f"{sum(counts.get(c, 0) for c in g) / len(g):,.0f}"
+                                   for g in (p.a, p.b) if g)} for p in primaries]
+    plain = {c: dict(family="plain", component=c) for c in ("MHA", "LN1")}
+    sparse = {c: dict(family="sparse", component=c) for c in LINEARS}
+    pairs = [(sparse["MHA"], plain["LN1"], "MHA - LN1 at LN1's count (sparse MHA)"),
+             (sparse["MHA"], sparse["FC1"], "MHA - FC1 at LN1's count (sparse)"),
+             (sparse["FC1"], sparse["FC2"], "FC1 - FC2 at LN1's count (sparse)")]
+    pairs += [(dict(want, component=a), dict(want, component=b), f"{a} - {b}, {kind} at one count")
+              for kind, want in (("LoRA r1", dict(family="lora", rank=1)), ("bias", dict(
+                  family="bias"))) for a, b in zip(LINEARS, LINEARS[1:])]
+    rows += [_matched(acc, fields, a, b, counts, claim) for a, b, claim in pairs
+             if ((name_of(fields, **a),), (name_of(fields, **b),)) not in declared]
+    full, masked = name_of(fields, **plain["MHA"]), name_of(fields, **sparse["MHA"])
+    count_effect = paired_test("MHA at its full count - MHA at LN1's count: what the count adds",
+                               _col(acc, full), _col(acc, masked), paper="not studied",
+                               expected=math.nan, unit=_TASKS)
+    rows.append({**count_effect, "counts": f"{counts.get(full, 0):,} vs "
+                 f"{counts.get(masked, 0):,}"})
+    rows += _layer_rows(t["corr"], counts, fields, declared)
+    gap = table1_average("MHA") - table1_average("LN1")
+    adamw, init = ({c: name_of(fields, **plain[c], **recipe) for c in plain}
+                   for recipe in (dict(optimizer="adamw"), dict(checkpoint="init")))
+    rows.append(paired_test("MHA - LN1 under AdamW", _col(acc, adamw["MHA"]),
+                            _col(acc, adamw["LN1"]), paper=SOURCES["adamw"], expected=1,
+                            unit=_TASKS, effect=gap))
+    rows.append(paired_test("MHA - LN1 finetuned from the random init checkpoint",
+                            _col(acc, init["MHA"]), _col(acc, init["LN1"]),
+                            paper="not studied (architecture vs pretraining)",
+                            expected=math.nan, unit=_TASKS))
+    rows += _rescale_rows(acc, fields, t.get("rescale"))
+    rows += grad_rows(t["grads"], SOURCES["grad_norms"])
+    if after is not None and len(after):
+        own = after[after["variant"] == after["component"]]
+        ratios = own.groupby("component")["ratio"].mean()
+        rows.append(descriptive(
+            "a component's own plasticity after / before finetuning it (best run per task)",
+            ", ".join(f"{c} x{r:.2f}" for c, r in ratios.items()), paper="not studied",
+            verdict="measured (untested)", n=own["task"].nunique(), unit="mean over tasks"))
+    return table(rows)
+
+
+def _layer_rows(corr: pd.DataFrame, counts: dict, fields: pd.DataFrame, declared=()
+                ) -> list[dict]:
+    """Per component, the partial rank correlation of plasticity and accuracy over the blocks
+    given the block index (count fixed within a component; stated); its mean over components
+    (unless a primary); and earliness against accuracy. The task is the unit."""
+    rows, source = [], SOURCES["plasticity_gain"] + ": positive"
+    for comp, c in corr.groupby("component"):
+        monotone = int((c["plasticity_depth"].abs() > 1 - 1e-9).sum())
+        claim = (f"{comp} of one block: Spearman(plasticity, test accuracy) over the blocks, "
+                 "partial on the block index")
+        per_block = sorted({counts[name] for name in names_of(fields, family="block",
+                                                              component=comp) if name in counts})
+        if monotone == len(c):
+            row = descriptive(claim, "none: plasticity is monotone in depth on every task",
+                              paper=source, n=0, unit="rho, per task",
+                              verdict="cannot be told from depth (untested)")
+        else:
+            left = int(c["partial"].isna().sum())
+            row = mean_test(claim, c.set_index("task")["partial"], paper=source, expected=1,
+                            unit=f"partial rho, per task ({left} of {len(c)} tasks left out: "
+                            f"plasticity ({monotone}) or accuracy monotone in depth)")
+        rows.append({**row, "counts": " vs ".join(f"{n:,}" for n in per_block) + " per block"})
+    if LAYER_STATISTIC not in declared:
+        rows.append(mean_test("one block at a time, mean over components: Spearman(plasticity, "
+                              "test accuracy) over the blocks, partial on the block index",
+                              layer_statistic(corr), paper=source, expected=1,
+                              unit="partial rho, per task"))
+    depth = (corr.groupby("task")["spearman_depth"].mean() if "spearman_depth" in corr
+             else pd.Series(dtype=float))
+    rows.append(mean_test("one block at a time, mean over components: Spearman(earlier block, "
+                          "test accuracy) over the blocks", depth, expected=math.nan,
+                          paper="not studied (depth, which plasticity may follow)",
+                          unit="rho, per task"))
+    return rows
+
+
+def _rescale_rows(acc: pd.DataFrame, fields: pd.DataFrame, pairs: pd.DataFrame | None
+                  ) -> list[dict]:
+    """The gamma rescale (plasticity x c at one count) against the plain LayerNorm and against
+    its lr/c^2 control (task level, with the recipe's clipping; both found in ``fields`` by
+    component and c); then, run by run, whether the rescale and its control end with equal
+    test accuracy, as derived without clipping (``pairs``: ``confounds.rescale_pairs``; equal
+    accuracy, not equal loss curves)."""
+    rows, preserved = [], set(names_of(fields, family="rescale", preserve=True))
+    for pres in [v for v in acc.columns if v in preserved]:
+        ln, c = fields.at[pres, "component"], float(fields.at[pres, "c"])
+        plain = name_of(fields, family="plain", component=ln)
+        control = name_of(fields, family="lr/c^2", component=ln, c=c)
+        rows.append(paired_test(f"{ln} x {c:.3g} (preserved) - plain {ln}: plasticity x "
+                                f"{c:.3g}, same count", acc[pres], _col(acc, plain),
+                                paper="not studied", expected=math.nan, unit=_TASKS))
+        rows.append(paired_test(f"{ln} x {c:.3g} (preserved) - its lr/c^2 control, gradient "
+                                "clipping on", acc[pres], _col(acc, control),
+                                paper="not studied", expected=math.nan, unit=_TASKS))
+    for r in (pairs.itertuples() if pairs is not None else []):
+        equal = r.identical == r.pairs
+        if r.pairs == 0:
+            verdict = "no pairs"
+        elif r.clipping == "off":
+            verdict = ("equal test accuracy, as derived" if equal
+                       else "differs: contradicts the derivation")
+        else:
+            verdict = ("equal test accuracy (the clip did not change the outcome)" if equal
+                       else "differs, as clipping allows")
+        rows.append(descriptive(
+            f"{r.variant} vs its lr/c^2 control, run by run (task, LR, seed), gradient clipping "
+            f"{r.clipping}", f"{r.identical} of {r.pairs} pairs with equal status and test "
+            f"accuracy, the largest difference {r.max_diff:.2f}", paper="not studied (derived "
+            "here: the same run without clipping)", verdict=verdict, n=r.pairs, unit="points"))
+    return rows

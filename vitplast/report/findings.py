@@ -1,0 +1,259 @@
+"""Findings: every notebook's conclusions as a tidy table, and the one function that renders it.
+
+The rows, their tests, Holm families, power and verdicts are ``vitplast.verdicts`` (documented
+there, re-exported here: ``findings.table``, ``findings.render``, ``findings.Primary``...).
+One builder per notebook: 01 ``definitions``, 02 ``plasticity_ranking``, 06 ``explorer``
+below; 03 ``bounds`` (``vitplast.bound_findings``), 04 ``finetuning``
+(``vitplast.finetuning_findings``) and 05 ``confounds`` (``vitplast.confound_findings``),
+re-exported. ``from vitplast import findings`` is the one
+import a notebook needs.
+
+Used by notebooks 01-06.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from vitplast.paper import SOURCES
+from vitplast.report.bound_findings import bounds
+from vitplast.report.confound_findings import confounds
+from vitplast.report.finetuning_findings import STATISTICS, finetuning, with_ties
+from vitplast.report.verdicts import (
+    ALPHA,
+    COLUMNS,
+    EXTRA,
+    MAX_PRIMARIES,
+    MIN_N,
+    ORDER_HELD_TAU,
+    PRECISE,
+    SCALE_INVARIANT,
+    TIGHT,
+    UNDERPOWERED,
+    Primary,
+    descriptive,
+    exact,
+    holm,
+    mean_test,
+    paired_test,
+    primaries_table,
+    render,
+    same,
+    table,
+)
+
+__all__ = ["ALPHA", "COLUMNS", "EXTRA", "MAX_PRIMARIES", "MIN_N", "STATISTICS", "UNDERPOWERED",
+           "Primary", "bounds", "confounds", "correlation_row", "definitions", "descriptive",
+           "exact", "explorer", "finetuning", "holm", "mean_test", "paired_test",
+           "plasticity_ranking", "primaries_table", "render", "same", "table", "with_ties"]
+
+
+# notebook 01 ---------------------------------------------------------------------------------
+
+def correlation_row(claim: str, rho, *, paper: str, unit: str = "rho, per task",
+                    paper_value: float = 1.0) -> dict:
+    """A row on a per-task correlation with the paper's values (e.g. Spearman's rho with Fig.
+    2, whose own value is ``paper_value`` = +1). Tested over tasks (``mean_test``, the paper's
+    sign +1) when it varies; when it takes ONE value on every one of at least ``MIN_N`` tasks
+    there is nothing for a test to weigh: the row is descriptive and reads "agrees with the
+    paper" when that value is the paper's, "disagrees with the paper" otherwise (a rho of
+    exactly 0 on every task is a clear, repeated disagreement with +1, not "not resolved").
+
+    Paper: Takeaway 2 (the order of Fig. 2). Used by notebook 02 (``plasticity_ranking``,
+    ``stream.ranking_findings``)."""
+    v = pd.Series(rho, dtype=float).dropna()
+    if len(v) >= MIN_N and v.nunique() == 1:
+        value = float(v.iloc[0])
+        word = "agrees with" if math.isclose(value, paper_value) else "disagrees with"
+        near = "; near the paper's order, not the same" if 0.5 <= value < paper_value else ""
+        return descriptive(claim, value, paper=paper, n=len(v), unit=unit,
+                           verdict=f"{word} the paper: rho = {value:+.2g} on every one of the "
+                           f"{len(v)} tasks (no spread, so no test is needed{near})")
+    return mean_test(claim, v, paper=paper, expected=1, unit=unit)
+
+
+def definitions(maps: pd.DataFrame, linear: pd.DataFrame, scale: pd.DataFrame,
+                conv: pd.DataFrame, tol: float = 0.05) -> pd.DataFrame:
+    """Notebook 01's findings table: exact checks of Definition 1 on hand-checkable functions
+    (descriptive rows: these are computations, not samples of units).
+
+    Args:
+        maps: ``definitions.maps_1d_table``; linear: ``definitions.linear_table``;
+        scale: ``definitions.scale_table`` (modules "LayerNorm" and "attention");
+        conv: ``definitions.convergence`` of the model's rates.
+        tol: relative tolerance of "close to" (LayerNorm's slope, the linear map's value).
+    """
+    ok = (maps["plasticity"] <= maps["max_rate"] + 1e-9) & (maps["max_rate"]
+                                                            <= maps["lipschitz"] + 1e-6)
+    crossing = [f for f, g in maps.groupby("function")
+                if g["plasticity"].max() > 1 > g["plasticity"].min()]
+    lin = dict(zip(linear["quantity"], linear["value"]))
+    ratio = lin["plasticity (mean rate)"] / lin["sqrt(mean sigma^2)"]
+    ln = scale[scale["module"] == "LayerNorm"]
+    slope = float(np.polyfit(np.log(ln["scale"]), np.log(ln["plasticity"]), 1)[0])
+    big = conv[conv["n_pairs"] == conv["n_pairs"].max()]
+    rel = float((big["ci95"] / big["plasticity"]).max())
+    return table([
+        descriptive("plasticity <= largest observed rate <= Lipschitz constant, 1-D maps",
+                    f"{int(ok.sum())}/{len(ok)}", paper="Definition 1: P(f) <= Lip(f)",
+                    verdict=exact(bool(ok.all())), n=len(ok), unit="(map, scale) cases"),
+        descriptive("1-D maps whose plasticity crosses 1 between pair scales",
+                    ", ".join(crossing) or "none",
+                    paper="objection 1 (docs/objections.md): P depends on the pair distribution",
+                    verdict=exact(bool(crossing)),
+                    n=maps["function"].nunique(), unit="(of the maps)"),
+        descriptive("linear map: plasticity / sqrt(mean sigma_i^2)", float(ratio),
+                    paper="at most 1 for isotropic pairs (Jensen: E[rate] <= sqrt(E[rate^2]) = "
+                    "||W||_F / sqrt(d))", verdict=exact(ratio <= 1 + 1e-6), n=1,
+                    unit="(ratio; one map)"),
+        descriptive("LayerNorm: slope of log plasticity against log input scale", slope,
+                    paper="Prop. 1: bound ||gamma||_inf / sigma, slope -1",
+                    verdict=exact(abs(slope + 1) <= tol), n=len(ln), unit="(fit over scales)"),
+        _settled(big),
+        descriptive(f"largest 95% CI half-width relative to the estimate at "
+                    f"{int(big['n_pairs'].max())} pairs", rel, paper="not reported",
+                    verdict=f"precise (<= {PRECISE:.0%})" if rel <= PRECISE
+                    else f"imprecise (> {PRECISE:.0%})",
+                    n=len(big), unit="of the estimate, worst (layer, component)"),
+    ])
+
+
+def _settled(big: pd.DataFrame) -> dict:
+    """Whether the order of the components is settled at ``big``'s number of pairs: per
+    layer, components neighbouring in the order whose 95% CIs overlap."""
+    overlap, total = [], 0
+    for layer, g in big.groupby("layer"):
+        g = g.sort_values("plasticity", ascending=False)
+        for (_, a), (_, b) in zip(g.iterrows(), g.iloc[1:].iterrows()):
+            total += 1
+            if a["plasticity"] - a["ci95"] <= b["plasticity"] + b["ci95"]:
+                overlap.append(f"{a['component']}/{b['component']} (layer {layer})")
+    n = int(big["n_pairs"].max())
+    verdict = ("one component per layer: no order" if not total else "order settled"
+               if not overlap else "order not settled where the intervals overlap")
+    return descriptive(f"neighbours in the order whose confidence intervals overlap at {n} pairs",
+                       f"{len(overlap)} of {total}" + (f": {', '.join(overlap)}" if overlap
+                                                       else ""),
+                       paper="not reported", n=total, unit="(neighbouring components, "
+                       "per layer; 95% intervals)", verdict=verdict)
+
+
+# notebook 02 ---------------------------------------------------------------------------------
+
+def _per_task(ranked: pd.DataFrame, component: str) -> pd.Series:
+    return ranked[ranked["component"] == component].set_index("task")["plasticity"]
+
+
+def _kendall_first_last(along: pd.DataFrame) -> tuple[float, int]:
+    """Kendall's tau between each task's component order at the first and the last checkpoint
+    (``along`` in measured order), mean over tasks; and the number of tasks."""
+    from scipy import stats
+
+    first, last = along["checkpoint"].iloc[0], along["checkpoint"].iloc[-1]
+    taus = []
+    for _, g in along.groupby("task"):
+        a = g[g["checkpoint"] == first].set_index("component")["plasticity"]
+        b = g[g["checkpoint"] == last].set_index("component")["plasticity"]
+        common = a.index.intersection(b.index)
+        taus.append(stats.kendalltau(a[common], b[common]).statistic)
+    return (float(np.mean(taus)) if taus else math.nan), len(taus)
+
+
+def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
+                       mha_scale: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Notebook 02's findings table: the paper's plasticity order (Takeaway 2, Fig. 2) tested
+    over tasks, per protocol. The unit is the task: a component's plasticity on a task is the
+    mean over layers of per-layer means over pairs (``plasticity.ranking``).
+
+    Args:
+        ranked: ``plasticity.ranking`` of the final checkpoint (``task``, ``protocol``,
+            ``component``, ``plasticity``).
+        along: ``plasticity.ranking`` over the pretraining checkpoints, in measured order
+            (None: no pretraining rows).
+        mha_scale: ``plasticity.scale_curve`` (MHA on c times its input; None: no row).
+    """
+    from scipy import stats
+
+    from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
+
+    fig2 = SOURCES["fig2"]
+    rows = []
+    for protocol, g in ranked.groupby("protocol"):
+        for a, b in zip(PLASTICITY_ORDER, PLASTICITY_ORDER[1:]):
+            rows.append(paired_test(
+                f"{a} - {b}, plasticity [{protocol}]", _per_task(g, a), _per_task(g, b),
+                paper=f"{FIG2_PLASTICITY[a] - FIG2_PLASTICITY[b]:+.2f}, {fig2}", expected=1,
+                unit="plasticity, per task (layer-mean)"))
+        rho = g.groupby("task").apply(lambda t: stats.spearmanr(
+            t.set_index("component").loc[list(PLASTICITY_ORDER), "plasticity"],
+            [FIG2_PLASTICITY[c] for c in PLASTICITY_ORDER]).statistic, include_groups=False)
+        rows.append(correlation_row(f"Spearman(measured plasticity, paper's Fig. 2) over the "
+                                    f"five components [{protocol}]", rho,
+                                    paper=f"+1 (same order), {fig2}"))
+        means = g.groupby("component", observed=True)["plasticity"].mean()
+        above = [c for c in PLASTICITY_ORDER if means.get(c, 0) > 1]
+        paper_above = [c for c in PLASTICITY_ORDER if FIG2_PLASTICITY[c] > 1]
+        rows.append(descriptive(f"components above 1 (mean over tasks) [{protocol}]",
+                                ", ".join(above) or "none", paper=", ".join(paper_above),
+                                verdict=same(above == paper_above), n=g["task"].nunique(),
+                                unit="(tasks)"))
+    for protocol, g in ([] if along is None else along.groupby("protocol", sort=False)):
+        tau, n = _kendall_first_last(g)
+        rows.append(descriptive(
+            f"order at {g['checkpoint'].iloc[0]} vs at {g['checkpoint'].iloc[-1]} (Kendall tau) "
+            f"[{protocol}]", tau, paper="not studied (the paper measures the final model)",
+            verdict="order held" if tau >= ORDER_HELD_TAU else "order changed along pretraining",
+            n=n,
+            unit="tau, mean over tasks"))
+    if mha_scale is not None:
+        per = mha_scale.groupby("scale")["plasticity"].median()
+        ratio = float(per.iloc[-1] / per.iloc[0])
+        rows.append(descriptive(
+            f"MHA plasticity at input scale {per.index[-1]:g} / at {per.index[0]:g} (median "
+            "over layers)", ratio, paper="not studied (the embedding protocol feeds MHA the "
+            "raw embedding)", n=mha_scale["layer"].nunique(),
+            verdict="scale-invariant" if abs(math.log(ratio)) < SCALE_INVARIANT
+            else "depends on the input scale",
+            unit="ratio, median over layers"))
+    return table(rows)
+
+
+# notebook 06 ---------------------------------------------------------------------------------
+
+def explorer(bounds_: pd.DataFrame, gamma: pd.DataFrame, tol: float = 1e-3) -> pd.DataFrame:
+    """Notebook 06's findings table, from the explorers' views (descriptive rows: exact checks).
+
+    Args:
+        bounds_: ``widgets.bound_table`` (per layer and component: ``plasticity``,
+            ``max_rate``, ``bound``).
+        gamma: ``widgets.gamma_table`` (per scale ``c``: ``ratio``, ``bound_ratio``,
+            ``diff_preserved``, ``diff_raw``).
+        tol: relative tolerance of "proportional to c", and the largest logit difference that
+            counts as "the same function".
+    """
+    held = bounds_["max_rate"] <= bounds_["bound"]
+    loose = float((bounds_["bound"] / bounds_["plasticity"]).median())
+    off = float(((gamma["ratio"] / gamma["c"]) - 1).abs().max())
+    kept, raw = float(gamma["diff_preserved"].max()), float(gamma["diff_raw"].min())
+    return table([
+        descriptive("largest measured rate <= its bound (Props. 1-3)",
+                    f"{int(held.sum())}/{len(held)}", paper="Props. 1-3: upper bounds",
+                    verdict=exact(bool(held.all())), n=len(held), unit="(layer, component)"),
+        descriptive("bound / plasticity, median over (layer, component)", loose,
+                    paper="not reported", verdict=f"tight (< {TIGHT:g})" if loose < TIGHT else
+                    f"loose (>= {TIGHT:g})", n=len(bounds_), unit="ratio, median"),
+        descriptive("LayerNorm gamma, beta times c: |plasticity ratio / c - 1|, largest over c",
+                    off, paper="Definition 1: the LN's output times c, its input unchanged, "
+                    "so every rate times c",
+                    verdict=exact(off <= tol), n=len(gamma), unit="(relative, over scales c)"),
+        descriptive("largest |logit difference|: function-preserving rescale (smallest for the "
+                    "raw one beside it)", f"{kept:.2g} (raw: {raw:.2g})",
+                    paper="objections 3-4: the same function, another plasticity",
+                    verdict=exact(kept <= tol < raw), n=len(gamma),
+                    unit="(logits, over scales c)"),
+    ])
+
+

@@ -1,0 +1,395 @@
+"""Headless execution of the notebook sequence with papermill, under named profiles.
+
+``NOTEBOOKS`` is the one list of notebooks; ``PROFILES`` maps a profile to the parameters
+injected into each notebook (the notebook's own ``parameters`` cell holds the ``default``
+profile's values):
+
+- ``smoke``: CI, the whole sequence within 3 minutes;
+- ``default``: a laptop CPU, the whole sequence within 12 minutes on 2 cores from an empty
+  cache (the notebooks' defaults; ``benchmarks/notebook_times.py`` measures both);
+- ``paper``: the paper's protocol on a GPU (ViT-B/16 in21k, its datasets and grid); needs the
+  weights (hub or ``-p weights_file PATH``) and the datasets under ``data_root``.
+
+The notebooks are package data (``vitplast/notebooks/``). Each declares its parameters with a
+type (``n_pairs: int = 512  # comment``), which ``papermill --help-notebook`` shows and
+``plan`` checks: a value of the wrong type fails before any kernel starts.
+
+``copy_to`` copies them out of the package (``vitplast notebooks copy DEST``) for JupyterLab.
+``run`` executes them in order into ``runs/<timestamp>-<profile>/`` (figures into its
+``figures/``, the kernels' stderr into its ``kernel.log``), continues past a failing notebook,
+stops at Ctrl-C (recording the notebook as interrupted), and returns a summary table
+(notebook, status, seconds, failing cell).
+
+Used by ``python -m vitplast notebooks run``, the Makefile and the tests.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import signal
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from vitplast.datasets.paper_datasets import PAPER_DATASETS, PAPER_MODEL
+from vitplast.models import EMBEDDED_NAME
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+#: The notebook sequence, in order.
+NOTEBOOKS = ["01_definitions", "02_plasticity", "03_bounds", "04_finetuning", "05_confounds",
+             "06_explorer", "07_suite"]
+#: Profile -> notebook -> parameters overriding the notebook's defaults.
+PROFILES: dict[str, dict[str, dict]] = {
+    "smoke": {
+        "01_definitions": dict(n_pairs=64, n_samples=500),
+        "02_plasticity": dict(n_pairs=32, tasks=["fmnist_contrast", "digits"],
+                              checkpoints=["init", "final"], scales=[0.5, 1.0, 2.0],
+                              gauge_tasks=["fmnist_contrast", "digits"],
+                              embedding_scales=[1.0, 8.0], stream_pairs=16, invariance_steps=3),
+        "03_bounds": dict(n_pairs=32, n_seeds=2, power_iters=5, n_lipschitz=4),
+        "04_finetuning": dict(study="main-smoke", recompute=True, n_pairs=16),
+        "05_confounds": dict(study="confounds-smoke", recompute=True),
+        "06_explorer": dict(n_pairs=16, scales=[0.5, 2.0]),
+    },
+    "default": {},
+    # The paper's protocol on a GPU: ViT-B/16 in21k (hub, or -p weights_file ...), the 11
+    # datasets under data_root (layouts: vitplast.paper_datasets), pairs within each dataset
+    # (no ImageNet val ships with the kit), 12,800 pairs as the paper.
+    "paper": {
+        "02_plasticity": dict(model_name=PAPER_MODEL, checkpoints=["final"],
+                              tasks=list(PAPER_DATASETS), source="", data_root="data/paper",
+                              n_pairs=12_800, batch_size=64, gauge_tasks=list(PAPER_DATASETS)[:4],
+                              stream_pairs=256, recipe_folder=""),
+    },
+}
+
+
+def _parameters_cell(name: str) -> str:
+    nb = json.loads((NOTEBOOK_DIR / f"{name}.ipynb").read_text())
+    for cell in nb["cells"]:
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            return "".join(cell["source"])
+    raise ValueError(f"{name}.ipynb has no cell tagged 'parameters'")
+
+
+def _declared(name: str) -> dict[str, tuple]:
+    """Each parameter of a notebook's parameters cell: (default value, declared type)."""
+    out = {}
+    for node in ast.parse(_parameters_cell(name)).body:
+        targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
+        for target in targets:
+            value = ast.literal_eval(node.value)
+            kind = (ast.unparse(node.annotation) if isinstance(node, ast.AnnAssign)
+                    else type(value).__name__)
+            out[target.id] = (value, kind)
+    return out
+
+
+def notebook_parameter_types(name: str) -> dict[str, str]:
+    """Each parameter's declared type, as written in its annotation (``"int"``,
+    ``"list[float]"``...), else the type name of its default."""
+    return {k: kind for k, (_, kind) in _declared(name).items()}
+
+
+def notebook_parameters(name: str) -> dict:
+    """The parameters (and their default values) a notebook declares in its parameters cell:
+    flat literals, one per line, with or without a type annotation."""
+    return {k: value for k, (value, _) in _declared(name).items()}
+
+
+def _fits(value, declared: str) -> bool:
+    """Whether ``value`` is of the declared type (an int is a float; a list's or dict's
+    elements are checked when the annotation names them, e.g. ``list[str]``)."""
+    base, _, inner = declared.partition("[")
+    if base == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if base == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    kinds = {"str": str, "bool": bool, "list": list, "dict": dict, "NoneType": type(None)}
+    if base not in kinds or not isinstance(value, kinds[base]):
+        return base not in kinds  # an annotation vitplast does not know: not checked
+    if base == "list" and inner:
+        return all(_fits(v, inner.rstrip("]")) for v in value)
+    return True
+
+
+def _check_types(nb: str, params: dict, declared: dict, types: dict[str, str]) -> None:
+    for key, value in params.items():
+        if not _fits(value, types[key]):
+            raise ValueError(f"parameter {key} of {nb} is a {types[key]} (default "
+                             f"{declared[key]!r}); got {value!r} ({type(value).__name__}). "
+                             "Values are read as Python literals: -p n_pairs 64, "
+                             "-p tasks '[\"digits\"]', -p data_root /data/paper")
+
+
+def available() -> list[str]:
+    """The notebooks of ``NOTEBOOKS`` present in ``NOTEBOOK_DIR`` (``vitplast/notebooks/``)."""
+    return [nb for nb in NOTEBOOKS if (NOTEBOOK_DIR / f"{nb}.ipynb").exists()]
+
+
+def copy_to(dest: str | Path, *, force: bool = False) -> list[Path]:
+    """Copy the notebooks of ``available()`` and the notebooks' README into ``dest`` (made if
+    missing), for JupyterLab: an installed copy keeps them inside site-packages.
+
+    Raises:
+        FileExistsError: a notebook already in ``dest`` with other content (unless ``force``),
+            naming them; nothing is copied then.
+    """
+    import shutil
+
+    dest = Path(dest)
+    files = [NOTEBOOK_DIR / f"{nb}.ipynb" for nb in available()] + [
+        NOTEBOOK_DIR / "README.md", NOTEBOOK_DIR / "solutions.md"]
+    files = [f for f in files if f.exists()]
+    clash = [f.name for f in files
+             if (dest / f.name).exists() and (dest / f.name).read_bytes() != f.read_bytes()]
+    if clash and not force:
+        raise FileExistsError(f"{dest} already holds other versions of {clash}: give another "
+                              "folder, or --force (force=True) to overwrite them")
+    dest.mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copyfile(f, dest / f.name)) for f in files]
+
+
+def plan(profile: str = "default", only: list[str] | None = None,
+         params: dict | None = None) -> list[tuple[str, dict]]:
+    """The (notebook, parameters) to run; checks every name before any kernel starts.
+
+    Raises:
+        ValueError: unknown profile, notebook, a parameter no selected notebook declares, a
+            value of another type than the parameter's, or a weights file when every selected
+            notebook loads the embedded model (``weights_file`` goes only to the notebooks
+            whose ``model_name`` is a timm name).
+    """
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; valid: {list(PROFILES)}")
+    names = available()
+    if only:
+        chosen = [nb for nb in names if any(nb.startswith(o) for o in only)]
+        unknown = [o for o in only if not any(nb.startswith(o) for nb in names)]
+        if unknown:
+            raise ValueError(f"unknown notebook(s) {unknown}; valid: {names}")
+        names = chosen
+    declared = {nb: notebook_parameters(nb) for nb in names}
+    params = params or {}
+    unknown = sorted(set(params) - set().union(*declared.values()))
+    if unknown:
+        valid = sorted(set().union(*declared.values()))
+        raise ValueError(f"unknown parameter(s) {unknown}; valid: {valid}")
+    out = []
+    for nb in names:
+        chosen = {k: v for k, v in PROFILES[profile].get(nb, {}).items() if k in declared[nb]}
+        chosen.update({k: v for k, v in params.items() if k in declared[nb]})
+        _check_types(nb, chosen, declared[nb], notebook_parameter_types(nb))
+        if chosen.get("model_name", declared[nb].get("model_name")) == EMBEDDED_NAME:
+            chosen.pop("weights_file", None)  # the embedded model ships its own weights
+        elif "model_name" in declared[nb]:
+            _one_checkpoint(nb, chosen, declared[nb], given=params)
+        out.append((nb, chosen))
+    if params.get("weights_file") and not any("weights_file" in p for _, p in out):
+        raise ValueError(f"weights_file is for a timm model_name, but every selected notebook "
+                         f"loads {EMBEDDED_NAME} (which ships its own weights): add -p model_name "
+                         f"{PAPER_MODEL}, or use --profile paper")
+    return out
+
+
+def _one_checkpoint(nb: str, chosen: dict, declared: dict, given: dict) -> None:
+    """A timm ``model_name`` has one checkpoint, its weights: the notebook's list of
+    embedded checkpoints becomes ``["final"]`` (a label), unless the caller gave several."""
+    if "checkpoints" not in declared:
+        return
+    if "checkpoints" not in given:
+        chosen["checkpoints"] = ["final"]
+    elif len(chosen["checkpoints"]) > 1:
+        raise ValueError(f"{nb}: checkpoints {chosen['checkpoints']} are the embedded model's; "
+                         f"the timm model {chosen['model_name']!r} has one (its weights): drop "
+                         "-p checkpoints, or pass -p checkpoints '[\"final\"]'")
+
+
+def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
+    """Fail before any kernel starts when a profile's needs are missing.
+
+    The ``paper`` profile needs a CUDA GPU and every dataset of its notebooks under
+    ``data_root`` (each is opened once, so a missing file is named now, not mid-run). Model
+    weights come from the hub or ``-p weights_file PATH`` (checked to exist, in any profile);
+    hub access is found out at load time.
+    """
+    for nb, params in todo:
+        if params.get("weights_file") and not Path(params["weights_file"]).is_file():
+            raise FileNotFoundError(f"{nb}: weights_file {params['weights_file']} does not exist")
+        _check_task_names(nb, {**notebook_parameters(nb), **params})
+    if profile != "paper":
+        return
+    import torch
+
+    from vitplast import tasks
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("the paper profile measures and finetunes ViT-B/16 at 224 px: it needs "
+                           "a CUDA GPU (none found). Use --profile default on a CPU.")
+    for nb, params in todo:
+        root = params.get("data_root")
+        for task in params.get("tasks", []):
+            if tasks.TASKS.get(task) == "paper":
+                if not root or not Path(root).is_dir():
+                    raise FileNotFoundError(f"{nb}: data_root {root!r} is not a folder; put the "
+                                            "datasets there (layouts: vitplast.paper_datasets)")
+                tasks.load(task, root, img_size=32)
+
+
+#: Parameters that name tasks (``vitplast.tasks.TASKS``); an empty ``source`` names none.
+TASK_PARAMETERS = ("task", "tasks", "pretraining_tasks", "source")
+
+
+def _check_task_names(nb: str, params: dict) -> None:
+    """Every task a notebook's parameters name is a task (``tasks.check``: "unknown task",
+    naming the valid ones), checked before any kernel starts."""
+    from vitplast import tasks
+
+    for key in TASK_PARAMETERS:
+        value = params.get(key)
+        for name in value if isinstance(value, list) else [value] if value else []:
+            try:
+                tasks.check(name, params.get("data_root"))
+            except ValueError as err:
+                raise ValueError(f"{nb}: {key}: {err}") from None
+
+
+def _failing_cell(path: Path) -> str:
+    """The source's first line of the cell that raised, from an executed notebook."""
+    try:
+        nb = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return ""
+    for i, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                first = "".join(cell["source"]).strip().splitlines()[:1]
+                return f"cell {i}: {first[0] if first else ''} -> {out.get('ename')}"
+    return ""
+
+
+#: Parameters that name files or folders: made absolute before a notebook runs (its working
+#: directory is the output folder, not where ``run`` was called from).
+PATH_PARAMETERS = ("data_root", "weights_file", "results_dir", "main_results_dir", "fig_dir")
+#: ``summary.csv``'s ``status`` values.
+STATUSES = ("ok", "failed", "interrupted", "not run")
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during ``run``: which notebook, and where its copy and the summary are."""
+
+    def __init__(self, notebook: str, out_dir: Path, summary: pd.DataFrame):
+        super().__init__(f"interrupted during {notebook}")
+        self.notebook, self.out_dir, self.summary = notebook, out_dir, summary
+
+
+def _kernel_manager(log: Path):
+    """A Jupyter kernel manager whose kernels write their stderr (startup warnings, the
+    traceback of the interrupt sent at shutdown after Ctrl-C, crashes) to ``log``, not to the
+    terminal; cell errors are in the executed notebook either way."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class KernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            with open(log, "ab") as stderr:  # the kernel holds its own copy of the file
+                kw.setdefault("stderr", stderr)
+                return await super().start_kernel(**kw)
+
+    return KernelManager
+
+
+#: Set when this process receives Ctrl-C during ``run`` (a kernel that Ctrl-C killed is
+#: recorded as interrupted, not failed).
+_interrupted = threading.Event()
+
+
+def _note_sigint(signum, frame):
+    _interrupted.set()
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Ignore Ctrl-C inside the block (main thread only; elsewhere signals never arrive)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _record_status(path: Path, status: str, profile: str, params: dict) -> None:
+    """Write the run's status into the executed notebook's metadata (``metadata.vitplast``)."""
+    try:
+        nb = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    nb.setdefault("metadata", {})["vitplast"] = dict(status=status, profile=profile,
+                                                     parameters=params)
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
+
+
+def run(profile: str = "default", only: list[str] | None = None, params: dict | None = None,
+        out_dir: str | Path | None = None, progress: bool = True) -> pd.DataFrame:
+    """Execute the notebooks in order with papermill; return the summary table.
+
+    Columns: ``notebook``, ``status`` (``STATUSES``: ok, failed, interrupted, not run),
+    ``seconds``, ``error`` (the failing cell). A failing notebook does not stop the rest;
+    Ctrl-C does: the notebook in flight is recorded as interrupted (in the table, in
+    ``summary.csv`` and in its executed copy's ``metadata.vitplast.status``), the rest as not
+    run, and ``Interrupted`` (a ``KeyboardInterrupt``) is raised. Figures are saved to
+    ``out_dir/figures`` unless a ``fig_dir`` parameter says otherwise.
+    """
+    import papermill as pm
+
+    todo = plan(profile, only, params)
+    check_requirements(profile, todo)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(out_dir) if out_dir else Path("runs") / f"{stamp}-{profile}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = [dict(notebook=nb, status="not run", seconds=0.0, error="") for nb, _ in todo]
+    _interrupted.clear()
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+        signal.signal(signal.SIGINT, _note_sigint)  # the same, noting that it came
+    for i, (nb, nb_params) in enumerate(todo):
+        nb_params = {k: str(Path(v).resolve()) if k in PATH_PARAMETERS and v else v
+                     for k, v in nb_params.items()}
+        if "fig_dir" in notebook_parameters(nb) and "fig_dir" not in nb_params:
+            nb_params["fig_dir"] = str((out_dir / "figures").resolve())
+        target = out_dir / f"{nb}.ipynb"
+        start = time.perf_counter()
+        bar = dict(desc=f"[{i + 1}/{len(todo)}] {nb}") if progress else False
+        try:
+            pm.execute_notebook(str(NOTEBOOK_DIR / f"{nb}.ipynb"), str(target),
+                                parameters=nb_params, cwd=str(out_dir), progress_bar=bar,
+                                kernel_name="python3",
+                                kernel_manager_class=_kernel_manager(
+                                    (out_dir / "kernel.log").resolve()))
+            status, error = "ok", ""
+        except KeyboardInterrupt:
+            status, error = "interrupted", "KeyboardInterrupt (Ctrl-C)"
+        except Exception as err:  # papermill raises PapermillExecutionError; keep going
+            status, error = "failed", _failing_cell(target) or f"{type(err).__name__}: {err}"
+            if getattr(err, "ename", None) == "KeyboardInterrupt" or (
+                    type(err).__name__ == "DeadKernelError" and _interrupted.is_set()):
+                status = "interrupted"  # Ctrl-C reached the kernel (and may have killed it)
+        rows[i].update(status=status, seconds=round(time.perf_counter() - start, 1), error=error)
+        if status == "interrupted":
+            with _sigint_ignored():  # a second Ctrl-C must not lose the record
+                _record_status(target, status, profile, nb_params)
+                summary = pd.DataFrame(rows)
+                summary.to_csv(out_dir / "summary.csv", index=False)
+            raise Interrupted(nb, out_dir, summary)
+        _record_status(target, status, profile, nb_params)
+    summary = pd.DataFrame(rows)
+    summary.to_csv(out_dir / "summary.csv", index=False)
+    return summary

@@ -1,0 +1,149 @@
+"""Plot style: how every figure looks, whatever it shows.
+
+One colour per configuration and component in every notebook (``PALETTE``; a variant takes
+its component's colour, dashed: ``style``; other lines ``OTHERS``: ``colours``), axes named in
+words (``LABELS``), log axes with plain, non-overlapping ticks (``log_axis``), one panel per
+value of a column (``_grid``), figures drawn inside ``theme()`` and saved by ``save``. Importing
+it sets no global style. ``vitplast.plots`` draws its figures with these and re-exports the
+public names (``plots.PALETTE``, ``plots.save``, ...).
+
+Used by ``vitplast.plots`` (and through it by ``vitplast.widgets`` and the notebooks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import numbers
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
+
+from vitplast.measure.components import CONFIG_ORDER
+
+#: One colour per configuration and component, the same in every notebook (seaborn's
+#: colour-blind-safe "colorblind" colours; head-only grey, the linear probe near black).
+_CB = sns.color_palette("colorblind", 10).as_hex()
+PALETTE = {"MHA": _CB[0], "FC1": _CB[1], "FC2": _CB[2], "LN2": _CB[3], "LN1": _CB[4],
+           "full": _CB[5], "head": _CB[7], "embedding": _CB[9], "linear probe": "#333333"}
+#: Colours for lines that are not configurations (functions, modules, runs), none of them a
+#: ``PALETTE`` colour, so that no such line passes for a component.
+OTHERS = ("#000000", "#5a3e8e", "#2f7f6f", "#8c8c8c", _CB[8])
+#: At most this many panels per row; more wrap onto new rows.
+MAX_COLS = 4
+#: Axis labels in words for the column names the figures plot most.
+LABELS = {"plasticity": "plasticity (mean rate over pairs)", "layer": "layer (block index)",
+          "component": "component", "rate": "rate per pair ||f(x) - f(y)|| / ||x - y||",
+          "n_pairs": "number of pairs", "step": "training step", "lr": "learning rate",
+          "epoch": "pretraining epoch", "scale": "input scale"}
+
+
+@contextlib.contextmanager
+def theme():
+    """Seaborn's whitegrid style for the figures drawn inside the block; the global
+    matplotlib settings are restored after it (nothing is set on import)."""
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook"):
+        yield
+
+
+def _themed(fn):
+    """Draw ``fn``'s figure inside ``theme()``."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with theme():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def _label(name: str | None, given: str | None = None) -> str:
+    return given or LABELS.get(name, name or "")
+
+
+def log_axis(ax, which: str = "y", values=None) -> None:
+    """A log axis whose tick labels never overlap: plain numbers (0.3, 2, 10), no labels on
+    minor ticks; majors at the plotted ``values`` when there are at most 8 of them (c = 1, 2,
+    4, 8 shows 8), else at 1, 2, 3 and 5 per decade when the axis spans less than 1.5
+    decades, at 1, 2 and 5 below 2 decades, else one per decade."""
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    (ax.set_yscale if which == "y" else ax.set_xscale)("log")
+    lo, hi = (ax.get_ylim() if which == "y" else ax.get_xlim())
+    decades = math.log10(hi / lo) if lo > 0 else math.inf
+    subs = (1.0, 2.0, 3.0, 5.0) if decades < 1.5 else (1.0, 2.0, 5.0) if decades < 2 else (1.0,)
+    shown = sorted({float(v) for v in values if v > 0}) if values is not None else []
+    axis.set_major_locator(FixedLocator(shown) if 1 < len(shown) <= 8
+                           else LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def robust_ylim(ax, values, q: float = 0.02, log: bool = False) -> None:
+    """Y limits from the ``q`` and ``1 - q`` quantiles of ``values`` (padded by 10%), so that
+    one spiking curve does not flatten the others; the spike leaves the frame."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & ((v > 0) if log else True)]
+    if not len(v):
+        return
+    lo, hi = np.quantile(np.log10(v) if log else v, [q, 1 - q])
+    pad = 0.1 * (hi - lo) or 0.05
+    lo, hi = lo - pad, hi + pad
+    ax.set_ylim(*((10 ** lo, 10 ** hi) if log else (lo, hi)))
+
+
+def save(fig: plt.Figure, folder: str | Path, name: str) -> Path | None:
+    """Save ``fig`` as ``folder/name.png`` (nothing when ``folder`` is empty)."""
+    if not folder:
+        return None
+    path = Path(folder) / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+def _grid(df, col, height=3.2, aspect=1.2, **kw):
+    """A figure with one panel per value of ``col``, at most ``MAX_COLS`` per row; returns
+    (fig, the used axes in order, the values, sorted). Unused panels are hidden."""
+    values = list(dict.fromkeys(df[col])) if col else []
+    try:  # sorted: the same panel order in every figure, whatever order the rows came in
+        cols = sorted(values) or [None]
+    except TypeError:  # values of mixed types: as they come
+        cols = values or [None]
+    ncols = min(len(cols), MAX_COLS)
+    aspect = aspect * 1.4 if ncols == 1 else aspect  # room for a legend beside one panel
+    nrows = math.ceil(len(cols) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(height * aspect * ncols, height * nrows),
+                             squeeze=False, sharey=kw.pop("sharey", True))
+    axes = axes.ravel()
+    for ax in axes[len(cols):]:
+        ax.set_visible(False)
+    return fig, axes[:len(cols)], cols
+
+
+def style(name) -> dict:
+    """Line keywords of a configuration or variant: ``PALETTE``'s colour of its first word
+    (None when it has none) and a dashed line unless it is a plain configuration."""
+    word = str(name).split()[0] if str(name).split() else ""
+    return dict(color=PALETTE.get(word), ls="-" if str(name) in PALETTE or word not in PALETTE
+                else "--")
+
+
+def colours(names) -> dict:
+    """A colour per name: ``PALETTE``'s for configurations and their variants (``style``);
+    for the others, in order, a sequential map when they are all numbers (layers, seeds),
+    else ``OTHERS`` in turn: never a component's colour."""
+    names = list(dict.fromkeys(names))
+    rest = [n for n in names if style(n)["color"] is None]
+    numeric = all(isinstance(n, numbers.Number) for n in rest)
+    ramp = sns.color_palette("viridis", len(rest)).as_hex() if numeric and len(rest) > 1 else []
+    out = {n: ramp[i] if ramp else OTHERS[i % len(OTHERS)] for i, n in enumerate(rest)}
+    return {n: out.get(n) or style(n)["color"] for n in names}
+
+
+def _config_rank(item) -> int:
+    """Sort key of a (hue value, group) pair: ``CONFIG_ORDER`` first, in its order."""
+    key = str(item[0])
+    return CONFIG_ORDER.index(key) if key in CONFIG_ORDER else len(CONFIG_ORDER)
+

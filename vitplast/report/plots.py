@@ -1,0 +1,386 @@
+"""Figures as pure functions: a tidy DataFrame in, a matplotlib Figure out.
+
+Nothing here computes results or holds numbers: callers pass the tables that
+``vitplast.plasticity``, ``.intervals``, ``.sweep`` produce. Notebooks save what they show with
+``save``. Every figure is drawn inside ``theme()`` (seaborn's whitegrid, restored after);
+importing this module sets no global style. Axes are named in words (``LABELS``); log axes
+carry plain, non-overlapping tick labels (``log_axis``). Each configuration (and component)
+has one colour in every figure of every notebook (``PALETTE``; a variant such as "MHA sparse"
+takes its component's colour, dashed: ``style``). The explorers of ``vitplast.widgets``
+redraw ``rate_histogram``, ``layernorm_rescale`` and ``run_curves``.
+The look itself (``PALETTE``, ``LABELS``, ``theme``, ``log_axis``, ``save``, ...) is
+``vitplast.plot_style``'s, re-exported here.
+
+Used by notebooks 01-06.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.ticker import NullFormatter
+
+from vitplast.measure.components import COMPONENTS
+from vitplast.report.plot_style import (  # noqa: F401 (the public ones re-exported)
+    LABELS,
+    MAX_COLS,
+    OTHERS,
+    PALETTE,
+    _config_rank,
+    _grid,
+    _label,
+    _themed,
+    colours,
+    log_axis,
+    robust_ylim,
+    save,
+    style,
+    theme,
+)
+
+
+@_themed
+def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None):
+    """Fig. 2 analogue: per component, a box over layers of per-layer plasticity.
+
+    Args:
+        summary: ``vitplast.plasticity.summarize`` output (one row per layer x component), or
+            ``vitplast.empirical.pooled_layers``.
+        col: a column to split into panels (e.g. protocol), or None.
+        hue: a column to colour by (e.g. task or checkpoint), or None.
+
+    Used by notebook 02.
+    """
+    fig, axes, cols = _grid(summary, col, sharey=False)
+    for ax, value in zip(axes, cols):
+        sub = summary if value is None else summary[summary[col] == value]
+        colour = dict(hue=hue) if hue else dict(hue="component", palette=PALETTE, legend=False)
+        sns.boxplot(sub, x="component", y="plasticity", order=list(COMPONENTS), ax=ax, **colour)
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
+               ylabel="plasticity per layer (mean rate)")
+    fig.tight_layout()
+    return fig
+
+
+@_themed
+def plasticity_by_layer(summary, col: str | None = "protocol"):
+    """Fig. 3 analogue: per-layer plasticity curves per component, with 95% CI bands.
+
+    Used by notebook 02."""
+    fig, axes, cols = _grid(summary, col, sharey=False)
+    for ax, value in zip(axes, cols):
+        sub = summary if value is None else summary[summary[col] == value]
+        for comp in COMPONENTS:
+            part = sub[sub["component"] == comp].groupby("layer")[["plasticity", "ci95"]].mean()
+            line, = ax.plot(part.index, part["plasticity"], marker="o", label=comp,
+                            color=PALETTE[comp])
+            ax.fill_between(part.index, part["plasticity"] - part["ci95"],
+                            part["plasticity"] + part["ci95"], color=line.get_color(), alpha=0.2)
+        ax.set(xlabel=_label("layer"), ylabel=_label("plasticity"),
+               title=f"{col} = {value}" if value is not None else "")
+        log_axis(ax)
+    axes[-1].legend(title="component", bbox_to_anchor=(1.02, 1), loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+@_themed
+def rate_distributions(df, col: str | None = "protocol"):
+    """Per-pair rate distributions per component (all layers pooled), log scale.
+
+    Used by notebook 02."""
+    fig, axes, cols = _grid(df, col, sharey=False)
+    for ax, value in zip(axes, cols):
+        sub = df if value is None else df[df[col] == value]
+        sns.violinplot(sub, x="component", y="rate", order=list(COMPONENTS), ax=ax,
+                       log_scale=True, cut=0, hue="component", palette=PALETTE, legend=False,
+                       linewidth=0.6)
+        ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
+               ylabel=_label("rate"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    fig.tight_layout()
+    return fig
+
+
+@_themed
+def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = False,
+          logy: bool = False, band: str | None = None, title: str = "",
+          xlabel: str | None = None, ylabel: str | None = None, robust: bool = False):
+    """Line plot of ``y`` against ``x`` per ``hue`` (optionally ``band`` = +- column), one panel
+    per ``col`` value; ``xlabel``/``ylabel`` name the axes in words (default: ``LABELS``, else
+    the column name). ``robust``: y limits from the 2-98% quantiles (``robust_ylim``).
+
+    Used by notebooks 01, 02, 04 and 05."""
+    fig, axes, cols = _grid(df, col, sharey=False)
+    for ax, value in zip(axes, cols):
+        sub = df if value is None else df[df[col] == value]
+        shown = []
+        groups = sorted(sub.groupby(hue, observed=True, sort=False), key=_config_rank)
+        colour = colours(key for key, _ in groups)
+        for key, g in groups:
+            g = g.groupby(x)[[y] + ([band] if band else [])].mean().reset_index()
+            line, = ax.plot(g[x], g[y], marker="o", label=str(key),
+                            **dict(style(key), color=colour[key]))
+            shown.append(g[y])
+            if band:
+                ax.fill_between(g[x], g[y] - g[band], g[y] + g[band], alpha=0.2,
+                                color=line.get_color())
+        if logx:
+            log_axis(ax, "x", sub[x].unique())
+        if robust and shown:
+            robust_ylim(ax, np.concatenate(shown), log=logy)
+        if logy:
+            log_axis(ax, "y")
+        ax.set(xlabel=_label(x, xlabel), ylabel=_label(y, ylabel),
+               title=f"{title}{value}" if value is not None else title)
+    if len(df):
+        axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
+    else:
+        axes[0].text(0.5, 0.5, "no data yet", ha="center", va="center",
+                     transform=axes[0].transAxes)
+    fig.tight_layout()
+    return fig
+
+
+@_themed
+def scatter(df, x: str, y: str, hue: str, logx: bool = False, title: str = "",
+            col: str | None = None, xlabel: str | None = None, ylabel: str | None = None):
+    """Scatter of ``y`` against ``x`` coloured by ``hue``, one panel per ``col`` value.
+
+    Used by notebook 04."""
+    fig, axes, cols = _grid(df, col, sharey=False)
+    for ax, value in zip(axes, cols):
+        sub = df if value is None else df[df[col] == value]
+        palette = {k: PALETTE.get(str(k)) for k in df[hue].unique()}
+        sns.scatterplot(sub, x=x, y=y, hue=hue, ax=ax, legend=ax is axes[-1], s=60,
+                        palette=palette if all(palette.values()) else None)
+        if logx:
+            log_axis(ax, "x")
+        ax.axhline(0, color="k", lw=0.8, ls="--")
+        ax.set(title=f"{title}{value}" if value is not None else title, xlabel=_label(x, xlabel),
+               ylabel=_label(y, ylabel))
+    if axes[-1].get_legend() is not None:
+        axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+@_themed
+def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
+                significant: str | None = None, title: str = "", xlabel: str | None = None,
+                descriptive: str | None = None):
+    """A forest plot: per row of ``df``, ``diff`` with a +-``ci`` bar, against zero.
+
+    ``significant`` (a boolean column) draws the rows it marks filled, the others hollow;
+    ``descriptive`` (a boolean column) draws its rows as grey diamonds (no test);
+    ``xlabel`` names the difference in words (default: "difference, with its 95% CI").
+    Used by notebooks 04 (findings) and 05 (verdicts).
+    """
+    import textwrap
+
+    fig, ax = plt.subplots(figsize=(9, 0.55 * len(df) + 1.2))
+    y = range(len(df))[::-1]  # first row on top
+    filled = df[significant].astype(bool) if significant else [True] * len(df)
+    plain = df[descriptive].astype(bool) if descriptive else [False] * len(df)
+    for yi, (_, r), full, desc in zip(y, df.iterrows(), filled, plain):
+        color = "0.55" if desc else "C0"
+        ax.errorbar(r[diff], yi, xerr=r[ci] if np.isfinite(r[ci]) else None,
+                    fmt="D" if desc else "o", color=color, capsize=3,
+                    markerfacecolor=color if full or desc else "white")
+    ax.axvline(0, color="k", lw=0.8, ls="--")
+    ax.set(yticks=list(y), yticklabels=[textwrap.fill(str(v), 48) for v in df[label]], title=title,
+           xlabel=xlabel or "difference, with its 95% CI")
+    fig.tight_layout()
+    return fig
+
+
+@_themed
+def intervals(df):
+    """Per component, along depth on a log scale: the interval around the Lipschitz constant
+    (shaded, from ``lipschitz_lower`` to ``lipschitz_upper``), the bounds it comes from, the
+    paper's plug-in value, and plasticity (the mean rate, below the interval).
+
+    Paper: Props. 1-4 next to the measured plasticity; ``df`` from ``intervals.intervals``.
+    Used by notebook 03.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    comps = [c for c in COMPONENTS if c in set(df["component"])]
+    fig, axes = plt.subplots(1, len(comps), figsize=(2.8 * len(comps), 3.6), sharey=True,
+                             squeeze=False)
+    for ax, comp in zip(axes[0], comps):
+        g = df[df["component"] == comp].sort_values("layer")
+        ax.fill_between(g["layer"], g["lipschitz_lower"], g["lipschitz_upper"], color="C1",
+                        alpha=0.25, label="Lip(f) lies in here")
+        for col, fmt, color, label in (
+                ("lipschitz_lower", "^-", "C0", "lower end (largest rate / Jacobian)"),
+                ("bound", "v-", "C1", "bound (Prop. 1, 2 or 3)"),
+                ("bound_p4", "s-.", "C2", "bound (Prop. 4)"),
+                ("plugin", "x:", "C4", "paper's plug-in (not a bound)"),
+                ("plasticity", "o--", "C3", "plasticity (mean rate)")):
+            if g[col].notna().any():
+                ax.plot(g["layer"], g[col], fmt, color=color, label=label, ms=4)
+        ax.set(title=comp, xlabel="layer (block index)", yscale="log")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0, 0].set_ylabel("rate ||f(x)-f(y)|| / ||x-y||\n(no unit, log scale)")
+    labels = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels())}
+    fig.legend(labels.values(), labels.keys(), loc="lower center", ncol=3, fontsize=9)
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
+    return fig
+
+
+@_themed
+def findings(table, unit: str | None = None, title: str = "", xlabel: str | None = None,
+             alpha: float | None = None):
+    """A forest plot of the findings rows measured in ``unit`` (``vitplast.findings``;
+    default: the unit of most tested rows), primaries first: each mean with its 95% CI, filled
+    where the table's own Holm-corrected p (within its family) is below ``alpha`` (default
+    ``findings.ALPHA``), hollow where not, a grey diamond where the row is descriptive (n < 3:
+    no test). Each label names the row's family and n.
+
+    Used by notebooks 04-05."""
+    from vitplast.report.findings import ALPHA
+
+    alpha = ALPHA if alpha is None else alpha
+    shown = table[pd.to_numeric(table["measured"], errors="coerce").notna()
+                  & ((table["test"] != "none") | (table["family"] != "descriptive"))]
+    tested = shown[shown["family"] != "descriptive"]
+    units = (tested if len(tested) else shown)["unit"].value_counts()
+    unit = unit or (units.index[0] if len(units) else "")
+    rows = shown[shown["unit"] == unit].reset_index(drop=True)
+    if not len(rows):
+        return message("no findings row with a number to plot yet")
+    rows = rows.assign(significant=rows["p_holm"] < alpha, descriptive=rows["family"] ==
+                       "descriptive", measured=rows["measured"].astype(float),
+                       label=[f"[{f}] {c} (n\u00a0=\u00a0{n})" for f, c, n in
+                              zip(rows["family"], rows["claim"], rows["n"])])
+    return differences(rows, label="label", diff="measured", ci="ci95", significant="significant",
+                       descriptive="descriptive", title=title or f"filled: Holm p < {alpha:g} "
+                       "within its family; hollow: not; grey diamond: descriptive (n < 3)",
+                       xlabel=xlabel or f"difference, with its 95% CI ({unit})")
+
+
+@_themed
+def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: str | None = None,
+                title: str = "", xlabel: str | None = None):
+    """Bars of ``y`` per ``x`` and ``hue``, one panel per ``col`` value (e.g. accuracy per
+    configuration at two budgets)."""
+    fig, axes, cols = _grid(df, col, aspect=1.5, sharey=False)  # each panel its own range
+    if not len(df):
+        axes[0].text(0.5, 0.5, "no data", ha="center", va="center", transform=axes[0].transAxes)
+        return fig
+    for ax, value in zip(axes, cols):
+        sub = df if value is None else df[df[col] == value]
+        order = sorted(sub[x].unique(), key=lambda v: _config_rank((v, None)))
+        sns.barplot(sub, x=x, y=y, hue=hue, ax=ax, legend=ax is axes[-1], order=order)
+        lo = sub[y].min()
+        ax.set(ylim=(lo - 0.1 * (sub[y].max() - lo) - 1, None), ylabel=ylabel or y,
+               xlabel=xlabel or x,
+               title=f"{title}{value}" if value is not None else title)
+    if axes[-1].get_legend() is not None:
+        axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+# -- Explorers (notebook 06): the figures the widgets redraw ---------------------------------
+
+def message(text: str):
+    """A figure holding only ``text`` (an explorer's view with nothing to plot)."""
+    fig, ax = plt.subplots(figsize=(7, 0.5))
+    ax.axis("off")
+    ax.text(0, 0.5, text, va="center", fontsize=9)
+    return fig
+
+
+@_themed
+def rate_histogram(rates, bound: float, bound_name: str, title: str = ""):
+    """Per-pair rates of one component (log-spaced bins), their mean (the plasticity) and the
+    bound of ``bound_name`` (e.g. "Prop. 1"). Paper: Definition 1, Props. 1-3. Used by
+    notebook 06 (``widgets.plasticity_explorer``)."""
+    r = np.asarray(rates, dtype=float)
+    p = float(r.mean())
+    fig, ax = plt.subplots(figsize=(6.5, 3))
+    lo = r[r > 0].min() if (r > 0).any() else 1e-6
+    ax.hist(r, bins=np.geomspace(lo, max(r.max(), bound) * 1.05, 50), color="C0", alpha=0.8)
+    ax.axvline(p, color="k", label=f"plasticity {p:.3g}")
+    ax.axvline(bound, color="C3", ls="--", label=f"bound ({bound_name}) {bound:.3g}")
+    ax.set(xlabel=_label("rate"), ylabel="number of pairs", title=title)
+    log_axis(ax, "x")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside, not on, the bars
+    fig.tight_layout()
+    return fig
+
+
+@_themed
+def layernorm_rescale(visited, c: float, title: str = ""):
+    """Left: a LayerNorm's plasticity and Prop. 1 bound after scaling gamma and beta by ``c``,
+    beside c times their values at c = 1; right: the largest logit difference from the
+    original model, function-preserving and raw.
+
+    Args:
+        visited: one row per scale visited: ``c``, ``plasticity``, ``bound``,
+            ``diff_preserved``, ``diff_raw`` (a row at c = 1 included).
+        c: the scale shown now (marked).
+
+    Paper: Prop. 1, objections 3-4. Used by notebook 06 (``widgets.gamma_explorer``).
+    """
+    v = visited.sort_values("c")
+    one = v[v["c"] == 1.0].iloc[0]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
+    grid = np.geomspace(0.1, 10, 50)
+    left.plot(grid, grid * one["plasticity"], "C0-", lw=0.8, label="c x plasticity at c = 1")
+    left.plot(grid, grid * one["bound"], "C3--", lw=0.8, label="c x bound at c = 1")
+    left.plot(v["c"], v["plasticity"], "C0o", ms=4, label="plasticity")
+    left.plot(v["c"], v["bound"], "C3v", ms=4, label="bound (Prop. 1)")
+    now = v[v["c"] == c]
+    left.plot(now["c"], now["plasticity"], "ko", ms=7, label=f"c = {c:.3g}")
+    right.plot(v["c"], v["diff_preserved"].clip(lower=1e-12), "C2o-", label="function-preserving")
+    right.plot(v["c"], v["diff_raw"].clip(lower=1e-12), "C1s-", label="raw (not preserving)")
+    left.set(title=title, ylabel="plasticity and bound")
+    right.set(title="the network's output (0 drawn at 1e-12)", ylabel="max |logit difference|")
+    for ax in (left, right):
+        ax.set(xlabel="scale c of gamma and beta", xlim=(0.09, 11))
+        log_axis(ax, "x")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.5), ncol=2)  # below
+    fig.tight_layout()
+    return fig
+
+
+#: Finetuning curves of ``run_curves``: metric -> axis label.
+RUN_CURVES = {"loss": "training loss", "val_acc": "validation accuracy (fraction)",
+              "grad_norm": "gradient norm"}
+
+
+@_themed
+def run_curves(history, title: str = ""):
+    """The training loss, validation accuracy and gradient norms (global, and per component:
+    ``grad_norm/<component>``) of finetuning runs along their steps, one line per run.
+
+    Args:
+        history: ``results.history`` rows of the runs: ``run``, ``step``, ``metric``, ``value``.
+
+    Paper: Fig. 4 (training dynamics). Used by notebook 06 (``widgets.results_browser``).
+    """
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    h = history.dropna(subset=["value"])
+    for i, (run, part) in enumerate(h.groupby("run", sort=False)):
+        for ax, metric in zip(axes, RUN_CURVES):
+            m = part[part["metric"] == metric]
+            ax.plot(m["step"], m["value"], marker=".", label=f"global, run {str(run)[:8]}",
+                    color=OTHERS[i % len(OTHERS)], zorder=1)  # behind the components' lines
+        for metric in sorted(m for m in set(part["metric"]) if m.startswith("grad_norm/")):
+            m, name = part[part["metric"] == metric], metric[len("grad_norm/"):]
+            axes[2].plot(m["step"], m["value"], lw=0.8, label=name, **style(name))
+    for ax, (metric, name) in zip(axes, RUN_CURVES.items()):
+        ax.set(xlabel=_label("step"), ylabel=name, title=metric.replace("_", " "))
+        if metric == "grad_norm":
+            log_axis(ax)
+    axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the curves
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig

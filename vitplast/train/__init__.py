@@ -1,0 +1,7 @@
+"""Training: the one finetuning loop and what runs on it.
+
+``finetune`` (the loop) over ``passes`` (loader, precision, evaluation); ``batched`` (the LRs
+of one setting as one computation); ``probes`` (the linear probe); ``ablations`` (model changes
+before training); ``pretrain`` (the embedded model's pretraining) and ``recipes`` (another
+recipe's ranking).
+"""

@@ -1,0 +1,85 @@
+"""Another pretraining recipe: what training, not a gauge, does to the plasticity ranking.
+
+Paper: Takeaway 2 (its order, Fig. 2). The residual-stream gauge (``vitplast.gauge``) shows that
+the ranking rests on a scale the architecture leaves free; which scale a network ends up with is
+set by its pretraining (initialisation, weight decay, learning rate). ``vitplast pretrain --out
+FOLDER --weight-decay W --stages ...`` pretrains the same architecture by another recipe (the
+kit ships one: ``data/pretrain_no_weight_decay``, no weight decay); ``recipe_rankings``
+measures its ranking beside the embedded model's, ``recipe_statistics`` the statistics that
+set it (``stream.model_statistics``), and ``recipe_findings`` states both orders
+against the paper's Fig. 2. Not the same function as the embedded model: another network.
+
+Used by notebook 02.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from vitplast.measure.empirical import SOURCE
+from vitplast.measure.stream import changed_rankings, orders, spearman_fig2
+from vitplast.report.verdicts import descriptive
+
+
+def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source: str = SOURCE,
+                    data_root: str = "", n_pairs: int = 256) -> pd.DataFrame:
+    """The ranking of a model another pretraining recipe made (``vitplast pretrain --out
+    FOLDER``, read by ``models.load_pretrained``) beside the embedded model's, per task and
+    protocol (load-or-compute): ``plasticity.ranking`` with a ``recipe`` column ("shipped",
+    or the folder's name)."""
+    from vitplast import models, store
+
+    folder = Path(folder)
+    final = json.loads((folder / "checkpoints.json").read_text())["checkpoints"]["final"]
+    key = dict(folder=folder.name, sha256=final["sha256"], tasks=list(tasks),
+               protocols=list(protocols), source=source, data_root=data_root, n_pairs=n_pairs)
+
+    def compute():  # value 1: the embedded model (its cached rates); 2: the folder's model
+        ranked = changed_rankings(models.EMBEDDED_NAME, tasks, (1.0, 2.0),
+                           lambda _, __: models.load_pretrained(folder), "recipe", protocols,
+                           source=source, data_root=data_root, n_pairs=n_pairs)
+        return ranked.assign(recipe=ranked["recipe"].map({1.0: "shipped", 2.0: folder.name}))
+
+    return store.load_or_compute("recipe-rankings", key, compute)
+
+
+def recipe_statistics(folder, task: str, *, source: str = SOURCE, data_root: str = "",
+                      n_pairs: int = 32) -> pd.DataFrame:
+    """``stream.model_statistics`` of the embedded model and of the folder's model on the same
+    images (both images of ``n_pairs`` pairs of ``task``), averaged over layers: one row per
+    recipe ("shipped", or the folder's name)."""
+    import torch
+
+    from vitplast import empirical, models
+    from vitplast.measure.stream import model_statistics
+
+    folder = Path(folder)
+    nets = {"shipped": models.load_model(), folder.name: models.load_pretrained(folder)}
+    pairs = empirical.task_pairs(task, source, n_pairs=n_pairs, model=nets["shipped"],
+                                 data_root=data_root)
+    images = torch.cat(pairs.tensors())
+    return pd.DataFrame({name: model_statistics(net, images).drop(columns="layer").mean()
+                         for name, net in nets.items()}).T.rename_axis("recipe")
+
+
+def recipe_findings(ranked: pd.DataFrame) -> list[dict]:
+    """One descriptive row per protocol: each recipe's order of plasticity (mean over tasks)
+    and its Spearman correlation with the paper's Fig. 2 (mean over tasks)."""
+    from vitplast.paper import PLASTICITY_ORDER
+
+    text = orders(ranked, by="recipe")["order"]
+    rows = []
+    for protocol, g in ranked.groupby("protocol", sort=False):
+        recipes = list(dict.fromkeys(g["recipe"]))
+        rho = {r: float(spearman_fig2(g[g["recipe"] == r]).mean()) for r in recipes}
+        rows.append(descriptive(
+            f"order of plasticity by pretraining recipe ({protocol} protocol)",
+            "; ".join(f"{r}: {text[(protocol, r)]}" for r in recipes),
+            paper="Fig. 2: " + " > ".join(PLASTICITY_ORDER),
+            verdict="Spearman with Fig. 2, mean over tasks: "
+                    + ", ".join(f"{r} {rho[r]:+.2f}" for r in recipes),
+            n=g["task"].nunique(), unit="(orders of task means), over tasks"))
+    return rows
