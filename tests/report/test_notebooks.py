@@ -197,7 +197,10 @@ def test_a_real_ctrl_c_stops_the_run_with_one_line(tmp_path):
         [sys.executable, "-m", "vitplast", "notebooks", "run", "--profile", "smoke", "--only",
          "01", "--out", "run"],  # a relative output folder, like the default runs/...
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": str(root)})
+        text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": str(root)},
+        # as a terminal starts a foreground job: Ctrl-C at its default, even when these tests
+        # run as a shell's background job (which ignores SIGINT and hands that on)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not _running_a_cell(out / "01_definitions.ipynb") and time.monotonic() < deadline:
         time.sleep(0.2)  # on a loaded machine the kernel can take many seconds to start
