@@ -64,9 +64,9 @@ Package data: the embedded checkpoints (``vitplast/checkpoints/``) and the noteb
 (``vitplast/notebooks/``).
 """
 
-__version__ = "0.1.0"
-
 import importlib
+
+__version__ = "0.1.0"
 
 #: Where each module of a subpackage lives: ``from vitplast import <module>`` finds it here.
 SUBPACKAGES = {
