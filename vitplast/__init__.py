@@ -35,9 +35,11 @@ primary         a question a study declares before its runs (``verdicts.Primary`
                 other tested findings are exploratory
 ==============  ==========================================================================
 
-Modules, one concept each, in subpackages by where they sit in the flow (each subpackage's
-docstring lists its modules; within a module, names without a leading ``_`` are public, and a
-module's own ``__all__``, where it has one, lists them). Data flows top to bottom:
+Modules, one concept each, in subpackages along the flow: tasks, then what is measured,
+trained, run as studies, reported (each subpackage's docstring lists its modules; within a
+module, names without a leading ``_`` are public, and a module's own ``__all__``, where it has
+one, lists them). Imports may cross that order (``stream`` finetunes to test an invariance;
+``empirical`` caches through the store), never in a cycle (``tests/test_layout.py``):
 
 - ``datasets``: the tasks and their images (``tasks``, ``data``, ``suite``, ``drawn``,
   ``corruptions``, ``paper_datasets``, ``fake_datasets``); beside it ``models`` (loading, the

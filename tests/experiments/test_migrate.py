@@ -71,6 +71,7 @@ def test_the_command_migrates_each_folder_and_refuses_a_missing_one(tmp_path, ca
     assert migrate.main([str(tmp_path / "nowhere")]) == 2
     assert "no such folder" in capsys.readouterr().err
     assert migrate.main([]) == 2
+    assert "usage: python -m vitplast.experiments.migrate FOLDER" in capsys.readouterr().err
 
 
 def test_no_shipped_store_holds_an_old_record():

@@ -55,10 +55,15 @@ def migrate(root: str | Path) -> dict[str, int]:
     return counts
 
 
+USAGE = "usage: python -m vitplast.experiments.migrate FOLDER [FOLDER ...]"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command: migrate each results folder named; 2 (with the reason) if one is not a
+    folder or none is named."""
     roots = sys.argv[1:] if argv is None else argv
     if not roots:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     for root in roots:
         if not Path(root).is_dir():
