@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import json
+import logging
 import signal
 import threading
 import time
@@ -382,6 +383,8 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
             if getattr(err, "ename", None) == "KeyboardInterrupt" or (
                     type(err).__name__ == "DeadKernelError" and _interrupted.is_set()):
                 status = "interrupted"  # Ctrl-C reached the kernel (and may have killed it)
+                # the kernel client's orphaned task would print a traceback when collected
+                logging.getLogger("asyncio").setLevel(logging.CRITICAL)
         rows[i].update(status=status, seconds=round(time.perf_counter() - start, 1), error=error)
         if status == "interrupted":
             with _sigint_ignored():  # a second Ctrl-C must not lose the record
