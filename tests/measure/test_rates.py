@@ -1,10 +1,12 @@
 """One batch's rates (``vitplast.rates``): hooked rates equal direct recomputation on three
-ViT variants, both protocols feed what they say, chunked pair distances equal whole-batch ones,
-and the hook scope removes its handles after an error."""
+ViT variants, both protocols feed what they say, chunked pair distances equal whole-batch ones
+and allocate no batch-sized difference, and the hook scope removes its handles after an error."""
 
 import pytest
 import torch
 from helpers import direct_rates, tiny_vit
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from vitplast import components, rates
 from vitplast.measure.pairs import PROTOCOLS
@@ -39,6 +41,35 @@ def test_chunked_pair_distances_equal_whole_batch_ones(monkeypatch, chunk):
         assert got.dtype == torch.float32
         torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=0)
         torch.testing.assert_close(got, rates._pair_distance(tensor), rtol=1e-6, atol=0)
+
+
+class _NewStorages(TorchDispatchMode):
+    """Records the size in bytes of every storage an op creates (views and ``out=`` writes
+    create none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes = [0]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
+                 if isinstance(t, torch.Tensor)}
+        self.sizes += [t.untyped_storage().nbytes() for t in tree_leaves(out)
+                       if isinstance(t, torch.Tensor)
+                       and t.untyped_storage().data_ptr() not in given]
+        return out
+
+
+def test_chunked_pair_distances_allocate_no_difference_of_the_whole_batch():
+    """What ``_Rates`` says of memory: on a CPU nothing larger than its scratch buffer is
+    allocated, where the whole-batch difference allocates half the activation."""
+    t = torch.randn(2 * 64, 50, 512)  # an FC1 output of the embedded model, 64 pairs
+    with _NewStorages() as chunked:
+        rates._Rates()._pair_distance(t)
+    with _NewStorages() as whole:
+        rates._pair_distance(t)
+    assert max(chunked.sizes) <= 4 * rates._CHUNK < t.nbytes // 2 <= max(whole.sizes)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
