@@ -62,10 +62,11 @@ class _Rates:
     On a CPU the differences x - y are formed a few pairs at a time in one small scratch buffer
     (``_CHUNK`` elements) that stays in cache while their norms are taken, so no difference of
     the whole batch is ever allocated (half an activation more at the peak: 155 MB for ViT-B's
-    MLP at 64 pairs of 224 px). In time the two ways measure alike (within the noise of
-    ``benchmarks/plasticity_overhead.py``); the numbers agree to float rounding. Reading every
-    activation once is a floor no estimator passes: on the embedded model, that read alone
-    costs about 0.08x a forward pass on two CPU cores (the benchmark measures it)."""
+    MLP at 64 pairs of 224 px). In time the two ways measured alike, within timing noise, in
+    the embedded model's pass; the numbers agree to float rounding. Reading every activation
+    once is a floor no estimator passes: on the embedded model that read alone is a few
+    hundredths to a tenth of a forward pass on two CPU cores
+    (``benchmarks/plasticity_overhead.py`` prints it beside the estimator's cost)."""
 
     def __init__(self):
         self.inp = self.out = (None, None)  # (weak reference to a tensor, its distances)
