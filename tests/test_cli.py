@@ -289,3 +289,35 @@ def test_pretrain_on_a_device_this_machine_lacks_refuses_before_making_out(tmp_p
     with pytest.raises(ValueError, match="no CUDA GPU"):  # the Python route too
         pretrain.pretrain(out, device="cuda")
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_real_ctrl_c_on_a_sweep_ends_with_one_line(tmp_path):
+    """Ctrl-C in a terminal reaches the sweep's whole process group after its first record:
+    exit 130, the last line says what is kept, no traceback; the records and the log stay."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = tmp_path / "store"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vitplast", "sweep", "--study", "main-smoke", "--root",
+         str(root), "--device", "cpu"], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+             "VITPLAST_CACHE": str(tmp_path / "cache")},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal does
+    deadline = time.monotonic() + 300
+    while not list(root.glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "interrupted: ") and err.strip().endswith("the same command resumes")
+    records = [p for p in root.glob("*.json") if p.name != "study.json"]
+    assert records and json.loads((root / "study.json").read_text())["sessions"]

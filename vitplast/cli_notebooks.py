@@ -91,7 +91,9 @@ def _run(args, parser) -> int:
         print(f"\ninterrupted during {stop.notebook}: its partial copy and summary.csv are "
               f"in {stop.out_dir}", file=sys.stderr)
         return 130
-    print(summary.to_string(index=False))
+    print(summary.drop(columns="error").to_string(index=False))
+    for row in summary[summary["error"] != ""].itertuples():  # one line each, left to read
+        print(f"{row.notebook} {row.status} at {row.error}")
     if args.html:
         _html(summary.attrs["out_dir"], None, parser)
     return 0 if (summary["status"] == "ok").all() else 1
