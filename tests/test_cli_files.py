@@ -35,6 +35,7 @@ def test_data_errors_are_one_line_naming_the_fix(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as done:
         main(["data", "unpack", str(tmp_path / "not.tar.gz"), str(tmp_path / "x")])
     assert done.value.code == 2 and "not a readable archive" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()  # nothing made for a file that is not an archive
 
 
 @pytest.fixture
@@ -57,6 +58,10 @@ def test_cache_info_says_where_and_how_large(cache, capsys):
     assert [line.split() for line in out[1:4]] == [
         ["data", "3.0", "MB"], ["results", "1.0", "MB"], ["total", "4.0", "MB"]]
     assert "vitplast cache clear" in out[-1]
+    (cache / "small.json").write_text("x" * 2_500)  # a small part reads in kB, not "0.0 MB"
+    main(["cache", "info"])
+    assert ["small.json", "2.5", "kB"] in [line.split() for line in
+                                          capsys.readouterr().out.splitlines()]
 
 
 def test_cache_clear_deletes_the_parts_named_or_all(cache, capsys):

@@ -138,4 +138,5 @@ def _cache_clear(parts: list[str], parser) -> int:
 
 
 def _mb(size: int) -> str:
-    return f"{size / 1e6:.1f} MB"
+    """A size in MB (kB below 0.1 MB, so that a small part does not read as empty)."""
+    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB"

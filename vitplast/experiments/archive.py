@@ -121,16 +121,12 @@ def unpack(archive: str | Path, dest: str | Path) -> Path:
             ``data`` filter).
     """
     dest = Path(dest)
+    _extract(archive, None)  # an unreadable file is refused before ``dest`` is made
     dest.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=dest, prefix=".unpack-"))
     try:
-        try:
-            with tarfile.open(archive, "r:*") as tar:
-                tar.extractall(scratch, filter="data")
-        except (tarfile.TarError, OSError) as err:
-            raise ValueError(f"{archive} is not a readable archive of `vitplast data pack`: "
-                             f"{err}") from None
-        tops = [p for p in scratch.iterdir()]
+        _extract(archive, scratch)
+        tops = list(scratch.iterdir())
         if len(tops) != 1 or not (tops[0] / MANIFEST).is_file():
             raise ValueError(f"{archive} is not an archive of `vitplast data pack`: it should "
                              f"hold one folder with a {MANIFEST}")
@@ -146,6 +142,19 @@ def unpack(archive: str | Path, dest: str | Path) -> Path:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return dest
+
+
+def _extract(archive: str | Path, folder: Path | None) -> None:
+    """Extract ``archive`` into ``folder`` (``None``: only open it) under tarfile's ``data``
+    filter; ``ValueError`` with the reason's first line when it cannot."""
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            if folder is not None:
+                tar.extractall(folder, filter="data")
+    except (tarfile.TarError, OSError) as err:
+        first = str(err).splitlines()[0].rstrip(":") if str(err) else type(err).__name__
+        raise ValueError(f"{archive} is not a readable archive of `vitplast data pack` "
+                         f"({first})") from None
 
 
 def _check_unpacked(root: Path, files: dict[str, dict]) -> None:
