@@ -52,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vitplast", description=(
         "A study kit for 'Vision Transformer Finetuning Benefits from Non-Smooth Components': "
         "pretrain the embedded model, run finetuning studies (here or on a SLURM cluster), "
-        "and run the notebook sequence headlessly."))
+        "run the notebook sequence headlessly (and read a run as static HTML), pack the "
+        "shipped results for an installed copy, and see or clear the cache."))
     parser.add_argument("--version", action="version", version=f"vitplast {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -15,7 +15,9 @@ static HTML site a student opens in any browser:
   and the previous and next notebooks.
 
 Math is typeset by MathJax, which the page loads from its CDN: offline, the TeX shows as
-written. Widgets (notebook 06's sliders) need a kernel: the page shows their text form.
+written. Widgets (notebook 06's explorers) are drawn only by the widget manager the page loads
+from its CDN, and never respond without a kernel; the static figure the notebook draws of each
+is in the page either way.
 
 Used by ``python -m vitplast notebooks html`` (and ``notebooks run --html``) and
 ``vitplast.notebooks.run``.
