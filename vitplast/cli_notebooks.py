@@ -104,7 +104,7 @@ def _html(run_dir, out, parser) -> int:
 
     try:
         index = reading_copy.write_site(run_dir, notebooks.NOTEBOOKS, out)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, RuntimeError) as err:
         parser.error(str(err))
     print(f"reading copy: {index} (open it in a browser)")
     return 0

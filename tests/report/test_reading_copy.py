@@ -73,3 +73,21 @@ def test_title_is_the_first_heading():
         dict(cell_type="code", source="# a comment, not a heading"),
         dict(cell_type="markdown", source=["Some text\n", "## 03 · Bounds\n"])])) == "03 · Bounds"
     assert reading_copy.title(dict(cells=[])) == ""
+
+
+def test_missing_templates_say_how_to_fix_them(tmp_path, monkeypatch):
+    """nbconvert installed without its templates where Jupyter looks (a borrowed environment):
+    one error naming the fix, not nbconvert's traceback."""
+    import nbconvert
+
+    class Templateless:
+        def __init__(self, **kwargs):
+            raise ValueError("No template sub-directory with name 'lab' found in the following "
+                             "paths:\n\t/somewhere")
+
+    run = executed_run(tmp_path / "run", png_figure())
+    monkeypatch.setattr(nbconvert, "HTMLExporter", Templateless)
+    with pytest.raises(RuntimeError, match=r"templates are not where Jupyter looks \(No template "
+                       r"sub-directory with name 'lab' found in the following paths\).*"
+                       "pip install --force-reinstall nbconvert"):
+        reading_copy.write_site(run, TINY_COURSE)

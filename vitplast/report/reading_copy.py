@@ -89,6 +89,7 @@ def write_site(run_dir: str | Path, order: list[str], out: str | Path | None = N
 
     Raises:
         FileNotFoundError: ``run_dir`` is not a folder or holds no executed notebook.
+        RuntimeError: nbconvert's templates are missing where Jupyter looks (naming the fix).
     """
     run_dir = Path(run_dir)
     found = sorted(p.stem for p in run_dir.glob("*.ipynb")) if run_dir.is_dir() else []
@@ -137,11 +138,22 @@ def _page(path: Path, nav: str) -> str:
     """The notebook at ``path`` as a standalone HTML page (figures embedded), the bar ``nav``
     on top."""
     import nbformat
+    from jinja2 import TemplateNotFound
     from nbconvert import HTMLExporter
 
-    exporter = HTMLExporter(template_name="lab", embed_images=True)
-    body, _ = exporter.from_notebook_node(nbformat.read(path, as_version=4),
-                                          resources=dict(metadata=dict(name=path.stem)))
+    try:
+        exporter = HTMLExporter(template_name="lab", embed_images=True)
+        body, _ = exporter.from_notebook_node(nbformat.read(path, as_version=4),
+                                              resources=dict(metadata=dict(name=path.stem)))
+    except (TemplateNotFound, ValueError) as err:
+        if not isinstance(err, TemplateNotFound) and "template" not in str(err):
+            raise
+        first = str(err).splitlines()[0].rstrip(":")
+        raise RuntimeError(
+            f"nbconvert's HTML templates are not where Jupyter looks ({first}): "
+            "`jupyter --paths` lists those folders; reinstall nbconvert in this environment "
+            "(pip install --force-reinstall nbconvert), or add the share/jupyter folder of the "
+            "environment it came from to JUPYTER_PATH") from None
     start = body.index(">", body.index("<body")) + 1  # right after the opening body tag
     return body[:start] + nav + body[start:]
 
