@@ -1,13 +1,14 @@
 # vitplast: `make run` runs the notebook sequence on the embedded default (executed notebooks and
 # figures in runs/<timestamp>-<profile>/); `make test` tests. Both create .venv if missing,
 # install the kit (editable, for development), and fetch the offline data. Idempotent.
-# `make wheel` builds the installable kit (checkpoints and notebooks inside) into dist/.
+# `make wheel` builds the installable kit (checkpoints and notebooks inside) into dist/,
+# `make data-pack` the shipped study results beside it.
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PROFILE ?= default
 FMNIST  := /usr/share/datasets/fashion-mnist
 
-.PHONY: install data run test test-fast lint benchmarks notebook-times browser-test pretrain wheel clean
+.PHONY: install data run test test-fast lint benchmarks notebook-times browser-test pretrain wheel data-pack clean
 
 install: $(VENV)/.installed
 
@@ -43,8 +44,9 @@ benchmarks: data
 notebook-times: data
 	$(PY) benchmarks/notebook_times.py
 
-# The real-browser check of notebook 06 alone (about a minute; `make test` runs it too when
-# chromium is installed): Debian's chromium driven by Playwright (no browser download).
+# The real-browser checks alone: notebook 06 in JupyterLab and the reading copy of an executed
+# run (about two minutes; `make test` runs them too when chromium is installed): Debian's
+# chromium driven by Playwright (no browser download).
 browser-test: data
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
 	$(PY) -m pytest -m browser tests/test_browser.py
@@ -54,6 +56,11 @@ pretrain: data
 
 wheel: install
 	$(PY) -m pip wheel . --no-deps -w dist
+
+# The shipped study results (too large for the wheel) as dist/vitplast-data-<version>.tar.gz, to
+# unpack beside an installed copy: `vitplast data unpack ARCHIVE DEST`, then VITPLAST_DATA=DEST.
+data-pack: install
+	$(PY) -m vitplast data pack dist
 
 clean:
 	rm -rf runs .cache .pytest_cache build dist

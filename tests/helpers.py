@@ -138,3 +138,86 @@ def tie_runs(alt_test: float) -> pd.DataFrame:
             rows += [dict(task=task, config=config, lr=lr, seed=s, status="ok", best_val_acc=v,
                           best_val_loss=loss, test_acc=acc) for s, v in enumerate(val)]
     return pd.DataFrame(rows)
+
+
+#: A two-notebook course for the runner and the reading copy: a heading and a figure, then a
+#: cell that raises (``tiny_course``).
+TINY_COURSE = ["01_figure", "02_fails"]
+#: What ``02_fails`` raises: a two-line message, of which the CLI shows the first line.
+TINY_ERROR = "the value 3 is not valid: give 1 or 2\nsecond line of the message"
+
+
+def tiny_course(folder, monkeypatch=None) -> list[str]:
+    """Write ``TINY_COURSE`` (source notebooks, each with a typed ``parameters`` cell) into
+    ``folder``; with ``monkeypatch``, make it the sequence ``vitplast.notebooks`` runs."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    from vitplast import notebooks
+
+    params = new_code_cell("value: int = 3  # a number", metadata=dict(tags=["parameters"]))
+    figure = new_code_cell("import matplotlib.pyplot as plt\n"
+                           "fig, ax = plt.subplots(figsize=(3, 2))\n"
+                           "ax.plot([0, 1, 2], [0, 1, 4]); ax.set_xlabel('step')\n"
+                           "plt.show()")
+    cells = {"01_figure": [new_markdown_cell("# 01 · A figure\n\nOne line, then a plot."),
+                           params, figure, new_markdown_cell("## What this shows\n\nA parabola.")],
+             "02_fails": [new_markdown_cell("# 02 · A failure"), params,
+                          new_code_cell(f"raise ValueError({TINY_ERROR!r})")]}
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in TINY_COURSE:
+        nb = new_notebook(cells=cells[name], metadata=dict(kernelspec=dict(
+            name="python3", display_name="Python 3", language="python")))
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    if monkeypatch is not None:
+        monkeypatch.setattr(notebooks, "NOTEBOOK_DIR", folder)
+        monkeypatch.setattr(notebooks, "NOTEBOOKS", list(TINY_COURSE))
+    return list(TINY_COURSE)
+
+
+def png_figure() -> bytes:
+    """A real PNG of a small matplotlib figure."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1, 2], [0, 1, 4])
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def executed_run(folder, png: bytes):
+    """``folder`` as ``vitplast notebooks run`` leaves it for ``TINY_COURSE``: the executed
+    copies (01 with its figure as a display output, 02 stopped by its ValueError), their status
+    in their metadata, and ``summary.csv``."""
+    import base64
+    import json
+
+    from vitplast import reading_copy
+
+    source = folder.parent / f"{folder.name}-source"
+    tiny_course(source)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, status in zip(TINY_COURSE, ("ok", "failed")):
+        nb = json.loads((source / f"{name}.ipynb").read_text())
+        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+        for count, cell in enumerate(code, start=1):
+            cell["execution_count"] = count
+        if name == "01_figure":
+            code[-1]["outputs"] = [dict(output_type="display_data", metadata={}, data={
+                "image/png": base64.b64encode(png).decode(), "text/plain": "<Figure>"})]
+        else:
+            code[-1]["outputs"] = [dict(output_type="error", ename="ValueError",
+                                        evalue=TINY_ERROR, traceback=["Traceback ..."])]
+        (folder / f"{name}.ipynb").write_text(json.dumps(nb))
+        reading_copy.record_status(folder / f"{name}.ipynb", status, "default", dict(value=3))
+    pd.DataFrame(dict(notebook=TINY_COURSE, status=["ok", "failed"], seconds=[1.5, 0.7],
+                      error=["", reading_copy.failing_cell(folder / "02_fails.ipynb")])
+                 ).to_csv(folder / "summary.csv", index=False)
+    return folder

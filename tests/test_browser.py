@@ -1,4 +1,5 @@
-"""Notebook 06 in a real browser: JupyterLab + headless Chromium, run all, move the slider.
+"""In a real browser (headless Chromium): notebook 06 in JupyterLab, run all, move the slider;
+and the reading copy of an executed run (``vitplast notebooks html``), opened from its files.
 
 Needs Debian's ``chromium`` (``apt-get install -y chromium chromium-driver``) and the
 ``playwright`` wheel (``pip install playwright``: its bundled driver, never ``playwright
@@ -17,8 +18,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers import TINY_COURSE, tiny_course
 
-from vitplast import notebooks
+from vitplast import notebooks, reading_copy
 
 CHROMIUM = shutil.which("chromium")
 REPO = Path(__file__).resolve().parents[1]
@@ -133,3 +135,45 @@ def test_gamma_slider_moves_the_displayed_value_in_jupyterlab(lab):
     assert after != before and value["c"] > 2.5
     assert value["ratio"] == pytest.approx(value["c"], rel=1e-3)
     assert value["diff_preserved"] < 1e-4
+
+
+def _chromium(pw):
+    return pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                              args=["--no-sandbox", "--disable-gpu"])
+
+
+def test_the_reading_copy_shows_its_headings_and_figures_without_a_kernel(tmp_path, monkeypatch):
+    """A run of a two-notebook course executed by papermill (a figure; a ValueError), rendered
+    by the CLI, opened from its files: the index lists the course in order with each status,
+    and the first notebook's page shows its heading and its figure (decoded by the browser)."""
+    from playwright.sync_api import sync_playwright
+
+    from vitplast.__main__ import main
+
+    tiny_course(tmp_path / "course", monkeypatch)
+    run = tmp_path / "run"
+    notebooks.run("default", out_dir=run, progress=False)
+    assert main(["notebooks", "html", str(run)]) == 0
+    shots = REPO / "runs" / "browser"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = _chromium(pw)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.set_default_timeout(60_000)
+        try:  # the pages load MathJax from its CDN: do not wait for it (offline here)
+            page.goto((run / "html" / reading_copy.INDEX).as_uri(),
+                      wait_until="domcontentloaded")
+            names = page.locator("tbody tr td:first-child").all_text_contents()
+            statuses = page.locator("tbody tr td:nth-child(3)").all_text_contents()
+            page.click("a[href='01_figure.html']")
+            page.wait_for_url("**/01_figure.html", wait_until="domcontentloaded")
+            heading = page.locator("h1", has_text="01 · A figure")
+            heading.wait_for(state="visible")
+            figure = page.locator(".jp-OutputArea-output img").first
+            figure.wait_for(state="visible")
+            width = figure.evaluate("img => img.complete ? img.naturalWidth : 0")
+            page.screenshot(path=str(shots / "reading-copy.png"), full_page=True)
+        finally:
+            browser.close()
+    assert names == TINY_COURSE and statuses == ["ok", "failed"]
+    assert width > 100  # a decoded PNG, not a broken image

@@ -12,7 +12,8 @@ from vitplast.experiments.runs import run_hash
 from vitplast.experiments.store import Store
 
 SUBCOMMANDS = [["pretrain"], ["sweep"], ["notebooks"], ["notebooks", "run"], ["notebooks", "list"],
-               ["notebooks", "copy"]]
+               ["notebooks", "copy"], ["notebooks", "html"], ["data"], ["data", "pack"],
+               ["data", "unpack"], ["cache"], ["cache", "info"], ["cache", "clear"]]
 
 
 def test_version(capsys):
@@ -31,7 +32,7 @@ def test_version_and_help_import_no_torch():
 
     code = ("import sys\nimport vitplast\nfrom vitplast.__main__ import main\n"
             "for argv in (['--version'], ['--help'], ['sweep', '--help'], "
-            "['notebooks', '--help']):\n"
+            "['notebooks', '--help'], ['data', '--help'], ['cache', 'info', '--help']):\n"
             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
             "print(vitplast.__file__, 'torch' in sys.modules)\n")
     repo = Path(__file__).resolve().parents[1]
@@ -236,3 +237,87 @@ def test_pretrain_stages_are_parsed_or_refused_with_the_format(capsys):
         with pytest.raises(SystemExit):
             main(["pretrain", "--stages", bad])
         assert "expected EPOCHS:PEAK_LR:SEED per stage" in capsys.readouterr().err
+
+
+def test_ctrl_c_on_a_sweep_ends_with_one_line_keeping_records_and_log(tmp_path, fake_runs,
+                                                                      monkeypatch, capsys):
+    """Ctrl-C during the second of two runs: exit 130, one line on stderr (no traceback), the
+    first run's record and the session's log kept; the same command then runs the rest."""
+    import signal
+
+    from helpers import FakeTrain
+
+    fake = FakeTrain()
+    fake.kill_at = 2
+    monkeypatch.setattr(finetune, "train", fake)
+    handler = signal.getsignal(signal.SIGINT)
+    assert main(["sweep", "--root", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        f"interrupted: 1 run record(s) in {tmp_path}, the session logged in its study.json; the "
+        "same command resumes")
+    assert len(results.results(tmp_path)) == 1
+    assert Store(tmp_path).companion("study.json")["sessions"][-1]["status"] == {"ok": 1}
+    signal.signal(signal.SIGINT, handler)  # the sweep's own handler, restored for pytest
+    assert main(["sweep", "--root", str(tmp_path)]) == 0
+    assert len(results.results(tmp_path)) == 2 and len(fake.calls) == 3
+
+
+def test_the_sweep_bar_counts_the_runs_it_stores(tmp_path, fake_runs, capsys):
+    main(["sweep", "--root", str(tmp_path), "--limit", "1"])
+    first = capsys.readouterr().err.replace("\r", "\n")
+    assert "sweep (0 stored)" in first and "sweep (1 stored)" in first
+    main(["sweep", "--root", str(tmp_path)])
+    bar = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines()
+           if line.startswith("sweep (")]
+    assert bar[0].startswith("sweep (1 stored)") and bar[-1].startswith("sweep (2 stored)")
+
+
+def test_pretrain_on_a_device_this_machine_lacks_refuses_before_making_out(tmp_path, capsys,
+                                                                          monkeypatch):
+    from vitplast.train import pretrain
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "new-model"
+    with pytest.raises(SystemExit) as done:
+        main(["pretrain", "--out", str(out), "--device", "cuda"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert done.value.code == 2 and len(err) == 2 and "Traceback" not in "".join(err)
+    assert err[1] == ("vitplast: error: --device 'cuda': no CUDA GPU is available "
+                      "here; use cpu, or leave the device out (cuda when available)")
+    assert not out.exists()
+    with pytest.raises(ValueError, match="no CUDA GPU"):  # the Python route too
+        pretrain.pretrain(out, device="cuda")
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_real_ctrl_c_on_a_sweep_ends_with_one_line(tmp_path):
+    """Ctrl-C in a terminal reaches the sweep's whole process group after its first record:
+    exit 130, the last line says what is kept, no traceback; the records and the log stay."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = tmp_path / "store"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vitplast", "sweep", "--study", "main-smoke", "--root",
+         str(root), "--device", "cpu"], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+             "VITPLAST_CACHE": str(tmp_path / "cache")},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal does
+    deadline = time.monotonic() + 300
+    while not list(root.glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "interrupted: ") and err.strip().endswith("the same command resumes")
+    records = [p for p in root.glob("*.json") if p.name != "study.json"]
+    assert records and json.loads((root / "study.json").read_text())["sessions"]

@@ -39,3 +39,18 @@ def test_tensors_follow_a_module_and_a_plain_function_takes_them_as_they_are():
     assert inputs.to_model(lambda t: t, x) is x  # one tensor in, one out
     moved = inputs.to_model(torch.nn.Linear(2, 2), x, y)  # already there: as they are
     assert isinstance(moved, tuple) and moved[0] is x and moved[1] is y
+
+
+def test_a_device_this_machine_lacks_is_refused_naming_what_is_there(monkeypatch):
+    assert inputs.check_device(None) is None  # CUDA when available, decided later
+    assert inputs.check_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match=r"device 'gpu' is not a device .*valid: cpu, cuda"):
+        inputs.check_device("gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device 'cuda:1': no CUDA GPU is available here"):
+        inputs.check_device("cuda:1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert inputs.check_device("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(ValueError, match="device 'cuda:1': only 1 CUDA device"):
+        inputs.check_device("cuda:1")

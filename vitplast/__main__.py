@@ -1,4 +1,6 @@
-"""Command line: ``vitplast {pretrain,sweep,notebooks} ...`` (or ``python -m vitplast``)."""
+"""Command line: ``vitplast {pretrain,sweep,notebooks,data,cache} ...`` (or ``python -m
+vitplast``); ``notebooks`` is ``vitplast.cli_notebooks``'s, ``data`` and ``cache``
+``vitplast.cli_files``'s."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import shutil
 import signal
 import sys
 import time
+
+from vitplast import cli_files, cli_notebooks
 
 #: ``sweep --executor submitit`` options -> submitit ``update_parameters`` keys.
 SUBMITIT_OPTIONS = {"timeout_min": "timeout_min", "gpus_per_node": "gpus_per_node",
@@ -48,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vitplast", description=(
         "A study kit for 'Vision Transformer Finetuning Benefits from Non-Smooth Components': "
         "pretrain the embedded model, run finetuning studies (here or on a SLURM cluster), "
-        "and run the notebook sequence headlessly."))
+        "run the notebook sequence headlessly (and read a run as static HTML), pack the "
+        "shipped results for an installed copy, and see or clear the cache."))
     parser.add_argument("--version", action="version", version=f"vitplast {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -68,31 +73,8 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_sweep(sub)
 
-    nb = sub.add_parser("notebooks", help="run the notebook sequence headlessly (papermill)",
-                        description="The notebook sequence (package data, vitplast/notebooks/): "
-                        "list it, or execute it with papermill under a profile.")
-    nb_sub = nb.add_subparsers(dest="action", required=True)
-    r = nb_sub.add_parser("run", help="execute the notebooks in order into runs/<timestamp>/",
-                          description="Execute the notebooks in order with papermill into "
-                          "runs/<timestamp>-<profile>/ (figures into its figures/, status per "
-                          "notebook in summary.csv). Names, profiles and parameter types are "
-                          "checked before any kernel starts; Ctrl-C stops the run and records the "
-                          "notebook in flight as interrupted.")
-    r.add_argument("--profile", default="default", help="smoke | default | paper")
-    r.add_argument("--only", nargs="*", default=None, help="notebook prefixes, e.g. 03 04")
-    r.add_argument("-p", "--param", nargs=2, action="append", default=[],
-                   metavar=("NAME", "VALUE"), help="override a parameter (VALUE parsed as "
-                   "a Python literal when possible; its type must be the parameter's)")
-    r.add_argument("--out", default=None, help="output folder (default runs/<timestamp>-<profile>)")
-    nb_sub.add_parser("list", help="list the notebooks and their parameters",
-                      description="List the notebooks and their parameters: name, type, "
-                      "default.")
-    c = nb_sub.add_parser("copy", help="copy the notebooks into a folder (for JupyterLab)",
-                          description="Copy the notebook sequence (and its README) out of the "
-                          "installed package into DEST, to open and edit in JupyterLab. Files "
-                          "already in DEST are kept unless --force.")
-    c.add_argument("dest", metavar="DEST", help="folder to copy into (created if missing)")
-    c.add_argument("--force", action="store_true", help="overwrite notebooks already in DEST")
+    cli_notebooks.add_parser(sub)
+    cli_files.add_parsers(sub)
     return parser
 
 
@@ -168,7 +150,8 @@ def _add_sweep(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    command = {"pretrain": _pretrain, "sweep": _sweep, "notebooks": _notebooks}[args.command]
+    command = {"pretrain": _pretrain, "sweep": _sweep, "notebooks": cli_notebooks.command,
+               "data": cli_files.command, "cache": cli_files.command}[args.command]
     return command(args, parser, argv) or 0
 
 
@@ -179,6 +162,7 @@ def _pretrain(args, parser, argv) -> int:
         stages = None if args.stages is None else pretrain.parse_stages(args.stages)
     except ValueError as err:
         parser.error(f"--stages {err}")
+    _check_device(args, parser)  # before --out is made
     extra = {k: v for k, v in (("weight_decay", args.weight_decay), ("stages", stages))
              if v is not None}
     manifest = pretrain.pretrain(args.out or models.DATA_DIR, train_limit=args.train_limit,
@@ -190,7 +174,7 @@ def _pretrain(args, parser, argv) -> int:
 
 def _sweep(args, parser, argv) -> int:
     """Run (or, with --status, only count) the study's runs the store lacks; log the session."""
-    from vitplast import models, provenance, results, search, studies, sweep
+    from vitplast import provenance, studies, sweep
 
     kwargs = _submitit_parameters(args, parser)
     if kwargs.get("cluster") == "slurm" and not shutil.which("srun"):
@@ -219,6 +203,21 @@ def _sweep(args, parser, argv) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     start, command = time.perf_counter(), "python -m vitplast " + " ".join(argv or sys.argv[1:])
+    summary, interrupted = _run_study(args, root, chosen, searched, kwargs, command, start)
+    if interrupted:  # one line: the records and the session log are kept
+        print(f"\ninterrupted: {len(summary)} run record(s) in {root}, the session logged in "
+              "its study.json; the same command resumes", file=sys.stderr)
+        return 130
+    print(summary["status"].value_counts().to_string())
+    return 0
+
+
+def _run_study(args, root, chosen, searched, kwargs, command, start):
+    """Run the study's missing runs; return what the store holds and whether Ctrl-C (or
+    SIGTERM) stopped it. The session is logged in any case, a second Ctrl-C ignored."""
+    from vitplast import models, provenance, results, search, sweep
+
+    interrupted = False
     try:
         if searched is not None:  # LRs searched: run, read back, ask again (search.run_search)
             search.run_search(searched, root, shard=args.shard or (0, 1), device=args.device,
@@ -228,11 +227,18 @@ def _sweep(args, parser, argv) -> int:
         else:
             sweep.run_sweep(chosen, root, executor=args.executor, device=args.device,
                             retry_failed=args.retry_failed, batch_lrs=args.batch_lrs, **kwargs)
+    except KeyboardInterrupt:
+        interrupted = True
     finally:  # also when interrupted: what the store holds now is logged
-        summary = results.results(root)
-        provenance.log_session(root, command, summary, time.perf_counter() - start, args.device)
-    print(summary["status"].value_counts().to_string())
-    return 0
+        previous = [(s, signal.signal(s, signal.SIG_IGN)) for s in (signal.SIGINT, signal.SIGTERM)]
+        try:  # a second Ctrl-C must not lose the log
+            summary = results.results(root)
+            provenance.log_session(root, command, summary, time.perf_counter() - start,
+                                   args.device)
+        finally:
+            for number, handler in previous:
+                signal.signal(number, handler)
+    return summary, interrupted
 
 
 def _study(args, parser) -> tuple[str, list[dict]]:
@@ -274,62 +280,23 @@ def _workers(args) -> int | None:
     return None
 
 
-def _notebooks(args, parser, argv) -> int:
-    from vitplast import notebooks
-
-    if args.action == "copy":
-        try:
-            copied = notebooks.copy_to(args.dest, force=args.force)
-        except FileExistsError as err:
-            parser.error(str(err))
-        print(f"copied {len(copied)} files into {args.dest}: open them with `jupyter lab "
-              f"{args.dest}`")
-        return 0
-    if args.action == "list":
-        for name in notebooks.available():
-            types = notebooks.notebook_parameter_types(name)
-            print(name)
-            for key, value in notebooks.notebook_parameters(name).items():
-                print(f"  {key}: {types[key]} = {value!r}")
-        return 0
-    params = {k: _literal(v) for k, v in args.param}
-    try:  # fail before any kernel starts
-        notebooks.check_requirements(args.profile, notebooks.plan(args.profile, args.only, params))
-    except (ValueError, RuntimeError, FileNotFoundError) as err:
-        parser.error(str(err))
-    try:
-        summary = notebooks.run(args.profile, args.only, params, args.out)
-    except notebooks.Interrupted as stop:
-        print(f"\ninterrupted during {stop.notebook}: its partial copy and summary.csv are "
-              f"in {stop.out_dir}", file=sys.stderr)
-        return 130
-    print(summary.to_string(index=False))
-    return 0 if (summary["status"] == "ok").all() else 1
-
-
 def _check_sweep_args(args, parser) -> None:
     """``sweep``'s --root and --device, refused before anything is loaded or run (--limit,
     --shard and --order: ``sweep.select``)."""
-    import torch
-
     if args.root is not None and os.path.exists(args.root) and not os.path.isdir(args.root):
         parser.error(f"--root {args.root!r} is a file: the results store is a folder; give a "
                      "folder (it is created if missing)")
-    if args.device is None:
-        return
+    _check_device(args, parser)
+
+
+def _check_device(args, parser) -> None:
+    """``--device``, refused (naming what this machine has) before anything is created."""
+    from vitplast import inputs
+
     try:
-        device = torch.device(args.device)
-    except RuntimeError as err:
-        parser.error(f"--device {args.device!r} is not a device ({err}); valid: cpu, cuda, "
-                     "cuda:N, mps, or leave it out for cuda when available")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {args.device!r}: no CUDA GPU is available here; use --device "
-                     "cpu or leave it out")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        parser.error(f"--device {args.device!r}: only {torch.cuda.device_count()} CUDA "
-                     "device(s) here")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        parser.error(f"--device {args.device!r}: MPS is not available here; use --device cpu")
+        inputs.check_device(args.device)
+    except ValueError as err:
+        parser.error(f"--{err}")
 
 
 def _check_root(args, root: str, parser) -> None:
@@ -369,7 +336,7 @@ def _submitit_parameters(args, parser) -> dict:
             if not sep or not key:
                 parser.error(f"--slurm-param takes KEY=VALUE, e.g. qos=high; got {item!r}")
             if key in known:
-                out[f"slurm_{key}"] = _literal(value)
+                out[f"slurm_{key}"] = cli_notebooks.literal(value)
             else:
                 extra[key] = value
     if extra:
@@ -379,16 +346,6 @@ def _submitit_parameters(args, parser) -> dict:
     if out and args.executor != "submitit":
         parser.error(f"{sorted(out)} are submitit settings: add --executor submitit")
     return out
-
-
-def _literal(text: str):
-    """``"3"`` -> 3, ``"[1, 2]"`` -> [1, 2], anything else stays a string."""
-    import ast
-
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
 
 
 if __name__ == "__main__":

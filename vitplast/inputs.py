@@ -12,7 +12,8 @@ takes a model (or a module) and tensors moves the tensors to the model's device 
 same call runs whether ``load_model`` put the model on a GPU or on the CPU.
 
 Used by ``vitplast.plasticity``, ``bounds``, ``intervals``, ``definitions``, ``confounds``,
-``finetune``, ``runs`` and the ``python -m vitplast sweep`` arguments; so by notebooks 01-06.
+``finetune``, ``runs``, ``pretrain`` and the ``python -m vitplast`` arguments (``check_device``:
+``sweep`` and ``pretrain``'s ``--device``); so by notebooks 01-06.
 """
 
 from __future__ import annotations
@@ -76,6 +77,28 @@ def check_positive(name: str, value, *, hint: str = "") -> float:
         raise ValueError(f"{name}={value!r} is not valid: {name} takes a finite number > 0"
                          + (f"; {hint}" if hint else ""))
     return value
+
+
+def check_device(device: str | torch.device | None) -> torch.device | None:
+    """``device`` as a ``torch.device`` that exists on this machine (``None`` stays ``None``:
+    CUDA when available, decided by ``models.pick_device``); else ``ValueError`` saying what
+    is there. Run before anything is created (``pretrain``, the CLI's ``--device``)."""
+    if device is None:
+        return None
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device {device!r} is not a device ({err}); valid: cpu, cuda, "
+                         "cuda:N, mps, or leave it out for cuda when available") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: no CUDA GPU is available here; use cpu, or "
+                         "leave the device out (cuda when available)")
+    if chosen.type == "cuda" and (chosen.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA "
+                         "device(s) here")
+    if chosen.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r}: MPS is not available here; use cpu")
+    return chosen
 
 
 def expected_input(model: nn.Module) -> tuple[int, int | None, int | None]:

@@ -74,14 +74,15 @@ def results_root(name: str) -> Path:
 
 def cache_dir() -> Path:
     """The folder for caches (load-or-compute results, unpacked data): ``$VITPLAST_CACHE``,
-    else ``.cache/`` in a repo checkout, else ``~/.cache/vitplast``. Used by ``vitplast.store``,
-    ``vitplast.data`` and ``vitplast.studies``."""
+    else ``.cache/`` in a repo checkout, else ``$XDG_CACHE_HOME/vitplast`` (default
+    ``~/.cache/vitplast``). Used by ``vitplast.store``, ``vitplast.data``, ``vitplast.studies``
+    and ``vitplast cache info`` / ``clear``."""
     if "VITPLAST_CACHE" in os.environ:
         return Path(os.environ["VITPLAST_CACHE"])
     repo = Path(__file__).resolve().parents[1]
     if (repo / "pyproject.toml").exists():
         return repo / ".cache"
-    return Path.home() / ".cache" / "vitplast"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vitplast"
 
 
 def require_results(root: str | Path) -> Path:

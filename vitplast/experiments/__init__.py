@@ -5,5 +5,6 @@
 on validation) · ``studies`` (the one registry) with ``study_specs`` · ``provenance``
 (sessions, progress) · ``results`` (tidy tables) with ``lr_selection`` · ``decide`` (the suite
 and gauge studies' tables) · ``confounds`` with ``confound_variants`` and
-``confound_plasticity`` (the confound study).
+``confound_plasticity`` (the confound study) · ``archive`` (the shipped stores as one
+installable archive).
 """

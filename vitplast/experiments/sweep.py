@@ -241,8 +241,15 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
             todo[run_hash(c)] = (c, store.path(c).stat().st_mtime_ns)
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(todo), desc=f"sweep ({len(runs) - len(todo)} stored)",
-               disable=not progress)
+    stored = len(runs) - len(todo)
+    bar = tqdm(total=len(todo), desc=f"sweep ({stored} stored)", disable=not progress)
+
+    def done(group):  # the bar counts the runs now stored, a dead job's not among them
+        nonlocal stored
+        stored += sum(store.has(c) for c, _ in group)
+        bar.set_description(f"sweep ({stored} stored)", refresh=False)
+        bar.update(len(group))
+
     stale = {run_hash(c): mtime for c, mtime in todo.values()}
     groups = [[(c, stale[run_hash(c)]) for c in group] for group in (
         lr_groups([c for c, _ in todo.values()]) if batch_lrs else
@@ -250,9 +257,9 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
     if executor == "serial":
         for group in groups:
             _run_and_save(group, store, device, progress=progress)
-            bar.update(len(group))
+            done(group)
     elif groups:
-        _submit(groups, store, device, bar, **executor_kwargs)
+        _submit(groups, store, device, done, **executor_kwargs)
     bar.close()
     records = {run_hash(c): store.record(c) or {"run": c, "status": "missing"}
                for c in runs}
@@ -306,10 +313,10 @@ def _run_and_save(group: list[tuple[dict, int | None]], store: Store, device,
     return statuses
 
 
-def _submit(groups, store: Store, device, bar, folder=None, cluster=None, **parameters
+def _submit(groups, store: Store, device, done, folder=None, cluster=None, **parameters
             ) -> None:
-    """One submitit job array, a job per group of (run, stale) pairs; wait for every job,
-    warn about those that died."""
+    """One submitit job array, a job per group of (run, stale) pairs; wait for every job
+    (``done(group)`` as each ends), warn about those that died."""
     import submitit
 
     executor = submitit.AutoExecutor(folder=folder or store.root / "submitit", cluster=cluster)
@@ -322,7 +329,7 @@ def _submit(groups, store: Store, device, bar, folder=None, cluster=None, **para
             job.result()
         except Exception as err:  # killed (time limit, preemption...): no record, re-run later
             warnings.warn(f"job {job.job_id} died without a record: {err}", stacklevel=3)
-        bar.update(len(group))
+        done(group)
 
 
 def select(runs: list[dict], root: str | Path | None = None, *, order: str = "seed-first",

@@ -4,5 +4,6 @@
 ``confound_findings``) over ``verdicts`` (rows, primaries, Holm families) and ``power`` ·
 ``sentences`` (a row in plain words, for the Read cells) · ``plots`` (figures as pure
 functions; the look in ``plot_style``) · ``widgets`` (notebook 06) · ``advise`` (which
-component to finetune) · ``notebooks`` (papermill runs of the sequence).
+component to finetune) · ``notebooks`` (papermill runs of the sequence) with ``reading_copy``
+(an executed run as static HTML).
 """

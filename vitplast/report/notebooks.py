@@ -18,7 +18,8 @@ type (``n_pairs: int = 512  # comment``), which ``papermill --help-notebook`` sh
 ``run`` executes them in order into ``runs/<timestamp>-<profile>/`` (figures into its
 ``figures/``, the kernels' stderr into its ``kernel.log``), continues past a failing notebook,
 stops at Ctrl-C (recording the notebook as interrupted), and returns a summary table
-(notebook, status, seconds, failing cell).
+(notebook, status, seconds, where and why it failed: ``reading_copy.failing_cell``);
+``reading_copy.write_site`` renders the run's folder as a static HTML site.
 
 Used by ``python -m vitplast notebooks run``, the Makefile and the tests.
 """
@@ -39,6 +40,7 @@ import pandas as pd
 
 from vitplast.datasets.paper_datasets import PAPER_DATASETS, PAPER_MODEL
 from vitplast.models import EMBEDDED_NAME
+from vitplast.report.reading_copy import failing_cell, record_status
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 #: The notebook sequence, in order.
@@ -260,20 +262,6 @@ def _check_task_names(nb: str, params: dict) -> None:
                 raise ValueError(f"{nb}: {key}: {err}") from None
 
 
-def _failing_cell(path: Path) -> str:
-    """The source's first line of the cell that raised, from an executed notebook."""
-    try:
-        nb = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return ""
-    for i, cell in enumerate(nb["cells"]):
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error":
-                first = "".join(cell["source"]).strip().splitlines()[:1]
-                return f"cell {i}: {first[0] if first else ''} -> {out.get('ename')}"
-    return ""
-
-
 #: Parameters that name files or folders: made absolute before a notebook runs (its working
 #: directory is the output folder, not where ``run`` was called from).
 PATH_PARAMETERS = ("data_root", "weights_file", "results_dir", "main_results_dir", "fig_dir")
@@ -327,27 +315,17 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
-def _record_status(path: Path, status: str, profile: str, params: dict) -> None:
-    """Write the run's status into the executed notebook's metadata (``metadata.vitplast``)."""
-    try:
-        nb = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return
-    nb.setdefault("metadata", {})["vitplast"] = dict(status=status, profile=profile,
-                                                     parameters=params)
-    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
-
-
 def run(profile: str = "default", only: list[str] | None = None, params: dict | None = None,
         out_dir: str | Path | None = None, progress: bool = True) -> pd.DataFrame:
     """Execute the notebooks in order with papermill; return the summary table.
 
     Columns: ``notebook``, ``status`` (``STATUSES``: ok, failed, interrupted, not run),
-    ``seconds``, ``error`` (the failing cell). A failing notebook does not stop the rest;
-    Ctrl-C does: the notebook in flight is recorded as interrupted (in the table, in
-    ``summary.csv`` and in its executed copy's ``metadata.vitplast.status``), the rest as not
-    run, and ``Interrupted`` (a ``KeyboardInterrupt``) is raised. Figures are saved to
-    ``out_dir/figures`` unless a ``fig_dir`` parameter says otherwise.
+    ``seconds``, ``error`` (where and why it failed: ``In [N]: ValueError: <its message's
+    first line>``). A failing notebook does not stop the rest; Ctrl-C does: the notebook in
+    flight is recorded as interrupted (in the table, in ``summary.csv`` and in its executed
+    copy's ``metadata.vitplast.status``), the rest as not run, and ``Interrupted`` (a
+    ``KeyboardInterrupt``) is raised. Figures are saved to ``out_dir/figures`` unless a
+    ``fig_dir`` parameter says otherwise; the table's ``attrs["out_dir"]`` is the run's folder.
     """
     import papermill as pm
 
@@ -379,7 +357,8 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
         except KeyboardInterrupt:
             status, error = "interrupted", "KeyboardInterrupt (Ctrl-C)"
         except Exception as err:  # papermill raises PapermillExecutionError; keep going
-            status, error = "failed", _failing_cell(target) or f"{type(err).__name__}: {err}"
+            status, error = "failed", failing_cell(target) or f"{type(err).__name__}: {err}"
+            error = error.strip().splitlines()[0]  # the CLI's table: one line per notebook
             if getattr(err, "ename", None) == "KeyboardInterrupt" or (
                     type(err).__name__ == "DeadKernelError" and _interrupted.is_set()):
                 status = "interrupted"  # Ctrl-C reached the kernel (and may have killed it)
@@ -388,11 +367,12 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
         rows[i].update(status=status, seconds=round(time.perf_counter() - start, 1), error=error)
         if status == "interrupted":
             with _sigint_ignored():  # a second Ctrl-C must not lose the record
-                _record_status(target, status, profile, nb_params)
+                record_status(target, status, profile, nb_params)
                 summary = pd.DataFrame(rows)
                 summary.to_csv(out_dir / "summary.csv", index=False)
             raise Interrupted(nb, out_dir, summary)
-        _record_status(target, status, profile, nb_params)
+        record_status(target, status, profile, nb_params)
     summary = pd.DataFrame(rows)
     summary.to_csv(out_dir / "summary.csv", index=False)
+    summary.attrs["out_dir"] = out_dir
     return summary

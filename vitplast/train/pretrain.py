@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from vitplast import data, finetune, models, provenance, store, tasks
+from vitplast import data, finetune, inputs, models, provenance, store, tasks
 
 #: The pretraining recipe (keyword arguments of ``vitplast.finetune.train``).
 RECIPE = dict(config="full", optimizer="adamw", weight_decay=0.05, betas=(0.9, 0.999),
@@ -61,7 +61,7 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
              train_limit: int | None = None, arch: dict | None = None,
              weight_decay: float = RECIPE["weight_decay"], root: str | Path | None = None,
              device: str | None = None, progress: bool = True) -> dict:
-    """Pretrain the embedded model and write its checkpoints and manifest to ``out_dir``.
+    """Pretrain the embedded model into ``out_dir``; return its manifest (checkpoints.json).
 
     Resumes at stage boundaries: a stage whose end checkpoint is already in ``out_dir``'s
     manifest (same recipe and stages) is loaded instead of trained again.
@@ -73,12 +73,12 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
         arch: ``VisionTransformer`` keywords (default ``models.EMBEDDED_ARCH``; the tests
             pretrain a tiny one); saved in the manifest, which ``models.load_model`` follows.
         root: Fashion-MNIST folder (see ``vitplast.data.fashion_mnist_arrays``).
-
-    Returns:
-        The manifest written to ``out_dir/checkpoints.json``.
+        device: default CUDA when available; one this machine lacks: ``ValueError``
+            (``inputs.check_device``) before ``out_dir`` is made.
     """
     from safetensors.torch import load_file, save_file
 
+    device = models.pick_device(inputs.check_device(device))  # before anything is made
     out_dir, arch = Path(out_dir), dict(arch or models.EMBEDDED_ARCH)
     out_dir.mkdir(parents=True, exist_ok=True)
     train_set, val_set, test_set = _sets(root, train_limit)
@@ -92,8 +92,8 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
     if [manifest.get("recipe"), manifest.get("arch")] != json.loads(json.dumps([recipe, arch])):
         manifest = dict(checkpoints={}, history=[])  # another recipe: start over
     manifest.update(model=models.EMBEDDED_NAME, arch=arch, recipe=recipe,
-                    command=_command(stages, weight_decay), device=str(models.pick_device(device)),
-                    **provenance.provenance(models.pick_device(device)))
+                    command=_command(stages, weight_decay), device=str(device),
+                    **provenance.provenance(device))
     start = time.perf_counter() - manifest.get("wall_seconds", 0.0)
 
     def save(name: str, model, step: int):

@@ -1,0 +1,77 @@
+"""``vitplast notebooks`` (``vitplast.cli_notebooks``): a failing notebook's own error on the
+command line and in ``summary.csv``, the reading copy (``html``, ``run --html``), and
+``copy`` doing what its help says."""
+
+import json
+
+import pandas as pd
+import pytest
+from helpers import TINY_COURSE, TINY_ERROR, executed_run, png_figure, tiny_course
+
+from vitplast import notebooks
+from vitplast.__main__ import main
+from vitplast.cli_notebooks import literal
+
+
+@pytest.mark.slow
+def test_a_failing_notebook_shows_its_own_message_and_cell_where_the_user_looks(
+        tmp_path, monkeypatch, capsys):
+    """A real papermill run (one kernel per notebook) of a notebook that raises
+    ``ValueError("...")``: the CLI's table and ``summary.csv`` carry the message's first line
+    and the cell, not the cell's source; ``--html`` then renders the run."""
+    tiny_course(tmp_path / "course", monkeypatch)
+    out = tmp_path / "run"
+    code = main(["notebooks", "run", "--out", str(out), "--html"])
+    printed = capsys.readouterr().out
+    expected = "In [2]: ValueError: " + TINY_ERROR.splitlines()[0]
+    assert code == 1
+    summary = pd.read_csv(out / "summary.csv", keep_default_na=False)
+    assert summary.status.tolist() == ["ok", "failed"]
+    assert summary.error.tolist() == ["", expected]
+    assert f"02_fails failed at {expected}" in printed.splitlines()
+    assert "second line" not in printed and "raise ValueError" not in printed
+    assert f"reading copy: {out / 'html' / 'index.html'}" in printed
+    figure = (out / "html" / "01_figure.html").read_text()
+    assert "data:image/png;base64," in figure and "A figure" in figure  # the plot, executed
+
+
+def test_html_renders_a_run_and_says_where(tmp_path, capsys):
+    run = executed_run(tmp_path / "run", png_figure())
+    assert main(["notebooks", "html", str(run), "--out", str(tmp_path / "site")]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"reading copy: {tmp_path / 'site' / 'index.html'} (open it in a browser)")
+    assert sorted(p.name for p in (tmp_path / "site").iterdir()) == sorted(
+        [f"{nb}.html" for nb in TINY_COURSE] + ["index.html"])
+
+
+def test_html_of_a_folder_without_a_run_fails_naming_what_it_needs(tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["notebooks", "html", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "holds no executed notebook" in err
+    assert "runs/<timestamp>-<profile>/" in err and not (tmp_path / "html").exists()
+
+
+def test_copy_does_what_its_help_says(tmp_path, capsys):
+    """The help: files with the same content are fine; one with other content stops the copy
+    (nothing copied, the file named) unless --force, which overwrites it."""
+    with pytest.raises(SystemExit):
+        main(["notebooks", "copy", "--help"])
+    assert "nothing is copied and the command names them, unless --force" in " ".join(
+        capsys.readouterr().out.split())
+    dest = tmp_path / "mine"
+    dest.mkdir()
+    (dest / "03_bounds.ipynb").write_text("{}")  # a reader's edits
+    with pytest.raises(SystemExit) as done:
+        main(["notebooks", "copy", str(dest)])
+    assert done.value.code == 2 and "03_bounds.ipynb" in capsys.readouterr().err
+    assert [p.name for p in dest.iterdir()] == ["03_bounds.ipynb"]  # nothing copied
+    assert main(["notebooks", "copy", str(dest), "--force"]) == 0
+    assert json.loads((dest / "03_bounds.ipynb").read_text()) == json.loads(
+        (notebooks.NOTEBOOK_DIR / "03_bounds.ipynb").read_text())
+    assert main(["notebooks", "copy", str(dest)]) == 0  # the same content again: fine
+
+
+def test_parameter_values_are_python_literals_or_strings():
+    assert literal("3") == 3 and literal("[1, 2]") == [1, 2] and literal("'a'") == "a"
+    assert literal("/data/paper") == "/data/paper" and literal("digits") == "digits"

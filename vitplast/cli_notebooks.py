@@ -1,0 +1,120 @@
+"""The ``vitplast notebooks`` command: list, copy, run the notebook sequence, and render a run
+as a reading copy (``vitplast.notebooks``, ``vitplast.reading_copy``).
+
+Building its parser imports nothing heavy (``--help`` answers at once); each action imports
+what it needs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_parser(sub) -> None:
+    """The ``notebooks`` subcommand and its actions, on the CLI's subparsers ``sub``."""
+    nb = sub.add_parser("notebooks", help="run the notebook sequence headlessly (papermill)",
+                        description="The notebook sequence (package data, vitplast/notebooks/): "
+                        "list it, copy it out, execute it with papermill under a profile, or "
+                        "render an executed run as static HTML.")
+    nb_sub = nb.add_subparsers(dest="action", required=True)
+    r = nb_sub.add_parser("run", help="execute the notebooks in order into runs/<timestamp>/",
+                          description="Execute the notebooks in order with papermill into "
+                          "runs/<timestamp>-<profile>/ (figures into its figures/, status per "
+                          "notebook in summary.csv, with where and why a failed one failed). "
+                          "Names, profiles and parameter types are checked before any kernel "
+                          "starts; Ctrl-C stops the run and records the notebook in flight as "
+                          "interrupted.")
+    r.add_argument("--profile", default="default", help="smoke | default | paper")
+    r.add_argument("--only", nargs="*", default=None, help="notebook prefixes, e.g. 03 04")
+    r.add_argument("-p", "--param", nargs=2, action="append", default=[],
+                   metavar=("NAME", "VALUE"), help="override a parameter (VALUE parsed as "
+                   "a Python literal when possible; its type must be the parameter's)")
+    r.add_argument("--out", default=None, help="output folder (default runs/<timestamp>-<profile>)")
+    r.add_argument("--html", action="store_true", help="then render the run as static HTML "
+                   "into its html/ (as `notebooks html`)")
+    nb_sub.add_parser("list", help="list the notebooks and their parameters",
+                      description="List the notebooks and their parameters: name, type, "
+                      "default.")
+    c = nb_sub.add_parser("copy", help="copy the notebooks into a folder (for JupyterLab)",
+                          description="Copy the notebook sequence (and its README and "
+                          "solutions) out of the installed package into DEST, to open and edit "
+                          "in JupyterLab. Files already in DEST with the same content are fine; "
+                          "if any holds other content (your edits), nothing is copied and the "
+                          "command names them, unless --force.")
+    c.add_argument("dest", metavar="DEST", help="folder to copy into (created if missing)")
+    c.add_argument("--force", action="store_true", help="overwrite the files in DEST that "
+                   "differ from the package's")
+    h = nb_sub.add_parser("html", help="render an executed run as a static HTML site",
+                          description="Render the executed notebooks of RUN_DIR (a folder "
+                          "`notebooks run` wrote) as one static HTML site to read in a browser "
+                          "without a kernel: index.html lists the notebooks in the course order "
+                          "with their status; each page embeds its figures.")
+    h.add_argument("run_dir", metavar="RUN_DIR", help="runs/<timestamp>-<profile>/")
+    h.add_argument("--out", default=None, help="folder for the site (default RUN_DIR/html)")
+
+
+def command(args, parser, argv) -> int:
+    """Do the ``notebooks`` action ``args.action``; bad input ends in ``parser.error``."""
+    from vitplast import notebooks
+
+    if args.action == "copy":
+        try:
+            copied = notebooks.copy_to(args.dest, force=args.force)
+        except FileExistsError as err:
+            parser.error(str(err))
+        print(f"copied {len(copied)} files into {args.dest}: open them with `jupyter lab "
+              f"{args.dest}`")
+        return 0
+    if args.action == "list":
+        for name in notebooks.available():
+            types = notebooks.notebook_parameter_types(name)
+            print(name)
+            for key, value in notebooks.notebook_parameters(name).items():
+                print(f"  {key}: {types[key]} = {value!r}")
+        return 0
+    if args.action == "html":
+        return _html(args.run_dir, args.out, parser)
+    return _run(args, parser)
+
+
+def _run(args, parser) -> int:
+    from vitplast import notebooks
+
+    params = {k: literal(v) for k, v in args.param}
+    try:  # fail before any kernel starts
+        notebooks.check_requirements(args.profile, notebooks.plan(args.profile, args.only, params))
+    except (ValueError, RuntimeError, FileNotFoundError) as err:
+        parser.error(str(err))
+    try:
+        summary = notebooks.run(args.profile, args.only, params, args.out)
+    except notebooks.Interrupted as stop:
+        print(f"\ninterrupted during {stop.notebook}: its partial copy and summary.csv are "
+              f"in {stop.out_dir}", file=sys.stderr)
+        return 130
+    print(summary.drop(columns="error").to_string(index=False))
+    for row in summary[summary["error"] != ""].itertuples():  # one line each, left to read
+        print(f"{row.notebook} {row.status} at {row.error}")
+    if args.html:
+        _html(summary.attrs["out_dir"], None, parser)
+    return 0 if (summary["status"] == "ok").all() else 1
+
+
+def _html(run_dir, out, parser) -> int:
+    from vitplast import notebooks, reading_copy
+
+    try:
+        index = reading_copy.write_site(run_dir, notebooks.NOTEBOOKS, out)
+    except (FileNotFoundError, RuntimeError) as err:
+        parser.error(str(err))
+    print(f"reading copy: {index} (open it in a browser)")
+    return 0
+
+
+def literal(text: str):
+    """``"3"`` -> 3, ``"[1, 2]"`` -> [1, 2], anything else stays a string."""
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
