@@ -49,21 +49,22 @@ one, lists them). Imports may cross that order (``stream`` finetunes to test an 
 - ``train``: the one training loop and what runs on it (``finetune``, ``passes``, ``batched``,
   ``probes``, ``ablations``, ``pretrain``, ``recipes``);
 - ``experiments``: runs, their store, the studies and their tables (``runs``, ``store``,
-  ``migrate``, ``sweep``, ``search``, ``studies``, ``study_specs``, ``provenance``,
+  ``claims``, ``migrate``, ``sweep``, ``search``, ``studies``, ``study_specs``, ``provenance``,
   ``results``, ``lr_selection``, ``decide``, ``confounds``, ``confound_variants``,
   ``confound_plasticity``);
 - ``report``: conclusions as rows and what shows them (``findings``, ``bound_findings``,
   ``finetuning_findings``, ``confound_findings``, ``verdicts``, ``power``, ``plots``,
   ``plot_style``, ``widgets``, ``advise``, ``notebooks``);
 - shared by all: ``paper`` (the paper's reference values), ``inputs`` (argument checks),
-  ``files`` (atomic writes), ``cached`` (load-or-compute); ``__main__`` is the CLI.
+  ``files`` (atomic writes), ``cached`` (load-or-compute), ``schema`` (every stored file kind
+  and a run's settings checked against the published JSON Schemas); ``__main__`` is the CLI.
 
 Every module is also reachable by its short name: ``from vitplast import plasticity`` is
 ``from vitplast.measure import plasticity`` (``__getattr__`` below), so code written against
 the flat layout keeps working.
 
-Package data: the embedded checkpoints (``vitplast/checkpoints/``) and the notebooks
-(``vitplast/notebooks/``).
+Package data: the embedded checkpoints (``vitplast/checkpoints/``), the notebooks
+(``vitplast/notebooks/``) and the schemas (``vitplast/schemas/``).
 """
 
 import importlib
@@ -77,9 +78,9 @@ SUBPACKAGES = {
     "measure": ("bounds", "components", "definitions", "empirical", "gauge", "intervals",
                 "pairs", "plasticity", "rates", "stream"),
     "train": ("ablations", "batched", "finetune", "passes", "pretrain", "probes", "recipes"),
-    "experiments": ("confound_plasticity", "confound_variants", "confounds", "decide",
-                    "lr_selection", "migrate", "provenance", "results", "runs", "search",
-                    "store", "studies", "study_specs", "sweep"),
+    "experiments": ("claims", "confound_plasticity", "confound_variants", "confounds",
+                    "decide", "lr_selection", "migrate", "provenance", "results", "runs",
+                    "search", "store", "studies", "study_specs", "sweep"),
     "report": ("advise", "bound_findings", "confound_findings", "findings",
                "finetuning_findings", "notebooks", "plot_style", "plots", "power", "verdicts",
                "widgets"),
@@ -87,7 +88,7 @@ SUBPACKAGES = {
 _HOME = {module: package for package, modules in SUBPACKAGES.items() for module in modules}
 #: The public modules by their short names. Importing ``vitplast`` loads none of them: import
 #: the one you need, e.g. ``from vitplast import tasks``.
-__all__ = sorted(["cached", "files", "hub", "inputs", "models", "paper", *_HOME])
+__all__ = sorted(["cached", "files", "hub", "inputs", "models", "paper", "schema", *_HOME])
 
 
 def __getattr__(name: str):

@@ -1,4 +1,5 @@
-"""The declared run schema: which keys define a run's hash, which are runtime knobs."""
+"""A run's keys: which define its hash, which are runtime knobs; its checks (the published run
+schema, and a batch no larger than its task's training split)."""
 
 import inspect
 import json
@@ -60,7 +61,8 @@ def test_none_valued_keys_are_left_out_of_the_hash():
 def test_every_key_of_a_run_is_declared():
     config = runs.make_run(**BASE, workers=2, data_root=None)
     assert set(config) <= set(runs.RUN_KEYS) | set(runs.RUNTIME_KEYS)
-    with pytest.raises(ValueError, match="unknown run setting\\(s\\) \\['wrokers'\\]; valid"):
+    with pytest.raises(ValueError, match="wrokers is not a known key \\(did you mean 'workers'"
+                       "\\?\\); valid: \\['kind', 'model'"):
         runs.make_run(**BASE, wrokers=2)
 
 
