@@ -79,6 +79,8 @@ def remove_dead(folder: Path, finished: Callable[[Path], bool]) -> list[str]:
     others stay: a dead claim of a run still to do is taken over by the process that runs
     it."""
     removed = []
+    if not any(Path(folder).glob("*.claim")):  # nothing to order: no lock file made
+        return removed
     with locked(Path(folder) / "claims"):
         for path, owner, age in present(folder):
             if not alive(owner, age, CLAIM_TIMEOUT_S) and finished(path):
