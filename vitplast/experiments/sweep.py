@@ -32,7 +32,14 @@ import torch
 
 from vitplast import ablations, batched, finetune, models, provenance, tasks
 from vitplast.experiments.results import runs_table
-from vitplast.experiments.runs import TRAIN_KEYS, check_batches, check_run, describe, run_hash, task_of
+from vitplast.experiments.runs import (
+    TRAIN_KEYS,
+    check_batches,
+    check_run,
+    describe,
+    run_hash,
+    task_of,
+)
 from vitplast.experiments.store import Store
 
 EXECUTORS = ("serial", "submitit")
