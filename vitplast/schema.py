@@ -80,8 +80,12 @@ def expected(schema: dict) -> str:
 def _accepts(schema: dict) -> str:
     if "$ref" in schema:
         return _accepts(_resolve(schema["$ref"]))
-    if "allOf" in schema:
-        return " and ".join(_accepts(s) for s in schema["allOf"] if _accepts(s))
+    if "allOf" in schema:  # one schema of the parts' keys (their required keys together)
+        merged: dict = {}
+        for part in schema["allOf"]:
+            for key, value in (_resolve(part["$ref"]) if "$ref" in part else part).items():
+                merged[key] = merged.get(key, []) + value if key == "required" else value
+        return _accepts(merged)
     if "const" in schema:
         return f"exactly {schema['const']!r}"
     if "enum" in schema:

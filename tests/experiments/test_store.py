@@ -286,7 +286,12 @@ def test_complete_records_pass_and_load(tmp_path):
     assert len(Store(tmp_path).records()) == 2 and Store(tmp_path).audit().empty
 
 
-#: A valid file of each companion kind (``store.COMPANIONS``).
+def _without(content: dict, key: str) -> dict:
+    return {k: v for k, v in content.items() if k != key}
+
+
+#: A valid file of each companion kind (``store.COMPANIONS``; plasticity also of relative
+#: plasticity).
 RUN = make_run("digits", "LN1", lr=0.1, **TINY)
 ROW = dict(layer=0, component="LN1", plasticity=1.5, ci95=0.02)
 COMPANIONS = {
@@ -300,6 +305,13 @@ COMPANIONS = {
     "plasticity-0123.json": dict(task="digits", n_pairs=8, protocol="embedding", rows=[ROW]),
     "probe-0123.json": dict(task="digits", model="m", probe="p", test_acc=89.5, val_acc=90.0,
                             train_acc=99.0),
+    "plasticity-4567.json": dict(task="digits", n_pairs=8, protocol="hidden",
+                                 quantity="relative plasticity", rows=[dict(
+                                     _without(ROW, "ci95"), relative_plasticity=1.0, s_in=2.0,
+                                     s_out=3.0)]),
+    "advise-0123.json": dict(task="digits", model="m", weights="ab12", c=1.0, rows=[dict(
+        task="digits", rule="paper: MHA", config="MHA", score=1.0, rank=1, seconds=0.1)],
+                             provenance=[{}]),
 }
 #: Per companion kind: a key missing, a wrong type, a value out of range, and the problem the
 #: audit names for each (the key, the value found, what is expected).
@@ -329,7 +341,8 @@ DAMAGES = {
     "plasticity-0123.json": [
         ("missing", lambda c: _without(c, "rows"), r"^rows is missing: expected an array"),
         ("type", lambda c: {**c, "rows": [1, 2, 3]},
-         r"^rows\[0\]=1 is not valid: expected an object with \['layer', 'component'"),
+         r"^rows\[0\]=1 is not valid: expected an object with \['layer', 'component', "
+         r"'plasticity'\]"),
         ("range", lambda c: {**c, "rows": [{**ROW, "plasticity": -0.5}]},
          r"^rows\[0\].plasticity=-0.5 is not valid: expected a number >= 0")],
     "probe-0123.json": [
@@ -338,17 +351,26 @@ DAMAGES = {
         ("type", lambda c: {**c, "test_acc": "abc"},
          r"^test_acc='abc' is not valid: expected a number >= 0 and <= 100 \(in %\)"),
         ("range", lambda c: {**c, "val_acc": 100.5}, r"^val_acc=100.5 is not valid")],
+    "plasticity-4567.json": [  # relative plasticity
+        ("missing", lambda c: {**c, "rows": [_without(c["rows"][0], "s_in")]},
+         r"^rows\[0\].s_in is missing: expected a number >= 0"),
+        ("type", lambda c: {**c, "quantity": "relative"},
+         r"^quantity='relative' is not valid: expected exactly 'relative plasticity'"),
+        ("range", lambda c: {**c, "rows": [{**c["rows"][0], "relative_plasticity": -1.0}]},
+         r"^rows\[0\].relative_plasticity=-1.0 is not valid: expected a number >= 0")],
+    "advise-0123.json": [
+        ("missing", lambda c: _without(c, "weights"), r"^weights is missing"),
+        ("type", lambda c: {**c, "rows": {"MHA": 1}}, r"^rows=\{'MHA': 1\} is not valid: "
+                                                     r"expected an array"),
+        ("range", lambda c: {**c, "rows": [{**c["rows"][0], "rank": 0}]},
+         r"^rows\[0\].rank=0 is not valid: expected an integer >= 1")],
 }
 CASES = [(name, *damage) for name, damages in DAMAGES.items() for damage in damages]
 
 
-def _without(content: dict, key: str) -> dict:
-    return {k: v for k, v in content.items() if k != key}
-
-
 def test_every_companion_kind_has_a_valid_example_and_three_damages(tmp_path):
     tmp = tmp_path
-    assert sorted(store.companion_kind(n) for n in COMPANIONS) == sorted(
+    assert sorted({store.companion_kind(n) for n in COMPANIONS}) == sorted(
         set(store.COMPANIONS.values()))
     assert sorted(DAMAGES) == sorted(COMPANIONS)
     for name, content in COMPANIONS.items():
@@ -356,7 +378,7 @@ def test_every_companion_kind_has_a_valid_example_and_three_damages(tmp_path):
 
 
 @pytest.mark.parametrize("name, damage, change, problem", CASES,
-                         ids=[f"{c[0].split('-')[0].removesuffix('.json')}-{c[1]}" for c in CASES])
+                         ids=[f"{c[0].removesuffix('.json')}-{c[1]}" for c in CASES])
 def test_a_companion_that_fails_its_schema_is_named_and_never_used(tmp_path, name, damage,
                                                                    change, problem):
     """The audit names the file, the key, the value found and what is expected; the file is
