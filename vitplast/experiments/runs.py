@@ -23,6 +23,7 @@ Used by ``vitplast.sweep``, ``vitplast.studies`` and notebooks 04-06.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 
@@ -133,22 +134,20 @@ def check_batches(runs: list[dict]) -> None:
     """Refuse (``ValueError``, before any run trains) a run whose micro-batch
     (``batch_size / accum_steps``) is larger than its task's training split, or whose
     ``batch_size`` ``accum_steps`` does not divide. The split depends on the task and its
-    options, so each distinct task is loaded (``tasks.load``: embedded tasks are cached for
-    the runs that follow)."""
-    splits: dict[str, int] = {}
+    options, so each distinct task is loaded once per process (``tasks.load``, about 1-2 s
+    for an embedded task; its size is kept for the sweeps that follow)."""
     for c in runs:
         accum = c.get("accum_steps") or 1
         if c["batch_size"] % accum:
             raise ValueError(f"{describe(c)}: batch_size={c['batch_size']} is not divisible by "
                              f"accum_steps={accum}; batch_size takes a multiple of accum_steps")
-        key = json.dumps({k: c.get(k) for k in _TASK_KEYS}, sort_keys=True, default=str)
-        if key not in splits:
-            splits[key] = len(task_of(c).train)
-        if c["batch_size"] // accum > splits[key]:
-            most = splits[key] * accum
+        split = _train_split(json.dumps({k: c.get(k) for k in _TASK_KEYS}, sort_keys=True,
+                                        default=str))
+        if c["batch_size"] // accum > split:
+            most = split * accum
             raise ValueError(
                 f"{describe(c)}: batch_size={c['batch_size']} is larger than the training split "
-                f"of task {c['task']!r} ({splits[key]} images"
+                f"of task {c['task']!r} ({split} images"
                 f"{f', micro-batches of batch_size / accum_steps={accum}' if accum > 1 else ''})"
                 f"; batch_size takes an integer from 1 to {most} here (refused before the "
                 "sweep runs anything)")
@@ -157,6 +156,12 @@ def check_batches(runs: list[dict]) -> None:
 #: The keys of a run that choose its task's splits (``task_of``).
 _TASK_KEYS = ("task", "severity", "data_seed", "train_size", "test_size", "img_size",
               "data_root")
+
+
+@functools.lru_cache(maxsize=None)
+def _train_split(task_keys: str) -> int:
+    """The size of the training split of the task a run's ``_TASK_KEYS`` (as JSON) choose."""
+    return len(task_of(json.loads(task_keys)).train)
 
 
 def describe(run: dict) -> str:
