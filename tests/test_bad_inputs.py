@@ -162,7 +162,7 @@ CASES = [
     ("train config not a list of str", lambda: _train(config=3), ValueError,
      r"config=3 is not valid"),
     ("make_run lr=nan", lambda: runs.make_run("digits", lr=math.nan), ValueError,
-     r"lr=nan .*finite number > 0"),
+     r"lr=nan is not valid: expected a number > 0"),
     ("make_run lr=0", lambda: runs.make_run("digits", lr=0), ValueError, r"lr=0 "),
     ("make_run lr=-1e-3", lambda: runs.make_run("digits", lr=-1e-3), ValueError, r"lr=-0.001"),
     ("make_run steps=0", lambda: runs.make_run("digits", lr=0.1, steps=0), ValueError,
@@ -175,7 +175,20 @@ CASES = [
      r"seed='0'"),
     ("run_sweep hand-made config", lambda: sweep.run_sweep(
         [{**runs.make_run("digits", lr=0.1), "steps": -1}], "unused", progress=False),
-     ValueError, r"steps=-1"),
+     ValueError, r"run 0 of 1 \(task 'digits'.*refused before the sweep starts.*steps=-1"),
+    ("make_run clip_grad_norm=-1", lambda: runs.make_run("digits", lr=0.3, clip_grad_norm=-1.0),
+     ValueError, r"clip_grad_norm=-1.0 is not valid: expected a number >= 0, or null"),
+    ("make_run momentum=1.5", lambda: runs.make_run("digits", lr=0.1, momentum=1.5),
+     ValueError, r"momentum=1.5 is not valid: expected a number >= 0 and < 1"),
+    ("make_run weight_decay=-0.1", lambda: runs.make_run("digits", lr=0.1, weight_decay=-0.1),
+     ValueError, r"weight_decay=-0.1 is not valid: expected a number >= 0"),
+    ("make_run label_smoothing=1.5", lambda: runs.make_run("digits", lr=0.1,
+                                                           label_smoothing=1.5),
+     ValueError, r"label_smoothing=1.5 is not valid: expected a number >= 0 and < 1"),
+    ("make_run optimizer='adam'", lambda: runs.make_run("digits", lr=0.1, optimizer="adam"),
+     ValueError, r"optimizer='adam' is not valid: expected one of \['sgd', 'adamw'\]"),
+    ("make_run unknown key", lambda: runs.make_run("digits", lr=0.1, grad_masks=None),
+     ValueError, r"grad_masks is not a known key; valid: \['kind', 'model'"),
 ]
 
 

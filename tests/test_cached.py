@@ -1,6 +1,8 @@
 """Load-or-compute (``vitplast.cached``): a table round-trips exactly and is computed once;
 the hash that names it ignores key order and tells parameters apart."""
 
+import re
+
 import pytest
 
 from vitplast import cached, store
@@ -51,9 +53,53 @@ def test_an_unreadable_cache_file_is_computed_again(tmp_path):
     df = pd.DataFrame({"x": [1, 2]})
     path = tmp_path / f"t-{cached.config_hash({'a': 1})}.npz"
     path.write_bytes(b"not an npz")
-    got = cached.load_or_compute("t", {"a": 1}, lambda: df, folder=tmp_path)
+    with pytest.warns(UserWarning, match=r"is not used \(unreadable: .*\): computed again"):
+        got = cached.load_or_compute("t", {"a": 1}, lambda: df, folder=tmp_path)
     pd.testing.assert_frame_equal(got, df)
     pd.testing.assert_frame_equal(cached.load_or_compute("t", {"a": 1}, lambda: None,
                                                          folder=tmp_path), df)
     with pytest.raises(TypeError, match="default index"):
         cached.load_or_compute("u", {}, lambda: df.set_index("x", drop=False), folder=tmp_path)
+
+
+def _damage(path, index_change):
+    """Rewrite the cached table at ``path`` with its index changed by ``index_change``."""
+    import json
+
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    index = index_change(json.loads(str(arrays.pop("schema"))))
+    np.savez(path.with_suffix(".tmp.npz"), schema=np.asarray(json.dumps(index)), **arrays)
+    path.with_suffix(".tmp.npz").replace(path)
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda i: {"attrs": i["attrs"]}, r"index: columns is missing: expected an array"),
+    (lambda i: {**i, "columns": {"0": i["columns"][0]}},
+     r"index: columns=\{'0'.* is not valid: expected an array"),
+    (lambda i: {**i, "columns": [{**i["columns"][0], "kind": "pickle"}]},
+     r"index: columns\[0\].kind='pickle' is not valid: expected one of \['numeric', 'text', "
+     r"'category'\]"),
+    (lambda i: {**i, "columns": [*i["columns"], {"name": "y", "dtype": "int64",
+                                                 "kind": "numeric"}]},
+     r"column 1 \('y'\): array values1 is missing"),
+], ids=["key missing", "wrong type", "out of range", "array missing"])
+def test_a_table_whose_index_fails_is_named_and_computed_again(tmp_path, change, problem):
+    """``table_problems`` and ``audit`` name the file and why; ``load_or_compute`` does not
+    use it: it warns and computes again."""
+    import pandas as pd
+
+    df = pd.DataFrame({"x": [1, 2]})
+    cached.load_or_compute("t", {"a": 1}, lambda: df, folder=tmp_path)
+    (path,) = tmp_path.glob("t-*.npz")
+    assert cached.table_problems(path) == [] and cached.audit(tmp_path).empty
+    _damage(path, change)
+    (row,) = cached.audit(tmp_path).to_dict("records")
+    assert row["file"] == path.name and row["kind"] == "invalid table"
+    assert re.search(problem, row["problem"]), row["problem"]
+    again = pd.DataFrame({"x": [3, 4]})
+    with pytest.warns(UserWarning, match=f"{path.name} is not used \\(.*\\): computed again"):
+        got = cached.load_or_compute("t", {"a": 1}, lambda: again, folder=tmp_path)
+    assert got is again and cached.audit(tmp_path).empty

@@ -27,3 +27,35 @@ def test_no_other_module_replaces_a_file():
     package = Path(vitplast.__file__).parent
     callers = [p.name for p in package.rglob("*.py") if re.search(r"os\.replace\(", p.read_text())]
     assert callers == ["files.py"]
+
+
+def test_a_damaged_file_is_set_aside_whole_never_over_another(tmp_path):
+    target = tmp_path / "study.json"
+    for text in ('{"sessions": {}}', '{"half": '):
+        target.write_text(text)
+        aside = files.set_aside(target)
+        assert not target.exists() and aside.read_text() == text
+        assert re.fullmatch(r"study\.json\.invalid-\d{8}T\d{6}Z(-2)?", aside.name)
+    assert len(list(tmp_path.glob("study.json.invalid-*"))) == 2  # same second: -2, none lost
+
+
+def test_locked_blocks_take_turns(tmp_path):
+    """Two processes in ``locked`` blocks of one path never overlap (a read-modify-write each
+    adds one line: none is lost)."""
+    import multiprocessing
+
+    path = tmp_path / "log.txt"
+    path.write_text("")
+
+    def add(i):
+        for _ in range(20):
+            with files.locked(path):
+                text = path.read_text()
+                path.write_text(text + f"{i}\n")
+
+    procs = [multiprocessing.get_context("fork").Process(target=add, args=(i,)) for i in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert sorted(path.read_text().split()) == sorted(["0", "1", "2"] * 20)

@@ -55,6 +55,9 @@ def test_wheel_holds_checkpoints_notebooks_and_the_console_script(wheel):
             assert f"vitplast/notebooks/{nb}.ipynb" in names
         assert "vitplast/notebooks/README.md" in names
         assert "vitplast/notebooks/solutions.md" in names  # the exercises' answers
+        from vitplast import schema  # every published schema, for other tools to read
+
+        assert {f"vitplast/schemas/{k}.schema.json" for k in schema.KINDS} <= names
         dist = f"vitplast-{vitplast.__version__}.dist-info"
         entry_points = z.read(f"{dist}/entry_points.txt").decode()
         metadata = z.read(f"{dist}/METADATA").decode()
@@ -62,6 +65,7 @@ def test_wheel_holds_checkpoints_notebooks_and_the_console_script(wheel):
     assert "vitplast = vitplast.__main__:main" in entry_points
     assert "Requires-Python: >=3.11" in metadata
     assert "Requires-Dist: submitit" in metadata
+    assert "Requires-Dist: jsonschema" in metadata
     # the shipped study results are not package data
     assert not [n for n in names if n.startswith("data/") or "/finetune/" in n]
 

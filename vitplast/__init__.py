@@ -49,24 +49,25 @@ one, lists them). Imports may cross that order (``stream`` finetunes to test an 
 - ``train``: the one training loop and what runs on it (``finetune``, ``passes``, ``batched``,
   ``probes``, ``ablations``, ``pretrain``, ``recipes``);
 - ``experiments``: runs, their store, the studies and their tables (``runs``, ``store``,
-  ``migrate``, ``sweep``, ``search``, ``studies``, ``study_specs``, ``provenance``,
+  ``claims``, ``migrate``, ``sweep``, ``search``, ``studies``, ``study_specs``, ``provenance``,
   ``results``, ``lr_selection``, ``decide``, ``confounds``, ``confound_variants``,
   ``confound_plasticity``, ``archive``);
 - ``report``: conclusions as rows and what shows them (``findings``, ``bound_findings``,
   ``finetuning_findings``, ``confound_findings``, ``verdicts``, ``power``, ``plots``,
   ``plot_style``, ``sentences``, ``widgets``, ``advise``, ``notebooks``, ``reading_copy``);
 - shared by all: ``paper`` (the paper's reference values), ``inputs`` (argument checks),
-  ``files`` (atomic writes), ``cached`` (load-or-compute); beside ``models``, ``hub`` (is the
-  hub reachable) and ``weights`` (does a weights file fit the model); ``__main__`` is the CLI,
-  with ``cli_notebooks`` (``vitplast notebooks``) and ``cli_files`` (``vitplast data``,
-  ``cache``).
+  ``files`` (atomic writes), ``cached`` (load-or-compute), ``schema`` (every stored file kind
+  and a run's settings checked against the published JSON Schemas); beside ``models``, ``hub``
+  (is the hub reachable) and ``weights`` (does a weights file fit the model); ``__main__`` is
+  the CLI, with ``cli_notebooks`` (``vitplast notebooks``) and ``cli_files`` (``vitplast
+  data``, ``cache``).
 
 Every module is also reachable by its short name: ``from vitplast import plasticity`` is
 ``from vitplast.measure import plasticity`` (``__getattr__`` below), so code written against
 the flat layout keeps working.
 
-Package data: the embedded checkpoints (``vitplast/checkpoints/``) and the notebooks
-(``vitplast/notebooks/``).
+Package data: the embedded checkpoints (``vitplast/checkpoints/``), the notebooks
+(``vitplast/notebooks/``) and the schemas (``vitplast/schemas/``).
 """
 
 import importlib
@@ -80,9 +81,9 @@ SUBPACKAGES = {
     "measure": ("bounds", "components", "definitions", "empirical", "gauge", "intervals",
                 "pairs", "plasticity", "rates", "stream"),
     "train": ("ablations", "batched", "finetune", "passes", "pretrain", "probes", "recipes"),
-    "experiments": ("archive", "confound_plasticity", "confound_variants", "confounds", "decide",
-                    "lr_selection", "migrate", "provenance", "results", "runs", "search",
-                    "store", "studies", "study_specs", "sweep"),
+    "experiments": ("archive", "claims", "confound_plasticity", "confound_variants",
+                    "confounds", "decide", "lr_selection", "migrate", "provenance", "results",
+                    "runs", "search", "store", "studies", "study_specs", "sweep"),
     "report": ("advise", "bound_findings", "confound_findings", "findings",
                "finetuning_findings", "notebooks", "plot_style", "plots", "power",
                "reading_copy", "sentences", "verdicts", "widgets"),
@@ -91,7 +92,7 @@ _HOME = {module: package for package, modules in SUBPACKAGES.items() for module 
 #: The public modules by their short names. Importing ``vitplast`` loads none of them: import
 #: the one you need, e.g. ``from vitplast import tasks``.
 __all__ = sorted(["cached", "cli_files", "cli_notebooks", "files", "hub", "inputs", "models",
-                  "paper", "weights", *_HOME])
+                  "paper", "schema", "weights", *_HOME])
 
 
 def __getattr__(name: str):

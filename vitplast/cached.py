@@ -4,6 +4,11 @@
 parameters beside it; ``config_hash`` is the short stable hash that names it, and names the
 study stores' companion files (``store.COMPANIONS``). ``vitplast.store`` re-exports both.
 
+Each ``.npz`` holds an index (its ``schema`` entry, JSON) saying which arrays make each column;
+the index passes the published ``cache-index`` schema (``vitplast/schemas/``) and names arrays
+that are there, of one length, or the file is not used: ``table_problems`` says why, a warning
+names it, and it is computed again. ``audit`` lists every such file of a cache folder.
+
 Used by ``vitplast.empirical``, ``vitplast.stream``, ``vitplast.advise`` and the confound and
 suite studies' measurements.
 """
@@ -14,6 +19,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from vitplast import schema
 from vitplast.files import atomic_path, write_json
 
 
@@ -31,20 +37,25 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     The table is stored atomically as data, never as a pickle (a cache folder shared on a
     cluster must not be able to run code when a notebook reads it): ``<folder>/<name>-<hash
     of params>.npz``, one array per column (``numpy.load(allow_pickle=False)`` reads it), its
-    dtypes, categories and ``attrs`` as JSON inside, the params beside it in a ``.json``.
-    An unreadable file is computed again.
+    dtypes, categories and ``attrs`` as JSON inside (its index), the params beside it in a
+    ``.json``. A file that is unreadable or whose index fails (``table_problems``) is
+    computed again, with a warning naming it and why.
     """
+    import warnings
+
     import pandas as pd
 
-    from vitplast.models import cache_dir
-
-    folder = Path(folder) if folder is not None else cache_dir() / "results"
+    folder = _folder(folder)
     path = folder / f"{name}-{config_hash(params)}.npz"
     if path.exists():
+        problems = table_problems(path)
         try:
-            return _read_frame(path)
-        except Exception:  # unreadable cache: recompute
-            pass
+            if not problems:
+                return _read_frame(path)
+        except Exception as err:  # readable index, unreadable table: recompute
+            problems = [f"unreadable: {type(err).__name__}: {err}"]
+        warnings.warn(f"{path} is not used ({'; '.join(problems)}): computed again",
+                      stacklevel=2)
     result = compute()
     if not isinstance(result, pd.DataFrame):
         raise TypeError(f"load_or_compute caches tables (DataFrames), got {type(result)}")
@@ -52,6 +63,50 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
         _write_frame(result, f)
     write_json(path.with_suffix(".json"), params)
     return result
+
+
+def table_problems(path: str | Path) -> list[str]:
+    """Why the cached table at ``path`` cannot be read as stored; empty when it can: not an
+    ``.npz`` numpy reads without pickle, an index that fails the ``cache-index`` schema, or
+    arrays the index names that are missing or of another length."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            index = json.loads(str(z["schema"]))
+            found = schema.problems("cache-index", index)
+            if found:
+                return [f"index: {p}" for p in found]
+            lengths = {}
+            for i, spec in enumerate(index["columns"]):
+                names = {"category": ("codes", "categories"), "numeric": ("values",),
+                         "text": ("values", "missing")}[spec["kind"]]
+                for stem in names:
+                    if f"{stem}{i}" not in z.files:
+                        return [f"column {i} ({spec['name']!r}): array {stem}{i} is missing"]
+                    if stem != "categories":
+                        lengths[f"{stem}{i}"] = len(z[f"{stem}{i}"])
+    except Exception as err:  # not an npz, no index, index not JSON, pickled arrays
+        return [f"unreadable: {type(err).__name__}: {str(err)[:120]}"]
+    if len(set(lengths.values())) > 1:
+        return [f"columns of different lengths: {lengths}"]
+    return []
+
+
+def audit(folder: str | Path | None = None):
+    """Every cached table in ``folder`` (default: the cache's) that ``load_or_compute`` would
+    not use, and why: a DataFrame with ``file``, ``kind`` ("invalid table") and ``problem``."""
+    import pandas as pd
+
+    rows = [dict(file=p.name, kind="invalid table", problem="; ".join(found))
+            for p in sorted(_folder(folder).glob("*.npz")) if (found := table_problems(p))]
+    return pd.DataFrame(rows, columns=["file", "kind", "problem"])
+
+
+def _folder(folder: str | Path | None) -> Path:
+    from vitplast.models import cache_dir
+
+    return Path(folder) if folder is not None else cache_dir() / "results"
 
 
 def _write_frame(df, f) -> None:

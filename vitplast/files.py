@@ -4,6 +4,8 @@ A file is written to a temp file beside it (``.<name>.<random>.tmp``) then moved
 (``os.replace``), so readers, and a process killed mid-write, see the old file or the new
 one, never half of one. Used for run records and their companions (``vitplast.store``), the
 load-or-compute cache, checkpoints (``pretrain``) and the unpacked Fashion-MNIST (``data``).
+``locked`` makes concurrent read-modify-writes of one file take turns (a study log, claims);
+``set_aside`` moves a damaged file out of the way without deleting it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 import json
 import os
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 
@@ -54,4 +57,34 @@ def read_json(path: str | Path):
         return None
 
 
-__all__ = ["atomic_path", "read_json", "write_json", "write_text"]
+@contextlib.contextmanager
+def locked(path: str | Path):
+    """Hold an exclusive lock on ``<path>.lock`` (``fcntl.flock``, released when the block
+    ends or the process dies): read-modify-write of ``path`` by concurrent processes."""
+    import fcntl
+
+    lock = Path(f"{path}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def set_aside(path: str | Path) -> Path:
+    """Move ``path`` to ``<name>.invalid-<UTC time>`` beside it (``-2``, ``-3``... when that
+    is taken) and return the new path: a damaged file kept for inspection, out of the way of
+    whatever reads ``path`` (it no longer ends in ``.json``)."""
+    path = Path(path)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    aside, n = path.with_name(f"{path.name}.invalid-{stamp}"), 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.invalid-{stamp}-{n}")
+    os.replace(path, aside)
+    return aside
+
+
+__all__ = ["atomic_path", "locked", "read_json", "set_aside", "write_json", "write_text"]

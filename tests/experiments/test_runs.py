@@ -1,4 +1,5 @@
-"""The declared run schema: which keys define a run's hash, which are runtime knobs."""
+"""A run's keys: which define its hash, which are runtime knobs; its checks (the published run
+schema, and a batch no larger than its task's training split)."""
 
 import inspect
 import json
@@ -60,7 +61,8 @@ def test_none_valued_keys_are_left_out_of_the_hash():
 def test_every_key_of_a_run_is_declared():
     config = runs.make_run(**BASE, workers=2, data_root=None)
     assert set(config) <= set(runs.RUN_KEYS) | set(runs.RUNTIME_KEYS)
-    with pytest.raises(ValueError, match="unknown run setting\\(s\\) \\['wrokers'\\]; valid"):
+    with pytest.raises(ValueError, match="wrokers is not a known key \\(did you mean 'workers'"
+                       "\\?\\); valid: \\['kind', 'model'"):
         runs.make_run(**BASE, wrokers=2)
 
 
@@ -101,3 +103,35 @@ def test_grid_size_order_and_recipes():
         runs.make_run("pet", lr=1.0)
     with pytest.raises(ValueError, match="unknown configuration 'attention'"):
         runs.make_run("digits", "attention", lr=1.0)
+
+
+def test_a_run_loads_its_task_through_the_one_registry(monkeypatch):
+    """Embedded and paper tasks alike go through ``tasks.load``, with the options the run's
+    keys set (a paper dataset at 224 px unless the run says otherwise)."""
+    from vitplast import tasks
+
+    calls = []
+    monkeypatch.setattr(tasks, "load", lambda *a, **k: calls.append((a, k)))
+    runs.task_of(runs.make_run("digits", lr=0.1, severity=3, data_seed=2))
+    runs.task_of(runs.make_run("pet", lr=0.1, data_root="/data", recipe="paper"))
+    assert calls == [(("digits", None), dict(severity=3, seed=2, train_size=5000,
+                                            test_size=2000)),
+                     (("pet", "/data"), dict(severity=5, seed=0, img_size=224))]
+
+
+def test_a_batch_no_larger_than_the_training_split_passes_and_one_image_more_is_refused():
+    """``check_batches``: digits trains on 1,150 images (80% of 80% of 1,797); with
+    ``accum_steps`` the micro-batch counts, and the batch must split into equal ones."""
+    assert len(runs.task_of(runs.make_run("digits", lr=0.1)).train) == 1150
+    edge = [runs.make_run("digits", lr=0.1, batch_size=1150),
+            runs.make_run("digits", lr=0.1, batch_size=2300, accum_steps=2)]
+    runs.check_batches(edge)
+    with pytest.raises(ValueError, match=r"task 'digits', config 'full', lr 0.1, seed 0: "
+                                         r"batch_size=1151 is larger than the training split"):
+        runs.check_batches([runs.make_run("digits", lr=0.1, batch_size=1151)])
+    with pytest.raises(ValueError, match=r"batch_size=2302 .*micro-batches of batch_size / "
+                                         r"accum_steps=2\); batch_size takes an integer from 1 "
+                                         r"to 2300"):
+        runs.check_batches([runs.make_run("digits", lr=0.1, batch_size=2302, accum_steps=2)])
+    with pytest.raises(ValueError, match=r"batch_size=65 is not divisible by accum_steps=2"):
+        runs.check_batches([runs.make_run("digits", lr=0.1, batch_size=65, accum_steps=2)])

@@ -11,12 +11,14 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
 from vitplast import finetune, models, provenance, results, store, sweep, tasks
+from vitplast.experiments import claims as claims_
 from vitplast.experiments.runs import make_run, run_hash
 from vitplast.experiments.store import Store
 
@@ -142,7 +144,7 @@ def test_dead_claims_are_taken_over_and_live_ones_left_alone(tmp_path, fast_runs
     here = socket.gethostname()
     todo = configs(4)
     claims = [_claim(tmp_path, todo[0], here, _dead_pid(), 0),  # owner gone on this host
-              _claim(tmp_path, todo[1], "elsewhere", 1, 2 * store.CLAIM_TIMEOUT_S),  # silent
+              _claim(tmp_path, todo[1], "elsewhere", 1, 2 * claims_.CLAIM_TIMEOUT_S),  # silent
               _claim(tmp_path, todo[2], here, os.getppid(), 0),  # alive on this host
               _claim(tmp_path, todo[3], "elsewhere", 1, 0)]  # fresh heartbeat elsewhere
     kinds = Store(tmp_path).audit().set_index("file")["kind"]
@@ -211,17 +213,29 @@ def test_clean_temp_deletes_only_temp_files_older_than_asked(tmp_path):
         names[2], "notes.tmp"]
 
 
+OK = dict(status="ok", test_acc=0.9, best_val_acc=0.8, history=[dict(step=0, loss=1.0)])
 BAD_RECORDS = [
     ("truncated", '{"run": {"kind": "fin', "not a JSON object"),
     ("no run", {"status": "ok", "run": None}, "no `run` object"),
-    ("bad status", {"status": "done"}, "status 'done' is not one of"),
-    ("text accuracy", {"status": "ok", "test_acc": "97%"}, "test_acc '97%' is not a number"),
+    ("bad status", {**OK, "status": "done"},
+     r"status='done' is not valid: expected one of \['ok', 'diverged', 'failed'\]"),
+    ("text accuracy", {**OK, "test_acc": "97%"},
+     r"test_acc='97%' is not valid: expected a number >= 0 and <= 1, or null"),
+    ("accuracy out of range", {**OK, "test_acc": 97.0}, r"test_acc=97.0 is not valid"),
     ("ok without results", {"status": "ok", "test_acc": 0.9, "best_val_acc": None},
-     "status 'ok' without its results \\(best_val_acc, history missing\\)"),
-    ("unknown key", {"status": "ok", "run": {"grad_masks": None}},
-     r"run: unknown run setting\(s\) \['grad_masks'\]"),
-    ("negative lr", {"status": "ok", "run": {"lr": -1.0}}, "run: lr=-1.0"),
-    ("wrong kind", {"status": "ok", "run": {"kind": "pretrain"}}, "kind='pretrain'"),
+     r"best_val_acc=None is not valid: expected a number \(an ok run holds its results\); "
+     r"history is missing"),
+    ("missing status", {k: v for k, v in OK.items() if k != "status"},
+     r"^status is missing: expected one of"),
+    ("unknown key", {**OK, "run": {"grad_masks": None}},
+     r"run.grad_masks is not a known key; valid: \['kind'"),
+    ("negative lr", {**OK, "run": {"lr": -1.0}},
+     r"run.lr=-1.0 is not valid: expected a number > 0"),
+    ("negative clip", {**OK, "run": {"clip_grad_norm": -1.0}},
+     r"run.clip_grad_norm=-1.0 is not valid: expected a number >= 0, or null"),
+    ("wrong kind", {**OK, "run": {"kind": "pretrain"}}, "run.kind='pretrain' is not valid"),
+    ("history of text", {**OK, "history": "none"}, r"history='none' is not valid: expected an "
+                                                   r"array"),
 ]
 
 
@@ -238,8 +252,7 @@ def test_an_invalid_record_is_reported_by_name_and_re_run(tmp_path, fast_runs, m
                                                                            **changed}})
     store.write_text(Store(root).path(config), text)
     Store(root).write_companion("study.json", {"sessions": []})  # companions: not reported
-    Store(root).write_companion("scales-0123.json", dict(tasks=[], target="MHA", n_pairs=8,
-                                                         plasticity={}, scales={}))
+    Store(root).write_companion("scales-0123.json", COMPANIONS["scales-0123.json"])
     store.write_json(root / "notes.json", {"todo": "rerun"})  # foreign
     report = Store(root).audit().set_index("file")
     name = Store(root).path(config).name
@@ -273,26 +286,140 @@ def test_complete_records_pass_and_load(tmp_path):
     assert len(Store(tmp_path).records()) == 2 and Store(tmp_path).audit().empty
 
 
-@pytest.mark.parametrize("name, content", [
-    ("study.json", {"session": []}),
-    ("scales-0123.json", dict(tasks=[], target="MHA", n_pairs=8, plasticity={})),
-    ("layers-0123.json", dict(tasks=[], n_pairs=8, protocol="hidden")),
-    ("after-0123.json", dict(run={}, n_pairs=8, before={})),
-    ("plasticity-0123.json", dict(task="digits", n_pairs=8, rows=[])),
-    ("probe-0123.json", dict(task="digits", model="m", probe="p", val_acc=1, train_acc=1)),
-    ("probe-4567.json", '{"task": "dig'),
-])
-def test_a_companion_without_its_keys_is_named_and_never_used(tmp_path, name, content):
-    """Every companion kind has its keys (``store.COMPANIONS``): one that lacks one is named by
-    the audit and refused by ``Store.companion`` with the fix, not read into a KeyError."""
-    path = tmp_path / name
-    store.write_text(path, content) if isinstance(content, str) else store.write_json(path,
-                                                                                      content)
+def _without(content: dict, key: str) -> dict:
+    return {k: v for k, v in content.items() if k != key}
+
+
+#: A valid file of each companion kind (``store.COMPANIONS``; plasticity also of relative
+#: plasticity).
+RUN = make_run("digits", "LN1", lr=0.1, **TINY)
+ROW = dict(layer=0, component="LN1", plasticity=1.5, ci95=0.02)
+COMPANIONS = {
+    "study.json": {"sessions": [dict(command="python -m vitplast sweep", date="2026-12-01",
+                                     status={"ok": 3}, wall_seconds=1.0)]},
+    "scales-0123.json": dict(tasks=["digits"], target="FC1", n_pairs=8,
+                             plasticity={"LN1": 0.9, "FC1": 1.4}, scales={"LN1": 1.6}),
+    "layers-0123.json": dict(tasks=["digits"], n_pairs=8, protocol="hidden",
+                             rows=[dict(ROW, task="digits")]),
+    "after-0123.json": dict(run=RUN, n_pairs=8, before={"LN1": 0.9}, after={"LN1": 1.0}),
+    "plasticity-0123.json": dict(task="digits", n_pairs=8, protocol="embedding", rows=[ROW]),
+    "probe-0123.json": dict(task="digits", model="m", probe="p", test_acc=89.5, val_acc=90.0,
+                            train_acc=99.0),
+    "plasticity-4567.json": dict(task="digits", n_pairs=8, protocol="hidden",
+                                 quantity="relative plasticity", rows=[dict(
+                                     _without(ROW, "ci95"), relative_plasticity=1.0, s_in=2.0,
+                                     s_out=3.0)]),
+    "advise-0123.json": dict(task="digits", model="m", weights="ab12", c=1.0, rows=[dict(
+        task="digits", rule="paper: MHA", config="MHA", score=1.0, rank=1, seconds=0.1)],
+                             provenance=[{}]),
+}
+#: Per companion kind: a key missing, a wrong type, a value out of range, and the problem the
+#: audit names for each (the key, the value found, what is expected).
+DAMAGES = {
+    "study.json": [
+        ("missing", lambda c: {}, r"^sessions is missing: expected an array"),
+        ("type", lambda c: {"sessions": {}}, r"^sessions=\{\} is not valid: expected an array"),
+        ("range", lambda c: {"sessions": [{**c["sessions"][0], "status": {"ok": -1}}]},
+         r"^sessions\[0\].status.ok=-1 is not valid: expected an integer >= 0")],
+    "scales-0123.json": [
+        ("missing", lambda c: _without(c, "scales"), r"^scales is missing: expected an object"),
+        ("type", lambda c: {**c, "scales": [1.6]},
+         r"^scales=\[1.6\] is not valid: expected an object whose values are each a number > 0"),
+        ("range", lambda c: {**c, "scales": {"LN1": 0.0}},
+         r"^scales.LN1=0.0 is not valid: expected a number > 0")],
+    "layers-0123.json": [
+        ("missing", lambda c: {**c, "rows": [_without(c["rows"][0], "task")]},
+         r"^rows\[0\].task is missing"),
+        ("type", lambda c: {**c, "rows": "rows"}, r"^rows='rows' is not valid: expected an array"),
+        ("range", lambda c: {**c, "rows": [{**c["rows"][0], "layer": -1}]},
+         r"^rows\[0\].layer=-1 is not valid: expected an integer >= 0")],
+    "after-0123.json": [
+        ("missing", lambda c: _without(c, "before"), r"^before is missing: expected an object"),
+        ("type", lambda c: {**c, "after": "1.0"}, r"^after='1.0' is not valid: expected an object"),
+        ("range", lambda c: {**c, "run": {**c["run"], "clip_grad_norm": -1.0}},
+         r"^run.clip_grad_norm=-1.0 is not valid: expected a number >= 0, or null")],
+    "plasticity-0123.json": [
+        ("missing", lambda c: _without(c, "rows"), r"^rows is missing: expected an array"),
+        ("type", lambda c: {**c, "rows": [1, 2, 3]},
+         r"^rows\[0\]=1 is not valid: expected an object with \['layer', 'component', "
+         r"'plasticity'\]"),
+        ("range", lambda c: {**c, "rows": [{**ROW, "plasticity": -0.5}]},
+         r"^rows\[0\].plasticity=-0.5 is not valid: expected a number >= 0")],
+    "probe-0123.json": [
+        ("missing", lambda c: _without(c, "train_acc"), r"^train_acc is missing: expected a "
+                                                        r"number >= 0 and <= 100 \(in %\)"),
+        ("type", lambda c: {**c, "test_acc": "abc"},
+         r"^test_acc='abc' is not valid: expected a number >= 0 and <= 100 \(in %\)"),
+        ("range", lambda c: {**c, "val_acc": 100.5}, r"^val_acc=100.5 is not valid")],
+    "plasticity-4567.json": [  # relative plasticity
+        ("missing", lambda c: {**c, "rows": [_without(c["rows"][0], "s_in")]},
+         r"^rows\[0\].s_in is missing: expected a number >= 0"),
+        ("type", lambda c: {**c, "quantity": "relative"},
+         r"^quantity='relative' is not valid: expected exactly 'relative plasticity'"),
+        ("range", lambda c: {**c, "rows": [{**c["rows"][0], "relative_plasticity": -1.0}]},
+         r"^rows\[0\].relative_plasticity=-1.0 is not valid: expected a number >= 0")],
+    "advise-0123.json": [
+        ("missing", lambda c: _without(c, "weights"), r"^weights is missing"),
+        ("type", lambda c: {**c, "rows": {"MHA": 1}}, r"^rows=\{'MHA': 1\} is not valid: "
+                                                     r"expected an array"),
+        ("range", lambda c: {**c, "rows": [{**c["rows"][0], "rank": 0}]},
+         r"^rows\[0\].rank=0 is not valid: expected an integer >= 1")],
+}
+CASES = [(name, *damage) for name, damages in DAMAGES.items() for damage in damages]
+
+
+def test_every_companion_kind_has_a_valid_example_and_three_damages(tmp_path):
+    tmp = tmp_path
+    assert sorted({store.companion_kind(n) for n in COMPANIONS}) == sorted(
+        set(store.COMPANIONS.values()))
+    assert sorted(DAMAGES) == sorted(COMPANIONS)
+    for name, content in COMPANIONS.items():
+        assert store.companion_problems(store.write_json(Path(tmp) / name, content)) == []
+
+
+@pytest.mark.parametrize("name, damage, change, problem", CASES,
+                         ids=[f"{c[0].removesuffix('.json')}-{c[1]}" for c in CASES])
+def test_a_companion_that_fails_its_schema_is_named_and_never_used(tmp_path, name, damage,
+                                                                   change, problem):
+    """The audit names the file, the key, the value found and what is expected; the file is
+    never read as it is: a measurement is set aside and computed again by the call that
+    computes it (refused without one), and a study log is refused with a fix that keeps it."""
+    store.write_json(tmp_path / name, change(COMPANIONS[name]))
     report = Store(tmp_path).audit()
-    assert report.values.tolist()[0][:2] == [name, "invalid companion"]
-    with pytest.raises(ValueError, match=f"{name}: .*delete it to measure again"):
+    assert report[["file", "kind"]].values.tolist() == [[name, "invalid companion"]]
+    assert re.search(problem, report["problem"][0]), report["problem"][0]
+    fix = "restart_log" if name == "study.json" else "sets it aside and measures it again"
+    with pytest.raises(ValueError, match=f"{name} does not pass the .* schema .*{fix}"):
         Store(tmp_path).companion(name)
-    assert Store(tmp_path).companion("probe-absent.json") is None
+    if name == "study.json":
+        with pytest.raises(ValueError, match="restart_log"):
+            provenance.log_session(tmp_path, "c", pd.DataFrame(dict(run=["x"], status=["ok"])), 1)
+        return
+    with pytest.warns(UserWarning, match=f"{name} does not pass .*set aside as {name}.invalid-"):
+        got = Store(tmp_path).companion(name, compute=lambda: COMPANIONS[name])
+    assert got == json.loads(json.dumps(COMPANIONS[name])) and Store(tmp_path).audit().empty
+    (aside,) = tmp_path.glob(f"{name}.invalid-*")  # kept whole for inspection
+    assert json.loads(aside.read_text()) == change(COMPANIONS[name])
+
+
+def test_a_damaged_study_log_restarts_keeping_its_sessions(tmp_path, fast_runs):
+    """``provenance.restart_log``: the damaged log is set aside whole, the new one points to
+    it, and sessions are logged again; a sweep over the store refused it before any work."""
+    damaged = {"sessions": {"0": COMPANIONS["study.json"]["sessions"][0]}}
+    store.write_json(tmp_path / "study.json", damaged)
+    with pytest.raises(ValueError, match=r"study.json does not pass the study schema \(schemas/"
+                                         r"study.schema.json\): sessions=.* is not valid: "
+                                         r"expected an array.*restart_log"):
+        sweep.run_sweep(configs(1), tmp_path, progress=False)
+    assert Store(tmp_path).records() == []  # refused before any run
+    new = provenance.restart_log(tmp_path)
+    (aside,) = tmp_path.glob("study.json.invalid-*")
+    assert json.loads(aside.read_text()) == damaged
+    assert store.read_json(new) == {"sessions": [], "earlier": [aside.name]}
+    provenance.log_session(tmp_path, "c", pd.DataFrame(dict(run=["x"], status=["ok"])), 1.0)
+    assert [s["command"] for s in Store(tmp_path).companion("study.json")["sessions"]] == ["c"]
+    with pytest.raises(ValueError, match="is valid: restart_log sets aside only"):
+        provenance.restart_log(tmp_path)
 
 
 def test_a_store_is_its_folder(tmp_path):
@@ -324,7 +451,8 @@ def test_a_companion_is_written_and_read_by_name(tmp_path):
     assert runs.companion("probe-0123.json") is None
     assert runs.write_companion("probe-0123.json", probe) == tmp_path / "probe-0123.json"
     assert runs.companion("probe-0123.json") == probe and runs.audit().empty
-    with pytest.raises(ValueError, match=r"probe-4567.json: missing \['train_acc'\]"):
+    with pytest.raises(ValueError, match=r"probe-4567.json: not a complete probe file; not "
+                       r"written: train_acc is missing: expected a number >= 0 and <= 100"):
         runs.write_companion("probe-4567.json", {k: v for k, v in probe.items()
                                                  if k != "train_acc"})
     assert not (tmp_path / "probe-4567.json").exists()
@@ -351,6 +479,46 @@ def test_a_companion_is_computed_once_then_read(tmp_path):
     assert runs.companion("probe-1.json", compute=compute) == probe
     assert runs.companion("probe-1.json", compute=compute) == probe and len(calls) == 1
     assert store.read_json(tmp_path / "probe-1.json") == probe
-    with pytest.raises(ValueError, match="missing"):
+    with pytest.raises(ValueError, match="model is missing"):
         runs.companion("probe-2.json", compute=lambda: {"task": "digits"})
     assert not (tmp_path / "probe-2.json").exists()
+
+
+def test_a_dead_claim_beside_a_finished_record_is_removed_once_saying_so(tmp_path, fast_runs,
+                                                                       monkeypatch):
+    """The owner stored the record and died before removing its claim: the next sweep removes
+    the claim (one warning naming it), the one after has nothing to say; a dead claim of a run
+    without a record stays for its run's sweep, a live one is left alone."""
+    import socket
+    import warnings
+
+    fake = MarkedTrain(tmp_path / "trained")
+    monkeypatch.setattr(finetune, "train", fake)
+    done, todo, live = configs(3)
+    Store(tmp_path).save(done, OK)
+    dead = _claim(tmp_path, done, socket.gethostname(), _dead_pid(), 0)
+    other = _claim(tmp_path, todo, socket.gethostname(), _dead_pid(), 0)
+    held = _claim(tmp_path, live, socket.gethostname(), os.getppid(), 0)
+    with pytest.warns(UserWarning, match=rf"removed 1 dead claim\(s\) under .* whose runs have "
+                                         rf"complete records .*\['{dead.name}'\]"):
+        sweep.run_sweep([done], tmp_path, progress=False)
+    assert not dead.exists() and other.exists() and held.exists() and fake.trainings() == {}
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        sweep.run_sweep([done], tmp_path, progress=False)
+    assert [str(w.message) for w in said if "removed" in str(w.message)] == []  # once
+    assert Store(tmp_path).clean_dead_claims() == []
+    assert Store(tmp_path).audit().set_index("file")["kind"].to_dict() == {
+        other.name: "dead claim", held.name: "claim"}
+
+
+def test_every_shipped_file_passes_its_schema():
+    """Every record and companion of every store shipped under data/ passes its schema: the
+    audit of each store is empty, so every JSON file there is a complete record or a
+    companion that passes its kind's schema."""
+    data = Path(__file__).resolve().parents[2] / "data"
+    roots = sorted(p.parent for p in data.glob("*/study.json"))
+    assert {p.name for p in roots} >= {"finetune", "confounds", "suite", "gauge"}
+    for root in roots:  # an empty audit: every record and companion passes (about 3 ms each)
+        audit = Store(root).audit()
+        assert audit.empty, audit.head().to_dict("records")

@@ -168,18 +168,29 @@ def test_select_orders_shards_and_limits(tmp_path):
         sweep.select(study, limit=1)
 
 
-def test_a_run_loads_its_task_through_the_one_registry(monkeypatch):
-    """Embedded and paper tasks alike go through ``tasks.load``, with the options the run's
-    keys set (a paper dataset at 224 px unless the run says otherwise)."""
-    from vitplast import tasks
+BAD_SETTINGS = [("clip_grad_norm", -1.0, r"clip_grad_norm=-1.0 is not valid: expected a "
+                                         r"number >= 0, or null"),
+                ("momentum", 1.5, r"momentum=1.5 is not valid: expected a number >= 0 and < 1"),
+                ("weight_decay", -0.1, r"weight_decay=-0.1 is not valid: expected a number >= 0"),
+                ("label_smoothing", 1.5, r"label_smoothing=1.5 is not valid"),
+                ("batch_size", 1151, r"batch_size=1151 is larger than the training split of "
+                                     r"task 'digits' \(1150 images\); batch_size takes an "
+                                     r"integer from 1 to 1150 here")]
 
-    calls = []
-    monkeypatch.setattr(tasks, "load", lambda *a, **k: calls.append((a, k)))
-    sweep._task(runs.make_run("digits", lr=0.1, severity=3, data_seed=2))
-    sweep._task(runs.make_run("pet", lr=0.1, data_root="/data", recipe="paper"))
-    assert calls == [(("digits", None), dict(severity=3, seed=2, train_size=5000,
-                                            test_size=2000)),
-                     (("pet", "/data"), dict(severity=5, seed=0, img_size=224))]
+
+@pytest.mark.parametrize("key, value, message", BAD_SETTINGS, ids=[b[0] for b in BAD_SETTINGS])
+def test_bad_settings_are_refused_when_the_sweep_is_planned(tmp_path, fake_train, key, value,
+                                                            message):
+    """Refused before any run trains, naming the run, the setting and its range: nothing is
+    recorded (not even as failed), nothing trained; the good run beside it waits too."""
+    good = runs.make_run("digits", "LN1", lr=0.3, **TINY)
+    bad = {**runs.make_run("digits", "full", lr=0.3, **TINY), key: value}
+    with pytest.raises(ValueError, match=message):
+        sweep.run_sweep([good, bad], tmp_path, progress=False)
+    assert fake_train.calls == [] and Store(tmp_path).records() == []
+    assert not list(tmp_path.glob("*.json"))
+    at_the_edge = {**bad, "batch_size": 1150} if key == "batch_size" else good
+    assert sweep.run_sweep([at_the_edge], tmp_path, progress=False)["status"].tolist() == ["ok"]
 
 
 def test_a_batched_sweep_stores_what_one_by_one_stores(tmp_path):

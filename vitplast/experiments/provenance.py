@@ -1,6 +1,7 @@
 """Provenance and progress of a results store: what made each record (machine, versions, git
 commit, date), the sweep sessions that filled the store (``study.json``, ``runs.csv``), and
-how far a study has got (``study_progress``).
+how far a study has got (``study_progress``). A study log that fails its schema is refused,
+and ``restart_log`` sets it aside and starts a new one that points to it.
 
 The store itself (atomic records, claims, audit) is ``vitplast.store.Store``; this module is its
 account of who wrote what, when, and what is left.
@@ -79,7 +80,12 @@ def log_session(root: str | Path, command: str, summary: pd.DataFrame, seconds: 
     the store after it) to ``root/study.json``, the study's provenance across sessions, and
     write ``summary`` (``results.results(root)``) to ``root/runs.csv``: every stored run, one
     row each, for readers without vitplast. Concurrent sessions take turns (``store.locked``),
-    so none is lost."""
+    so none is lost.
+
+    Raises:
+        ValueError: ``study.json`` fails its schema (``vitplast/schemas/study.schema.json``):
+            it is refused, never rewritten; ``restart_log`` keeps its sessions.
+    """
     path = Path(root) / "study.json"
     session = dict(command=shipped_command(command), **provenance(models.pick_device(device)),
                    wall_seconds=round(seconds, 1),
@@ -89,6 +95,29 @@ def log_session(root: str | Path, command: str, summary: pd.DataFrame, seconds: 
         log["sessions"].append(session)
         store.write_text(Path(root) / "runs.csv", summary.sort_values("run").to_csv(index=False))
         return store.Store(root).write_companion("study.json", log)
+
+
+def restart_log(root: str | Path) -> Path:
+    """Set aside the study log ``root/study.json`` that fails its schema (``files.set_aside``:
+    ``study.json.invalid-<UTC time>``, kept whole) and start a new one that points to it
+    (``earlier``: the logs before it, oldest first); return the new log's path. The fix
+    ``log_session`` and the sweep name when they refuse a damaged log: no session is lost.
+
+    Raises:
+        ValueError: there is no ``study.json`` under ``root``, or it passes its schema
+            (nothing to restart).
+    """
+    path = Path(root) / "study.json"
+    with store.locked(path):
+        if not path.exists() or not store.companion_problems(path):
+            raise ValueError(f"{path} is {'missing' if not path.exists() else 'valid'}: "
+                             "restart_log sets aside only a study log that fails its schema")
+        old = store.read_json(path)
+        earlier = old.get("earlier") if isinstance(old, dict) else None
+        earlier = [e for e in earlier if isinstance(e, str)] if isinstance(earlier, list) else []
+        aside = store.set_aside(path)
+        return store.Store(root).write_companion("study.json", {
+            "sessions": [], "earlier": [*earlier, aside.name]})
 
 
 def study_progress(runs: list[dict], root: str | Path) -> pd.DataFrame:
@@ -120,4 +149,5 @@ def study_progress(runs: list[dict], root: str | Path) -> pd.DataFrame:
     return pd.concat([counts, pd.DataFrame([total])], ignore_index=True).round({"hours_left": 2})
 
 
-__all__ = ["git_state", "log_session", "provenance", "shipped_command", "study_progress"]
+__all__ = ["git_state", "log_session", "provenance", "restart_log", "shipped_command",
+           "study_progress"]

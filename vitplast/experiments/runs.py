@@ -1,4 +1,4 @@
-"""Runs: the declared schema of a finetuning run, its hash, and grids of runs.
+"""Runs: the keys of a finetuning run, its hash, its checks, and grids of runs.
 
 Paper: section 2 (finetuning protocol: configurations x LR grid x seeds per dataset).
 
@@ -10,6 +10,10 @@ A run is a flat JSON-able dict (``make_run``). Its keys are of two kinds, declar
   workers, logging period, numeric precision, where the data and weights lie). They are stored
   with the record but never hashed: raising ``workers`` on a GPU keeps every stored run.
 
+What each key holds (type and range) is the published run schema,
+``vitplast/schemas/run.schema.json`` (``check_run``); what depends on the task, a batch no
+larger than its training split, is ``check_batches``'s.
+
 A key whose value is ``None`` is left out of the hash, so a new defining key added later with a
 ``None`` default re-hashes nothing. Nothing here reads ``finetune.train``'s signature: a new
 keyword of the training loop changes no hash either.
@@ -19,6 +23,7 @@ Used by ``vitplast.sweep``, ``vitplast.studies`` and notebooks 04-06.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 
@@ -84,15 +89,12 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
             ``weights_file``, ``workers``, ``log_every``, ``precision``, ``accum_steps``).
 
     Raises:
-        ValueError: unknown key, recipe, task, configuration or optimizer (naming the valid
-            ones); ``lr``, ``steps``, ``batch_size`` or ``seed`` not valid (``check_run``).
+        ValueError: unknown recipe, task or configuration (naming the valid ones); a setting
+            that fails the run schema: an unknown key, or a value of the wrong type or out of
+            its range (``check_run``, naming the key, its value and what is valid).
     """
     from vitplast import components, finetune, models, paper_datasets, tasks
 
-    unknown = sorted(set(settings) - set(RUN_KEYS) - set(RUNTIME_KEYS))
-    if unknown:
-        raise ValueError(f"unknown run setting(s) {unknown}; valid: run keys {list(RUN_KEYS)} "
-                         f"and runtime keys {list(RUNTIME_KEYS)}")
     if recipe not in finetune.RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; valid: {list(finetune.RECIPES)}")
     tasks.check(task, settings.get("data_root"))
@@ -108,39 +110,77 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
     out.update(config=config, lr=lr, seed=seed, **settings)
     if out["clip_grad_norm"] is None:  # no clipping, spelled as the stores spell it (0.0)
         out["clip_grad_norm"] = 0.0
-    if out["optimizer"] not in finetune.OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {out['optimizer']!r}; valid: {finetune.OPTIMIZERS}")
     return check_run(json.loads(json.dumps(out)))  # what the store holds (tuples: lists)
 
 
 def check_run(run: dict) -> dict:
-    """``run`` if it is a run as ``make_run`` makes one, else raise: every key
-    declared (``RUN_KEYS``, ``RUNTIME_KEYS``), ``kind`` "finetune", a ``task`` and ``model``,
-    ``lr`` a finite number > 0, ``steps`` and ``batch_size`` positive integers, ``seed`` an
-    integer. Cheap: a sweep checks every run before it loads anything, and the store
-    checks every record's run (``store.record_problems``).
+    """``run`` if it passes the published run schema (``vitplast/schemas/run.schema.json``,
+    read by ``vitplast.schema``): every key declared (``RUN_KEYS``, ``RUNTIME_KEYS``), each of
+    its type and range (``lr`` > 0, ``clip_grad_norm`` >= 0 or null, ``momentum`` and
+    ``label_smoothing`` in [0, 1), ``weight_decay`` >= 0, ``steps`` and ``batch_size`` >= 1,
+    ...). Cheap: a sweep checks every run before it loads anything, and the store checks every
+    record's run (``store.record_problems``); what depends on the task (the training split)
+    is ``check_batches``'s.
 
     Raises:
-        ValueError: naming the key, its value and what is valid.
+        ValueError: naming each key that fails, its value and what is valid.
     """
-    from vitplast.inputs import check_count, check_positive, check_seed
+    from vitplast import schema
 
-    if not isinstance(run, dict):
-        raise ValueError(f"a run is a dict (runs.make_run), got {type(run).__name__}")
-    unknown = sorted(set(run) - set(RUN_KEYS) - set(RUNTIME_KEYS))
-    if unknown:
-        raise ValueError(f"unknown run setting(s) {unknown}; valid: run keys {list(RUN_KEYS)} "
-                         f"and runtime keys {list(RUNTIME_KEYS)}")
-    if run.get("kind") != KIND:
-        raise ValueError(f"kind={run.get('kind')!r} is not valid: a run's kind is {KIND!r}")
-    for key in ("task", "model"):
-        if not isinstance(run.get(key), str):
-            raise ValueError(f"{key}={run.get(key)!r} is not valid: a run names its {key}")
-    check_positive("lr", run.get("lr"), hint="the peak learning rate, e.g. 1e-2")
-    check_count("steps", run.get("steps"), hint="optimisation steps, e.g. 120")
-    check_count("batch_size", run.get("batch_size"), hint="images per step, e.g. 64")
-    check_seed("seed", run.get("seed"))
-    return run
+    return schema.check("run", run, "a run's settings")
+
+
+def check_batches(runs: list[dict]) -> None:
+    """Refuse (``ValueError``, before any run trains) a run whose micro-batch
+    (``batch_size / accum_steps``) is larger than its task's training split, or whose
+    ``batch_size`` ``accum_steps`` does not divide. The split depends on the task and its
+    options, so each distinct task is loaded once per process (``tasks.load``, about 1-2 s
+    for an embedded task; its size is kept for the sweeps that follow)."""
+    for c in runs:
+        accum = c.get("accum_steps") or 1
+        if c["batch_size"] % accum:
+            raise ValueError(f"{describe(c)}: batch_size={c['batch_size']} is not divisible by "
+                             f"accum_steps={accum}; batch_size takes a multiple of accum_steps")
+        split = _train_split(json.dumps({k: c.get(k) for k in _TASK_KEYS}, sort_keys=True,
+                                        default=str))
+        if c["batch_size"] // accum > split:
+            most = split * accum
+            raise ValueError(
+                f"{describe(c)}: batch_size={c['batch_size']} is larger than the training split "
+                f"of task {c['task']!r} ({split} images"
+                f"{f', micro-batches of batch_size / accum_steps={accum}' if accum > 1 else ''})"
+                f"; batch_size takes an integer from 1 to {most} here (refused before the "
+                "sweep runs anything)")
+
+
+#: The keys of a run that choose its task's splits (``task_of``).
+_TASK_KEYS = ("task", "severity", "data_seed", "train_size", "test_size", "img_size",
+              "data_root")
+
+
+@functools.lru_cache(maxsize=None)
+def _train_split(task_keys: str) -> int:
+    """The size of the training split of the task a run's ``_TASK_KEYS`` (as JSON) choose."""
+    return len(task_of(json.loads(task_keys)).train)
+
+
+def describe(run: dict) -> str:
+    """A run in a few words, for messages: task, configuration, lr, seed."""
+    return (f"task {run.get('task')!r}, config {run.get('config')!r}, lr {run.get('lr')!r}, "
+            f"seed {run.get('seed')!r}")
+
+
+def task_of(run: dict):
+    """The run's task (``tasks.load``), with the options its keys set. A paper dataset is
+    transformed as the paper's model expects, at ``img_size`` (default 224)."""
+    from vitplast import tasks
+
+    options = dict(severity=run["severity"], seed=run["data_seed"])
+    if tasks.check(run["task"], run.get("data_root")) == "paper":
+        options["img_size"] = run.get("img_size") or 224
+    else:
+        options.update(train_size=run["train_size"], test_size=run["test_size"])
+    return tasks.load(run["task"], run.get("data_root"), **options)
 
 
 def grid(tasks, configs, lrs, seeds, **fixed) -> list[dict]:

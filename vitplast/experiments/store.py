@@ -3,35 +3,36 @@ named by the hash of its defining keys (``vitplast.runs.run_hash``), and an acco
 file in it. ``Store(root).path(run)`` is where a run's record is; ``has``, ``record`` and
 ``save`` read and write one run, ``records`` every complete one (``record_files``: the files
 that should be records), ``audit`` names every other file, ``clean_temp`` deletes the debris of
-killed writes, ``claim`` holds a run while it trains, and ``companion`` / ``write_companion``
-read and write the files kept beside the records (``COMPANIONS``).
+killed writes and ``clean_dead_claims`` the claims left beside finished runs, ``claim`` holds a
+run while it trains, and ``companion`` / ``write_companion`` read and write the files kept
+beside the records (``COMPANIONS``).
 
 Files are written atomically (``files.atomic_path``: a temp file in the same folder, then
 ``os.replace``), so a run killed mid-write leaves either the old file or none, never a
 half-written one (its orphan temp file, ``.<name>.json.<random>.tmp``, is deleted by the next
 sweep: ``Store.clean_temp``).
 
-A record is complete (``record_problems`` finds nothing) when it is a JSON object with a
-``run`` that ``runs.check_run`` accepts, named by that run's hash, with a ``status``
-of ``STATUSES`` and numeric (or null) ``test_acc`` and ``best_val_acc``; an ``ok`` one also
-holds its results (both numbers, and a non-empty ``history``). Anything else in a store is
-reported by name: ``Store.audit`` lists every file that is not a complete record (invalid,
-foreign, invalid companion, orphan temp, claims), ``Store.records`` warns about those it
-skips, and a sweep re-runs a run whose file is not complete (a record of the older layout,
-its run under ``config``, names its fix: ``vitplast.migrate``). A sweep asks ``Store.has``
-before running, so it resumes.
+Every file kind is read through its published schema (``vitplast.schema``; the documents are
+``vitplast/schemas/<kind>.schema.json``): a record (``record_problems``) passes ``record`` (its
+``run`` passes ``run``: keys, types, ranges), is named by its run's hash, and when ``ok`` holds
+its results; a companion passes the schema its name maps to (``COMPANIONS``). A file that fails
+is never used: ``Store.audit`` names it with the key, the value found and what is expected;
+``Store.records`` warns about those it skips; a sweep re-runs a run whose record fails (a
+record of the older layout, its run under ``config``, names its fix: ``vitplast.migrate``); a
+companion that fails is set aside (``files.set_aside``) and computed again by the call that
+computes it, and a study log that fails is refused (``companion``), its fix keeping its
+sessions (``provenance.restart_log``). A sweep asks ``Store.has`` before running, so it
+resumes.
 
-Claims (``Store.claim``): before a run trains, its ``<hash>.claim`` file is created atomically
-(``O_CREAT | O_EXCL``) holding the owner's host and pid; the owner touches it every
-``HEARTBEAT_S`` seconds while the run trains (its modification time is the heartbeat) and
-removes it when the record is written or the run fails. Two sweeps over one store thus never
-train the same run twice. A claim is dead when its heartbeat is older than ``CLAIM_TIMEOUT_S``
-or its owner pid is gone on this host; the next sweep takes it over.
+Claims (``Store.claim``, ``vitplast.experiments.claims``): a run is claimed by the process
+that trains it, so two sweeps over one store never train the same run twice; a dead claim is
+taken over by the next process that wants its run, or removed by the next sweep when its run
+has a complete record (``clean_dead_claims``: its owner died between the two).
 
 What does not depend on a store's folder stays a function: ``record_problems``,
-``companion_problems``, ``locked``. Load-or-compute caches (``load_or_compute``,
-``config_hash``) are ``vitplast.cached``'s and the JSON helpers ``vitplast.files``'s, both
-re-exported here.
+``companion_problems``, ``companion_kind``. Load-or-compute caches (``load_or_compute``,
+``config_hash``) are ``vitplast.cached``'s and the JSON helpers (and ``locked``)
+``vitplast.files``'s, all re-exported here.
 
 Used by ``vitplast.sweep``, ``search``, ``results``, ``provenance``, ``confounds``,
 ``confound_plasticity`` and ``decide``, ``python -m vitplast pretrain`` and notebooks 04-06.
@@ -42,91 +43,61 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import json
-import numbers
-import os
 import re
-import socket
-import threading
 import time
-import uuid
 import warnings
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
+from vitplast import schema
 from vitplast.cached import config_hash, load_or_compute  # noqa: F401 (re-exported)
-from vitplast.experiments.runs import check_run, defining, run_hash
-from vitplast.files import atomic_path, read_json, write_json, write_text  # noqa: F401 (re-exported)
+from vitplast.experiments import claims
+from vitplast.experiments.runs import defining, run_hash
+from vitplast.files import (  # noqa: F401 (re-exported)
+    atomic_path,
+    locked,
+    read_json,
+    set_aside,
+    write_json,
+    write_text,
+)
 
-#: The outcomes a complete record may have (``sweep.run_one``).
+#: The outcomes a complete record may have (``sweep.run_one``; the record schema's ``status``).
 STATUSES = ("ok", "diverged", "failed")
-#: JSON files a store holds beside its records, each with the keys it must hold
-#: (``Store.companion``): the sweep's session log (``provenance.log_session``), the confound
-#: study's measurements (``confounds``: scales, per-block plasticity, plasticity after
-#: finetuning) and the suite study's (``decide.task_plasticity``, ``decide.task_probe``).
-COMPANIONS = {"study.json": ("sessions",),
-              "scales-*.json": ("tasks", "target", "n_pairs", "plasticity", "scales"),
-              "layers-*.json": ("tasks", "n_pairs", "protocol", "rows"),
-              "after-*.json": ("run", "n_pairs", "before", "after"),
-              "plasticity-*.json": ("task", "n_pairs", "protocol", "rows"),
-              "probe-*.json": ("task", "model", "probe", "test_acc", "val_acc", "train_acc")}
+#: JSON files a store holds beside its records: file-name pattern -> the schema it passes
+#: (``vitplast.schema``; ``Store.companion``): the sweep's session log
+#: (``provenance.log_session``), the confound study's measurements (``confounds``: scales,
+#: per-block plasticity, plasticity after finetuning), the suite study's
+#: (``decide.task_plasticity``, also of relative plasticity, ``decide.task_probe``) and the
+#: advice rules' rankings (``advise.stored``). A new kind: its schema document and one line here.
+COMPANIONS = {"study.json": "study",
+              "scales-*.json": "scales",
+              "layers-*.json": "layers",
+              "after-*.json": "after",
+              "plasticity-*.json": "plasticity",
+              "probe-*.json": "probe",
+              "advise-*.json": "advise"}
 #: An orphan temp file older than this (seconds) is debris of a killed write.
 TEMP_AGE_S = 300.0
-#: A claim whose heartbeat is older than this (seconds) is dead.
-CLAIM_TIMEOUT_S = 300.0
-#: How often (seconds) the owner of a claim touches it.
-HEARTBEAT_S = 30.0
 _HASH_NAME = re.compile(r"[0-9a-f]{16}")
-
-
-@contextlib.contextmanager
-def locked(path: str | Path):
-    """Hold an exclusive lock on ``<path>.lock`` (``fcntl.flock``, released when the block
-    ends or the process dies): read-modify-write of ``path`` by concurrent processes."""
-    import fcntl
-
-    lock = Path(f"{path}.lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def record_problems(record, path: str | Path | None = None) -> list[str]:
     """Why ``record`` (read from ``path``) is not a complete run record; empty if it is.
 
-    Complete: a JSON object whose ``run`` passes ``runs.check_run``, whose file is named
-    by that run's hash, with a ``status`` of ``STATUSES`` and ``test_acc`` and
-    ``best_val_acc`` numbers or null; numbers, with a non-empty ``history``, when ``ok``.
+    Complete: it passes the ``record`` schema (``vitplast.schema``: a ``run`` that passes
+    ``run``, a ``status`` of ``STATUSES``, accuracies in [0, 1] or null, and when ``ok`` both
+    accuracies and a non-empty ``history``), and its file is named by its run's hash.
     """
     if not isinstance(record, dict):
         return ["not a JSON object (unreadable, half-written, or not a run record)"]
-    run = record.get("run")
-    if not isinstance(run, dict):
+    if not isinstance(record.get("run"), dict):
         if isinstance(record.get("config"), dict):
             return ["an older record layout (its run under `config`); migrate it: python -m "
                     f"vitplast.experiments.migrate {Path(path).parent if path else 'ROOT'}"]
         return ["no `run` object: not a run record"]
-    problems = []
-    try:
-        check_run(run)
-    except ValueError as err:
-        problems.append(f"run: {str(err)[:200]}")
-    if record.get("status") not in STATUSES:
-        problems.append(f"status {record.get('status')!r} is not one of {list(STATUSES)}")
-    for key in ("test_acc", "best_val_acc"):
-        value = record.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
-            problems.append(f"{key} {value!r} is not a number or null")
-    if record.get("status") == "ok":
-        missing = [k for k in ("test_acc", "best_val_acc") if record.get(k) is None]
-        missing += [] if isinstance(record.get("history"), list) and record["history"] else [
-            "history"]
-        if missing:
-            problems.append(f"status 'ok' without its results ({', '.join(missing)} missing)")
+    problems = schema.problems("record", record)
+    run = record["run"]
     if path is not None and not problems and Path(path).stem != run_hash(run):
         problems.append(f"named {Path(path).stem} but its run hashes to {run_hash(run)} "
                         "(an older hash, or a moved file)")
@@ -134,24 +105,23 @@ def record_problems(record, path: str | Path | None = None) -> list[str]:
 
 
 def companion_problems(path: str | Path) -> list[str]:
-    """Why the companion file at ``path`` is not what its kind (``COMPANIONS``) holds; empty
-    if it is."""
-    keys = _companion_keys(Path(path).name)
+    """Why the companion file at ``path`` does not pass the schema of its kind
+    (``COMPANIONS``); empty if it does."""
+    kind = companion_kind(Path(path).name)
     saved = read_json(path)
-    if not isinstance(saved, dict):
-        return ["not a JSON object (unreadable or half-written)"]
-    missing = [k for k in keys if k not in saved]
-    return [f"missing {missing}"] if missing else []
+    if saved is None:
+        return ["not JSON (unreadable or half-written)"]
+    return schema.problems(kind, saved)
 
 
-def _companion_keys(name: str) -> tuple[str, ...]:
-    """The keys a companion file named ``name`` holds (``COMPANIONS``); ``ValueError`` naming
+def companion_kind(name: str) -> str:
+    """The schema of a companion file named ``name`` (``COMPANIONS``); ``ValueError`` naming
     the kinds when ``name`` is none of them (or not a bare file name)."""
-    keys = next((k for pattern, k in COMPANIONS.items() if fnmatch.fnmatch(name, pattern)), None)
-    if keys is None or Path(name).name != name:
+    kind = next((k for pattern, k in COMPANIONS.items() if fnmatch.fnmatch(name, pattern)), None)
+    if kind is None or Path(name).name != name:
         raise ValueError(f"{name!r} is not a companion file of a store; valid: "
                          f"{list(COMPANIONS)} (a file name, no folder)")
-    return keys
+    return kind
 
 
 @dataclass(frozen=True)
@@ -225,10 +195,11 @@ class Store:
         Returns:
             A DataFrame, one row per file: ``file`` (name), ``kind`` ("invalid" for a file
             named like a record, "foreign" for any other JSON but ``COMPANIONS``, "invalid
-            companion" for a companion without its keys (``companion`` refuses it), "orphan
-            temp" for the temp file of a killed write older than ``TEMP_AGE_S``, "claim" for
-            a run in flight, "dead claim"), ``problem`` (what is wrong, or the claim's owner
-            and heartbeat age).
+            companion" for a companion that fails its schema (``companion`` never uses it),
+            "orphan temp" for the temp file of a killed write older than ``TEMP_AGE_S``,
+            "claim" for a run in flight, "dead claim"), ``problem`` (what is wrong: each key
+            with the value found and what its schema expects; or the claim's owner and
+            heartbeat age).
         """
         import pandas as pd
 
@@ -247,9 +218,8 @@ class Store:
         for path in self._orphan_temps(TEMP_AGE_S):
             rows.append(dict(file=path.name, kind="orphan temp", problem=(
                 f"temp file of a killed write, {(now - path.stat().st_mtime) / 60:.0f} min old")))
-        for path in sorted(self.root.glob("*.claim")):
-            owner, age = read_json(path) or {}, now - path.stat().st_mtime
-            alive = _alive(owner, age, CLAIM_TIMEOUT_S)
+        for path, owner, age in claims.present(self.root):
+            alive = claims.alive(owner, age, claims.CLAIM_TIMEOUT_S)
             rows.append(dict(file=path.name, kind="claim" if alive else "dead claim", problem=(
                 f"owner {owner.get('host')} pid {owner.get('pid')}, heartbeat {age:.0f} s ago")))
         return pd.DataFrame(rows, columns=["file", "kind", "problem"])
@@ -265,55 +235,50 @@ class Store:
         return removed
 
     @contextlib.contextmanager
-    def claim(self, run: dict, *, timeout: float = CLAIM_TIMEOUT_S,
-              heartbeat: float = HEARTBEAT_S):
-        """Hold the claim on ``run``, ``root/<run_hash(run)>.claim``, for the block (module
-        docstring).
-
-        Yields ``True`` when this process holds it: a daemon thread touches it every
-        ``heartbeat`` seconds, and it is removed when the block ends, also after an error.
-        Yields ``False`` when a live owner holds it; a dead one (heartbeat older than
-        ``timeout``, or owner pid gone on this host) is taken over.
-        """
-        path = self.root / f"{run_hash(run)}.claim"
-        token = _take(path, timeout, heartbeat)
-        if token is None:
-            yield False
-            return
-        stop = threading.Event()
-        beat = threading.Thread(target=_beat, args=(path, token, heartbeat, stop), daemon=True)
-        beat.start()
-        try:
-            yield True
-        finally:
-            stop.set()
-            beat.join()
-            with locked(self.root / "claims"):
-                if (read_json(path) or {}).get("token") == token:
-                    path.unlink(missing_ok=True)
+    def claim(self, run: dict, *, timeout: float = claims.CLAIM_TIMEOUT_S,
+              heartbeat: float = claims.HEARTBEAT_S):
+        """Hold the claim on ``run``, ``root/<run_hash(run)>.claim``, for the block
+        (``claims.hold``): yields ``True`` when this process holds it (a thread beats it
+        every ``heartbeat`` seconds; removed when the block ends, also after an error),
+        ``False`` when a live owner does; a dead one (heartbeat older than ``timeout``, or
+        owner pid gone on this host) is taken over."""
+        with claims.hold(self.root / f"{run_hash(run)}.claim", timeout=timeout,
+                         heartbeat=heartbeat) as mine:
+            yield mine
 
     def companion(self, name: str, compute=None) -> dict | None:
         """The companion file ``root/name`` (``COMPANIONS``); when there is none, ``None``, or
         with ``compute`` (a function of no argument returning its content) its content
         computed once and written (``write_companion``): a measurement kept beside the runs.
+        A file there that fails its schema is never used: with ``compute`` it is set aside
+        (``files.set_aside``, with a warning naming it and its problems) and computed again.
 
         Raises:
-            ValueError: ``name`` is not a companion kind's (naming the kinds), or the file is
-                there but not complete (naming it, what it lacks and the fix).
+            ValueError: ``name`` is not a companion kind's (naming the kinds), or the file
+                fails its schema and there is no ``compute`` (naming it, its problems and the
+                fix; a study log's fix keeps its sessions: ``provenance.restart_log``).
         """
-        _companion_keys(name)
+        kind = companion_kind(name)
         path = self.root / name
+        problems = companion_problems(path) if path.exists() else []
+        if problems and compute is None:
+            fix = (f"refused, so that no session is lost: set it aside and start a new log "
+                   f"that points to it with vitplast.experiments.provenance.restart_log"
+                   f"({str(self.root)!r})" if kind == "study" else
+                   "not used: the call that measures it (with compute) sets it aside and "
+                   "measures it again")
+            raise ValueError(f"{path} does not pass the {kind} schema ({schema.FOLDER.name}/"
+                             f"{kind}.schema.json): {'; '.join(problems)}; {fix}")
+        if problems:
+            aside = set_aside(path)
+            warnings.warn(f"{path} does not pass the {kind} schema: {'; '.join(problems)}; set "
+                          f"aside as {aside.name} and computed again", stacklevel=2)
         if not path.exists():
             if compute is None:
                 return None
             content = compute()
             self.write_companion(name, content)
-            return content
-        problems = companion_problems(path)
-        if problems:
-            raise ValueError(f"{path}: {'; '.join(problems)}: not a complete "
-                             f"{name.split('-')[0].removesuffix('.json')} file; delete "
-                             "it to measure again (or restore it from version control)")
+            return json.loads(json.dumps(content, default=str))
         return read_json(path)
 
     def write_companion(self, name: str, content: dict) -> Path:
@@ -321,13 +286,24 @@ class Store:
 
         Raises:
             ValueError: ``name`` is not a companion kind's (naming the kinds), or ``content``
-                lacks a key of its kind (``companion`` would refuse it); nothing is written.
+                as stored (JSON) fails its schema (``companion`` would refuse it); nothing is
+                written then.
         """
-        missing = [k for k in _companion_keys(name) if k not in content]
-        if missing:
-            raise ValueError(f"{name}: missing {missing}: not a complete "
-                             f"{name.split('-')[0].removesuffix('.json')} file; not written")
-        return write_json(self.root / name, content)
+        kind = companion_kind(name)
+        stored = json.loads(json.dumps(content, default=str))
+        schema.check(kind, stored, f"{name}: not a complete {kind} file; not written")
+        return write_json(self.root / name, stored)
+
+    def clean_dead_claims(self) -> list[str]:
+        """Remove the dead claims (``claims.alive``: owner gone, or heartbeat too old)
+        whose runs have a complete record: their owner died after storing the record and
+        before removing the claim. Return their names; a dead claim of a run without a
+        record stays, for the sweep that runs it to take over."""
+        def finished(claim: Path) -> bool:
+            record = claim.with_suffix(".json")
+            return record.exists() and not record_problems(read_json(record), record)
+
+        return claims.remove_dead(self.root, finished)
 
     def _companion_files(self) -> list[Path]:
         return [p for p in sorted(self.root.glob("*.json"))
@@ -348,53 +324,3 @@ class Store:
             except FileNotFoundError:  # its writer just finished
                 pass
         return out
-
-
-def _take(path: Path, timeout: float, heartbeat: float) -> str | None:
-    """Create the claim at ``path`` (taking over a dead one); its token, or None if a live
-    owner holds it. One store-wide lock orders the check and the take-over."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with locked(path.parent / "claims"):
-        try:
-            age = time.time() - path.stat().st_mtime
-        except FileNotFoundError:
-            age = None
-        if age is not None:
-            if _alive(read_json(path) or {}, age, timeout):
-                return None
-            path.unlink(missing_ok=True)  # dead: taken over
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:  # created by a writer that does not take the lock
-            return None
-        token = uuid.uuid4().hex
-        with os.fdopen(fd, "w") as f:
-            json.dump(dict(host=socket.gethostname(), pid=os.getpid(), token=token,
-                           claimed=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                           heartbeat_s=heartbeat), f)
-        return token
-
-
-def _alive(owner: dict, age: float, timeout: float) -> bool:
-    """Whether a claim of ``owner`` (host, pid) touched ``age`` seconds ago is held."""
-    if age > timeout:
-        return False
-    pid = owner.get("pid")
-    if owner.get("host") == socket.gethostname() and isinstance(pid, int) and pid > 0:
-        try:
-            os.kill(pid, 0)  # signal 0: only asks whether the process exists
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # exists, another user's
-            return True
-    return True
-
-
-def _beat(path: Path, token: str, period: float, stop: threading.Event) -> None:
-    """Touch the claim every ``period`` seconds while it is ours, until ``stop``."""
-    while not stop.wait(period):
-        try:
-            if (read_json(path) or {}).get("token") == token:
-                os.utime(path)
-        except OSError:
-            pass

@@ -32,7 +32,14 @@ import torch
 
 from vitplast import ablations, batched, finetune, models, provenance, tasks
 from vitplast.experiments.results import runs_table
-from vitplast.experiments.runs import TRAIN_KEYS, check_run, run_hash
+from vitplast.experiments.runs import (
+    TRAIN_KEYS,
+    check_batches,
+    check_run,
+    describe,
+    run_hash,
+    task_of,
+)
 from vitplast.experiments.store import Store
 
 EXECUTORS = ("serial", "submitit")
@@ -140,7 +147,7 @@ def build(run: dict, device: torch.device) -> tuple[torch.nn.Module, tasks.Task,
     prepare = run.get("prepare")
     if prepare is not None and prepare not in PREPARE:
         raise ValueError(f"unknown prepare {prepare!r}; valid: {sorted(PREPARE)}")
-    task = _task(run)
+    task = task_of(run)
     finetune.seed_everything(run["seed"])  # a random model's init
     model = models.load_model(run["model"], pretrained=run["pretrained"],
                               checkpoint=run["checkpoint"], num_classes=task.num_classes,
@@ -166,17 +173,6 @@ def default_workers() -> int:
     return max(int(cpus) - 1, 0) if cpus.isdigit() else 0
 
 
-def _task(run: dict) -> tasks.Task:
-    """The run's task (``tasks.load``), with the options its keys set. A paper dataset is
-    transformed as the paper's model expects, at ``img_size`` (default 224)."""
-    options = dict(severity=run["severity"], seed=run["data_seed"])
-    if tasks.check(run["task"], run.get("data_root")) == "paper":
-        options["img_size"] = run.get("img_size") or 224
-    else:
-        options.update(train_size=run["train_size"], test_size=run["test_size"])
-    return tasks.load(run["task"], run.get("data_root"), **options)
-
-
 def _finite(obj):
     """``obj`` with NaN and infinities replaced by ``None`` (strict JSON)."""
     if isinstance(obj, float):
@@ -198,12 +194,18 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
     Every run is claimed before it trains (``Store.claim``), so concurrent sweeps over one
     store, sharded or not, never train a run twice: a run claimed by a live process is left
     to it (and reads "missing" here until it is stored). Before running, orphan temp files of
-    killed writes are deleted (``Store.clean_temp``) and the files that are not complete
-    records named in a warning (``Store.audit``); one at a run's path is re-run.
+    killed writes are deleted (``Store.clean_temp``), dead claims of finished runs removed
+    (``Store.clean_dead_claims``, one warning naming them) and the files that fail their
+    schema named in a warning (``Store.audit``); a record that fails is re-run.
+
+    Refused before any work (``ValueError``, naming the run, the setting and its range): a
+    run whose settings fail the run schema (``runs.check_run``), one to run whose batch (or
+    micro-batch, ``batch_size / accum_steps``) is larger than its task's training split or
+    not divisible by ``accum_steps``, and a store whose study log fails its schema
+    (``Store.companion``: its fix keeps its sessions).
 
     Args:
-        runs: run dicts (``grid``, ``make_run``); duplicates run once. Each is checked
-            (``runs.check_run``) before anything is loaded.
+        runs: run dicts (``grid``, ``make_run``); duplicates run once.
         root: the results folder (``vitplast.store.Store``).
         executor: ``"serial"`` (here, one run after another) or ``"submitit"`` (a job array:
             SLURM when available, else submitit's local executor).
@@ -224,14 +226,7 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
         status "missing" and runs again next time.
     """
     _check_sweep(runs, root, executor, executor_kwargs)
-    store = Store(root)
-    store.clean_temp()
-    problems = store.audit()
-    problems = problems[problems["kind"] != "claim"]
-    if len(problems):
-        warnings.warn(f"{len(problems)} file(s) under {root} are not complete run records: "
-                      f"{problems['file'].tolist()[:5]}; see vitplast.store.Store(root).audit()",
-                      stacklevel=2)
+    store = _tidy(Store(root))
     todo = {}  # hash -> (run, the modification time of the failed record to retry)
     for c in runs:
         record = store.record(c)
@@ -239,6 +234,7 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
             todo[run_hash(c)] = (c, None)
         elif retry_failed and record["status"] == "failed":
             todo[run_hash(c)] = (c, store.path(c).stat().st_mtime_ns)
+    check_batches([c for c, _ in todo.values()])
     from tqdm.auto import tqdm
 
     stored = len(runs) - len(todo)
@@ -274,11 +270,34 @@ def _check_sweep(runs, root, executor, executor_kwargs) -> None:
         raise TypeError(f"the serial executor takes no options, got {sorted(executor_kwargs)}")
     if Path(root).exists() and not Path(root).is_dir():
         raise ValueError(f"root={str(root)!r} is a file: a store is a folder; give another path")
-    for c in runs:
-        check_run(c)
+    for i, c in enumerate(runs):
+        try:
+            check_run(c)
+        except ValueError as err:
+            raise ValueError(f"run {i} of {len(runs)} ({describe(c)}) is refused before the sweep "
+                             f"starts: {err}") from None
     unknown = {c["prepare"] for c in runs if c.get("prepare") is not None} - set(PREPARE)
     if unknown:
         raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(PREPARE)}")
+
+
+def _tidy(store: Store) -> Store:
+    """``store`` made ready for a sweep (``run_sweep``'s docstring): its study log checked,
+    orphan temp files and dead claims of finished runs removed, the rest named."""
+    store.companion("study.json")  # a damaged study log is refused before any work
+    store.clean_temp()
+    dead = store.clean_dead_claims()
+    if dead:
+        warnings.warn(f"removed {len(dead)} dead claim(s) under {store.root} whose runs have "
+                      f"complete records (their owners died after storing them): {dead[:5]}"
+                      f"{' ...' if len(dead) > 5 else ''}", stacklevel=3)
+    problems = store.audit()
+    problems = problems[problems["kind"] != "claim"]
+    if len(problems):
+        warnings.warn(f"{len(problems)} file(s) under {store.root} fail their schema or are "
+                      f"debris: {problems['file'].tolist()[:5]}; vitplast.store.Store(root)"
+                      ".audit() says why (a record that fails is re-run)", stacklevel=3)
+    return store
 
 
 def _wanted(store: Store, run: dict, stale: int | None) -> bool:

@@ -1,0 +1,156 @@
+"""The published schemas (``vitplast.schema``, ``vitplast/schemas/``): valid JSON Schema documents
+in step with the code; every range of the run schema holds at its edges; a value that fails is
+worded with its key, the value found and what is expected."""
+
+import math
+import re
+
+import jsonschema
+import pytest
+
+from vitplast import finetune, runs, schema
+from vitplast.experiments import store
+from vitplast.measure.components import COMPONENTS
+from vitplast.train.passes import PRECISIONS
+
+RUN = runs.make_run("digits", lr=0.1)
+
+
+def test_every_document_is_draft_2020_12_and_names_its_kind():
+    assert set(schema.KINDS) >= {"after", "cache-index", "layers", "plasticity", "probe",
+                                 "record", "run", "scales", "study"}  # and any kind added
+    for kind in schema.KINDS:
+        doc = schema.document(kind)
+        jsonschema.Draft202012Validator.check_schema(doc)
+        assert doc["$id"] == schema.ID_PREFIX + kind and doc["title"] and doc["description"]
+    with pytest.raises(ValueError, match=r"unknown schema 'runs'; valid: \['advise', 'after', "):
+        schema.problems("runs", {})
+    defs = [name for kind in schema.KINDS for name in schema.document(kind).get("$defs", {})]
+    assert len(defs) == len(set(defs))  # a local $ref names one definition of them all
+
+
+def test_the_schemas_are_in_step_with_the_code():
+    """Keys, choices and statuses are written in the documents; each matches its home here."""
+    run = schema.document("run")
+    assert list(run["properties"]) == [*runs.RUN_KEYS, *runs.RUNTIME_KEYS]
+    assert run["properties"]["optimizer"]["enum"] == list(finetune.OPTIMIZERS)
+    assert run["properties"]["precision"]["enum"] == [*PRECISIONS, None]
+    assert set(run["required"]) == set(RUN) - {"lr_scales", "prepare", "ablation"}
+    assert schema.document("plasticity")["$defs"]["component"]["enum"] == list(COMPONENTS)
+    assert schema.document("record")["properties"]["status"]["enum"] == list(store.STATUSES)
+    assert sorted(set(store.COMPANIONS.values())) == sorted(
+        set(schema.KINDS) - {"run", "record", "cache-index"})
+    for recipe in finetune.RECIPES:  # every recipe makes a valid run
+        assert schema.problems("run", runs.make_run("digits", lr=0.1, recipe=recipe)) == []
+
+
+#: (key, values at the edge that pass, values just past it that fail, the expected range)
+EDGES = [
+    ("lr", [1e-12, 10.0], [0, -1e-12, math.nan, math.inf, True], "a number > 0"),
+    ("clip_grad_norm", [0.0, 0, 1e-9, None, 5.0], [-1e-9, -1.0, math.inf],
+     "a number >= 0, or null"),
+    ("momentum", [0.0, 0.999], [1.0, -1e-9, 1.5], "a number >= 0 and < 1"),
+    ("weight_decay", [0.0, 5e-4], [-1e-9, -0.1], "a number >= 0"),
+    ("label_smoothing", [0.0, 0.999], [1.0, 1.5, -0.1], "a number >= 0 and < 1"),
+    ("steps", [1, 10_000], [0, -3, 1.0, True], "an integer >= 1"),
+    ("batch_size", [1, 512], [0, -8, 16.0], "an integer >= 1"),
+    ("warmup_steps", [0, 12], [-1, 1.5], "an integer >= 0"),
+    ("eval_every", [1, 20], [0, 2.0], "an integer >= 1"),
+    ("severity", [1, 5], [0, 6], "an integer >= 1 and <= 5"),
+    ("train_size", [1], [0], "an integer >= 1"),
+    ("test_size", [1], [0], "an integer >= 1"),
+    ("seed", [-1, 0, 2**40], [1.5, "0", None], "an integer"),
+    ("data_seed", [0, 7], [0.5], "an integer"),
+    ("betas", [[0.0, 0.0], [0.9, 0.999]], [[0.9], [0.9, 1.0], [0.9, 0.99, 0.9], "0.9"],
+     "an array of 2 (each a number >= 0 and < 1)"),  # [0.9, 1.0]: betas[1]=1.0 is not valid
+    ("optimizer", ["sgd", "adamw"], ["adam", None], "one of ['sgd', 'adamw']"),
+    ("config", ["full", ["blocks.0.*"]], ["", [], [3], 3], "a non-empty string or an array"),
+    ("kind", ["finetune"], ["pretrain"], "exactly 'finetune'"),
+    ("task", ["digits"], ["", 3], "a non-empty string"),
+    ("pretrained", [True, False], [1, "yes"], "a boolean"),
+    ("img_size", [1, 224, None], [0], "an integer >= 1, or null"),
+    ("lr_scales", [{"blocks.*": 0.0}, None], [{"blocks.*": -1.0}, [1]], "an object whose"),
+    ("workers", [0, 8, None], [-1], "an integer >= 0, or null"),
+    ("log_every", [1, None], [0], "an integer >= 1, or null"),
+    ("accum_steps", [1, 4, None], [0], "an integer >= 1, or null"),
+    ("precision", [*PRECISIONS, None], ["fp8"], "one of ['auto', 'fp32', 'bf16', 'fp16', null]"),
+]
+
+
+@pytest.mark.parametrize("key, good, bad, expected", EDGES, ids=[e[0] for e in EDGES])
+def test_every_range_of_the_run_schema_holds_at_its_edges(key, good, bad, expected):
+    for value in good:
+        assert schema.problems("run", {**RUN, key: value}) == [], value
+    for value in bad:  # the value, or the item of it that fails (betas[1], lr_scales.x)
+        found = schema.problems("run", {**RUN, key: value})
+        assert len(found) == 1 and found[0].startswith(f"{key}"), found
+        if found[0].startswith(f"{key}="):
+            assert found[0].startswith(f"{key}={value!r} is not valid: expected {expected}")
+        with pytest.raises(ValueError, match=f"a run's settings: {re.escape(found[0])}"):
+            runs.check_run({**RUN, key: value})
+
+
+def test_a_missing_or_unknown_key_is_named_with_what_is_valid():
+    assert schema.problems("run", {k: v for k, v in RUN.items() if k != "lr"}) == [
+        "lr is missing: expected a number > 0 (the peak learning rate)"]
+    assert schema.problems("run", {**RUN, "lrr": 0.1})[0].startswith(
+        "lrr is not a known key (did you mean 'lr'?); valid: ['kind', 'model'")
+    assert schema.problems("run", [RUN]) == [
+        f"the value {[RUN]!r}"[:67] + "... is not valid: expected an object with "
+        f"{schema.document('run')['required']}"]
+
+
+def test_problems_name_the_path_the_value_and_the_range_in_nested_files():
+    rows = {"task": "t", "n_pairs": 8, "protocol": "hidden", "rows": [1, 2, 3]}
+    assert schema.problems("plasticity", rows) == [
+        f"rows[{i}]={i + 1} is not valid: expected an object with ['layer', 'component', "
+        "'plasticity']" for i in range(3)]
+    record = {"run": {**RUN, "clip_grad_norm": -1.0}, "status": "ok", "test_acc": 2.0,
+              "best_val_acc": 0.5, "history": [{"step": 0, "loss": "x"}]}
+    assert schema.problems("record", record) == [
+        "history[0].loss='x' is not valid: expected a number >= 0, or null",
+        "run.clip_grad_norm=-1.0 is not valid: expected a number >= 0, or null (the "
+        "gradient-norm clipping threshold; 0 or null: no clipping)",
+        "test_acc=2.0 is not valid: expected a number >= 0 and <= 1, or null (a fraction; "
+        "null when not measured)"]
+    after = {"run": RUN, "n_pairs": 8, "before": {"FC9": 1.0}, "after": {"FC1": 1.0}}
+    assert schema.problems("after", after) == [
+        "before has a key 'FC9' that is not valid: expected one of ['LN1', 'MHA', 'LN2', "
+        "'FC1', 'FC2']"]
+
+
+def test_an_ok_record_must_hold_its_results():
+    ok = {"run": RUN, "status": "ok", "test_acc": 0.9, "best_val_acc": 0.8,
+          "history": [{"step": 0, "loss": 1.0}]}
+    assert schema.problems("record", ok) == []
+    assert schema.problems("record", {**ok, "test_acc": None, "history": []}) == [
+        "history=[] is not valid: expected an array of at least 1 (an ok run holds its results)",
+        "test_acc=None is not valid: expected a number (an ok run holds its results)"]
+    assert schema.problems("record", {**ok, "status": "diverged", "test_acc": None}) == []
+
+
+def test_json_numbers_are_finite_and_integers_are_not_floats():
+    probe = dict(task="t", model="m", probe="p", test_acc=50.0, val_acc=50.0, train_acc=50.0)
+    for bad in (math.nan, math.inf, "50", True):
+        assert schema.problems("probe", {**probe, "test_acc": bad}) == [
+            f"test_acc={bad!r} is not valid: expected a number >= 0 and <= 100 (in %)"]
+    assert schema.problems("probe", {**probe, "n_train": 10.0}) == [
+        "n_train=10.0 is not valid: expected an integer >= 1"]
+
+
+def test_many_problems_are_cut_saying_how_many_more():
+    rows = {"task": "t", "n_pairs": 8, "protocol": "hidden", "rows": list(range(9))}
+    found = schema.problems("plasticity", rows)
+    assert len(found) == schema.MAX_PROBLEMS + 1 and found[-1] == "... and 4 more"
+    with pytest.raises(ValueError, match=r"plasticity-x.json: rows\[0\]=0 .*\(schema: "
+                                         r"schemas/plasticity.schema.json\)"):
+        schema.check("plasticity", rows, "plasticity-x.json")
+
+
+def test_expected_words_a_schema_from_the_document_itself():
+    assert schema.expected({"type": ["number", "null"], "minimum": 0, "description": "d"}) == (
+        "a number >= 0, or null (d)")
+    assert schema.expected({"type": "integer", "minimum": 1, "maximum": 5}) == (
+        "an integer >= 1 and <= 5")
+    assert schema.expected({"$ref": "urn:vitplast:schema:plasticity#/$defs/protocol"}) == (
+        "one of ['hidden', 'embedding']")

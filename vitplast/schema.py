@@ -1,0 +1,223 @@
+"""Schemas: what every stored file and every run's settings must be, as published JSON Schema
+documents (``vitplast/schemas/<kind>.schema.json``, shipped in the package; any tool that reads
+JSON Schema draft 2020-12 can read them), and the one check that reads them.
+
+A kind (``KINDS``) is the stem of its document: ``run`` (a run's settings), ``record`` (a run
+record), ``study`` (a store's session log), the measurements kept beside a study's records
+(``scales``, ``layers``, ``after``, ``plasticity``, ``probe``: which file names are which kind
+is ``store.COMPANIONS``) and ``cache-index`` (the index of a load-or-compute table,
+``vitplast.cached``). Documents refer to each other by ``$id`` (``urn:vitplast:schema:<kind>``):
+a record's ``run`` is a run.
+
+``problems(kind, value)`` lists, in words, every place where ``value`` fails its kind: the key
+(a path such as ``rows[0].plasticity``), the value found and what is expected (type and range,
+worded from the schema itself), e.g. ``clip_grad_norm=-1.0 is not valid: expected a number
+>= 0, or null (the gradient-norm clipping threshold; 0 or null: no clipping)``. ``check`` raises
+them. As in JSON, a number is finite (no NaN or infinity) and an integer is not a float.
+
+A new kind is one document in ``vitplast/schemas/`` (its stem is its kind); a new companion
+kind of a store is that plus one line of ``store.COMPANIONS``.
+
+Used by ``vitplast.experiments.runs`` (``check_run``), ``store`` (every file it reads or
+writes, and its audit), ``provenance`` (the study log) and ``vitplast.cached``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import numbers
+from pathlib import Path
+
+#: Where the schema documents are (package data).
+FOLDER = Path(__file__).parent / "schemas"
+#: The kinds with a published schema: the stems of ``FOLDER``'s documents.
+KINDS = tuple(sorted(p.name.removesuffix(".schema.json") for p in FOLDER.glob("*.schema.json")))
+#: The ``$id`` of kind ``k`` is ``ID_PREFIX + k``.
+ID_PREFIX = "urn:vitplast:schema:"
+#: At most this many problems are worded per value (then how many more there are).
+MAX_PROBLEMS = 5
+_TYPE_WORDS = {"number": "a number", "integer": "an integer", "string": "a string",
+               "boolean": "a boolean", "null": "null", "object": "an object",
+               "array": "an array"}
+
+
+def document(kind: str) -> dict:
+    """The schema document of ``kind`` (a copy); ``ValueError`` naming the kinds for another."""
+    return json.loads(json.dumps(_documents()[_kind(kind)]))
+
+
+def problems(kind: str, value) -> list[str]:
+    """Every way ``value`` fails the schema of ``kind``, worded (module docstring); empty when
+    it passes. At most ``MAX_PROBLEMS``, then a line saying how many more."""
+    lines = sorted({line for e in _validator(_kind(kind)).iter_errors(value)
+                    for line in _words(e)})  # in the order of the keys they name
+    if len(lines) > MAX_PROBLEMS:
+        lines = lines[:MAX_PROBLEMS] + [f"... and {len(lines) - MAX_PROBLEMS} more"]
+    return lines
+
+
+def check(kind: str, value, what: str = ""):
+    """``value`` if it passes the schema of ``kind``, else ``ValueError`` with its
+    ``problems`` (after ``what``, e.g. the file's name)."""
+    found = problems(kind, value)
+    if found:
+        raise ValueError(f"{what}{': ' if what else ''}{'; '.join(found)} "
+                         f"(schema: {FOLDER.name}/{_kind(kind)}.schema.json)")
+    return value
+
+
+def expected(schema: dict) -> str:
+    """What ``schema`` (a document or a part of one) accepts, in words: its types, ranges,
+    choices and, in parentheses, its description."""
+    words = _accepts(schema)
+    if "$ref" in schema and "description" not in schema:
+        schema = _resolve(schema["$ref"])
+    return f"{words} ({schema['description']})" if schema.get("description") else words
+
+
+def _accepts(schema: dict) -> str:
+    if "$ref" in schema:
+        return _accepts(_resolve(schema["$ref"]))
+    if "allOf" in schema:  # one schema of the parts' keys (their required keys together)
+        merged: dict = {}
+        for part in schema["allOf"]:
+            for key, value in (_resolve(part["$ref"]) if "$ref" in part else part).items():
+                merged[key] = merged.get(key, []) + value if key == "required" else value
+        return _accepts(merged)
+    if "const" in schema:
+        return f"exactly {schema['const']!r}"
+    if "enum" in schema:
+        return f"one of {schema['enum']!r}".replace("None", "null")
+    types = schema.get("type", [])
+    types = [types] if isinstance(types, str) else list(types)
+    words = [_one_type(t, schema) for t in types if t != "null"]
+    if "required" in schema and not types:
+        words.append(f"an object with {schema['required']}")
+    text = " or ".join(words)
+    return f"{text}, or null" if "null" in types and text else (text or "null" * bool(types))
+
+
+def _one_type(name: str, schema: dict) -> str:
+    """One type of ``schema`` in words, with what narrows it."""
+    words = _TYPE_WORDS[name]
+    if name in ("number", "integer"):
+        bounds = [f"{op} {schema[key]}" for key, op in (
+            ("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
+            ("exclusiveMaximum", "<")) if key in schema]
+        words += (" " + " and ".join(bounds)) if bounds else ""
+    elif name == "array":
+        if "minItems" in schema and schema.get("maxItems") == schema["minItems"]:
+            words = f"an array of {schema['minItems']}"
+        elif "minItems" in schema:
+            words = f"an array of at least {schema['minItems']}"
+        if "items" in schema:
+            words += f" (each {_accepts(schema['items'])})"
+    elif name == "object":
+        if "required" in schema:
+            words += f" with {schema['required']}"
+        if isinstance(schema.get("additionalProperties"), dict):
+            words += f" whose values are each {_accepts(schema['additionalProperties'])}"
+    elif name == "string" and schema.get("minLength"):
+        words = "a non-empty string"
+    return words
+
+
+def _words(error) -> list[str]:
+    """The problem lines of one ``jsonschema`` error."""
+    path = _path(error.absolute_path)
+    if error.validator == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        props = error.schema.get("properties", {})
+        return [f"{_join(path, k)} is missing: expected "
+                f"{expected(props[k]) if k in props else 'a value'}" for k in missing]
+    if error.validator == "additionalProperties" and error.validator_value is False:
+        known = list(error.schema.get("properties", {}))
+        return [f"{_join(path, k)} is not a known key{_close(k, known)}; valid: {known}"
+                for k in sorted(set(error.instance) - set(known))]
+    if "propertyNames" in error.relative_schema_path:
+        return [f"{path or 'the value'} has a key {error.instance!r} that is not valid: "
+                f"expected {_accepts(error.schema)}"]
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if not path:  # the whole value: its type, without the document's description
+        return [f"the value {_short(error.instance)} is not valid: expected {_accepts(schema)}"]
+    if error.validator in ("$ref", "allOf") or not schema:
+        return [f"{path or 'the value'}={_short(error.instance)} is not valid: {error.message}"]
+    return [f"{path or 'the value'}={_short(error.instance)} is not valid: expected "
+            f"{expected(schema)}"]
+
+
+def _close(key: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(str(key), known, n=2)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+
+
+def _path(parts) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"unknown schema {kind!r}; valid: {list(KINDS)} "
+                         f"(the documents in vitplast/{FOLDER.name}/)")
+    return kind
+
+
+@functools.lru_cache(maxsize=1)
+def _documents() -> dict[str, dict]:
+    return {k: json.loads((FOLDER / f"{k}.schema.json").read_text()) for k in KINDS}
+
+
+def _resolve(ref: str) -> dict:
+    """The part of a document that ``ref`` (``urn:...:<kind>#/$defs/x``, or ``#/$defs/x`` of
+    the document that holds it: ``$defs`` names are unique across the documents) names, for
+    wording only."""
+    head, _, pointer = ref.partition("#")
+    docs = ([_documents()[head.removeprefix(ID_PREFIX)]] if head
+            else list(_documents().values()))
+    for doc in docs:
+        node = doc
+        try:
+            for part in filter(None, pointer.split("/")):
+                node = node[part]
+            return node
+        except KeyError:
+            continue
+    return {}
+
+
+@functools.lru_cache(maxsize=None)
+def _validator(kind: str):
+    """A draft 2020-12 validator of ``kind``, its documents registered by ``$id``, with JSON's
+    numbers (finite) and integers (no floats, no booleans)."""
+    import jsonschema
+    from referencing import Registry, Resource
+
+    registry = Registry().with_resources(
+        (doc["$id"], Resource.from_contents(doc)) for doc in _documents().values())
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine_many({
+        "number": lambda _, v: (isinstance(v, numbers.Real) and not isinstance(v, bool)
+                                and math.isfinite(v)),
+        "integer": lambda _, v: isinstance(v, numbers.Integral) and not isinstance(v, bool)})
+    strict = jsonschema.validators.extend(base, type_checker=checker)
+    return strict(_documents()[kind], registry=registry)
+
+
+__all__ = ["FOLDER", "ID_PREFIX", "KINDS", "MAX_PROBLEMS", "check", "document", "expected",
+           "problems"]
