@@ -4,6 +4,6 @@
 (older record layouts) · ``sweep`` (running what a store lacks) and ``search`` (LRs bracketed
 on validation) · ``studies`` (the one registry) with ``study_specs`` · ``provenance``
 (sessions, progress) · ``results`` (tidy tables) with ``lr_selection`` · ``decide`` (the suite
-and gauge studies' tables) · ``confounds`` with ``confound_variants`` and
-``confound_plasticity`` (the confound study).
+study's tables) and ``cross_gauge`` (the cross-gauge study's checks) · ``confounds`` with
+``confound_variants`` and ``confound_plasticity`` (the confound study).
 """
