@@ -92,3 +92,24 @@ def test_identity_rows_read_the_derived_trajectory_the_clip_and_the_unreachable_
     assert reach["verdict"].startswith("the gauged parameters train at 1/64 of the rest's LR")
     broken = cross_gauge.identity_findings(ident.assign(noclip=[2e-4, 0.01]))[0]
     assert broken["verdict"].startswith("not the same")
+
+
+def test_identity_reruns_the_changed_configurations_at_the_lrs_the_study_chose(monkeypatch):
+    """Each task and configuration at the LR chosen for it at c = 8; the gauged parameters'
+    LR at c = 1 is that LR / c^2, from ``gauge.finetuning_equivalence`` on the model."""
+    from vitplast import stream
+
+    calls = []
+
+    def invariance(**kw):
+        calls.append((kw["task"], kw["configs"], kw["lr"], kw["c"], kw["steps"]))
+        return pd.DataFrame([dict(config=kw["configs"][0], vs_original=0.2, max_grad_norm=3.0,
+                                  vs_lr_scaled_clip=0.05, vs_lr_scaled_noclip=1e-4)])
+
+    monkeypatch.setattr(stream, "finetuning_invariance", invariance)
+    picked = pd.DataFrame(dict(task="a", config=["MHA", "MHA c=8", "FC2 c=8"],
+                               lr=[0.03, 0.1, 1.0]))
+    ident = cross_gauge.identity(picked, ["a"], steps=3)
+    assert calls == [("a", ("MHA",), 0.1, 8.0, 3), ("a", ("FC2",), 1.0, 8.0, 3)]
+    assert ident["gauged"].tolist() == ["attn.proj", "mlp.fc2"]
+    assert ident["derived_lr"].tolist() == pytest.approx([0.1 / 64, 1.0 / 64])

@@ -136,3 +136,20 @@ def test_p3_under_the_other_protocol_is_a_sensitivity_row_with_what_explains_its
         "MHA (1.0) > FC1 (2.4) > FC2 (2.6) > LN1 (4.0) > LN2 (5.0)")
     assert (by["gain over head-only"]["family"], by["gain over head-only"]["n"]) == (
         "descriptive", 4)
+
+
+def test_the_distance_trend_is_a_correlation_row_and_the_families_a_descriptive_one():
+    from vitplast import verdicts
+
+    picked = pd.DataFrame(
+        [dict(task=t, config=c, test_acc=a) for t, head, gap in (
+            ("digits", 90.0, 1.0), ("fmnist_contrast", 80.0, 2.0), ("fmnist_snow", 70.0, 4.0),
+            ("symmetry", 60.0, 8.0))
+         for c, a in (("head", head), ("MHA", head + gap), ("LN1", head))])
+    effects = decide.by_distance(picked, decide.distance(picked))
+    assert effects.set_index("task")["MHA_minus_LN1"].to_dict() == {
+        "digits": 1.0, "fmnist_contrast": 2.0, "fmnist_snow": 4.0, "symmetry": 8.0}
+    trend, families = verdicts.table(decide.distance_findings(effects)).to_dict("records")
+    assert trend["measured"] < -0.9 and trend["n"] == 4 and trend["family"] == "exploratory"
+    assert families["measured"].startswith("drawn +8.0 (1), shift +3.0 (2)")
+    assert families["verdict"] == "largest on drawn, smallest on digits"

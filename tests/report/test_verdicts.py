@@ -218,3 +218,30 @@ def test_untested_and_exact_comparisons_say_which_they_are():
     assert verdicts.same(False) == "differs from the paper (untested)"
     assert verdicts.exact(True) == "same as the paper (exact check)"
     assert verdicts.exact(False) == "differs from the paper (exact check)"
+
+
+def test_a_correlation_row_has_r_its_t_test_p_and_a_fisher_interval():
+    from scipy import stats
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(0, 1, 30)
+    y = -0.5 * x + rng.normal(0, 1, 30)
+    row = verdicts.correlation_test("r", x, y, paper="none", expected=math.nan, unit="r")
+    r, p = stats.pearsonr(x, y)
+    lo, hi = np.tanh(np.arctanh(r) + np.array([-1, 1]) * 1.959964 / np.sqrt(27))
+    assert (row["measured"], row["p"], row["n"]) == (pytest.approx(r), pytest.approx(p), 30)
+    assert row["ci95"] == pytest.approx((hi - lo) / 2, rel=1e-5)
+    assert row["test"] == f"Pearson r, Fisher-z 95% CI [{lo:+.2f}, {hi:+.2f}]"
+    assert verdicts.table([row]).loc[0, "verdict"] == "resolved: negative"
+    flat = verdicts.correlation_test("r", [1.0, 1.0, 1.0], [1.0, 2.0, 3.0], paper="none",
+                                     expected=math.nan, unit="r")
+    assert math.isnan(flat["measured"]) and flat["n"] == 3
+
+
+def test_described_states_each_primary_and_the_claim_it_tests_or_that_it_tests_none():
+    text = verdicts.described(studies.get("suite").primaries).data.splitlines()
+    assert len(text) == 3 and [t[:6] for t in text] == ["- **P1", "- **P2", "- **P3"]
+    assert "It tests no claim of the paper" in text[0] and "resolved: positive" in text[0]
+    assert ("It tests the paper's claim that finetuning MHA alone gives higher test accuracy "
+            "than LN1 alone (Table 1 average (ViT-B/16); the paper's value +0.93)") in text[1]
+    assert "Compares the mean of (MHA) minus the mean of (LN1)" in text[1]
