@@ -50,8 +50,8 @@ one, lists them). Imports may cross that order (``stream`` finetunes to test an 
   ``probes``, ``ablations``, ``pretrain``, ``recipes``);
 - ``experiments``: runs, their store, the studies and their tables (``runs``, ``store``,
   ``claims``, ``migrate``, ``sweep``, ``search``, ``studies``, ``study_specs``, ``provenance``,
-  ``results``, ``lr_selection``, ``decide``, ``confounds``, ``confound_variants``,
-  ``confound_plasticity``, ``archive``);
+  ``results``, ``lr_selection``, ``decide``, ``cross_gauge``, ``confounds``,
+  ``confound_variants``, ``confound_plasticity``, ``archive``);
 - ``report``: conclusions as rows and what shows them (``findings``, ``bound_findings``,
   ``finetuning_findings``, ``confound_findings``, ``verdicts``, ``power``, ``plots``,
   ``plot_style``, ``sentences``, ``widgets``, ``advise``, ``notebooks``, ``reading_copy``);
@@ -82,8 +82,9 @@ SUBPACKAGES = {
                 "pairs", "plasticity", "rates", "stream"),
     "train": ("ablations", "batched", "finetune", "passes", "pretrain", "probes", "recipes"),
     "experiments": ("archive", "claims", "confound_plasticity", "confound_variants",
-                    "confounds", "decide", "lr_selection", "migrate", "provenance", "results",
-                    "runs", "search", "store", "studies", "study_specs", "sweep"),
+                    "confounds", "cross_gauge", "decide", "lr_selection", "migrate",
+                    "provenance", "results", "runs", "search", "store", "studies",
+                    "study_specs", "sweep"),
     "report": ("advise", "bound_findings", "confound_findings", "findings",
                "finetuning_findings", "notebooks", "plot_style", "plots", "power",
                "reading_copy", "sentences", "verdicts", "widgets"),

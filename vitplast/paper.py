@@ -7,6 +7,8 @@ Paper: Odonnat et al., *Vision Transformer Finetuning Benefits from Non-Smooth C
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
 #: The configurations of the paper's main table, in its column order.
@@ -54,6 +56,52 @@ SOURCES = {
     "adamw": "the AdamW ablation (LR = SGD LR / 100): the component order is claimed to hold",
     "fig2": "Fig. 2 (ViT-B, per-layer means read off the figure)",
 }
+
+
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim the paper makes, as a findings row cites it (``verdicts.Primary.cites``).
+
+    Args:
+        source: where the paper makes it (table, figure or section).
+        says: the claim in words.
+        direction: its sign for a row measuring "a minus b" or a correlation: +1, -1, or 0
+            where the paper reports about no difference.
+    """
+
+    source: str
+    says: str
+    direction: int
+
+
+#: The claims of the paper that the kit's declared primaries test, by key. A row that cites
+#: one reads "agrees with the paper" / "disagrees with the paper" / "not resolved"; a row that
+#: cites none reads "resolved: positive" / "resolved: negative" / "not resolved"
+#: (``verdicts``). Their values in a row's unit: ``group_gap``, ``plasticity_gain_spearman``.
+CLAIMS = {
+    "linears over LayerNorms": Claim(
+        "Table 1 average (ViT-B/16) and Takeaway 3",
+        "finetuning MHA, FC1 or FC2 alone gives higher test accuracy than LN1 or LN2 alone", +1),
+    "MHA over LN1": Claim(
+        "Table 1 average (ViT-B/16)",
+        "finetuning MHA alone gives higher test accuracy than LN1 alone", +1),
+    "plasticity goes with gain": Claim(
+        "Takeaway 3 with Fig. 2 and Table 1 (ViT-B/16)",
+        "components with higher plasticity gain more from finetuning", +1),
+}
+
+
+def claim(key: str) -> Claim:
+    """The paper's claim named ``key`` (of ``CLAIMS``).
+
+    Raises:
+        ValueError: an unknown key, naming the valid ones.
+    """
+    if key not in CLAIMS:
+        raise ValueError(f"unknown claim of the paper {key!r}; valid: {sorted(CLAIMS)}")
+    return CLAIMS[key]
 
 
 def table1(average_only: bool = False) -> pd.DataFrame:

@@ -98,46 +98,58 @@ def test_the_length_check_reads_p1_and_p2_at_each_length_and_applies_its_rule():
     assert rule["P1"]["verdict"].startswith("kept")  # P1's configurations did not move
 
 
-def _gauge_record(root, lr, losses, test_acc, gauge, config="LN1", task="digits"):
-    from vitplast import runs
-    from vitplast.experiments.store import Store
+def test_p3_under_the_other_protocol_is_a_sensitivity_row_with_what_explains_its_sign(
+        monkeypatch):
+    """P3 is read under the declared protocol (embedding) and, as a sensitivity row, under
+    hidden; the linears alone are exploratory under each; the plasticity order per protocol
+    and the gain order are descriptive rows naming what ranks on top, on how many tasks."""
+    from vitplast import verdicts
 
-    run = runs.make_run(task, config, lr=lr)
-    if gauge:
-        run = dict(run, prepare="gauge", ablation=dict(c=8.0))
-    Store(root).save(run, dict(status="ok", test_acc=test_acc, best_val_acc=test_acc,
-                               device="cpu", history=[dict(step=i, loss=v)
-                                                      for i, v in enumerate(losses)]))
+    gains = {"MHA": 10, "FC1": 8, "FC2": 6, "LN1": 2, "LN2": 1}
+    tasks = [f"t{i}" for i in range(4)]
+    picked = pd.DataFrame([dict(task=t, config=c, test_acc=60 + g + i * (c == "FC2"))
+                           for i, t in enumerate(tasks)
+                           for c, g in {"head": 0, **gains}.items()])
+    orders = {"embedding": ["LN2", "LN1", "FC1", "FC2", "MHA"],  # opposite to the gains
+              "hidden": ["MHA", "FC1", "FC2", "LN2", "LN1"]}  # the gains' order
+
+    def plasticity(root, tasks_, n_pairs, protocol):
+        return pd.DataFrame([dict(task=t, component=c, plasticity=5.0 - k)
+                             for t in tasks_ for k, c in enumerate(orders[protocol])])
+
+    monkeypatch.setattr(decide, "component_plasticity", plasticity)
+    rows = decide.protocol_findings(studies.get("suite"), picked, "unused")
+    table = verdicts.table(rows).set_index("claim")
+    hidden = table[table["family"] == "sensitivity"]
+    assert len(hidden) == 1 and "hidden protocol" in hidden.index[0]
+    assert hidden["measured"].iloc[0] > 0.8 and hidden["expected"].iloc[0] == 1
+    linears = table[table.index.str.contains("three linears alone")]
+    assert linears["family"].tolist() == ["exploratory"] * 2
+    by = {r: table.loc[[c for c in table.index if c.startswith(r)][0]] for r in (
+        "plasticity before finetuning, embedding", "plasticity before finetuning, hidden",
+        "gain over head-only")}
+    assert by["plasticity before finetuning, embedding"]["measured"].startswith(
+        "LN2 (1.0) > LN1 (2.0) > FC1 (3.0)")
+    assert by["plasticity before finetuning, hidden"]["verdict"] == (
+        "same as the paper (untested); this exact order on 4 of 4 tasks")
+    assert by["gain over head-only"]["measured"] == (  # FC2 ties FC1 on t2, passes it on t3
+        "MHA (1.0) > FC1 (2.4) > FC2 (2.6) > LN1 (4.0) > LN2 (5.0)")
+    assert (by["gain over head-only"]["family"], by["gain over head-only"]["n"]) == (
+        "descriptive", 4)
 
 
-def test_gauge_pairs_match_the_same_run_at_two_gauges_and_the_checks_read_them(tmp_path):
-    _gauge_record(tmp_path, 0.1, [2.0, 1.5, 1.0], 0.70, gauge=False)
-    _gauge_record(tmp_path, 0.1, [2.0, 1.5002, 1.0], 0.70, gauge=True)  # stable, the same
-    _gauge_record(tmp_path, 1.0, [2.0, 3.0, 1.0], 0.60, gauge=False)  # a spike: unstable
-    _gauge_record(tmp_path, 1.0, [2.0, 3.5, 1.2], 0.65, gauge=True)
-    _gauge_record(tmp_path, 0.3, [2.0, 1.0, 0.5], 0.72, gauge=False)  # no c = 8 twin
-    pairs = decide.gauge_pairs(tmp_path).sort_values("lr").reset_index(drop=True)
-    assert pairs[["lr", "loss_rose"]].to_dict("list") == dict(lr=[0.1, 1.0],
-                                                             loss_rose=[False, True])
-    assert pairs["first_diff"].tolist() == [0.0, 0.0]
-    assert pairs["max_loss_diff"].tolist() == pytest.approx([2e-4, 0.5])
-    assert pairs["test_diff"].tolist() == pytest.approx([0.0, 5.0])
-    picked = pd.DataFrame(_picked("a", {"LN1": 70.0, "LN1 c=8": 70.0, "head": 60.0})
-                          + _picked("b", {"LN1": 71.0, "LN1 c=8": 73.0, "head": 61.0}))
-    picked["loss_rose"] = [0.0, 1.0, 0.0, 1.0, 1.0, float("nan")]
-    first, same, rose, ln1 = decide.gauge_checks(pairs, picked)  # head: no c = 8 column
-    assert first["verdict"] == "the same, as derived" and first["n"] == 2
-    assert same["measured"] == "0.0002 (LR 0.1), 0.5 (LR 1)"
-    assert same["verdict"] == ("the same trajectory up to LR 0.1, as derived; above it the "
-                               "pairs part by up to 0.5 from first-step differences of at most "
-                               "0: large steps amplify rounding (the pairs ran on cpu)")
-    assert (rose["measured"], rose["n"]) == (60.0, 5)
-    assert rose["verdict"] == "3 of 5 chosen runs had a training loss that rose above its start"
-    assert ln1["measured"] == 1.0 and ln1["n"] == 2
-    calm = decide.gauge_checks(pairs.assign(max_loss_diff=[2e-4, 5e-4]), picked)[1]
-    assert calm["verdict"] == "the same trajectory at every LR stored (up to 1), as derived"
-    broken = decide.gauge_checks(pairs.assign(max_loss_diff=[0.01, 0.5], first_diff=[0.01, 0]),
-                                 picked)
-    assert broken[0]["verdict"].startswith("not the same: the derivation")
-    assert broken[1]["verdict"].startswith("not the same at any LR stored")
-    assert decide.gauge_checks(pairs.iloc[:0], picked)[0]["verdict"] == "no pair stored yet"
+def test_the_distance_trend_is_a_correlation_row_and_the_families_a_descriptive_one():
+    from vitplast import verdicts
+
+    picked = pd.DataFrame(
+        [dict(task=t, config=c, test_acc=a) for t, head, gap in (
+            ("digits", 90.0, 1.0), ("fmnist_contrast", 80.0, 2.0), ("fmnist_snow", 70.0, 4.0),
+            ("symmetry", 60.0, 8.0))
+         for c, a in (("head", head), ("MHA", head + gap), ("LN1", head))])
+    effects = decide.by_distance(picked, decide.distance(picked))
+    assert effects.set_index("task")["MHA_minus_LN1"].to_dict() == {
+        "digits": 1.0, "fmnist_contrast": 2.0, "fmnist_snow": 4.0, "symmetry": 8.0}
+    trend, families = verdicts.table(decide.distance_findings(effects)).to_dict("records")
+    assert trend["measured"] < -0.9 and trend["n"] == 4 and trend["family"] == "exploratory"
+    assert families["measured"].startswith("drawn +8.0 (1), shift +3.0 (2)")
+    assert families["verdict"] == "largest on drawn, smallest on digits"

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vitplast import power, studies, verdicts
+from vitplast import paper, power, studies, verdicts
 
 TASKS = [f"t{i}" for i in range(7)]
 
@@ -111,10 +111,73 @@ def test_secondary_rows_are_their_own_holm_family_listed_after_the_primaries():
 def test_more_than_three_primaries_fail():
     with pytest.raises(ValueError, match="at most 3"):
         verdicts.table(_rows({f"P{i}": [1.0, 2.0, 3.0] for i in range(4)}, "primary"))
-    for name in ("main", "confounds"):
+    for name in ("main", "confounds", "suite", "gauge"):
         declared = studies.get(name).primaries
         assert 1 <= len(declared) <= verdicts.MAX_PRIMARIES
-        assert all(p.expected in (1, -1) and p.source for p in declared)
+
+
+def _primary_row(primary, shift):
+    """``primary``'s row on 8 tasks whose per-task values have mean ``shift`` (0: none)."""
+    rng = np.random.default_rng(5)
+    acc = pd.DataFrame({"A": 80 + shift + rng.normal(0, 0.5, 8), "B": 80 + rng.normal(0, 0.5, 8)},
+                       index=[f"t{i}" for i in range(8)])
+    return verdicts.table([primary.row(acc)]).iloc[0]
+
+
+@pytest.mark.parametrize("shift, cited, uncited", [
+    (3.0, "agrees with the paper", "resolved: positive"),
+    (-3.0, "disagrees with the paper", "resolved: negative"),
+    (0.0, "not resolved", "not resolved")])
+def test_verdict_words_follow_the_claim_a_row_cites_or_read_as_results(shift, cited, uncited):
+    """A primary citing a claim of the paper reads agrees / disagrees / not resolved against
+    that claim's direction; one citing none reads as a result, never against a default
+    direction."""
+    with_claim = verdicts.Primary("A - B", a=("A",), b=("B",), cites="MHA over LN1",
+                                  paper=paper.group_gap(("MHA",), ("LN1",)))
+    without = verdicts.Primary("A - B", a=("A",), b=("B",), note="not tested in the paper")
+    r, q = _primary_row(with_claim, shift), _primary_row(without, shift)
+    assert r["verdict"].startswith(cited) and q["verdict"].startswith(uncited)
+    assert r["expected"] == 1 and math.isnan(q["expected"])
+    assert r["paper"] == ("+0.93, Table 1 average (ViT-B/16): finetuning MHA alone gives "
+                          "higher test accuracy than LN1 alone")
+    assert q["paper"] == "no claim in the paper: not tested in the paper"
+    for verdict in (r["verdict"], q["verdict"]):
+        assert verdict.split(" (")[0].split(":")[0] in (
+            "agrees with the paper", "disagrees with the paper", "not resolved", "resolved")
+    assert not any(w in q["verdict"] for w in ("agrees", "disagrees"))
+
+
+def test_a_primary_has_no_default_direction_and_cites_only_claims_that_exist():
+    assert math.isnan(verdicts.Primary("x", a=("A",), b=("B",)).expected)
+    with pytest.raises(ValueError, match="unknown claim of the paper 'MHA > LN1'; valid: "):
+        verdicts.Primary("x", a=("A",), b=("B",), cites="MHA > LN1")
+    with pytest.raises(ValueError, match="needs the claim it comes from"):
+        verdicts.Primary("x", a=("A",), b=("B",), paper=0.93)
+
+
+def test_every_shipped_primary_cites_a_claim_of_the_paper_or_none():
+    """Every study's primaries: a cited claim exists in ``paper.CLAIMS`` and gives the
+    primary its direction and source; an uncited one has no direction and says so."""
+    cited = {}
+    for name in studies.STUDIES:
+        for p in studies.get(name).primaries:
+            if p.cites:
+                claim = paper.CLAIMS[p.cites]
+                assert p.expected == claim.direction and p.source.startswith(claim.source)
+                cited.setdefault(name, []).append(p.cites)
+            else:
+                assert math.isnan(p.expected) and math.isnan(p.paper)
+                assert p.source.startswith("no claim in the paper")
+    assert cited == {"main": ["linears over LayerNorms", "MHA over LN1",
+                              "plasticity goes with gain"],
+                     "suite": ["MHA over LN1", "plasticity goes with gain"],
+                     **{k: v for k, v in cited.items() if k not in ("main", "suite")}}
+    assert not any(k.startswith(("confounds", "gauge")) for k in cited)
+
+
+def test_primaries_table_says_when_a_primary_has_no_direction():
+    table = verdicts.primaries_table(studies.get("suite").primaries)
+    assert table["expected"].tolist() == ["none (no claim)", "+", "+"]
 
 
 def test_a_primary_is_a_difference_of_groups_or_a_named_statistic():
@@ -124,7 +187,7 @@ def test_a_primary_is_a_difference_of_groups_or_a_named_statistic():
     assert p.values(acc).tolist() == [2.0, 3.0]  # t2 lacks C: left out
     assert verdicts.Primary("A - D", a=("A",), b=("D",)).values(acc).empty
     rho = pd.Series([0.5, 0.1], index=["t0", "t1"])
-    q = verdicts.Primary("rho", statistic="s", paper=1.0, source="Fig. 2")
+    q = verdicts.Primary("rho", statistic="s", paper=1.0, cites="plasticity goes with gain")
     assert q.values(acc, {"s": rho}).equals(rho) and q.row(acc, {"s": rho})["effect_paper"] == 1.0
     with pytest.raises(ValueError, match="unknown statistic"):
         q.values(acc, {})
@@ -155,3 +218,30 @@ def test_untested_and_exact_comparisons_say_which_they_are():
     assert verdicts.same(False) == "differs from the paper (untested)"
     assert verdicts.exact(True) == "same as the paper (exact check)"
     assert verdicts.exact(False) == "differs from the paper (exact check)"
+
+
+def test_a_correlation_row_has_r_its_t_test_p_and_a_fisher_interval():
+    from scipy import stats
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(0, 1, 30)
+    y = -0.5 * x + rng.normal(0, 1, 30)
+    row = verdicts.correlation_test("r", x, y, paper="none", expected=math.nan, unit="r")
+    r, p = stats.pearsonr(x, y)
+    lo, hi = np.tanh(np.arctanh(r) + np.array([-1, 1]) * 1.959964 / np.sqrt(27))
+    assert (row["measured"], row["p"], row["n"]) == (pytest.approx(r), pytest.approx(p), 30)
+    assert row["ci95"] == pytest.approx((hi - lo) / 2, rel=1e-5)
+    assert row["test"] == f"Pearson r, Fisher-z 95% CI [{lo:+.2f}, {hi:+.2f}]"
+    assert verdicts.table([row]).loc[0, "verdict"] == "resolved: negative"
+    flat = verdicts.correlation_test("r", [1.0, 1.0, 1.0], [1.0, 2.0, 3.0], paper="none",
+                                     expected=math.nan, unit="r")
+    assert math.isnan(flat["measured"]) and flat["n"] == 3
+
+
+def test_described_states_each_primary_and_the_claim_it_tests_or_that_it_tests_none():
+    text = verdicts.described(studies.get("suite").primaries).data.splitlines()
+    assert len(text) == 3 and [t[:6] for t in text] == ["- **P1", "- **P2", "- **P3"]
+    assert "It tests no claim of the paper" in text[0] and "resolved: positive" in text[0]
+    assert ("It tests the paper's claim that finetuning MHA alone gives higher test accuracy "
+            "than LN1 alone (Table 1 average (ViT-B/16); the paper's value +0.93)") in text[1]
+    assert "Compares the mean of (MHA) minus the mean of (LN1)" in text[1]

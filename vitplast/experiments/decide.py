@@ -26,17 +26,14 @@ test their mean over tasks.
   change of either mean between 1x and 4x lengthens the suite study).
 - ``rising_loss``: how many of a study's chosen runs had a training loss that rose
   above its start: single runs that rounding alone moves by points.
-- ``gauge_pairs`` and ``gauge_checks``: the cross-gauge study's (``studies.get("gauge")``)
-  runs at c = 1 and c = 8 that the gauge provably leaves alone (head-only, LN1), paired: their
-  first losses must agree, and their loss histories as far as training does not amplify
-  rounding; at the chosen LRs their test difference is what rounding alone does to one run.
+
+The cross-gauge study's pairs and identity checks: ``vitplast.experiments.cross_gauge``.
 
 Used by notebook 04 (the suite section) and the tests.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -160,6 +157,74 @@ def secondary(study: Study, on_grid: pd.DataFrame) -> list[dict]:
             for p in study.primaries]
 
 
+#: The plasticity protocols, the declared one first: P3 was declared under ``embedding`` (the
+#: suite study, as committed); ``hidden`` is reported beside it as a "sensitivity" row.
+PROTOCOLS = ("embedding", "hidden")
+_P3 = "spearman(plasticity, gain)"
+
+
+def _order(values: pd.DataFrame) -> tuple[list[str], pd.Series, int]:
+    """Components ordered by their mean rank over the tasks (tasks x components, 1 = the
+    largest value in a task), the mean ranks, and how many tasks rank them in that order."""
+    ranks = values.rank(axis=1, ascending=False)
+    mean = ranks.mean().sort_values(kind="stable")
+    order = list(mean.index)
+    same = int((values[order].apply(lambda r: list(r.sort_values(ascending=False).index)
+                                    == order, axis=1)).sum())
+    return order, mean, same
+
+
+def _order_row(what: str, values: pd.DataFrame, paper_order, source: str) -> dict:
+    order, mean, same = _order(values)
+    return verdicts.descriptive(
+        f"{what}: components by their mean rank over tasks (1 = highest in a task)",
+        measured=" > ".join(f"{c} ({mean[c]:.1f})" for c in order),
+        paper=f"{' > '.join(paper_order)}, {source}",
+        verdict=f"{verdicts.same(tuple(order) == tuple(paper_order))}; this exact order on "
+                f"{same} of {len(values)} tasks", n=len(values), unit="mean rank, per task")
+
+
+def protocol_findings(study: Study, picked: pd.DataFrame, root: str | Path) -> list[dict]:
+    """P3 beside the other plasticity protocol, and what explains its sign (notebook 07).
+
+    From the plasticity stored beside the runs under both ``PROTOCOLS``: P3 under ``hidden``
+    (family "sensitivity", Holm within it: the declared primary stays ``embedding``'s); P3's
+    statistic over the three linears alone (MHA, FC1, FC2) under each protocol (exploratory);
+    and, descriptive, the components' plasticity order under each protocol and their gain
+    order over head-only, each beside the paper's (Fig. 2, Table 1)."""
+    from vitplast import paper
+    from vitplast.measure.components import LINEARS
+
+    tasks = list(picked["task"].unique())
+    p3 = next(p for p in study.primaries if p.statistic == _P3)
+    plastic = {pr: component_plasticity(root, tasks, study.spec["n_pairs"], pr)
+               for pr in PROTOCOLS}
+    acc = accuracy(picked)
+
+    def named(protocol: str, claim: str = p3.claim) -> str:
+        other = claim.replace(f"{PROTOCOLS[0]} protocol", f"{protocol} protocol")
+        return other if other != claim or protocol == PROTOCOLS[0] else (
+            f"{claim} (plasticity: {protocol} protocol)")
+
+    rows = [dict(p3.row(acc, {_P3: spearman_plasticity_gain(picked, plastic[pr])}),
+                 claim=named(pr), family="sensitivity") for pr in PROTOCOLS[1:]]
+    for pr in PROTOCOLS:
+        rho = spearman_plasticity_gain(picked, plastic[pr], LINEARS)
+        rows.append(verdicts.mean_test(
+            f"Spearman(plasticity, gain over head-only) over the three linears alone (MHA, "
+            f"FC1, FC2), within a task (plasticity: {pr} protocol)", rho,
+            paper=p3.source, expected=p3.expected, unit="rho, per task"))
+    for pr in PROTOCOLS:
+        wide = plastic[pr].pivot(index="task", columns="component", values="plasticity")
+        rows.append(_order_row(f"plasticity before finetuning, {pr} protocol, mean over "
+                               "blocks", wide[list(COMPONENTS)], paper.PLASTICITY_ORDER,
+                               paper.SOURCES["fig2"]))
+    gain = acc[list(COMPONENTS)].sub(acc["head"], axis=0)
+    rows.append(_order_row("gain over head-only (test points)", gain, paper.FINETUNING_ORDER,
+                           "Table 1 average (ViT-B/16)"))
+    return rows
+
+
 def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per task: head-only test accuracy (from ``chosen``), and the linear probe's
     (``probes.linear_probes``) when given: how much of the task the frozen features already
@@ -171,6 +236,35 @@ def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.Dat
     return out.reset_index()
 
 
+def by_distance(picked: pd.DataFrame, far: pd.DataFrame) -> pd.DataFrame:
+    """``distance`` (``far``) with each task's suite ``family`` and its P2 value,
+    ``MHA_minus_LN1`` (test points): what notebook 07 plots against head-only accuracy."""
+    from vitplast import suite
+
+    acc = accuracy(picked)
+    return far.assign(family=far["task"].map(lambda t: suite.SUITE[t].family),
+                      MHA_minus_LN1=far["task"].map(acc["MHA"] - acc["LN1"]))
+
+
+def distance_findings(effects: pd.DataFrame) -> list[dict]:
+    """Does MHA - LN1 depend on how far a task lies from pretraining (``by_distance``)?
+    Pearson's r over tasks between head-only accuracy and MHA - LN1 (exploratory, with its
+    Fisher-z CI), and MHA - LN1's mean per suite family (descriptive, largest first)."""
+    by_family = effects.groupby("family")["MHA_minus_LN1"].agg(["mean", "size"]).sort_values(
+        "mean", ascending=False)
+    return [verdicts.correlation_test(
+                "Pearson r over tasks: head-only test accuracy (how much the frozen features "
+                "already solve) vs MHA - LN1 (test points)", effects["head_acc"],
+                effects["MHA_minus_LN1"], paper="no claim in the paper", expected=np.nan,
+                unit="r, over tasks"),
+            verdicts.descriptive(
+                "MHA - LN1 by suite family, mean over its tasks (test points)",
+                measured=", ".join(f"{f} {r['mean']:+.1f} ({r['size']:.0f})"
+                                   for f, r in by_family.iterrows()),
+                paper="no claim in the paper", n=len(effects), unit="tasks",
+                verdict=f"largest on {by_family.index[0]}, smallest on {by_family.index[-1]}")]
+
+
 #: The recipe-length check's step multipliers; 1x is the suite study's own runs.
 LENGTHS = (1, 2, 4)
 
@@ -180,16 +274,22 @@ def by_length(longer: pd.DataFrame, picked: pd.DataFrame, primaries) -> pd.DataF
     (``picked``: the suite study's ``chosen``), 2x and 4x the recipe's steps (``longer``: the
     length study's ``chosen``, configurations named "<suite configuration> <k>x"), on the
     tasks ``longer`` holds at every length. Columns ``task``, ``steps`` (the multiplier),
-    ``primary`` ("P1", "P2", ...), ``value`` (test points)."""
+    ``primary`` ("P1", "P2", ...), ``compares`` (its groups in words, for panel titles),
+    ``value`` (test points)."""
     name = longer["config"].str.rsplit(" ", n=1)
     longer = longer.assign(config=name.str[0], steps=name.str[1].str.rstrip("x").astype(int))
     done = [t for t, k in longer.groupby("task")["steps"] if set(k) == set(LENGTHS[1:])]
     runs = pd.concat([picked.assign(steps=1), longer])
     runs = runs[runs["task"].isin(done) & runs["config"].isin(set(longer["config"]))]
-    rows = [dict(task=task, steps=k, primary=f"P{i + 1}", value=value)
+    rows = [dict(task=task, steps=k, primary=f"P{i + 1}", compares=compares(p), value=value)
             for k, at in runs.groupby("steps") for i, p in enumerate(primaries)
             for task, value in p.values(accuracy(at)).items()]
-    return pd.DataFrame(rows, columns=["task", "steps", "primary", "value"])
+    return pd.DataFrame(rows, columns=["task", "steps", "primary", "compares", "value"])
+
+
+def compares(primary) -> str:
+    """What a primary compares, in words: "MHA minus LN1", or its statistic."""
+    return primary.statistic or f"{', '.join(primary.a)} minus {', '.join(primary.b)}"
 
 
 def length_rule(values: pd.DataFrame) -> list[dict]:
@@ -197,12 +297,12 @@ def length_rule(values: pd.DataFrame) -> list[dict]:
     ``by_length``: does its mean over the tasks keep its sign from 1x to 4x the steps? A sign
     change means the suite study's recipe is too short to decide it, and it is lengthened."""
     rows = []
-    for primary, v in values.groupby("primary"):
+    for (primary, what), v in values.groupby(["primary", "compares"]):
         mean = v.groupby("steps")["value"].mean()
         kept = np.sign(mean[LENGTHS[0]]) == np.sign(mean[LENGTHS[-1]])
         rows.append(verdicts.descriptive(
-            f"{primary} keeps its sign from 1x to 4x the recipe's steps (the rule declared with "
-            "the check: a change lengthens the suite study)",
+            f"{primary} ({what}) keeps its sign from 1x to 4x the recipe's steps (the rule "
+            "declared with the check: a change lengthens the suite study)",
             measured=", ".join(f"{m:+.2f} ({k}x)" for k, m in mean.items()),
             paper="not in the paper (it trains one length per dataset)",
             verdict="kept: the 120-step recipe stands" if kept else
@@ -224,103 +324,7 @@ def rising_loss(picked: pd.DataFrame) -> dict:
                 "above its start")
 
 
-#: The gauge's invariant configurations: they train nothing the gauge scales (``vitplast.gauge``).
-GAUGE_INVARIANT = ("head", "LN1")  # head: head-only finetuning
-
-
-def gauge_pairs(root: str | Path, configs=GAUGE_INVARIANT) -> pd.DataFrame:
-    """Every run of ``configs`` stored at both c = 1 and c = 8 (the same run but for the
-    gauge), paired: ``task``, ``config``, ``lr``, ``loss_rose`` (either training loss rose
-    above its first value), ``first_diff`` (difference of the two first logged losses: the
-    network before training has moved it), ``max_loss_diff`` (largest difference of the two
-    loss histories), ``test_diff`` (c = 8 minus c = 1, test points) and ``devices`` (where
-    each ran)."""
-    def key(run: dict) -> str:
-        return store.config_hash({k: v for k, v in run.items()
-                                  if k not in ("prepare", "ablation")})
-
-    runs = [r for r in store.Store(root).records() if r["status"] == "ok"
-            and r["run"].get("config") in configs]
-    plain = {key(r["run"]): r for r in runs if not r["run"].get("prepare")}
-    rows = []
-    for r8 in (r for r in runs if r["run"].get("prepare") == "gauge"):
-        r1 = plain.get(key(r8["run"]))
-        if r1 is None:
-            continue
-        l1, l8 = np.array(search.losses(r1)), np.array(search.losses(r8))
-        rows.append(dict(
-            task=r8["run"]["task"], config=r8["run"]["config"], lr=r8["run"]["lr"],
-            loss_rose=bool(search.loss_rose(r1) or search.loss_rose(r8)),
-            first_diff=float(abs(l1[0] - l8[0])),
-            max_loss_diff=float(np.abs(l1 - l8).max()) if len(l1) == len(l8) else np.inf,
-            test_diff=100 * (r8["test_acc"] - r1["test_acc"]),
-            devices=f"{r1['device']}, {r8['device']}"))
-    return pd.DataFrame(rows, columns=["task", "config", "lr", "loss_rose", "first_diff",
-                                       "max_loss_diff", "test_diff", "devices"])
-
-
-def _trajectory_row(pairs: pd.DataFrame) -> dict:
-    """Do the pairs follow one loss history? Per LR, the largest difference of the two
-    histories: the largest LR up to which every pair stays within ``SAME_TRAJECTORY``, and how
-    far the pairs above it part."""
-    worst = pairs.groupby("lr")["max_loss_diff"].max()
-    same = worst <= verdicts.SAME_TRAJECTORY
-    leading = worst.index[same.astype(int).cummin().astype(bool)]  # LRs before the first miss
-    upto = leading.max() if len(leading) else np.nan
-    above = pairs[pairs["lr"] > upto] if np.isfinite(upto) else pairs
-    devices = " and ".join(sorted({d for ds in pairs["devices"] for d in ds.split(", ")}))
-    if not np.isfinite(upto):
-        verdict = "not the same at any LR stored: the derivation or the code is wrong"
-    elif not len(above):
-        verdict = f"the same trajectory at every LR stored (up to {upto:g}), as derived"
-    else:
-        verdict = (f"the same trajectory up to LR {upto:g}, as derived; above it the pairs part "
-                   f"by up to {above['max_loss_diff'].max():.2g} from first-step differences "
-                   f"of at most {above['first_diff'].max():.1g}: large steps amplify rounding "
-                   f"(the pairs ran on {devices})")
-    return verdicts.descriptive(
-        f"{' and '.join(GAUGE_INVARIANT)} follow the same loss history at c = 8 as at c = 1 "
-        "(derived: the gauge scales nothing they train)",
-        measured=", ".join(f"{d:.1g} (LR {lr:g})" for lr, d in worst.items()),
-        paper="not in the paper (vitplast.gauge, derived and tested)", verdict=verdict,
-        n=len(pairs), unit="largest loss difference per LR, over run pairs")
-
-
-def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame) -> list[dict]:
-    """The cross-gauge study's checks as findings rows, from its pairs (``gauge_pairs``): the
-    invariant configurations compute the same first loss at c = 8 as at c = 1 (the gauge keeps
-    the function; descriptive, at ``verdicts.SAME_TRAJECTORY``) and follow the same loss
-    history (up to which LR: ``_trajectory_row``); the share of chosen runs whose loss rose
-    above its start (``search.state``'s ``loss_rose``); and, per invariant configuration,
-    c = 8 minus c = 1 at the LRs the search chose (``picked``: the study's ``chosen``), a test
-    of what rounding alone does to the study's single runs (exploratory: zero in exact
-    arithmetic)."""
-    if not len(pairs):
-        rows = [verdicts.descriptive(
-            f"{' and '.join(GAUGE_INVARIANT)} at c = 8 as at c = 1", measured=np.nan,
-            paper="not in the paper", verdict="no pair stored yet", n=0, unit="run pairs")]
-    else:
-        first = float(pairs["first_diff"].max())
-        rows = [verdicts.descriptive(
-            f"{' and '.join(GAUGE_INVARIANT)} compute the same first loss at c = 8 as at c = 1 "
-            "(derived: the gauge keeps the network's function)", measured=first,
-            paper="not in the paper (vitplast.gauge, derived and tested)",
-            verdict=("the same, as derived" if first <= verdicts.SAME_TRAJECTORY else
-                     "not the same: the derivation or the code is wrong"),
-            n=len(pairs), unit="largest first-loss difference, over run pairs"),
-            _trajectory_row(pairs)]
-    rows.append(rising_loss(picked))
-    acc = accuracy(picked)
-    for config in GAUGE_INVARIANT:
-        if {config, f"{config} c=8"} <= set(acc):
-            rows.append(verdicts.paired_test(
-                f"{config} at c = 8 - at c = 1, each at its chosen LR (zero in exact arithmetic: "
-                "what rounding alone does to one run)", acc[f"{config} c=8"], acc[config],
-                paper="not in the paper", expected=math.nan, unit="points, per task (seed 0)"))
-    return rows
-
-
-__all__ = ["GAUGE_INVARIANT", "LENGTHS", "accuracy", "by_length", "chosen",
-           "complete_tasks", "component_plasticity", "distance", "rising_loss",
-           "findings", "gauge_checks", "gauge_pairs", "length_rule", "spearman_plasticity_gain",
-           "task_plasticity", "task_probe", "task_probes"]
+__all__ = ["LENGTHS", "PROTOCOLS", "accuracy", "by_distance", "by_length", "chosen", "compares",
+           "complete_tasks", "component_plasticity", "distance", "distance_findings",
+           "findings", "length_rule", "protocol_findings", "rising_loss",
+           "spearman_plasticity_gain", "task_plasticity", "task_probe", "task_probes"]

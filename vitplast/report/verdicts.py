@@ -7,9 +7,10 @@ two-sided, and ``p_holm``, Holm-corrected within the row's ``family``; ``n`` and
 
 - ``family``: "primary" (a question the study declared before its runs: ``Primary``),
   "secondary" (the primaries asked again another declared way, e.g. with the paper's fixed LR
-  grid), "exploratory" (every other tested row) or "descriptive" (no test, or n < 3). Holm
-  runs within each family (``FAMILIES``), so adding an exploratory row never moves a
-  primary's verdict.
+  grid), "sensitivity" (a declared row recomputed another way, e.g. under the other
+  plasticity protocol), "exploratory" (every other tested row) or "descriptive" (no test, or
+  n < 3). Holm runs within each family (``FAMILIES``), so adding an exploratory row never
+  moves a primary's verdict.
 - ``expected`` (the paper's sign for ``measured``: +1, -1, 0 where it reports about no
   difference, NaN where it states nothing); ``effect_paper`` (the paper's value in the row's
   unit, NaN where it gives none); ``sd`` (of the per-unit values).
@@ -22,13 +23,15 @@ two-sided, and ``p_holm``, Holm-corrected within the row's ``family``; ``n`` and
   counts a matched comparison compares), ``fragile`` (another tied LR choice flips the
   verdict: ``finetuning_findings.with_ties``).
 
-Verdicts, after Holm at ``alpha``: "agrees with the paper" / "disagrees with the paper" when the
-mean is significant and its sign is / is not the paper's; where the paper reports no difference
-(``expected`` 0) a significant one disagrees; where it states nothing a significant result reads
-"resolved: positive" / "resolved: negative". Otherwise "not resolved", and "not resolved:
-underpowered (about N tasks needed)" where the power (at the paper's effect, else the observed
-one) is below ``UNDERPOWERED``. Descriptive rows carry their own verdict. Prose is made from rows
-by ``render`` only.
+Verdicts, after Holm at ``alpha``, tied to claims: a row that cites a claim of the paper (its
+``paper`` column names the table, figure or section, and ``expected`` is that claim's sign)
+reads "agrees with the paper" / "disagrees with the paper" when the mean is significant and its
+sign is / is not the paper's; where the paper reports no difference (``expected`` 0) a
+significant one disagrees. A row that cites none (``expected`` NaN: there is no default
+direction) reads "resolved: positive" / "resolved: negative" when significant. Otherwise
+"not resolved", and "not resolved: underpowered (about N tasks needed)" where the power (at
+the paper's effect, else the observed one) is below ``UNDERPOWERED``. Descriptive rows carry
+their own verdict. Prose is made from rows by ``render`` (and ``report.sentences``) only.
 
 Used by ``findings`` and ``finetuning_findings`` (notebooks 01-06).
 """
@@ -41,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from vitplast import paper as _paper
 from vitplast import power as _power
 
 COLUMNS = ["claim", "paper", "measured", "ci95", "p", "p_holm", "n", "unit", "verdict"]
@@ -50,7 +54,7 @@ ALPHA = 0.05
 #: A "not resolved" row with power below this reads "underpowered".
 UNDERPOWERED = 0.5
 #: The tested families, in the order a table lists them; Holm runs within each.
-FAMILIES = ("primary", "secondary", "exploratory")
+FAMILIES = ("primary", "secondary", "sensitivity", "exploratory")
 #: Fewer units than this: the row is descriptive, never in a test family.
 MIN_N = 3
 # The thresholds of the descriptive rows' verdicts (``findings``, ``finetuning_findings``), in
@@ -88,21 +92,52 @@ class Primary:
     configurations); or a per-task ``statistic`` named here and computed by the findings
     builder (``finetuning_findings.STATISTICS``, e.g. a within-task rank correlation).
 
+    There is no default direction: a primary either ``cites`` a claim of the paper
+    (``paper.CLAIMS``), whose direction its verdict is read against ("agrees with the paper",
+    "disagrees with the paper", "not resolved"), or cites none and reads "resolved: positive",
+    "resolved: negative" or "not resolved".
+
     Args:
         claim: how the row reads; name groups by what they are (component types), never by a
             property that was not measured.
-        expected: the direction the paper claims (+1, -1).
-        paper: the paper's value in the row's unit (NaN: it gives none); ``source`` says where.
+        cites: the key of the paper's claim it tests (``paper.CLAIMS``); "" where the paper
+            makes none.
+        paper: the paper's value in the row's unit (NaN: it gives none); only with ``cites``.
+        note: what the paper says or does instead, for a primary that cites nothing (e.g. "not
+            tested in the paper (its groups differ in count by 1,500x)").
+
+    Raises:
+        ValueError: an unknown claim (naming the valid ones), or a value without a claim.
     """
 
     claim: str
     a: tuple[str, ...] = ()
     b: tuple[str, ...] = ()
     statistic: str = ""
-    expected: int = 1
+    cites: str = ""
     paper: float = math.nan
-    source: str = ""
+    note: str = ""
     unit: str = "points, per task (seed-mean)"
+
+    def __post_init__(self):
+        if self.cites:
+            _paper.claim(self.cites)  # raises on an unknown key
+        elif math.isfinite(self.paper):
+            raise ValueError(f"{self.claim!r}: a paper value ({self.paper}) needs the claim it "
+                             f"comes from (cites, one of {sorted(_paper.CLAIMS)})")
+
+    @property
+    def expected(self) -> float:
+        """The cited claim's direction (+1, -1, 0), NaN where the primary cites none."""
+        return _paper.claim(self.cites).direction if self.cites else math.nan
+
+    @property
+    def source(self) -> str:
+        """Where the paper makes the cited claim and what it says, or the ``note``."""
+        if not self.cites:
+            return "no claim in the paper" + (f": {self.note}" if self.note else "")
+        c = _paper.claim(self.cites)
+        return f"{c.source}: {c.says}"
 
     def values(self, acc: pd.DataFrame, statistics: dict | None = None) -> pd.Series:
         """One value per task: from ``acc`` (tasks x configurations) or ``statistics``
@@ -120,9 +155,10 @@ class Primary:
         return diff.dropna()
 
     def row(self, acc: pd.DataFrame, statistics: dict | None = None) -> dict:
-        """The primary's findings row (family "primary")."""
+        """The primary's findings row (family "primary"): ``paper`` is the cited claim with
+        the paper's value, or "no claim in the paper" and the note."""
         paper = (f"{self.paper:+.2f}, {self.source}" if math.isfinite(self.paper)
-                 else self.source or "not reported")
+                 else self.source)
         r = mean_test(self.claim, self.values(acc, statistics), paper=paper,
                       expected=self.expected, unit=self.unit, effect=self.paper)
         return {**r, "family": "primary"}
@@ -175,6 +211,25 @@ def mean_test(claim: str, values, *, paper: str, expected: int, unit: str,
                 ci95=ci, p=p, n=len(v), unit=unit, expected=expected, p_wilcoxon=w,
                 test="t (Wilcoxon beside)", effect_paper=effect,
                 sd=float(v.std(ddof=1)) if len(v) > 1 else math.nan, family="exploratory")
+
+
+def correlation_test(claim: str, x, y, *, paper: str, expected: float, unit: str) -> dict:
+    """A finding on Pearson's r between two per-unit values (one pair per independent unit,
+    NaN pairs dropped): ``measured`` r, ``p`` of the t test of r = 0, ``ci95`` half the width
+    of the Fisher-z 95% interval (the interval itself, asymmetric, in ``test``)."""
+    from scipy import stats
+
+    both = pd.concat([pd.Series(x, dtype=float).rename("x"),
+                      pd.Series(y, dtype=float).rename("y")], axis=1).dropna()
+    n, r, p, ci, test = len(both), math.nan, math.nan, math.nan, "Pearson r"
+    if n >= 3 and both["x"].std() > 0 and both["y"].std() > 0:
+        r, p = (float(v) for v in stats.pearsonr(both["x"], both["y"]))
+        if n > 3:
+            half = stats.norm.ppf(0.975) / math.sqrt(n - 3)
+            lo, hi = math.tanh(math.atanh(r) - half), math.tanh(math.atanh(r) + half)
+            ci, test = (hi - lo) / 2, f"Pearson r, Fisher-z 95% CI [{lo:+.2f}, {hi:+.2f}]"
+    return dict(claim=claim, paper=paper, measured=r, ci95=ci, p=p, n=n, unit=unit,
+                expected=expected, test=test, family="exploratory")
 
 
 def paired_test(claim: str, a: pd.Series, b: pd.Series, *, paper: str, expected: int,
@@ -293,11 +348,42 @@ def render(findings: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _direction(expected: float) -> str:
+    return ("none (no claim)" if math.isnan(expected) else
+            {1: "+", -1: "-", 0: "about 0"}[int(expected)])
+
+
 def primaries_table(primaries) -> pd.DataFrame:
     """The declared primaries as a table: ``claim``, ``tests`` (a - b, or the statistic),
-    ``expected`` direction, the ``paper``'s value and its ``source``. Used by notebooks 04-05."""
+    ``expected`` direction ("none (no claim)" where the primary cites no claim of the paper),
+    the ``paper``'s value and its ``source``. Used by notebooks 04, 05 and 07."""
     return pd.DataFrame([dict(claim=p.claim, tests=p.statistic or
                               f"mean of ({', '.join(p.a)}) - mean of ({', '.join(p.b)}), per task",
-                              expected="+" if p.expected > 0 else "-", paper=p.paper,
+                              expected=_direction(p.expected), paper=p.paper,
                               source=p.source) for p in primaries],
                         columns=["claim", "tests", "expected", "paper", "source"])
+
+
+def described(primaries):
+    """The declared primaries in words, as Markdown (``IPython.display.Markdown``): per
+    primary, P1, P2, ..., what it compares, in what unit, and the claim of the paper it tests
+    (with the paper's value) or that it tests none and reads as a result. Used by notebook 07,
+    before any table."""
+    from IPython.display import Markdown
+
+    lines = []
+    for i, p in enumerate(primaries, 1):
+        what = (f"the statistic {p.statistic}" if p.statistic else
+                f"the mean of ({', '.join(p.a)}) minus the mean of ({', '.join(p.b)})")
+        if p.cites:
+            c = _paper.claim(p.cites)
+            value = f"; the paper's value {p.paper:+.2f}" if math.isfinite(p.paper) else ""
+            tests = (f"It tests the paper's claim that {c.says} ({c.source}{value}): it reads "
+                     "\"agrees with the paper\", \"disagrees with the paper\" or \"not "
+                     "resolved\".")
+        else:
+            tests = (f"It tests no claim of the paper ({p.note or 'none made'}): it reads "
+                     "\"resolved: positive\", \"resolved: negative\" or \"not resolved\".")
+        lines.append(f"- **P{i}: {p.claim}.** Compares {what}, one value per task ({p.unit}). "
+                     + tests)
+    return Markdown("\n".join(lines))
