@@ -24,11 +24,11 @@ def stressed(model, scale=8.0):
 # Random weights
 def test_random_checks_all_hold():
     df = intervals.random_checks(n_seeds=2, n_pairs=16, power_iters=10)
-    assert len(df) == 8 and set(df.proposition) == {"P1", "P2", "P3", "P4"}
+    assert len(df) == 8 and set(df.proposition) == {"Prop. 1", "Prop. 2", "Prop. 3", "Prop. 4"}
     assert df.bound_holds.all() and (df.width >= 1 - 1e-5).all()
     assert (df.max_rate >= df.plasticity).all()
-    p1 = df[df.proposition == "P1"]
-    assert (p1.local_lipschitz > 0.9 * p1.bound).all()  # P1 is nearly attained
+    p1 = df[df.proposition == "Prop. 1"]
+    assert (p1.local_lipschitz > 0.9 * p1.bound).all()  # Prop. 1 is nearly attained
 
 
 # Intervals on a model

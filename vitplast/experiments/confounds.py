@@ -28,6 +28,8 @@ from torch import nn
 from vitplast import models, store
 from vitplast.experiments.confound_plasticity import (  # noqa: F401 (re-exported)
     AFTER_COLUMNS,
+    OTHER_PROTOCOL,
+    PROTOCOL,
     after_runs,
     layer_accuracy,
     layer_correlations,

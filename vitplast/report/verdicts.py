@@ -50,7 +50,7 @@ ALPHA = 0.05
 #: A "not resolved" row with power below this reads "underpowered".
 UNDERPOWERED = 0.5
 #: The tested families, in the order a table lists them; Holm runs within each.
-FAMILIES = ("primary", "secondary", "exploratory")
+FAMILIES = ("primary", "secondary", "sensitivity", "exploratory")
 #: Fewer units than this: the row is descriptive, never in a test family.
 MIN_N = 3
 # The thresholds of the descriptive rows' verdicts (``findings``, ``finetuning_findings``), in
@@ -139,6 +139,12 @@ def same(ok: bool) -> str:
 def exact(ok: bool) -> str:
     """The verdict of an exact computation (no sampling of units: nothing to test)."""
     return "same as the paper (exact check)" if ok else "differs from the paper (exact check)"
+
+
+def checked(ok: bool) -> str:
+    """The verdict of an exact check that tests no claim of the paper (an objection's check, a
+    derivation of the kit's): it reads as a result, never as agreement with the paper."""
+    return "holds (exact check)" if ok else "fails (exact check)"
 
 
 def _t_interval(values: np.ndarray) -> tuple[float, float]:
