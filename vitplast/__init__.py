@@ -52,9 +52,9 @@ one, lists them). Imports may cross that order (``stream`` finetunes to test an 
   ``migrate``, ``sweep``, ``search``, ``studies``, ``study_specs``, ``provenance``,
   ``results``, ``lr_selection``, ``decide``, ``confounds``, ``confound_variants``,
   ``confound_plasticity``);
-- ``report``: conclusions as rows and what shows them (``findings``, ``bound_findings``,
-  ``finetuning_findings``, ``confound_findings``, ``verdicts``, ``power``, ``plots``,
-  ``plot_style``, ``sentences``, ``widgets``, ``advise``, ``notebooks``);
+- ``report``: conclusions as rows and what shows them (``findings``, ``definition_findings``,
+  ``bound_findings``, ``finetuning_findings``, ``confound_findings``, ``verdicts``, ``power``,
+  ``plots``, ``plot_style``, ``sentences``, ``widgets``, ``advise``, ``notebooks``);
 - shared by all: ``paper`` (the paper's reference values), ``inputs`` (argument checks),
   ``files`` (atomic writes), ``cached`` (load-or-compute); beside ``models``, ``hub`` (is the
   hub reachable) and ``weights`` (does a weights file fit the model); ``__main__`` is the CLI.
@@ -81,9 +81,9 @@ SUBPACKAGES = {
     "experiments": ("confound_plasticity", "confound_variants", "confounds", "decide",
                     "lr_selection", "migrate", "provenance", "results", "runs", "search",
                     "store", "studies", "study_specs", "sweep"),
-    "report": ("advise", "bound_findings", "confound_findings", "findings",
-               "finetuning_findings", "notebooks", "plot_style", "plots", "power", "sentences",
-               "verdicts", "widgets"),
+    "report": ("advise", "bound_findings", "confound_findings", "definition_findings",
+               "findings", "finetuning_findings", "notebooks", "plot_style", "plots", "power",
+               "sentences", "verdicts", "widgets"),
 }
 _HOME = {module: package for package, modules in SUBPACKAGES.items() for module in modules}
 #: The public modules by their short names. Importing ``vitplast`` loads none of them: import

@@ -301,6 +301,18 @@ def matched_accuracy(acc: pd.DataFrame, fields: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task", "family", "component", "test_acc"])
 
 
+def controls(t: dict, components=("MHA", "LN1")) -> pd.DataFrame:
+    """Section 4 of notebook 05 in the rows its findings compare: test accuracy (%, seed-mean)
+    per task of ``components`` finetuned plainly, from the random ``init`` checkpoint and under
+    AdamW (found by their fields in ``t["fields"]``; ``t``: ``tables``). Every variant and task
+    is one call away: ``t["acc"].T``."""
+    fields, acc = t["fields"], t["acc"]
+    names = [name_of(fields, family="plain", component=c, **recipe)
+             for recipe in ({}, dict(checkpoint="init"), dict(optimizer="adamw"))
+             for c in components]
+    return acc[[n for n in names if n in acc]].T
+
+
 def tables(res, model: nn.Module) -> dict:
     """Every table behind notebook 05's findings, from ``studies.load_confounds``'s ``res``:
     ``fields`` (``variant_fields``: each variant's fields, of the runs and of the catalogue

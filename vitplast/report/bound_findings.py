@@ -101,9 +101,10 @@ def bounds(df: pd.DataFrame, checks: pd.DataFrame, gauged: pd.DataFrame | None =
             verdict=same(_in_takeaway1_order(order)), n=len(cmp),
             unit="(order of layer means), over components"))
     rows += _gauge_rows(df, gauged, c) if gauged is not None else [descriptive(
-        "bounds and plasticity move by the derived factors under the gauge", "not run",
-        paper="not in the paper (vitplast.gauge: the same network function)",
-        verdict="not run (gauge_c = 0)", n=0, unit="(components)")]
+        claim, "not run", paper="not in the paper (vitplast.gauge: the same network function)",
+        verdict="not run (gauge_c = 0)", n=0, unit="(components)") for claim in (
+        "bounds and plasticity move by the derived factors under the gauge",
+        "order of the proven bounds under the gauge vs Takeaway 1")]
     return table(rows)
 
 
@@ -233,7 +234,7 @@ def _gauge_rows(df: pd.DataFrame, gauged: pd.DataFrame, c: float) -> list[dict]:
     off = (ratios[["bound_ratio", "plasticity_ratio"]].div(ratios["derived"], axis=0) - 1).abs()
     worst = float(off.to_numpy().max())
     rows = [descriptive(
-        f"bounds and plasticity move by the derived factors at gauge c = {c:g} ("
+        f"bounds and plasticity move by the derived factors under the gauge (c = {c:g}: "
         + ", ".join(f"{r.component} x{r.derived:.3g}" for r in ratios.itertuples()) + ")",
         worst, paper="not in the paper (vitplast.gauge: the same network function)",
         verdict=("as derived (exact check)" if worst <= gauge_tolerance(df, c) else
@@ -242,7 +243,7 @@ def _gauge_rows(df: pd.DataFrame, gauged: pd.DataFrame, c: float) -> list[dict]:
     cmp = compare_rankings(gauged)
     order = cmp.sort_values("rank_bound")["component"].astype(str).tolist()
     rows.append(descriptive(
-        f"order of the proven bounds at gauge c = {c:g} vs Takeaway 1", " > ".join(order),
+        f"order of the proven bounds under the gauge (c = {c:g}) vs Takeaway 1", " > ".join(order),
         paper="Takeaway 1: MHA > FC1 ~ FC2 > LN2 ~ LN1",
         verdict=same(_in_takeaway1_order(order)) + (
             "; plasticity in the same order" if cmp.attrs["match"] else

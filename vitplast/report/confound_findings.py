@@ -78,7 +78,8 @@ def confounds(t: dict, after: pd.DataFrame | None = None, primaries=()) -> pd.Da
             ``corr`` (``confounds.layer_correlations``), ``grads`` (of the plain
             configurations), ``rescale`` (``confounds.rescale_pairs``), ``ties`` and
             ``alternatives`` (the fragile flag; absent: not computed).
-        after: ``confounds.plasticity_after`` of the best runs (None or empty: no row).
+        after: ``confounds.plasticity_after`` of the best runs (None or empty: its row says
+            "not measured").
         primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
     """
     return with_ties(lambda tt: _confounds(tt, after, primaries), t)
@@ -122,14 +123,15 @@ def _confounds(t: dict, after, primaries) -> pd.DataFrame:
                             expected=math.nan, unit=_TASKS))
     rows += _rescale_rows(acc, fields, t.get("rescale"))
     rows += grad_rows(t["grads"], SOURCES["grad_norms"])
-    if after is not None and len(after):
-        own = after[after["variant"] == after["component"]]
-        ratios = own.groupby("component")["ratio"].mean()
-        rows.append(descriptive(
-            f"a component's own plasticity after / before finetuning it (best run per task) "
-            f"[{PROTOCOL}]",
-            ", ".join(f"{c} x{r:.2f}" for c, r in ratios.items()), paper="not studied",
-            verdict="measured (untested)", n=own["task"].nunique(), unit="mean over tasks"))
+    own = (after[after["variant"] == after["component"]] if after is not None and len(after)
+           else pd.DataFrame(columns=["task", "component", "ratio"]))
+    ratios = own.groupby("component")["ratio"].mean()
+    rows.append(descriptive(
+        f"a component's own plasticity after / before finetuning it (best run per task) "
+        f"[{PROTOCOL}]", ", ".join(f"{c} x{r:.2f}" for c, r in ratios.items()) or "none",
+        paper="not studied", verdict="measured (untested)" if len(own) else
+        "not measured (no stored measurement)", n=own["task"].nunique(),
+        unit="mean over tasks"))
     return table(rows)
 
 

@@ -84,9 +84,18 @@ def _map_rows(maps: pd.DataFrame) -> list[dict]:
                     f"{lo:g} beside it)", ", ".join(f"{f} {r:.2f} ({low[f]:.2f})"
                                                     for f, r in reach.items()),
                     paper="not in the paper (the largest rate is a lower end of Lip)",
-                    verdict=f"near Lip (>= {NEAR_LIP:g}) at scale {hi:g}: " + (", ".join(
-                        f for f, r in reach.items() if r >= NEAR_LIP) or "none"),
-                    n=n, unit="(ratio, per map)")]
+                    verdict=_near(reach, low, lo, hi), n=n, unit="(ratio, per map)")]
+
+
+def _near(reach: pd.Series, low: pd.Series, lo: float, hi: float) -> str:
+    """Which maps' largest observed rate comes near Lip (``NEAR_LIP``) at both pair scales,
+    only at the larger, or at neither."""
+    groups = {"at both scales": [f for f in reach.index if reach[f] >= NEAR_LIP <= low[f]],
+              f"only at scale {hi:g}, not at {lo:g}": [
+                  f for f in reach.index if reach[f] >= NEAR_LIP > low[f]],
+              "at neither": [f for f in reach.index if reach[f] < NEAR_LIP]}
+    return f"near Lip (>= {NEAR_LIP:g}) " + "; ".join(
+        f"{k}: {', '.join(v)}" for k, v in groups.items() if v)
 
 
 def _linear_rows(linear: pd.DataFrame) -> list[dict]:
@@ -112,12 +121,17 @@ def _slope(g: pd.DataFrame) -> float:
 
 
 def _scale_rows(scale: pd.DataFrame, tol: float) -> list[dict]:
+    """LayerNorm's slope against Prop. 1's -1; attention's (where measured) as a result."""
     ln, attn = (scale[scale["module"] == m] for m in ("LayerNorm", "attention"))
-    slope, a = _slope(ln), _slope(attn)
-    return [
-        descriptive("LayerNorm: slope of log plasticity against log input scale", slope,
-                    paper="Prop. 1: bound ||gamma||_inf / sigma, slope -1",
-                    verdict=exact(abs(slope + 1) <= tol), n=len(ln), unit="(fit over scales)"),
+    slope = _slope(ln)
+    rows = [descriptive("LayerNorm: slope of log plasticity against log input scale", slope,
+                        paper="Prop. 1: bound ||gamma||_inf / sigma, slope -1",
+                        verdict=exact(abs(slope + 1) <= tol), n=len(ln),
+                        unit="(fit over scales)")]
+    if not len(attn):
+        return rows
+    a = _slope(attn)
+    return rows + [
         descriptive("attention: slope of log plasticity against log input scale", a,
                     paper="not in the paper (softmax is not scale-invariant)",
                     verdict="scale-invariant" if abs(a) < SCALE_INVARIANT else
