@@ -162,3 +162,15 @@ def test_the_bounds_of_a_gauged_model_move_as_derived(images):
         worst = off.abs().max().max()
         assert worst < bound_findings.gauge_tolerance(df, c)
         assert (worst < bound_findings.FLOAT_RTOL) == (pre == 10.0)
+
+
+def test_the_read_cells_words_follow_the_bounds():
+    """The Read cells of 03 (``sentences.read`` of the bound rows) say the bound holds when it
+    does and is violated when it is not, and the plug-in is or is not a bound."""
+    from vitplast.report import sentences
+
+    claims = ("Prop. 3 >=", "Prop. 3 at the RMS token norm")
+    good, bad = (sentences.text(bound_findings.bounds(*synthetic(agree=a)), *claims)
+                 for a in (True, False))
+    assert "holds in all 2 cases." in good and "above every observed rate." in good
+    assert "violated in 2 of 2 cases." in bad and "not a bound" in bad

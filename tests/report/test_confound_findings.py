@@ -150,3 +150,24 @@ def test_findings_find_their_variants_by_fields_not_names():
     control = table.loc["LN1 x 2 (preserved) - its lr/c^2 control, gradient clipping on"]
     assert control["n"] == 3 and control["measured"] == pytest.approx(1 / 3)
     assert table.loc["MHA - LN1 finetuned from the random init checkpoint", "n"] == 0
+
+
+def test_the_read_cells_words_follow_the_matched_count_numbers():
+    """Section 2's Read cell (``sentences.read`` of the primary and its sign row): MHA sparse
+    5 points above LN1 on every task reads positive and the paper's sign; 5 below reads
+    negative and reversed."""
+    from vitplast.report import sentences
+
+    claims = ("MHA at LN1's count (sparse) - LN1, test accuracy", "sign of (MHA")
+    words = {}
+    for sign in (1, -1):
+        base = np.array([75.0, 70, 80, 85, 60])
+        acc = acc_table(**{"MHA sparse": base + sign * np.array([5.0, 4, 6, 5, 5]), "LN1": base})
+        t = dict(acc=acc, counts={}, corr=_corr(dict(hidden=[0.1, 0.2, 0.3])), fields=_fields(),
+                 grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]))
+        table = findings.confounds(t, primaries=studies.get("confounds").primaries)
+        words[sign] = sentences.text(table, *claims)
+    assert "Positive, resolved, and it agrees with the paper" in words[1]
+    assert "the same sign as the paper's gap" in words[1]
+    assert "Negative, resolved, and it disagrees with the paper" in words[-1]
+    assert "reversed: the other sign" in words[-1]

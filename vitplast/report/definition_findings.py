@@ -174,7 +174,8 @@ def _order_rows(ranked: pd.DataFrame) -> list[dict]:
         means = g.groupby("component", observed=True)["plasticity"].mean()
         order = [str(c) for c in means.sort_values(ascending=False).index]
         rows.append(descriptive(
-            f"order of the components' plasticity (mean over layers) [{protocol}]",
+            f"order of the components' plasticity (mean over layers) against Fig. 2's "
+            f"{' > '.join(PLASTICITY_ORDER)} [{protocol}]",
             " > ".join(order), paper=f"{' > '.join(PLASTICITY_ORDER)}, {SOURCES['fig2']}",
             verdict=same(order == list(PLASTICITY_ORDER)), n=len(order),
             unit="(components)"))
