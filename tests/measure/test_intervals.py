@@ -100,3 +100,21 @@ def test_rankings():
     cmp = intervals.compare_rankings(df)
     assert not cmp.attrs["match"] and cmp.attrs["theory"].startswith("LN1")
     assert set(cmp.columns) >= {"rank_measured", "rank_bound", "plasticity", "bound"}
+
+
+def test_cached_tables_are_computed_once_per_key(tmp_path, monkeypatch):
+    """Notebook 03's tables read back from the cache equal the computed ones; another key
+    computes again."""
+    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path))
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return intervals.random_checks(1, n_pairs=8, power_iters=2)
+
+    first = intervals.cached("random-checks", dict(n_seeds=1), compute)
+    again = intervals.cached("random-checks", dict(n_seeds=1), compute)
+    pd.testing.assert_frame_equal(first, again, check_dtype=False)
+    assert len(calls) == 1 and list(tmp_path.rglob("intervals-random-checks-*.npz"))
+    intervals.cached("random-checks", dict(n_seeds=2), compute)
+    assert len(calls) == 2

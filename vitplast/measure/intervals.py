@@ -202,3 +202,16 @@ def compare_rankings(df: pd.DataFrame, column: str = "bound") -> pd.DataFrame:
     out.attrs["match"] = out.attrs["measured"] == out.attrs["theory"]
     out.attrs["kendall_tau"] = float(kendalltau(out["plasticity"], out[column]).statistic)
     return out
+
+
+def cached(name: str, key: dict, compute) -> pd.DataFrame:
+    """``compute()``, a table of this module (``intervals``, ``gauged``, ``random_checks``),
+    computed once per ``key`` and read back afterwards (``vitplast.cached.load_or_compute``,
+    files ``intervals-<name>-<hash of key>``). ``key`` names everything the table depends on:
+    the model (name, checkpoint, weights file), the pairs (task, source, number) and the call's
+    arguments; a weights file changed in place under the same name is not noticed.
+
+    Used by notebook 03 (its parameters are the key)."""
+    from vitplast.cached import load_or_compute
+
+    return load_or_compute(f"intervals-{name}", key, compute)

@@ -220,7 +220,7 @@ def _run_rows(run: pd.DataFrame) -> list[dict]:
     clipped = float((norm["value"] >= CLIP).mean()) if len(norm) else math.nan
     return [
         descriptive("the run shown: step of its best validation accuracy / its last evaluation",
-                    f"{best} / {last}", paper="not reported", n=len(val), unit="(evaluations)",
+                    f"{best} / {last}", paper="not reported", n=len(val), unit="(steps)",
                     verdict="best at the last evaluation: it may still have been improving when "
                     "the step budget ended" if best == last else "it peaked before the step "
                     "budget ended"),

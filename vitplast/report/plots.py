@@ -182,7 +182,7 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
     """
     import textwrap
 
-    fig, ax = plt.subplots(figsize=(9, 0.55 * len(df) + (2.2 if significant else 1.2)))
+    fig, ax = plt.subplots(figsize=(9, 0.55 * len(df) + (1.8 if significant else 1.2)))
     y = range(len(df))[::-1]  # first row on top
     filled = df[significant].astype(bool) if significant else [True] * len(df)
     plain = df[descriptive].astype(bool) if descriptive else [False] * len(df)
@@ -195,7 +195,7 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
     ax.set(yticks=list(y), yticklabels=[textwrap.fill(str(v), 48) for v in df[label]], title=title,
            xlabel=xlabel or "difference, with its 95% CI")
     _forest_key(fig, alpha, descriptive is not None and any(plain)) if significant else None
-    fig.tight_layout(rect=(0, 1.0 / fig.get_figheight() if significant else 0, 1, 1))
+    fig.tight_layout(rect=(0, 0.6 / fig.get_figheight() if significant else 0, 1, 1))
     return fig
 
 
