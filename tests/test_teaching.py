@@ -73,10 +73,13 @@ def test_notebooks_cite_the_glossary_and_the_objections_that_exist(name):
 
 @pytest.mark.parametrize("name", notebooks.available())
 def test_the_findings_table_is_printed_once(name):
-    """Printed by the last cell's ``findings.render`` and nowhere else: no earlier cell shows the
-    findings table, whole or in slices (the last line of a cell is what Jupyter displays)."""
+    """Printed whole by the last cell's ``findings.render`` (or read whole in words by
+    ``sentences.read(table)``) and nowhere else: no earlier cell shows the findings table, whole
+    or in slices (the last line of a cell is what Jupyter displays); a Read cell reads the rows
+    it names (``sentences.read(table, claim, ...)``)."""
     code = [text(c) for c in cells(name) if c["cell_type"] == "code"]
-    assert [i for i, c in enumerate(code) if "findings.render(" in c] == [len(code) - 1]
+    whole = r"findings\.render\(|sentences\.read\(\w+\)"
+    assert [i for i, c in enumerate(code) if re.search(whole, c)] == [len(code) - 1]
     built = r"^(\w+) = (?:findings\.\w+|stream\.findings_table)\("  # the table's name(s)
     held = set(re.findall(built, "\n".join(code), flags=re.M))
     assert held, "the findings table has a name"
@@ -118,13 +121,13 @@ def test_jensen_a_linear_maps_plasticity_is_at_most_the_rms_singular_value(seed)
     value = dict(zip(linear["quantity"], linear["value"]))
     assert value["plasticity (mean rate)"] <= value["sqrt(mean sigma^2)"]
     row = _row(findings.definitions(*_tables01(linear)), "sqrt(mean sigma_i^2)")
-    assert row["measured"] <= 1 and row["verdict"] == "same as the paper (exact check)"
-    assert "at most 1" in row["paper"]
+    assert row["measured"] <= 1 and row["verdict"] == "holds (exact check)"
+    assert "at most 1" in row["paper"] and row["paper"].startswith("not in the paper")
     above = linear.copy()
     above.loc[above["quantity"] == "plasticity (mean rate)", "value"] = value[
         "sqrt(mean sigma^2)"] * 1.01
     row = _row(findings.definitions(*_tables01(above)), "sqrt(mean sigma_i^2)")
-    assert row["verdict"] == "differs from the paper (exact check)"
+    assert row["verdict"] == "fails (exact check)"
 
 
 def test_the_order_is_settled_only_where_the_confidence_intervals_do_not_overlap():

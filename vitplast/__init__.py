@@ -52,9 +52,10 @@ one, lists them). Imports may cross that order (``stream`` finetunes to test an 
   ``claims``, ``migrate``, ``sweep``, ``search``, ``studies``, ``study_specs``, ``provenance``,
   ``results``, ``lr_selection``, ``decide``, ``cross_gauge``, ``confounds``,
   ``confound_variants``, ``confound_plasticity``, ``archive``);
-- ``report``: conclusions as rows and what shows them (``findings``, ``bound_findings``,
-  ``finetuning_findings``, ``confound_findings``, ``verdicts``, ``power``, ``plots``,
-  ``plot_style``, ``sentences``, ``widgets``, ``advise``, ``notebooks``, ``reading_copy``);
+- ``report``: conclusions as rows and what shows them (``findings``, ``definition_findings``,
+  ``bound_findings``, ``finetuning_findings``, ``confound_findings``, ``verdicts``, ``power``,
+  ``plots``, ``plot_style``, ``sentences``, ``widgets``, ``advise``, ``notebooks``,
+  ``reading_copy``);
 - shared by all: ``paper`` (the paper's reference values), ``inputs`` (argument checks),
   ``files`` (atomic writes), ``cached`` (load-or-compute), ``schema`` (every stored file kind
   and a run's settings checked against the published JSON Schemas); beside ``models``, ``hub``
@@ -85,8 +86,8 @@ SUBPACKAGES = {
                     "confounds", "cross_gauge", "decide", "lr_selection", "migrate",
                     "provenance", "results", "runs", "search", "store", "studies",
                     "study_specs", "sweep"),
-    "report": ("advise", "bound_findings", "confound_findings", "findings",
-               "finetuning_findings", "notebooks", "plot_style", "plots", "power",
+    "report": ("advise", "bound_findings", "confound_findings", "definition_findings",
+               "findings", "finetuning_findings", "notebooks", "plot_style", "plots", "power",
                "reading_copy", "sentences", "verdicts", "widgets"),
 }
 _HOME = {module: package for package, modules in SUBPACKAGES.items() for module in modules}

@@ -72,3 +72,37 @@ def test_partial_rank_correlation_is_the_correlation_of_rank_residuals():
     assert partial_correlation(rho(x, y), rho(x, z), rho(y, z)) == pytest.approx(
         np.corrcoef(*res)[0, 1])
     assert math.isnan(partial_correlation(0.5, 1.0, 0.3))
+
+
+def test_per_block_plasticity_is_stored_once_per_protocol(tmp_path, monkeypatch):
+    """One companion file per protocol (the declared one's name, hence the shipped file, is
+    unchanged); a second call reads them; the correlations are computed per protocol, never
+    pooled across them."""
+    from vitplast import store
+    from vitplast.measure import empirical
+
+    calls = []
+
+    def fake(tasks, *, protocol, n_pairs):
+        calls.append(protocol)
+        k = 1.0 if protocol == "hidden" else -1.0  # embedding: plasticity falls with depth
+        return pd.DataFrame([dict(task=t, layer=b, component="LN1", plasticity=2.0 + k * b,
+                                  ci95=0.1) for t in tasks for b in range(3)])
+
+    monkeypatch.setattr(empirical, "embedded_layers", fake)
+    layers = confound_plasticity.layer_plasticity(tmp_path, ["t0", "t1"], n_pairs=8)
+    again = confound_plasticity.layer_plasticity(tmp_path, ["t0", "t1"], n_pairs=8)
+    assert calls == ["hidden", "embedding"] and layers.equals(again)
+    assert sorted(p.name for p in tmp_path.glob("layers-*.json")) == sorted(
+        f"layers-{store.config_hash(dict(tasks=['t0', 't1'], n_pairs=8, protocol=p))}.json"
+        for p in ("hidden", "embedding"))
+    shipped = dict(tasks=["fmnist_contrast", "digits", "fmnist_snow"], n_pairs=256,
+                   protocol="hidden")
+    assert store.config_hash(shipped) == "bb545ec5b26b373a"  # data/confounds' declared file
+    acc = acc_table(**{f"LN1 block {k}": [70.0 + k, 70.0 + k] for k in range(3)})
+    fields = confounds.catalogue(confounds.layer_variants(tiny_vit(depth=3), ("LN1",)))
+    corr = confound_plasticity.layer_correlations(acc, layers, fields).set_index(
+        ["protocol", "task"])
+    assert corr["spearman"].to_dict() == pytest.approx({
+        ("hidden", "t0"): 1.0, ("hidden", "t1"): 1.0, ("embedding", "t0"): -1.0,
+        ("embedding", "t1"): -1.0})

@@ -30,7 +30,8 @@ def synthetic(agree: bool):
     df["width"] = df.lipschitz_upper / df.lipschitz_lower
     df["sigma_cv"] = (0.01 if agree else 0.3)
     df.loc[~df.component.isin(["LN1", "LN2"]), "sigma_cv"] = math.nan
-    checks = pd.DataFrame(dict(proposition=["P1", "P2", "P3", "P4"], bound=[2.0, 3.0, 9.0, 5.0],
+    checks = pd.DataFrame(dict(proposition=["Prop. 1", "Prop. 2", "Prop. 3", "Prop. 4"],
+                               bound=[2.0, 3.0, 9.0, 5.0],
                                lipschitz_lower=[1.9, 3.0, 1.0, 1.0 if agree else 6.0]))
     return df, checks
 
@@ -38,13 +39,13 @@ def synthetic(agree: bool):
 def test_bounds_findings_follow_from_the_numbers():
     good = bound_findings.bounds(*synthetic(agree=True)).set_index("claim")["verdict"]
     bad = bound_findings.bounds(*synthetic(agree=False)).set_index("claim")["verdict"]
-    assert list(good.index) == list(bad.index) and len(good) == 15
+    assert list(good.index) == list(bad.index) and len(good) == 19
     assert good.str.startswith("holds in all").sum() == 5
     violated = bad[bad.str.startswith("violated in")].index
     assert [c.split(" >=")[0] for c in violated] == ["every bound", "Prop. 2", "Prop. 3", "Prop. 4"]
     assert bad[bad.index.str.startswith("every bound")].iloc[0] == "violated in 1 of 4 cases"
     for claim in good.index:
-        if "Takeaway 1" in claim:
+        if "Takeaway 1" in claim and "under the gauge" not in claim:
             assert good[claim].startswith("same as the paper (untested)")
             assert bad[claim].startswith("differs from the paper (untested)")
         elif "vs order of measured plasticity" in claim:
@@ -53,8 +54,28 @@ def test_bounds_findings_follow_from_the_numbers():
     assert bad["Prop. 4 below Prop. 3 for MHA"] == "Prop. 4 larger in 2 of 2 layers"
     assert good["tokens of a LayerNorm's input share sigma"].startswith("assumption holds")
     assert bad["tokens of a LayerNorm's input share sigma"].startswith("assumption fails")
-    plug = [c for c in good.index if "plug-in values (" in c][0]
-    assert good[plug] == "above every observed rate" and bad[plug].endswith("not a bound")
+    plug = [c for c in good.index if "plug-in value)" in c]
+    assert [c.split(" at ")[0] for c in plug] == ["Prop. 1", "Prop. 3"]
+    assert (good[plug] == "above every observed rate").all()
+    # bad: LN plug-in 10 and 5 above rates 0.36 and 0.6; MHA's 0.01 below 8.4
+    assert bad[plug].tolist() == ["above every observed rate",
+                                  "below an observed rate in 2 of 2 cases: not a bound"]
+    attained = "lower end of Lip(f) / bound on random weights, per proposition"
+    assert good[attained] == "attained within 2x: Prop. 1, Prop. 2"  # 0.95, 1, 0.11, 0.2
+    assert bad[attained] == "attained within 2x: Prop. 1, Prop. 2, Prop. 4"  # 6 / 5
+    assert good["bounds and plasticity move by the derived factors under the gauge"] == \
+        "not run (gauge_c = 0)"
+
+
+def test_the_head_by_head_recomputation_is_a_row_that_reads_as_a_check():
+    df, checks = synthetic(agree=True)
+    rows = {d: bound_findings.bounds(df, checks, heads_diff=d).set_index("claim")
+            for d in (3e-7, 0.2)}
+    claim = [c for c in rows[0.2].index if c.startswith("attention recomputed head by head")][0]
+    assert rows[3e-7].at[claim, "verdict"] == "holds (exact check)"
+    assert rows[0.2].at[claim, "verdict"] == "fails (exact check)"
+    assert rows[0.2].at[claim, "paper"].startswith("not in the paper")
+    assert claim not in bound_findings.bounds(df, checks).claim.tolist()
 
 
 def test_bounds_findings_on_a_model_render(images):
@@ -107,14 +128,14 @@ def test_gauge_rows_read_the_derived_factors_and_the_order():
     rows = bound_findings.bounds(df, checks, gauged=gauged, c=8.0).set_index("claim")
     moved = rows.loc[rows.index.str.startswith("bounds and plasticity move"), "verdict"]
     assert moved.tolist() == ["as derived (exact check)"]
-    order = rows.loc["order of the proven bounds at gauge c = 8 vs Takeaway 1"]
+    order = rows.loc["order of the proven bounds under the gauge (c = 8) vs Takeaway 1"]
     assert order["measured"] == "FC2 > LN1 > LN2 > FC1 > MHA"  # 64, 12.5, 6.25, 3, 0.8
     assert order["verdict"] == ("differs from the paper (untested); plasticity "
                                 "MHA > FC2 > FC1 > LN2 > LN1")  # 56, 16, 4, .0625, .0375
     off = gauged.assign(bound=gauged["bound"].where(gauged["component"] != "FC1", 3.03))
     rows = bound_findings.bounds(df, checks, gauged=off, c=8.0)
     assert rows["verdict"].str.startswith("not as derived (exact check)").sum() == 1
-    assert len(bound_findings.bounds(df, checks)) == len(rows) - 2
+    assert len(bound_findings.bounds(df, checks)) == len(rows)  # two "not run" rows instead
 
 
 def test_the_bounds_of_a_gauged_model_move_as_derived(images):
@@ -141,3 +162,15 @@ def test_the_bounds_of_a_gauged_model_move_as_derived(images):
         worst = off.abs().max().max()
         assert worst < bound_findings.gauge_tolerance(df, c)
         assert (worst < bound_findings.FLOAT_RTOL) == (pre == 10.0)
+
+
+def test_the_read_cells_words_follow_the_bounds():
+    """The Read cells of 03 (``sentences.read`` of the bound rows) say the bound holds when it
+    does and is violated when it is not, and the plug-in is or is not a bound."""
+    from vitplast.report import sentences
+
+    claims = ("Prop. 3 >=", "Prop. 3 at the RMS token norm")
+    good, bad = (sentences.text(bound_findings.bounds(*synthetic(agree=a)), *claims)
+                 for a in (True, False))
+    assert "holds in all 2 cases." in good and "above every observed rate." in good
+    assert "violated in 2 of 2 cases." in bad and "not a bound" in bad

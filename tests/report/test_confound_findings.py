@@ -43,7 +43,7 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
     lone = table.loc["FC1 - FC2 at LN1's count (sparse)"]
     assert lone["n"] == 1 and lone["family"] == "descriptive"  # never in a test family
     rho = table.loc["LN1 of one block: Spearman(plasticity, test accuracy) over the blocks, "
-                    "partial on the block index"]
+                    "partial on the block index [hidden]"]
     assert rho["n"] == 3 and rho["measured"] == pytest.approx(layers["partial"].mean())
     assert rho["counts"] == "256 per block"  # one count over the blocks: the design's point
     depth = table.loc["one block at a time, mean over components: Spearman(earlier block, test "
@@ -58,6 +58,62 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
     p2 = declared.set_index("claim").loc["MHA at LN1's count (sparse) - LN1, test accuracy"]
     assert p2["family"] == "primary" and p2["measured"] == 5.0 and p2["level"] == 0.025
     assert "MHA - LN1 at LN1's count (sparse MHA)" not in set(declared["claim"])
+    assert not (declared["family"] == "sensitivity").any()  # no embedding rows: none beside
+    sign = declared.set_index("claim").loc[
+        "sign of (MHA at LN1's count (sparse) - LN1, test accuracy) against the paper's gap at "
+        "full counts"]
+    assert sign["verdict"] == "the same sign as the paper's gap at full counts"
+
+
+def _corr(partial: dict) -> pd.DataFrame:
+    """``layer_correlations`` rows: per protocol, three tasks of MHA with these partial rho."""
+    return pd.DataFrame([dict(protocol=p, task=f"t{i}", component="MHA", spearman=v,
+                              spearman_depth=0.5, plasticity_depth=0.2, partial=v, n_blocks=6)
+                         for p, values in partial.items() for i, v in enumerate(values)])
+
+
+def test_the_other_protocol_stands_beside_the_declared_one_as_sensitivity_rows():
+    """The declared protocol (hidden) feeds the primary; the embedding protocol's rows are the
+    same statistics in the "sensitivity" family (own Holm), and changing them moves no
+    primary; the matched-count primaries' sign against the paper's is stated."""
+    acc = acc_table(**{"MHA sparse": [70.0, 70, 70, 70, 70], "LN1": [72.0, 71, 73, 72, 71],
+                       "FC1 sparse": [70.0] * 5, "FC2 sparse": [70.0] * 5, "LN2": [71.0] * 5})
+    grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
+    primaries = studies.get("confounds").primaries
+    tables = {}
+    for sign in (1, -1):
+        corr = _corr(dict(hidden=[0.5, 0.6, 0.7], embedding=[sign * 0.8, sign * 0.9, sign]))
+        t = dict(acc=acc, counts={}, corr=corr, grads=grads, fields=_fields())
+        tables[sign] = findings.confounds(t, primaries=primaries).set_index("claim")
+    up, down = tables[1], tables[-1]
+    primary = up[up["family"] == "primary"]
+    assert primary.drop(columns="fragile").equals(
+        down[down["family"] == "primary"].drop(columns="fragile"))
+    assert primary.filter(like="partial on the block index", axis=0)["measured"].iloc[0] == \
+        pytest.approx(0.6)
+    sens = up[up["family"] == "sensitivity"]
+    assert sorted(sens.index) == [
+        "MHA of one block: Spearman(plasticity, test accuracy) over the blocks, partial on the "
+        "block index [embedding]", "one block at a time, mean over components: Spearman("
+        "plasticity, test accuracy) over the blocks, partial on the block index [embedding]"]
+    assert sens["measured"].tolist() == pytest.approx([0.9, 0.9])
+    assert sens["p_holm"].tolist() == pytest.approx(list(findings.holm(sens["p"].to_numpy())))
+    assert down.loc[sens.index, "measured"].tolist() == pytest.approx([-0.9, -0.9])
+    reversed_ = up.filter(like="against the paper's gap at full counts", axis=0)
+    assert reversed_["verdict"].tolist() == [
+        "reversed: the other sign from the paper's gap at full counts"] * 2
+    assert reversed_["paper"].str.startswith("not studied at matched counts").all()
+
+
+def test_the_rescale_check_reads_as_a_result_of_objection_3():
+    check = pd.DataFrame(dict(component=["LN1", "LN2"], c=[1.63, 1.55], ratio=[1.63, 1.55],
+                              max_output_change_preserved=[2e-6, 1e-6],
+                              max_output_change_raw=[4.3, 2.4]))
+    rows = findings.rescale_check(check).set_index("claim")
+    assert rows["verdict"].tolist() == ["holds (exact check)"] * 2
+    assert rows["paper"].str.startswith("not in the paper").all()
+    bad = findings.rescale_check(check.assign(ratio=[1.63, 1.0], max_output_change_raw=0.0))
+    assert bad["verdict"].tolist() == ["fails (exact check)"] * 2
 
 
 def test_monotone_plasticity_leaves_the_per_layer_row_descriptive():
@@ -94,3 +150,24 @@ def test_findings_find_their_variants_by_fields_not_names():
     control = table.loc["LN1 x 2 (preserved) - its lr/c^2 control, gradient clipping on"]
     assert control["n"] == 3 and control["measured"] == pytest.approx(1 / 3)
     assert table.loc["MHA - LN1 finetuned from the random init checkpoint", "n"] == 0
+
+
+def test_the_read_cells_words_follow_the_matched_count_numbers():
+    """Section 2's Read cell (``sentences.read`` of the primary and its sign row): MHA sparse
+    5 points above LN1 on every task reads positive and the paper's sign; 5 below reads
+    negative and reversed."""
+    from vitplast.report import sentences
+
+    claims = ("MHA at LN1's count (sparse) - LN1, test accuracy", "sign of (MHA")
+    words = {}
+    for sign in (1, -1):
+        base = np.array([75.0, 70, 80, 85, 60])
+        acc = acc_table(**{"MHA sparse": base + sign * np.array([5.0, 4, 6, 5, 5]), "LN1": base})
+        t = dict(acc=acc, counts={}, corr=_corr(dict(hidden=[0.1, 0.2, 0.3])), fields=_fields(),
+                 grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]))
+        table = findings.confounds(t, primaries=studies.get("confounds").primaries)
+        words[sign] = sentences.text(table, *claims)
+    assert "Positive, resolved, and it agrees with the paper" in words[1]
+    assert "the same sign as the paper's gap" in words[1]
+    assert "Negative, resolved, and it disagrees with the paper" in words[-1]
+    assert "reversed: the other sign" in words[-1]

@@ -129,7 +129,11 @@ def test_notebook_06_findings_from_the_explorers(random_model, gamma):
     assert scales["ratio"].tolist() == pytest.approx([0.5, 4.0], rel=1e-4)
     table = findings.explorer(bounds, scales)
     assert table.loc[0, "measured"] == "30/30"
-    assert table["verdict"].iloc[[0, 2, 3]].tolist() == ["same as the paper (exact check)"] * 3
+    assert table.loc[0, "verdict"] == "same as the paper (exact check)"  # Props. 1-3: claims
+    # the gamma rescale is objection 3's check, which the paper never makes: a result
+    assert table["verdict"].iloc[[2, 3]].tolist() == ["holds (exact check)"] * 2
+    assert table["paper"].iloc[[2, 3]].str.startswith("not in the paper").all()
+    assert len(findings.explorer(gamma=scales)) == 2 and len(findings.explorer(bounds)) == 2
 
 
 def _record(lr, seed, test_acc, val_acc=0.6):
@@ -160,6 +164,15 @@ def test_results_browser_on_a_tiny_store(tmp_path):
     assert [ax.get_ylabel() for ax in fig.axes] == list(plots.RUN_CURVES.values())
     assert np.isfinite(fig.axes[0].lines[0].get_ydata()).all()
     plt.close(fig)
+    # the run shown, read from its history: grad norms 1, 1/2, 1/3, 1/4 (one at the clip), one
+    # evaluation (the best is the last)
+    run = widgets.run_table(browser)
+    assert set(run["run"]) == {runs.run_hash(runs.make_run("digits", "FC1", lr=0.1, seed=0))}
+    rows = findings.explorer(run=run).set_index("claim")
+    clip = rows.filter(like="at or above the clip", axis=0).iloc[0]
+    assert clip["measured"] == 0.25 and clip["verdict"] == "clipping scaled some updates"
+    best = rows.filter(like="best validation accuracy", axis=0).iloc[0]
+    assert best["measured"] == "3 / 3" and best["verdict"].startswith("best at the last")
 
 
 def test_results_browser_keeps_budget_runs_apart(tmp_path):
@@ -200,3 +213,5 @@ def test_results_browser_without_results_shows_a_message(tmp_path, folder):
     assert "No finetuning results" in browser.value_label.value
     assert browser.controls == {} and not browser.output.outputs
     plt.close(browser.figure())
+    assert findings.explorer(run=widgets.run_table(browser))["verdict"].tolist() == [
+        "nothing to read"]

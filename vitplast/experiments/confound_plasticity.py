@@ -1,7 +1,8 @@
 """The confound study's plasticity: per block before finetuning, per component after it.
 
 Paper: Takeaway 3 read within a component (does a block's plasticity go with the accuracy of
-finetuning that block alone, once depth is held fixed?) and objection 4 (does finetuning a
+finetuning that block alone, once depth is held fixed?), under the declared protocol
+(``PROTOCOL``) and the other one beside it (``OTHER_PROTOCOL``), and objection 4 (does finetuning a
 component change its plasticity?). Each measurement is made once and stored beside the study's
 records (``layers-*.json``, ``after-*.json``: ``store.COMPANIONS``); ``vitplast.confounds``
 re-exports every name here and builds notebook 05's tables from them.
@@ -22,22 +23,31 @@ import pandas as pd
 from vitplast import finetune, models, store
 from vitplast.experiments.confound_variants import names_of
 
+#: The protocol the study declared for its per-block test (its primary question), and the other
+#: one, whose rows stand beside it in the findings' "sensitivity" family (computed, not typed).
+PROTOCOL, OTHER_PROTOCOL = "hidden", "embedding"
 
-def layer_plasticity(root: str | Path, tasks, n_pairs: int = 256) -> pd.DataFrame:
-    """Per task, block and component: the embedded model's plasticity before finetuning
-    (hidden protocol, ``n_pairs`` pairs of each task), measured once and stored in
+
+def layer_plasticity(root: str | Path, tasks, n_pairs: int = 256,
+                     protocols=(PROTOCOL, OTHER_PROTOCOL)) -> pd.DataFrame:
+    """Per protocol, task, block and component: the embedded model's plasticity before
+    finetuning (``n_pairs`` pairs of each task), measured once per protocol and stored in
     ``root/layers-<hash of the settings>.json`` (a resumed study reads it).
 
-    Columns: ``task``, ``layer``, ``component``, ``plasticity``, ``ci95``.
+    Columns: ``protocol``, ``task``, ``layer``, ``component``, ``plasticity``, ``ci95``.
     """
     from vitplast import empirical
 
-    settings = dict(tasks=list(tasks), n_pairs=n_pairs, protocol="hidden")
-    saved = store.Store(root).companion(
-        f"layers-{store.config_hash(settings)}.json",
-        compute=lambda: dict(settings, rows=empirical.embedded_layers(
-            tasks, n_pairs=n_pairs).to_dict("records")))
-    return pd.DataFrame(saved["rows"])
+    frames = []
+    for protocol in protocols:
+        settings = dict(tasks=list(tasks), n_pairs=n_pairs, protocol=protocol)
+        saved = store.Store(root).companion(
+            f"layers-{store.config_hash(settings)}.json",
+            compute=lambda settings=settings: dict(settings, rows=empirical.embedded_layers(
+                tasks, protocol=settings["protocol"], n_pairs=n_pairs).to_dict("records")))
+        frames.append(pd.DataFrame(saved["rows"]).assign(protocol=protocol))
+    return pd.concat(frames, ignore_index=True)[["protocol", "task", "layer", "component",
+                                                 "plasticity", "ci95"]]
 
 
 #: The columns of ``plasticity_after``.
@@ -99,33 +109,36 @@ def after_runs(main: pd.DataFrame, study: dict, baselines: list[dict]) -> list[d
 
 def layer_accuracy(acc: pd.DataFrame, layers: pd.DataFrame, fields: pd.DataFrame
                    ) -> pd.DataFrame:
-    """Per task, component and block: the block's plasticity before finetuning
-    (``layer_plasticity``) and the test accuracy (%) of finetuning that block's component
-    alone (``accuracy``'s columns of the ``block`` variants, their ``component`` and
-    ``block`` read from ``fields``: ``confound_variants.variant_fields``), where both exist."""
+    """Per protocol, task, component and block: the block's plasticity before finetuning
+    (``layer_plasticity``; a table without ``protocol`` is read as ``PROTOCOL``'s) and the test
+    accuracy (%) of finetuning that block's component alone (``accuracy``'s columns of the
+    ``block`` variants, their ``component`` and ``block`` read from ``fields``:
+    ``confound_variants.variant_fields``), where both exist."""
+    if "protocol" not in layers:
+        layers = layers.assign(protocol=PROTOCOL)
     blocks = fields.loc[names_of(fields, family="block"), ["component", "block"]]
     long = acc.reset_index().melt(id_vars="task", var_name="variant", value_name="test_acc")
     long = long.merge(blocks.rename(columns={"block": "layer"}), left_on="variant",
                       right_index=True).dropna(subset=["test_acc"])
     return long.assign(layer=long["layer"].astype(int)).merge(
-        layers, on=["task", "component", "layer"])[["task", "component", "layer", "plasticity",
-                                                   "test_acc"]]
+        layers, on=["task", "component", "layer"])[["protocol", "task", "component", "layer",
+                                                   "plasticity", "test_acc"]]
 
 
 def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame, fields: pd.DataFrame
                        ) -> pd.DataFrame:
-    """Per task and component: Spearman's rho, over the blocks, between a block's plasticity
-    and the test accuracy of finetuning that block's component alone (``layer_accuracy``,
-    ``fields`` as there).
+    """Per protocol, task and component: Spearman's rho, over the blocks, between a block's
+    plasticity and the test accuracy of finetuning that block's component alone
+    (``layer_accuracy``, ``fields`` as there).
     Count is fixed within a component, so rho > 0 says plasticity, not size, goes with gain;
     unless plasticity itself follows depth, which may matter on its own: so also rho between
     earliness (minus the block index) and accuracy, and between earliness and plasticity.
 
-    Only (task, component) pairs with every block finetuned are kept. Columns: ``task``,
-    ``component``, ``spearman`` (plasticity, accuracy), ``spearman_depth`` (earliness,
-    accuracy), ``plasticity_depth`` (earliness, plasticity), ``partial`` (plasticity,
-    accuracy given earliness: ``partial_correlation``; NaN where plasticity or accuracy is
-    monotone in depth), ``n_blocks``.
+    Only (task, component) pairs with every block finetuned are kept. Columns: ``protocol``,
+    ``task``, ``component``, ``spearman`` (plasticity, accuracy), ``spearman_depth``
+    (earliness, accuracy), ``plasticity_depth`` (earliness, plasticity), ``partial``
+    (plasticity, accuracy given earliness: ``partial_correlation``; NaN where plasticity or
+    accuracy is monotone in depth), ``n_blocks``.
     """
     from scipy import stats
 
@@ -134,16 +147,18 @@ def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame, fields: pd.DataF
 
     rows = []
     depth = layers["layer"].nunique()
-    for (task, comp), g in layer_accuracy(acc, layers, fields).groupby(["task", "component"]):
+    for (protocol, task, comp), g in layer_accuracy(acc, layers, fields).groupby(
+            ["protocol", "task", "component"], sort=False):
         if len(g) == depth >= 3:
             early = -g["layer"]
             xy, yz, xz = (rho(g["plasticity"], g["test_acc"]), rho(early, g["test_acc"]),
                           rho(early, g["plasticity"]))
-            rows.append(dict(task=task, component=comp, n_blocks=len(g), spearman=xy,
-                             spearman_depth=yz, plasticity_depth=xz,
+            rows.append(dict(protocol=protocol, task=task, component=comp, n_blocks=len(g),
+                             spearman=xy, spearman_depth=yz, plasticity_depth=xz,
                              partial=partial_correlation(xy, xz, yz)))
-    return pd.DataFrame(rows, columns=["task", "component", "spearman", "spearman_depth",
-                                       "plasticity_depth", "partial", "n_blocks"])
+    return pd.DataFrame(rows, columns=["protocol", "task", "component", "spearman",
+                                       "spearman_depth", "plasticity_depth", "partial",
+                                       "n_blocks"])
 
 
 def partial_correlation(xy: float, xz: float, yz: float) -> float:

@@ -28,6 +28,8 @@ from torch import nn
 from vitplast import models, store
 from vitplast.experiments.confound_plasticity import (  # noqa: F401 (re-exported)
     AFTER_COLUMNS,
+    OTHER_PROTOCOL,
+    PROTOCOL,
     after_runs,
     layer_accuracy,
     layer_correlations,
@@ -297,6 +299,18 @@ def matched_accuracy(acc: pd.DataFrame, fields: pd.DataFrame) -> pd.DataFrame:
             for name in [name_of(fields, **want, component=comp)] if name in acc
             for task in acc.index if pd.notna(acc.at[task, name])]
     return pd.DataFrame(rows, columns=["task", "family", "component", "test_acc"])
+
+
+def controls(t: dict, components=("MHA", "LN1")) -> pd.DataFrame:
+    """Section 4 of notebook 05 in the rows its findings compare: test accuracy (%, seed-mean)
+    per task of ``components`` finetuned plainly, from the random ``init`` checkpoint and under
+    AdamW (found by their fields in ``t["fields"]``; ``t``: ``tables``). Every variant and task
+    is one call away: ``t["acc"].T``."""
+    fields, acc = t["fields"], t["acc"]
+    names = [name_of(fields, family="plain", component=c, **recipe)
+             for recipe in ({}, dict(checkpoint="init"), dict(optimizer="adamw"))
+             for c in components]
+    return acc[[n for n in names if n in acc]].T
 
 
 def tables(res, model: nn.Module) -> dict:

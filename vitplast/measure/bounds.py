@@ -4,20 +4,20 @@ constant.
 
 Upper side, Propositions 1-4 (``P(f) <= Lip(f) <= bound``):
 
-- P1, LayerNorm: ``||gamma||_inf / sigma``. Valid for ANY tokens with sigma = the smallest
+- Prop. 1, LayerNorm: ``||gamma||_inf / sigma``. Valid for ANY tokens with sigma = the smallest
   per-token ``sqrt(var + eps)``: lifted to (z, sqrt(d eps)), LayerNorm is a radial projection
   and ``||a/|a| - b/|b||| <= ||a - b|| / min(|a|, |b|)``.
-- P2, linear layers (FC1, FC2): ``||W||_2``, attained along the top right singular vector.
-- P3, MHA on tokens of norm <= r (Castin et al. 2024, Thm 3.3):
+- Prop. 2, linear layers (FC1, FC2): ``||W||_2``, attained along the top right singular vector.
+- Prop. 3, MHA on tokens of norm <= r (Castin et al. 2024, Thm 3.3):
   ``sum_h ||O_h|| ||V_h|| sqrt(3n + (12n + 3) r^4 ||A_h||^2)``.
-- P4, MHA on sequences with ``||X||_F <= alpha sqrt(E)``, constants derived here (the paper's are
-  not public): ``sum_h ||O_h|| ||V_h|| (sqrt(n) + alpha^2 E ||A_h||)``.
+- Prop. 4, MHA on sequences with ``||X||_F <= alpha sqrt(E)``, constants derived here (the
+  paper's are not public): ``sum_h ||O_h|| ||V_h|| (sqrt(n) + alpha^2 E ||A_h||)``.
 
 Biases: the V bias adds the same vector to every output token (softmax rows sum to 1) and the
 proj bias is constant: both cancel in f(x) - f(y). The Q bias adds ``b_q^T W_k x_j`` to the
 logits and does not; it is absorbed exactly by x -> (x, 1): ``A_h`` becomes ``[[W_q^T W_k, 0],
 [b_q^T W_k, 0]] / sqrt(d_head)`` (logit terms constant along a softmax row dropped), differences
-keep their norm, r^2 -> r^2 + 1 (P3) and ``||X||_F^2 -> ||X||_F^2 + n`` (P4).
+keep their norm, r^2 -> r^2 + 1 (Prop. 3) and ``||X||_F^2 -> ||X||_F^2 + n`` (Prop. 4).
 
 Lower side: the largest observed rate and the Jacobian's spectral norm at data points are both
 <= Lip(f) on the data's domain. So the bounds bracket the Lipschitz constant over the data,

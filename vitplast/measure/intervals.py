@@ -17,10 +17,10 @@ not bracket it. ``random_checks`` tests the propositions where their assumptions
 ``intervals`` columns (one row per layer x component): ``protocol``, ``layer``, ``component``,
 ``n`` (tokens); ``plasticity`` (the mean rate, Definition 1); ``max_rate`` (the largest observed
 rate); ``local_lipschitz`` (the largest Jacobian spectral norm over the probed inputs);
-``lipschitz_lower`` (the larger of the two); ``bound`` (the component's proposition, P1, P2 or
-P3, with the statistics that make it valid: the smallest sigma, r_max); ``bound_p4`` (Prop. 4,
+``lipschitz_lower`` (the larger of the two); ``bound`` (the component's proposition, Prop. 1, 2
+or 3, with the statistics that make it valid: the smallest sigma, r_max); ``bound_p4`` (Prop. 4,
 MHA only); ``lipschitz_upper`` (the smaller proven bound); ``plugin`` (the paper's plug-in
-value: P1 at the mean sigma, P3 at r_rms; NOT a proven bound; = ``bound`` for FC);
+value: Prop. 1 at the mean sigma, Prop. 3 at r_rms; NOT a proven bound; = ``bound`` for FC);
 ``bound_holds`` = ``holds(bound, lipschitz_lower)``: the bound is at least the lower end of
 Lip(f), up to float32 round-off (``random_checks`` and ``vitplast.findings.bounds`` use the
 same ``holds``); ``p4_holds`` the same for ``bound_p4``;
@@ -127,9 +127,10 @@ def random_checks(n_seeds: int = 5, *, n: int = 16, d: int = 32, num_heads: int 
                   n_pairs: int = 64, power_iters: int = 20) -> pd.DataFrame:
     """Props. 1-4 on random weights and random inputs that satisfy each assumption exactly.
 
-    Per seed: a LayerNorm with random gamma on tokens built to share sigma = 1 (P1), a d -> 4d
-    linear (P2), a timm Attention with random weights and qkv bias on tokens of random scale (P3
-    with r_max, P4 with the inputs' alpha and energy). One row per seed x proposition:
+    Per seed: a LayerNorm with random gamma on tokens built to share sigma = 1 (Prop. 1), a d -> 4d
+    linear (Prop. 2), a timm Attention with random weights and qkv bias on tokens of random scale
+    (Prop. 3 with r_max, Prop. 4 with the inputs' alpha and energy). One row per seed x
+    proposition (``proposition``: "Prop. 1" ... "Prop. 4", the paper's names):
     ``bound``, ``plasticity``, ``max_rate`` (over n_pairs random pairs), ``local_lipschitz`` (max
     over the inputs), ``lipschitz_lower`` and ``bound_holds`` (``holds``) as in ``intervals``;
     ``width`` = bound / lipschitz_lower.
@@ -150,12 +151,12 @@ def random_checks(n_seeds: int = 5, *, n: int = 16, d: int = 32, num_heads: int 
             x = torch.randn(2 * n_pairs, n, d) * torch.empty(2 * n_pairs, 1, 1).uniform_(0.5, 2)
         c = x - x.mean(dim=-1, keepdim=True)  # shared sigma = 1: std of c -> sqrt(1 - eps)
         x_ln = x + c * (math.sqrt(1 - ln.eps) / c.std(dim=-1, unbiased=False, keepdim=True) - 1)
-        measured = {}  # P3 and P4 share the MHA measurements
+        measured = {}  # Props. 3 and 4 share the MHA measurements
         for prop, f, inp, bound in [
-                ("P1", ln, x_ln, bounds.layernorm_bound(ln, 1.0)),
-                ("P2", fc, x, bounds.linear_bound(fc)),
-                ("P3", attn, x, bounds.mha_bound(attn, n, bounds.radius(x)["r_max"])),
-                ("P4", attn, x, bounds.mha_bound_energy(attn, n, **bounds.energy_fit(x)))]:
+                ("Prop. 1", ln, x_ln, bounds.layernorm_bound(ln, 1.0)),
+                ("Prop. 2", fc, x, bounds.linear_bound(fc)),
+                ("Prop. 3", attn, x, bounds.mha_bound(attn, n, bounds.radius(x)["r_max"])),
+                ("Prop. 4", attn, x, bounds.mha_bound_energy(attn, n, **bounds.energy_fit(x)))]:
             if f not in measured:
                 with torch.no_grad():
                     r = plasticity.rate(f, inp[:n_pairs], inp[n_pairs:])
@@ -201,3 +202,16 @@ def compare_rankings(df: pd.DataFrame, column: str = "bound") -> pd.DataFrame:
     out.attrs["match"] = out.attrs["measured"] == out.attrs["theory"]
     out.attrs["kendall_tau"] = float(kendalltau(out["plasticity"], out[column]).statistic)
     return out
+
+
+def cached(name: str, key: dict, compute) -> pd.DataFrame:
+    """``compute()``, a table of this module (``intervals``, ``gauged``, ``random_checks``),
+    computed once per ``key`` and read back afterwards (``vitplast.cached.load_or_compute``,
+    files ``intervals-<name>-<hash of key>``). ``key`` names everything the table depends on:
+    the model (name, checkpoint, weights file), the pairs (task, source, number) and the call's
+    arguments; a weights file changed in place under the same name is not noticed.
+
+    Used by notebook 03 (its parameters are the key)."""
+    from vitplast.cached import load_or_compute
+
+    return load_or_compute(f"intervals-{name}", key, compute)

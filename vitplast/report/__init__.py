@@ -1,7 +1,8 @@
 """Reporting: findings as rows, their statistics, figures and the interactive views.
 
-``findings`` (one builder per notebook: ``bound_findings``, ``finetuning_findings``,
-``confound_findings``) over ``verdicts`` (rows, primaries, Holm families) and ``power`` ·
+``findings`` (one builder per notebook: ``definition_findings``, ``bound_findings``,
+``finetuning_findings``, ``confound_findings``) over ``verdicts`` (rows, primaries, Holm
+families) and ``power`` ·
 ``sentences`` (a row in plain words, for the Read cells) · ``plots`` (figures as pure
 functions; the look in ``plot_style``) · ``widgets`` (notebook 06) · ``advise`` (which
 component to finetune) · ``notebooks`` (papermill runs of the sequence) with ``reading_copy``

@@ -14,7 +14,7 @@ import pandas as pd
 
 from vitplast.measure.components import NORMS
 from vitplast.paper import PROPOSITIONS, TAKEAWAY1, VITB_RMS_TOKEN_NORM
-from vitplast.report.verdicts import SHARED_SIGMA_CV, TIGHT, descriptive, same, table
+from vitplast.report.verdicts import SHARED_SIGMA_CV, TIGHT, checked, descriptive, same, table
 
 #: Each proposition: its bound's column of ``intervals.intervals`` and its statement; the
 #: components it bounds are ``paper.PROPOSITIONS``'s (Prop. 4: MHA's tighter bound).
@@ -44,7 +44,7 @@ def _in_takeaway1_order(order: list[str]) -> bool:
 
 
 def bounds(df: pd.DataFrame, checks: pd.DataFrame, gauged: pd.DataFrame | None = None,
-           c: float = 8.0) -> pd.DataFrame:
+           c: float = 8.0, heads_diff: float | None = None) -> pd.DataFrame:
     """Notebook 03's findings table: do Props. 1-4 bracket the Lipschitz constant, and does the
     order of the bounds give the order of plasticity? Every row is descriptive (the layers of one
     model are not independent units), its verdict computed from the numbers.
@@ -53,7 +53,10 @@ def bounds(df: pd.DataFrame, checks: pd.DataFrame, gauged: pd.DataFrame | None =
         df: ``intervals.intervals`` of one model, task and protocol.
         checks: ``intervals.random_checks``.
         gauged: ``intervals.gauged`` of the same model at gauge ``c`` (the same pairs and
-            protocol), or None: with it, the rows of the gauge (``gauge_ratios``) follow.
+            protocol), or None (the gauge rows then say it was not run): with it, the rows of
+            the gauge (``gauge_ratios``) follow.
+        heads_diff: the largest difference between attention recomputed head by head from
+            row blocks (``bounds.attention_by_heads``) and the module's output (None: no row).
     """
     from vitplast.measure.intervals import compare_rankings
 
@@ -62,7 +65,14 @@ def bounds(df: pd.DataFrame, checks: pd.DataFrame, gauged: pd.DataFrame | None =
                         "assumption holds exactly", float(ratio.min()), paper="Props. 1-4",
                         verdict=_holds(checks["bound"], checks["lipschitz_lower"]),
                         n=len(checks),
-                        unit="x, min of bound / lower end over seed x proposition cases")]
+                        unit="x, min of bound / lower end over seed x proposition cases"),
+            _attained(checks)]
+    if heads_diff is not None:
+        rows.append(descriptive(
+            "attention recomputed head by head from the row blocks of qkv.weight: largest "
+            "difference from the module's output", heads_diff, paper="not in the paper (its "
+            "public code sliced column blocks)", verdict=checked(heads_diff <= HEADS_ATOL),
+            n=1, unit="(largest absolute difference; block 0's attention)"))
     for name, (col, statement) in _PROPS.items():
         comps = _bounded_by(name)
         g = df[df["component"].isin(comps)]
@@ -90,9 +100,30 @@ def bounds(df: pd.DataFrame, checks: pd.DataFrame, gauged: pd.DataFrame | None =
             paper="Takeaway 1: MHA > FC1 ~ FC2 > LN2 ~ LN1",
             verdict=same(_in_takeaway1_order(order)), n=len(cmp),
             unit="(order of layer means), over components"))
-    if gauged is not None:
-        rows += _gauge_rows(df, gauged, c)
+    rows += _gauge_rows(df, gauged, c) if gauged is not None else [descriptive(
+        claim, "not run", paper="not in the paper (vitplast.gauge: the same network function)",
+        verdict="not run (gauge_c = 0)", n=0, unit="(components)") for claim in (
+        "bounds and plasticity move by the derived factors under the gauge",
+        "order of the proven bounds under the gauge vs Takeaway 1")]
     return table(rows)
+
+
+#: Largest difference of the head-by-head recomputation from the module that reads "the same"
+#: (float32 round-off of a few sums).
+HEADS_ATOL = 1e-4
+
+
+def _attained(checks: pd.DataFrame) -> dict:
+    """How close each proposition comes to Lip(f) where its assumption holds exactly (random
+    weights): the median over seeds of the lower end / bound (1: attained)."""
+    close = (checks["lipschitz_lower"] / checks["bound"]).groupby(
+        checks["proposition"], sort=False).median()
+    return descriptive("lower end of Lip(f) / bound on random weights, per proposition",
+                       ", ".join(f"{p} {r:.2g}" for p, r in close.items()),
+                       paper="Props. 1-4 (upper bounds; how tight is not stated)",
+                       verdict=f"attained within {TIGHT:g}x: " + (", ".join(
+                           p for p, r in close.items() if r * TIGHT >= 1) or "none"),
+                       n=len(checks), unit="(median over seeds, per proposition)")
 
 
 def _order(df: pd.DataFrame, col: str, how: str) -> list[str]:
@@ -124,21 +155,25 @@ def _median_rows(df: pd.DataFrame) -> list[dict]:
 
 def _plugin_rows(df: pd.DataFrame) -> list[dict]:
     """The paper's plug-in statistics, Prop. 4 vs Prop. 3, Prop. 1's assumption, widths."""
-    plug = df[df["component"].isin([*NORMS, "MHA"])]
-    ratio = plug["plugin"] / plug["max_rate"]
     mha, ln = df[df["component"] == "MHA"], df[df["component"].isin(NORMS)]
     p4 = mha["bound_p4"] / mha["bound"]
     cv = ln["sigma_cv"]
     width = df.groupby("component", observed=True)["width"].median()
     narrow = [c for c, w in width.items() if w <= TIGHT]
-    return [
-        descriptive("the paper's plug-in values (LN at the mean sigma, MHA at the RMS radius) "
-                    ">= the largest observed rate", float(ratio.min()),
-                    paper=f"Prop. 3 at r = RMS token norm ({VITB_RMS_TOKEN_NORM} on ViT-B)",
-                    verdict="above every observed rate" if (ratio >= 1).all() else
-                    f"below an observed rate in {int((ratio < 1).sum())} of {len(ratio)} cases: "
-                    "not a bound", n=len(ratio),
-                    unit="x, min of plug-in / largest rate over (component, layer) cases"),
+    rows = []
+    for name, g, at, paper in (
+            ("Prop. 1", ln, "the mean sigma", "Prop. 1 at a typical token's sigma"),
+            ("Prop. 3", mha, "the RMS token norm",
+             f"Prop. 3 at r = RMS token norm ({VITB_RMS_TOKEN_NORM} on ViT-B)")):
+        ratio = g["plugin"] / g["max_rate"]
+        rows.append(descriptive(
+            f"{name} at {at} (the paper's plug-in value) >= the largest observed rate "
+            f"({' and '.join(_bounded_by(name))})", float(ratio.min()), paper=paper,
+            verdict="above every observed rate" if (ratio >= 1).all() else
+            f"below an observed rate in {int((ratio < 1).sum())} of {len(ratio)} cases: "
+            "not a bound", n=len(ratio),
+            unit="x, min of plug-in / largest rate over (component, layer) cases"))
+    return rows + [
         descriptive("Prop. 4 below Prop. 3 for MHA", float(p4.median()),
                     paper="Prop. 4: the tighter MHA bound",
                     verdict="Prop. 4 smaller in every layer" if (p4 < 1).all() else
@@ -199,7 +234,7 @@ def _gauge_rows(df: pd.DataFrame, gauged: pd.DataFrame, c: float) -> list[dict]:
     off = (ratios[["bound_ratio", "plasticity_ratio"]].div(ratios["derived"], axis=0) - 1).abs()
     worst = float(off.to_numpy().max())
     rows = [descriptive(
-        f"bounds and plasticity move by the derived factors at gauge c = {c:g} ("
+        f"bounds and plasticity move by the derived factors under the gauge (c = {c:g}: "
         + ", ".join(f"{r.component} x{r.derived:.3g}" for r in ratios.itertuples()) + ")",
         worst, paper="not in the paper (vitplast.gauge: the same network function)",
         verdict=("as derived (exact check)" if worst <= gauge_tolerance(df, c) else
@@ -208,7 +243,7 @@ def _gauge_rows(df: pd.DataFrame, gauged: pd.DataFrame, c: float) -> list[dict]:
     cmp = compare_rankings(gauged)
     order = cmp.sort_values("rank_bound")["component"].astype(str).tolist()
     rows.append(descriptive(
-        f"order of the proven bounds at gauge c = {c:g} vs Takeaway 1", " > ".join(order),
+        f"order of the proven bounds under the gauge (c = {c:g}) vs Takeaway 1", " > ".join(order),
         paper="Takeaway 1: MHA > FC1 ~ FC2 > LN2 ~ LN1",
         verdict=same(_in_takeaway1_order(order)) + (
             "; plasticity in the same order" if cmp.attrs["match"] else

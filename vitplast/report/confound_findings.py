@@ -20,11 +20,12 @@ import math
 
 import pandas as pd
 
+from vitplast.experiments.confound_plasticity import OTHER_PROTOCOL, PROTOCOL
 from vitplast.experiments.confound_variants import name_of, names_of
 from vitplast.measure.components import LINEARS
 from vitplast.paper import SOURCES, table1_average
 from vitplast.report.finetuning_findings import declared_by, grad_rows, with_ties
-from vitplast.report.verdicts import descriptive, mean_test, paired_test, table
+from vitplast.report.verdicts import checked, descriptive, mean_test, paired_test, table
 
 _TASKS = "points, per task (seed-mean)"
 #: The per-task statistic of the per-layer test (``finetuning_findings.STATISTICS``).
@@ -48,10 +49,19 @@ def _matched(acc: pd.DataFrame, fields: pd.DataFrame, a: dict, b: dict, counts: 
     return {**row, "counts": f"{counts.get(a, math.nan):,} vs {counts.get(b, math.nan):,}"}
 
 
-def layer_statistic(corr: pd.DataFrame) -> pd.Series:
-    """Per task, the mean over components of the partial rho (``layer_correlations``'s
-    ``partial``; NaN where a component's plasticity or accuracy is monotone in depth, left
-    out)."""
+def _of(corr: pd.DataFrame, protocol: str) -> pd.DataFrame:
+    """The rows of ``corr`` measured under ``protocol`` (a table without ``protocol`` holds
+    the declared ``PROTOCOL``'s)."""
+    if "protocol" not in corr:
+        return corr if protocol == PROTOCOL else corr.iloc[:0]
+    return corr[corr["protocol"] == protocol]
+
+
+def layer_statistic(corr: pd.DataFrame, protocol: str = PROTOCOL) -> pd.Series:
+    """Per task, the mean over components of the partial rho under ``protocol`` (default the
+    declared one; ``layer_correlations``'s ``partial``; NaN where a component's plasticity or
+    accuracy is monotone in depth, left out)."""
+    corr = _of(corr, protocol)
     if "partial" not in corr or not len(corr):
         return pd.Series(dtype=float)
     return corr.groupby("task")["partial"].mean().dropna()
@@ -68,7 +78,8 @@ def confounds(t: dict, after: pd.DataFrame | None = None, primaries=()) -> pd.Da
             ``corr`` (``confounds.layer_correlations``), ``grads`` (of the plain
             configurations), ``rescale`` (``confounds.rescale_pairs``), ``ties`` and
             ``alternatives`` (the fragile flag; absent: not computed).
-        after: ``confounds.plasticity_after`` of the best runs (None or empty: no row).
+        after: ``confounds.plasticity_after`` of the best runs (None or empty: its row says
+            "not measured").
         primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
     """
     return with_ties(lambda tt: _confounds(tt, after, primaries), t)
@@ -96,7 +107,10 @@ def _confounds(t: dict, after, primaries) -> pd.DataFrame:
                                expected=math.nan, unit=_TASKS)
     rows.append({**count_effect, "counts": f"{counts.get(full, 0):,} vs "
                  f"{counts.get(masked, 0):,}"})
+    rows += _signs(primaries, acc)
     rows += _layer_rows(t["corr"], counts, fields, declared)
+    rows += _layer_rows(t["corr"], counts, fields, protocol=OTHER_PROTOCOL)
+    rows += [_depth_row(t["corr"])]
     gap = table1_average("MHA") - table1_average("LN1")
     adamw, init = ({c: name_of(fields, **plain[c], **recipe) for c in plain}
                    for recipe in (dict(optimizer="adamw"), dict(checkpoint="init")))
@@ -109,26 +123,31 @@ def _confounds(t: dict, after, primaries) -> pd.DataFrame:
                             expected=math.nan, unit=_TASKS))
     rows += _rescale_rows(acc, fields, t.get("rescale"))
     rows += grad_rows(t["grads"], SOURCES["grad_norms"])
-    if after is not None and len(after):
-        own = after[after["variant"] == after["component"]]
-        ratios = own.groupby("component")["ratio"].mean()
-        rows.append(descriptive(
-            "a component's own plasticity after / before finetuning it (best run per task)",
-            ", ".join(f"{c} x{r:.2f}" for c, r in ratios.items()), paper="not studied",
-            verdict="measured (untested)", n=own["task"].nunique(), unit="mean over tasks"))
+    own = (after[after["variant"] == after["component"]] if after is not None and len(after)
+           else pd.DataFrame(columns=["task", "component", "ratio"]))
+    ratios = own.groupby("component")["ratio"].mean()
+    rows.append(descriptive(
+        f"a component's own plasticity after / before finetuning it (best run per task) "
+        f"[{PROTOCOL}]", ", ".join(f"{c} x{r:.2f}" for c, r in ratios.items()) or "none",
+        paper="not studied", verdict="measured (untested)" if len(own) else
+        "not measured (no stored measurement)", n=own["task"].nunique(),
+        unit="mean over tasks"))
     return table(rows)
 
 
-def _layer_rows(corr: pd.DataFrame, counts: dict, fields: pd.DataFrame, declared=()
-                ) -> list[dict]:
-    """Per component, the partial rank correlation of plasticity and accuracy over the blocks
-    given the block index (count fixed within a component; stated); its mean over components
-    (unless a primary); and earliness against accuracy. The task is the unit."""
+def _layer_rows(corr: pd.DataFrame, counts: dict, fields: pd.DataFrame, declared=(),
+                protocol: str = PROTOCOL) -> list[dict]:
+    """Per component, the partial rank correlation of plasticity (under ``protocol``) and
+    accuracy over the blocks given the block index (count fixed within a component; stated);
+    its mean over components (unless a primary). The task is the unit. Under the declared
+    ``PROTOCOL`` the rows are exploratory; under any other they are its "sensitivity" family."""
     rows, source = [], SOURCES["plasticity_gain"] + ": positive"
-    for comp, c in corr.groupby("component"):
+    family = "exploratory" if protocol == PROTOCOL else "sensitivity"
+    for comp, c in _of(corr, protocol).groupby("component"):
         monotone = int((c["plasticity_depth"].abs() > 1 - 1e-9).sum())
+        flat = int((c["spearman_depth"].abs() > 1 - 1e-9).sum())
         claim = (f"{comp} of one block: Spearman(plasticity, test accuracy) over the blocks, "
-                 "partial on the block index")
+                 f"partial on the block index [{protocol}]")
         per_block = sorted({counts[name] for name in names_of(fields, family="block",
                                                               component=comp) if name in counts})
         if monotone == len(c):
@@ -137,21 +156,48 @@ def _layer_rows(corr: pd.DataFrame, counts: dict, fields: pd.DataFrame, declared
                               verdict="cannot be told from depth (untested)")
         else:
             left = int(c["partial"].isna().sum())
-            row = mean_test(claim, c.set_index("task")["partial"], paper=source, expected=1,
-                            unit=f"partial rho, per task ({left} of {len(c)} tasks left out: "
-                            f"plasticity ({monotone}) or accuracy monotone in depth)")
+            row = {**mean_test(claim, c.set_index("task")["partial"], paper=source, expected=1,
+                               unit=f"partial rho, per task ({left} of {len(c)} tasks left out: "
+                               f"plasticity ({monotone}) or accuracy ({flat}) monotone in "
+                               "depth)"), "family": family}
         rows.append({**row, "counts": " vs ".join(f"{n:,}" for n in per_block) + " per block"})
-    if LAYER_STATISTIC not in declared:
-        rows.append(mean_test("one block at a time, mean over components: Spearman(plasticity, "
-                              "test accuracy) over the blocks, partial on the block index",
-                              layer_statistic(corr), paper=source, expected=1,
-                              unit="partial rho, per task"))
+    if protocol != PROTOCOL or LAYER_STATISTIC not in declared:
+        rows.append({**mean_test(f"one block at a time, mean over components: Spearman("
+                                 f"plasticity, test accuracy) over the blocks, partial on the "
+                                 f"block index [{protocol}]", layer_statistic(corr, protocol),
+                                 paper=source, expected=1, unit="partial rho, per task"),
+                     "family": family})
+    return rows
+
+
+def _depth_row(corr: pd.DataFrame) -> dict:
+    """Earliness (minus the block index) against accuracy over the blocks, mean over
+    components, per task: the trend the per-block figure shows, with its CI."""
+    corr = _of(corr, PROTOCOL)
     depth = (corr.groupby("task")["spearman_depth"].mean() if "spearman_depth" in corr
              else pd.Series(dtype=float))
-    rows.append(mean_test("one block at a time, mean over components: Spearman(earlier block, "
-                          "test accuracy) over the blocks", depth, expected=math.nan,
-                          paper="not studied (depth, which plasticity may follow)",
-                          unit="rho, per task"))
+    return mean_test("one block at a time, mean over components: Spearman(earlier block, "
+                     "test accuracy) over the blocks", depth, expected=math.nan,
+                     paper="not studied (depth, which plasticity may follow)",
+                     unit="rho, per task")
+
+
+def _signs(primaries, acc: pd.DataFrame) -> list[dict]:
+    """Each declared difference of configurations at matched counts beside the paper's gap at
+    full counts (Table 1 average of the same components): the same sign, or reversed. Not a
+    test (the primaries' rows test it); the paper has no matched-count claim to agree with."""
+    rows = []
+    for p in primaries:
+        if p.statistic or not math.isfinite(p.paper) or not len(values := p.values(acc)):
+            continue
+        same = (values.mean() > 0) == (p.paper > 0)
+        rows.append(descriptive(
+            f"sign of ({p.claim}) against the paper's gap at full counts",
+            f"{values.mean():+.3g} against {p.paper:+.3g}", n=len(values),
+            paper=f"not studied at matched counts ({p.source}: {p.paper:+.2f})",
+            unit="points, mean over tasks, against the paper's",
+            verdict="the same sign as the paper's gap at full counts" if same else
+            "reversed: the other sign from the paper's gap at full counts"))
     return rows
 
 
@@ -189,3 +235,29 @@ def _rescale_rows(acc: pd.DataFrame, fields: pd.DataFrame, pairs: pd.DataFrame |
             f"accuracy, the largest difference {r.max_diff:.2f}", paper="not studied (derived "
             "here: the same run without clipping)", verdict=verdict, n=r.pairs, unit="points"))
     return rows
+
+
+#: Largest output change of the preserved rescale that reads "the same function", and largest
+#: relative departure of its plasticity ratio from c that reads "times c" (float32 round-off).
+SAME_OUTPUT, RATIO_RTOL = 1e-4, 1e-3
+
+
+def rescale_check(check: pd.DataFrame) -> pd.DataFrame:
+    """Notebook 05's gamma rescale, checked on the model (``confounds.check_rescale``: per
+    LayerNorm, ``c``, ``ratio`` of plasticity after / before the preserved rescale,
+    ``max_output_change_preserved`` and ``_raw``): the preserved rescale keeps the network's
+    output and multiplies the LayerNorm's plasticity by c; the raw one changes the output. Exact
+    checks of objection 3's falsifier (descriptive; the paper makes no such check)."""
+    off = float((check["ratio"] / check["c"] - 1).abs().max())
+    kept = float(check["max_output_change_preserved"].max())
+    raw = float(check["max_output_change_raw"].min())
+    n, unit = len(check), "(LayerNorms)"
+    paper = "not in the paper (objection 3's falsifier, docs/objections.md)"
+    return table([
+        descriptive("preserved gamma rescale: LayerNorm plasticity after / before, relative "
+                    "departure from c (" + ", ".join(f"{r.component} c = {r.c:.3g}" for r in
+                                                     check.itertuples()) + ")", off,
+                    paper=paper, verdict=checked(off <= RATIO_RTOL), n=n, unit=unit),
+        descriptive("preserved gamma rescale: largest change of the network's output (the raw "
+                    "rescale's smallest beside it)", f"{kept:.2g} (raw: {raw:.2g})",
+                    paper=paper, verdict=checked(kept <= SAME_OUTPUT < raw), n=n, unit=unit)])

@@ -2,8 +2,9 @@
 
 The rows, their tests, Holm families, power and verdicts are ``vitplast.verdicts`` (documented
 there, re-exported here: ``findings.table``, ``findings.render``, ``findings.Primary``...).
-One builder per notebook: 01 ``definitions``, 02 ``plasticity_ranking``, 06 ``explorer``
-below; 03 ``bounds`` (``vitplast.bound_findings``), 04 ``finetuning``
+One builder per notebook: 02 ``plasticity_ranking`` and 06 ``explorer`` below; 01
+``definitions`` (``vitplast.definition_findings``), 03 ``bounds`` (``vitplast.bound_findings``),
+04 ``finetuning``
 (``vitplast.finetuning_findings``) and 05 ``confounds`` (``vitplast.confound_findings``),
 re-exported. ``from vitplast import findings`` is the one
 import a notebook needs.
@@ -20,7 +21,8 @@ import pandas as pd
 
 from vitplast.paper import SOURCES
 from vitplast.report.bound_findings import bounds
-from vitplast.report.confound_findings import confounds
+from vitplast.report.confound_findings import confounds, rescale_check
+from vitplast.report.definition_findings import definitions
 from vitplast.report.finetuning_findings import STATISTICS, finetuning, with_ties
 from vitplast.report.verdicts import (
     ALPHA,
@@ -29,11 +31,11 @@ from vitplast.report.verdicts import (
     MAX_PRIMARIES,
     MIN_N,
     ORDER_HELD_TAU,
-    PRECISE,
     SCALE_INVARIANT,
     TIGHT,
     UNDERPOWERED,
     Primary,
+    checked,
     descriptive,
     exact,
     holm,
@@ -46,12 +48,13 @@ from vitplast.report.verdicts import (
 )
 
 __all__ = ["ALPHA", "COLUMNS", "EXTRA", "MAX_PRIMARIES", "MIN_N", "STATISTICS", "UNDERPOWERED",
-           "Primary", "bounds", "confounds", "correlation_row", "definitions", "descriptive",
-           "exact", "explorer", "finetuning", "holm", "mean_test", "paired_test",
-           "plasticity_ranking", "primaries_table", "render", "same", "table", "with_ties"]
+           "Primary", "bounds", "checked", "confounds", "correlation_row", "definitions",
+           "descriptive", "exact", "explorer", "finetuning", "holm", "mean_test", "paired_test",
+           "plasticity_ranking", "primaries_table", "render", "rescale_check", "same", "table",
+           "with_ties"]
 
 
-# notebook 01 ---------------------------------------------------------------------------------
+# notebook 02 ---------------------------------------------------------------------------------
 
 def correlation_row(claim: str, rho, *, paper: str, unit: str = "rho, per task",
                     paper_value: float = 1.0) -> dict:
@@ -74,74 +77,6 @@ def correlation_row(claim: str, rho, *, paper: str, unit: str = "rho, per task",
                            f"{len(v)} tasks (no spread, so no test is needed{near})")
     return mean_test(claim, v, paper=paper, expected=1, unit=unit)
 
-
-def definitions(maps: pd.DataFrame, linear: pd.DataFrame, scale: pd.DataFrame,
-                conv: pd.DataFrame, tol: float = 0.05) -> pd.DataFrame:
-    """Notebook 01's findings table: exact checks of Definition 1 on hand-checkable functions
-    (descriptive rows: these are computations, not samples of units).
-
-    Args:
-        maps: ``definitions.maps_1d_table``; linear: ``definitions.linear_table``;
-        scale: ``definitions.scale_table`` (modules "LayerNorm" and "attention");
-        conv: ``definitions.convergence`` of the model's rates.
-        tol: relative tolerance of "close to" (LayerNorm's slope, the linear map's value).
-    """
-    ok = (maps["plasticity"] <= maps["max_rate"] + 1e-9) & (maps["max_rate"]
-                                                            <= maps["lipschitz"] + 1e-6)
-    crossing = [f for f, g in maps.groupby("function")
-                if g["plasticity"].max() > 1 > g["plasticity"].min()]
-    lin = dict(zip(linear["quantity"], linear["value"]))
-    ratio = lin["plasticity (mean rate)"] / lin["sqrt(mean sigma^2)"]
-    ln = scale[scale["module"] == "LayerNorm"]
-    slope = float(np.polyfit(np.log(ln["scale"]), np.log(ln["plasticity"]), 1)[0])
-    big = conv[conv["n_pairs"] == conv["n_pairs"].max()]
-    rel = float((big["ci95"] / big["plasticity"]).max())
-    return table([
-        descriptive("plasticity <= largest observed rate <= Lipschitz constant, 1-D maps",
-                    f"{int(ok.sum())}/{len(ok)}", paper="Definition 1: P(f) <= Lip(f)",
-                    verdict=exact(bool(ok.all())), n=len(ok), unit="(map, scale) cases"),
-        descriptive("1-D maps whose plasticity crosses 1 between pair scales",
-                    ", ".join(crossing) or "none",
-                    paper="objection 1 (docs/objections.md): P depends on the pair distribution",
-                    verdict=exact(bool(crossing)),
-                    n=maps["function"].nunique(), unit="(of the maps)"),
-        descriptive("linear map: plasticity / sqrt(mean sigma_i^2)", float(ratio),
-                    paper="at most 1 for isotropic pairs (Jensen: E[rate] <= sqrt(E[rate^2]) = "
-                    "||W||_F / sqrt(d))", verdict=exact(ratio <= 1 + 1e-6), n=1,
-                    unit="(ratio; one map)"),
-        descriptive("LayerNorm: slope of log plasticity against log input scale", slope,
-                    paper="Prop. 1: bound ||gamma||_inf / sigma, slope -1",
-                    verdict=exact(abs(slope + 1) <= tol), n=len(ln), unit="(fit over scales)"),
-        _settled(big),
-        descriptive(f"largest 95% CI half-width relative to the estimate at "
-                    f"{int(big['n_pairs'].max())} pairs", rel, paper="not reported",
-                    verdict=f"precise (<= {PRECISE:.0%})" if rel <= PRECISE
-                    else f"imprecise (> {PRECISE:.0%})",
-                    n=len(big), unit="of the estimate, worst (layer, component)"),
-    ])
-
-
-def _settled(big: pd.DataFrame) -> dict:
-    """Whether the order of the components is settled at ``big``'s number of pairs: per
-    layer, components neighbouring in the order whose 95% CIs overlap."""
-    overlap, total = [], 0
-    for layer, g in big.groupby("layer"):
-        g = g.sort_values("plasticity", ascending=False)
-        for (_, a), (_, b) in zip(g.iterrows(), g.iloc[1:].iterrows()):
-            total += 1
-            if a["plasticity"] - a["ci95"] <= b["plasticity"] + b["ci95"]:
-                overlap.append(f"{a['component']}/{b['component']} (layer {layer})")
-    n = int(big["n_pairs"].max())
-    verdict = ("one component per layer: no order" if not total else "order settled"
-               if not overlap else "order not settled where the intervals overlap")
-    return descriptive(f"neighbours in the order whose confidence intervals overlap at {n} pairs",
-                       f"{len(overlap)} of {total}" + (f": {', '.join(overlap)}" if overlap
-                                                       else ""),
-                       paper="not reported", n=total, unit="(neighbouring components, "
-                       "per layer; 95% intervals)", verdict=verdict)
-
-
-# notebook 02 ---------------------------------------------------------------------------------
 
 def _per_task(ranked: pd.DataFrame, component: str) -> pd.Series:
     return ranked[ranked["component"] == component].set_index("task")["plasticity"]
@@ -223,37 +158,75 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
 
 # notebook 06 ---------------------------------------------------------------------------------
 
-def explorer(bounds_: pd.DataFrame, gamma: pd.DataFrame, tol: float = 1e-3) -> pd.DataFrame:
-    """Notebook 06's findings table, from the explorers' views (descriptive rows: exact checks).
+def explorer(bounds_: pd.DataFrame | None = None, gamma: pd.DataFrame | None = None,
+             run: pd.DataFrame | None = None, tol: float = 1e-3) -> pd.DataFrame:
+    """Notebook 06's findings table, from the explorers' views (descriptive rows: exact
+    checks); each argument adds its section's rows (None: left out).
 
     Args:
         bounds_: ``widgets.bound_table`` (per layer and component: ``plasticity``,
             ``max_rate``, ``bound``).
         gamma: ``widgets.gamma_table`` (per scale ``c``: ``ratio``, ``bound_ratio``,
             ``diff_preserved``, ``diff_raw``).
+        run: ``widgets.run_table`` (the results browser's run: ``metric``, ``step``,
+            ``value``).
         tol: relative tolerance of "proportional to c", and the largest logit difference that
             counts as "the same function".
     """
-    held = bounds_["max_rate"] <= bounds_["bound"]
-    loose = float((bounds_["bound"] / bounds_["plasticity"]).median())
-    off = float(((gamma["ratio"] / gamma["c"]) - 1).abs().max())
-    kept, raw = float(gamma["diff_preserved"].max()), float(gamma["diff_raw"].min())
-    return table([
-        descriptive("largest measured rate <= its bound (Props. 1-3)",
-                    f"{int(held.sum())}/{len(held)}", paper="Props. 1-3: upper bounds",
-                    verdict=exact(bool(held.all())), n=len(held), unit="(layer, component)"),
-        descriptive("bound / plasticity, median over (layer, component)", loose,
-                    paper="not reported", verdict=f"tight (< {TIGHT:g})" if loose < TIGHT else
-                    f"loose (>= {TIGHT:g})", n=len(bounds_), unit="ratio, median"),
-        descriptive("LayerNorm gamma, beta times c: |plasticity ratio / c - 1|, largest over c",
-                    off, paper="Definition 1: the LN's output times c, its input unchanged, "
-                    "so every rate times c",
-                    verdict=exact(off <= tol), n=len(gamma), unit="(relative, over scales c)"),
-        descriptive("largest |logit difference|: function-preserving rescale (smallest for the "
-                    "raw one beside it)", f"{kept:.2g} (raw: {raw:.2g})",
-                    paper="objections 3-4: the same function, another plasticity",
-                    verdict=exact(kept <= tol < raw), n=len(gamma),
-                    unit="(logits, over scales c)"),
-    ])
+    rows = []
+    if bounds_ is not None:
+        held = bounds_["max_rate"] <= bounds_["bound"]
+        loose = (bounds_["bound"] / bounds_["plasticity"]).groupby(
+            bounds_["component"].astype(str), sort=False).median()
+        rows += [descriptive("largest measured rate <= its bound (Props. 1-3)",
+                             f"{int(held.sum())}/{len(held)}", paper="Props. 1-3: upper bounds",
+                             verdict=exact(bool(held.all())), n=len(held),
+                             unit="(layer, component)"),
+                 descriptive("bound / plasticity, median over layers, per component",
+                             ", ".join(f"{c} {r:.3g}" for c, r in loose.items()),
+                             paper="not reported", verdict=f"tight (< {TIGHT:g}) for: " + (
+                                 ", ".join(c for c, r in loose.items() if r < TIGHT) or "none"),
+                             n=len(bounds_), unit="(ratio, median per component)")]
+    if gamma is not None:
+        off = float(((gamma["ratio"] / gamma["c"]) - 1).abs().max())
+        kept, raw = float(gamma["diff_preserved"].max()), float(gamma["diff_raw"].min())
+        paper = "not in the paper (objection 3, docs/objections.md)"
+        rows += [descriptive("LayerNorm gamma, beta times c: |plasticity ratio / c - 1|, "
+                             "largest over c", off, paper=paper, verdict=checked(off <= tol),
+                             n=len(gamma), unit="(relative, over scales c)"),
+                 descriptive("largest |logit difference|: function-preserving rescale "
+                             "(smallest for the raw one beside it)",
+                             f"{kept:.2g} (raw: {raw:.2g})", paper=paper,
+                             verdict=checked(kept <= tol < raw), n=len(gamma),
+                             unit="(logits, over scales c)")]
+    rows += _run_rows(run) if run is not None else []
+    return table(rows)
 
 
+#: The recipe's global gradient-norm clip (``finetune.train``'s ``clip_grad_norm``): a logged
+#: global norm at or above it means clipping scaled that step's update.
+CLIP = 1.0
+
+
+def _run_rows(run: pd.DataFrame) -> list[dict]:
+    """The results browser's run: where its validation accuracy peaked, and how often its
+    global gradient norm sat at the clip."""
+    if not len(run):
+        return [descriptive("the run shown", "none: the store is empty", paper="not reported",
+                            verdict="nothing to read", n=0, unit="(runs)")]
+    val = run[run["metric"] == "val_acc"].dropna(subset=["value"]).sort_values("step")
+    norm = run[run["metric"] == "grad_norm"].dropna(subset=["value"])
+    best, last = int(val.loc[val["value"].idxmax(), "step"]), int(val["step"].max())
+    clipped = float((norm["value"] >= CLIP).mean()) if len(norm) else math.nan
+    return [
+        descriptive("the run shown: step of its best validation accuracy / its last evaluation",
+                    f"{best} / {last}", paper="not reported", n=len(val), unit="(steps)",
+                    verdict="best at the last evaluation: it may still have been improving when "
+                    "the step budget ended" if best == last else "it peaked before the step "
+                    "budget ended"),
+        descriptive(f"the run shown: share of logged steps whose global gradient norm is at or "
+                    f"above the clip ({CLIP:g})", clipped, paper="not reported",
+                    n=len(norm), unit="(fraction of logged steps)",
+                    verdict="clipping scaled most updates" if clipped > 0.5 else
+                    "clipping scaled some updates" if clipped > 0 else
+                    "clipping never acted")]

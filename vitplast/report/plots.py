@@ -171,17 +171,18 @@ def scatter(df, x: str, y: str, hue: str, logx: bool = False, title: str = "",
 @_themed
 def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
                 significant: str | None = None, title: str = "", xlabel: str | None = None,
-                descriptive: str | None = None):
+                descriptive: str | None = None, alpha: float | None = None):
     """A forest plot: per row of ``df``, ``diff`` with a +-``ci`` bar, against zero.
 
     ``significant`` (a boolean column) draws the rows it marks filled, the others hollow;
     ``descriptive`` (a boolean column) draws its rows as grey diamonds (no test);
     ``xlabel`` names the difference in words (default: "difference, with its 95% CI").
-    Used by notebooks 04 (findings) and 05 (verdicts).
+    With ``significant``, a legend below says what fill, diamond and bar mean (``alpha``: the
+    Holm level). Used by notebooks 04 (findings) and 05 (verdicts).
     """
     import textwrap
 
-    fig, ax = plt.subplots(figsize=(9, 0.55 * len(df) + 1.2))
+    fig, ax = plt.subplots(figsize=(9, 0.55 * len(df) + (1.8 if significant else 1.2)))
     y = range(len(df))[::-1]  # first row on top
     filled = df[significant].astype(bool) if significant else [True] * len(df)
     plain = df[descriptive].astype(bool) if descriptive else [False] * len(df)
@@ -193,8 +194,22 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
     ax.axvline(0, color="k", lw=0.8, ls="--")
     ax.set(yticks=list(y), yticklabels=[textwrap.fill(str(v), 48) for v in df[label]], title=title,
            xlabel=xlabel or "difference, with its 95% CI")
-    fig.tight_layout()
+    _forest_key(fig, alpha, descriptive is not None and any(plain)) if significant else None
+    fig.tight_layout(rect=(0, 0.6 / fig.get_figheight() if significant else 0, 1, 1))
     return fig
+
+
+def _forest_key(fig, alpha: float | None, with_diamond: bool) -> None:
+    """The forest plot's legend, below it: what fill, a grey diamond and the bar mean."""
+    from matplotlib.lines import Line2D
+    keys = [("o", "C0", "C0", "-", "filled: significant after Holm within its family"
+             + (f" (Holm p < {alpha:g})" if alpha is not None else "")),
+            ("o", "C0", "white", "-", "hollow: not significant after Holm"),
+            ("|", "C0", "C0", "-", "bar: the 95% confidence interval"),
+            ("D", "0.55", "0.55", "", "grey diamond: descriptive, no test (fewer than 3 tasks)")]
+    fig.legend(handles=[Line2D([], [], marker=m, color=c, markerfacecolor=f, ls=ls, label=t)
+                        for m, c, f, ls, t in keys[:4 if with_diamond else 3]],
+               loc="lower center", ncol=2, fontsize=8, frameon=False)
 
 
 @_themed
@@ -239,7 +254,7 @@ def findings(table, unit: str | None = None, title: str = "", xlabel: str | None
     default: the unit of most tested rows), primaries first: each mean with its 95% CI, filled
     where the table's own Holm-corrected p (within its family) is below ``alpha`` (default
     ``findings.ALPHA``), hollow where not, a grey diamond where the row is descriptive (n < 3:
-    no test). Each label names the row's family and n.
+    no test); the legend below says so. Each label names the row's family and n.
 
     Used by notebooks 04-05."""
     from vitplast.report.findings import ALPHA
@@ -258,8 +273,7 @@ def findings(table, unit: str | None = None, title: str = "", xlabel: str | None
                        label=[f"[{f}] {c} (n\u00a0=\u00a0{n})" for f, c, n in
                               zip(rows["family"], rows["claim"], rows["n"])])
     return differences(rows, label="label", diff="measured", ci="ci95", significant="significant",
-                       descriptive="descriptive", title=title or f"filled: Holm p < {alpha:g} "
-                       "within its family; hollow: not; grey diamond: descriptive (n < 3)",
+                       descriptive="descriptive", title=title, alpha=alpha,
                        xlabel=xlabel or f"difference, with its 95% CI ({unit})")
 
 

@@ -177,6 +177,12 @@ def exact(ok: bool) -> str:
     return "same as the paper (exact check)" if ok else "differs from the paper (exact check)"
 
 
+def checked(ok: bool) -> str:
+    """The verdict of an exact check that tests no claim of the paper (an objection's check, a
+    derivation of the kit's): it reads as a result, never as agreement with the paper."""
+    return "holds (exact check)" if ok else "fails (exact check)"
+
+
 def _t_interval(values: np.ndarray) -> tuple[float, float]:
     """(half-width of the 95% t interval of the mean, two-sided one-sample t p)."""
     from scipy import stats

@@ -359,3 +359,16 @@ def gamma_table(gamma: Explorer, cs=(0.1, 0.5, 2.0, 10.0)) -> pd.DataFrame:
                          bound_ratio=r["bound"][layer] / one["bound"][layer],
                          diff_preserved=r["diff_preserved"], diff_raw=r["diff_raw"]))
     return pd.DataFrame(rows)
+
+
+def run_table(browser: Explorer) -> pd.DataFrame:
+    """The results browser's current run(s) as a table: ``results.history`` rows (``run``,
+    ``step``, ``metric``, ``value``) of the runs its controls select (empty for an empty store).
+    Used by notebook 06's findings (``findings.explorer``)."""
+    if browser.compute is None:
+        return pd.DataFrame(columns=["run", "step", "metric", "value"])
+    runs, curves = browser.compute()
+    sel = runs
+    for k, v in browser.state().items():
+        sel = sel[sel[k] == v]
+    return curves[curves["run"].isin(sel["run"])].reset_index(drop=True)
