@@ -176,7 +176,9 @@ def test_findings_forest_plot_reads_the_tables_p_holm():
     ax = fig.axes[0]
     faces = [line.get_markerfacecolor() for line in ax.lines if line.get_marker() == "o"]
     assert faces[0] != "white" and faces[1] == "white"
-    assert "points" in ax.get_xlabel() and "0.05" in ax.get_title()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "points" in ax.get_xlabel() and any("Holm" in t and "0.05" in t for t in legend)
+    assert legend[0].startswith("filled") and any("95%" in t and "not Holm" in t for t in legend)
     plt.close(fig)
 
 

@@ -69,36 +69,21 @@ def chosen(study: Study, root: str | Path, *, grid: bool = False) -> pd.DataFram
 def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
                     protocol: str = "embedding") -> pd.DataFrame:
     """Per block and component: the embedded model's plasticity on ``task`` before
-    finetuning (``n_pairs`` pairs of a Fashion-MNIST image and a task image, ``protocol``),
-    measured once and stored in ``root/plasticity-<hash of the settings>.json``.
+    finetuning, measured once and stored beside the runs (``empirical.stored_layers``).
 
     Columns: ``task``, ``protocol``, ``layer``, ``component``, ``plasticity``, ``ci95``.
     """
     from vitplast import empirical
 
-    settings = dict(task=task, n_pairs=n_pairs, protocol=protocol)
-    saved = store.Store(root).companion(
-        f"plasticity-{store.config_hash(settings)}.json",
-        compute=lambda: dict(settings, rows=empirical.embedded_layers(
-            [task], protocol=protocol, n_pairs=n_pairs).drop(columns="task").to_dict("records")))
-    return pd.DataFrame(saved["rows"]).assign(task=task, protocol=protocol)
+    return empirical.stored_layers(root, task, n_pairs=n_pairs, protocol=protocol)
 
 
 def task_probe(root: str | Path, task: str, *, compute: bool = True) -> dict | None:
-    """The embedded model's linear probe on ``task`` (``probes.linear_probe``: ``train_acc``,
-    ``val_acc``, ``test_acc`` in %, ``n_train``, ``n_features``), computed once (about 40 s on
-    a CPU core) and stored in ``root/probe-<hash of the settings>.json``; ``None`` when not
-    stored and ``compute`` is False."""
-    from vitplast import models, probes
+    """The embedded model's linear probe on ``task``, computed once and stored beside the runs
+    (``probes.stored_probe``); ``None`` when not stored and ``compute`` is False."""
+    from vitplast import probes
 
-    settings = dict(task=task, model=models.EMBEDDED_NAME, probe="logistic, C=1, L-BFGS")
-
-    def probe() -> dict:
-        row = probes.linear_probes(models.EMBEDDED_NAME, [task]).iloc[0].to_dict()
-        return dict(settings, **{k: v for k, v in row.items() if k != "task"})
-
-    return store.Store(root).companion(f"probe-{store.config_hash(settings)}.json",
-                                       compute=probe if compute else None)
+    return probes.stored_probe(root, task, compute=compute)
 
 
 def task_probes(root: str | Path, tasks, *, compute: bool = False) -> pd.DataFrame:

@@ -29,9 +29,8 @@ train the same run twice. A claim is dead when its heartbeat is older than ``CLA
 or its owner pid is gone on this host; the next sweep takes it over.
 
 What does not depend on a store's folder stays a function: ``record_problems``,
-``companion_problems``, ``locked``. Load-or-compute caches (``load_or_compute``,
-``config_hash``) are ``vitplast.cached``'s and the JSON helpers ``vitplast.files``'s, both
-re-exported here.
+``companion_problems``, ``locked``. Load-or-compute caches (``load_or_compute``, ``config_hash``)
+are ``vitplast.cached``'s and the JSON helpers ``vitplast.files``'s, both re-exported here.
 
 Used by ``vitplast.sweep``, ``search``, ``results``, ``provenance``, ``confounds``,
 ``confound_plasticity`` and ``decide``, ``python -m vitplast pretrain`` and notebooks 04-06.
@@ -63,13 +62,14 @@ STATUSES = ("ok", "diverged", "failed")
 #: JSON files a store holds beside its records, each with the keys it must hold
 #: (``Store.companion``): the sweep's session log (``provenance.log_session``), the confound
 #: study's measurements (``confounds``: scales, per-block plasticity, plasticity after
-#: finetuning) and the suite study's (``decide.task_plasticity``, ``decide.task_probe``).
+#: finetuning), the suite study's (``decide.task_plasticity``, ``task_probe``), ``advise.stored``'s.
 COMPANIONS = {"study.json": ("sessions",),
               "scales-*.json": ("tasks", "target", "n_pairs", "plasticity", "scales"),
               "layers-*.json": ("tasks", "n_pairs", "protocol", "rows"),
               "after-*.json": ("run", "n_pairs", "before", "after"),
               "plasticity-*.json": ("task", "n_pairs", "protocol", "rows"),
-              "probe-*.json": ("task", "model", "probe", "test_acc", "val_acc", "train_acc")}
+              "probe-*.json": ("task", "model", "probe", "test_acc", "val_acc", "train_acc"),
+              "advise-*.json": ("task", "model", "weights", "c", "rows", "provenance")}
 #: An orphan temp file older than this (seconds) is debris of a killed write.
 TEMP_AGE_S = 300.0
 #: A claim whose heartbeat is older than this (seconds) is dead.

@@ -3,5 +3,6 @@
 ``findings`` (one builder per notebook: ``bound_findings``, ``finetuning_findings``,
 ``confound_findings``) over ``verdicts`` (rows, primaries, Holm families) and ``power`` ·
 ``plots`` (figures as pure functions; the look in ``plot_style``) · ``widgets`` (notebook 06)
-· ``advise`` (which component to finetune) · ``notebooks`` (papermill runs of the sequence).
+· ``advise`` (which component to finetune) and ``regret`` (its rules scored) ·
+``notebooks`` (papermill runs of the sequence).
 """

@@ -239,9 +239,10 @@ def findings(table, unit: str | None = None, title: str = "", xlabel: str | None
     default: the unit of most tested rows), primaries first: each mean with its 95% CI, filled
     where the table's own Holm-corrected p (within its family) is below ``alpha`` (default
     ``findings.ALPHA``), hollow where not, a grey diamond where the row is descriptive (n < 3:
-    no test). Each label names the row's family and n.
+    no test). Each label names the row's family and n; the legend says what fill and bar mean
+    (the bar is unadjusted: a hollow marker's bar may clear zero, Holm asks more).
 
-    Used by notebooks 04-05."""
+    Used by notebooks 04, 05 and 07."""
     from vitplast.report.findings import ALPHA
 
     alpha = ALPHA if alpha is None else alpha
@@ -257,10 +258,21 @@ def findings(table, unit: str | None = None, title: str = "", xlabel: str | None
                        "descriptive", measured=rows["measured"].astype(float),
                        label=[f"[{f}] {c} (n\u00a0=\u00a0{n})" for f, c, n in
                               zip(rows["family"], rows["claim"], rows["n"])])
-    return differences(rows, label="label", diff="measured", ci="ci95", significant="significant",
-                       descriptive="descriptive", title=title or f"filled: Holm p < {alpha:g} "
-                       "within its family; hollow: not; grey diamond: descriptive (n < 3)",
-                       xlabel=xlabel or f"difference, with its 95% CI ({unit})")
+    fig = differences(rows, label="label", diff="measured", ci="ci95", significant="significant",
+                      descriptive="descriptive", title=title,
+                      xlabel=xlabel or f"difference, with its 95% CI ({unit})")
+    from matplotlib.lines import Line2D  # the legend: what each marker and the bar mean
+
+    marks = [("o", "C0", f"filled: significant after Holm within its family (p_holm < {alpha:g})"),
+             ("o", "white", "hollow: not significant after Holm"),
+             ("D", "0.55", "grey diamond: descriptive (n < 3, or no test)"),
+             ("|", "C0", "bar: 95% t interval over the units (not Holm-adjusted)")]
+    fig.axes[0].legend(handles=[Line2D([], [], marker=m, ls="", markerfacecolor=f, label=t,
+                                       color="0.55" if m == "D" else "C0") for m, f, t in marks],
+                       loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, fontsize=8,
+                       frameon=False, borderaxespad=0.3)
+    fig.tight_layout()
+    return fig
 
 
 @_themed

@@ -50,7 +50,7 @@ ALPHA = 0.05
 #: A "not resolved" row with power below this reads "underpowered".
 UNDERPOWERED = 0.5
 #: The tested families, in the order a table lists them; Holm runs within each.
-FAMILIES = ("primary", "secondary", "exploratory")
+FAMILIES = ("primary", "secondary", "sensitivity", "exploratory")
 #: Fewer units than this: the row is descriptive, never in a test family.
 MIN_N = 3
 # The thresholds of the descriptive rows' verdicts (``findings``, ``finetuning_findings``), in
