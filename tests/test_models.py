@@ -65,7 +65,8 @@ def test_local_weights_file_adapts_the_head(tmp_path):
     source = models.load_model("test_vit", pretrained=False)
     path = tmp_path / "w.safetensors"
     save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(path))
-    model = models.load_model("test_vit", weights_file=path, num_classes=3)
+    with pytest.warns(UserWarning, match="head of 1000 classes; 'test_vit' asks for 3"):
+        model = models.load_model("test_vit", weights_file=path, num_classes=3)
     assert model.head.out_features == 3
     for (name, p), q in zip(model.named_parameters(), source.parameters()):
         if not name.startswith("head"):

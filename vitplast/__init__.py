@@ -54,9 +54,10 @@ one, lists them). Imports may cross that order (``stream`` finetunes to test an 
   ``confound_plasticity``);
 - ``report``: conclusions as rows and what shows them (``findings``, ``bound_findings``,
   ``finetuning_findings``, ``confound_findings``, ``verdicts``, ``power``, ``plots``,
-  ``plot_style``, ``widgets``, ``advise``, ``regret``, ``notebooks``);
+  ``plot_style``, ``sentences``, ``widgets``, ``advise``, ``regret``, ``notebooks``);
 - shared by all: ``paper`` (the paper's reference values), ``inputs`` (argument checks),
-  ``files`` (atomic writes), ``cached`` (load-or-compute); ``__main__`` is the CLI.
+  ``files`` (atomic writes), ``cached`` (load-or-compute); beside ``models``, ``hub`` (is the
+  hub reachable) and ``weights`` (does a weights file fit the model); ``__main__`` is the CLI.
 
 Every module is also reachable by its short name: ``from vitplast import plasticity`` is
 ``from vitplast.measure import plasticity`` (``__getattr__`` below), so code written against
@@ -82,12 +83,12 @@ SUBPACKAGES = {
                     "store", "studies", "study_specs", "sweep"),
     "report": ("advise", "bound_findings", "confound_findings", "findings",
                "finetuning_findings", "notebooks", "plot_style", "plots", "power", "regret",
-               "verdicts", "widgets"),
+               "sentences", "verdicts", "widgets"),
 }
 _HOME = {module: package for package, modules in SUBPACKAGES.items() for module in modules}
 #: The public modules by their short names. Importing ``vitplast`` loads none of them: import
 #: the one you need, e.g. ``from vitplast import tasks``.
-__all__ = sorted(["cached", "files", "hub", "inputs", "models", "paper", *_HOME])
+__all__ = sorted(["cached", "files", "hub", "inputs", "models", "paper", "weights", *_HOME])
 
 
 def __getattr__(name: str):

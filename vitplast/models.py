@@ -6,7 +6,9 @@
    data: present in a checkout and in an installed wheel), verified by sha256 against the
    manifest ``checkpoints.json`` beside them;
 2. a local weights file for any timm name (``weights_file=...``), loaded by timm through
-   ``pretrained_cfg_overlay=dict(file=...)`` so that heads and position embeddings adapt;
+   ``pretrained_cfg_overlay=dict(file=...)`` and checked by ``vitplast.weights``: a file saved
+   for another patch or image size is refused (no silent resampling; pass the timm kwargs it
+   was saved with), a saved head of the size asked is kept, a replaced head is announced;
 3. a local folder in the Hugging Face layout (``"local-dir:PATH"``: ``config.json`` and
    ``model.safetensors``, as ``timm.models.push_to_hf_hub`` writes them);
 4. the Hugging Face hub for any timm name when online (``pretrained=True``, or an
@@ -36,6 +38,7 @@ import timm
 import torch
 from timm.models.vision_transformer import VisionTransformer
 
+from vitplast import weights
 from vitplast.hub import (  # noqa: F401 (HUB_TIMEOUT, hub_reachable re-exported)
     HUB_TIMEOUT,
     cache_only,
@@ -294,30 +297,6 @@ def check_name(name: str) -> None:
                              ) from None
 
 
-def _weights_error(path: Path, name: str, err: Exception) -> ValueError:
-    """A clear error for a weights file timm could not load: not a weights file at all, or
-    the weights of another architecture."""
-    readable = True
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors import safe_open
-
-            with safe_open(str(path), framework="pt"):
-                pass
-        else:
-            torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:
-        readable = False
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    first = " ".join(lines[:2])[:300] or type(err).__name__
-    if not readable:
-        return ValueError(f"weights_file {path} is not a safetensors file (*.safetensors) or a "
-                          f"torch state dict (*.pth, *.bin): it cannot be read ({first})")
-    return ValueError(f"weights_file {path} does not fit {name!r}: its tensors belong to another "
-                      f"architecture ({type(err).__name__}: {first}). Pass the timm name the "
-                      "weights were saved from.")
-
-
 def _hub_error(name: str, err: Exception | None) -> RuntimeError:
     """The error of hub weights that could not be had (``err`` None: the hub is unreachable
     and they are not cached), naming what to do instead."""
@@ -348,11 +327,18 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
         num_classes: the classifier's size. For the embedded model the pretrained head is
             kept when it already has this size; finetuning always replaces it (``new_head``).
         device: where to put the model; ``None`` (the default) picks CUDA when available.
-        **timm_kwargs: passed to ``timm.create_model``.
+        **timm_kwargs: passed to ``timm.create_model``, e.g. the architecture of your own
+            weights: ``load_model("vit_tiny_patch16_224", weights_file="tiny32.safetensors",
+            img_size=32, patch_size=4, num_classes=10)``.
 
     Raises:
         ValueError: unknown name, pretrained tag or checkpoint, a checksum mismatch, or a
-            weights file that is not one or belongs to another architecture (naming it).
+            weights file that is not one, belongs to another architecture (naming the keys that
+            differ) or was saved for another patch or image size (naming the kwargs that fit).
+
+    Warns:
+        UserWarning: a weights file whose saved head has another class count than asked (the
+            head is a new one).
         FileNotFoundError: a missing weights file or ``local-dir`` folder.
         RuntimeError: hub weights requested but unreachable (with what to do instead).
     """
@@ -384,10 +370,14 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
             model = timm.create_model(name, pretrained=pretrained, **timm_kwargs)
     except Exception as err:
         if weights_file is not None:
-            raise _weights_error(weights_file, name, err) from err
+            bare = {k: v for k, v in timm_kwargs.items() if k != "pretrained_cfg_overlay"}
+            raise weights.load_error(weights_file, name, err, lambda: timm.create_model(
+                name, pretrained=False, **bare)) from err
         if not hub:
             raise
         raise _hub_error(name, None if offline else err) from err
+    if weights_file is not None:
+        weights.check_fit(weights_file, model, name)  # no silent resampling, head kept or said
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"{name!r} builds a {type(model).__name__}, not a timm VisionTransformer; "
                          "vitplast measures the five components of VisionTransformer blocks")
