@@ -69,13 +69,19 @@ def chosen(study: Study, root: str | Path, *, grid: bool = False) -> pd.DataFram
 def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
                     protocol: str = "embedding") -> pd.DataFrame:
     """Per block and component: the embedded model's plasticity on ``task`` before
-    finetuning, measured once and stored beside the runs (``empirical.stored_layers``).
+    finetuning (``n_pairs`` pairs of a Fashion-MNIST image and a task image, ``protocol``),
+    measured once and stored in ``root/plasticity-<hash of the settings>.json``.
 
     Columns: ``task``, ``protocol``, ``layer``, ``component``, ``plasticity``, ``ci95``.
     """
     from vitplast import empirical
 
-    return empirical.stored_layers(root, task, n_pairs=n_pairs, protocol=protocol)
+    settings = dict(task=task, n_pairs=n_pairs, protocol=protocol)
+    saved = store.Store(root).companion(
+        f"plasticity-{store.config_hash(settings)}.json",
+        compute=lambda: dict(settings, rows=empirical.embedded_layers(
+            [task], protocol=protocol, n_pairs=n_pairs).drop(columns="task").to_dict("records")))
+    return pd.DataFrame(saved["rows"]).assign(task=task, protocol=protocol)
 
 
 def task_probe(root: str | Path, task: str, *, compute: bool = True) -> dict | None:

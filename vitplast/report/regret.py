@@ -126,6 +126,23 @@ def findings(per_task: pd.DataFrame) -> pd.DataFrame:
     return findings_table(rows)
 
 
+#: The kinds of ``findings`` rows ``select`` picks, by how their claim reads.
+KINDS = {"regret": "(oracle's test accuracy minus its pick's)",
+         "against random": "- regret of a random pick", "hit rate": "top-1 hit rate of"}
+
+
+def select(found: pd.DataFrame, *kinds: str) -> pd.DataFrame:
+    """The rows of ``findings`` of the given ``KINDS`` (all rows when none), in the table's
+    order: what a Read cell says."""
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown kinds {sorted(unknown)}; valid: {list(KINDS)}")
+    keep = pd.Series(not kinds, index=found.index)
+    for kind in kinds:
+        keep |= found["claim"].str.contains(KINDS[kind], regex=False)
+    return found[keep]
+
+
 def supported(found: pd.DataFrame) -> str:
     """The rule the ``findings`` rows support: of the rules whose regret is resolved below a
     random pick's, the one with the lowest mean regret; "none" when no rule resolved below."""
@@ -167,3 +184,30 @@ def fragility(changes: pd.DataFrame) -> pd.DataFrame:
                                              f"({moves})" if k else
                                              f"stable: the same choice on all {len(c)} tasks")))
     return findings_table(rows)
+
+
+def on_study(study: str = "suite", root=None) -> pd.DataFrame:
+    """``regret`` of every rule on a searched ``study``'s complete tasks (default the suite's
+    33), from the rankings stored beside its runs (``advise.rank_tasks``; computed where
+    missing) and its chosen runs (``decide.chosen``): no new finetuning."""
+    from vitplast import decide, models, studies
+    from vitplast.report.advise import rank_tasks
+
+    s = studies.get(study)
+    root = root or models.results_root(study)
+    o = oracle_of(decide.chosen(s, root))
+    return regret(rank_tasks(models.EMBEDDED_NAME, list(dict.fromkeys(o["task"])), root=root), o)
+
+
+def under_gauge(study: str = "gauge", plain: str = "suite") -> pd.DataFrame:
+    """``pick_changes`` on the cross-gauge study's tasks: the rankings at c = 1 kept beside the
+    ``plain`` study (the same model and tasks) and those at the study's c kept beside it."""
+    from vitplast import models, studies
+    from vitplast.report.advise import rank_tasks
+
+    spec = studies.get(study).spec
+    c = next(v["ablation"]["c"] for v in spec["configs"].values() if isinstance(v, dict))
+    def ranked(name: str, **kw) -> pd.DataFrame:
+        return rank_tasks(models.EMBEDDED_NAME, spec["tasks"], root=models.results_root(name), **kw)
+
+    return pick_changes(ranked(plain), ranked(study, c=c))
