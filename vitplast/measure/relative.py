@@ -53,7 +53,7 @@ from torch import nn
 from vitplast.measure.components import COMPONENTS
 from vitplast.measure.plasticity import measurement, order
 
-__all__ = ["measure", "ranking", "order", "gauge_check"]
+__all__ = ["measure", "ranking", "order", "gauge_check", "embedded_layers"]
 
 
 def measure(model: nn.Module, x, y=None, *, protocol: str = "hidden", batch_size: int = 64,
@@ -124,3 +124,21 @@ def gauge_check(model: nn.Module, pairs, c: float = 8.0, *, protocols=("hidden",
                              relative_difference=float(rel.xs(comp, level="component").max()),
                              plasticity_difference=float(pla.xs(comp, level="component").max())))
     return pd.DataFrame(rows)
+
+
+def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> pd.DataFrame:
+    """Per task, block and component: the embedded model's relative plasticity before
+    finetuning, on the pairs ``empirical.embedded_layers`` measures plasticity on
+    (``empirical.task_pairs``: a Fashion-MNIST image and a task image). Columns ``task``,
+    ``layer``, ``component`` (plain text), ``relative_plasticity``, ``plasticity``, ``s_in``,
+    ``s_out``: the rows the suite study's companions keep (``decide.task_plasticity``)."""
+    from vitplast import empirical, models
+
+    model = models.load_model(models.EMBEDDED_NAME)
+    frames = [measure(model, empirical.task_pairs(t, empirical.SOURCE, n_pairs=n_pairs,
+                                                  model=model), protocol=protocol,
+                      meta=dict(task=t)) for t in tasks]
+    out = pd.concat(frames, ignore_index=True)
+    out["component"] = out["component"].astype(str)
+    return out[["task", "layer", "component", "relative_plasticity", "plasticity", "s_in",
+                "s_out"]]

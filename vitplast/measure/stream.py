@@ -42,10 +42,51 @@ def attention_entropy(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return -(p * torch.log(p.clamp_min(1e-30))).sum(dim=-1)
 
 
+#: How many test images of the pretraining domain the token scale is measured on
+#: (``token_scale``): the x images of the first pairs of every task.
+TOKEN_SCALE_IMAGES = 256
+
+
+@torch.no_grad()
+def rms_token_norm(model: nn.Module, images: torch.Tensor) -> float:
+    """sqrt(mean_i ||x_i||^2) over every token (CLS, patches) of the embedding of ``images``
+    (``plasticity.embed``): the paper's r (an average, not a largest radius)."""
+    from vitplast.measure.plasticity import embed
+
+    return embed(model, images).float().pow(2).sum(-1).mean().sqrt().item()
+
+
+def token_scale(model: nn.Module, *, n_images: int = TOKEN_SCALE_IMAGES, task: str = SOURCE,
+                data_root: str = "") -> dict:
+    """The model's token scale, ONE definition for every notebook: the RMS token norm of its
+    embedding (``rms_token_norm``) on the first ``n_images`` test images of the pretraining
+    domain ``task`` (drawn as the x of every pair: ``empirical.task_pairs``), beside the
+    paper's r on ViT-B (19.4, on CIFAR-10 test images: natural images of the kind its
+    pretraining saw, not a low-contrast task's), and their ratio.
+
+    Returns:
+        ``{"r": ..., "paper_r": 19.4, "ratio": paper_r / r, "n_images": ...}``: ``ratio`` is
+        how many times larger ViT-B's tokens are (the scale s at which this model's embedding
+        is as large as ViT-B's).
+
+    Paper: the r = 19.4 plugged into Prop. 3 (``paper.VITB_RMS_TOKEN_NORM``). Used by
+    notebooks 01, 02 and 02b (and their exercises)."""
+    from vitplast import empirical
+    from vitplast.paper import VITB_RMS_TOKEN_NORM
+
+    test = empirical.load_task_for(task, model, data_root or None,
+                                   seed=empirical.SOURCE_SEED).test
+    n = min(n_images, len(test))
+    images = torch.stack([test[i][0] for i in range(n)])
+    r = rms_token_norm(model.eval(), images)
+    return dict(r=r, paper_r=VITB_RMS_TOKEN_NORM, ratio=VITB_RMS_TOKEN_NORM / r, n_images=n)
+
+
 @torch.no_grad()
 def model_statistics(model: nn.Module, images: torch.Tensor) -> pd.DataFrame:
     """Per layer, the statistics the bounds read, from one pass per protocol over ``images``:
-    ``r_embedding`` (RMS token norm of the embedding, the paper's r), ``sigma_ln1`` /
+    ``r_embedding`` (the model's token scale, ``token_scale``: on the pretraining domain's
+    test images, not on ``images``, so that one r is quoted everywhere), ``sigma_ln1`` /
     ``sigma_ln2`` (mean per-token sqrt(var + eps) of the stream LN1 / LN2 read, ``hidden``),
     ``ln1_bound`` (Prop. 1 at that mean: max|gamma| / sigma), and ``entropy_hidden`` /
     ``entropy_embedding`` (attention entropy / log n, mean over heads and tokens, on LN1's
@@ -56,11 +97,10 @@ def model_statistics(model: nn.Module, images: torch.Tensor) -> pd.DataFrame:
 
     model = model.eval()
     inputs = {p: component_inputs(model, images, p) for p in ("hidden", "embedding")}
-    rows = []
+    r, rows = token_scale(model)["r"], []
     for layer, block in enumerate(model.blocks):
-        hid, emb = inputs["hidden"], inputs["embedding"]
-        row = dict(layer=layer,
-                   r_embedding=emb[(layer, "MHA")].float().pow(2).sum(-1).mean().sqrt().item(),
+        hid = inputs["hidden"]
+        row = dict(layer=layer, r_embedding=r,
                    sigma_ln1=token_sigma(hid[(layer, "LN1")], block.norm1.eps).mean().item(),
                    sigma_ln2=token_sigma(hid[(layer, "LN2")], block.norm2.eps).mean().item())
         row["ln1_bound"] = block.norm1.weight.abs().max().item() / row["sigma_ln1"]
@@ -96,7 +136,8 @@ def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = 
         return out
 
     key = dict(model_name=model_name, task=task, checkpoints=list(checkpoints), source=source,
-               data_root=data_root, n_pairs=n_pairs, images="x and y of the pairs")
+               data_root=data_root, n_pairs=n_pairs, images="x and y of the pairs",
+               r="token_scale")
     return store.load_or_compute("stream-statistics", key, compute)
 
 
