@@ -57,7 +57,7 @@ one, lists them). Imports may cross that order (``stream`` finetunes to test an 
   ``confound_plasticity``);
 - ``report``: conclusions as rows and what shows them (``findings``, ``bound_findings``,
   ``finetuning_findings``, ``confound_findings``, ``verdicts``, ``power``, ``plots``,
-  ``plot_style``, ``widgets``, ``advise``, ``notebooks``);
+  ``plot_style``, ``sentences``, ``widgets``, ``advise``, ``notebooks``);
 - shared by all: ``paper`` (the paper's reference values), ``inputs`` (argument checks),
   ``files`` (atomic writes), ``cached`` (load-or-compute); ``__main__`` is the CLI.
 
@@ -84,8 +84,8 @@ SUBPACKAGES = {
                     "lr_selection", "migrate", "provenance", "results", "runs", "search",
                     "store", "studies", "study_specs", "sweep"),
     "report": ("advise", "bound_findings", "confound_findings", "findings",
-               "finetuning_findings", "notebooks", "plot_style", "plots", "power", "verdicts",
-               "widgets"),
+               "finetuning_findings", "notebooks", "plot_style", "plots", "power", "sentences",
+               "verdicts", "widgets"),
 }
 _HOME = {module: package for package, modules in SUBPACKAGES.items() for module in modules}
 #: The public modules by their short names. Importing ``vitplast`` loads none of them: import

@@ -2,6 +2,7 @@
 
 ``findings`` (one builder per notebook: ``bound_findings``, ``finetuning_findings``,
 ``confound_findings``) over ``verdicts`` (rows, primaries, Holm families) and ``power`` ·
-``plots`` (figures as pure functions; the look in ``plot_style``) · ``widgets`` (notebook 06)
-· ``advise`` (which component to finetune) · ``notebooks`` (papermill runs of the sequence).
+``sentences`` (a row in plain words, for the Read cells) · ``plots`` (figures as pure
+functions; the look in ``plot_style``) · ``widgets`` (notebook 06) · ``advise`` (which
+component to finetune) · ``notebooks`` (papermill runs of the sequence).
 """
