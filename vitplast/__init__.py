@@ -48,7 +48,7 @@ one, lists them). Imports may cross that order (``stream`` finetunes to test an 
   embedded checkpoints, folders) and ``hub`` (reaching the Hugging Face hub);
 - ``measure``: the paper's objects measured (``components``, ``rates``, ``plasticity``,
   ``pairs``, ``bounds``, ``intervals``, ``definitions``, ``empirical``, ``stream``, ``gauge``,
-  ``relative``);
+  ``relative``, ``tokens``);
 - ``train``: the one training loop and what runs on it (``finetune``, ``passes``, ``batched``,
   ``probes``, ``ablations``, ``pretrain``, ``recipes``);
 - ``experiments``: runs, their store, the studies and their tables (``runs``, ``store``,
@@ -78,7 +78,7 @@ SUBPACKAGES = {
     "datasets": ("corruptions", "data", "drawn", "fake_datasets", "paper_datasets", "suite",
                  "tasks"),
     "measure": ("bounds", "components", "definitions", "empirical", "gauge", "intervals",
-                "pairs", "plasticity", "rates", "relative", "stream"),
+                "pairs", "plasticity", "rates", "relative", "stream", "tokens"),
     "train": ("ablations", "batched", "finetune", "passes", "pretrain", "probes", "recipes"),
     "experiments": ("confound_plasticity", "confound_variants", "confounds", "decide",
                     "lr_selection", "migrate", "provenance", "results", "runs", "search",

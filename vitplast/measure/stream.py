@@ -25,6 +25,7 @@ from torch import nn
 
 from vitplast.measure.empirical import SOURCE
 from vitplast.measure.plasticity import component_inputs, measure, order, ranking
+from vitplast.measure.tokens import rms_token_norm, token_images
 
 
 @torch.no_grad()
@@ -42,51 +43,12 @@ def attention_entropy(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return -(p * torch.log(p.clamp_min(1e-30))).sum(dim=-1)
 
 
-#: How many test images of the pretraining domain the token scale is measured on
-#: (``token_scale``): the x images of the first pairs of every task.
-TOKEN_SCALE_IMAGES = 256
-
-
 @torch.no_grad()
-def rms_token_norm(model: nn.Module, images: torch.Tensor) -> float:
-    """sqrt(mean_i ||x_i||^2) over every token (CLS, patches) of the embedding of ``images``
-    (``plasticity.embed``): the paper's r (an average, not a largest radius)."""
-    from vitplast.measure.plasticity import embed
-
-    return embed(model, images).float().pow(2).sum(-1).mean().sqrt().item()
-
-
-def token_scale(model: nn.Module, *, n_images: int = TOKEN_SCALE_IMAGES, task: str = SOURCE,
-                data_root: str = "") -> dict:
-    """The model's token scale, ONE definition for every notebook: the RMS token norm of its
-    embedding (``rms_token_norm``) on the first ``n_images`` test images of the pretraining
-    domain ``task`` (drawn as the x of every pair: ``empirical.task_pairs``), beside the
-    paper's r on ViT-B (19.4, on CIFAR-10 test images: natural images of the kind its
-    pretraining saw, not a low-contrast task's), and their ratio.
-
-    Returns:
-        ``{"r": ..., "paper_r": 19.4, "ratio": paper_r / r, "n_images": ...}``: ``ratio`` is
-        how many times larger ViT-B's tokens are (the scale s at which this model's embedding
-        is as large as ViT-B's).
-
-    Paper: the r = 19.4 plugged into Prop. 3 (``paper.VITB_RMS_TOKEN_NORM``). Used by
-    notebooks 01, 02 and 02b (and their exercises)."""
-    from vitplast import empirical
-    from vitplast.paper import VITB_RMS_TOKEN_NORM
-
-    test = empirical.load_task_for(task, model, data_root or None,
-                                   seed=empirical.SOURCE_SEED).test
-    n = min(n_images, len(test))
-    images = torch.stack([test[i][0] for i in range(n)])
-    r = rms_token_norm(model.eval(), images)
-    return dict(r=r, paper_r=VITB_RMS_TOKEN_NORM, ratio=VITB_RMS_TOKEN_NORM / r, n_images=n)
-
-
-@torch.no_grad()
-def model_statistics(model: nn.Module, images: torch.Tensor) -> pd.DataFrame:
+def model_statistics(model: nn.Module, images: torch.Tensor,
+                     token_images: torch.Tensor | None = None) -> pd.DataFrame:
     """Per layer, the statistics the bounds read, from one pass per protocol over ``images``:
-    ``r_embedding`` (the model's token scale, ``token_scale``: on the pretraining domain's
-    test images, not on ``images``, so that one r is quoted everywhere), ``sigma_ln1`` /
+    ``r_embedding`` (``rms_token_norm`` on ``token_images``, else on ``images``: given
+    ``tokens.token_images(model)``, the model's token scale of ``tokens.token_scale``), ``sigma_ln1`` /
     ``sigma_ln2`` (mean per-token sqrt(var + eps) of the stream LN1 / LN2 read, ``hidden``),
     ``ln1_bound`` (Prop. 1 at that mean: max|gamma| / sigma), and ``entropy_hidden`` /
     ``entropy_embedding`` (attention entropy / log n, mean over heads and tokens, on LN1's
@@ -97,7 +59,7 @@ def model_statistics(model: nn.Module, images: torch.Tensor) -> pd.DataFrame:
 
     model = model.eval()
     inputs = {p: component_inputs(model, images, p) for p in ("hidden", "embedding")}
-    r, rows = token_scale(model)["r"], []
+    r, rows = rms_token_norm(model, images if token_images is None else token_images), []
     for layer, block in enumerate(model.blocks):
         hid = inputs["hidden"]
         row = dict(layer=layer, r_embedding=r,
@@ -130,7 +92,8 @@ def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = 
             pairs = pairs or empirical.task_pairs(task, source, n_pairs=n_pairs, model=model,
                                                   data_root=data_root)
             images = torch.cat(pairs.tensors())  # both images of every pair, as ``measurement``
-            frames.append(model_statistics(model, images).assign(checkpoint=ckpt))
+            frames.append(model_statistics(model, images, token_images(
+                model, task=source or task, data_root=data_root)).assign(checkpoint=ckpt))
         out = pd.concat(frames, ignore_index=True)
         out["epoch"] = out["checkpoint"].map(empirical.checkpoint_epochs(model_name, checkpoints))
         return out
@@ -282,16 +245,15 @@ def _factor_deviation(ranked: pd.DataFrame, protocol: str) -> tuple[float, int]:
     return float(max(dev)), g["task"].nunique()
 
 
-def ranking_findings(gauged: pd.DataFrame, embedding_scaled: pd.DataFrame,
-                     statistics: pd.DataFrame) -> list[dict]:
-    """Notebook 02's rows on the gauge (``findings.table`` makes them a table with the rest):
+def ranking_findings(gauged: pd.DataFrame, embedding_scaled: pd.DataFrame) -> list[dict]:
+    """Notebook 02b's rows on the gauge (``findings.table`` makes them a table with the rest):
     per protocol and c, the order (descriptive) and its Spearman correlation with Fig. 2 over
     tasks (tested); the rate factors the gauge was derived to give; per embedding scale, the
-    order; the embedding's RMS token norm against the paper's r, and the c that matches it.
+    order (descriptive).
 
-    Paper: Takeaway 2, Fig. 2, ``paper.VITB_RMS_TOKEN_NORM``."""
+    Paper: Takeaway 2, Fig. 2."""
     from vitplast import findings
-    from vitplast.paper import PLASTICITY_ORDER, SOURCES, VITB_RMS_TOKEN_NORM
+    from vitplast.paper import PLASTICITY_ORDER, SOURCES
 
     paper_order, rows = " > ".join(PLASTICITY_ORDER), []
     for (protocol, c), g in gauged.groupby(["protocol", "c"]):
@@ -315,13 +277,6 @@ def ranking_findings(gauged: pd.DataFrame, embedding_scaled: pd.DataFrame,
         rows.append(findings.descriptive(
             f"order with the embedding times {s:g} [embedding]", text, paper=paper_order,
             verdict=findings.same(text == paper_order), n=g["task"].nunique(), unit="(tasks)"))
-    last = statistics[statistics["checkpoint"] == statistics["checkpoint"].iloc[-1]]
-    r = float(last["r_embedding"].mean())
-    rows.append(findings.descriptive(
-        "embedding RMS token norm r (final checkpoint)", r,
-        paper=f"{VITB_RMS_TOKEN_NORM} (ViT-B, CIFAR-10)", verdict=f"x{VITB_RMS_TOKEN_NORM / r:.1f} "
-        "below ViT-B's" if r < VITB_RMS_TOKEN_NORM else "at or above ViT-B's", n=1,
-        unit="(model)"))
     return rows
 
 
