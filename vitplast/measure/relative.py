@@ -53,7 +53,12 @@ from torch import nn
 from vitplast.measure.components import COMPONENTS
 from vitplast.measure.plasticity import measurement, order
 
-__all__ = ["measure", "ranking", "order", "gauge_check", "embedded_layers"]
+#: Largest relative difference of relative plasticity between two gauges that reads
+#: "unchanged": LayerNorm's eps moves it by about 1e-4 at c = 8 on these models (tested).
+UNCHANGED = 1e-3
+
+__all__ = ["UNCHANGED", "measure", "ranking", "order", "gauge_check", "embedded_layers", "model_rankings",
+           "embedded_gauge_check", "gauge_findings", "ranking_findings"]
 
 
 def measure(model: nn.Module, x, y=None, *, protocol: str = "hidden", batch_size: int = 64,
@@ -105,8 +110,9 @@ def gauge_check(model: nn.Module, pairs, c: float = 8.0, *, protocols=("hidden",
     """Relative plasticity and plasticity of ``model`` and of ``gauge.gauge(model, c)`` (a
     copy: ``model`` is untouched) on the same pairs, per protocol and component: the largest
     relative difference over layers, |value at c / value at 1 - 1|, of each
-    (``relative_difference``, ``plasticity_difference``). Derived (module docstring): 0 for
-    relative plasticity under ``hidden`` (up to LayerNorm's eps).
+    (``relative_difference``, ``plasticity_difference``), and the median ratio over layers of
+    plasticity at c to plasticity at 1 (``plasticity_ratio``). Derived (module docstring): 0
+    for relative plasticity under ``hidden`` (up to LayerNorm's eps).
 
     Paper: none (issue 38). Used by notebook 02b and the tests."""
     from vitplast.measure.gauge import gauge
@@ -118,11 +124,13 @@ def gauge_check(model: nn.Module, pairs, c: float = 8.0, *, protocols=("hidden",
               .set_index(["layer", "component"]) for k, net in nets.items()}
         a, b = at[1.0], at[float(c)]
         rel = (b["relative_plasticity"] / a["relative_plasticity"] - 1).abs()
-        pla = (b["plasticity"] / a["plasticity"] - 1).abs()
+        ratio = b["plasticity"] / a["plasticity"]
         for comp in COMPONENTS:
             rows.append(dict(protocol=protocol, component=comp, c=float(c),
                              relative_difference=float(rel.xs(comp, level="component").max()),
-                             plasticity_difference=float(pla.xs(comp, level="component").max())))
+                             plasticity_difference=float((ratio - 1).abs().xs(
+                                 comp, level="component").max()),
+                             plasticity_ratio=float(ratio.xs(comp, level="component").median())))
     return pd.DataFrame(rows)
 
 
@@ -142,3 +150,116 @@ def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> p
     out["component"] = out["component"].astype(str)
     return out[["task", "layer", "component", "relative_plasticity", "plasticity", "s_in",
                 "s_out"]]
+
+
+def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
+                   source: str = "fmnist", data_root: str = "", n_pairs: int = 128
+                   ) -> pd.DataFrame:
+    """``measure`` of three networks of the embedded architecture on the same pairs of each
+    task (load-or-compute): the embedded model (``"embedded (final)"``), its random
+    initialisation (``"random init"``, the ``init`` checkpoint) and the model pretrained
+    without weight decay (``recipe_folder``, read by ``models.load_pretrained``; named
+    ``"no weight decay"``). A ``model`` column; ``ranking`` ranks them per model.
+
+    Paper: Takeaway 2's order (Fig. 2), for a quantity the paper does not define. Used by
+    notebook 02b."""
+    import json
+    from pathlib import Path
+
+    from vitplast import cached, empirical, models
+
+    folder = Path(recipe_folder)
+    final = json.loads((folder / "checkpoints.json").read_text())["checkpoints"]["final"]
+
+    def compute():
+        nets = {"embedded (final)": models.load_model(),
+                "random init": models.load_model(checkpoint="init"),
+                "no weight decay": models.load_pretrained(folder)}
+        frames = []
+        for task in tasks:
+            pairs = empirical.task_pairs(task, source, n_pairs=n_pairs,
+                                         model=nets["embedded (final)"], data_root=data_root)
+            frames += [measure(net, pairs, protocol=p, meta=dict(model=name, task=task))
+                       for name, net in nets.items() for p in protocols]
+        out = pd.concat(frames, ignore_index=True)
+        return out.assign(component=out["component"].astype(str))
+
+    key = dict(tasks=list(tasks), folder=folder.name, sha256=final["sha256"],
+               protocols=list(protocols), source=source, data_root=data_root, n_pairs=n_pairs)
+    return cached.load_or_compute("relative-models", key, compute)
+
+
+def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = "fmnist",
+                         data_root: str = "", n_pairs: int = 128) -> pd.DataFrame:
+    """``gauge_check`` of the embedded model on ``task``'s pairs, both protocols
+    (load-or-compute). Used by notebook 02b."""
+    from vitplast import cached, empirical, models
+
+    def compute():
+        model = models.load_model()
+        pairs = empirical.task_pairs(task, source, n_pairs=n_pairs, model=model,
+                                     data_root=data_root)
+        return gauge_check(model, pairs, c)
+
+    key = dict(model=models.EMBEDDED_NAME, task=task, c=float(c), source=source,
+               data_root=data_root, n_pairs=n_pairs)
+    return cached.load_or_compute("relative-gauge", key, compute)
+
+
+def gauge_findings(check: pd.DataFrame) -> list[dict]:
+    """Rows on ``gauge_check``, per protocol: the largest relative difference of relative
+    plasticity between c = 1 and c over components (each component's beside, in the
+    verdict: which moved, which stayed within ``UNCHANGED``), and plasticity's ratio per
+    component against the derived factors (``gauge.RATE_FACTORS``). Descriptive: exact
+    recomputations on one network. Paper: none (issue 38). Used by notebook 02b."""
+    from vitplast.measure.gauge import RATE_FACTORS
+    from vitplast.report.verdicts import descriptive
+
+    rows = []
+    for protocol, g in check.groupby("protocol", sort=False):
+        g, c = g.set_index("component"), float(check["c"].iloc[0])
+        moved = [f"{k} {v:.2g}" for k, v in g["relative_difference"].items() if v > UNCHANGED]
+        kept = [f"{k} {v:.1g}" for k, v in g["relative_difference"].items() if v <= UNCHANGED]
+        verdict = (f"unchanged within {UNCHANGED:g} for every component" if not moved else
+                   f"moved: {', '.join(moved)}" + (f"; unchanged within {UNCHANGED:g}: "
+                                                   f"{', '.join(kept)}" if kept else ""))
+        rows.append(descriptive(
+            f"relative plasticity, gauge c = {c:g} vs c = 1: largest relative difference over "
+            f"layers and components [{protocol}]", float(g["relative_difference"].max()),
+            paper="not in the paper (derived here: unchanged under hidden)", verdict=verdict,
+            n=len(g), unit="(components; relative)"))
+        factors = {k: f(c) for k, f in RATE_FACTORS[protocol].items() if f is not None}
+        off = max(abs(g.loc[k, "plasticity_ratio"] / f - 1) for k, f in factors.items())
+        rows.append(descriptive(
+            f"plasticity, gauge c = {c:g} over c = 1, median over layers [{protocol}]",
+            ", ".join(f"{k} x{v:.3g}" for k, v in g["plasticity_ratio"].items()),
+            paper="not in the paper (derived: LN / c, FC1 x 1, FC2 x c"
+            + (", MHA x c)" if protocol == "hidden" else "; MHA not derived)"),
+            verdict=f"as derived (largest deviation {off:.1g})" if off < 0.02
+            else f"not as derived (largest deviation {off:.2g})", n=len(g),
+            unit="(components)"))
+    return rows
+
+
+def ranking_findings(models_: pd.DataFrame) -> list[dict]:
+    """One descriptive row per (model, protocol) of ``model_rankings``: the order of relative
+    plasticity (mean over tasks of the layer means, values shown) beside the paper's order of
+    plasticity (Fig. 2: the paper has no relative plasticity, so the row compares orders,
+    not values). Used by notebook 02b."""
+    from vitplast.paper import PLASTICITY_ORDER, SOURCES
+    from vitplast.report.verdicts import descriptive
+
+    paper_order, rows = " > ".join(PLASTICITY_ORDER), []
+    ranked = ranking(models_)
+    for (model, protocol), g in ranked.groupby(["model", "protocol"], sort=False):
+        means = (g.groupby("component", observed=True)["relative_plasticity"].mean()
+                 .sort_values(ascending=False))
+        text = " > ".join(f"{k} {v:.3g}" for k, v in means.items())
+        same = " > ".join(means.index.astype(str)) == paper_order
+        rows.append(descriptive(
+            f"order of relative plasticity, {model} [{protocol}]", text,
+            paper=f"plasticity: {paper_order}, {SOURCES['fig2']}",
+            verdict="the paper's order of plasticity" if same
+            else "not the paper's order of plasticity", n=g["task"].nunique(),
+            unit="(tasks; values: mean over tasks)"))
+    return rows

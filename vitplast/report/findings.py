@@ -2,7 +2,8 @@
 
 The rows, their tests, Holm families, power and verdicts are ``vitplast.verdicts`` (documented
 there, re-exported here: ``findings.table``, ``findings.render``, ``findings.Primary``...).
-One builder per notebook: 01 ``definitions``, 02 ``plasticity_ranking``, 06 ``explorer``
+One builder per notebook: 01 ``definitions``, 02 ``plasticity_ranking``, 02b
+``relative_suite`` (its other rows: ``stream``, ``relative``, ``recipes``), 06 ``explorer``
 below; 03 ``bounds`` (``vitplast.bound_findings``), 04 ``finetuning``
 (``vitplast.finetuning_findings``) and 05 ``confounds`` (``vitplast.confound_findings``),
 re-exported. ``from vitplast import findings`` is the one
@@ -49,7 +50,7 @@ __all__ = ["ALPHA", "COLUMNS", "EXTRA", "MAX_PRIMARIES", "MIN_N", "STATISTICS", 
            "Primary", "bounds", "confounds", "correlation_row", "definitions", "descriptive",
            "exact", "explorer", "finetuning", "holm", "mean_test", "paired_test",
            "layer_summaries", "plasticity_ranking", "primaries_table", "render", "same", "table",
-           "with_ties", "SUMMARIES"]
+           "with_ties", "SUMMARIES", "RELATIVE_SUITE", "relative_suite"]
 
 
 # notebook 01 ---------------------------------------------------------------------------------
@@ -300,6 +301,38 @@ def _precision_rows(precision: pd.DataFrame) -> list[dict]:
                             else f"imprecise somewhere (> {PRECISE:.0%})"),
                         n=int(r["pairs"]), unit="(relative; pairs per estimate as n)")
             for _, r in precision.iterrows()]
+
+
+# notebook 02b --------------------------------------------------------------------------------
+
+#: Notebook 02b's exploratory family on the suite study, declared here before any of its
+#: values was computed (the suite's finetuning runs, data/suite/, existed already; its
+#: relative plasticity companions were being measured): within a task, Spearman's rho over
+#: the five components between relative plasticity before finetuning (``vitplast.relative``)
+#: and the gain over head-only, one row per protocol, Holm over these two rows only. The
+#: paper defines no relative plasticity, so no direction is expected: the rows read
+#: "resolved: positive / negative" or "not resolved".
+RELATIVE_SUITE = {p: "Spearman(relative plasticity, gain over head-only) over the five "
+                     f"components, within a task [{p}]" for p in ("embedding", "hidden")}
+
+
+def relative_suite(root, picked: pd.DataFrame, n_pairs: int = 256) -> pd.DataFrame:
+    """The ``RELATIVE_SUITE`` family as a findings table, on the complete tasks of ``picked``
+    (``decide.chosen`` of the suite study), reading the relative plasticity companions of the
+    store ``root`` (``decide.task_plasticity(quantity="relative")``; measured once when
+    missing). Family "exploratory", its own table: Holm over its two rows.
+
+    Paper: none (issue 38); Takeaway 3 makes its claim for plasticity. Used by notebook 02b."""
+    from vitplast import decide
+
+    tasks, rows = list(picked["task"].unique()), []
+    for protocol, claim in RELATIVE_SUITE.items():
+        rel = decide.component_plasticity(root, tasks, n_pairs, protocol, quantity="relative")
+        rho = decide.spearman_plasticity_gain(picked, rel, value="relative_plasticity")
+        rows.append(mean_test(claim, rho, paper="not in the paper (relative plasticity: issue "
+                              "38); asked after the suite's runs existed", expected=math.nan,
+                              unit="rho, per task"))
+    return table(rows)
 
 
 # notebook 06 ---------------------------------------------------------------------------------
