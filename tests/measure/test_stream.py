@@ -64,8 +64,12 @@ def test_ranking_findings_state_each_order_and_check_the_factors():
         " > ".join(reversed(PLASTICITY_ORDER))
     assert verdict["rate factors of the gauge (LN / c, FC1 x 1, FC2 x c, MHA x c): largest "
                    "relative deviation [hidden]"] == "as derived"
-    assert verdict["order with the embedding times 8 [embedding]"] == \
-        "same as the paper (untested)"
+    assert verdict["order with the embedding times 8 [embedding]"] == "the paper's order"
+    near = findings.table(stream.ranking_findings(None, scaled, token_ratio=5.0))
+    assert list(near["verdict"]) == ["not the paper's order", "the paper's order; s = 8 is the "
+                                     "scale nearest ViT-B's tokens (x5.00)"]
+    early = findings.table(stream.ranking_findings(gauged, tested=False))
+    assert (early["family"] == "descriptive").all() and len(early) == len(table) - 2 - 2
     rho = table.set_index("claim").loc["Spearman(measured, Fig. 2) at gauge c = 1 [hidden]"]
     assert rho["measured"] == pytest.approx(-1.0) and rho["n"] == 3
     merged = stream.findings_table(table.iloc[:2], stream.ranking_findings(gauged, scaled))

@@ -245,26 +245,32 @@ def _factor_deviation(ranked: pd.DataFrame, protocol: str) -> tuple[float, int]:
     return float(max(dev)), g["task"].nunique()
 
 
-def ranking_findings(gauged: pd.DataFrame, embedding_scaled: pd.DataFrame) -> list[dict]:
+def ranking_findings(gauged: pd.DataFrame | None, embedding_scaled: pd.DataFrame | None = None,
+                     *, tested: bool = True, token_ratio: float | None = None) -> list[dict]:
     """Notebook 02b's rows on the gauge (``findings.table`` makes them a table with the rest):
     per protocol and c, the order (descriptive) and its Spearman correlation with Fig. 2 over
-    tasks (tested); the rate factors the gauge was derived to give; per embedding scale, the
-    order (descriptive).
+    tasks (tested; left out with ``tested=False``, for a Read cell before the whole table
+    exists); the rate factors the gauge was derived to give; per embedding scale, the order
+    (descriptive), the scale nearest ``token_ratio`` (``tokens.token_scale``'s ratio: ViT-B's
+    token scale over this model's) named in its verdict. None: no rows of that table.
 
     Paper: Takeaway 2, Fig. 2."""
     from vitplast import findings
     from vitplast.paper import PLASTICITY_ORDER, SOURCES
 
     paper_order, rows = " > ".join(PLASTICITY_ORDER), []
+    rows += _scaled_rows(embedding_scaled, token_ratio) if embedding_scaled is not None else []
+    if gauged is None:
+        return rows
     for (protocol, c), g in gauged.groupby(["protocol", "c"]):
         text = orders(g).iloc[0, 0]
         rows.append(findings.descriptive(
             f"order at gauge c = {c:g} [{protocol}]", text,
             paper=f"{paper_order}, {SOURCES['fig2']}",
             verdict=findings.same(text == paper_order), n=g["task"].nunique(), unit="(tasks)"))
-        rows.append(findings.correlation_row(
+        rows += [findings.correlation_row(
             f"Spearman(measured, Fig. 2) at gauge c = {c:g} [{protocol}]", spearman_fig2(g),
-            paper=f"+1 (same order), {SOURCES['fig2']}"))
+            paper=f"+1 (same order), {SOURCES['fig2']}")] if tested else []
     for protocol in gauged["protocol"].unique():
         dev, n = _factor_deviation(gauged, protocol)
         mha = ", MHA x c" if protocol == "hidden" else ""
@@ -272,11 +278,28 @@ def ranking_findings(gauged: pd.DataFrame, embedding_scaled: pd.DataFrame) -> li
             f"rate factors of the gauge (LN / c, FC1 x 1, FC2 x c{mha}): largest relative "
             f"deviation [{protocol}]", dev, paper="not studied (derived here)",
             verdict="as derived" if dev < 0.02 else "not as derived", n=n, unit="(tasks)"))
-    for s, g in embedding_scaled.groupby("scale"):
+    return rows
+
+
+def _scaled_rows(scaled: pd.DataFrame, token_ratio: float | None) -> list[dict]:
+    """Per embedding scale s: the order (mean over tasks), the paper's beside; the s nearest
+    ``token_ratio`` on a log scale says so in its verdict."""
+    from vitplast import findings
+    from vitplast.paper import PLASTICITY_ORDER, SOURCES
+
+    paper_order, scales = " > ".join(PLASTICITY_ORDER), sorted(scaled["scale"].unique())
+    near = (min(scales, key=lambda s: abs(math.log(s / token_ratio)))
+            if token_ratio else None)
+    rows = []
+    for s, g in scaled.groupby("scale"):
         text = orders(g, by="scale").iloc[0, 0]
+        where = (f"; s = {s:g} is the scale nearest ViT-B's tokens (x{token_ratio:.2f})"
+                 if s == near else "")
         rows.append(findings.descriptive(
-            f"order with the embedding times {s:g} [embedding]", text, paper=paper_order,
-            verdict=findings.same(text == paper_order), n=g["task"].nunique(), unit="(tasks)"))
+            f"order with the embedding times {s:g} [embedding]", text,
+            paper=f"{paper_order}, {SOURCES['fig2']}",
+            verdict=("the paper's order" if text == paper_order else "not the paper's order")
+            + where, n=g["task"].nunique(), unit="(tasks)"))
     return rows
 
 
