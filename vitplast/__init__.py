@@ -8,6 +8,8 @@ word            what it is (where it lives)
 component       one of LN1, MHA, LN2, FC1, FC2 of a block (``components.COMPONENTS``)
 plasticity      a component's rate of change, ||f(x) - f(y)|| / ||x - y|| (Definition 1);
                 one measured value is a ``rate`` (``plasticity``)
+relative        plasticity times s_in / s_out, the RMS norms of the component's inputs and
+plasticity      outputs: unchanged by the gauge (``relative``)
 bound           an upper bound on a component's plasticity, Propositions 1-4 (``bounds``)
 protocol        what a component is fed when measured: ``hidden`` or ``embedding``
 pair            two images (x, y) whose outputs a rate compares (``pairs.Pairs``)
@@ -45,7 +47,8 @@ one, lists them). Imports may cross that order (``stream`` finetunes to test an 
   ``corruptions``, ``paper_datasets``, ``fake_datasets``); beside it ``models`` (loading, the
   embedded checkpoints, folders) and ``hub`` (reaching the Hugging Face hub);
 - ``measure``: the paper's objects measured (``components``, ``rates``, ``plasticity``,
-  ``pairs``, ``bounds``, ``intervals``, ``definitions``, ``empirical``, ``stream``, ``gauge``);
+  ``pairs``, ``bounds``, ``intervals``, ``definitions``, ``empirical``, ``stream``, ``gauge``,
+  ``relative``, ``tokens``);
 - ``train``: the one training loop and what runs on it (``finetune``, ``passes``, ``batched``,
   ``probes``, ``ablations``, ``pretrain``, ``recipes``);
 - ``experiments``: runs, their store, the studies and their tables (``runs``, ``store``,
@@ -76,7 +79,7 @@ SUBPACKAGES = {
     "datasets": ("corruptions", "data", "drawn", "fake_datasets", "paper_datasets", "suite",
                  "tasks"),
     "measure": ("bounds", "components", "definitions", "empirical", "gauge", "intervals",
-                "pairs", "plasticity", "rates", "stream"),
+                "pairs", "plasticity", "rates", "relative", "stream", "tokens"),
     "train": ("ablations", "batched", "finetune", "passes", "pretrain", "probes", "recipes"),
     "experiments": ("confound_plasticity", "confound_variants", "confounds", "decide",
                     "lr_selection", "migrate", "provenance", "results", "runs", "search",
