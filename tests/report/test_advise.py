@@ -26,17 +26,19 @@ def test_rank_on_the_embedded_model_gives_every_rule_a_full_ranking():
 
 def test_the_gauge_moves_what_it_scales_and_leaves_the_rest():
     """Under c = 2 (the same function), hidden plasticity of MHA and FC2 doubles, the
-    LayerNorms' halves, FC1's stays (``gauge.RATE_FACTORS``); the gradient on LN1 is the same."""
-    rules = ["plasticity [hidden]", "gradient norm"]
+    LayerNorms' halves, FC1's stays (``gauge.RATE_FACTORS``); relative plasticity and the
+    gradient on LN1 stay."""
+    rules = ["plasticity [hidden]", "relative plasticity [hidden]", "gradient norm"]
     plain = advise.rank("vitplast_fmnist", "digits", rules=rules, **SMALL)
     gauged = advise.rank("vitplast_fmnist", "digits", rules=rules, c=2.0, **SMALL)
     ratio = (gauged.set_index(["rule", "config"])["score"]
              / plain.set_index(["rule", "config"])["score"])["plasticity [hidden]"]
     assert ratio.to_dict() == pytest.approx(dict(MHA=2, FC2=2, FC1=1, LN1=0.5, LN2=0.5),
                                             rel=1e-3)
-    grad = (gauged.set_index(["rule", "config"])["score"]
-            / plain.set_index(["rule", "config"])["score"])["gradient norm"]
-    assert grad["LN1"] == pytest.approx(1.0, rel=1e-4)
+    ratios = gauged.set_index(["rule", "config"])["score"] / plain.set_index(["rule", "config"])[
+        "score"]
+    assert ratios["gradient norm"]["LN1"] == pytest.approx(1.0, rel=1e-4)
+    assert ratios["relative plasticity [hidden]"].to_numpy() == pytest.approx(1.0, rel=1e-3)
 
 
 def test_rankings_are_stored_once_validated_and_recomputed_when_an_input_changes(
@@ -63,7 +65,7 @@ def test_rankings_are_stored_once_validated_and_recomputed_when_an_input_changes
     advise.stored(tmp_path, "vitplast_fmnist", "digits")  # the loss drop's LR changed
     assert len(calls) == 3 and len(list(tmp_path.glob("advise-*.json"))) == 3
     monkeypatch.setattr(advise, "RULES", (*advise.RULES, "a new rule"))
-    monkeypatch.setitem(advise.PLASTICITY_RULES, "a new rule", "hidden")
+    monkeypatch.setitem(advise.PLASTICITY_RULES, "a new rule", ("hidden", "plasticity"))
     rows = advise.stored(tmp_path, "vitplast_fmnist", "digits", rules=advise.RULES)
     assert calls[-1][1] == ("a new rule",) and set(rows["rule"]) == set(advise.RULES)
     name = f"advise-{config_hash(advise.settings('vitplast_fmnist', 'digits'))}.json"

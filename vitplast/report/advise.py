@@ -6,6 +6,8 @@ Rules (``RULES``; each ranks LN1, MHA, LN2, FC1, FC2, 1 = finetune this one):
 - ``plasticity [embedding]`` and ``plasticity [hidden]``: the component's measured plasticity
   under each protocol (pairs of a pretraining-domain image and a task image): the paper's
   advice read literally (Takeaway 3).
+- ``relative plasticity [hidden]``: the same pairs' plasticity in units of the component's own
+  input and output scale (``vitplast.relative``): unchanged by the residual-stream gauge.
 - ``gradient norm``: the norm of the task loss's gradient on the component, one batch, a new
   head (the paper's Fig. 4 signal, at step 0); it grows with the component's size.
 - ``Auto-RGN``: the relative gradient norm ||g|| / ||theta|| of each parameter tensor, averaged
@@ -40,9 +42,11 @@ import torch.nn.functional as F
 from vitplast import components, studies
 from vitplast.measure.empirical import SOURCE
 
-#: The plasticity rules: rule -> the protocol it measures under. Relative plasticity (issue 38,
-#: item 3) joins here as one more entry once ``vitplast.measure`` has it.
-PLASTICITY_RULES = {"plasticity [embedding]": "embedding", "plasticity [hidden]": "hidden"}
+#: The plasticity rules: rule -> (the protocol it measures under, what it measures: Definition
+#: 1's ``plasticity`` or ``relative`` plasticity, ``vitplast.relative``).
+PLASTICITY_RULES = {"plasticity [embedding]": ("embedding", "plasticity"),
+                    "plasticity [hidden]": ("hidden", "plasticity"),
+                    "relative plasticity [hidden]": ("hidden", "relative")}
 #: The rules computed from one backward pass (``_gradients``).
 GRADIENT_RULES = ("gradient norm", "Auto-RGN", "gradient norm per parameter")
 RULES = (*PLASTICITY_RULES, *GRADIENT_RULES, "loss drop", "paper: MHA")
@@ -67,9 +71,9 @@ def _batch(dataset, n: int, seed: int, model) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _plasticity(model, task: str, n_pairs: int, source: str | None, rules) -> tuple[dict, dict]:
-    """Per plasticity rule of ``rules``: per component, plasticity (mean over layers) under its
-    protocol on ``n_pairs`` pairs of the task; and its cost (the pairs' loading shared)."""
-    from vitplast import empirical, plasticity
+    """Per plasticity rule of ``rules``: per component, its quantity (mean over layers) under
+    its protocol on ``n_pairs`` pairs of the task; and its cost (the pairs' loading shared)."""
+    from vitplast import empirical, plasticity, relative
 
     clock = time.perf_counter()
     pairs = empirical.task_pairs(task, source, n_pairs=n_pairs, model=model)
@@ -77,8 +81,14 @@ def _plasticity(model, task: str, n_pairs: int, source: str | None, rules) -> tu
     scores, cost = {}, {}
     for rule in rules:
         clock = time.perf_counter()
-        rates = plasticity.measure(model, pairs, protocol=PLASTICITY_RULES[rule], progress=False)
-        scores[rule] = plasticity.ranking(rates).set_index("component")["plasticity"].rename(str)
+        protocol, quantity = PLASTICITY_RULES[rule]
+        if quantity == "relative":
+            ranked = relative.ranking(relative.measure(model, pairs, protocol=protocol))
+            score = ranked.set_index("component")["relative_plasticity"]
+        else:
+            rates = plasticity.measure(model, pairs, protocol=protocol, progress=False)
+            score = plasticity.ranking(rates).set_index("component")["plasticity"]
+        scores[rule] = score.rename(str).rename(index=str)
         cost[rule] = loading + time.perf_counter() - clock
     return scores, cost
 

@@ -31,7 +31,7 @@ from vitplast.report.verdicts import table as findings_table
 RANDOM = "random pick"
 #: What the paper says each rule should do, for the rows that cite it (the others cite none).
 PAPER = {**{r: "Takeaway 3 (finetune the most plastic component): below a random pick"
-            for r in PLASTICITY_RULES},
+            for r, (_, quantity) in PLASTICITY_RULES.items() if quantity == "plasticity"},
          "paper: MHA": "Table 1 (MHA alone the best component on average): below a random pick"}
 _UNIT = "points of test accuracy, per task"
 
@@ -143,18 +143,20 @@ def select(found: pd.DataFrame, *kinds: str) -> pd.DataFrame:
     return found[keep]
 
 
-def supported(found: pd.DataFrame) -> str:
+def supported(found: pd.DataFrame, gauge: pd.DataFrame | None = None) -> str:
     """The rule the ``findings`` rows support: of the rules whose regret is resolved below a
-    random pick's, the one with the lowest mean regret; "none" when no rule resolved below."""
+    random pick's, the one with the lowest mean regret; with ``gauge`` (``fragility`` rows),
+    only among the rules whose pick the gauge never moved. "none" when no rule qualifies."""
     vs = found[found["claim"].str.endswith("- regret of a random pick")]
     beats = vs[(vs["p_holm"] < ALPHA) & (vs["measured"] < 0)]
-    if not len(beats):
-        return "none"
-    rules = beats["claim"].str.extract(r"rule '(.+)' -")[0]
+    rules = list(beats["claim"].str.extract(r"rule '(.+)' -")[0])
+    if gauge is not None:
+        moved = gauge.assign(rule=gauge["claim"].str.extract(r"rule '(.+)':")[0])
+        rules = [r for r in rules if (moved.loc[moved["rule"] == r, "measured"] == 0).any()]
     own = found.set_index("claim")["measured"]
     regrets = {r: own[f"regret of the rule {r!r} (oracle's test accuracy minus its pick's)"]
                for r in rules}
-    return min(regrets, key=regrets.get)
+    return min(regrets, key=regrets.get) if regrets else "none"
 
 
 def pick_changes(plain: pd.DataFrame, gauged: pd.DataFrame) -> pd.DataFrame:
