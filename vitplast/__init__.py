@@ -8,6 +8,8 @@ word            what it is (where it lives)
 component       one of LN1, MHA, LN2, FC1, FC2 of a block (``components.COMPONENTS``)
 plasticity      a component's rate of change, ||f(x) - f(y)|| / ||x - y|| (Definition 1);
                 one measured value is a ``rate`` (``plasticity``)
+relative        plasticity times s_in / s_out, the RMS norms of the component's inputs and
+plasticity      outputs: unchanged by the gauge (``relative``)
 bound           an upper bound on a component's plasticity, Propositions 1-4 (``bounds``)
 protocol        what a component is fed when measured: ``hidden`` or ``embedding``
 pair            two images (x, y) whose outputs a rate compares (``pairs.Pairs``)
@@ -45,7 +47,8 @@ one, lists them). Imports may cross that order (``stream`` finetunes to test an 
   ``corruptions``, ``paper_datasets``, ``fake_datasets``); beside it ``models`` (loading, the
   embedded checkpoints, folders) and ``hub`` (reaching the Hugging Face hub);
 - ``measure``: the paper's objects measured (``components``, ``rates``, ``plasticity``,
-  ``pairs``, ``bounds``, ``intervals``, ``definitions``, ``empirical``, ``stream``, ``gauge``);
+  ``pairs``, ``bounds``, ``intervals``, ``definitions``, ``empirical``, ``stream``, ``gauge``,
+  ``relative``, ``tokens``);
 - ``train``: the one training loop and what runs on it (``finetune``, ``passes``, ``batched``,
   ``probes``, ``ablations``, ``pretrain``, ``recipes``);
 - ``experiments``: runs, their store, the studies and their tables (``runs``, ``store``,
@@ -54,8 +57,8 @@ one, lists them). Imports may cross that order (``stream`` finetunes to test an 
   ``confound_variants``, ``confound_plasticity``, ``archive``);
 - ``report``: conclusions as rows and what shows them (``findings``, ``definition_findings``,
   ``bound_findings``, ``finetuning_findings``, ``confound_findings``, ``verdicts``, ``power``,
-  ``plots``, ``plot_style``, ``sentences``, ``widgets``, ``advise``, ``notebooks``,
-  ``reading_copy``);
+  ``plots``, ``plot_style``, ``sentences``, ``widgets``, ``advise``, ``regret``,
+  ``notebooks``, ``reading_copy``);
 - shared by all: ``paper`` (the paper's reference values), ``inputs`` (argument checks),
   ``files`` (atomic writes), ``cached`` (load-or-compute), ``schema`` (every stored file kind
   and a run's settings checked against the published JSON Schemas); beside ``models``, ``hub``
@@ -80,7 +83,7 @@ SUBPACKAGES = {
     "datasets": ("corruptions", "data", "drawn", "fake_datasets", "paper_datasets", "suite",
                  "tasks"),
     "measure": ("bounds", "components", "definitions", "empirical", "gauge", "intervals",
-                "pairs", "plasticity", "rates", "stream"),
+                "pairs", "plasticity", "rates", "relative", "stream", "tokens"),
     "train": ("ablations", "batched", "finetune", "passes", "pretrain", "probes", "recipes"),
     "experiments": ("archive", "claims", "confound_plasticity", "confound_variants",
                     "confounds", "cross_gauge", "decide", "lr_selection", "migrate",
@@ -88,7 +91,7 @@ SUBPACKAGES = {
                     "study_specs", "sweep"),
     "report": ("advise", "bound_findings", "confound_findings", "definition_findings",
                "findings", "finetuning_findings", "notebooks", "plot_style", "plots", "power",
-               "reading_copy", "sentences", "verdicts", "widgets"),
+               "reading_copy", "regret", "sentences", "verdicts", "widgets"),
 }
 _HOME = {module: package for package, modules in SUBPACKAGES.items() for module in modules}
 #: The public modules by their short names. Importing ``vitplast`` loads none of them: import

@@ -43,3 +43,55 @@ def test_measurements_are_cached_per_checkpoint_task_and_protocol(tmp_path, monk
     assert len(calls) == 2
     pd.testing.assert_frame_equal(again, first[first["protocol"] == "hidden"]
                                   .reset_index(drop=True))
+
+
+def test_notebook_04_inputs_are_stored_beside_the_study_and_recomputed_when_an_input_changes(
+        tmp_path, monkeypatch):
+    """``finetuning_inputs`` measures each task's plasticity (per protocol) and probe once,
+    keeps them as companions of the store, reads them back; another ``n_pairs`` is measured
+    anew; its rates give ``plasticity.ranking`` the stored per-block plasticity's mean."""
+    from vitplast import probes
+    from vitplast.experiments.store import Store
+
+    measured, probed = [], []
+
+    def layers(tasks, *, protocol, n_pairs):
+        measured.append((tuple(tasks), protocol, n_pairs))
+        return pd.DataFrame([dict(task=tasks[0], layer=b, component=c, ci95=0.1,
+                                  plasticity=float(b + i + (protocol == "hidden")))
+                             for b in range(2) for i, c in enumerate(["LN1", "MHA"])])
+
+    def linear_probes(model_name, tasks):
+        probed.append(tuple(tasks))
+        return pd.DataFrame([dict(task=tasks[0], train_acc=99.0, val_acc=90.0, test_acc=88.0,
+                                  n_train=10, n_features=4)])
+
+    monkeypatch.setattr(empirical, "embedded_layers", layers)
+    monkeypatch.setattr(probes, "linear_probes", linear_probes)
+    rates, probe = empirical.finetuning_inputs(["digits", "fmnist_snow"], tmp_path, n_pairs=4)
+    assert len(measured) == 4 and probed == [("digits",), ("fmnist_snow",)]
+    assert probe.to_dict() == {"digits": 88.0, "fmnist_snow": 88.0}
+    ranked = plasticity.ranking(rates).set_index(["task", "protocol", "component"])
+    assert ranked.loc[("digits", "hidden", "MHA"), "plasticity"] == pytest.approx(2.5)
+    assert ranked.loc[("digits", "embedding", "LN1"), "plasticity"] == pytest.approx(0.5)
+    again = empirical.finetuning_inputs(["digits", "fmnist_snow"], tmp_path, n_pairs=4)
+    assert len(measured) == 4 and len(probed) == 2  # read, not measured
+    pd.testing.assert_frame_equal(again[0], rates)
+    empirical.finetuning_inputs(["digits"], tmp_path, protocols=["hidden"], n_pairs=8)
+    assert measured[-1] == (("digits",), "hidden", 8) and len(probed) == 2
+    assert Store(tmp_path).audit().empty  # companions, not foreign files
+
+
+def test_notebook_04_and_the_suite_study_keep_plasticity_in_one_file(tmp_path, monkeypatch):
+    """``stored_layers`` and ``decide.task_plasticity`` name and fill the same companion for
+    the same settings: the suite's files serve notebook 04's 7 tasks as they are."""
+    from vitplast import decide
+
+    monkeypatch.setattr(empirical, "embedded_layers", lambda tasks, *, protocol, n_pairs:
+                        pd.DataFrame([dict(task=tasks[0], layer=0, component="MHA",
+                                           plasticity=1.5, ci95=0.1)]))
+    mine = empirical.stored_layers(tmp_path / "a", "digits", n_pairs=4, protocol="hidden")
+    suite = decide.task_plasticity(tmp_path / "b", "digits", n_pairs=4, protocol="hidden")
+    [a], [b] = (tmp_path / "a").glob("plasticity-*"), (tmp_path / "b").glob("plasticity-*")
+    assert a.name == b.name and a.read_text() == b.read_text()
+    pd.testing.assert_frame_equal(mine, suite)

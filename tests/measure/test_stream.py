@@ -57,21 +57,22 @@ def test_ranking_findings_state_each_order_and_check_the_factors():
     gauged = _ranked({1.0: reverse, 8.0: c8})
     scaled = (_ranked({1.0: reverse, 8.0: paper}, protocol="embedding")
               .rename(columns={"c": "scale"}))
-    stats = pd.DataFrame(dict(checkpoint=["final"] * 2, r_embedding=[3.0, 3.0]))
-    table = findings.table(stream.ranking_findings(gauged, scaled, stats))
+    table = findings.table(stream.ranking_findings(gauged, scaled))
     verdict = table.set_index("claim")["verdict"]
     assert verdict["order at gauge c = 1 [hidden]"] == "differs from the paper (untested)"
     assert table.set_index("claim").loc["order at gauge c = 1 [hidden]", "measured"] == \
         " > ".join(reversed(PLASTICITY_ORDER))
     assert verdict["rate factors of the gauge (LN / c, FC1 x 1, FC2 x c, MHA x c): largest "
                    "relative deviation [hidden]"] == "as derived"
-    assert verdict["order with the embedding times 8 [embedding]"] == \
-        "same as the paper (untested)"
+    assert verdict["order with the embedding times 8 [embedding]"] == "the paper's order"
+    near = findings.table(stream.ranking_findings(None, scaled, token_ratio=5.0))
+    assert list(near["verdict"]) == ["not the paper's order", "the paper's order; s = 8 is the "
+                                     "scale nearest ViT-B's tokens (x5.00)"]
+    early = findings.table(stream.ranking_findings(gauged, tested=False))
+    assert (early["family"] == "descriptive").all() and len(early) == len(table) - 2 - 2
     rho = table.set_index("claim").loc["Spearman(measured, Fig. 2) at gauge c = 1 [hidden]"]
     assert rho["measured"] == pytest.approx(-1.0) and rho["n"] == 3
-    r = table.set_index("claim").loc["embedding RMS token norm r (final checkpoint)"]
-    assert r["measured"] == 3.0 and r["verdict"].startswith("x6.5 below")
-    merged = stream.findings_table(table.iloc[:2], stream.ranking_findings(gauged, scaled, stats))
+    merged = stream.findings_table(table.iloc[:2], stream.ranking_findings(gauged, scaled))
     assert len(merged) == 2 + len(table)
 
 

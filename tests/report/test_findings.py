@@ -29,3 +29,59 @@ def test_within_task_correlation_never_pools_tasks():
     assert corr.set_index(["task", "component"]).loc[("a", "MHA"), "rank_x"] == 1
 
 
+
+
+def _per_layer(values: dict, layer0: dict | None = None, tasks=8, noise=0.02, seed=0):
+    """Per (task, protocol, layer, component) plasticity: ``values`` in layers 1-3 and
+    ``layer0`` (default ``values``) in layer 0, with per-task noise."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame([dict(task=f"t{t}", protocol="hidden", layer=layer, component=c,
+                              plasticity=((layer0 or values) if layer == 0 else values)[c]
+                              * (1 + noise * rng.standard_normal()))
+                         for t in range(tasks) for layer in range(4) for c in values])
+
+
+def test_layer_summaries_say_which_neighbours_are_noise():
+    """Layer 0 puts MHA last in the mean; the median and the mean without layer 0 put it
+    first. Two components 0.1% apart are noise (their CI over tasks holds 0); the rows say
+    both, and a change of the data changes the words."""
+    values = dict(MHA=2.2, FC1=2.0, FC2=1.0, LN2=0.500, LN1=0.4995)
+    rows = pd.DataFrame(findings.layer_summaries(_per_layer(
+        values, layer0=dict(values, MHA=0.01)))).set_index("claim")
+    assert (rows["family"] == "descriptive").all()
+    mean = rows.loc["order by the layer mean [hidden]"]
+    assert mean["measured"].startswith("FC1 ") and "> MHA" in mean["measured"]
+    median = rows.loc["order by the layer median [hidden]", "verdict"]
+    assert "; neighbours within noise (95% CI over tasks includes 0): LN" in median
+    assert ("LN2 - LN1" in median or "LN1 - LN2" in median) and "FC1 - FC2" not in median
+    assert rows.loc["order by the layer median [hidden]", "measured"].startswith("MHA 2.")
+    rows = pd.DataFrame(findings.layer_summaries(_per_layer(
+        dict(values, LN1=0.3)))).set_index("claim")
+    assert rows.loc["order by the layer median [hidden]", "verdict"] == (
+        "the paper's order; every neighbour separated (95% CI over tasks excludes 0)")
+
+
+def test_descriptive_additions_leave_the_tested_rows_holm_p_unchanged():
+    """The Read cells of notebook 02 read a table built before sections 6-8: the rows added
+    later are descriptive, so every tested row keeps its Holm p."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    ranked = pd.DataFrame([dict(task=f"t{t}", protocol=p, component=c,
+                                plasticity=v * (1 + 0.3 * rng.standard_normal()))
+                           for p in ("embedding", "hidden") for t in range(6)
+                           for c, v in dict(MHA=3, FC1=2, FC2=1, LN2=0.5, LN1=0.4).items()])
+    early = findings.plasticity_ranking(ranked)
+    full = findings.plasticity_ranking(
+        ranked, per_layer=_per_layer(dict(MHA=3, FC1=2, FC2=1, LN2=0.5, LN1=0.4)),
+        precision=pd.DataFrame([dict(protocol="hidden", pairs=256, median_relative_ci95=0.01,
+                                     max_relative_ci95=0.2)]),
+        token=dict(r=4.0, paper_r=19.4, ratio=4.85, n_images=256))
+    tested = early[early["family"] != "descriptive"].set_index("claim")["p_holm"]
+    assert len(full) > len(early) and len(tested) > 0
+    pd.testing.assert_series_equal(full.set_index("claim").loc[tested.index, "p_holm"], tested)
+    prec = full.set_index("claim").loc["95% CI half-width of a per-layer estimate, relative to "
+                                       "it, median over (task, layer, component) [hidden]"]
+    assert prec["verdict"] == "largest 20.0%: imprecise somewhere (> 5%)"

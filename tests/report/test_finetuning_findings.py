@@ -19,6 +19,43 @@ def _main(acc: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _tables(rho: dict) -> tuple[dict, pd.Series]:
+    """Tables where MHA beats LN1 by 3 points on every task, and the plasticity-gain rho is
+    ``rho[protocol]`` on every task (MHA least plastic, highest gain under each)."""
+    base = 80 + np.random.default_rng(2).normal(0, 2, 7)
+    acc = {"MHA": base + 3, "FC1": base + 2, "FC2": base + 1, "LN2": base + 0.5, "LN1": base,
+           "full": base + 3.2, "head": base - 4}
+    bands = pd.DataFrame([dict(task=t, config=c, delta=1.0, width=1.0, drop_x3=1.0)
+                          for t in TASKS for c in ("MHA", "LN1", "LN2")])
+    corr = pd.DataFrame([dict(protocol=p, task=t, component=c, spearman=r + 0.01 * i,
+                              rank_x=6 - k, rank_y=k) for p, r in rho.items()
+                         for i, t in enumerate(TASKS)
+                         for k, c in enumerate(["MHA", "FC1", "FC2", "LN2", "LN1"], 1)])
+    grads = pd.DataFrame([dict(task=t, config=c, kind=k, grad_norm=1.0) for t in TASKS
+                          for c in ("MHA", "LN1", "LN2") for k in ("total", "per parameter")])
+    return dict(main=_main(acc), bands=bands, corr=corr, grads=grads), pd.Series(base, TASKS)
+
+
+@pytest.mark.parametrize("declared, other", [("hidden", "embedding"), ("embedding", "hidden")])
+def test_the_other_protocol_is_a_sensitivity_row_beside_the_declared_one(declared, other):
+    rho = {"hidden": 0.5, "embedding": -0.8}
+    t, probe = _tables(rho)
+    table = findings.finetuning(t, probe, studies.get("main").primaries, protocol=declared)
+    by_claim = table.set_index("claim")
+    primary = table[table["family"] == "primary"]
+    assert primary["measured"].iloc[2] == pytest.approx(rho[declared] + 0.03)
+    sens = table[table["family"] == "sensitivity"].set_index("claim")
+    rho_row = ("Spearman(plasticity, gain over head-only) over the five components, within a "
+               f"task [{other}]")
+    assert sens.loc[rho_row, "measured"] == pytest.approx(rho[other] + 0.03)
+    assert not table["claim"].str.endswith(f"task [{declared}]").any()  # it is the primary
+    assert all(c.endswith(f"[{other}]") for c in sens.index)
+    assert by_claim.loc[f"where MHA sits among the five [{other}] (1 = highest)",
+                        "measured"] == "plasticity rank 5.0, gain rank 1.0"
+    with pytest.raises(ValueError, match="valid"):
+        findings.finetuning(t, probe, protocol="output")
+
+
 def test_finetuning_findings_use_tasks_as_units():
     """Synthetic per-task accuracies where MHA beats LN1 by exactly 3 points on every task
     (plus noise in the others): the table tests over 7 tasks, not 21 seeds."""

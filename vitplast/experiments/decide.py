@@ -15,8 +15,9 @@ test their mean over tasks.
   ``accuracy``; P3 (Spearman's rho, over the five full-count components, of plasticity before
   finetuning against gain over head-only) from ``spearman_plasticity_gain``. ``secondary``:
   the same primaries with each LR chosen from the study's fixed grid.
-- ``task_plasticity``: a task's per-block plasticity before finetuning, measured once and
-  stored beside the runs (``plasticity-<hash>.json``).
+- ``task_plasticity``: a task's per-block plasticity (or relative plasticity,
+  ``vitplast.relative``) before finetuning, measured once and stored beside the runs
+  (``plasticity-<hash>.json``).
 - ``task_probe``: a task's linear probe on the frozen embedded model, computed once and stored
   beside the runs (``probe-<hash>.json``).
 - ``distance``: head-only and linear-probe accuracy per task: how far it lies from what
@@ -47,6 +48,10 @@ if TYPE_CHECKING:  # for annotations only
     from vitplast.experiments.studies import Study
 
 
+#: What ``task_plasticity`` measures: Definition 1's plasticity, or the relative plasticity.
+QUANTITIES = ("plasticity", "relative")
+
+
 def complete_tasks(state: pd.DataFrame) -> list[str]:
     """The tasks of a ``search.state`` table whose every setting has ended (nothing asked)."""
     done = state.assign(ended=state["next"].map(len) == 0).groupby("task", sort=False)["ended"]
@@ -64,38 +69,43 @@ def chosen(study: Study, root: str | Path, *, grid: bool = False) -> pd.DataFram
 
 
 def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
-                    protocol: str = "embedding") -> pd.DataFrame:
+                    protocol: str = "embedding", quantity: str = "plasticity") -> pd.DataFrame:
     """Per block and component: the embedded model's plasticity on ``task`` before
     finetuning (``n_pairs`` pairs of a Fashion-MNIST image and a task image, ``protocol``),
     measured once and stored in ``root/plasticity-<hash of the settings>.json``.
 
-    Columns: ``task``, ``protocol``, ``layer``, ``component``, ``plasticity``, ``ci95``.
-    """
-    from vitplast import empirical
+    ``quantity`` (``QUANTITIES``): ``"plasticity"``, or ``"relative"``, the relative
+    plasticity (``vitplast.relative``) on the same pairs, stored the same way (its settings,
+    and so its hash, add ``quantity``; plasticity's files keep theirs).
 
+    Columns: ``task``, ``protocol``, ``layer``, ``component``, ``plasticity``, ``ci95``; for
+    ``"relative"``: ``relative_plasticity``, ``plasticity``, ``s_in``, ``s_out`` in place of
+    ``ci95``.
+
+    Raises:
+        ValueError: unknown ``quantity``, naming the valid ones.
+    """
+    from vitplast import empirical, relative
+
+    if quantity not in QUANTITIES:
+        raise ValueError(f"unknown quantity {quantity!r}; valid: {list(QUANTITIES)}")
     settings = dict(task=task, n_pairs=n_pairs, protocol=protocol)
+    measured = empirical.embedded_layers
+    if quantity == "relative":
+        settings["quantity"], measured = "relative plasticity", relative.embedded_layers
     saved = store.Store(root).companion(
         f"plasticity-{store.config_hash(settings)}.json",
-        compute=lambda: dict(settings, rows=empirical.embedded_layers(
-            [task], protocol=protocol, n_pairs=n_pairs).drop(columns="task").to_dict("records")))
+        compute=lambda: dict(settings, rows=measured([task], protocol=protocol, n_pairs=n_pairs)
+                             .drop(columns="task").to_dict("records")))
     return pd.DataFrame(saved["rows"]).assign(task=task, protocol=protocol)
 
 
 def task_probe(root: str | Path, task: str, *, compute: bool = True) -> dict | None:
-    """The embedded model's linear probe on ``task`` (``probes.linear_probe``: ``train_acc``,
-    ``val_acc``, ``test_acc`` in %, ``n_train``, ``n_features``), computed once (about 40 s on
-    a CPU core) and stored in ``root/probe-<hash of the settings>.json``; ``None`` when not
-    stored and ``compute`` is False."""
-    from vitplast import models, probes
+    """The embedded model's linear probe on ``task``, computed once and stored beside the runs
+    (``probes.stored_probe``); ``None`` when not stored and ``compute`` is False."""
+    from vitplast import probes
 
-    settings = dict(task=task, model=models.EMBEDDED_NAME, probe="logistic, C=1, L-BFGS")
-
-    def probe() -> dict:
-        row = probes.linear_probes(models.EMBEDDED_NAME, [task]).iloc[0].to_dict()
-        return dict(settings, **{k: v for k, v in row.items() if k != "task"})
-
-    return store.Store(root).companion(f"probe-{store.config_hash(settings)}.json",
-                                       compute=probe if compute else None)
+    return probes.stored_probe(root, task, compute=compute)
 
 
 def task_probes(root: str | Path, tasks, *, compute: bool = False) -> pd.DataFrame:
@@ -108,13 +118,15 @@ def task_probes(root: str | Path, tasks, *, compute: bool = False) -> pd.DataFra
 
 
 def component_plasticity(root: str | Path, tasks, n_pairs: int = 256,
-                         protocol: str = "embedding") -> pd.DataFrame:
+                         protocol: str = "embedding", quantity: str = "plasticity"
+                         ) -> pd.DataFrame:
     """Per task and component: plasticity before finetuning, the mean over blocks (as the
     paper's Fig. 2 summarises a component). Columns: ``task``, ``component``,
-    ``plasticity``."""
-    per_layer = pd.concat([task_plasticity(root, t, n_pairs, protocol) for t in tasks])
-    return per_layer.groupby(["task", "component"], as_index=False, sort=False)[
-        "plasticity"].mean()
+    ``plasticity`` (``quantity="relative"``: ``relative_plasticity``, as ``task_plasticity``)."""
+    value = "relative_plasticity" if quantity == "relative" else "plasticity"
+    per_layer = pd.concat([task_plasticity(root, t, n_pairs, protocol, quantity)
+                           for t in tasks])
+    return per_layer.groupby(["task", "component"], as_index=False, sort=False)[value].mean()
 
 
 def accuracy(picked: pd.DataFrame) -> pd.DataFrame:
@@ -123,16 +135,17 @@ def accuracy(picked: pd.DataFrame) -> pd.DataFrame:
 
 
 def spearman_plasticity_gain(picked: pd.DataFrame, plasticity: pd.DataFrame,
-                             components=tuple(COMPONENTS)) -> pd.Series:
+                             components=tuple(COMPONENTS), value: str = "plasticity"
+                             ) -> pd.Series:
     """Per task: Spearman's rho, over ``components``, between their plasticity before
-    finetuning (``component_plasticity``) and their gain over head-only (test points). NaN
-    for a task without plasticity. The statistic ``"spearman(plasticity, gain)"`` of the
-    suite study's third primary."""
+    finetuning (``component_plasticity``; its column ``value``, e.g. ``relative_plasticity``)
+    and their gain over head-only (test points). NaN for a task without plasticity. The
+    statistic ``"spearman(plasticity, gain)"`` of the suite study's third primary."""
     from scipy import stats
 
     acc = accuracy(picked)
     gain = acc[list(components)].sub(acc["head"], axis=0)
-    plastic = plasticity.pivot(index="task", columns="component", values="plasticity")
+    plastic = plasticity.pivot(index="task", columns="component", values=value)
     return pd.Series({t: stats.spearmanr(plastic.loc[t, list(components)], gain.loc[t]).statistic
                       if t in plastic.index else np.nan for t in acc.index}, name="rho")
 
@@ -324,7 +337,7 @@ def rising_loss(picked: pd.DataFrame) -> dict:
                 "above its start")
 
 
-__all__ = ["LENGTHS", "PROTOCOLS", "accuracy", "by_distance", "by_length", "chosen", "compares",
-           "complete_tasks", "component_plasticity", "distance", "distance_findings",
+__all__ = ["LENGTHS", "PROTOCOLS", "QUANTITIES", "accuracy", "by_distance", "by_length", "chosen",
+           "compares", "complete_tasks", "component_plasticity", "distance", "distance_findings",
            "findings", "length_rule", "protocol_findings", "rising_loss",
            "spearman_plasticity_gain", "task_plasticity", "task_probe", "task_probes"]

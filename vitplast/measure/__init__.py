@@ -5,5 +5,7 @@
 estimator) · ``pairs`` (the image pairs a rate compares) · ``bounds`` (Propositions 1-4) ·
 ``intervals`` (objection 2, Takeaway 1) · ``definitions`` (notebook 01's direct versions) ·
 ``empirical`` (measured plasticity of the embedded model, cached) · ``stream`` (the residual
-stream's scale and the rankings it sets) · ``gauge`` (the function-preserving rescaling).
+stream's scale and the rankings it sets) · ``gauge`` (the function-preserving rescaling) ·
+``relative`` (plasticity in units of a component's own input and output scale) · ``tokens``
+(the token scale r, one definition for every notebook).
 """

@@ -165,7 +165,7 @@ def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> p
     """Per task, block and component: the embedded model's plasticity before finetuning and its
     ``ci95`` (``measure_tasks``, ``plasticity.summarize``), components as plain text: the rows
     the study stores keep beside their runs (``confound_plasticity.layer_plasticity``,
-    ``decide.task_plasticity``). Columns ``task``, ``layer``, ``component``, ``plasticity``,
+    ``stored_layers``). Columns ``task``, ``layer``, ``component``, ``plasticity``,
     ``ci95``."""
     from vitplast import models
 
@@ -225,20 +225,41 @@ def along_pretraining(rates: pd.DataFrame, model_name: str) -> tuple[pd.DataFram
     return ranked, curve
 
 
-def finetuning_inputs(tasks: list[str], *, protocol: str = "hidden", n_pairs: int = 256
+def stored_layers(root, task: str, *, n_pairs: int = 256, protocol: str = "embedding"
+                  ) -> pd.DataFrame:
+    """``embedded_layers`` of one task, measured once and kept beside a study's runs in
+    ``root/plasticity-<hash of the settings>.json`` (a store companion, validated when read;
+    other settings name another file, measured anew): the file the suite study's
+    ``decide.task_plasticity`` writes for the same settings (a test holds them to one name).
+    Used by notebook 04 (``finetuning_inputs``).
+
+    Columns: ``task``, ``protocol``, ``layer``, ``component``, ``plasticity``, ``ci95``.
+    """
+    from vitplast import store
+
+    settings = dict(task=task, n_pairs=n_pairs, protocol=protocol)
+    saved = store.Store(root).companion(
+        f"plasticity-{store.config_hash(settings)}.json",
+        compute=lambda: dict(settings, rows=embedded_layers(
+            [task], protocol=protocol, n_pairs=n_pairs).drop(columns="task").to_dict("records")))
+    return pd.DataFrame(saved["rows"]).assign(task=task, protocol=protocol)
+
+
+def finetuning_inputs(tasks: list[str], root, *, protocols=PROTOCOLS, n_pairs: int = 256
                       ) -> tuple[pd.DataFrame, pd.Series]:
-    """What notebook 04 needs besides its runs, load-or-compute (cached): the embedded model's
-    per-pair rates on each task under ``protocol`` (``measure_tasks``, final checkpoint), and
-    the linear probe's test accuracy (%) per task (``probes.linear_probes``). The rates are
-    ``measure_tasks``'s cached ones: after notebook 02 (same pairs) they are read, not measured.
+    """What notebook 04 needs besides its runs, kept beside them in the store ``root`` (computed
+    once, then read: ``stored_layers``, ``probes.stored_probe``): the embedded model's
+    plasticity on each task under each of ``protocols``, one row per block and component with
+    its ``rate`` the block's plasticity (the mean over pairs: what ``plasticity.ranking``
+    averages over blocks), and the linear probe's test accuracy (%) per task.
 
     Paper: Takeaway 3 (plasticity vs gain), Table 1's linear-probe column. Used by notebook 04.
     """
-    from vitplast import models, probes, store
+    from vitplast import probes
 
-    rates = measure_tasks(models.EMBEDDED_NAME, tasks, protocols=[protocol], n_pairs=n_pairs,
-                          progress=False)
-
-    probe = store.load_or_compute("probe-04", dict(tasks=tasks),
-                                  lambda: probes.linear_probes(models.EMBEDDED_NAME, tasks))
-    return rates, probe.set_index("task")["test_acc"]
+    layers = pd.concat([stored_layers(root, t, n_pairs=n_pairs, protocol=p)
+                        for p in protocols for t in tasks], ignore_index=True)
+    rates = layers.rename(columns={"plasticity": "rate"}).drop(columns="ci95")
+    probe = pd.Series({t: probes.stored_probe(root, t)["test_acc"] for t in tasks},
+                      name="test_acc").rename_axis("task")
+    return rates, probe

@@ -173,11 +173,16 @@ class Measurement:
             ``vitplast.bounds.model_bounds``.
         inputs: ``{(layer, component): (k, n, d_in)}``, each component's input for the x
             images of the first k = ``keep`` kept pairs (for ``bounds.local_lipschitz``).
+        scales: one row per (layer, component) when measured with ``scales=True`` (else None):
+            ``s_in`` and ``s_out``, the RMS over all 2N images of the kept pairs of the
+            Frobenius norm of its input and of its output, sqrt(mean_b ||X_b||_F^2)
+            (``vitplast.relative``: plasticity in units of these scales).
     """
 
     rates: pd.DataFrame
     statistics: pd.DataFrame
     inputs: dict = field(default_factory=dict)
+    scales: pd.DataFrame | None = None
 
 
 def measure(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
@@ -195,7 +200,7 @@ def measure(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str
 def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
                 batch_size: int = 64, device: str | torch.device | None = None,
                 workers: int = 0, progress: bool = True, meta: dict | None = None,
-                keep: int = 0, statistics: bool = True) -> Measurement:
+                keep: int = 0, statistics: bool = True, scales: bool = False) -> Measurement:
     """ONE streamed pass over the pairs: every component's per-pair rates, the statistics of
     its inputs that Props. 1-4 need, and its first ``keep`` inputs (``Measurement``).
 
@@ -212,6 +217,8 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
         meta: constant columns to add to ``rates``, e.g. ``{"model": ..., "task": ...}``.
         keep: how many x inputs of each component to keep (0: none).
         statistics: gather the statistics of the inputs (False: ``statistics`` is None).
+        scales: also sum the squared norms of every component's input and output in the
+            same pass (``Measurement.scales``; ``vitplast.relative``).
 
     Raises:
         ValueError: bad ``protocol``, ``batch_size``, ``workers`` or ``keep``; no pairs; images
@@ -229,11 +236,14 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
     # memory), so the process would grow with the number of pairs.
     n = len(x)
     pairs, out, reduced, batch = np.empty(n, dtype=np.int64), {}, {}, {}
-    done, pass_rates = 0, _Rates()
+    done, pass_rates, squares = 0, _Rates(), {}
 
     def reduce(key, module, inp, o):
         if statistics or keep:
             reduced.setdefault(key, _Reduction(keep, statistics)).add(module, key[1], inp)
+        if scales:  # sum over the 2B images of ||X_b||^2 and ||f(X_b)||^2, on the device
+            sq = torch.stack([torch.linalg.vector_norm(t, dtype=torch.float64) for t in (inp, o)])
+            squares[key] = squares[key] + sq ** 2 if key in squares else sq ** 2
         batch[key] = pass_rates(inp, o)  # on the device: no sync inside the forward pass
 
     stream = _Stream(model, x, batch_size, workers, desc=f"plasticity ({protocol})",
@@ -250,7 +260,15 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
                                     excluded=stream.seen - done),
                        pd.DataFrame([dict(layer=k[0], component=k[1], **r.statistics())
                                      for k, r in reduced.items()]) if statistics else None,
-                       {k: torch.cat(r.kept) for k, r in reduced.items() if r.kept})
+                       {k: torch.cat(r.kept) for k, r in reduced.items() if r.kept},
+                       _scales_table(squares, 2 * done) if scales else None)
+
+
+def _scales_table(squares: dict, images: int) -> pd.DataFrame:
+    """``Measurement.scales`` from the summed squared norms over ``images`` images."""
+    rms = {k: (v / images).sqrt().tolist() for k, v in squares.items()}
+    return pd.DataFrame([dict(layer=k[0], component=k[1], s_in=v[0], s_out=v[1])
+                         for k, v in rms.items()])
 
 
 def _rates_table(out: dict, pairs: np.ndarray, protocol: str, meta: dict | None,

@@ -25,6 +25,7 @@ from torch import nn
 
 from vitplast.measure.empirical import SOURCE
 from vitplast.measure.plasticity import component_inputs, measure, order, ranking
+from vitplast.measure.tokens import rms_token_norm, token_images
 
 
 @torch.no_grad()
@@ -43,9 +44,11 @@ def attention_entropy(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def model_statistics(model: nn.Module, images: torch.Tensor) -> pd.DataFrame:
+def model_statistics(model: nn.Module, images: torch.Tensor,
+                     token_images: torch.Tensor | None = None) -> pd.DataFrame:
     """Per layer, the statistics the bounds read, from one pass per protocol over ``images``:
-    ``r_embedding`` (RMS token norm of the embedding, the paper's r), ``sigma_ln1`` /
+    ``r_embedding`` (``rms_token_norm`` on ``token_images``, else on ``images``: given
+    ``tokens.token_images(model)``, the model's token scale of ``tokens.token_scale``), ``sigma_ln1`` /
     ``sigma_ln2`` (mean per-token sqrt(var + eps) of the stream LN1 / LN2 read, ``hidden``),
     ``ln1_bound`` (Prop. 1 at that mean: max|gamma| / sigma), and ``entropy_hidden`` /
     ``entropy_embedding`` (attention entropy / log n, mean over heads and tokens, on LN1's
@@ -56,11 +59,10 @@ def model_statistics(model: nn.Module, images: torch.Tensor) -> pd.DataFrame:
 
     model = model.eval()
     inputs = {p: component_inputs(model, images, p) for p in ("hidden", "embedding")}
-    rows = []
+    r, rows = rms_token_norm(model, images if token_images is None else token_images), []
     for layer, block in enumerate(model.blocks):
-        hid, emb = inputs["hidden"], inputs["embedding"]
-        row = dict(layer=layer,
-                   r_embedding=emb[(layer, "MHA")].float().pow(2).sum(-1).mean().sqrt().item(),
+        hid = inputs["hidden"]
+        row = dict(layer=layer, r_embedding=r,
                    sigma_ln1=token_sigma(hid[(layer, "LN1")], block.norm1.eps).mean().item(),
                    sigma_ln2=token_sigma(hid[(layer, "LN2")], block.norm2.eps).mean().item())
         row["ln1_bound"] = block.norm1.weight.abs().max().item() / row["sigma_ln1"]
@@ -90,13 +92,15 @@ def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = 
             pairs = pairs or empirical.task_pairs(task, source, n_pairs=n_pairs, model=model,
                                                   data_root=data_root)
             images = torch.cat(pairs.tensors())  # both images of every pair, as ``measurement``
-            frames.append(model_statistics(model, images).assign(checkpoint=ckpt))
+            frames.append(model_statistics(model, images, token_images(
+                model, task=source or task, data_root=data_root)).assign(checkpoint=ckpt))
         out = pd.concat(frames, ignore_index=True)
         out["epoch"] = out["checkpoint"].map(empirical.checkpoint_epochs(model_name, checkpoints))
         return out
 
     key = dict(model_name=model_name, task=task, checkpoints=list(checkpoints), source=source,
-               data_root=data_root, n_pairs=n_pairs, images="x and y of the pairs")
+               data_root=data_root, n_pairs=n_pairs, images="x and y of the pairs",
+               r="token_scale")
     return store.load_or_compute("stream-statistics", key, compute)
 
 
@@ -241,27 +245,32 @@ def _factor_deviation(ranked: pd.DataFrame, protocol: str) -> tuple[float, int]:
     return float(max(dev)), g["task"].nunique()
 
 
-def ranking_findings(gauged: pd.DataFrame, embedding_scaled: pd.DataFrame,
-                     statistics: pd.DataFrame) -> list[dict]:
-    """Notebook 02's rows on the gauge (``findings.table`` makes them a table with the rest):
+def ranking_findings(gauged: pd.DataFrame | None, embedding_scaled: pd.DataFrame | None = None,
+                     *, tested: bool = True, token_ratio: float | None = None) -> list[dict]:
+    """Notebook 02b's rows on the gauge (``findings.table`` makes them a table with the rest):
     per protocol and c, the order (descriptive) and its Spearman correlation with Fig. 2 over
-    tasks (tested); the rate factors the gauge was derived to give; per embedding scale, the
-    order; the embedding's RMS token norm against the paper's r, and the c that matches it.
+    tasks (tested; left out with ``tested=False``, for a Read cell before the whole table
+    exists); the rate factors the gauge was derived to give; per embedding scale, the order
+    (descriptive), the scale nearest ``token_ratio`` (``tokens.token_scale``'s ratio: ViT-B's
+    token scale over this model's) named in its verdict. None: no rows of that table.
 
-    Paper: Takeaway 2, Fig. 2, ``paper.VITB_RMS_TOKEN_NORM``."""
+    Paper: Takeaway 2, Fig. 2."""
     from vitplast import findings
-    from vitplast.paper import PLASTICITY_ORDER, SOURCES, VITB_RMS_TOKEN_NORM
+    from vitplast.paper import PLASTICITY_ORDER, SOURCES
 
     paper_order, rows = " > ".join(PLASTICITY_ORDER), []
+    rows += _scaled_rows(embedding_scaled, token_ratio) if embedding_scaled is not None else []
+    if gauged is None:
+        return rows
     for (protocol, c), g in gauged.groupby(["protocol", "c"]):
         text = orders(g).iloc[0, 0]
         rows.append(findings.descriptive(
             f"order at gauge c = {c:g} [{protocol}]", text,
             paper=f"{paper_order}, {SOURCES['fig2']}",
             verdict=findings.same(text == paper_order), n=g["task"].nunique(), unit="(tasks)"))
-        rows.append(findings.correlation_row(
+        rows += [findings.correlation_row(
             f"Spearman(measured, Fig. 2) at gauge c = {c:g} [{protocol}]", spearman_fig2(g),
-            paper=f"+1 (same order), {SOURCES['fig2']}"))
+            paper=f"+1 (same order), {SOURCES['fig2']}")] if tested else []
     for protocol in gauged["protocol"].unique():
         dev, n = _factor_deviation(gauged, protocol)
         mha = ", MHA x c" if protocol == "hidden" else ""
@@ -269,18 +278,28 @@ def ranking_findings(gauged: pd.DataFrame, embedding_scaled: pd.DataFrame,
             f"rate factors of the gauge (LN / c, FC1 x 1, FC2 x c{mha}): largest relative "
             f"deviation [{protocol}]", dev, paper="not studied (derived here)",
             verdict="as derived" if dev < 0.02 else "not as derived", n=n, unit="(tasks)"))
-    for s, g in embedding_scaled.groupby("scale"):
+    return rows
+
+
+def _scaled_rows(scaled: pd.DataFrame, token_ratio: float | None) -> list[dict]:
+    """Per embedding scale s: the order (mean over tasks), the paper's beside; the s nearest
+    ``token_ratio`` on a log scale says so in its verdict."""
+    from vitplast import findings
+    from vitplast.paper import PLASTICITY_ORDER, SOURCES
+
+    paper_order, scales = " > ".join(PLASTICITY_ORDER), sorted(scaled["scale"].unique())
+    near = (min(scales, key=lambda s: abs(math.log(s / token_ratio)))
+            if token_ratio else None)
+    rows = []
+    for s, g in scaled.groupby("scale"):
         text = orders(g, by="scale").iloc[0, 0]
+        where = (f"; s = {s:g} is the scale nearest ViT-B's tokens (x{token_ratio:.2f})"
+                 if s == near else "")
         rows.append(findings.descriptive(
-            f"order with the embedding times {s:g} [embedding]", text, paper=paper_order,
-            verdict=findings.same(text == paper_order), n=g["task"].nunique(), unit="(tasks)"))
-    last = statistics[statistics["checkpoint"] == statistics["checkpoint"].iloc[-1]]
-    r = float(last["r_embedding"].mean())
-    rows.append(findings.descriptive(
-        "embedding RMS token norm r (final checkpoint)", r,
-        paper=f"{VITB_RMS_TOKEN_NORM} (ViT-B, CIFAR-10)", verdict=f"x{VITB_RMS_TOKEN_NORM / r:.1f} "
-        "below ViT-B's" if r < VITB_RMS_TOKEN_NORM else "at or above ViT-B's", n=1,
-        unit="(model)"))
+            f"order with the embedding times {s:g} [embedding]", text,
+            paper=f"{paper_order}, {SOURCES['fig2']}",
+            verdict=("the paper's order" if text == paper_order else "not the paper's order")
+            + where, n=g["task"].nunique(), unit="(tasks)"))
     return rows
 
 

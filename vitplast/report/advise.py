@@ -1,10 +1,13 @@
 """Which component should I finetune? Rank the five components of a model for a task from
-signals measured before any finetuning run, and score each rule against the oracle.
+signals measured before any finetuning run.
 
 Rules (``RULES``; each ranks LN1, MHA, LN2, FC1, FC2, 1 = finetune this one):
 
-- ``plasticity``: the component's measured plasticity (hidden protocol, pairs of a
-  pretraining-domain image and a task image): the paper's advice read literally (Takeaway 3).
+- ``plasticity [embedding]`` and ``plasticity [hidden]``: the component's measured plasticity
+  under each protocol (pairs of a pretraining-domain image and a task image): the paper's
+  advice read literally (Takeaway 3).
+- ``relative plasticity [hidden]``: the same pairs' plasticity in units of the component's own
+  input and output scale (``vitplast.relative``): unchanged by the residual-stream gauge.
 - ``gradient norm``: the norm of the task loss's gradient on the component, one batch, a new
   head (the paper's Fig. 4 signal, at step 0); it grows with the component's size.
 - ``Auto-RGN``: the relative gradient norm ||g|| / ||theta|| of each parameter tensor, averaged
@@ -15,12 +18,14 @@ Rules (``RULES``; each ranks LN1, MHA, LN2, FC1, FC2, 1 = finetune this one):
   study).
 - ``paper: MHA``: always MHA first (no signal, no cost).
 
-``rank`` computes them for one model and task (seconds on a laptop CPU); ``regret`` and
-``regret_table`` score them on a finetuning study: the oracle is the component with the best
-seed-mean validation accuracy at its chosen LR; a rule's regret is the oracle's test accuracy
-minus that of the rule's first choice (points; the task is the unit).
+``rank`` computes them for one model and task (seconds on a laptop CPU), optionally on the
+model under the residual-stream gauge (``c``: the same function, ``vitplast.gauge``);
+``stored`` keeps them beside a study's runs as a companion file (``advise-<hash>.json``, with
+its settings and provenance: computed once, validated when read, recomputed when an input
+changes, a missing rule computed alone); ``rank_tasks`` reads or computes them for many tasks.
+Their scores against the oracle are ``vitplast.regret``'s.
 
-Not in the paper. Used by notebook 04; the README shows the call.
+Not in the paper. Used by notebooks 04 and 07 (through ``regret``); the README shows the call.
 """
 
 from __future__ import annotations
@@ -37,13 +42,21 @@ import torch.nn.functional as F
 from vitplast import components, studies
 from vitplast.measure.empirical import SOURCE
 
-RULES = ("plasticity", "gradient norm", "Auto-RGN", "gradient norm per parameter", "loss drop",
-         "paper: MHA")
+#: The plasticity rules: rule -> (the protocol it measures under, what it measures: Definition
+#: 1's ``plasticity`` or ``relative`` plasticity, ``vitplast.relative``).
+PLASTICITY_RULES = {"plasticity [embedding]": ("embedding", "plasticity"),
+                    "plasticity [hidden]": ("hidden", "plasticity"),
+                    "relative plasticity [hidden]": ("hidden", "relative")}
+#: The rules computed from one backward pass (``_gradients``).
+GRADIENT_RULES = ("gradient norm", "Auto-RGN", "gradient norm per parameter")
+RULES = (*PLASTICITY_RULES, *GRADIENT_RULES, "loss drop", "paper: MHA")
 #: The configurations the rules rank (each trains one component, plus the head).
 CANDIDATES = tuple(components.COMPONENTS)
 #: Peak LR of the ``loss drop`` rule per configuration: the middle of its main-study grid.
 _MAIN_LRS = studies.get("main").spec["lrs"]
 LOSS_DROP_LR = {c: _MAIN_LRS[c][len(_MAIN_LRS[c]) // 2] for c in CANDIDATES}
+#: The columns of ``rank`` (and of a companion's ``rows``).
+COLUMNS = ["task", "rule", "config", "score", "rank", "seconds"]
 
 
 def _batch(dataset, n: int, seed: int, model) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,13 +70,27 @@ def _batch(dataset, n: int, seed: int, model) -> tuple[torch.Tensor, torch.Tenso
                     torch.as_tensor([int(y) for _, y in items]))
 
 
-def _plasticity(model, task: str, n_pairs: int, source: str | None) -> pd.Series:
-    """Per component, plasticity (mean over layers) on ``n_pairs`` pairs of the task."""
-    from vitplast import empirical, plasticity
+def _plasticity(model, task: str, n_pairs: int, source: str | None, rules) -> tuple[dict, dict]:
+    """Per plasticity rule of ``rules``: per component, its quantity (mean over layers) under
+    its protocol on ``n_pairs`` pairs of the task; and its cost (the pairs' loading shared)."""
+    from vitplast import empirical, plasticity, relative
 
+    clock = time.perf_counter()
     pairs = empirical.task_pairs(task, source, n_pairs=n_pairs, model=model)
-    rates = plasticity.measure(model, pairs, protocol="hidden", progress=False)
-    return plasticity.ranking(rates).set_index("component")["plasticity"].rename(str)
+    loading = time.perf_counter() - clock
+    scores, cost = {}, {}
+    for rule in rules:
+        clock = time.perf_counter()
+        protocol, quantity = PLASTICITY_RULES[rule]
+        if quantity == "relative":
+            ranked = relative.ranking(relative.measure(model, pairs, protocol=protocol))
+            score = ranked.set_index("component")["relative_plasticity"]
+        else:
+            rates = plasticity.measure(model, pairs, protocol=protocol, progress=False)
+            score = plasticity.ranking(rates).set_index("component")["plasticity"]
+        scores[rule] = score.rename(str).rename(index=str)
+        cost[rule] = loading + time.perf_counter() - clock
+    return scores, cost
 
 
 def _gradients(model, x: torch.Tensor, y: torch.Tensor) -> pd.DataFrame:
@@ -104,25 +131,28 @@ def _loss_drop(model, config: str, train, probe: tuple, before: float, *, steps:
 
 
 def rank(model_name: str, task: str, *, rules=RULES, n_pairs: int = 64, batch_size: int = 32,
-         steps: int = 2, source: str | None = SOURCE, seed: int = 0, threads: int | None = 1
-         ) -> pd.DataFrame:
+         steps: int = 2, source: str | None = SOURCE, seed: int = 0, c: float = 1.0,
+         threads: int | None = 1) -> pd.DataFrame:
     """Every rule's ranking of the five components for finetuning ``model_name`` on ``task``.
 
     Args:
         model_name: a model ``models.load_model`` knows (default the embedded one).
         task: a task name (``tasks.TASKS``).
         rules: which of ``RULES`` to compute (cheaper with fewer).
-        n_pairs: pairs for the plasticity rule; batch_size: images per SGD step of the
+        n_pairs: pairs for the plasticity rules; batch_size: images per SGD step of the
             loss-drop rule (twice as many in the one batch the gradient rules and the loss drop
             are measured on); steps: SGD steps of the loss-drop rule; source: the pretraining
             domain of the pairs.
+        c: the residual-stream gauge applied after the new head (``gauge.gauge``; 1: none):
+            the same function, so a rule whose pick moves with ``c`` reads a parametrisation.
         threads: torch's CPU threads while ranking, restored after (None: as set). One is
             the fastest for a small model on a shared CPU (measured: 6 s against 50 s for two
             threads on a busy 2-core machine).
 
     Returns:
-        One row per rule x component: ``task``, ``rule``, ``config``, ``score`` (higher: sooner),
-        ``rank`` (1 = finetune this one) and ``seconds`` (the rule's cost on this task).
+        One row per rule x component (``COLUMNS``): ``task``, ``rule``, ``config``, ``score``
+        (higher: sooner), ``rank`` (1 = finetune this one) and ``seconds`` (the rule's cost on
+        this task).
     """
     unknown = set(rules) - set(RULES)
     if unknown:
@@ -131,105 +161,115 @@ def rank(model_name: str, task: str, *, rules=RULES, n_pairs: int = 64, batch_si
     torch.set_num_threads(threads or before)
     try:
         return _rank(model_name, task, rules=rules, n_pairs=n_pairs, batch_size=batch_size,
-                     steps=steps, source=source, seed=seed)
+                     steps=steps, source=source, seed=seed, c=c)
     finally:
         torch.set_num_threads(before)
 
 
 def _rank(model_name: str, task: str, *, rules, n_pairs: int, batch_size: int, steps: int,
-          source: str | None, seed: int) -> pd.DataFrame:
+          source: str | None, seed: int, c: float) -> pd.DataFrame:
     """``rank``'s work, at the thread count it set."""
-    from vitplast import models, tasks
+    from vitplast import gauge, models, tasks
 
     t = tasks.load(task)
     model = models.load_model(model_name, num_classes=t.num_classes)
     models.new_head(model, t.num_classes, seed=seed)
+    if c != 1:
+        gauge.gauge(model, c)
     probe = _batch(t.train, 2 * batch_size, seed, model)  # the gradient rules' batch, the drop's
-    scores, cost = {}, {}
-    clock = time.perf_counter()
-    if "plasticity" in rules:
-        scores["plasticity"] = _plasticity(model, task, n_pairs, source)
-        cost["plasticity"], clock = time.perf_counter() - clock, time.perf_counter()
-    grad_rules = [r for r in rules if r in ("gradient norm", "Auto-RGN",
-                                            "gradient norm per parameter")]
-    if grad_rules:
+    scores, cost = _plasticity(model, task, n_pairs, source,
+                               [r for r in rules if r in PLASTICITY_RULES])
+    if any(r in GRADIENT_RULES for r in rules):
+        clock = time.perf_counter()
         g = _gradients(model, *probe)
-        elapsed, clock = time.perf_counter() - clock, time.perf_counter()
-        scores.update({r: g[r] for r in grad_rules})
-        cost.update({r: elapsed for r in grad_rules})  # one pass serves the three
+        elapsed = time.perf_counter() - clock
+        scores.update({r: g[r] for r in rules if r in GRADIENT_RULES})
+        cost.update({r: elapsed for r in rules if r in GRADIENT_RULES})  # one pass, three rules
     if "loss drop" in rules:
+        clock = time.perf_counter()
         with torch.no_grad():
             before = float(F.cross_entropy(model.eval()(probe[0]), probe[1]))
-        scores["loss drop"] = pd.Series({c: _loss_drop(model, c, t.train, probe, before,
+        scores["loss drop"] = pd.Series({k: _loss_drop(model, k, t.train, probe, before,
                                                        steps=steps, batch_size=batch_size,
-                                                       seed=seed) for c in CANDIDATES})
+                                                       seed=seed) for k in CANDIDATES})
         cost["loss drop"] = time.perf_counter() - clock
     if "paper: MHA" in rules:
         scores["paper: MHA"], cost["paper: MHA"] = pd.Series(
-            {c: float(c == "MHA") for c in CANDIDATES}), 0.0
-    rows = [dict(task=task, rule=r, config=c, score=float(scores[r][c]), seconds=cost[r])
-            for r in rules for c in CANDIDATES]
-    out = pd.DataFrame(rows)
+            {k: float(k == "MHA") for k in CANDIDATES}), 0.0
+    out = pd.DataFrame([dict(task=task, rule=r, config=k, score=float(scores[r][k]),
+                             seconds=cost[r]) for r in rules for k in CANDIDATES])
     out["rank"] = out.groupby("rule")["score"].rank(ascending=False, method="first").astype(int)
-    return out[["task", "rule", "config", "score", "rank", "seconds"]]
+    return out[COLUMNS]
 
 
-def rank_tasks(model_name: str, task_names, **kwargs) -> pd.DataFrame:
-    """``rank`` on each task (load-or-compute, cached by its arguments). Used by notebook 04."""
+def settings(model_name: str, task: str, *, n_pairs: int = 64, batch_size: int = 32,
+             steps: int = 2, source: str | None = SOURCE, seed: int = 0, c: float = 1.0,
+             threads: int | None = 1) -> dict:
+    """Everything a companion's rankings depend on (``stored``), its name's hash: ``rank``'s
+    arguments, the model's weights (sha256 of the embedded checkpoint; else its name) and the
+    loss-drop rule's LRs. ``threads`` is in it: the ``seconds`` column depends on it."""
+    from vitplast import models
+
+    weights = (models.embedded_checkpoints()["final"]["sha256"]
+               if model_name == models.EMBEDDED_NAME else model_name)
+    return dict(task=task, model=model_name, weights=weights, c=float(c), n_pairs=n_pairs,
+                batch_size=batch_size, steps=steps, source=source or "", seed=seed,
+                threads=threads, loss_drop_lr=LOSS_DROP_LR)
+
+
+def _problems(saved: dict, expected: dict) -> list[str]:
+    """Why a companion's content is not the rankings of ``expected``'s settings."""
+    moved = [k for k, v in expected.items() if saved.get(k) != v]
+    if moved:
+        return [f"settings {moved} differ from the stored ones"]
+    rows = pd.DataFrame(saved.get("rows") or [], columns=COLUMNS)
+    bad = [r for r, g in rows.groupby("rule") if r not in RULES or sorted(g["config"]) != sorted(
+        CANDIDATES) or sorted(g["rank"]) != list(range(1, len(CANDIDATES) + 1))
+        or not np.isfinite(g["seconds"].astype(float)).all()]
+    return [f"rules {bad}: not one full ranking of {list(CANDIDATES)}"] if bad else []
+
+
+def stored(root, model_name: str, task: str, *, rules=RULES, **kwargs) -> pd.DataFrame:
+    """``rank``'s rows for ``task`` kept beside a study in ``root``: the companion file
+    ``advise-<hash of settings(...)>.json`` (the settings, ``rows``, ``provenance`` of each
+    computation). Read and validated (a file that does not hold its settings' full rankings
+    is computed again); a rule of ``rules`` it lacks is computed alone and added; a change
+    of any setting (weights, pairs, steps, c...) names another file, computed anew."""
+    from vitplast import provenance, store
+
+    expected = settings(model_name, task, **kwargs)
+    name = f"advise-{store.config_hash(expected)}.json"
+    saved = store.Store(root).companion(name) or {}
+    if _problems(saved, json_round(expected)):
+        saved = {}
+    rows = pd.DataFrame(saved.get("rows") or [], columns=COLUMNS)
+    missing = [r for r in rules if r not in set(rows["rule"])]
+    if missing:
+        new = rank(model_name, task, rules=missing, **kwargs)
+        rows = pd.concat([rows, new], ignore_index=True) if len(rows) else new
+        made = dict(provenance.provenance(torch.device("cpu")), rules=missing)
+        store.Store(root).write_companion(name, dict(
+            expected, rows=rows.to_dict("records"),
+            provenance=[*saved.get("provenance", []), made]))
+    return rows[rows["rule"].isin(rules)].reset_index(drop=True)
+
+
+def json_round(value):
+    """``value`` as it reads back from JSON (tuples as lists, keys as text)."""
+    import json
+
+    return json.loads(json.dumps(value, default=str))
+
+
+def rank_tasks(model_name: str, task_names, *, root=None, **kwargs) -> pd.DataFrame:
+    """``rank`` on each task: kept beside a study in ``root`` (``stored``), else in the user
+    cache (load-or-compute, keyed by its arguments). Used by notebook 04."""
     from vitplast import store
 
     kwargs = {"threads": 1, **kwargs}  # in the key: the cost column depends on it
+    if root is not None:
+        return pd.concat([stored(root, model_name, t, **kwargs) for t in task_names],
+                         ignore_index=True)
     return pd.concat([store.load_or_compute("advise", dict(model=model_name, task=t, **kwargs),
                                             lambda t=t: rank(model_name, t, **kwargs))
                       for t in task_names], ignore_index=True)
-
-
-def oracle(runs: pd.DataFrame, on: str = "val") -> pd.DataFrame:
-    """Per task and candidate of a finetuning study's ``runs``: ``val`` (the seed-mean
-    validation accuracy its LR was chosen on, %) and ``test`` (seed-mean test accuracy at that
-    LR, %); ``best`` marks the oracle's choice, the best ``val`` per task."""
-    from vitplast import results
-
-    chosen = results.select_lr(runs[runs["config"].isin(CANDIDATES)], on)
-    main = results.main_table(runs[runs["config"].isin(CANDIDATES)], on)
-    out = chosen[["task", "config", "selection_score"]].merge(
-        main[["task", "config", "test_acc_mean"]], on=["task", "config"])
-    out = out.rename(columns={"selection_score": "val", "test_acc_mean": "test"})
-    out["val"] *= 100
-    out["best"] = out["val"] == out.groupby("task")["val"].transform("max")
-    return out
-
-
-def regret(advice: pd.DataFrame, runs: pd.DataFrame, on: str = "val") -> pd.DataFrame:
-    """Per task x rule: the rule's first choice (``pick``), the oracle's, ``regret`` (the
-    oracle's test accuracy minus the pick's, points) and ``hit`` (pick == oracle); and a
-    ``random pick`` row per task, its regret the mean over the five candidates."""
-    o = oracle(runs, on)
-    best = o[o["best"]].drop_duplicates("task").set_index("task")
-    test = o.set_index(["task", "config"])["test"]
-    first = advice[advice["rank"] == 1]
-    rows = [dict(task=r.task, rule=r.rule, pick=r.config, oracle=best.at[r.task, "config"],
-                 regret=best.at[r.task, "test"] - test[(r.task, r.config)],
-                 hit=r.config == best.at[r.task, "config"], seconds=r.seconds)
-            for r in first.itertuples() if r.task in best.index]
-    rows += [dict(task=task, rule="random pick", pick="(any)", oracle=b["config"],
-                  regret=b["test"] - test[task].mean(), hit=1 / len(CANDIDATES), seconds=0.0)
-             for task, b in best.iterrows()]
-    return pd.DataFrame(rows)
-
-
-def regret_table(per_task: pd.DataFrame) -> pd.DataFrame:
-    """Per rule (``regret``): ``mean regret`` (points of test accuracy) with ``ci95`` (half-width
-    of its 95% t interval over tasks), ``top-1 hit rate``, ``tasks`` and ``seconds per task``
-    (median cost), best rule first."""
-    from scipy import stats
-
-    def ci(v):
-        return (stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
-                if len(v) > 1 else math.nan)
-
-    g = per_task.groupby("rule")
-    out = pd.DataFrame({"mean regret": g["regret"].mean(), "ci95": g["regret"].agg(ci),
-                        "top-1 hit rate": g["hit"].mean().astype(float),
-                        "tasks": g["task"].nunique(), "seconds per task": g["seconds"].median()})
-    return out.sort_values("mean regret").reset_index()

@@ -2,9 +2,9 @@
 
 The rows, their tests, Holm families, power and verdicts are ``vitplast.verdicts`` (documented
 there, re-exported here: ``findings.table``, ``findings.render``, ``findings.Primary``...).
-One builder per notebook: 02 ``plasticity_ranking`` and 06 ``explorer`` below; 01
-``definitions`` (``vitplast.definition_findings``), 03 ``bounds`` (``vitplast.bound_findings``),
-04 ``finetuning``
+One builder per notebook: 02 ``plasticity_ranking``, 02b ``relative_suite`` (its other rows:
+``stream``, ``relative``, ``recipes``) and 06 ``explorer`` below; 01 ``definitions``
+(``vitplast.definition_findings``), 03 ``bounds`` (``vitplast.bound_findings``), 04 ``finetuning``
 (``vitplast.finetuning_findings``) and 05 ``confounds`` (``vitplast.confound_findings``),
 re-exported. ``from vitplast import findings`` is the one
 import a notebook needs.
@@ -48,9 +48,10 @@ from vitplast.report.verdicts import (
 )
 
 __all__ = ["ALPHA", "COLUMNS", "EXTRA", "MAX_PRIMARIES", "MIN_N", "STATISTICS", "UNDERPOWERED",
-           "Primary", "bounds", "checked", "confounds", "correlation_row", "definitions",
-           "descriptive", "exact", "explorer", "finetuning", "holm", "mean_test", "paired_test",
-           "plasticity_ranking", "primaries_table", "render", "rescale_check", "same", "table",
+           "RELATIVE_SUITE", "SUMMARIES", "Primary", "bounds", "checked", "confounds",
+           "correlation_row", "definitions", "descriptive", "exact", "explorer", "finetuning",
+           "holm", "layer_summaries", "mean_test", "paired_test", "plasticity_ranking",
+           "primaries_table", "relative_suite", "render", "rescale_check", "same", "table",
            "with_ties"]
 
 
@@ -98,7 +99,10 @@ def _kendall_first_last(along: pd.DataFrame) -> tuple[float, int]:
 
 
 def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
-                       mha_scale: pd.DataFrame | None = None) -> pd.DataFrame:
+                       mha_scale: pd.DataFrame | None = None, *,
+                       per_layer: pd.DataFrame | None = None,
+                       precision: pd.DataFrame | None = None,
+                       token: dict | None = None) -> pd.DataFrame:
     """Notebook 02's findings table: the paper's plasticity order (Takeaway 2, Fig. 2) tested
     over tasks, per protocol. The unit is the task: a component's plasticity on a task is the
     mean over layers of per-layer means over pairs (``plasticity.ranking``).
@@ -109,6 +113,16 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
         along: ``plasticity.ranking`` over the pretraining checkpoints, in measured order
             (None: no pretraining rows).
         mha_scale: ``plasticity.scale_curve`` (MHA on c times its input; None: no row).
+        per_layer: ``plasticity.summarize`` of the final checkpoint (per task, protocol,
+            layer, component): the orders by the layer mean, median and mean without layer 0
+            (``layer_summaries``; None: no rows).
+        precision: ``empirical.precision`` (None: no rows).
+        token: ``stream.token_scale`` (None: no row).
+
+    Every row but the paper's order (paired differences) and the Spearman rows is
+    descriptive, so a table built without ``along``, ``mha_scale`` or the keyword arguments
+    gives those tested rows the same Holm p as the whole one (the Read cells of notebook 02
+    read it before sections 6-8 exist).
     """
     from scipy import stats
 
@@ -153,6 +167,105 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
             verdict="scale-invariant" if abs(math.log(ratio)) < SCALE_INVARIANT
             else "depends on the input scale",
             unit="ratio, median over layers"))
+    rows += layer_summaries(per_layer) if per_layer is not None else []
+    rows += _precision_rows(precision) if precision is not None else []
+    if token is not None:
+        from vitplast.measure.tokens import token_findings
+
+        rows.append(token_findings(token))
+    return table(rows)
+
+
+#: How notebook 02 summarises a component's layers into one number per task.
+SUMMARIES = {"layer mean": lambda g: g["plasticity"].mean(),
+             "layer median": lambda g: g["plasticity"].median(),
+             "layer mean without layer 0": lambda g: g.loc[g["layer"] > 0, "plasticity"].mean()}
+
+
+def _order_values(means: pd.Series) -> str:
+    """``"FC1 0.712 > MHA 0.590 > ..."``: the order of ``means`` with its values."""
+    return " > ".join(f"{c} {v:.3f}" for c, v in means.sort_values(ascending=False).items())
+
+
+def layer_summaries(per_layer: pd.DataFrame) -> list[dict]:
+    """Notebook 02's rows on how a component's layers are summarised, per protocol and
+    summary (``SUMMARIES``): the order of the components by it (its mean over tasks, values
+    shown) beside the paper's, and which neighbours in that order the tasks do not separate:
+    the 95% t interval over tasks of their paired difference contains 0 (noise, at this
+    many tasks). Descriptive rows: the paired differences of the paper's order are tested in
+    ``plasticity_ranking``.
+
+    Paper: Takeaway 2 and Fig. 2 (a per-layer mean). Used by notebook 02."""
+    from scipy import stats
+
+    from vitplast.paper import PLASTICITY_ORDER
+
+    paper_order, rows = " > ".join(PLASTICITY_ORDER), []
+    for protocol, g in per_layer.groupby("protocol"):
+        for name, summary in SUMMARIES.items():
+            per_task = g.groupby(["task", "component"], observed=True).apply(
+                summary, include_groups=False).unstack("component")  # (tasks, components)
+            means = per_task.mean().sort_values(ascending=False)
+            noise = []
+            for a, b in zip(means.index, means.index[1:]):
+                d = (per_task[a] - per_task[b]).dropna()
+                half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+                if abs(d.mean()) <= half:
+                    noise.append(f"{a} - {b} = {d.mean():+.3f} +- {half:.3f}")
+            order_ = " > ".join(means.index.astype(str))
+            verdict = ("the paper's order" if order_ == paper_order else
+                       "not the paper's order") + ("; neighbours within noise (95% CI over "
+                                                   "tasks includes 0): " + ", ".join(noise)
+                                                   if noise else "; every neighbour separated "
+                                                   "(95% CI over tasks excludes 0)")
+            rows.append(descriptive(f"order by the {name} [{protocol}]", _order_values(means),
+                                    paper=f"{paper_order}, {SOURCES['fig2']}", verdict=verdict,
+                                    n=len(per_task), unit="(plasticity, mean over tasks)"))
+    return rows
+
+
+def _precision_rows(precision: pd.DataFrame) -> list[dict]:
+    """Per protocol: the median and largest 95% CI half-width of the per-layer estimates
+    relative to the estimate (``empirical.precision``)."""
+    return [descriptive(f"95% CI half-width of a per-layer estimate, relative to it, median "
+                        f"over (task, layer, component) [{r['protocol']}]",
+                        float(r["median_relative_ci95"]), paper="not reported",
+                        verdict=f"largest {r['max_relative_ci95']:.1%}: " + (
+                            f"precise (<= {PRECISE:.0%})" if r["max_relative_ci95"] <= PRECISE
+                            else f"imprecise somewhere (> {PRECISE:.0%})"),
+                        n=int(r["pairs"]), unit="(relative; pairs per estimate as n)")
+            for _, r in precision.iterrows()]
+
+
+# notebook 02b --------------------------------------------------------------------------------
+
+#: Notebook 02b's exploratory family on the suite study, declared here before any of its
+#: values was computed (the suite's finetuning runs, data/suite/, existed already; its
+#: relative plasticity companions were being measured): within a task, Spearman's rho over
+#: the five components between relative plasticity before finetuning (``vitplast.relative``)
+#: and the gain over head-only, one row per protocol, Holm over these two rows only. The
+#: paper defines no relative plasticity, so no direction is expected: the rows read
+#: "resolved: positive / negative" or "not resolved".
+RELATIVE_SUITE = {p: "Spearman(relative plasticity, gain over head-only) over the five "
+                     f"components, within a task [{p}]" for p in ("embedding", "hidden")}
+
+
+def relative_suite(root, picked: pd.DataFrame, n_pairs: int = 256) -> pd.DataFrame:
+    """The ``RELATIVE_SUITE`` family as a findings table, on the complete tasks of ``picked``
+    (``decide.chosen`` of the suite study), reading the relative plasticity companions of the
+    store ``root`` (``decide.task_plasticity(quantity="relative")``; measured once when
+    missing). Family "exploratory", its own table: Holm over its two rows.
+
+    Paper: none (issue 38); Takeaway 3 makes its claim for plasticity. Used by notebook 02b."""
+    from vitplast import decide
+
+    tasks, rows = list(picked["task"].unique()), []
+    for protocol, claim in RELATIVE_SUITE.items():
+        rel = decide.component_plasticity(root, tasks, n_pairs, protocol, quantity="relative")
+        rho = decide.spearman_plasticity_gain(picked, rel, value="relative_plasticity")
+        rows.append(mean_test(claim, rho, paper="not in the paper (relative plasticity: issue "
+                              "38); asked after the suite's runs existed", expected=math.nan,
+                              unit="rho, per task"))
     return table(rows)
 
 

@@ -89,17 +89,24 @@ def _wide(main: pd.DataFrame) -> pd.DataFrame:
     return rows.pivot_table(index="task", columns="config", values="test_acc_mean")
 
 
-def _rho(corr: pd.DataFrame) -> pd.Series:
-    """The per-task plasticity-gain rho of the primary protocol (hidden, else the first)."""
-    if not len(corr):
-        return pd.Series(dtype=float)
-    protocol = "hidden" if "hidden" in set(corr["protocol"]) else corr["protocol"].iloc[0]
+def _rho(corr: pd.DataFrame, protocol: str) -> pd.Series:
+    """The per-task plasticity-gain rho under the declared ``protocol``."""
     return corr[corr["protocol"] == protocol].drop_duplicates("task").set_index("task")[
         "spearman"]
 
 
-def finetuning(t: dict, probe: pd.Series, primaries=()) -> pd.DataFrame:
-    """Notebook 04's findings table (the task is the unit everywhere).
+def _family(row: dict, protocol: str, declared_protocol: str) -> dict:
+    """``row`` in the family "sensitivity" when it reports the protocol other than the
+    declared one (beside the declared row, Holm within its own family)."""
+    return row if protocol == declared_protocol or row["family"] == "descriptive" else {
+        **row, "family": "sensitivity"}
+
+
+def finetuning(t: dict, probe: pd.Series, primaries=(), protocol: str = "hidden"
+               ) -> pd.DataFrame:
+    """Notebook 04's findings table (the task is the unit everywhere). Every row that reads
+    plasticity is computed under each protocol of ``t["corr"]``: under the declared
+    ``protocol`` as the study declared it, under the other in the family "sensitivity".
 
     Args:
         t: ``results.finetuning_tables``: ``main``, ``bands``, ``link``, ``corr``, ``grads``,
@@ -107,13 +114,19 @@ def finetuning(t: dict, probe: pd.Series, primaries=()) -> pd.DataFrame:
             flag; absent: not computed).
         probe: linear-probe test accuracy (%) per task.
         primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
+        protocol: the plasticity protocol the study declared (``plasticity.PROTOCOLS``).
     """
-    return with_ties(lambda tt: _finetuning(tt, probe, primaries), t)
+    from vitplast.measure.plasticity import PROTOCOLS
+
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
+    return with_ties(lambda tt: _finetuning(tt, probe, primaries, protocol), t)
 
 
-def _finetuning(t: dict, probe: pd.Series, primaries) -> pd.DataFrame:
+def _finetuning(t: dict, probe: pd.Series, primaries, protocol: str) -> pd.DataFrame:
     acc, declared = _wide(t["main"]), declared_by(primaries)
-    rows = [p.row(acc, {"spearman(plasticity, gain)": _rho(t["corr"])}) for p in primaries]
+    rows = [p.row(acc, {"spearman(plasticity, gain)": _rho(t["corr"], protocol)})
+            for p in primaries]
     for a, b in [*zip(FINETUNING_ORDER, FINETUNING_ORDER[1:]), ("MHA", "full")]:
         if ((a,), (b,)) not in declared and a in acc and b in acc:
             paper, gap = _paper_diff(a, b)
@@ -124,19 +137,20 @@ def _finetuning(t: dict, probe: pd.Series, primaries) -> pd.DataFrame:
         paper, gap = _paper_diff("LN1", "linear probe")
         rows.append(paired_test("LN1 - linear probe, test accuracy", acc["LN1"], probe,
                                 paper=paper, expected=1, unit=_TASKS, effect=gap))
-    rows += _measured_groups(t.get("link"))
+    rows += _measured_groups(t.get("link"), protocol)
     rows += _stability_rows(t["bands"], SOURCES["lr_stability"])
-    rows += _plasticity_rows(t["corr"], SOURCES["plasticity_gain"], declared)
+    rows += _plasticity_rows(t["corr"], SOURCES["plasticity_gain"], protocol, declared)
     rows += grad_rows(t["grads"], SOURCES["grad_norms"])
     if t.get("budget") is not None:
         rows += _budget_rows(t["main"], t["budget"])
     return table(rows)
 
 
-def _measured_groups(link: pd.DataFrame | None, k: int = 2) -> list[dict]:
+def _measured_groups(link: pd.DataFrame | None, declared: str, k: int = 2) -> list[dict]:
     """The ``k`` components measured most plastic on each task minus the ``k`` least plastic
-    (test accuracy), per protocol: a grouping by plasticity computed from measurement; and
-    the measured order, the most common over tasks."""
+    (test accuracy), per protocol (the ``declared`` one's row exploratory, the other's
+    sensitivity): a grouping by plasticity computed from measurement; and the measured
+    order, the most common over tasks."""
     rows = []
     top, bottom = list(FIG2_PLASTICITY)[:k], list(FIG2_PLASTICITY)[-k:]
     for protocol, g in ([] if link is None else link.groupby("protocol")):
@@ -146,11 +160,11 @@ def _measured_groups(link: pd.DataFrame | None, k: int = 2) -> list[dict]:
                             observed=True)
         diff = pd.Series({task: acc.loc[task, list(o[:k])].mean() - acc.loc[task, list(o[-k:])]
                           .mean() for task, o in order.items()})
-        rows.append(mean_test(f"the {k} components measured most plastic on a task - the {k} "
-                              f"least plastic, test accuracy [{protocol}]", diff,
-                              paper=f"{group_gap(top, bottom):+.2f} points ({', '.join(top)} - "
-                              f"{', '.join(bottom)}; Fig. 2 order, Table 1 average)",
-                              expected=1, unit=_TASKS, effect=group_gap(top, bottom)))
+        rows.append(_family(mean_test(
+            f"the {k} components measured most plastic on a task - the {k} least plastic, "
+            f"test accuracy [{protocol}]", diff, paper=f"{group_gap(top, bottom):+.2f} points "
+            f"({', '.join(top)} - {', '.join(bottom)}; Fig. 2 order, Table 1 average)",
+            expected=1, unit=_TASKS, effect=group_gap(top, bottom)), protocol, declared))
         mode = order.mode().iloc[0] if len(order) else ()
         rows.append(descriptive(f"measured plasticity order, most common over tasks [{protocol}]",
                                 " > ".join(mode), paper=" > ".join(FIG2_PLASTICITY) + " (Fig. 2)",
@@ -181,18 +195,22 @@ def _stability_rows(bands: pd.DataFrame, source: str) -> list[dict]:
     return rows
 
 
-def _plasticity_rows(corr: pd.DataFrame, source: str, declared=()) -> list[dict]:
-    rows, primary = [], _rho(corr)
-    for protocol, c in corr.groupby("protocol"):
+def _plasticity_rows(corr: pd.DataFrame, source: str, protocol: str, declared=()
+                     ) -> list[dict]:
+    """Per protocol: the within-task plasticity-gain rho (unless the declared protocol's is a
+    primary; the other protocol's in the family "sensitivity"), and where MHA sits."""
+    rows = []
+    for p, c in corr.groupby("protocol"):
         per_task = c.drop_duplicates("task").set_index("task")["spearman"]
-        if "spearman(plasticity, gain)" not in declared or not per_task.equals(primary):
-            rows.append(mean_test(f"Spearman(plasticity, gain over head-only) over the five "
-                                  f"components, within a task [{protocol}]", per_task,
-                                  paper=source + ": positive", expected=1, unit="rho, per task"))
+        if p != protocol or "spearman(plasticity, gain)" not in declared:
+            rows.append(_family(mean_test(
+                f"Spearman(plasticity, gain over head-only) over the five components, within a "
+                f"task [{p}]", per_task, paper=source + ": positive", expected=1,
+                unit="rho, per task"), p, protocol))
         mha = c[c["component"] == "MHA"]
         ranks = f"plasticity rank {mha['rank_x'].mean():.1f}, gain rank {mha['rank_y'].mean():.1f}"
         top = mha["rank_x"].mean() <= TOP_RANK and mha["rank_y"].mean() <= TOP_RANK
-        rows.append(descriptive(f"where MHA sits among the five [{protocol}] (1 = highest)", ranks,
+        rows.append(descriptive(f"where MHA sits among the five [{p}] (1 = highest)", ranks,
                                 paper="highest plasticity and highest gain (Fig. 2, Table 1)",
                                 verdict=same(top),
                                 n=mha["task"].nunique(), unit="mean over tasks"))

@@ -256,7 +256,7 @@ def findings(table, unit: str | None = None, title: str = "", xlabel: str | None
     ``findings.ALPHA``), hollow where not, a grey diamond where the row is descriptive (n < 3:
     no test); the legend below says so. Each label names the row's family and n.
 
-    Used by notebooks 04-05."""
+    Used by notebooks 04, 05 and 07."""
     from vitplast.report.findings import ALPHA
 
     alpha = ALPHA if alpha is None else alpha

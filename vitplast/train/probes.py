@@ -1,7 +1,8 @@
 """Linear probes: logistic regression on a frozen model's features.
 
 Paper: section 2 and the main table's "lin. probe" column, the baseline every finetuned
-component is compared with. Used by notebook 04 (``empirical.finetuning_inputs``).
+component is compared with. Used by notebook 04 (``empirical.finetuning_inputs``) and the suite
+study (``decide.task_probe``).
 """
 
 from __future__ import annotations
@@ -77,3 +78,21 @@ def linear_probes(model_name: str, tasks: list[str], **probe_kwargs):
         rows.append(dict(task=name, **{k: 100 * v if k.endswith("_acc") else v
                                        for k, v in r.items()}))
     return pd.DataFrame(rows)
+
+
+def stored_probe(root, task: str, *, compute: bool = True) -> dict | None:
+    """The embedded model's ``linear_probe`` on ``task`` (``train_acc``, ``val_acc``,
+    ``test_acc`` in %, ``n_train``, ``n_features``), computed once (about 20-40 s on a CPU core)
+    and kept beside a study's runs in ``root/probe-<hash of the settings>.json`` (a store
+    companion); ``None`` when not stored and ``compute`` is False. Used by notebook 04
+    (``empirical.finetuning_inputs``) and the suite study (``decide.task_probe``)."""
+    from vitplast import models, store
+
+    settings = dict(task=task, model=models.EMBEDDED_NAME, probe="logistic, C=1, L-BFGS")
+
+    def probe() -> dict:
+        row = linear_probes(models.EMBEDDED_NAME, [task]).iloc[0].to_dict()
+        return dict(settings, **{k: v for k, v in row.items() if k != "task"})
+
+    return store.Store(root).companion(f"probe-{store.config_hash(settings)}.json",
+                                       compute=probe if compute else None)

@@ -54,14 +54,15 @@ def recipe_statistics(folder, task: str, *, source: str = SOURCE, data_root: str
     import torch
 
     from vitplast import empirical, models
-    from vitplast.measure.stream import model_statistics
+    from vitplast.measure.stream import model_statistics, token_images
 
     folder = Path(folder)
     nets = {"shipped": models.load_model(), folder.name: models.load_pretrained(folder)}
     pairs = empirical.task_pairs(task, source, n_pairs=n_pairs, model=nets["shipped"],
                                  data_root=data_root)
     images = torch.cat(pairs.tensors())
-    return pd.DataFrame({name: model_statistics(net, images).drop(columns="layer").mean()
+    return pd.DataFrame({name: model_statistics(net, images, token_images(
+        net, task=source or task, data_root=data_root)).drop(columns="layer").mean()
                          for name, net in nets.items()}).T.rename_axis("recipe")
 
 

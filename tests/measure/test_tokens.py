@@ -1,0 +1,40 @@
+"""The token scale: the RMS token norm recomputed by hand, the one set of images it reads
+(the x of every pair), the gauge multiplying it by c, and its findings row."""
+
+import copy
+
+import pytest
+import torch
+from helpers import tiny_vit
+
+from vitplast import empirical, gauge, models, plasticity, tokens
+from vitplast.paper import VITB_RMS_TOKEN_NORM
+
+
+def test_rms_token_norm_is_sqrt_mean_squared_token_norm(images):
+    model, x = tiny_vit(), images[0]
+    e = plasticity.embed(model, x)  # (B, n, d)
+    by_hand = torch.sqrt(torch.mean(torch.stack([t.norm() ** 2 for t in e.reshape(-1, e.shape[-1])])))
+    assert tokens.rms_token_norm(model, x) == pytest.approx(by_hand.item(), rel=1e-5)
+    gauged = gauge.gauge(copy.deepcopy(model), 3.0)
+    assert tokens.rms_token_norm(gauged, x) == pytest.approx(3 * by_hand.item(), rel=1e-5)
+
+
+def test_token_scale_reads_the_x_images_of_the_pairs():
+    """The embedded model: its images are the x of every task's pairs, and the ratio is the
+    paper's r over this r."""
+    model = models.load_model()
+    x, _ = empirical.task_pairs("digits", n_pairs=16, model=model).tensors()
+    torch.testing.assert_close(tokens.token_images(model, n_images=16), x)
+    ts = tokens.token_scale(model, n_images=16)
+    assert ts["r"] == pytest.approx(tokens.rms_token_norm(model, x), rel=1e-6)
+    assert ts["ratio"] == pytest.approx(VITB_RMS_TOKEN_NORM / ts["r"])
+    assert ts["n_images"] == 16 and ts["paper_r"] == VITB_RMS_TOKEN_NORM
+
+
+def test_token_findings_says_how_many_times_larger():
+    row = tokens.token_findings(dict(r=4.0, paper_r=19.4, ratio=4.85, n_images=256))
+    assert row["measured"] == 4.0 and row["n"] == 256
+    assert row["verdict"] == "ViT-B's tokens are 4.85 times larger"
+    row = tokens.token_findings(dict(r=40.0, paper_r=19.4, ratio=0.485, n_images=8))
+    assert row["verdict"] == "2.06 times larger than ViT-B's"
