@@ -68,6 +68,10 @@ EDGES = [
     ("kind", ["finetune"], ["pretrain"], "exactly 'finetune'"),
     ("task", ["digits"], ["", 3], "a non-empty string"),
     ("pretrained", [True, False], [1, "yes"], "a boolean"),
+    ("train_head", [True, False], [0, None], "a boolean"),
+    ("model", ["vitplast_fmnist"], ["", None], "a non-empty string"),
+    ("checkpoint", ["final"], [""], "a non-empty string"),
+    ("prepare", ["gauge", None], ["", 3], "a non-empty string, or null"),
     ("img_size", [1, 224, None], [0], "an integer >= 1, or null"),
     ("lr_scales", [{"blocks.*": 0.0}, None], [{"blocks.*": -1.0}, [1]], "an object whose"),
     ("workers", [0, 8, None], [-1], "an integer >= 0, or null"),
@@ -75,6 +79,14 @@ EDGES = [
     ("accum_steps", [1, 4, None], [0], "an integer >= 1, or null"),
     ("precision", [*PRECISIONS, None], ["fp8"], "one of ['auto', 'fp32', 'bf16', 'fp16', null]"),
 ]
+
+
+def test_every_ranged_setting_is_tested_at_its_edges():
+    """A setting with a range or a set of choices (bounds, length, enum, const) is in EDGES."""
+    ranged = {k for k, p in schema.document("run")["properties"].items()
+              if {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "minItems",
+                  "minLength", "enum", "const", "additionalProperties"} & set(p)}
+    assert ranged - {e[0] for e in EDGES} == set()
 
 
 @pytest.mark.parametrize("key, good, bad, expected", EDGES, ids=[e[0] for e in EDGES])
