@@ -200,11 +200,11 @@ def _order_row(what: str, values: pd.DataFrame, paper_order, source: str) -> dic
 def protocol_findings(study: Study, picked: pd.DataFrame, root: str | Path) -> list[dict]:
     """P3 beside the other plasticity protocol, and what explains its sign (notebook 07).
 
-    From the plasticity stored beside the runs under both ``PROTOCOLS``: P3 under ``hidden``
-    (family "sensitivity", Holm within it: the declared primary stays ``embedding``'s); P3's
-    statistic over the three linears alone (MHA, FC1, FC2) under each protocol (exploratory);
-    and, descriptive, the components' plasticity order under each protocol and their gain
-    order over head-only, each beside the paper's (Fig. 2, Table 1)."""
+    From the plasticity stored beside the runs under both ``PROTOCOLS``, in this order: P3
+    under ``hidden`` (family "sensitivity", Holm within it: the declared primary stays
+    ``embedding``'s); P3's statistic over the three linears alone (MHA, FC1, FC2) under each
+    protocol (exploratory); and, descriptive, the components' plasticity order under each
+    protocol and their gain order over head-only, each beside the paper's (Fig. 2, Table 1)."""
     from vitplast import paper
     from vitplast.measure.components import LINEARS
 
@@ -301,8 +301,15 @@ def by_length(longer: pd.DataFrame, picked: pd.DataFrame, primaries) -> pd.DataF
 
 
 def compares(primary) -> str:
-    """What a primary compares, in words: "MHA minus LN1", or its statistic."""
-    return primary.statistic or f"{', '.join(primary.a)} minus {', '.join(primary.b)}"
+    """What a primary compares, in words: "MHA minus LN1", "MHA, FC1, FC2 sparse minus LN1,
+    LN2" (a word every name of a group ends with, said once), or its statistic."""
+    def group(names) -> str:
+        last = {n.rsplit(" ", 1)[-1] for n in names}
+        if len(last) == 1 and all(" " in n for n in names):
+            return f"{', '.join(n.rsplit(' ', 1)[0] for n in names)} {last.pop()}"
+        return ", ".join(names)
+
+    return primary.statistic or f"{group(primary.a)} minus {group(primary.b)}"
 
 
 def length_rule(values: pd.DataFrame) -> list[dict]:
