@@ -77,7 +77,7 @@ def test_finetuning_findings_use_tasks_as_units():
     probe = pd.Series(base - 10, index=TASKS)
     t = dict(main=_main(acc), bands=bands, corr=corr, grads=grads)
     table = findings.finetuning(t, probe, studies.get("main").primaries)
-    assert (table.loc[table["test"] != "none", "n"] == 7).all()
+    assert (table.loc[table["family"] != "descriptive", "n"] == 7).all()
     by_claim = table.set_index("claim")
     assert by_claim.loc["MHA - FC1, test accuracy", "measured"] == pytest.approx(1.0)
     assert by_claim.loc["LN2 - LN1, test accuracy", "verdict"] == "agrees with the paper"
@@ -111,3 +111,21 @@ def test_a_row_is_fragile_when_the_other_tied_lr_flips_it(alt_test, fragile):
     assert bool(table.loc["A - B", "fragile"]) is fragile
     ties = table.filter(like="tie-break", axis=0)
     assert ties["n"].iloc[0] == 1 and ties["family"].iloc[0] == "descriptive"
+
+
+@pytest.mark.parametrize("rho, word", [(0.5, "Positive"), (-0.8, "Negative")])
+def test_notebook_04_read_cells_say_what_the_rows_measured(rho, word):
+    """The Read cells render rows (``sentences``): flip the data and the words follow; a study
+    without a budget check still has the budget rows its Read cell names (measured on 0 tasks)."""
+    from vitplast import sentences
+
+    t, probe = _tables({"hidden": rho, "embedding": -rho})
+    found = findings.finetuning(t, probe, studies.get("main").primaries)
+    primary = sentences.text(found, studies.get("main").primaries[2].claim)
+    assert f"{rho + 0.03:+.3g} rho" in primary and f"{word}, " in primary
+    other = sentences.text(found, "gain over head-only) over the five components, within a task [")
+    assert ("Negative" if rho > 0 else "Positive") in other and "sensitivity rows" in other
+    where = sentences.text(found, "where MHA sits among the five [hidden]")
+    assert "plasticity rank 5.0, gain rank 1.0" in where
+    budget = sentences.text(found, "order of the seven configurations at 4x", "MHA - LN1 at 4x")
+    assert "measured on 0 task(s)" in budget and "n = 0" in budget
