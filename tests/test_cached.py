@@ -57,3 +57,20 @@ def test_an_unreadable_cache_file_is_computed_again(tmp_path):
                                                          folder=tmp_path), df)
     with pytest.raises(TypeError, match="default index"):
         cached.load_or_compute("u", {}, lambda: df.set_index("x", drop=False), folder=tmp_path)
+
+
+def test_nullable_columns_with_missing_values_come_back_without_recomputing(tmp_path):
+    """A nullable boolean or integer column with a missing value (intervals' ``p4_holds``, NA
+    where no Prop. 4 exists) is stored as values and a mask, not as objects NumPy will not
+    read back: the second call reads the file instead of computing again."""
+    import pandas as pd
+
+    from vitplast.cached import load_or_compute
+
+    df = pd.DataFrame(dict(holds=pd.array([True, None, False], dtype="boolean"),
+                           count=pd.array([1, None, 3], dtype="Int64"), x=[1.0, 2.0, 3.0]))
+    calls = []
+    for _ in range(2):
+        got = load_or_compute("t", {"k": 1}, lambda: calls.append(1) or df, folder=tmp_path)
+        pd.testing.assert_frame_equal(got, df)
+    assert len(calls) == 1
