@@ -103,3 +103,20 @@ def test_a_table_whose_index_fails_is_named_and_computed_again(tmp_path, change,
     with pytest.warns(UserWarning, match=f"{path.name} is not used \\(.*\\): computed again"):
         got = cached.load_or_compute("t", {"a": 1}, lambda: again, folder=tmp_path)
     assert got is again and cached.audit(tmp_path).empty
+
+
+def test_nullable_columns_with_missing_values_come_back_without_recomputing(tmp_path):
+    """A nullable boolean or integer column with a missing value (intervals' ``p4_holds``, NA
+    where no Prop. 4 exists) is stored as values and a mask, not as objects NumPy will not
+    read back: the second call reads the file instead of computing again."""
+    import pandas as pd
+
+    from vitplast.cached import load_or_compute
+
+    df = pd.DataFrame(dict(holds=pd.array([True, None, False], dtype="boolean"),
+                           count=pd.array([1, None, 3], dtype="Int64"), x=[1.0, 2.0, 3.0]))
+    calls = []
+    for _ in range(2):
+        got = load_or_compute("t", {"k": 1}, lambda: calls.append(1) or df, folder=tmp_path)
+        pd.testing.assert_frame_equal(got, df)
+    assert len(calls) == 1

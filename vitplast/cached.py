@@ -124,6 +124,13 @@ def _write_frame(df, f) -> None:
             arrays[f"codes{i}"] = col.cat.codes.to_numpy()
             arrays[f"categories{i}"] = np.asarray(col.cat.categories.tolist())
             spec.update(kind="category", ordered=bool(col.cat.ordered))
+        elif isinstance(col.dtype, pd.api.extensions.ExtensionDtype) and col.hasnans and (
+                pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col)):
+            # nullable (boolean, Int64) with missing values: NumPy would hold them as objects
+            zero = col.dtype.numpy_dtype.type(0)
+            arrays[f"values{i}"] = col.to_numpy(dtype=col.dtype.numpy_dtype, na_value=zero)
+            arrays[f"missing{i}"] = col.isna().to_numpy()
+            spec.update(kind="masked")
         elif pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
             arrays[f"values{i}"] = col.to_numpy()
             spec.update(kind="numeric")
@@ -153,6 +160,10 @@ def _read_frame(path: Path):
                     ordered=spec["ordered"])
             elif spec["kind"] == "numeric":
                 data[spec["name"]] = z[f"values{i}"]
+            elif spec["kind"] == "masked":
+                values = pd.array(z[f"values{i}"], dtype=spec["dtype"])
+                values[z[f"missing{i}"]] = pd.NA
+                data[spec["name"]] = values
             else:
                 values = pd.Series(z[f"values{i}"].astype(object))
                 values[z[f"missing{i}"]] = None

@@ -233,3 +233,19 @@ def test_only_settings_with_every_run_stored_are_analysed():
             for c, lr in (("MHA", 0.1), ("LN1", 0.1), ("LN1", 1.0))]
     kept = confounds.complete_settings(pd.DataFrame(rows), expected)
     assert sorted(set(kept["variant"])) == ["LN1"] and len(kept) == 2
+
+
+def test_controls_show_the_rows_the_control_findings_compare():
+    """Section 4 of notebook 05: MHA and LN1 plain, from init and under AdamW, found by their
+    fields (a renamed variant still found), every other variant left to ``t["acc"]``."""
+    base = confounds.catalogue(confounds.all_variants(tiny_vit(depth=2), {"LN1": 2.0})).assign(
+        optimizer="sgd", checkpoint="final")
+    plain = base.loc[["MHA", "LN1"]]
+    fields = pd.concat([base, plain.assign(checkpoint="init").rename(index={
+        "MHA": "attention from scratch", "LN1": "LN1 (init)"}), plain.assign(
+        optimizer="adamw").rename(index=lambda n: f"{n} (AdamW)")])
+    acc = pd.DataFrame({name: [1.0, 2.0] for name in fields.index},
+                       index=pd.Index(["t0", "t1"], name="task"))
+    shown = confounds.controls(dict(fields=fields, acc=acc))
+    assert shown.index.tolist() == ["MHA", "LN1", "attention from scratch", "LN1 (init)",
+                                    "MHA (AdamW)", "LN1 (AdamW)"] and len(acc.columns) > 6
