@@ -80,7 +80,8 @@ def _damage(path, index_change):
     (lambda i: {**i, "columns": {"0": i["columns"][0]}},
      r"index: columns=\{'0'.* is not valid: expected an array"),
     (lambda i: {**i, "columns": [{**i["columns"][0], "kind": "pickle"}]},
-     r"index: columns\[0\].kind='pickle' is not valid: expected one of \['numeric', 'text', "
+     r"index: columns\[0\].kind='pickle' is not valid: expected one of \['numeric', 'masked', "
+     r"'text', "
      r"'category'\]"),
     (lambda i: {**i, "columns": [*i["columns"], {"name": "y", "dtype": "int64",
                                                  "kind": "numeric"}]},

@@ -80,7 +80,8 @@ def table_problems(path: str | Path) -> list[str]:
             lengths = {}
             for i, spec in enumerate(index["columns"]):
                 names = {"category": ("codes", "categories"), "numeric": ("values",),
-                         "text": ("values", "missing")}[spec["kind"]]
+                         "text": ("values", "missing"),
+                         "masked": ("values", "missing")}[spec["kind"]]
                 for stem in names:
                     if f"{stem}{i}" not in z.files:
                         return [f"column {i} ({spec['name']!r}): array {stem}{i} is missing"]
