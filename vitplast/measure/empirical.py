@@ -242,3 +242,15 @@ def finetuning_inputs(tasks: list[str], *, protocol: str = "hidden", n_pairs: in
     probe = store.load_or_compute("probe-04", dict(tasks=tasks),
                                   lambda: probes.linear_probes(models.EMBEDDED_NAME, tasks))
     return rates, probe.set_index("task")["test_acc"]
+
+
+def layer_summary(pooled: pd.DataFrame) -> pd.DataFrame:
+    """Per (component; protocol as columns): the layer ``median`` and the ``mean without layer
+    0`` (the layer that reads the raw embedding) of ``pooled_layers``' per-layer plasticity,
+    beside the means of the ranking: whether one layer decides a component's place.
+    ``findings.layer_summaries`` states the orders they give. Used by notebook 02."""
+    per = pooled.groupby(["protocol", "component"], observed=True)["plasticity"]
+    later = (pooled[pooled["layer"] > 0].groupby(["protocol", "component"], observed=True)
+             ["plasticity"].mean())
+    return pd.DataFrame({"mean": per.mean(), "median": per.median(),
+                         "mean without layer 0": later}).unstack("protocol")
