@@ -73,10 +73,13 @@ def test_notebooks_cite_the_glossary_and_the_objections_that_exist(name):
 
 @pytest.mark.parametrize("name", notebooks.available())
 def test_the_findings_table_is_printed_once(name):
-    """Printed by the last cell's ``findings.render`` and nowhere else: no earlier cell shows the
-    findings table, whole or in slices (the last line of a cell is what Jupyter displays)."""
+    """Rendered whole by the last cell (``findings.render``, or ``sentences.read(found)``: every
+    row in plain sentences) and nowhere else: no earlier cell shows the findings table, whole or
+    in slices (the last line of a cell is what Jupyter displays); Read cells show the sentences
+    of the rows they name."""
     code = [text(c) for c in cells(name) if c["cell_type"] == "code"]
-    assert [i for i, c in enumerate(code) if "findings.render(" in c] == [len(code) - 1]
+    whole = ("findings.render(", "sentences.read(found)")
+    assert [i for i, c in enumerate(code) if any(w in c for w in whole)] == [len(code) - 1]
     built = r"^(\w+) = (?:findings\.\w+|stream\.findings_table)\("  # the table's name(s)
     held = set(re.findall(built, "\n".join(code), flags=re.M))
     assert held, "the findings table has a name"
