@@ -43,3 +43,14 @@ def test_measurements_are_cached_per_checkpoint_task_and_protocol(tmp_path, monk
     assert len(calls) == 2
     pd.testing.assert_frame_equal(again, first[first["protocol"] == "hidden"]
                                   .reset_index(drop=True))
+
+
+def test_layer_summary_puts_median_and_mean_without_layer_0_beside_the_mean():
+    pooled = pd.DataFrame([dict(protocol="hidden", layer=layer, component=c, plasticity=v)
+                           for layer, vals in enumerate([(0.1, 1.0), (3.0, 1.1), (2.0, 1.2)])
+                           for c, v in zip(("MHA", "FC1"), vals)])
+    table = empirical.layer_summary(pooled)
+    assert table.loc["MHA", ("mean", "hidden")] == pytest.approx(5.1 / 3)
+    assert table.loc["MHA", ("median", "hidden")] == 2.0
+    assert table.loc["MHA", ("mean without layer 0", "hidden")] == 2.5
+    assert table.loc["FC1", ("median", "hidden")] == 1.1

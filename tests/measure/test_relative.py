@@ -6,7 +6,6 @@ where attention's logits scale by c^2."""
 import copy
 
 import pandas as pd
-
 import pytest
 import torch
 from helpers import tiny_vit
