@@ -15,8 +15,8 @@ import pytest
 import vitplast
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ["01_definitions", "02_plasticity", "03_bounds", "04_finetuning", "05_confounds",
-             "06_explorer"]
+NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "04_finetuning",
+             "05_confounds", "06_explorer"]
 
 
 def _env() -> dict:

@@ -153,3 +153,40 @@ def test_the_distance_trend_is_a_correlation_row_and_the_families_a_descriptive_
     assert trend["measured"] < -0.9 and trend["n"] == 4 and trend["family"] == "exploratory"
     assert families["measured"].startswith("drawn +8.0 (1), shift +3.0 (2)")
     assert families["verdict"] == "largest on drawn, smallest on digits"
+
+
+def test_relative_plasticity_is_a_companion_beside_plasticity_with_its_own_hash(tmp_path,
+                                                                               monkeypatch):
+    """The same mechanism (plasticity-<hash>.json): relative plasticity's settings add
+    ``quantity``, so plasticity's stored files keep their names; measured once, read back,
+    never measured with ``compute=False``; an unknown quantity names the valid ones."""
+    from vitplast import empirical, relative, store
+    from vitplast.experiments.store import Store
+
+    calls = []
+
+    def fake(tasks, *, protocol, n_pairs):
+        calls.append((tasks, protocol))
+        return pd.DataFrame([dict(task=tasks[0], layer=0, component=c, relative_plasticity=r,
+                                  plasticity=2 * r, s_in=1.0, s_out=2.0)
+                             for c, r in zip(["LN1", "MHA", "LN2", "FC1", "FC2"], range(1, 6))])
+
+    monkeypatch.setattr(relative, "embedded_layers", fake)
+    monkeypatch.setattr(empirical, "embedded_layers", lambda *a, **k: pytest.fail("measured"))
+    assert decide.component_plasticity(tmp_path, ["digits"], 8, "hidden", "relative",
+                                       compute=False).empty
+    got = decide.component_plasticity(tmp_path, ["digits"], 8, "hidden", "relative")
+    assert got.set_index("component")["relative_plasticity"].to_dict() == dict(
+        LN1=1, MHA=2, LN2=3, FC1=4, FC2=5)
+    decide.task_plasticity(tmp_path, "digits", 8, "hidden", "relative")  # read back
+    assert calls == [(["digits"], "hidden")]
+    plain = store.config_hash(dict(task="digits", n_pairs=8, protocol="hidden"))
+    assert not (tmp_path / f"plasticity-{plain}.json").exists()
+    assert Store(tmp_path).audit().empty
+    with pytest.raises(ValueError, match="valid: \\['plasticity', 'relative'\\]"):
+        decide.task_plasticity(tmp_path, "digits", quantity="relative plasticity")
+    rho = decide.spearman_plasticity_gain(pd.DataFrame(
+        [dict(task="digits", config=c, test_acc=a) for c, a in
+         zip(["head", "LN1", "MHA", "LN2", "FC1", "FC2"], [50, 51, 52, 53, 54, 55])]),
+        got, value="relative_plasticity")
+    assert rho["digits"] == pytest.approx(1.0)

@@ -95,3 +95,14 @@ def test_notebook_04_and_the_suite_study_keep_plasticity_in_one_file(tmp_path, m
     [a], [b] = (tmp_path / "a").glob("plasticity-*"), (tmp_path / "b").glob("plasticity-*")
     assert a.name == b.name and a.read_text() == b.read_text()
     pd.testing.assert_frame_equal(mine, suite)
+
+
+def test_layer_summary_puts_median_and_mean_without_layer_0_beside_the_mean():
+    pooled = pd.DataFrame([dict(protocol="hidden", layer=layer, component=c, plasticity=v)
+                           for layer, vals in enumerate([(0.1, 1.0), (3.0, 1.1), (2.0, 1.2)])
+                           for c, v in zip(("MHA", "FC1"), vals)])
+    table = empirical.layer_summary(pooled)
+    assert table.loc["MHA", ("mean", "hidden")] == pytest.approx(5.1 / 3)
+    assert table.loc["MHA", ("median", "hidden")] == 2.0
+    assert table.loc["MHA", ("mean without layer 0", "hidden")] == 2.5
+    assert table.loc["FC1", ("median", "hidden")] == 1.1

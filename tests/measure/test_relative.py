@@ -5,6 +5,7 @@ where attention's logits scale by c^2."""
 
 import copy
 
+import pandas as pd
 import pytest
 import torch
 from helpers import tiny_vit
@@ -122,3 +123,48 @@ def test_bad_protocol_names_the_valid_ones(images):
 
 def test_measurement_without_scales_has_none(images):
     assert plasticity.measurement(tiny_vit(), *images, progress=False).scales is None
+
+
+def _check(rel_hidden: float, mha_embedding: float):
+    rows = []
+    for protocol in ("hidden", "embedding"):
+        for comp in COMPONENTS:
+            factor = gauge.RATE_FACTORS[protocol][comp]
+            rows.append(dict(protocol=protocol, component=comp, c=8.0,
+                             relative_difference=(rel_hidden if protocol == "hidden" else
+                                                  mha_embedding if comp == "MHA" else 1e-5),
+                             plasticity_difference=0.0,
+                             plasticity_ratio=factor(8.0) if factor else 30.0))
+    return pd.DataFrame(rows)
+
+
+def test_gauge_findings_say_what_moved_and_change_with_the_data():
+    from vitplast import findings
+
+    rows = findings.table(relative.gauge_findings(_check(2e-5, 0.9))).set_index("claim")
+    hidden = rows.loc["relative plasticity, gauge c = 8 vs c = 1: largest relative difference "
+                      "over layers and components [hidden]"]
+    assert hidden["verdict"] == "unchanged within 0.001 for every component"
+    emb = rows.loc["relative plasticity, gauge c = 8 vs c = 1: largest relative difference over "
+                   "layers and components [embedding]"]
+    assert emb["measured"] == 0.9 and emb["verdict"].startswith("moved: MHA 0.9; unchanged")
+    ratio = rows.loc["plasticity, gauge c = 8 over c = 1, median over layers [hidden]"]
+    assert ratio["measured"].startswith("LN1 x0.125, MHA x8") and ratio["verdict"].startswith(
+        "as derived")
+    moved = findings.table(relative.gauge_findings(_check(0.05, 0.9))).set_index("claim")
+    assert moved["verdict"].iloc[0].startswith("moved: LN1 0.05")
+
+
+def test_ranking_findings_compare_each_models_order_with_the_papers():
+    from vitplast import findings
+
+    paper = dict(MHA=5.0, FC1=4.0, FC2=3.0, LN2=2.0, LN1=1.0)
+    df = pd.DataFrame([dict(model=m, task=t, protocol="hidden", layer=0, component=c,
+                            relative_plasticity=(v if m == "a" else 1 / v))
+                       for m in ("a", "b") for t in ("t1", "t2", "t3") for c, v in paper.items()])
+    rows = findings.table(relative.ranking_findings(df)).set_index("claim")
+    assert rows.loc["order of relative plasticity, a [hidden]", "verdict"] == (
+        "the paper's order of plasticity")
+    b = rows.loc["order of relative plasticity, b [hidden]"]
+    assert b["verdict"] == "not the paper's order of plasticity"
+    assert b["measured"].startswith("LN1 1 > LN2 0.5") and b["n"] == 3

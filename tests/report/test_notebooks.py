@@ -18,9 +18,9 @@ def test_notebook_source_is_clean_and_parametrised(name):
     for profile in notebooks.PROFILES:  # every profile override is a declared parameter
         assert set(notebooks.PROFILES[profile].get(name, {})) <= set(params)
     first = "".join(nb["cells"][0]["source"])
-    assert first.startswith(f"# {name[:2]} ·") and "What this shows" in json.dumps(nb)
-    # the conclusions are the findings table's rows, printed by ``findings.render`` or read in
-    # words by ``sentences.read``, never typed
+    assert first.startswith(f"# {name.split('_')[0]} ·") and "What this shows" in json.dumps(nb)
+    # the conclusions are the findings table's rows, rendered by ``findings.render`` or
+    # ``sentences.read``, never typed
     last = "".join(code[-1]["source"])
     assert "print(findings.render(" in last or "sentences.read(" in last
 
@@ -28,7 +28,7 @@ def test_notebook_source_is_clean_and_parametrised(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", notebooks.available())
 def test_notebook_runs_in_the_smoke_profile(name, tmp_path):
-    summary = notebooks.run("smoke", only=[name[:2]], out_dir=tmp_path, progress=False)
+    summary = notebooks.run("smoke", only=[name.split("_")[0]], out_dir=tmp_path, progress=False)
     assert summary.status.tolist() == ["ok"], summary.error.tolist()
     assert (tmp_path / f"{name}.ipynb").exists()
 
@@ -42,6 +42,18 @@ def test_plan_rejects_unknown_names_before_running():
         notebooks.plan("smoke", params={"n_pair": 3})
     (name, params), = notebooks.plan("smoke", only=["01"], params={"n_pairs": 7})
     assert name == "01_definitions" and params["n_pairs"] == 7
+
+
+def test_only_selects_a_notebook_by_its_number_before_a_prefix():
+    """"02" is 02_plasticity alone (02b_gauge sorts after it and starts with "02"), "02b" is
+    02b_gauge, "0" is every notebook."""
+    assert [nb for nb, _ in notebooks.plan("smoke", only=["02"])] == ["02_plasticity"]
+    assert [nb for nb, _ in notebooks.plan("smoke", only=["02b"])] == ["02b_gauge"]
+    assert [nb for nb, _ in notebooks.plan("smoke", only=["02", "02b"])] == [
+        "02_plasticity", "02b_gauge"]
+    assert [nb for nb, _ in notebooks.plan("smoke", only=["0"])] == notebooks.available()
+    assert notebooks.NOTEBOOKS.index("02b_gauge") == notebooks.NOTEBOOKS.index(
+        "02_plasticity") + 1
 
 
 def test_cli_errors_exit_before_any_kernel(capsys):
@@ -79,7 +91,7 @@ def test_paper_profile_fails_early_without_gpu_or_data(monkeypatch, tmp_path):
                                                for n, p in todo])
 
 
-TYPED = ["01_definitions", "02_plasticity", "03_bounds", "06_explorer"]
+TYPED = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "06_explorer"]
 
 
 @pytest.mark.parametrize("name", TYPED)

@@ -69,7 +69,8 @@ def chosen(study: Study, root: str | Path, *, grid: bool = False) -> pd.DataFram
 
 
 def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
-                    protocol: str = "embedding", quantity: str = "plasticity") -> pd.DataFrame:
+                    protocol: str = "embedding", quantity: str = "plasticity", *,
+                    compute: bool = True) -> pd.DataFrame:
     """Per block and component: the embedded model's plasticity on ``task`` before
     finetuning (``n_pairs`` pairs of a Fashion-MNIST image and a task image, ``protocol``),
     measured once and stored in ``root/plasticity-<hash of the settings>.json``.
@@ -95,9 +96,10 @@ def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
         settings["quantity"], measured = "relative plasticity", relative.embedded_layers
     saved = store.Store(root).companion(
         f"plasticity-{store.config_hash(settings)}.json",
-        compute=lambda: dict(settings, rows=measured([task], protocol=protocol, n_pairs=n_pairs)
-                             .drop(columns="task").to_dict("records")))
-    return pd.DataFrame(saved["rows"]).assign(task=task, protocol=protocol)
+        compute=(lambda: dict(settings, rows=measured([task], protocol=protocol, n_pairs=n_pairs)
+                              .drop(columns="task").to_dict("records"))) if compute else None)
+    return pd.DataFrame(saved["rows"] if saved else [], columns=None if saved else [
+        "layer", "component", "plasticity"]).assign(task=task, protocol=protocol)
 
 
 def task_probe(root: str | Path, task: str, *, compute: bool = True) -> dict | None:
@@ -118,14 +120,16 @@ def task_probes(root: str | Path, tasks, *, compute: bool = False) -> pd.DataFra
 
 
 def component_plasticity(root: str | Path, tasks, n_pairs: int = 256,
-                         protocol: str = "embedding", quantity: str = "plasticity"
-                         ) -> pd.DataFrame:
+                         protocol: str = "embedding", quantity: str = "plasticity", *,
+                         compute: bool = True) -> pd.DataFrame:
     """Per task and component: plasticity before finetuning, the mean over blocks (as the
     paper's Fig. 2 summarises a component). Columns: ``task``, ``component``,
-    ``plasticity`` (``quantity="relative"``: ``relative_plasticity``, as ``task_plasticity``)."""
+    ``plasticity`` (``quantity="relative"``: ``relative_plasticity``, as ``task_plasticity``;
+    ``compute`` False: the stored tasks only)."""
     value = "relative_plasticity" if quantity == "relative" else "plasticity"
-    per_layer = pd.concat([task_plasticity(root, t, n_pairs, protocol, quantity)
-                           for t in tasks])
+    per_layer = pd.concat([task_plasticity(root, t, n_pairs, protocol, quantity,
+                                           compute=compute) for t in tasks])
+    per_layer[value] = per_layer.get(value, np.nan)
     return per_layer.groupby(["task", "component"], as_index=False, sort=False)[value].mean()
 
 

@@ -263,3 +263,35 @@ def finetuning_inputs(tasks: list[str], root, *, protocols=PROTOCOLS, n_pairs: i
     probe = pd.Series({t: probes.stored_probe(root, t)["test_acc"] for t in tasks},
                       name="test_acc").rename_axis("task")
     return rates, probe
+
+
+def layer_summary(pooled: pd.DataFrame) -> pd.DataFrame:
+    """Per (component; protocol as columns): the layer ``median`` and the ``mean without layer
+    0`` (the layer that reads the raw embedding) of ``pooled_layers``' per-layer plasticity,
+    beside the means of the ranking: whether one layer decides a component's place.
+    ``findings.layer_summaries`` states the orders they give. Used by notebook 02."""
+    per = pooled.groupby(["protocol", "component"], observed=True)["plasticity"]
+    later = (pooled[pooled["layer"] > 0].groupby(["protocol", "component"], observed=True)
+             ["plasticity"].mean())
+    return pd.DataFrame({"mean": per.mean(), "median": per.median(),
+                         "mean without layer 0": later}).unstack("protocol")
+
+
+def mha_scale_curve(model_name: str, task: str, scales, *, source: str | None = SOURCE,
+                    data_root: str = "", n_pairs: int = 256, batch_size: int = 64,
+                    workers: int = 0) -> pd.DataFrame:
+    """``plasticity.scale_curve`` of MHA on ``task``'s pairs (``task_pairs``) of the final
+    model, load-or-compute (cached by every argument but ``workers``, a runtime setting).
+
+    Paper: not in the paper (objection to the embedding protocol). Used by notebook 02."""
+    from vitplast import models, store
+    from vitplast.measure.plasticity import scale_curve
+
+    def compute():
+        model = models.load_model(model_name)
+        pairs = task_pairs(task, source, n_pairs=n_pairs, model=model, data_root=data_root)
+        return scale_curve(model, pairs, scales=scales, batch_size=batch_size, workers=workers)
+
+    key = dict(model_name=model_name, task=task, scales=list(scales), source=source or "",
+               data_root=data_root, n_pairs=n_pairs, batch_size=batch_size)
+    return store.load_or_compute("mha-scale-curve", key, compute)

@@ -51,6 +51,7 @@ import pandas as pd
 from torch import nn
 
 from vitplast.measure.components import COMPONENTS
+from vitplast.measure.empirical import SOURCE
 from vitplast.measure.plasticity import measurement, order
 
 #: Largest relative difference of relative plasticity between two gauges that reads
@@ -153,7 +154,7 @@ def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> p
 
 
 def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
-                   source: str = "fmnist", data_root: str = "", n_pairs: int = 128
+                   source: str = SOURCE, data_root: str = "", n_pairs: int = 128
                    ) -> pd.DataFrame:
     """``measure`` of three networks of the embedded architecture on the same pairs of each
     task (load-or-compute): the embedded model (``"embedded (final)"``), its random
@@ -189,7 +190,7 @@ def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
     return cached.load_or_compute("relative-models", key, compute)
 
 
-def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = "fmnist",
+def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
                          data_root: str = "", n_pairs: int = 128) -> pd.DataFrame:
     """``gauge_check`` of the embedded model on ``task``'s pairs, both protocols
     (load-or-compute). Used by notebook 02b."""

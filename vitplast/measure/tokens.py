@@ -79,4 +79,4 @@ def token_findings(token: dict) -> dict:
         "the pretraining domain", r, paper=f"{token['paper_r']} (ViT-B, CIFAR-10 test images)",
         verdict=f"ViT-B's tokens are {ratio:.2f} times larger" if ratio > 1
         else f"{1 / ratio:.2f} times larger than ViT-B's", n=token["n_images"],
-        unit="(images)")
+        unit="(RMS token norm; n: images)")

@@ -44,16 +44,16 @@ from vitplast.report.reading_copy import failing_cell, record_status
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 #: The notebook sequence, in order.
-NOTEBOOKS = ["01_definitions", "02_plasticity", "03_bounds", "04_finetuning", "05_confounds",
-             "06_explorer", "07_suite"]
+NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "04_finetuning",
+             "05_confounds", "06_explorer", "07_suite"]
 #: Profile -> notebook -> parameters overriding the notebook's defaults.
 PROFILES: dict[str, dict[str, dict]] = {
     "smoke": {
         "01_definitions": dict(n_pairs=64, n_samples=500),
-        "02_plasticity": dict(n_pairs=32, tasks=["fmnist_contrast", "digits"],
-                              checkpoints=["init", "final"], scales=[0.5, 1.0, 2.0],
-                              gauge_tasks=["fmnist_contrast", "digits"],
-                              embedding_scales=[1.0, 8.0], stream_pairs=16, invariance_steps=3),
+        "02_plasticity": dict(n_pairs=32, tasks=["fmnist_contrast", "digits"], stream_pairs=16,
+                              checkpoints=["init", "final"], scales=[0.5, 1.0, 2.0]),
+        "02b_gauge": dict(n_pairs=32, gauge_tasks=["fmnist_contrast", "digits"],
+                          embedding_scales=[1.0, 8.0], invariance_steps=3, relative_pairs=16),
         "03_bounds": dict(n_pairs=32, n_seeds=2, power_iters=5, n_lipschitz=4),
         "04_finetuning": dict(study="main-smoke", recompute=True, n_pairs=16),
         "05_confounds": dict(study="confounds-smoke", recompute=True),
@@ -66,8 +66,9 @@ PROFILES: dict[str, dict[str, dict]] = {
     "paper": {
         "02_plasticity": dict(model_name=PAPER_MODEL, checkpoints=["final"],
                               tasks=list(PAPER_DATASETS), source="", data_root="data/paper",
-                              n_pairs=12_800, batch_size=64, gauge_tasks=list(PAPER_DATASETS)[:4],
-                              stream_pairs=256, recipe_folder=""),
+                              n_pairs=12_800, batch_size=64, stream_pairs=256),
+        "02b_gauge": dict(model_name=PAPER_MODEL, source="", data_root="data/paper", n_pairs=12_800,
+                          gauge_tasks=list(PAPER_DATASETS)[:4], recipe_folder=""),
     },
 }
 
@@ -171,12 +172,12 @@ def plan(profile: str = "default", only: list[str] | None = None,
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; valid: {list(PROFILES)}")
     names = available()
-    if only:
-        chosen = [nb for nb in names if any(nb.startswith(o) for o in only)]
-        unknown = [o for o in only if not any(nb.startswith(o) for nb in names)]
-        if unknown:
+    if only:  # a notebook's number first ("02": 02_plasticity, not 02b_gauge), else a prefix
+        pick = {o: [nb for nb in names if nb.split("_")[0] == o]
+                or [nb for nb in names if nb.startswith(o)] for o in only}
+        if unknown := [o for o, v in pick.items() if not v]:
             raise ValueError(f"unknown notebook(s) {unknown}; valid: {names}")
-        names = chosen
+        names = [nb for nb in names if any(nb in v for v in pick.values())]
     declared = {nb: notebook_parameters(nb) for nb in names}
     params = params or {}
     unknown = sorted(set(params) - set().union(*declared.values()))
