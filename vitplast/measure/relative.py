@@ -58,8 +58,8 @@ from vitplast.measure.plasticity import measurement, order
 #: "unchanged": LayerNorm's eps moves it by about 1e-4 at c = 8 on these models (tested).
 UNCHANGED = 1e-3
 
-__all__ = ["UNCHANGED", "measure", "ranking", "order", "gauge_check", "embedded_layers", "model_rankings",
-           "embedded_gauge_check", "gauge_findings", "ranking_findings"]
+__all__ = ["UNCHANGED", "measure", "ranking", "order", "gauge_check", "embedded_layers",
+           "model_rankings", "embedded_gauge_check", "gauge_findings", "ranking_findings"]
 
 
 def measure(model: nn.Module, x, y=None, *, protocol: str = "hidden", batch_size: int = 64,

@@ -48,8 +48,9 @@ def model_statistics(model: nn.Module, images: torch.Tensor,
                      token_images: torch.Tensor | None = None) -> pd.DataFrame:
     """Per layer, the statistics the bounds read, from one pass per protocol over ``images``:
     ``r_embedding`` (``rms_token_norm`` on ``token_images``, else on ``images``: given
-    ``tokens.token_images(model)``, the model's token scale of ``tokens.token_scale``), ``sigma_ln1`` /
-    ``sigma_ln2`` (mean per-token sqrt(var + eps) of the stream LN1 / LN2 read, ``hidden``),
+    ``tokens.token_images(model)``, the model's token scale of ``tokens.token_scale``),
+    ``sigma_ln1`` / ``sigma_ln2`` (mean per-token sqrt(var + eps) of the stream LN1 / LN2 read,
+    ``hidden``),
     ``ln1_bound`` (Prop. 1 at that mean: max|gamma| / sigma), and ``entropy_hidden`` /
     ``entropy_embedding`` (attention entropy / log n, mean over heads and tokens, on LN1's
     output and on the raw embedding).

@@ -31,6 +31,7 @@ from vitplast.report.verdicts import (
     MAX_PRIMARIES,
     MIN_N,
     ORDER_HELD_TAU,
+    PRECISE,
     SCALE_INVARIANT,
     TIGHT,
     UNDERPOWERED,
