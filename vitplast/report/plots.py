@@ -7,11 +7,9 @@ importing this module sets no global style. Axes are named in words (``LABELS``)
 carry plain, non-overlapping tick labels (``log_axis``). Each configuration (and component)
 has one colour in every figure of every notebook (``PALETTE``; a variant such as "MHA sparse"
 takes its component's colour, dashed: ``style``). The explorers of ``vitplast.widgets``
-redraw ``rate_histogram``, ``layernorm_rescale`` and ``run_curves``.
-The look itself (``PALETTE``, ``LABELS``, ``theme``, ``log_axis``, ``save``, ...) is
-``vitplast.plot_style``'s, re-exported here.
-
-Used by notebooks 01-06.
+redraw ``rate_histogram``, ``layernorm_rescale`` and ``run_curves``. The look itself
+(``PALETTE``, ``LABELS``, ``theme``, ``log_axis``, ``save``, ...) is ``vitplast.plot_style``'s,
+re-exported here. Used by notebooks 01-07.
 """
 
 from __future__ import annotations
@@ -182,7 +180,9 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
     """
     import textwrap
 
-    fig, ax = plt.subplots(figsize=(9, 0.55 * len(df) + (1.8 if significant else 1.2)))
+    labels = [textwrap.fill(str(v), 48) for v in df[label]]  # rows as tall as the longest label
+    row = max(0.55, 0.19 * max((t.count("\n") + 1 for t in labels), default=1) + 0.12)
+    fig, ax = plt.subplots(figsize=(9, row * len(df) + (1.8 if significant else 1.2)))
     y = range(len(df))[::-1]  # first row on top
     filled = df[significant].astype(bool) if significant else [True] * len(df)
     plain = df[descriptive].astype(bool) if descriptive else [False] * len(df)
@@ -192,7 +192,7 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
                     fmt="D" if desc else "o", color=color, capsize=3,
                     markerfacecolor=color if full or desc else "white")
     ax.axvline(0, color="k", lw=0.8, ls="--")
-    ax.set(yticks=list(y), yticklabels=[textwrap.fill(str(v), 48) for v in df[label]], title=title,
+    ax.set(yticks=list(y), yticklabels=labels, title=title,
            xlabel=xlabel or "difference, with its 95% CI")
     _forest_key(fig, alpha, descriptive is not None and any(plain)) if significant else None
     fig.tight_layout(rect=(0, 0.6 / fig.get_figheight() if significant else 0, 1, 1))
