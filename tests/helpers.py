@@ -88,7 +88,7 @@ def exec_notebook(name: str, profile: str = "smoke", params: dict | None = None)
     from vitplast import notebooks
 
     matplotlib.use("Agg")
-    (_, chosen), = notebooks.plan(profile, [name[:2]], params)
+    (_, chosen), = notebooks.plan(profile, [name.split("_")[0]], params)
     scope = {}
     for source, is_parameters in notebook_cells(name):
         exec(compile(source, name, "exec"), scope)

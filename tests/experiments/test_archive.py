@@ -13,7 +13,8 @@ from helpers import TINY
 from vitplast import archive, models, results, runs, studies, sweep
 from vitplast.experiments.store import Store
 
-COMPANION = dict(tasks=["digits"], target="LN1", n_pairs=8, plasticity={}, scales={})
+COMPANION = dict(tasks=["digits"], target="LN1", n_pairs=8, plasticity={"LN1": 0.5, "FC1": 1.2},
+                 scales={"LN1": 2.4})
 
 
 @pytest.fixture

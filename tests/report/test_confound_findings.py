@@ -167,7 +167,9 @@ def test_the_read_cells_words_follow_the_matched_count_numbers():
                  grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]))
         table = findings.confounds(t, primaries=studies.get("confounds").primaries)
         words[sign] = sentences.text(table, *claims)
-    assert "Positive, resolved, and it agrees with the paper" in words[1]
+    # the matched-count primary cites no claim (Table 1 compares full counts only): it reads as
+    # a result; its sign beside the paper's full-count gap is the descriptive row's
+    assert "Positive, and resolved (the paper makes no claim on it)" in words[1]
     assert "the same sign as the paper's gap" in words[1]
-    assert "Negative, resolved, and it disagrees with the paper" in words[-1]
+    assert "Negative, and resolved (the paper makes no claim on it)" in words[-1]
     assert "reversed: the other sign" in words[-1]

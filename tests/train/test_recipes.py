@@ -40,15 +40,18 @@ def test_recipe_findings_state_each_recipe_s_order_and_its_fig2_correlation():
 
 
 def test_recipe_statistics_are_each_model_s_layer_means_on_the_same_images():
+    """The same pair images for both recipes, and each model's token scale on the same
+    pretraining-domain images (``tokens.token_images``)."""
     import torch
 
-    from vitplast import stream
+    from vitplast import stream, tokens
 
     got = recipes.recipe_statistics(FOLDER, "digits", n_pairs=4)
     images = torch.cat(empirical.task_pairs("digits", "fmnist", n_pairs=4,
                                             model=models.load_model()).tensors())
     for recipe, model in (("shipped", models.load_model()),
                           ("pretrain_no_weight_decay", models.load_pretrained(FOLDER))):
-        want = stream.model_statistics(model, images).drop(columns="layer").mean()
+        want = stream.model_statistics(model, images, tokens.token_images(model)).drop(
+            columns="layer").mean()
         assert got.loc[recipe].to_dict() == pytest.approx(want.to_dict(), rel=1e-6)
     assert got.loc["pretrain_no_weight_decay", "sigma_ln1"] != got.loc["shipped", "sigma_ln1"]

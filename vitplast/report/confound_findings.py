@@ -23,7 +23,7 @@ import pandas as pd
 from vitplast.experiments.confound_plasticity import OTHER_PROTOCOL, PROTOCOL
 from vitplast.experiments.confound_variants import name_of, names_of
 from vitplast.measure.components import LINEARS
-from vitplast.paper import SOURCES, table1_average
+from vitplast.paper import SOURCES, group_gap, table1_average
 from vitplast.report.finetuning_findings import declared_by, grad_rows, with_ties
 from vitplast.report.verdicts import checked, descriptive, mean_test, paired_test, table
 
@@ -187,16 +187,17 @@ def _signs(primaries, acc: pd.DataFrame) -> list[dict]:
     full counts (Table 1 average of the same components): the same sign, or reversed. Not a
     test (the primaries' rows test it); the paper has no matched-count claim to agree with."""
     rows = []
-    for p in primaries:
-        if p.statistic or not math.isfinite(p.paper) or not len(values := p.values(acc)):
-            continue
-        same = (values.mean() > 0) == (p.paper > 0)
+    for p in (p for p in primaries if not p.statistic):
+        values = p.values(acc)
+        full = group_gap(*([c.removesuffix(" sparse") for c in g] for g in (p.a, p.b)))
+        same = (values.mean() > 0) == (full > 0)
         rows.append(descriptive(
             f"sign of ({p.claim}) against the paper's gap at full counts",
-            f"{values.mean():+.3g} against {p.paper:+.3g}", n=len(values),
-            paper=f"not studied at matched counts ({p.source}: {p.paper:+.2f})",
-            unit="points, mean over tasks, against the paper's",
-            verdict="the same sign as the paper's gap at full counts" if same else
+            f"{values.mean():+.3g} against {full:+.3g}" if len(values) else "not measured",
+            n=len(values), unit="points, mean over tasks, against the paper's",
+            paper=f"not studied at matched counts (Table 1 average, full counts: {full:+.2f})",
+            verdict="no task holds both groups in this store" if not len(values) else
+            "the same sign as the paper's gap at full counts" if same else
             "reversed: the other sign from the paper's gap at full counts"))
     return rows
 
