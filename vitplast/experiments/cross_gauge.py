@@ -156,10 +156,12 @@ GAUGE_CHANGED = ("MHA", "FC2")
 
 
 def identity(picked: pd.DataFrame, tasks, configs=GAUGE_CHANGED, *, c: float = 8.0,
-             steps: int = 8) -> pd.DataFrame:
+             steps: int = 8, root=None) -> pd.DataFrame:
     """Per task and configuration, at the LR the study chose for it at c = ``c``
-    (``picked``: ``decide.chosen``): ``stream.finetuning_invariance`` (load-or-compute,
-    ``steps`` SGD steps). Columns ``task``, ``config``, ``lr`` (the shared LR), ``gauged``
+    (``picked``: ``decide.chosen``): ``stream.finetuning_invariance`` (``steps`` SGD steps;
+    load-or-compute, or with ``root``, the study's folder, kept beside its runs: computed
+    once, shipped, and computed again when an input changes: the chosen LR, ``steps``, ``c``,
+    the model's weights). Columns ``task``, ``config``, ``lr`` (the shared LR), ``gauged``
     (the parameters the gauge scales that it trains), ``derived_lr`` (theirs at c = 1:
     ``lr`` times ``gauge.finetuning_equivalence``'s factor), ``noclip`` and ``clip`` (largest
     |loss difference| of the c = ``c`` run from the c = 1 run at those per-parameter LRs,
@@ -174,7 +176,7 @@ def identity(picked: pd.DataFrame, tasks, configs=GAUGE_CHANGED, *, c: float = 8
         for config in configs:
             lr = float(lrs[(task, f"{config} c={c:g}")])
             inv = stream.finetuning_invariance(task=task, configs=(config,), c=c, lr=lr,
-                                               steps=steps).iloc[0]
+                                               steps=steps, root=root).iloc[0]
             scales = gauge.finetuning_equivalence(model, config, c)
             rows.append(dict(
                 task=task, config=config, lr=lr,

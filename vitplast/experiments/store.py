@@ -68,15 +68,17 @@ STATUSES = ("ok", "diverged", "failed")
 #: (``vitplast.schema``; ``Store.companion``): the sweep's session log
 #: (``provenance.log_session``), the confound study's measurements (``confounds``: scales,
 #: per-block plasticity, plasticity after finetuning), the suite study's
-#: (``decide.task_plasticity``, also of relative plasticity, ``decide.task_probe``) and the
-#: advice rules' rankings (``advise.stored``). A new kind: its schema document and one line here.
+#: (``decide.task_plasticity``, also of relative plasticity, ``decide.task_probe``), the
+#: advice rules' rankings (``advise.stored``) and measured tables (``cached.kept_table``).
+#: A new kind: its schema document and one line here.
 COMPANIONS = {"study.json": "study",
               "scales-*.json": "scales",
               "layers-*.json": "layers",
               "after-*.json": "after",
               "plasticity-*.json": "plasticity",
               "probe-*.json": "probe",
-              "advise-*.json": "advise"}
+              "advise-*.json": "advise",
+              "table-*.json": "table"}
 #: An orphan temp file older than this (seconds) is debris of a killed write.
 TEMP_AGE_S = 300.0
 _HASH_NAME = re.compile(r"[0-9a-f]{16}")

@@ -59,7 +59,21 @@ from vitplast.measure.plasticity import measurement, order
 UNCHANGED = 1e-3
 
 __all__ = ["UNCHANGED", "measure", "ranking", "order", "gauge_check", "embedded_layers",
-           "model_rankings", "embedded_gauge_check", "gauge_findings", "ranking_findings"]
+           "model_rankings", "embedded_gauge_check", "gauge_findings", "ranking_findings",
+           "weights_id"]
+
+
+def weights_id(model_name: str, checkpoints=("final",)) -> str:
+    """What a measurement of ``model_name`` depends on of its weights, for the key of a table
+    kept beside a study (``cached.kept_table``): the sha256 of each of the embedded model's
+    ``checkpoints`` (its manifest's, which ``models.load_model`` verifies), else the name
+    (a timm model's weights are its name's)."""
+    from vitplast import models
+
+    if model_name != models.EMBEDDED_NAME:
+        return model_name
+    known = models.embedded_checkpoints()
+    return ",".join(known[c]["sha256"] for c in checkpoints)
 
 
 def measure(model: nn.Module, x, y=None, *, protocol: str = "hidden", batch_size: int = 64,
@@ -154,10 +168,11 @@ def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> p
 
 
 def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
-                   source: str = SOURCE, data_root: str = "", n_pairs: int = 128
-                   ) -> pd.DataFrame:
+                   source: str = SOURCE, data_root: str = "", n_pairs: int = 128,
+                   root=None) -> pd.DataFrame:
     """``measure`` of three networks of the embedded architecture on the same pairs of each
-    task (load-or-compute): the embedded model (``"embedded (final)"``), its random
+    task (load-or-compute; with ``root``, kept beside a study there: ``cached.kept_table``,
+    its key holding the sha256 of the three networks' weights): the embedded model (``"embedded (final)"``), its random
     initialisation (``"random init"``, the ``init`` checkpoint) and the model pretrained
     without weight decay (``recipe_folder``, read by ``models.load_pretrained``; named
     ``"no weight decay"``). A ``model`` column; ``ranking`` ranks them per model.
@@ -186,14 +201,16 @@ def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
         return out.assign(component=out["component"].astype(str))
 
     key = dict(tasks=list(tasks), folder=folder.name, sha256=final["sha256"],
-               protocols=list(protocols), source=source, data_root=data_root, n_pairs=n_pairs)
-    return cached.load_or_compute("relative-models", key, compute)
+               protocols=list(protocols), source=source, data_root=data_root, n_pairs=n_pairs,
+               weights=weights_id(models.EMBEDDED_NAME, ("final", "init")))
+    return cached.kept_table("relative-models", key, compute, root)
 
 
 def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
-                         data_root: str = "", n_pairs: int = 128) -> pd.DataFrame:
+                         data_root: str = "", n_pairs: int = 128, root=None) -> pd.DataFrame:
     """``gauge_check`` of the embedded model on ``task``'s pairs, both protocols
-    (load-or-compute). Used by notebook 02b."""
+    (load-or-compute; with ``root``, kept beside a study there: ``cached.kept_table``).
+    Used by notebook 02b."""
     from vitplast import cached, empirical, models
 
     def compute():
@@ -203,8 +220,8 @@ def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
         return gauge_check(model, pairs, c)
 
     key = dict(model=models.EMBEDDED_NAME, task=task, c=float(c), source=source,
-               data_root=data_root, n_pairs=n_pairs)
-    return cached.load_or_compute("relative-gauge", key, compute)
+               data_root=data_root, n_pairs=n_pairs, weights=weights_id(models.EMBEDDED_NAME))
+    return cached.kept_table("relative-gauge", key, compute, root)
 
 
 def gauge_findings(check: pd.DataFrame) -> list[dict]:

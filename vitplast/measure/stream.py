@@ -160,36 +160,40 @@ def changed_rankings(model_name: str, tasks, values, change, column: str, protoc
 
 
 def gauge_rankings(model_name: str, tasks, cs=(1.0, 8.0), *, protocols=("embedding", "hidden"),
-                   source: str = SOURCE, data_root: str = "", n_pairs: int = 256
-                   ) -> pd.DataFrame:
+                   source: str = SOURCE, data_root: str = "", n_pairs: int = 256,
+                   root=None) -> pd.DataFrame:
     """The ranking of the same network at each gauge c (``gauge.gauge``: same function),
-    per task and protocol (load-or-compute): ``plasticity.ranking`` with a ``c`` column.
+    per task and protocol (load-or-compute; with ``root``, kept beside a study there:
+    ``cached.kept_table``): ``plasticity.ranking`` with a ``c`` column.
 
-    Paper: Takeaway 2 (its order, Fig. 2) read against a free scale. Used by notebook 02."""
-    from vitplast import gauge, store
+    Paper: Takeaway 2 (its order, Fig. 2) read against a free scale. Used by notebook 02b."""
+    from vitplast import cached, gauge
+    from vitplast.measure.relative import weights_id
 
     key = dict(model_name=model_name, tasks=list(tasks), cs=list(cs), protocols=list(protocols),
-               source=source, data_root=data_root, n_pairs=n_pairs)
-    return store.load_or_compute("gauge-rankings", key, lambda: changed_rankings(
+               source=source, data_root=data_root, n_pairs=n_pairs, weights=weights_id(model_name))
+    return cached.kept_table("gauge-rankings", key, lambda: changed_rankings(
         model_name, tasks, cs, gauge.gauge, "c", protocols, source=source, data_root=data_root,
-        n_pairs=n_pairs))
+        n_pairs=n_pairs), root)
 
 
 def embedding_scale_rankings(model_name: str, tasks, scales=(1.0, 2.0, 4.0, 8.0), *,
-                             source: str = SOURCE, data_root: str = "", n_pairs: int = 256
-                             ) -> pd.DataFrame:
+                             source: str = SOURCE, data_root: str = "", n_pairs: int = 256,
+                             root=None) -> pd.DataFrame:
     """The ``embedding``-protocol ranking when only the embedding is multiplied by s
     (``gauge.scale_embedding``; not function-preserving: what this protocol sees of the gauge),
-    per task (load-or-compute): ``plasticity.ranking`` with a ``scale`` column.
+    per task (load-or-compute; with ``root``, kept beside a study there:
+    ``cached.kept_table``): ``plasticity.ranking`` with a ``scale`` column.
 
-    Paper: Fig. 2's protocol, its r = 19.4 vs this model's. Used by notebook 02."""
-    from vitplast import gauge, store
+    Paper: Fig. 2's protocol, its r = 19.4 vs this model's. Used by notebook 02b."""
+    from vitplast import cached, gauge
+    from vitplast.measure.relative import weights_id
 
     key = dict(model_name=model_name, tasks=list(tasks), scales=list(scales), source=source,
-               data_root=data_root, n_pairs=n_pairs)
-    return store.load_or_compute("embedding-scale-rankings", key, lambda: changed_rankings(
+               data_root=data_root, n_pairs=n_pairs, weights=weights_id(model_name))
+    return cached.kept_table("embedding-scale-rankings", key, lambda: changed_rankings(
         model_name, tasks, scales, gauge.scale_embedding, "scale", ("embedding",),
-        source=source, data_root=data_root, n_pairs=n_pairs))
+        source=source, data_root=data_root, n_pairs=n_pairs), root)
 
 
 def beside_fig2(ranked: pd.DataFrame, by: str | None = "c") -> pd.DataFrame:
@@ -306,20 +310,23 @@ def _scaled_rows(scaled: pd.DataFrame, token_ratio: float | None) -> list[dict]:
 
 def finetuning_invariance(model_name: str = "", task: str = "digits",
                           configs=("LN1", "FC1", "MHA", "FC2"), c: float = 8.0, *, steps: int = 8,
-                          batch_size: int = 16, lr: float = 0.1, seed: int = 0) -> pd.DataFrame:
+                          batch_size: int = 16, lr: float = 0.1, seed: int = 0,
+                          root=None) -> pd.DataFrame:
     """Whole loss histories of short finetuning runs of the gauged and the original model
     (load-or-compute): per configuration, the largest |loss difference| over the steps of
     the gauged run (recipe: SGD, momentum, clip 1.0, new head) against the original run
     (``vs_original``), and, where the configuration trains gauged parameters, against the
     original with their LR / c^2 (``gauge.finetuning_equivalence``) with the clip
     (``vs_lr_scaled_clip``) and without it in both runs (``vs_lr_scaled_noclip``);
-    ``max_grad_norm`` of the original run (the clip acts above 1).
+    ``max_grad_norm`` of the original run (the clip acts above 1). With ``root``, kept
+    beside a study there (``cached.kept_table``).
 
     Paper: Takeaway 3's configurations (section 5's recipe). Used by notebook 02."""
     import copy
 
-    from vitplast import finetune, gauge, models, store
+    from vitplast import cached, finetune, gauge, models
     from vitplast import tasks as tasks_
+    from vitplast.measure.relative import weights_id
 
     model_name = model_name or models.EMBEDDED_NAME
 
@@ -350,8 +357,8 @@ def finetuning_invariance(model_name: str = "", task: str = "digits",
         return pd.DataFrame(rows)
 
     key = dict(model_name=model_name, task=task, configs=list(configs), c=c, steps=steps,
-               batch_size=batch_size, lr=lr, seed=seed)
-    return store.load_or_compute("gauge-finetuning", key, compute)
+               batch_size=batch_size, lr=lr, seed=seed, weights=weights_id(model_name))
+    return cached.kept_table("gauge-finetuning", key, compute, root)
 
 
 def invariance_findings(inv: pd.DataFrame, tol: float = 5e-3) -> list[dict]:

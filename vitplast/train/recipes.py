@@ -25,17 +25,20 @@ from vitplast.report.verdicts import descriptive
 
 
 def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source: str = SOURCE,
-                    data_root: str = "", n_pairs: int = 256) -> pd.DataFrame:
+                    data_root: str = "", n_pairs: int = 256, root=None) -> pd.DataFrame:
     """The ranking of a model another pretraining recipe made (``vitplast pretrain --out
     FOLDER``, read by ``models.load_pretrained``) beside the embedded model's, per task and
-    protocol (load-or-compute): ``plasticity.ranking`` with a ``recipe`` column ("shipped",
-    or the folder's name)."""
-    from vitplast import models, store
+    protocol (load-or-compute; with ``root``, kept beside a study there:
+    ``cached.kept_table``): ``plasticity.ranking`` with a ``recipe`` column ("shipped", or the
+    folder's name)."""
+    from vitplast import cached, models
+    from vitplast.measure.relative import weights_id
 
     folder = Path(folder)
     final = json.loads((folder / "checkpoints.json").read_text())["checkpoints"]["final"]
     key = dict(folder=folder.name, sha256=final["sha256"], tasks=list(tasks),
-               protocols=list(protocols), source=source, data_root=data_root, n_pairs=n_pairs)
+               protocols=list(protocols), source=source, data_root=data_root, n_pairs=n_pairs,
+               weights=weights_id(models.EMBEDDED_NAME))
 
     def compute():  # value 1: the embedded model (its cached rates); 2: the folder's model
         ranked = changed_rankings(models.EMBEDDED_NAME, tasks, (1.0, 2.0),
@@ -43,7 +46,7 @@ def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source:
                            source=source, data_root=data_root, n_pairs=n_pairs)
         return ranked.assign(recipe=ranked["recipe"].map({1.0: "shipped", 2.0: folder.name}))
 
-    return store.load_or_compute("recipe-rankings", key, compute)
+    return cached.kept_table("recipe-rankings", key, compute, root)
 
 
 def recipe_statistics(folder, task: str, *, source: str = SOURCE, data_root: str = "",
