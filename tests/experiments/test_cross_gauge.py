@@ -114,3 +114,43 @@ def test_identity_reruns_the_changed_configurations_at_the_lrs_the_study_chose(m
     assert calls == [("a", ("MHA",), 0.1, 8.0, 3), ("a", ("FC2",), 1.0, 8.0, 3)]
     assert ident["gauged"].tolist() == ["attn.proj", "mlp.fc2"]
     assert ident["derived_lr"].tolist() == pytest.approx([0.1 / 64, 1.0 / 64])
+
+
+def test_the_identity_is_kept_beside_the_study_and_computed_again_when_an_input_changes(
+        tmp_path, monkeypatch):
+    """``identity`` with the study's folder: each (task, configuration) run pair is trained
+    once and kept there (a ``table-*.json`` companion), read back without training, and
+    trained again when an input changes (here the chosen LR)."""
+    from vitplast.train import finetune
+
+    trained, train = [], finetune.train
+    monkeypatch.setattr(finetune, "train", lambda *a, **k: trained.append(k["lr"]) or train(
+        *a, **k))
+    picked = pd.DataFrame([dict(task="digits", config="MHA c=8", lr=0.1)])
+    first = cross_gauge.identity(picked, ["digits"], ("MHA",), steps=1, root=tmp_path)
+    assert len(trained) == 5 and len(list(tmp_path.glob("table-*.json"))) == 1  # 5 runs
+    again = cross_gauge.identity(picked, ["digits"], ("MHA",), steps=1, root=tmp_path)
+    assert len(trained) == 5  # read, not trained
+    pd.testing.assert_frame_equal(first, again)
+    cross_gauge.identity(picked.assign(lr=0.03), ["digits"], ("MHA",), steps=1, root=tmp_path)
+    assert len(trained) == 10 and set(trained[5:]) == {0.03}
+    assert len(list(tmp_path.glob("table-*.json"))) == 2
+
+
+def test_notebook_07s_identity_is_read_from_the_shipped_companions(monkeypatch):
+    """A fresh clone does not train 07's identity runs: the shipped gauge study holds them
+    for the notebook's tasks, steps and chosen LRs (computing here fails the test)."""
+    from vitplast import cached, models, studies
+    from vitplast.experiments import decide
+    from vitplast.report import notebooks
+
+    def computed(*args, **kwargs):
+        raise AssertionError("not stored: notebook 07 would train it on a fresh clone")
+
+    monkeypatch.setattr(cached, "_as_kept", computed)
+    p = notebooks.notebook_parameters("07_suite")
+    gauge = studies.get("gauge")
+    root = models.require_results(gauge.root())
+    ident = cross_gauge.identity(decide.chosen(gauge, root), p["identity_tasks"],
+                                 steps=p["identity_steps"], root=root)
+    assert len(ident) == len(p["identity_tasks"]) * len(cross_gauge.GAUGE_CHANGED)

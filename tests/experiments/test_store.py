@@ -312,6 +312,10 @@ COMPANIONS = {
     "advise-0123.json": dict(task="digits", model="m", weights="ab12", c=1.0, rows=[dict(
         task="digits", rule="paper: MHA", config="MHA", score=1.0, rank=1, seconds=0.1)],
                              provenance=[{}]),
+    "table-0123.json": dict(table="gauge-rankings", params={"n_pairs": 8}, columns=[
+        dict(name="component", dtype="category", categories=["LN1", "MHA"]),
+        dict(name="plasticity", dtype="float64")], rows=[["MHA", 1.5], ["LN1", None]],
+                            provenance=dict(machine="x86_64, 2 cores", date="2026-12-01")),
 }
 #: Per companion kind: a key missing, a wrong type, a value out of range, and the problem the
 #: audit names for each (the key, the value found, what is expected).
@@ -365,6 +369,13 @@ DAMAGES = {
         ("range", lambda c: {**c, "rows": [{**c["rows"][0], "rank": 0}]},
          r"^rows\[0\].rank=0 is not valid: expected an integer >= 1")],
 }
+DAMAGES["table-0123.json"] = [
+    ("missing", lambda c: _without(c, "provenance"), r"^provenance is missing: expected an object"),
+    ("type", lambda c: {**c, "rows": [{"component": "MHA"}]},
+     r"^rows\[0\]=\{'component': 'MHA'\} is not valid: expected an array"),
+    ("range", lambda c: {**c, "columns": []}, r"^columns=\[\] is not valid: expected an array "
+                                              r"of at least 1 \(each an object with \['name', "
+                                              r"'dtype'\]\)")]
 CASES = [(name, *damage) for name, damages in DAMAGES.items() for damage in damages]
 
 

@@ -168,3 +168,40 @@ def test_ranking_findings_compare_each_models_order_with_the_papers():
     b = rows.loc["order of relative plasticity, b [hidden]"]
     assert b["verdict"] == "not the paper's order of plasticity"
     assert b["measured"].startswith("LN1 1 > LN2 0.5") and b["n"] == 3
+
+
+def test_notebook_02b_reads_every_measurement_of_its_profiles_from_the_shipped_companions(
+        monkeypatch):
+    """A fresh clone measures none of 02b's tables (sections 1-6) in the default and smoke
+    profiles: each is a companion in data/gauge (``cached.kept_table``) for exactly the
+    settings the notebook asks for, read without computing (computing here fails the test)."""
+    from pathlib import Path
+
+    from vitplast import cached, recipes, stream
+    from vitplast.report import notebooks
+
+    def computed(*args, **kwargs):
+        raise AssertionError("not stored: the notebook would measure it on a fresh clone")
+
+    monkeypatch.setattr(cached, "_as_kept", computed)
+    for profile in ("default", "smoke"):
+        p = {**notebooks.notebook_parameters("02b_gauge"),
+             **notebooks.PROFILES[profile].get("02b_gauge", {})}
+        kept = models.require_results(models.results_root(p["measured_dir"]))
+        folder = models.require_results(models.results_root(p["recipe_folder"]))
+        where = dict(source=p["source"], data_root=p["data_root"])
+        c = max(p["gauge_cs"])
+        tables = [
+            stream.gauge_rankings(p["model_name"], p["gauge_tasks"], p["gauge_cs"],
+                                  n_pairs=p["n_pairs"], root=kept, **where),
+            stream.embedding_scale_rankings(p["model_name"], p["gauge_tasks"],
+                                            p["embedding_scales"], n_pairs=p["n_pairs"],
+                                            root=kept, **where),
+            relative.embedded_gauge_check(p["gauge_tasks"][0], c, source=p["source"],
+                                          n_pairs=p["relative_pairs"], root=kept),
+            relative.model_rankings(p["gauge_tasks"], folder, n_pairs=p["relative_pairs"],
+                                    root=kept, **where),
+            stream.finetuning_invariance(steps=p["invariance_steps"], c=c, root=kept),
+            recipes.recipe_rankings(folder, p["gauge_tasks"], n_pairs=p["n_pairs"], root=kept,
+                                    **where)]
+        assert all(len(t) for t in tables) and Path(kept).name == "gauge"
