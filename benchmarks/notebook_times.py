@@ -9,7 +9,7 @@ checkout (``vitplast.data`` unpacks it into the cache; that unpacking is timed t
 that package, its raw files are copied from the current cache before the clock starts.
 
 What does not change between users is shipped beside the studies in ``data/`` (measured tables
-``table-*.json``, probes, plasticity and advice companions: ``cached.kept_table``,
+``table-*.json``, probes, plasticity and advice companions: ``experiments.kept.kept_table``,
 ``Store.companion``) and read, not measured; everything else is computed.
 
 Targets (issue 42): the default profile <= 120 s, the smoke profile <= 60 s, both on 2 cores:

@@ -140,14 +140,14 @@ def test_the_identity_is_kept_beside_the_study_and_computed_again_when_an_input_
 def test_notebook_07s_identity_is_read_from_the_shipped_companions(monkeypatch):
     """A fresh clone does not train 07's identity runs: the shipped gauge study holds them
     for the notebook's tasks, steps and chosen LRs (computing here fails the test)."""
-    from vitplast import cached, models, studies
-    from vitplast.experiments import decide
+    from vitplast import models, studies
+    from vitplast.experiments import decide, kept
     from vitplast.report import notebooks
 
     def computed(*args, **kwargs):
         raise AssertionError("not stored: notebook 07 would train it on a fresh clone")
 
-    monkeypatch.setattr(cached, "_as_kept", computed)
+    monkeypatch.setattr(kept, "_as_kept", computed)
     p = notebooks.notebook_parameters("07_suite")
     gauge = studies.get("gauge")
     root = models.require_results(gauge.root())

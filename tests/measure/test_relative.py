@@ -177,13 +177,14 @@ def test_notebook_02b_reads_every_measurement_of_its_profiles_from_the_shipped_c
     settings the notebook asks for, read without computing (computing here fails the test)."""
     from pathlib import Path
 
-    from vitplast import cached, recipes, stream
+    from vitplast import recipes, stream
+    from vitplast.experiments import kept
     from vitplast.report import notebooks
 
     def computed(*args, **kwargs):
         raise AssertionError("not stored: the notebook would measure it on a fresh clone")
 
-    monkeypatch.setattr(cached, "_as_kept", computed)
+    monkeypatch.setattr(kept, "_as_kept", computed)
     for profile in ("default", "smoke"):
         p = {**notebooks.notebook_parameters("02b_gauge"),
              **notebooks.PROFILES[profile].get("02b_gauge", {})}

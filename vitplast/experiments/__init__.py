@@ -1,7 +1,8 @@
 """Experiments: runs, their store, the studies and the tables read from them.
 
 ``runs`` (a run's keys, checks and hash) · ``store`` (records, companions, the audit) with
-``claims`` (a run held while it trains) and ``migrate`` (older record layouts) · ``sweep``
+``claims`` (a run held while it trains), ``migrate`` (older record layouts) and ``kept``
+(measured tables kept beside a study) · ``sweep``
 (running what a store lacks) and ``search`` (LRs bracketed on validation) · ``studies`` (the
 one registry) with ``study_specs`` · ``provenance`` (sessions, progress) · ``results`` (tidy
 tables) with ``lr_selection`` · ``decide`` (the suite study's tables) and ``cross_gauge`` (the

@@ -69,8 +69,8 @@ STATUSES = ("ok", "diverged", "failed")
 #: (``provenance.log_session``), the confound study's measurements (``confounds``: scales,
 #: per-block plasticity, plasticity after finetuning), the suite study's
 #: (``decide.task_plasticity``, also of relative plasticity, ``decide.task_probe``), the
-#: advice rules' rankings (``advise.stored``) and measured tables (``cached.kept_table``).
-#: A new kind: its schema document and one line here.
+#: advice rules' rankings (``advise.stored``) and measured tables (``kept.kept_table``). A new
+#: kind: its schema document and one line here.
 COMPANIONS = {"study.json": "study",
               "scales-*.json": "scales",
               "layers-*.json": "layers",

@@ -65,7 +65,7 @@ __all__ = ["UNCHANGED", "measure", "ranking", "order", "gauge_check", "embedded_
 
 def weights_id(model_name: str, checkpoints=("final",)) -> str:
     """What a measurement of ``model_name`` depends on of its weights, for the key of a table
-    kept beside a study (``cached.kept_table``): the sha256 of each of the embedded model's
+    kept beside a study (``kept.kept_table``): the sha256 of each of the embedded model's
     ``checkpoints`` (its manifest's, which ``models.load_model`` verifies), else the name
     (a timm model's weights are its name's)."""
     from vitplast import models
@@ -171,18 +171,20 @@ def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
                    source: str = SOURCE, data_root: str = "", n_pairs: int = 128,
                    root=None) -> pd.DataFrame:
     """``measure`` of three networks of the embedded architecture on the same pairs of each
-    task (load-or-compute; with ``root``, kept beside a study there: ``cached.kept_table``,
-    its key holding the sha256 of the three networks' weights): the embedded model (``"embedded (final)"``), its random
-    initialisation (``"random init"``, the ``init`` checkpoint) and the model pretrained
-    without weight decay (``recipe_folder``, read by ``models.load_pretrained``; named
-    ``"no weight decay"``). A ``model`` column; ``ranking`` ranks them per model.
+    task (load-or-compute; with ``root``, kept beside a study there: ``kept.kept_table``,
+    its key holding the sha256 of the three networks' weights): the embedded model
+    (``"embedded (final)"``), its random initialisation (``"random init"``, the ``init``
+    checkpoint) and the model pretrained without weight decay (``recipe_folder``, read by
+    ``models.load_pretrained``; named ``"no weight decay"``). A ``model`` column; ``ranking``
+    ranks them per model.
 
     Paper: Takeaway 2's order (Fig. 2), for a quantity the paper does not define. Used by
     notebook 02b."""
     import json
     from pathlib import Path
 
-    from vitplast import cached, empirical, models
+    from vitplast import empirical, models
+    from vitplast.experiments.kept import kept_table
 
     folder = Path(recipe_folder)
     final = json.loads((folder / "checkpoints.json").read_text())["checkpoints"]["final"]
@@ -203,15 +205,16 @@ def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
     key = dict(tasks=list(tasks), folder=folder.name, sha256=final["sha256"],
                protocols=list(protocols), source=source, data_root=data_root, n_pairs=n_pairs,
                weights=weights_id(models.EMBEDDED_NAME, ("final", "init")))
-    return cached.kept_table("relative-models", key, compute, root)
+    return kept_table("relative-models", key, compute, root)
 
 
 def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
                          data_root: str = "", n_pairs: int = 128, root=None) -> pd.DataFrame:
     """``gauge_check`` of the embedded model on ``task``'s pairs, both protocols
-    (load-or-compute; with ``root``, kept beside a study there: ``cached.kept_table``).
+    (load-or-compute; with ``root``, kept beside a study there: ``kept.kept_table``).
     Used by notebook 02b."""
-    from vitplast import cached, empirical, models
+    from vitplast import empirical, models
+    from vitplast.experiments.kept import kept_table
 
     def compute():
         model = models.load_model()
@@ -221,7 +224,7 @@ def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
 
     key = dict(model=models.EMBEDDED_NAME, task=task, c=float(c), source=source,
                data_root=data_root, n_pairs=n_pairs, weights=weights_id(models.EMBEDDED_NAME))
-    return cached.kept_table("relative-gauge", key, compute, root)
+    return kept_table("relative-gauge", key, compute, root)
 
 
 def gauge_findings(check: pd.DataFrame) -> list[dict]:

@@ -164,15 +164,16 @@ def gauge_rankings(model_name: str, tasks, cs=(1.0, 8.0), *, protocols=("embeddi
                    root=None) -> pd.DataFrame:
     """The ranking of the same network at each gauge c (``gauge.gauge``: same function),
     per task and protocol (load-or-compute; with ``root``, kept beside a study there:
-    ``cached.kept_table``): ``plasticity.ranking`` with a ``c`` column.
+    ``kept.kept_table``): ``plasticity.ranking`` with a ``c`` column.
 
-    Paper: Takeaway 2 (its order, Fig. 2) read against a free scale. Used by notebook 02b."""
-    from vitplast import cached, gauge
+    Paper: Takeaway 2 (its order, Fig. 2) read against a free scale. Used by notebook 02."""
+    from vitplast import gauge
+    from vitplast.experiments.kept import kept_table
     from vitplast.measure.relative import weights_id
 
     key = dict(model_name=model_name, tasks=list(tasks), cs=list(cs), protocols=list(protocols),
                source=source, data_root=data_root, n_pairs=n_pairs, weights=weights_id(model_name))
-    return cached.kept_table("gauge-rankings", key, lambda: changed_rankings(
+    return kept_table("gauge-rankings", key, lambda: changed_rankings(
         model_name, tasks, cs, gauge.gauge, "c", protocols, source=source, data_root=data_root,
         n_pairs=n_pairs), root)
 
@@ -183,15 +184,16 @@ def embedding_scale_rankings(model_name: str, tasks, scales=(1.0, 2.0, 4.0, 8.0)
     """The ``embedding``-protocol ranking when only the embedding is multiplied by s
     (``gauge.scale_embedding``; not function-preserving: what this protocol sees of the gauge),
     per task (load-or-compute; with ``root``, kept beside a study there:
-    ``cached.kept_table``): ``plasticity.ranking`` with a ``scale`` column.
+    ``kept.kept_table``): ``plasticity.ranking`` with a ``scale`` column.
 
-    Paper: Fig. 2's protocol, its r = 19.4 vs this model's. Used by notebook 02b."""
-    from vitplast import cached, gauge
+    Paper: Fig. 2's protocol, its r = 19.4 vs this model's. Used by notebook 02."""
+    from vitplast import gauge
+    from vitplast.experiments.kept import kept_table
     from vitplast.measure.relative import weights_id
 
     key = dict(model_name=model_name, tasks=list(tasks), scales=list(scales), source=source,
                data_root=data_root, n_pairs=n_pairs, weights=weights_id(model_name))
-    return cached.kept_table("embedding-scale-rankings", key, lambda: changed_rankings(
+    return kept_table("embedding-scale-rankings", key, lambda: changed_rankings(
         model_name, tasks, scales, gauge.scale_embedding, "scale", ("embedding",),
         source=source, data_root=data_root, n_pairs=n_pairs), root)
 
@@ -319,13 +321,14 @@ def finetuning_invariance(model_name: str = "", task: str = "digits",
     original with their LR / c^2 (``gauge.finetuning_equivalence``) with the clip
     (``vs_lr_scaled_clip``) and without it in both runs (``vs_lr_scaled_noclip``);
     ``max_grad_norm`` of the original run (the clip acts above 1). With ``root``, kept
-    beside a study there (``cached.kept_table``).
+    beside a study there (``kept.kept_table``).
 
     Paper: Takeaway 3's configurations (section 5's recipe). Used by notebook 02."""
     import copy
 
-    from vitplast import cached, finetune, gauge, models
+    from vitplast import finetune, gauge, models
     from vitplast import tasks as tasks_
+    from vitplast.experiments.kept import kept_table
     from vitplast.measure.relative import weights_id
 
     model_name = model_name or models.EMBEDDED_NAME
@@ -358,7 +361,7 @@ def finetuning_invariance(model_name: str = "", task: str = "digits",
 
     key = dict(model_name=model_name, task=task, configs=list(configs), c=c, steps=steps,
                batch_size=batch_size, lr=lr, seed=seed, weights=weights_id(model_name))
-    return cached.kept_table("gauge-finetuning", key, compute, root)
+    return kept_table("gauge-finetuning", key, compute, root)
 
 
 def invariance_findings(inv: pd.DataFrame, tol: float = 5e-3) -> list[dict]:

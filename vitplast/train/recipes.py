@@ -29,9 +29,10 @@ def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source:
     """The ranking of a model another pretraining recipe made (``vitplast pretrain --out
     FOLDER``, read by ``models.load_pretrained``) beside the embedded model's, per task and
     protocol (load-or-compute; with ``root``, kept beside a study there:
-    ``cached.kept_table``): ``plasticity.ranking`` with a ``recipe`` column ("shipped", or the
+    ``kept.kept_table``): ``plasticity.ranking`` with a ``recipe`` column ("shipped", or the
     folder's name)."""
-    from vitplast import cached, models
+    from vitplast import models
+    from vitplast.experiments.kept import kept_table
     from vitplast.measure.relative import weights_id
 
     folder = Path(folder)
@@ -46,7 +47,7 @@ def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source:
                            source=source, data_root=data_root, n_pairs=n_pairs)
         return ranked.assign(recipe=ranked["recipe"].map({1.0: "shipped", 2.0: folder.name}))
 
-    return cached.kept_table("recipe-rankings", key, compute, root)
+    return kept_table("recipe-rankings", key, compute, root)
 
 
 def recipe_statistics(folder, task: str, *, source: str = SOURCE, data_root: str = "",
