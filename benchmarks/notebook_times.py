@@ -5,12 +5,12 @@ Each profile runs ``python -m vitplast notebooks run --profile P`` in a fresh pr
 ``VITPLAST_CACHE`` pointing to its own new, empty folder, so nothing measured or trained by an
 earlier run is reused (the shipped checkpoints and finetuning results are package data and are
 read as ``make run`` reads them). Fashion-MNIST comes from the Debian package as in a fresh
-checkout (``vitplast.data`` unpacks it into the cache; that unpacking is timed too); without
-that package, its raw files are copied from the current cache before the clock starts.
+checkout (``vitplast.datasets.data`` unpacks it into the cache; that unpacking is timed too);
+without that package, its raw files are copied from the current cache before the clock starts.
 
 What does not change between users is shipped beside the studies in ``data/`` (measured tables
-``table-*.json``, probes, plasticity and advice companions: ``experiments.kept.kept_table``,
-``Store.companion``) and read, not measured; everything else is computed.
+``table-*.json``, probes, plasticity and advice companions: ``cached.kept_table``,
+``cached.companion``) and read, not measured; everything else is computed.
 
 Targets (issue 42): the default profile <= 120 s, the smoke profile <= 60 s, both on 2 cores:
 on a larger machine the notebooks' process (and its kernels) is pinned to the first two cores,
@@ -45,7 +45,8 @@ CORES = 2
 def _seed_fashion_mnist(cache: Path) -> None:
     """Without the Debian package, copy the raw Fashion-MNIST files of the current cache into
     ``cache`` (offline machines); with it, leave ``cache`` empty as a fresh checkout is."""
-    from vitplast import data, models
+    from vitplast import models
+    from vitplast.datasets import data
 
     if data.DEBIAN_FASHION_MNIST.is_dir():
         return

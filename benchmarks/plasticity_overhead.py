@@ -36,7 +36,9 @@ import timm
 import torch
 from torch.utils.data import DataLoader
 
-from vitplast import models, plasticity
+from vitplast import models
+from vitplast.measure import plasticity, rates
+from vitplast.measure.pairs import make_pairs
 
 TARGET = 1.05
 
@@ -59,7 +61,7 @@ def main() -> int:
             num_heads=max(1, args.width // 64), num_classes=10).to(device).eval()
     g = torch.Generator().manual_seed(0)
     images = torch.randn(4096, 1, 28, 28, generator=g)
-    pairs = plasticity.make_pairs(images, n_pairs=args.pairs)
+    pairs = make_pairs(images, n_pairs=args.pairs)
 
     @torch.no_grad()
     def plain():
@@ -78,7 +80,7 @@ def main() -> int:
                     t.flatten(1).sum(1)
             last[:] = [weakref.ref(inp), weakref.ref(out)]
 
-        with plasticity.hooks(model, read):
+        with rates.hooks(model, read):
             plain()
 
     def timed(fn):

@@ -1,26 +1,30 @@
-"""Load-or-compute: an expensive table computed once, stored under a hash of its parameters.
+"""Load-or-compute: an expensive result computed once, stored under a hash of its parameters.
 
 ``load_or_compute`` keeps a DataFrame as arrays in an ``.npz`` (never a pickle) with its
 parameters beside it; ``config_hash`` is the short stable hash that names it, and names the
-study stores' companion files (``store.COMPANIONS``). ``vitplast.store`` re-exports both.
+study stores' companion files. A companion (``companion``, ``write_companion``) is a JSON file
+kept beside a study's records, of a kind ``COMPANIONS`` names by its file name, written once and
+checked against its published schema whenever it is read. ``kept_table`` is
+``load_or_compute`` for a table that does not change between users (a measurement of the shipped
+model, its weights' sha256 among its parameters): given a study's folder, kept there as the
+companion ``table-<hash>.json``, computed once, shipped in ``data/`` and read on a fresh clone.
 
 Each ``.npz`` holds an index (its ``schema`` entry, JSON) saying which arrays make each column;
 the index passes the published ``cache-index`` schema (``vitplast/schemas/``) and names arrays
 that are there, of one length, or the file is not used: ``table_problems`` says why, a warning
 names it, and it is computed again. ``audit`` lists every such file of a cache folder.
-
-Used by ``vitplast.empirical``, ``vitplast.stream``, ``vitplast.advise`` and the confound and
-suite studies' measurements.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
+import warnings
 from pathlib import Path
 
 from vitplast import schema
-from vitplast.files import atomic_path, write_json
+from vitplast.files import atomic_path, read_json, set_aside, write_json
 
 
 def config_hash(config: dict) -> str:
@@ -171,4 +175,190 @@ def _read_frame(path: Path):
                 data[spec["name"]] = values.astype(spec["dtype"])
     df = pd.DataFrame(data)
     df.attrs.update(schema["attrs"])
+    return df
+
+
+# companion files of a study store ----------------------------------------------------------
+
+#: JSON files a store holds beside its records: file-name pattern -> the schema it passes
+#: (``vitplast.schema``; ``companion``): the sweep's session log, the confound study's
+#: measurements (scales, per-block plasticity, plasticity after finetuning), the suite study's
+#: (plasticity, also relative, and linear probes), the advice rules' rankings and measured tables
+#: (``kept_table``). A new kind: its schema document and one line here.
+COMPANIONS = {"study.json": "study",
+              "scales-*.json": "scales",
+              "layers-*.json": "layers",
+              "after-*.json": "after",
+              "plasticity-*.json": "plasticity",
+              "probe-*.json": "probe",
+              "advise-*.json": "advise",
+              "table-*.json": "table"}
+
+
+def companion_problems(path: str | Path) -> list[str]:
+    """Why the companion file at ``path`` does not pass the schema of its kind
+    (``COMPANIONS``); empty if it does."""
+    kind = companion_kind(Path(path).name)
+    saved = read_json(path)
+    if saved is None:
+        return ["not JSON (unreadable or half-written)"]
+    return schema.problems(kind, saved)
+
+
+def companion_kind(name: str) -> str:
+    """The schema of a companion file named ``name`` (``COMPANIONS``); ``ValueError`` naming
+    the kinds when ``name`` is none of them (or not a bare file name)."""
+    kind = next((k for pattern, k in COMPANIONS.items() if fnmatch.fnmatch(name, pattern)), None)
+    if kind is None or Path(name).name != name:
+        raise ValueError(f"{name!r} is not a companion file of a store; valid: "
+                         f"{list(COMPANIONS)} (a file name, no folder)")
+    return kind
+
+
+def companion(root: str | Path, name: str, compute=None) -> dict | None:
+    """The companion file ``root/name`` of a study store (``COMPANIONS``): when there is none,
+    ``None``, or with ``compute`` (a function of no argument returning its content) its content
+    computed once and written (``write_companion``): a measurement kept beside the runs.
+    A file there that fails its schema is never used: with ``compute`` it is set aside
+    (``files.set_aside``, with a warning naming it and its problems) and computed again.
+
+    Raises:
+        ValueError: ``name`` is not a companion kind's (naming the kinds), or the file
+            fails its schema and there is no ``compute`` (naming it, its problems and the
+            fix; a study log's fix keeps its sessions: ``study_log.restart_log``).
+    """
+    kind = companion_kind(name)
+    root = Path(root)
+    path = root / name
+    problems = companion_problems(path) if path.exists() else []
+    if problems and compute is None:
+        fix = (f"refused, so that no session is lost: set it aside and start a new log "
+               f"that points to it with vitplast.experiments.study_log.restart_log"
+               f"({str(root)!r})" if kind == "study" else
+               "not used: the call that measures it (with compute) sets it aside and "
+               "measures it again")
+        raise ValueError(f"{path} does not pass the {kind} schema ({schema.FOLDER.name}/"
+                         f"{kind}.schema.json): {'; '.join(problems)}; {fix}")
+    if problems:
+        aside = set_aside(path)
+        warnings.warn(f"{path} does not pass the {kind} schema: {'; '.join(problems)}; set "
+                      f"aside as {aside.name} and computed again", stacklevel=2)
+    if not path.exists():
+        if compute is None:
+            return None
+        content = compute()
+        write_companion(root, name, content)
+        return json.loads(json.dumps(content, default=str))
+    return read_json(path)
+
+
+def write_companion(root: str | Path, name: str, content: dict) -> Path:
+    """Store ``content`` as the companion file ``root/name``, atomically; return its path.
+
+    Raises:
+        ValueError: ``name`` is not a companion kind's (naming the kinds), or ``content``
+            as stored (JSON) fails its schema (``companion`` would refuse it); nothing is
+            written then.
+    """
+    kind = companion_kind(name)
+    stored = json.loads(json.dumps(content, default=str))
+    schema.check(kind, stored, f"{name}: not a complete {kind} file; not written")
+    return write_json(Path(root) / name, stored)
+
+
+# measured tables kept beside a study -------------------------------------------------------
+
+def kept_table(name: str, params: dict, compute, root: str | Path | None = None):
+    """``load_or_compute(name, params, compute)`` in the user's cache; with ``root`` (a study's
+    folder) the same table kept there instead, as the companion ``root/table-<hash>.json``
+    (the hash of ``name`` and ``params``; schema ``table``): a measurement that does not change
+    between users (of the shipped model, its weights in ``params``), computed once, shipped, and
+    read on every fresh clone.
+
+    Read through ``companion``, so validated: a file that fails its schema is set aside
+    and computed again; one whose ``table`` or ``params`` are not the ones asked for (stale),
+    or whose rows do not fit its columns, is computed again and replaced (with a warning).
+    Written with the provenance of the computation (``provenance.provenance``: machine,
+    versions, git commit, date) and its wall ``seconds``. Columns keep their dtypes
+    (categoricals their categories and order); a missing value is stored as null.
+    """
+    if root is None:
+        return load_or_compute(name, params, compute)
+    asked = json.loads(json.dumps(dict(table=name, params=params), default=str))
+    file = f"table-{config_hash(asked)}.json"
+    saved = companion(root, file, compute=lambda: _as_kept(name, params, compute))
+    problems = kept_problems(saved, asked)
+    if not problems:
+        return _from_kept(saved)
+    warnings.warn(f"{Path(root) / file} is not used ({'; '.join(problems)}): computed again",
+                  stacklevel=2)
+    saved = _as_kept(name, params, compute)
+    write_companion(root, file, saved)
+    return _from_kept(json.loads(json.dumps(saved, default=str)))
+
+
+def kept_problems(saved: dict, asked: dict) -> list[str]:
+    """Why a ``kept_table`` companion (schema-valid) is not the table ``asked`` for
+    (``table`` and ``params`` as JSON): other parameters, or rows that do not fit its
+    columns or their dtypes; empty when it is."""
+    moved = [k for k in ("table", "params") if saved.get(k) != asked[k]]
+    if moved:
+        return [f"{' and '.join(moved)} differ from the ones asked for (stale)"]
+    width = len(saved["columns"])
+    if any(len(row) != width for row in saved["rows"]):
+        return [f"rows that do not have one value per column ({width})"]
+    try:
+        _from_kept(saved)
+    except (TypeError, ValueError) as err:
+        return [f"values that do not fit their column's dtype: {err}"]
+    return []
+
+
+def _as_kept(name: str, params: dict, compute) -> dict:
+    """The companion of ``kept_table``: ``compute()``'s table with what it was computed with."""
+    import time
+
+    import pandas as pd
+    import torch
+
+    from vitplast.provenance import provenance
+
+    start = time.perf_counter()
+    df = compute()
+    if not isinstance(df, pd.DataFrame) or not df.index.equals(pd.RangeIndex(len(df))):
+        raise TypeError("kept_table keeps tables (DataFrames) with a default index")
+    columns, values = [], []
+    for col_name, col in df.items():
+        spec = dict(name=str(col_name), dtype=str(col.dtype))
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            spec.update(categories=col.cat.categories.tolist(), ordered=bool(col.cat.ordered))
+        columns.append(spec)
+        values.append([None if pd.isna(v) else v for v in col.astype(object).tolist()])
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    made = dict(provenance(device), seconds=round(time.perf_counter() - start, 1))
+    kept = dict(table=name, params=params, columns=columns,
+                rows=[list(r) for r in zip(*values)] if values else [],
+                attrs=dict(df.attrs), provenance=made)
+    return json.loads(json.dumps(kept, default=lambda v: v.item() if hasattr(v, "item")
+                                 else str(v)))  # numpy scalars as numbers, not text
+
+
+def _from_kept(saved: dict):
+    """The table a ``kept_table`` companion holds, each column in its stored dtype."""
+    import pandas as pd
+
+    names = [c["name"] for c in saved["columns"]]
+    df = pd.DataFrame(saved["rows"], columns=names)
+    for i, spec in enumerate(saved["columns"]):
+        col = df.iloc[:, i]
+        if "categories" not in spec:
+            df.isetitem(i, col.astype(spec["dtype"]))
+            continue
+        strays = set(col.dropna()) - set(spec["categories"])
+        if strays:
+            raise ValueError(f"column {spec['name']!r} holds {sorted(map(str, strays))}, not "
+                             f"among its categories {spec['categories']}")
+        df.isetitem(i, pd.Categorical(col, categories=spec["categories"],
+                                      ordered=spec.get("ordered", False)))
+    df.attrs.update(saved.get("attrs") or {})
     return df

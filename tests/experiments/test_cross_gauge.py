@@ -13,7 +13,7 @@ def _picked(task, acc):
 
 
 def _gauge_record(root, lr, losses, test_acc, gauge, config="LN1", task="digits", **runtime):
-    from vitplast import runs
+    from vitplast.experiments import runs
     from vitplast.experiments.store import Store
 
     run = runs.make_run(task, config, lr=lr, **runtime)
@@ -98,7 +98,7 @@ def test_identity_rows_read_the_derived_trajectory_the_clip_and_the_unreachable_
 def test_identity_reruns_the_changed_configurations_at_the_lrs_the_study_chose(monkeypatch):
     """Each task and configuration at the LR chosen for it at c = 8; the gauged parameters'
     LR at c = 1 is that LR / c^2, from ``gauge.finetuning_equivalence`` on the model."""
-    from vitplast import stream
+    from vitplast.train import invariance as module
 
     calls = []
 
@@ -107,7 +107,7 @@ def test_identity_reruns_the_changed_configurations_at_the_lrs_the_study_chose(m
         return pd.DataFrame([dict(config=kw["configs"][0], vs_original=0.2, max_grad_norm=3.0,
                                   vs_lr_scaled_clip=0.05, vs_lr_scaled_noclip=1e-4)])
 
-    monkeypatch.setattr(stream, "finetuning_invariance", invariance)
+    monkeypatch.setattr(module, "finetuning_invariance", invariance)
     picked = pd.DataFrame(dict(task="a", config=["MHA", "MHA c=8", "FC2 c=8"],
                                lr=[0.03, 0.1, 1.0]))
     ident = cross_gauge.identity(picked, ["a"], steps=3)
@@ -140,14 +140,14 @@ def test_the_identity_is_kept_beside_the_study_and_computed_again_when_an_input_
 def test_notebook_07s_identity_is_read_from_the_shipped_companions(monkeypatch):
     """A fresh clone does not train 07's identity runs: the shipped gauge study holds them
     for the notebook's tasks, steps and chosen LRs (computing here fails the test)."""
-    from vitplast import models, studies
-    from vitplast.experiments import decide, kept
+    from vitplast import cached, models
+    from vitplast.experiments import decide, studies
     from vitplast.report import notebooks
 
     def computed(*args, **kwargs):
         raise AssertionError("not stored: notebook 07 would train it on a fresh clone")
 
-    monkeypatch.setattr(kept, "_as_kept", computed)
+    monkeypatch.setattr(cached, "_as_kept", computed)
     p = notebooks.notebook_parameters("07_suite")
     gauge = studies.get("gauge")
     root = models.require_results(gauge.root())

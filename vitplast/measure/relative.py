@@ -18,7 +18,7 @@ measuring pass (``plasticity.measurement(scales=True)``) also sums the squared n
 relative plasticity costs no extra pass; (3) RMS (the square root of a mean of squares),
 which sums over batches exactly.
 
-**Why the residual-stream gauge leaves it unchanged** (``vitplast.gauge``: the embedding and
+**Why the residual-stream gauge leaves it unchanged** (``vitplast.measure.gauge``: the embedding and
 every branch's output times c; same function). Under ``hidden`` a component whose input is
 multiplied by a and output by b has every rate times b / a (the pair difference of its input
 times a, of its output times b), s_in times a and s_out times b, so R is unchanged:
@@ -39,8 +39,7 @@ Tidy output of ``measure`` (one row per layer x component): ``protocol``, ``laye
 plus any ``meta`` columns. ``ranking``: per component, the mean over layers and its rank.
 
 Paper: not in the paper (issue 38); it reads Definition 1 in the units the gauge leaves
-alone, beside Takeaway 2's order. Used by notebook 02b, the suite study's companions
-(``decide.task_plasticity(quantity="relative")``) and ``advise``.
+alone, beside Takeaway 2's order.
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ __all__ = ["UNCHANGED", "measure", "ranking", "order", "gauge_check", "embedded_
 
 def weights_id(model_name: str, checkpoints=("final",)) -> str:
     """What a measurement of ``model_name`` depends on of its weights, for the key of a table
-    kept beside a study (``kept.kept_table``): the sha256 of each of the embedded model's
+    kept beside a study (``cached.kept_table``): the sha256 of each of the embedded model's
     ``checkpoints`` (its manifest's, which ``models.load_model`` verifies), else the name
     (a timm model's weights are its name's)."""
     from vitplast import models
@@ -129,7 +128,7 @@ def gauge_check(model: nn.Module, pairs, c: float = 8.0, *, protocols=("hidden",
     plasticity at c to plasticity at 1 (``plasticity_ratio``). Derived (module docstring): 0
     for relative plasticity under ``hidden`` (up to LayerNorm's eps).
 
-    Paper: none (issue 38). Used by notebook 02b and the tests."""
+    Paper: none (issue 38)."""
     from vitplast.measure.gauge import gauge
 
     nets = {1.0: model, float(c): gauge(copy.deepcopy(model), c)}
@@ -155,7 +154,8 @@ def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> p
     (``empirical.task_pairs``: a Fashion-MNIST image and a task image). Columns ``task``,
     ``layer``, ``component`` (plain text), ``relative_plasticity``, ``plasticity``, ``s_in``,
     ``s_out``: the rows the suite study's companions keep (``decide.task_plasticity``)."""
-    from vitplast import empirical, models
+    from vitplast import models
+    from vitplast.measure import empirical
 
     model = models.load_model(models.EMBEDDED_NAME)
     frames = [measure(model, empirical.task_pairs(t, empirical.SOURCE, n_pairs=n_pairs,
@@ -171,20 +171,19 @@ def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
                    source: str = SOURCE, data_root: str = "", n_pairs: int = 128,
                    root=None) -> pd.DataFrame:
     """``measure`` of three networks of the embedded architecture on the same pairs of each
-    task (load-or-compute; with ``root``, kept beside a study there: ``kept.kept_table``,
+    task (load-or-compute; with ``root``, kept beside a study there: ``cached.kept_table``,
     its key holding the sha256 of the three networks' weights): the embedded model
     (``"embedded (final)"``), its random initialisation (``"random init"``, the ``init``
     checkpoint) and the model pretrained without weight decay (``recipe_folder``, read by
     ``models.load_pretrained``; named ``"no weight decay"``). A ``model`` column; ``ranking``
     ranks them per model.
 
-    Paper: Takeaway 2's order (Fig. 2), for a quantity the paper does not define. Used by
-    notebook 02b."""
+    Paper: Takeaway 2's order (Fig. 2), for a quantity the paper does not define."""
     import json
     from pathlib import Path
 
-    from vitplast import empirical, models
-    from vitplast.experiments.kept import kept_table
+    from vitplast import cached, models
+    from vitplast.measure import empirical
 
     folder = Path(recipe_folder)
     final = json.loads((folder / "checkpoints.json").read_text())["checkpoints"]["final"]
@@ -205,16 +204,15 @@ def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
     key = dict(tasks=list(tasks), folder=folder.name, sha256=final["sha256"],
                protocols=list(protocols), source=source, data_root=data_root, n_pairs=n_pairs,
                weights=weights_id(models.EMBEDDED_NAME, ("final", "init")))
-    return kept_table("relative-models", key, compute, root)
+    return cached.kept_table("relative-models", key, compute, root)
 
 
 def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
                          data_root: str = "", n_pairs: int = 128, root=None) -> pd.DataFrame:
     """``gauge_check`` of the embedded model on ``task``'s pairs, both protocols
-    (load-or-compute; with ``root``, kept beside a study there: ``kept.kept_table``).
-    Used by notebook 02b."""
-    from vitplast import empirical, models
-    from vitplast.experiments.kept import kept_table
+    (load-or-compute; with ``root``, kept beside a study there: ``cached.kept_table``)."""
+    from vitplast import cached, models
+    from vitplast.measure import empirical
 
     def compute():
         model = models.load_model()
@@ -224,7 +222,7 @@ def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
 
     key = dict(model=models.EMBEDDED_NAME, task=task, c=float(c), source=source,
                data_root=data_root, n_pairs=n_pairs, weights=weights_id(models.EMBEDDED_NAME))
-    return kept_table("relative-gauge", key, compute, root)
+    return cached.kept_table("relative-gauge", key, compute, root)
 
 
 def gauge_findings(check: pd.DataFrame) -> list[dict]:
@@ -232,9 +230,9 @@ def gauge_findings(check: pd.DataFrame) -> list[dict]:
     plasticity between c = 1 and c over components (each component's beside, in the
     verdict: which moved, which stayed within ``UNCHANGED``), and plasticity's ratio per
     component against the derived factors (``gauge.RATE_FACTORS``). Descriptive: exact
-    recomputations on one network. Paper: none (issue 38). Used by notebook 02b."""
+    recomputations on one network. Paper: none (issue 38)."""
     from vitplast.measure.gauge import RATE_FACTORS
-    from vitplast.report.verdicts import descriptive
+    from vitplast.stats.verdicts import descriptive
 
     rows = []
     for protocol, g in check.groupby("protocol", sort=False):
@@ -266,9 +264,9 @@ def ranking_findings(models_: pd.DataFrame) -> list[dict]:
     """One descriptive row per (model, protocol) of ``model_rankings``: the order of relative
     plasticity (mean over tasks of the layer means, values shown) beside the paper's order of
     plasticity (Fig. 2: the paper has no relative plasticity, so the row compares orders,
-    not values). Used by notebook 02b."""
+    not values)."""
     from vitplast.paper import PLASTICITY_ORDER, SOURCES
-    from vitplast.report.verdicts import descriptive
+    from vitplast.stats.verdicts import descriptive
 
     paper_order, rows = " > ".join(PLASTICITY_ORDER), []
     ranked = ranking(models_)
