@@ -10,7 +10,7 @@ re-exports every name here and builds notebook 05's tables from them.
 The per-block test reads which block and component an accuracy column is from the variants'
 fields (``vitplast.confound_variants``), never from its name.
 
-Used by ``vitplast.confounds``, ``vitplast.studies.load_confounds`` and notebook 05.
+Used by ``vitplast.confounds``, ``vitplast.ConfoundStudy.load`` and notebook 05.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pandas as pd
 
 from vitplast import finetune, models, store
 from vitplast.experiments.confound_variants import names_of
+from vitplast.experiments.spec_types import Confound
 
 #: The protocol the study declared for its per-block test (its primary question), and the other
 #: one, whose rows stand beside it in the findings' "sensitivity" family (computed, not typed).
@@ -89,22 +90,21 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
                          for c, b in saved["before"].items()])
 
 
-def after_runs(main: pd.DataFrame, study: dict, baselines: list[dict]) -> list[dict]:
+def after_runs(main: pd.DataFrame, study: Confound, baselines: list[dict]) -> list[dict]:
     """The runs ``plasticity_after`` trains again: per task and configuration of the study's
-    ``after`` setting, its baseline run (of ``baselines``: ``studies.confound_baselines``) at
+    ``after`` setting, its baseline run (of ``baselines``: ``ConfoundStudy.baseline_runs``) at
     the LR chosen on validation over all seeds in ``main`` (``results.results`` of the
-    baselines' store), with seed ``after["seed"]``."""
+    baselines' store), with seed ``after.seed``."""
     from vitplast import results, runs
 
-    after = study["after"]
-    pool = [r for r in baselines
-            if r["task"] in after["tasks"] and r["config"] in after["configs"]]
+    after = study.after
+    pool = [r for r in baselines if r["task"] in after.tasks and r["config"] in after.configs]
     rows = main[main["run"].isin({runs.run_hash(r) for r in pool})] if len(main) else main
     if not len(rows):
         return []
     chosen = {(c.task, c.config, c.lr) for c in results.select_lr(rows).itertuples()}
     return [r for r in pool if (r["task"], r["config"], r["lr"]) in chosen
-            and r["seed"] == after["seed"]]
+            and r["seed"] == after.seed]
 
 
 def layer_accuracy(acc: pd.DataFrame, layers: pd.DataFrame, fields: pd.DataFrame
