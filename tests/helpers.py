@@ -221,3 +221,16 @@ def executed_run(folder, png: bytes):
                       error=["", reading_copy.failing_cell(folder / "02_fails.ipynb")])
                  ).to_csv(folder / "summary.csv", index=False)
     return folder
+
+
+def with_spec(monkeypatch, name: str, **changes):
+    """Register, for the test, study ``name`` with its spec's fields ``changes`` replaced
+    (e.g. ``tasks=("digits",)``); return that study."""
+    from dataclasses import replace
+
+    from vitplast.experiments import studies
+
+    study = studies.get(name)
+    study = replace(study, definition=replace(study.spec, **changes))
+    monkeypatch.setitem(studies.STUDIES, name, study)
+    return study

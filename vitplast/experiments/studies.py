@@ -50,23 +50,30 @@ def _registry(*full: Study) -> dict[str, Study]:
                                                            else []))}
 
 
-_MAIN = GridStudy("main", "notebook 04's main study", "finetune", "MAIN", smoke="MAIN_SMOKE",
-                  budget="BUDGET")
+def _studies() -> dict[str, Study]:
+    """The registry's studies, each built once (the budget check and the confound study
+    compare with the main study: the same value)."""
+    main = GridStudy("main", "notebook 04's main study", "finetune", "MAIN", smoke="MAIN_SMOKE",
+                     budget="BUDGET")
+    return _registry(
+        main,
+        BudgetStudy("budget", "notebook 04's 4x-steps check of the main study, stored with it "
+                    "(it reads it)", "finetune", "BUDGET", baselines=main),
+        ConfoundStudy("confounds", "notebook 05's confound study", "confounds", "CONFOUNDS",
+                      baselines=main, smoke="CONFOUNDS_SMOKE"),
+        SearchedStudy("suite", "the decisive study on the 33-task suite, LRs searched", "suite",
+                      "SUITE"),
+        SearchedStudy("gauge", "the cross-gauge study: 5 configurations at c = 1 and c = 8 on "
+                      "17 suite tasks, LRs searched", "gauge", "GAUGE"),
+        SearchedStudy("length", "the suite study's recipe-length check: P1 and P2's "
+                      "configurations at 2x and 4x the steps on 4 tasks, LRs searched",
+                      "suite_length", "LENGTH"),
+        PaperStudy("paper", "ViT-B/16 in21k on the 11 paper datasets under --data-root, the "
+                   "paper's grid", "results/paper", "PAPER", place="."))
+
+
 #: Every study by name: the CLI's ``--study`` and the notebooks' ``study``.
-STUDIES = _registry(
-    _MAIN,
-    BudgetStudy("budget", "notebook 04's 4x-steps check of the main study, stored with it (it "
-                "reads it)", "finetune", "BUDGET", baselines=_MAIN),
-    ConfoundStudy("confounds", "notebook 05's confound study", "confounds", "CONFOUNDS",
-                  baselines=_MAIN, smoke="CONFOUNDS_SMOKE"),
-    SearchedStudy("suite", "the decisive study on the 33-task suite, LRs searched", "suite",
-                  "SUITE"),
-    SearchedStudy("gauge", "the cross-gauge study: 5 configurations at c = 1 and c = 8 on 17 "
-                  "suite tasks, LRs searched", "gauge", "GAUGE"),
-    SearchedStudy("length", "the suite study's recipe-length check: P1 and P2's configurations "
-                  "at 2x and 4x the steps on 4 tasks, LRs searched", "suite_length", "LENGTH"),
-    PaperStudy("paper", "ViT-B/16 in21k on the 11 paper datasets under --data-root, the "
-               "paper's grid", "results/paper", "PAPER", place="."))
+STUDIES = _studies()
 
 
 def get(name: str) -> Study:
