@@ -127,8 +127,8 @@ def settings(spec, **runtime) -> list[dict]:
             else:
                 variant = dict(_named().get(name, dict(config=name)), start=start)
             for seed in spec.seeds:
-                out.append(dict(variant, name=name, task=task, seed=seed, **spec.fixed,
-                                **runtime))
+                out.append(dict(variant, name=name, task=task, seed=seed,
+                                **{**spec.fixed, **runtime}))
     return out
 
 
