@@ -297,9 +297,9 @@ def test_cli_sweep_refuses_bad_arguments_before_any_run(args, message, tmp_path,
 
 
 def test_cli_retry_failed_reaches_the_sweep(tmp_path, monkeypatch):
-    from vitplast.__main__ import main
-
     from helpers import with_spec
+
+    from vitplast.__main__ import main
 
     with_spec(monkeypatch, "main", tasks=("digits",), lrs={"head": [1.0]})
     seen = []

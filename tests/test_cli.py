@@ -4,7 +4,6 @@ submitit, and results stores that are absent said so."""
 import pandas as pd
 import pytest
 import torch
-
 from helpers import with_spec
 
 import vitplast

@@ -19,7 +19,8 @@ TINY = dict(steps=2, warmup_steps=1, eval_every=1, batch_size=8)
 
 def test_select_orders_shards_and_limits(tmp_path):
     """seed-first puts every seed's runs before the next seed's, in their order; shards are
-    disjoint and cover the study, a setting's LRs in one shard; the limit counts only runs the store lacks."""
+    disjoint and cover the study, a setting's LRs in one shard; the limit counts only runs the
+    store lacks."""
     study = runs.grid(["digits"], ["head", "LN1"], [0.1, 1.0], [42, 0], **TINY)
     ordered = select(study, tmp_path)
     assert [r["seed"] for r in ordered] == [42] * 4 + [0] * 4

@@ -196,7 +196,7 @@ def test_shipped_searched_records_are_runs_of_their_study(name):
     every record is a run of a setting of the study on the ladder (or its fixed grid),
     finished (ok or diverged), from a new head; identical runs of the stores it reuses are
     their records, copied."""
-    from vitplast import models, search
+    from vitplast import models
 
     study = studies.get(name)
     root = study.root()

@@ -2,9 +2,9 @@
 confound and gauge studies run on the tasks they say, and the recipe-length check is P1 and
 P2's configurations at two and four times the steps. ``studies.STUDIES`` holds these values."""
 
-import pytest
-
 from dataclasses import replace
+
+import pytest
 
 from vitplast import runs, suite
 from vitplast.experiments import studies, study_specs

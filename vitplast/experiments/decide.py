@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from vitplast import search, store, verdicts
+from vitplast import store, verdicts
 from vitplast.measure.components import COMPONENTS
 
 if TYPE_CHECKING:  # for annotations only

@@ -29,7 +29,6 @@ import torch
 
 from vitplast import ablations, batched, finetune, models, provenance, tasks
 from vitplast.experiments.results import runs_table
-from vitplast.experiments.runtime import EXECUTORS
 from vitplast.experiments.runs import (
     TRAIN_KEYS,
     check_batches,
@@ -38,6 +37,7 @@ from vitplast.experiments.runs import (
     run_hash,
     task_of,
 )
+from vitplast.experiments.runtime import EXECUTORS
 from vitplast.experiments.store import Store
 
 #: Name -> ``prepare(model, run)``, run after loading and before training; ablations

@@ -210,6 +210,7 @@ def under_gauge(study: str = "gauge", plain: str = "suite") -> pd.DataFrame:
     spec = studies.get(study).spec
     c = next(v["ablation"]["c"] for v in spec.configs.values() if isinstance(v, dict))
     def ranked(name: str, **kw) -> pd.DataFrame:
-        return rank_tasks(models.EMBEDDED_NAME, list(spec.tasks), root=models.results_root(name), **kw)
+        return rank_tasks(models.EMBEDDED_NAME, list(spec.tasks), root=models.results_root(name),
+                          **kw)
 
     return pick_changes(ranked(plain), ranked(study, c=c))
