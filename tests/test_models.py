@@ -145,7 +145,7 @@ def test_results_root_from_a_checkout_or_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv(models.DATA_ENV, raising=False)
     checkout = models.Path(models.__file__).resolve().parents[1] / "data"
     assert models.results_root("finetune") == checkout / "finetune"
-    assert (studies.MAIN_RESULTS, confounds.EMBEDDED_RESULTS) == (
+    assert (studies.get("main").root(), confounds.EMBEDDED_RESULTS) == (
         checkout / "finetune", checkout / "confounds")
     monkeypatch.setenv(models.DATA_ENV, str(tmp_path))
     assert models.results_root("confounds") == tmp_path / "confounds"

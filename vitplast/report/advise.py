@@ -55,7 +55,7 @@ RULES = (*PLASTICITY_RULES, *GRADIENT_RULES, "loss drop", "paper: MHA")
 #: The configurations the rules rank (each trains one component, plus the head).
 CANDIDATES = tuple(components.COMPONENTS)
 #: Peak LR of the ``loss drop`` rule per configuration: the middle of its main-study grid.
-_MAIN_LRS = studies.get("main").spec["lrs"]
+_MAIN_LRS = studies.get("main").spec.lrs
 LOSS_DROP_LR = {c: _MAIN_LRS[c][len(_MAIN_LRS[c]) // 2] for c in CANDIDATES}
 #: The columns of ``rank`` (and of a companion's ``rows``).
 COLUMNS = ["task", "rule", "config", "score", "rank", "seconds"]
