@@ -7,7 +7,7 @@ import pytest
 
 from vitplast import empirical, models, plasticity, recipes
 
-FOLDER = Path(__file__).resolve().parents[2] / "data" / "pretrain_no_weight_decay"
+FOLDER = models.pretrained_folder("pretrain_no_weight_decay")  # package data
 
 
 def test_recipe_rankings_are_each_model_s_own_measurement(tmp_path, monkeypatch):
