@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import exec_notebook
 
-from vitplast import empirical, fake_datasets, models, notebooks
+from vitplast import empirical, fake_datasets, models, notebooks, weights
 from vitplast.inputs import Fitted, native_input
 
 
@@ -20,7 +20,7 @@ def weights(tmp_path, monkeypatch):
 
     monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(models, "WEIGHTS_FILES", {})
+    monkeypatch.setattr(weights, "CHOSEN", {})
     source = models.load_model("test_vit", pretrained=False, device="cpu")
     save_file({k: v.contiguous() for k, v in source.state_dict().items()},
               str(tmp_path / "test_vit.safetensors"))
