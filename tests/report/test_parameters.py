@@ -20,8 +20,8 @@ def _kinds(name):
 def test_text_becomes_the_declared_type_when_it_reads_as_one():
     kinds = _kinds("02_plasticity")
     got = parameters.check("02_plasticity", {
-        "tasks": '["digits"]', "scales": "[0.5, 2]", "n_pairs": 64, "model_args": '{"img_size": 32}',
-        "source": "fmnist"}, kinds)
+        "tasks": '["digits"]', "scales": "[0.5, 2]", "n_pairs": 64,
+        "model_args": '{"img_size": 32}', "source": "fmnist"}, kinds)
     assert got == {"tasks": ["digits"], "scales": [0.5, 2], "n_pairs": 64,
                    "model_args": {"img_size": 32}, "source": "fmnist"}
     got = parameters.check("04_finetuning", {"recompute": "true"}, _kinds("04_finetuning"))

@@ -1,6 +1,5 @@
 """Another pretraining recipe's ranking beside the embedded model's, on the shipped folder."""
 
-from pathlib import Path
 
 import pandas as pd
 import pytest
