@@ -125,3 +125,20 @@ def test_notebooks_02_03_on_one_s_own_model_from_the_cli(tiny32, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "02_plasticity     ok" in out and "03_bounds     ok" in out
+
+
+def test_the_readme_s_own_model_command_line_is_valid():
+    """The README's CLI line for one's own model: its notebooks, parameters and types."""
+    import shlex
+    from pathlib import Path
+
+    from vitplast.cli_notebooks import literal
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text().replace("\\\n", "")
+    line, = [x for x in text.splitlines() if "model_args" in x and x.startswith("vitplast ")]
+    args = shlex.split(line)
+    params = {args[i + 1]: literal(args[i + 2]) for i, a in enumerate(args) if a == "-p"}
+    only = args[args.index("--only") + 1:args.index("-p")]
+    planned = dict(notebooks.plan("smoke", only, params))
+    assert list(planned) == ["02_plasticity", "03_bounds"]
+    assert planned["02_plasticity"]["model_args"] == dict(img_size=32, patch_size=4, num_classes=10)
