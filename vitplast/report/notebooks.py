@@ -40,10 +40,9 @@ import pandas as pd
 
 from vitplast.datasets.paper_datasets import PAPER_DATASETS, PAPER_MODEL
 from vitplast.models import EMBEDDED_NAME
-from vitplast.report.parameters import check, check_task_names, declared
+from vitplast.report.parameters import NOTEBOOK_DIR, check, check_task_names, declared
 from vitplast.report.reading_copy import failing_cell, record_status
 
-NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 #: The notebook sequence, in order.
 NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "04_finetuning",
              "05_confounds", "06_explorer", "07_suite"]

@@ -25,6 +25,8 @@ from pathlib import Path
 from vitplast import models
 from vitplast.experiments import studies
 
+#: The notebooks' folder (package data): the parameters cells ``setup`` reads.
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 #: Per notebook, the study stores it reads: (the parameter naming the store's folder, whose
 #: empty value means the study's own store, or None where no parameter replaces it; the study:
 #: a name of ``studies.STUDIES``, ``"study"`` for the notebook's ``study`` parameter or
@@ -181,8 +183,6 @@ def setup(notebook: str, namespace: dict) -> None:
             naming ``VITPLAST_DATA`` and the folders: ``data_message``); a missing weights
             file.
     """
-    from vitplast.report.notebooks import NOTEBOOK_DIR
-
     kinds = declared(NOTEBOOK_DIR / f"{notebook}.ipynb")
     given = {k: namespace[k] for k in kinds if k in namespace}
     namespace.update(check(notebook, given, kinds))
