@@ -20,6 +20,7 @@ Used by ``vitplast.models`` (``load_model(..., weights_file=...)``, ``use_model`
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import warnings
 from pathlib import Path
@@ -125,7 +126,7 @@ def _shape(t) -> tuple[int, ...]:
     return tuple(int(s) for s in t.shape)
 
 
-def _input_advice(saved: dict, model) -> str:
+def _input_advice(saved: dict, model) -> dict:
     """The timm arguments that would build the model the file was saved from."""
     kw = {}
     if "patch_embed.proj.weight" in saved:
@@ -136,7 +137,7 @@ def _input_advice(saved: dict, model) -> str:
             side = math.isqrt(max(tokens, 0))
             if side * side == tokens:
                 kw["img_size"] = side * ph
-    return ", ".join(f"{k}={v}" for k, v in kw.items())
+    return kw
 
 
 def check_fit(path: str | Path, model, name: str) -> None:
@@ -154,12 +155,13 @@ def check_fit(path: str | Path, model, name: str) -> None:
     own = model.state_dict()
     for key, what in _INPUT_KEYS:
         if key in saved and key in own and _shape(saved[key]) != _shape(own[key]):
+            fit = _input_advice(saved, model)
             raise ValueError(
                 f"weights_file {path} was saved for another {what} than {name!r}: {key} is "
                 f"{_shape(saved[key])} in the file, {_shape(own[key])} in the model; timm would "
                 "resample it into another model. Pass the arguments the weights were saved with: "
-                f"{_input_advice(saved, model)} (Python: load_model(name, weights_file=..., "
-                "**kwargs); notebooks: -p model_args '{...}')")
+                f"{', '.join(f'{k}={v}' for k, v in fit.items())} (Python: load_model(name, "
+                f"weights_file=..., **kwargs); notebooks: -p model_args '{json.dumps(fit)}')")
     if _HEAD not in saved or _HEAD not in own:
         return
     asked, have = _shape(own[_HEAD]), _shape(saved[_HEAD])
