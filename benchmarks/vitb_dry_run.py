@@ -42,7 +42,7 @@ TARGET = 900  # seconds, default settings on 2 CPU cores
 CONFIGS = ["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"]  # the paper's, cycled over datasets
 PAPER_PAIRS, PAPER_BATCH = 12_800, 512
 PAPER_GRID = studies.get("paper").spec
-PAPER_RUNS_PER_DATASET = len(CONFIGS) * len(PAPER_GRID["lrs"]) * len(PAPER_GRID["seeds"])
+PAPER_RUNS_PER_DATASET = len(CONFIGS) * len(PAPER_GRID.lrs) * len(PAPER_GRID.seeds)
 
 
 def forward_flops(model: torch.nn.Module, img_size: int = 224) -> int:
@@ -151,8 +151,8 @@ def main() -> int:
     print(f"projection at {args.gpu_tflops:.0f} TFLOP/s effective (an assumption: "
           f"benchmarks/gpu_check.py measures it): plasticity of the 11 datasets, both protocols, "
           f"{PAPER_PAIRS:,} pairs: {plast / 3600:.2f} GPU-h; finetuning grid (11 datasets x "
-          f"{len(CONFIGS)} configs x {len(PAPER_GRID['lrs'])} LRs x "
-          f"{len(PAPER_GRID['seeds'])} "
+          f"{len(CONFIGS)} configs x {len(PAPER_GRID.lrs)} LRs x "
+          f"{len(PAPER_GRID.seeds)} "
           f"seeds, paper steps, batch {PAPER_BATCH}, full-finetuning cost): "
           f"{tune / 3600:.0f} GPU-h")
     for line in failed:

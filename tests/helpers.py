@@ -232,3 +232,16 @@ def ranked_rows(values_by_c: dict, protocol: str = "hidden", tasks=("a", "b", "c
             for c, values in values_by_c.items() for i, t in enumerate(tasks)
             for comp, v in values.items()]
     return pd.DataFrame(rows)
+
+
+def with_spec(monkeypatch, name: str, **changes):
+    """Register, for the test, study ``name`` with its spec's fields ``changes`` replaced
+    (e.g. ``tasks=("digits",)``); return that study."""
+    from dataclasses import replace
+
+    from vitplast.experiments import studies
+
+    study = studies.get(name)
+    study = replace(study, definition=replace(study.spec, **changes))
+    monkeypatch.setitem(studies.STUDIES, name, study)
+    return study

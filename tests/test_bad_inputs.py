@@ -291,11 +291,11 @@ def test_cli_sweep_refuses_bad_arguments_before_any_run(args, message, tmp_path,
 
 
 def test_cli_retry_failed_reaches_the_sweep(tmp_path, monkeypatch):
-    from vitplast.__main__ import main
-    from vitplast.experiments import studies
+    from helpers import with_spec
 
-    monkeypatch.setitem(studies.get("main").spec, "tasks", ["digits"])
-    monkeypatch.setitem(studies.get("main").spec, "lrs", {"head": [1.0]})
+    from vitplast.__main__ import main
+
+    with_spec(monkeypatch, "main", tasks=("digits",), lrs={"head": [1.0]})
     seen = []
     monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: seen.append(k["retry_failed"]))
     main(["sweep", "--root", str(tmp_path), "--retry-failed", "--device", "cpu"])

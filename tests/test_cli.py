@@ -4,6 +4,7 @@ submitit, and results stores that are absent said so."""
 import pandas as pd
 import pytest
 import torch
+from helpers import with_spec
 
 import vitplast
 from vitplast import models
@@ -43,10 +44,14 @@ def test_version_and_help_import_no_torch():
     assert out == [str(repo / "vitplast" / "__init__.py"), "False"]
 
 
-def test_the_study_help_is_the_study_registry():
-    from vitplast.__main__ import STUDY_HELP
-
-    assert STUDY_HELP == "; ".join(study.describe() for study in studies.STUDIES.values())
+def test_the_study_help_and_choices_are_the_study_registry(capsys):
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps lines at spaces, hyphens
+    assert all("".join(s.describe().split()) in text for s in studies.STUDIES.values())
+    with pytest.raises(SystemExit):
+        main(["sweep", "--study", "finetune"])
+    assert f"choose from {', '.join(map(repr, studies.STUDIES))}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", [[], *SUBCOMMANDS], ids=lambda c: " ".join(c) or "vitplast")
@@ -69,9 +74,7 @@ def test_paper_grid_command_in_the_sweep_help_parses():
 @pytest.fixture
 def fake_runs(monkeypatch):
     """A two-run main study whose runs take no time (no model, a fake training loop)."""
-    monkeypatch.setitem(studies.get("main").spec, "tasks", ["digits"])
-    monkeypatch.setitem(studies.get("main").spec, "lrs", {"head": [1.0]})
-    monkeypatch.setitem(studies.get("main").spec, "seeds", [0, 42])
+    with_spec(monkeypatch, "main", tasks=("digits",), lrs={"head": [1.0]}, seeds=(0, 42))
     monkeypatch.setattr(models, "load_model", lambda *a, **k: torch.nn.Linear(1, 1))
     monkeypatch.setattr(models, "new_head", lambda model, n, seed: model)
     monkeypatch.setattr(finetune, "train", lambda *a, **k: finetune.TrainResult(
@@ -100,7 +103,7 @@ def test_slurm_settings_reach_submitit(tmp_path, fake_runs, monkeypatch):
                              slurm_partition="gpu", slurm_array_parallelism=32,
                              slurm_qos="high", slurm_mem="64G",
                              slurm_additional_parameters={"hint": "nomultithread"})]
-    assert all(Store(root).has(c) for c in studies.runs_of(studies.get("main").spec))
+    assert all(Store(root).has(c) for c in studies.get("main").runs())
 
 
 def test_submitit_settings_need_the_submitit_executor(tmp_path, fake_runs, capsys):
@@ -111,12 +114,10 @@ def test_submitit_settings_need_the_submitit_executor(tmp_path, fake_runs, capsy
     assert "add --executor submitit" in err and "KEY=VALUE" in err
 
 
-def test_the_closed_options_are_the_library_s():
-    from vitplast import __main__ as cli
-    from vitplast.experiments import sweep
+def test_the_run_schema_s_precisions_are_the_training_loop_s():
+    from vitplast.experiments import runtime
 
-    assert (cli.EXECUTORS, cli.ORDERS, cli.PRECISIONS) == (sweep.EXECUTORS, sweep.ORDERS,
-                                                           passes.PRECISIONS)
+    assert runtime.PRECISIONS == passes.PRECISIONS
 
 
 @pytest.mark.parametrize("bad", [
@@ -143,7 +144,6 @@ def test_bad_sweep_options_fail_before_anything_is_written(bad, tmp_path, fake_r
 
 def test_absent_results_stores_are_named_not_read_as_empty(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(models.DATA_ENV, str(tmp_path / "nowhere"))
-    monkeypatch.setattr(studies, "MAIN_RESULTS", models.results_root("finetune"))
     for command in (["sweep", "--status"], ["sweep", "--study", "budget"], ["sweep"],
                     ["sweep", "--root", str(tmp_path / "none"), "--status"]):
         with pytest.raises(SystemExit) as err:
@@ -161,7 +161,7 @@ def test_the_smoke_study_starts_on_a_fresh_cache(tmp_path, fake_train, monkeypat
     root = tmp_path / "fresh" / "cache" / "finetune-smoke"
     assert studies.get("main-smoke").root() == root and not studies.get("main-smoke").shipped
     main(["sweep", "--study", "main-smoke", "--status"])
-    n = len(studies.runs_of(studies.get("main-smoke").spec))
+    n = len(studies.get("main-smoke").runs())
     assert capsys.readouterr().out.splitlines()[-1].split()[:6] == ["all", str(n), "0", "0",
                                                                    "0", str(n)]
     main(["sweep", "--study", "main-smoke", "--limit", "1"])
@@ -181,23 +181,27 @@ def test_readme_shows_the_paper_grid_command():
 
 
 def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkeypatch, capsys):
-    """Two ``--shard`` processes over one store run disjoint halves; a bad shard or study is
-    refused naming the valid forms; each session is logged in study.json; ``--status`` runs
-    nothing and prints the counts."""
-    monkeypatch.setitem(studies.get("main").spec, "tasks", ["digits"])
-    monkeypatch.setitem(studies.get("main").spec, "lrs",
-                        {"head": [1.0, 3.0], "LN1": [0.1, 0.3, 1.0]})
+    """Two ``--shard`` processes over one store run disjoint halves, each every other setting
+    (a run without its LR: here configuration and seed); a bad shard or study is refused
+    naming the valid forms; each session is logged in study.json; ``--status`` runs nothing
+    and prints the counts."""
+    from vitplast.experiments.runtime import setting
+
+    with_spec(monkeypatch, "main", tasks=("digits",),
+              lrs={"head": [1.0, 3.0], "LN1": [0.1, 0.3, 1.0]})
     monkeypatch.setattr(models, "load_model", lambda *a, **k: torch.nn.Linear(1, 1))
     monkeypatch.setattr(models, "new_head", lambda model, n, seed: model)
     for shard in ("0/2", "1/2"):
         main(["sweep", "--root", str(tmp_path), "--shard", shard, "--limit", "3"])
-    seeds = studies.get("main").spec["seeds"]
-    expected = studies.runs_of(studies.get("main").spec)
+    seeds = studies.get("main").spec.seeds
+    expected = studies.get("main").runs()
     expected.sort(key=lambda c: seeds.index(c["seed"]))  # seed-first
+    settings = list(dict.fromkeys(map(setting, expected)))
+    halves = [[c for c in expected if setting(c) in settings[i::2]] for i in (0, 1)]
     stored = results.results(tmp_path)
     assert len(fake_train.calls) == 6 and stored["run"].is_unique
-    assert set(stored["run"]) == {run_hash(c) for c in expected[0::2][:3]
-                                  + expected[1::2][:3]}
+    assert set(stored["run"]) == {run_hash(c) for c in halves[0][:3] + halves[1][:3]}
+    assert {setting(c) for c in halves[0]}.isdisjoint(map(setting, halves[1]))
     log = Store(tmp_path).companion("study.json")["sessions"]
     assert [s["command"].split()[-3] for s in log] == ["0/2", "1/2"]
     assert log[-1]["status"] == {"ok": 6}
@@ -217,14 +221,15 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
 def test_a_study_that_declares_its_precision_keeps_it(tmp_path, capsys):
     """The suite and gauge studies declare fp32: their runs carry it (a runtime key: no hash
     moves), and a sweep asked for another precision is refused before anything runs."""
-    from vitplast.experiments import search, studies
+    from dataclasses import replace
+
+    from vitplast.experiments import search
 
     for name in ("suite", "gauge"):
-        assert studies.get(name).spec["precision"] == "fp32"
-    first = search.settings(dict(studies.get("suite").spec, tasks=["digits"]))[0]
-    assert first["precision"] == "fp32"
-    assert search.settings(dict(studies.get("suite").spec, tasks=["digits"]),
-                           precision="bf16")[0]["precision"] == "bf16"  # the caller's word
+        assert studies.get(name).spec.precision == "fp32"
+    one = replace(studies.get("suite").spec, tasks=("digits",))
+    assert search.settings(one)[0]["precision"] == "fp32"
+    assert search.settings(one, precision="bf16")[0]["precision"] == "bf16"  # the caller's
     with pytest.raises(SystemExit):
         main(["sweep", "--study", "suite", "--root", str(tmp_path), "--precision", "bf16"])
     assert "declares precision 'fp32'" in capsys.readouterr().err

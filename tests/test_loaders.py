@@ -5,10 +5,10 @@ memory on CUDA (one DataLoader per split, the batches of a loader per epoch:
 
 import pytest
 import torch
-from helpers import tiny_vit, toy_task
+from helpers import tiny_vit, toy_task, with_spec
 
 from vitplast.__main__ import main
-from vitplast.experiments import runs, studies, sweep
+from vitplast.experiments import runs, sweep
 from vitplast.train import finetune, passes
 
 
@@ -41,7 +41,7 @@ def chosen(monkeypatch, tmp_path):
     monkeypatch.setattr("vitplast.experiments.study_log.log_session", lambda *a, **k: None)
     monkeypatch.setattr("vitplast.experiments.results.results",
                         lambda root: __import__("pandas").DataFrame({"status": []}))
-    monkeypatch.setitem(studies.get("main").spec, "tasks", ["digits"])
+    with_spec(monkeypatch, "main", tasks=("digits",))
     return lambda *options: (got.clear(), main(["sweep", "--root", str(tmp_path), *options]),
                              list(got))[-1]
 

@@ -145,7 +145,7 @@ def test_results_root_from_a_checkout_or_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv(models.DATA_ENV, raising=False)
     checkout = models.Path(models.__file__).resolve().parents[1] / "data"
     assert models.results_root("finetune") == checkout / "finetune"
-    assert (studies.MAIN_RESULTS, confounds.EMBEDDED_RESULTS) == (
+    assert (studies.get("main").root(), confounds.EMBEDDED_RESULTS) == (
         checkout / "finetune", checkout / "confounds")
     monkeypatch.setenv(models.DATA_ENV, str(tmp_path))
     assert models.results_root("confounds") == tmp_path / "confounds"
@@ -161,25 +161,50 @@ def test_manifest_lists_sha256_of_each_file():
         assert models.sha256(models.DATA_DIR / entry["file"]) == entry["sha256"]
 
 
-def test_use_weights_file_reaches_every_later_load(tmp_path, monkeypatch):
-    """The notebooks' ``weights_file`` parameter: set once in the setup cell, read by every
-    ``load_model(name)`` the notebook's functions make."""
-    monkeypatch.setattr(models, "WEIGHTS_FILES", {})
-    source = models.load_model("test_vit", pretrained=False)
+def test_use_model_reaches_every_later_load(tmp_path, monkeypatch):
+    """The notebooks' ``weights_file`` and ``model_args`` parameters: set once in the setup
+    cell, read by every ``load_model(name)`` the notebook's functions make."""
+    from vitplast import weights
+
+    monkeypatch.setattr(weights, "CHOSEN", {})
+    source = models.load_model("test_vit", pretrained=False, img_size=32, patch_size=8)
     path = tmp_path / "w.safetensors"
     save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(path))
-    models.use_weights_file("test_vit", path)
-    model = models.load_model("test_vit")  # no hub access: the local file
+    models.use_model("test_vit", path, {"img_size": 32, "patch_size": 8})
+    model = models.load_model("test_vit")  # no hub access: the local file, its architecture
     assert torch.equal(model.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight)
-    assert not torch.equal(models.load_model("test_vit", pretrained=False).blocks[0].attn.qkv
-                           .weight, source.blocks[0].attn.qkv.weight)  # random init still works
-    models.use_weights_file("test_vit", "")  # empty: forget it
-    assert models.WEIGHTS_FILES == {}
+    assert model.patch_embed.img_size == (32, 32)
+    random = models.load_model("test_vit", pretrained=False)  # random init, same architecture
+    assert random.patch_embed.img_size == (32, 32)
+    assert not torch.equal(random.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight)
+    assert models.load_model("test_vit", pretrained=False, img_size=64).patch_embed.img_size == (
+        64, 64)  # an explicit argument wins
+    models.use_model("test_vit", "", {})  # empty: forget it
+    assert weights.CHOSEN == {}
+    assert models.load_model("test_vit", pretrained=False).patch_embed.img_size == (160, 160)
     with pytest.raises(ValueError, match="ship with vitplast"):
-        models.use_weights_file("vitplast_fmnist", path)
+        models.use_model("vitplast_fmnist", path)
+    with pytest.raises(ValueError, match="model_args was given for 'vitplast_fmnist'"):
+        models.use_model("vitplast_fmnist", "", {"img_size": 32})
+    with pytest.raises(ValueError, match="model_args takes a dict of timm keyword arguments"):
+        models.use_model("test_vit", "", [("img_size", 32)])
     with pytest.raises(FileNotFoundError):
-        models.use_weights_file("test_vit", tmp_path / "missing.safetensors")
-    models.use_weights_file("vitplast_fmnist", "")  # the notebooks' default: a no-op
+        models.use_model("test_vit", tmp_path / "missing.safetensors")
+    models.use_model("vitplast_fmnist", "", {})  # the notebooks' default: a no-op
+    assert weights.CHOSEN == {}
+
+
+def test_the_no_weight_decay_model_ships_beside_the_embedded_one():
+    """Package data, by name: its manifest's final checkpoint loads (sha256 checked) in the
+    embedded architecture; an unknown name names the shipped ones."""
+    folder = models.pretrained_folder("pretrain_no_weight_decay")
+    assert folder.parent == models.DATA_DIR and (folder / "README.md").is_file()
+    assert list(models.shipped_pretrained()) == ["pretrain_no_weight_decay"]
+    model = models.load_pretrained("pretrain_no_weight_decay", device="cpu")
+    assert sum(p.numel() for p in model.parameters()) == 1199882
+    assert not torch.equal(model.head.weight, models.load_model(device="cpu").head.weight)
+    with pytest.raises(FileNotFoundError, match=r"shipped with vitplast: \['pretrain_no_weight"):
+        models.load_pretrained("pretrain_no_such_recipe")
 
 
 @pytest.mark.parametrize("name", ["hf-hub:timm/vit_tiny_patch16_224.augreg_in21k",

@@ -1,22 +1,40 @@
-"""The installable kit: a wheel holds the checkpoints, their manifest and the notebooks, and an
-installed copy works from any folder (console script, embedded model, notebooks)."""
+"""The installable kit: a wheel holds the checkpoints (the embedded model's and the
+no-weight-decay model's), their manifests and the notebooks; an installed copy works from any
+folder (console script, embedded model, notebooks), and runs the course: every notebook of the
+smoke profile runs, or stops in its first cell naming VITPLAST_DATA, without the shipped
+results; all run with them."""
 
 import hashlib
 import json
 import os
+import re
+import shutil
 import site
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import vitplast
+from vitplast.report import notebooks, parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "04_finetuning",
-             "05_confounds", "06_explorer"]
+             "05_confounds", "06_explorer", "07_suite"]
+#: The wheel's size budget: the embedded checkpoints (6 x 4.8 MB) and the no-weight-decay
+#: model's final checkpoint, compressed, and the code (31.6 MB measured).
+WHEEL_MB = 35
+#: The notebooks that, in the smoke profile, read a shipped store: without VITPLAST_DATA they
+#: stop in their first cell.
+NEED_DATA_IN_SMOKE = {"02b_gauge", "04_finetuning", "06_explorer", "07_suite"}
+#: Seconds within which such a notebook stops (kernel start, imports, the check), on a machine
+#: that imports the kit in ``STOP_BASELINE`` seconds or less; on a slower (loaded) one the limit
+#: grows in proportion.
+STOP_SECONDS, STOP_BASELINE = 10.0, 4.0
 
 
 def _env() -> dict:
@@ -51,6 +69,11 @@ def test_wheel_holds_checkpoints_notebooks_and_the_console_script(wheel):
             blob = z.read(f"vitplast/checkpoints/{entry['file']}")
             assert hashlib.sha256(blob).hexdigest() == entry["sha256"], entry["file"]
         assert "vitplast/checkpoints/README.md" in names  # the model card
+        other = "vitplast/checkpoints/pretrain_no_weight_decay"  # its final checkpoint only
+        final = json.loads(z.read(f"{other}/checkpoints.json"))["checkpoints"]["final"]
+        assert hashlib.sha256(z.read(f"{other}/{final['file']}")).hexdigest() == final["sha256"]
+        assert f"{other}/README.md" in names
+        assert len([n for n in names if n.endswith(".safetensors")]) == 7
         for nb in NOTEBOOKS:
             assert f"vitplast/notebooks/{nb}.ipynb" in names
         assert "vitplast/notebooks/README.md" in names
@@ -68,13 +91,24 @@ def test_wheel_holds_checkpoints_notebooks_and_the_console_script(wheel):
     assert "Requires-Dist: jsonschema" in metadata
     # the shipped study results are not package data
     assert not [n for n in names if n.startswith("data/") or "/finetune/" in n]
+    assert wheel.stat().st_size < WHEEL_MB * 2**20
 
 
-@pytest.mark.slow
-def test_installed_wheel_works_from_any_folder(wheel, tmp_path):
-    """A fresh venv sees this environment's packages (torch is not reinstalled) but not the
-    checkout; the wheel goes in with --no-deps; everything runs from an unrelated folder."""
-    venv = tmp_path / "venv"
+def test_the_readme_lists_the_registry_s_stores_and_the_notebooks_that_read_them():
+    text = " ".join((ROOT / "README.md").read_text().split())
+    stores = re.search(r"shipped_stores\(\)`\): (.*?); or from an explicit folder", text)
+    assert re.findall(r"`([a-z_]+)/`", stores.group(1)) == parameters.shipped_stores()
+    reads = re.search(r"Notebooks ([^;]*) read none of them; notebooks (.*?) read some", text)
+    none, some = (re.findall(r"\b(\d\db?)\b", g) for g in reads.groups())
+    numbers = [nb.split("_")[0] for nb in notebooks.NOTEBOOKS]
+    assert some == [nb.split("_")[0] for nb in parameters.READS]
+    assert none == [n for n in numbers if n not in some]
+
+
+def _installed_venv(wheel, folder: Path) -> Path:
+    """A fresh venv in ``folder`` that sees this environment's packages (torch is not
+    reinstalled) but not the checkout, with the wheel installed (--no-deps)."""
+    venv = folder / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
                     str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
@@ -88,6 +122,14 @@ def test_installed_wheel_works_from_any_folder(wheel, tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
                     "--no-deps", "--ignore-installed", str(wheel)], check=True, env=_env(),
                    timeout=300)
+    return venv
+
+
+@pytest.mark.slow
+def test_installed_wheel_works_from_any_folder(wheel, tmp_path):
+    """Everything runs from an unrelated folder, the checkout out of sight."""
+    venv = _installed_venv(wheel, tmp_path)
+    python = venv / "bin" / "python"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 
@@ -104,7 +146,53 @@ def test_installed_wheel_works_from_any_folder(wheel, tmp_path):
                 "m.parameters()))").split()
     assert Path(where[0]).is_relative_to(venv) and Path(where[1]).is_relative_to(venv)
     assert where[2] == "1199882"
+    other = run(python, "-c", "from vitplast import models; m = models.load_pretrained("
+                "'pretrain_no_weight_decay'); print(models.pretrained_folder("
+                "'pretrain_no_weight_decay'), sum(p.numel() for p in m.parameters()))").split()
+    assert Path(other[0]).is_relative_to(venv) and other[1] == "1199882"  # package data too
     # the shipped study stores are not installed: reading one says so, naming VITPLAST_DATA
     err = subprocess.run([str(venv / "bin" / "vitplast"), "sweep", "--status"], cwd=elsewhere,
                          env=_env(), capture_output=True, text=True, timeout=300)
     assert err.returncode == 2 and "VITPLAST_DATA" in err.stderr
+
+
+def _course(venv: Path, folder: Path, name: str, env: dict) -> pd.DataFrame:
+    """``vitplast notebooks run --profile smoke`` of the installed copy from ``folder``."""
+    subprocess.run([str(venv / "bin" / "vitplast"), "notebooks", "run", "--profile", "smoke",
+                    "--out", name], cwd=folder, env=env, capture_output=True, text=True,
+                   timeout=3600)
+    summary = pd.read_csv(folder / name / "summary.csv", keep_default_na=False)
+    print(f"\n{name}:\n{summary.to_string(index=False)}")
+    return summary.set_index("notebook")
+
+
+@pytest.mark.slow
+def test_an_installed_copy_runs_the_course_with_and_without_the_shipped_results(wheel,
+                                                                                 tmp_path):
+    """The smoke profile of every notebook from an installed wheel: without a results folder
+    each runs or stops in its first cell within seconds, with one message naming VITPLAST_DATA
+    and the folders it needs; with ``VITPLAST_DATA`` (a copy of the checkout's data/) all run."""
+    venv = _installed_venv(wheel, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = dict(_env(), VITPLAST_CACHE=str(tmp_path / "cache"))
+    env.pop("VITPLAST_DATA", None)
+    start = time.perf_counter()  # how long this machine takes to import the kit, cold
+    subprocess.run([str(venv / "bin" / "python"), "-c", "from vitplast.report.parameters import "
+                    "setup"], check=True, cwd=elsewhere, env=env, timeout=300)
+    limit = STOP_SECONDS * max(1.0, (time.perf_counter() - start) / STOP_BASELINE)
+    bare = _course(venv, elsewhere, "no-data", env)
+    assert list(bare.index) == NOTEBOOKS
+    for nb, row in bare.iterrows():
+        if nb not in NEED_DATA_IN_SMOKE:
+            assert row["status"] == "ok", (nb, row["error"])
+            continue
+        assert row["status"] == "failed" and row["seconds"] < limit, (nb, row["seconds"], limit)
+        assert re.match(r"In \[3\]: FileNotFoundError: " + nb, row["error"])  # the setup cell
+        assert "Set VITPLAST_DATA=FOLDER holding" in row["error"], row["error"]
+        folders = re.search(r"holding (.*?) \(", row["error"]).group(1).split(" and ")
+        assert folders and set(folders) <= {f"{s}/" for s in parameters.shipped_stores()}
+    data = shutil.copytree(ROOT / "data", tmp_path / "data")  # the installed copy may not write
+    full = _course(venv, elsewhere, "with-data", dict(env, VITPLAST_DATA=str(data)))
+    assert list(full.index) == NOTEBOOKS
+    assert (full["status"] == "ok").all(), full[full["status"] != "ok"]["error"].to_dict()

@@ -32,7 +32,8 @@ def test_own_weights_load_exactly_with_the_kwargs_they_were_saved_with(tiny32):
 def test_another_patch_or_image_size_is_refused_naming_the_kwargs_that_fit(tiny32):
     _, path = tiny32
     with pytest.raises(ValueError, match=r"another patch size.*patch_embed.proj.weight.*"
-                       r"patch_size=4, in_chans=3, img_size=32"):
+                       r"patch_size=4, in_chans=3, img_size=32 .*-p model_args "
+                       r"'\{\"patch_size\": 4, \"in_chans\": 3, \"img_size\": 32\}'"):
         models.load_model("vit_tiny_patch16_224", weights_file=path, num_classes=10, depth=2)
     with pytest.raises(ValueError, match=r"another image size.*pos_embed.*img_size=32"):
         models.load_model("vit_tiny_patch16_224", weights_file=path, num_classes=10, depth=2,

@@ -21,31 +21,6 @@ PAPER_SLURM_EXAMPLE = (
     "vitplast sweep --study paper --data-root data/paper --weights-file vit_b16_in21k.safetensors "
     "--root results/paper --executor submitit --cluster slurm --partition gpu --gpus-per-node 1 "
     "--cpus-per-task 8 --timeout-min 240 --array-parallelism 32 --slurm-param qos=normal")
-#: ``sweep --study`` help: ``vitplast.experiments.studies.STUDIES`` (``Study.describe``) as text,
-#: written out so that building the parser (``--version``, every ``--help``) imports no torch; a
-#: test keeps the two equal.
-STUDY_HELP = (
-    "main: notebook 04's main study, into data/finetune; "
-    "main-smoke: a seconds-long main study (the smoke profile), into .cache/finetune-smoke; "
-    "budget: notebook 04's 4x-steps check of the main study, stored with it (it reads it), "
-    "into data/finetune; "
-    "confounds: notebook 05's confound study, into data/confounds; "
-    "confounds-smoke: a seconds-long confounds study (the smoke profile), into "
-    ".cache/confounds-smoke; "
-    "suite: the decisive study on the 33-task suite, LRs searched, into data/suite; "
-    "gauge: the cross-gauge study: 5 configurations at c = 1 and c = 8 on 17 suite tasks, LRs "
-    "searched, into data/gauge; "
-    "length: the suite study's recipe-length check: P1 and P2's configurations at 2x and 4x the "
-    "steps on 4 tasks, LRs searched, into data/suite_length; "
-    "paper: ViT-B/16 in21k on the 11 paper datasets under --data-root, the paper's grid, into "
-    "results/paper")
-#: ``sweep``'s closed options, written out for the same reason (tests keep them equal to
-#: ``sweep.EXECUTORS``, ``sweep.ORDERS`` and ``passes.PRECISIONS``): argparse refuses any
-#: other value, naming these, before anything is loaded, run or logged.
-EXECUTORS, ORDERS = ("serial", "submitit"), ("seed-first", "grid")
-PRECISIONS, CLUSTERS = ("auto", "fp32", "bf16", "fp16"), ("slurm", "local", "debug")
-
-
 def _parser() -> argparse.ArgumentParser:
     from vitplast import __version__
 
@@ -87,22 +62,36 @@ def _at_least(low: int):
     return parse
 
 
+def _only(setting: str) -> str:
+    """`` (KINDS studies only)`` when a ``Runtime`` setting applies to some study kinds only
+    (``kinds.Study.TAKES``), else nothing."""
+    from vitplast.experiments.kinds import kinds
+
+    takers = [k.KIND for k in kinds() if setting in k.TAKES]
+    return "" if len(takers) == len(kinds()) else f" ({', '.join(takers)} studies only)"
+
+
 def _add_sweep(sub) -> None:
-    """The ``sweep`` command's arguments (every choice listed, so a bad one fails here)."""
+    """The ``sweep`` command's arguments (every choice listed, so a bad one fails here), from
+    the study registry and the runtime's choices (neither imports torch)."""
+    from vitplast.experiments import studies
+    from vitplast.experiments.runtime import CLUSTERS, EXECUTORS, ORDERS, PRECISIONS
+
     sw = sub.add_parser("sweep", help="run (or resume) a finetuning study",
                         description="Run the runs of a study that its results store lacks, "
                         "here (serial) or as a submitit job array (a SLURM cluster); every run "
                         "stores its own record, so the same command resumes. Paper grid on "
                         f"SLURM: {PAPER_SLURM_EXAMPLE}")
-    sw.add_argument("--study", default="main", help=STUDY_HELP)
+    sw.add_argument("--study", default="main", choices=list(studies.STUDIES), metavar="STUDY",
+                    help="; ".join(s.describe() for s in studies.STUDIES.values()))
     sw.add_argument("--root", default=None, help="results folder (default: the study's; "
                     "data/<store> of a checkout, or $VITPLAST_DATA/<store>; smoke: "
                     ".cache/finetune-smoke, or $VITPLAST_CACHE/finetune-smoke; paper: "
                     "results/paper)")
-    sw.add_argument("--data-root", default=None, help="paper study: folder of the paper datasets "
-                    "(layouts: vitplast.datasets.paper_datasets)")
-    sw.add_argument("--weights-file", default=None, help="paper study: local weights of "
-                    "ViT-B/16 in21k (default: the hub)")
+    sw.add_argument("--data-root", default=None, help="folder of the paper datasets "
+                    f"(layouts: vitplast.datasets.paper_datasets){_only('data_root')}")
+    sw.add_argument("--weights-file", default=None, help="local weights of ViT-B/16 in21k "
+                    f"(default: the hub){_only('weights_file')}")
     sw.add_argument("--executor", default="serial", choices=EXECUTORS,
                     help="serial | submitit")
     sw.add_argument("--cluster", default=None, choices=CLUSTERS,
@@ -120,7 +109,8 @@ def _add_sweep(sub) -> None:
     sw.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     sw.add_argument("--precision", default=None, choices=PRECISIONS, help="auto | fp32 | "
                     "bf16 | fp16: autocast on CUDA (default auto: bf16 where supported, else "
-                    "fp16 with a gradient scaler); a runtime setting, not in run hashes")
+                    "fp16 with a gradient scaler); a runtime setting, not in run hashes; a "
+                    "study whose spec declares one keeps it")
     sw.add_argument("--workers", type=_at_least(0), default=None, help="DataLoader worker "
                     "processes per run (default 0; in a SLURM job, its cpus-per-task - 1); a "
                     "runtime setting, not in run hashes")
@@ -131,20 +121,23 @@ def _add_sweep(sub) -> None:
                     "steps instead of the study's period. It chooses the kept checkpoint, so it "
                     "IS in run hashes: runs with another period are other runs, stored beside "
                     "the study's (whose hashes stay as they are)")
-    sw.add_argument("--order", default="seed-first", choices=ORDERS, help="seed-first: "
+    sw.add_argument("--order", default=None, choices=ORDERS, help="seed-first (default): "
                     "every (task, config, lr) once before the next seed, so a partial sweep "
-                    "covers the grid | grid")
+                    f"covers the grid | grid{_only('order')}")
     sw.add_argument("--limit", type=_at_least(1), default=None,
-                    help="run at most N missing runs")
-    sw.add_argument("--shard", default=None, metavar="I/N", help="run only every N-th run from "
-                    "the I-th (0-based): N processes or machines share one store")
+                    help="train at most N missing runs")
+    sw.add_argument("--shard", default=None, metavar="I/N", help="every study kind: take only "
+                    "every N-th setting (a run without its LR: task, configuration, seed...) "
+                    "from the I-th (0-based), so N processes or machines share one store; a "
+                    "setting's LRs, and a searched setting's whole search, stay in one process")
     sw.add_argument("--status", action="store_true", help="run nothing: print how much of "
                     "the study the store holds, per task and seed, and the CPU hours left")
     sw.add_argument("--batch-lrs", action="store_true", help="train the runs that differ only "
                     "in their LR as one batched computation (vitplast.train.batched): many "
                     "runs per device-minute on a GPU; the same results as one by one")
     sw.add_argument("--retry-failed", action="store_true", help="also re-run the stored runs "
-                    "whose status is failed")
+                    "whose status is failed (once per call; without it a searched setting waits "
+                    "at a failed run)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,7 +168,8 @@ def _pretrain(args, parser, argv) -> int:
 
 def _sweep(args, parser, argv) -> int:
     """Run (or, with --status, only count) the study's runs the store lacks; log the session."""
-    from vitplast.experiments import studies, study_log, sweep
+    from vitplast.experiments import studies
+    from vitplast.experiments.runtime import Executor, Runtime
 
     kwargs = _submitit_parameters(args, parser)
     if kwargs.get("cluster") == "slurm" and not shutil.which("srun"):
@@ -184,27 +178,34 @@ def _sweep(args, parser, argv) -> int:
               "(submitit then picks its local executor) to try the job array here",
               file=sys.stderr)
         return 2
-    root, runs = _study(args, parser)
     study = studies.get(args.study)
-    searched = study.spec if study.searched else None
-    if searched is not None and args.precision not in (None, searched.get("precision",
-                                                                          args.precision)):
-        parser.error(f"--precision {args.precision}: study {args.study!r} declares precision "
-                     f"{searched['precision']!r} (one precision in every contrast); drop "
-                     "--precision")
+    _check_sweep_args(args, parser)
     try:  # also with --status, so that no bad option passes unnoticed
-        chosen = sweep.select(runs, root, order=args.order, shard=args.shard, limit=args.limit)
+        runtime = Runtime(
+            device=args.device, precision=args.precision, workers=_workers(args),
+            accum_steps=args.accum_steps, eval_every=args.eval_every, data_root=args.data_root,
+            weights_file=args.weights_file, order=args.order, shard=args.shard,
+            limit=args.limit, retry_failed=args.retry_failed, batch_lrs=args.batch_lrs)
+        study.check(runtime)
     except ValueError as err:
-        parser.error(str(err))
+        parser.error(f"--study {args.study}: {err}")
+    root = str(args.root or study.root())
+    _check_root(args, study, root, parser)
     if args.status:
-        print(study_log.study_progress(runs, root).to_string(index=False))
+        print(study.progress(root, runtime).to_string(index=False))
         return 0
     # Ctrl-C or `kill` stops it cleanly (also under nohup, which ignores SIGINT): the run in
     # flight is dropped, the session logged; the same command resumes.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     start, command = time.perf_counter(), "python -m vitplast " + " ".join(argv or sys.argv[1:])
-    summary, interrupted = _run_study(args, root, chosen, searched, kwargs, command, start)
+    interrupted = False
+    try:
+        study.run(root, runtime, Executor(args.executor, kwargs))
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:  # also when interrupted: what the store holds now is logged
+        summary = _log(root, command, start, args.device)
     if interrupted:  # one line: the records and the session log are kept
         print(f"\ninterrupted: {len(summary)} run record(s) in {root}, the session logged in "
               "its study.json; the same command resumes", file=sys.stderr)
@@ -213,62 +214,19 @@ def _sweep(args, parser, argv) -> int:
     return 0
 
 
-def _run_study(args, root, chosen, searched, kwargs, command, start):
-    """Run the study's missing runs; return what the store holds and whether Ctrl-C (or
-    SIGTERM) stopped it. The session is logged in any case, a second Ctrl-C ignored."""
-    from vitplast import models
-    from vitplast.experiments import results, search, study_log, sweep
+def _log(root: str, command: str, start: float, device):
+    """Log the session in the store's study.json, a second Ctrl-C ignored meanwhile; return
+    what the store holds (``results.results``)."""
+    from vitplast.experiments import results, study_log
 
-    interrupted = False
-    try:
-        if searched is not None:  # LRs searched: run, read back, ask again (search.run_search)
-            search.run_search(searched, root, shard=args.shard or (0, 1), device=args.device,
-                              sources=[models.results_root(s) for s in searched["reuse"]],
-                              runtime=dict(precision=args.precision) if args.precision else {},
-                              executor=args.executor, batch_lrs=args.batch_lrs, **kwargs)
-        else:
-            sweep.run_sweep(chosen, root, executor=args.executor, device=args.device,
-                            retry_failed=args.retry_failed, batch_lrs=args.batch_lrs, **kwargs)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:  # also when interrupted: what the store holds now is logged
-        previous = [(s, signal.signal(s, signal.SIG_IGN)) for s in (signal.SIGINT, signal.SIGTERM)]
-        try:  # a second Ctrl-C must not lose the log
-            summary = results.results(root)
-            study_log.log_session(root, command, summary, time.perf_counter() - start,
-                                   args.device)
-        finally:
-            for number, handler in previous:
-                signal.signal(number, handler)
-    return summary, interrupted
-
-
-def _study(args, parser) -> tuple[str, list[dict]]:
-    """The study's store and its runs (with ``--precision``), after checking the arguments; a
-    confound study's LayerNorm scales are measured first (``confounds.measure_study_scales``: read
-    when its store has them), since its runs are made from them."""
-    from vitplast.experiments import studies
-
-    try:
-        study = studies.get(args.study)
-    except ValueError as err:
-        parser.error(str(err))
-    _check_sweep_args(args, parser)
-    root = str(args.root or study.root())
-    _check_root(args, root, parser)
-    if "scale_tasks" in study.spec:  # a confound study: its runs are made from its scales
-        from vitplast.experiments import confounds
-
-        confounds.measure_study_scales(study.spec, root)
-    try:
-        runs = studies.sweep_runs(args.study, root, data_root=args.data_root,
-                                  weights_file=args.weights_file)
-    except ValueError as err:
-        parser.error(f"--study {args.study}: {err} (--data-root, --weights-file)")
-    settings = {key: value for key, value in (
-        ("precision", args.precision), ("accum_steps", args.accum_steps),
-        ("eval_every", args.eval_every), ("workers", _workers(args))) if value is not None}
-    return root, [{**r, **settings} for r in runs]
+    previous = [(s, signal.signal(s, signal.SIG_IGN)) for s in (signal.SIGINT, signal.SIGTERM)]
+    try:  # a second Ctrl-C must not lose the log
+        summary = results.results(root)
+        study_log.log_session(root, command, summary, time.perf_counter() - start, device)
+    finally:
+        for number, handler in previous:
+            signal.signal(number, handler)
+    return summary
 
 
 def _workers(args) -> int | None:
@@ -283,8 +241,8 @@ def _workers(args) -> int | None:
 
 
 def _check_sweep_args(args, parser) -> None:
-    """``sweep``'s --root and --device, refused before anything is loaded or run (--limit,
-    --shard and --order: ``sweep.select``)."""
+    """``sweep``'s --root and --device, refused before anything is loaded or run (the other
+    settings: ``runtime.Runtime`` and ``Study.check``)."""
     if args.root is not None and os.path.exists(args.root) and not os.path.isdir(args.root):
         parser.error(f"--root {args.root!r} is a file: the results store is a folder; give a "
                      "folder (it is created if missing)")
@@ -301,7 +259,7 @@ def _check_device(args, parser) -> None:
         parser.error(f"--{err}")
 
 
-def _check_root(args, root: str, parser) -> None:
+def _check_root(args, study, root: str, parser) -> None:
     """Fail clearly when a shipped study's results store is not there: reading it
     (``--status``, the budget study) needs it; writing to the default one needs its parent (a
     checkout's data/, or $VITPLAST_DATA), so that an installed copy never writes into
@@ -309,11 +267,10 @@ def _check_root(args, root: str, parser) -> None:
     from pathlib import Path
 
     from vitplast import models
-    from vitplast.experiments import studies
 
-    if not studies.get(args.study).shipped:
+    if not study.shipped:
         return
-    reads = args.status or args.study == "budget"
+    reads = args.status or study.READS_STORE
     if not Path(root).is_dir() and (reads or (args.root is None
                                               and not Path(root).parent.is_dir())):
         try:

@@ -4,7 +4,8 @@
 
 1. the embedded checkpoints in ``vitplast/checkpoints/`` (``name="vitplast_fmnist"``, package
    data: present in a checkout and in an installed wheel), verified by sha256 against the
-   manifest ``checkpoints.json`` beside them;
+   manifest ``checkpoints.json`` beside them; the same architecture pretrained by another
+   recipe ships beside them (``load_pretrained("pretrain_no_weight_decay")``);
 2. a local weights file for any timm name (``weights_file=...``), loaded by timm through
    ``pretrained_cfg_overlay=dict(file=...)`` and checked by ``vitplast.weights``: a file saved
    for another patch or image size is refused (no silent resampling; pass the timm kwargs it
@@ -26,7 +27,6 @@ in a checkout's ``data/``, or under ``$VITPLAST_DATA``.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import os
@@ -149,18 +149,40 @@ def _manifest(folder: Path | None = None) -> dict:
     return manifest
 
 
+def shipped_pretrained() -> dict[str, Path]:
+    """The models another pretraining recipe made that ship with vitplast (package data beside
+    the embedded checkpoints, each a ``vitplast pretrain --out`` folder with its checkpoints,
+    manifest, model card and sha256): name -> folder, e.g. ``pretrain_no_weight_decay``."""
+    return {p.name: p for p in sorted(DATA_DIR.iterdir()) if (p / MANIFEST.name).is_file()}
+
+
+def pretrained_folder(folder: str | Path) -> Path:
+    """``folder`` if it is a folder, else the shipped model of that name
+    (``shipped_pretrained``); else ``FileNotFoundError`` naming the shipped ones."""
+    if Path(folder).is_dir():
+        return Path(folder)
+    shipped = shipped_pretrained()
+    if str(folder) in shipped:
+        return shipped[str(folder)]
+    raise FileNotFoundError(f"no pretrained model folder {folder}: give a folder `vitplast "
+                            f"pretrain --out` wrote, or one shipped with vitplast: {list(shipped)}")
+
+
 def load_pretrained(folder: str | Path, checkpoint: str = "final", *,
                     num_classes: int | None = None,
                     device: str | torch.device | None = None) -> VisionTransformer:
     """A model that ``vitplast pretrain --out FOLDER`` wrote (another recipe than the shipped
-    one, e.g. ``data/pretrain_no_weight_decay``), in eval mode: the checkpoint is checked
-    against the folder's manifest (sha256) and built in the manifest's architecture.
+    one), in eval mode: ``folder`` is such a folder or the name of one shipped with vitplast
+    (``"pretrain_no_weight_decay"``: ``pretrained_folder``); the checkpoint is checked against
+    the folder's manifest (sha256) and built in the manifest's architecture.
 
     Raises:
         ValueError: unknown checkpoint (naming the valid ones), a checksum mismatch, an
-            unreadable manifest. FileNotFoundError: no manifest or checkpoint file.
+            unreadable manifest. FileNotFoundError: no such folder (naming the shipped ones),
+            no manifest or checkpoint file.
     """
-    return _load_embedded(checkpoint, num_classes, Path(folder)).to(pick_device(device)).eval()
+    folder = pretrained_folder(folder)
+    return _load_embedded(checkpoint, num_classes, folder).to(pick_device(device)).eval()
 
 
 def _load_embedded(checkpoint: str, num_classes: int | None, folder: Path | None = None
@@ -175,7 +197,10 @@ def _load_embedded(checkpoint: str, num_classes: int | None, folder: Path | None
     entry = checkpoints[checkpoint]
     path = (DATA_DIR if folder is None else folder) / entry["file"]
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing (listed in {MANIFEST.name})")
+        shipped = "" if folder is None else (
+            "; an installed copy ships the final checkpoint of this folder only, the others are "
+            "in a checkout's vitplast/checkpoints/")
+        raise FileNotFoundError(f"{path} is missing (listed in {MANIFEST.name}){shipped}")
     digest = sha256(path)
     if digest != entry["sha256"]:
         raise ValueError(f"{path} is corrupt or was changed: sha256 {digest} differs from "
@@ -211,43 +236,41 @@ def new_head(model: VisionTransformer, num_classes: int, *, seed: int) -> Vision
     return model
 
 
-#: timm name -> the local weights file ``load_model(name)`` reads when given no
-#: ``weights_file`` (set by ``use_weights_file``).
-WEIGHTS_FILES: dict[str, Path] = {}
+def use_model(name: str, weights_file: str | Path | None = "",
+              model_args: dict | None = None) -> None:
+    """From now on, ``load_model(name)`` reads its weights from ``weights_file`` and builds
+    the architecture with ``model_args`` (timm keyword arguments, e.g. ``img_size=32,
+    patch_size=4``); an explicit argument still wins, ``pretrained=False`` still gives a random
+    init (in that architecture). Empty values forget what was set for ``name``.
 
-
-def use_weights_file(name: str, weights_file: str | Path | None) -> None:
-    """From now on, ``load_model(name)`` reads its weights from ``weights_file`` (an explicit
-    ``weights_file=`` still wins, ``pretrained=False`` still gives a random init); an empty
-    ``weights_file`` forgets it.
-
-    The paper profile offline: notebooks 01-03 call it in their setup cell with their
-    ``weights_file`` parameter, so that every model their functions load (e.g.
-    ``empirical.measure_tasks``) comes from the local file, not the hub.
+    The notebooks' ``weights_file`` and ``model_args`` parameters: their setup cell
+    (``report.parameters.setup``) calls it, so that every model the notebook's functions load
+    (e.g. ``empirical.measure_tasks``) is your model, not timm's default or the hub's.
 
     Raises:
-        ValueError: the embedded model (its weights ship with vitplast) or an invalid name.
+        ValueError: a weights file or model_args for the embedded model (its weights and
+            architecture ship with vitplast), model_args that is not a dict of names, or an
+            invalid name.
         FileNotFoundError: ``weights_file`` does not exist.
     """
-    if not weights_file:
-        WEIGHTS_FILES.pop(name, None)
-        return
-    if name == EMBEDDED_NAME:
-        raise ValueError(f"weights_file {weights_file} was given for {EMBEDDED_NAME!r}, whose "
-                         "weights ship with vitplast; set model_name to the timm name the file "
-                         "holds weights of, e.g. vit_base_patch16_224.orig_in21k")
-    check_name(name)
-    if not Path(weights_file).is_file():
+    model_args = weights.check_model_args(model_args)
+    if name == EMBEDDED_NAME and (weights_file or model_args):
+        what = "weights_file" if weights_file else "model_args"
+        raise ValueError(f"{what} was given for {EMBEDDED_NAME!r}, whose weights and "
+                         "architecture ship with vitplast; set model_name to the timm name the "
+                         "weights are of, e.g. vit_base_patch16_224.orig_in21k or "
+                         "vit_tiny_patch16_224 (with model_args for your own architecture)")
+    if name != EMBEDDED_NAME:
+        check_name(name)
+    if weights_file and not Path(weights_file).is_file():
         raise FileNotFoundError(f"weights_file {weights_file} does not exist")
-    WEIGHTS_FILES[name] = Path(weights_file)
+    weights.choose(name, weights_file, model_args)
 
 
 def check_name(name: str) -> None:
-    """Check a model name with timm's own parser, before anything is built or downloaded.
-
-    Valid: ``"vitplast_fmnist"``; a timm architecture with or without a pretrained tag
-    (``"vit_base_patch16_224"``, ``"vit_base_patch16_224.orig_in21k"``); ``"hf-hub:ORG/REPO"``;
-    ``"local-dir:PATH"`` (a folder holding ``config.json``).
+    """Check a model name with timm's own parser, before anything is built or downloaded:
+    ``"vitplast_fmnist"`` or what ``weights.check_timm_name`` accepts (a timm architecture
+    with or without a pretrained tag, ``"hf-hub:ORG/REPO"``, ``"local-dir:PATH"``).
 
     Raises:
         ValueError: an unknown architecture (with close matches), an unknown pretrained tag
@@ -255,41 +278,8 @@ def check_name(name: str) -> None:
             without one (timm's message).
         FileNotFoundError: a ``local-dir:`` folder without ``config.json``.
     """
-    from timm.models import (
-        get_arch_pretrained_cfgs,
-        get_pretrained_cfg,
-        is_model,
-        parse_model_name,
-        split_model_name_tag,
-    )
-
-    if name == EMBEDDED_NAME:
-        return
-    try:
-        source, model_id = parse_model_name(name)
-    except ValueError as err:
-        raise ValueError(f"invalid model name {name!r}: {err}") from None
-    if source == "local-dir":
-        if not (Path(model_id) / "config.json").is_file():
-            raise FileNotFoundError(f"local-dir model {model_id} has no config.json; expected a "
-                                    "folder in the Hugging Face layout (config.json and "
-                                    "model.safetensors), as timm.models.save_for_hf writes it")
-        return
-    if source is not None:  # hf-hub: the hub holds the config; found out at load time
-        return
-    arch, tag = split_model_name_tag(model_id)
-    if not is_model(arch):
-        close = difflib.get_close_matches(arch, timm.list_models("*vit*"), n=5)
-        raise ValueError(f"unknown model {name!r}. Valid: {EMBEDDED_NAME!r} or a timm ViT name "
-                         f"(timm.list_models('*vit*')), 'hf-hub:ORG/REPO' or 'local-dir:PATH'; "
-                         f"close matches: {close}")
-    if tag:
-        try:
-            get_pretrained_cfg(model_id)
-        except RuntimeError:
-            tags = [n.split(".", 1)[1] for n in get_arch_pretrained_cfgs(arch)]
-            raise ValueError(f"unknown pretrained tag {tag!r} of {arch}; valid tags: {tags}"
-                             ) from None
+    if name != EMBEDDED_NAME:
+        weights.check_timm_name(name, EMBEDDED_NAME)
 
 
 def _hub_error(name: str, err: Exception | None) -> RuntimeError:
@@ -318,13 +308,14 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
             (``"init"``, ``"epoch1"``, ..., ``"final"``; see ``embedded_checkpoints()``).
         weights_file: a local weights file for a timm name (safetensors or a torch file); an
             empty string means none (the notebooks' default). Default: the file
-            ``use_weights_file`` set for ``name``, if any.
+            ``use_model`` set for ``name``, if any.
         num_classes: the classifier's size. For the embedded model the pretrained head is
             kept when it already has this size; finetuning always replaces it (``new_head``).
         device: where to put the model; ``None`` (the default) picks CUDA when available.
         **timm_kwargs: passed to ``timm.create_model``, e.g. the architecture of your own
             weights: ``load_model("vit_tiny_patch16_224", weights_file="tiny32.safetensors",
-            img_size=32, patch_size=4, num_classes=10)``.
+            img_size=32, patch_size=4, num_classes=10)``; default: the ``model_args``
+            ``use_model`` set for ``name``, if any.
 
     Raises:
         ValueError: unknown name, pretrained tag or checkpoint, a checksum mismatch, or a
@@ -337,7 +328,9 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
         FileNotFoundError: a missing weights file or ``local-dir`` folder.
         RuntimeError: hub weights requested but unreachable (with what to do instead).
     """
-    weights_file = weights_file or (WEIGHTS_FILES.get(name) if pretrained else None)
+    chosen = weights.chosen(name)
+    weights_file = weights_file or (chosen["weights_file"] if pretrained else None)
+    timm_kwargs = {**chosen["model_args"], **timm_kwargs}
     check_name(name)
     if name == EMBEDDED_NAME:
         if timm_kwargs or weights_file is not None:

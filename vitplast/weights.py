@@ -1,4 +1,5 @@
-"""Weights files: whether a local weights file fits the model it is loaded into.
+"""Weights files and model names: whether a local weights file fits the model it is loaded
+into, which file and timm arguments a name loads with, and whether a name is one timm knows.
 
 timm adapts a file to the model asked for without a word: it resamples position embeddings
 and patch-embedding kernels to another image or patch size, and drops a saved head whenever
@@ -7,15 +8,103 @@ head's). ``models.load_model`` checks the result here instead: a file saved for 
 size or image size is refused (naming the arguments that would fit), a saved head of the size
 asked is loaded, and a head replaced by a new one is announced (classes saved vs asked). A file
 that does not load at all is explained by the keys whose shapes differ.
+
+``choose`` / ``chosen`` keep, per timm name, the weights file and timm keyword arguments
+(``model_args``) that ``models.load_model(name)`` uses when given none (``models.use_model``
+sets them); ``check_model_args`` checks such a dict; ``check_timm_name`` checks a name with
+timm's own parser before anything is built.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import math
 import warnings
 from pathlib import Path
 
 import torch
+
+#: timm name -> the weights file and timm keyword arguments ``models.load_model(name)`` uses
+#: when given none (``choose``; ``models.use_model``).
+CHOSEN: dict[str, dict] = {}
+
+
+def check_model_args(model_args) -> dict:
+    """``model_args`` (timm keyword arguments: a dict with str keys; ``None`` or empty: none)
+    as a plain dict, else ``ValueError`` naming what it takes."""
+    if model_args is None:
+        return {}
+    if not isinstance(model_args, dict) or not all(isinstance(k, str) for k in model_args):
+        raise ValueError(f"model_args takes a dict of timm keyword arguments, e.g. "
+                         f"{{'img_size': 32, 'patch_size': 4, 'num_classes': 10}}; got "
+                         f"{model_args!r} ({type(model_args).__name__})")
+    return dict(model_args)
+
+
+def choose(name: str, weights_file: str | Path | None = "", model_args: dict | None = None
+           ) -> None:
+    """Keep ``weights_file`` and ``model_args`` as what ``name`` loads with when given none;
+    both empty: forget ``name``'s. Checks are ``models.use_model``'s."""
+    model_args = check_model_args(model_args)
+    if not weights_file and not model_args:
+        CHOSEN.pop(name, None)
+        return
+    CHOSEN[name] = dict(weights_file=Path(weights_file) if weights_file else None,
+                        model_args=model_args)
+
+
+def chosen(name: str) -> dict:
+    """What ``name`` loads with when given nothing else: ``weights_file`` (a path or None) and
+    ``model_args`` (a dict, maybe empty)."""
+    entry = CHOSEN.get(name, {})
+    return dict(weights_file=entry.get("weights_file"), model_args=dict(entry.get(
+        "model_args", {})))
+
+
+def check_timm_name(name: str, embedded: str) -> None:
+    """Check a timm model name with timm's own parser, before anything is built or
+    downloaded (``models.check_name``; ``embedded``: the embedded model's name, offered as
+    the alternative).
+
+    Valid: a timm architecture with or without a pretrained tag (``"vit_base_patch16_224"``,
+    ``"vit_base_patch16_224.orig_in21k"``); ``"hf-hub:ORG/REPO"``; ``"local-dir:PATH"`` (a
+    folder holding ``config.json``).
+    """
+    import timm
+    from timm.models import (
+        get_arch_pretrained_cfgs,
+        get_pretrained_cfg,
+        is_model,
+        parse_model_name,
+        split_model_name_tag,
+    )
+
+    try:
+        source, model_id = parse_model_name(name)
+    except ValueError as err:
+        raise ValueError(f"invalid model name {name!r}: {err}") from None
+    if source == "local-dir":
+        if not (Path(model_id) / "config.json").is_file():
+            raise FileNotFoundError(f"local-dir model {model_id} has no config.json; expected a "
+                                    "folder in the Hugging Face layout (config.json and "
+                                    "model.safetensors), as timm.models.save_for_hf writes it")
+        return
+    if source is not None:  # hf-hub: the hub holds the config; found out at load time
+        return
+    arch, tag = split_model_name_tag(model_id)
+    if not is_model(arch):
+        close = difflib.get_close_matches(arch, timm.list_models("*vit*"), n=5)
+        raise ValueError(f"unknown model {name!r}. Valid: {embedded!r} or a timm ViT name "
+                         f"(timm.list_models('*vit*')), 'hf-hub:ORG/REPO' or 'local-dir:PATH'; "
+                         f"close matches: {close}")
+    if tag:
+        try:
+            get_pretrained_cfg(model_id)
+        except RuntimeError:
+            tags = [n.split(".", 1)[1] for n in get_arch_pretrained_cfgs(arch)]
+            raise ValueError(f"unknown pretrained tag {tag!r} of {arch}; valid tags: {tags}"
+                             ) from None
 
 #: The tensors whose shapes fix the input a ViT takes: (key, what a mismatch means).
 _INPUT_KEYS = (("patch_embed.proj.weight", "patch size or input channels"),
@@ -35,7 +124,7 @@ def _shape(t) -> tuple[int, ...]:
     return tuple(int(s) for s in t.shape)
 
 
-def _input_advice(saved: dict, model) -> str:
+def _input_advice(saved: dict, model) -> dict:
     """The timm arguments that would build the model the file was saved from."""
     kw = {}
     if "patch_embed.proj.weight" in saved:
@@ -46,7 +135,7 @@ def _input_advice(saved: dict, model) -> str:
             side = math.isqrt(max(tokens, 0))
             if side * side == tokens:
                 kw["img_size"] = side * ph
-    return ", ".join(f"{k}={v}" for k, v in kw.items())
+    return kw
 
 
 def check_fit(path: str | Path, model, name: str) -> None:
@@ -64,12 +153,13 @@ def check_fit(path: str | Path, model, name: str) -> None:
     own = model.state_dict()
     for key, what in _INPUT_KEYS:
         if key in saved and key in own and _shape(saved[key]) != _shape(own[key]):
+            fit = _input_advice(saved, model)
             raise ValueError(
                 f"weights_file {path} was saved for another {what} than {name!r}: {key} is "
                 f"{_shape(saved[key])} in the file, {_shape(own[key])} in the model; timm would "
                 "resample it into another model. Pass the arguments the weights were saved with: "
-                f"{_input_advice(saved, model)} (Python: load_model(name, weights_file=..., "
-                "**kwargs); notebooks: -p model_args '{...}')")
+                f"{', '.join(f'{k}={v}' for k, v in fit.items())} (Python: load_model(name, "
+                f"weights_file=..., **kwargs); notebooks: -p model_args '{json.dumps(fit)}')")
     if _HEAD not in saved or _HEAD not in own:
         return
     asked, have = _shape(own[_HEAD]), _shape(saved[_HEAD])

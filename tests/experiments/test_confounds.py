@@ -2,12 +2,15 @@
 parts and nothing else, the rescale pairs, the LayerNorm scales measured once, the shipped records
 being the complete study, and only complete settings analysed."""
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
 from helpers import acc_table, tiny_vit
 
 from vitplast.experiments import confound_plasticity, confound_variants, confounds, results, runs
+from vitplast.experiments.spec_types import Part
 from vitplast.measure import components
 from vitplast.report import confound_findings
 from vitplast.train import ablations
@@ -67,8 +70,8 @@ def test_the_confound_study_is_its_parts_and_nothing_else():
     for name, n in counts.items():
         assert n == per_block[layer[name].component] + head, name
     with pytest.raises(ValueError, match="matches no variant; valid"):
-        confounds.part_runs(dict(studies.get("confounds").spec, parts=[dict(  # shipped scales
-            name="x", tasks=["digits"], lrs={"MHA sparsest": [0.1]})]))
+        confounds.part_runs(replace(studies.get("confounds").spec, parts=(Part(  # shipped
+            name="x", tasks=("digits",), lrs={"MHA sparsest": [0.1]}),)))
 
 
 def _rescale_records(table: dict, acc: dict, misnamed: dict | None = None) -> pd.DataFrame:
@@ -155,7 +158,7 @@ def test_scales_are_measured_once_in_their_own_step_and_only_read_when_runs_are_
                        r"confounds\.measure_scales\(.*\['digits'\], target='FC1', "
                        r"n_pairs=8\)"):
         confounds.study_scales(tmp_path, ["digits"], n_pairs=8)
-    spec = dict(studies.get("confounds-smoke").spec, scale_tasks=["digits"], n_pairs=8)
+    spec = replace(studies.get("confounds-smoke").spec, scale_tasks=("digits",), n_pairs=8)
     with pytest.raises(FileNotFoundError, match="measure_scales"):
         confounds.part_runs(spec, tmp_path)
     assert calls == []  # listing measured nothing
@@ -173,7 +176,7 @@ def test_scales_are_measured_once_in_their_own_step_and_only_read_when_runs_are_
 def test_the_cli_and_a_recomputing_load_measure_the_scales_before_listing_runs(
         tmp_path, monkeypatch, capsys):
     """A fresh store: ``vitplast sweep --study confounds-smoke`` (here only ``--status``) and
-    ``studies.load_confounds(..., recompute=True)`` (notebook 05's smoke profile) measure the
+    ``ConfoundStudy.load(..., recompute=True)`` (notebook 05's smoke profile) measure the
     scales first, then list the runs from them; reading without recomputing does not."""
     from vitplast.__main__ import main
     from vitplast.experiments import studies, sweep
@@ -191,8 +194,8 @@ def test_the_cli_and_a_recomputing_load_measure_the_scales_before_listing_runs(
     monkeypatch.setattr(confound_plasticity, "layer_plasticity", lambda *a, **k: pd.DataFrame())
     root, main_root = str(tmp_path / "nb"), str(tmp_path / "main")
     with pytest.raises(FileNotFoundError, match="measure_scales"):
-        studies.load_confounds("confounds-smoke", root, main_root)
-    res = studies.load_confounds("confounds-smoke", root, main_root, recompute=True)
+        studies.get("confounds-smoke").load(root, main_root)
+    res = studies.get("confounds-smoke").load(root, main_root, recompute=True)
     assert res.scales["scales"] == {"LN1": 2.0, "LN2": 2.0} and len(calls) == 2
     assert res.coverage["missing"] == len(confounds.study_runs(studies.get(
         "confounds-smoke").spec, root)) == 5
@@ -215,19 +218,19 @@ def test_shipped_confound_results_are_the_complete_study(monkeypatch):
     assert set(shipped["run"]) == expected and len(shipped) == len(expected)
     assert shipped["status"].isin(["ok", "diverged"]).all()
     assert (shipped["initial_val_acc"] <= 0.3).all()
-    main = {run_hash(c) for c in studies.runs_of(studies.get("main").spec)}
-    assert {run_hash(c) for c in studies.confound_baselines(studies.get("confounds"))} <= main
+    main = {run_hash(c) for c in studies.get("main").runs()}
+    assert {run_hash(c) for c in studies.get("confounds").baseline_runs()} <= main
     chosen = confounds.variant_table(confound_variants.with_variant(shipped))
     settings = confound_variants.with_variant(pd.json_normalize(study))[["task", "variant"]]
     assert len(chosen) == len(settings.drop_duplicates()) and not chosen["lr_at_edge"].any()
-    res = studies.load_confounds("confounds")
-    parts = studies.get("confounds").spec["parts"]
-    layer_tasks = [p for p in parts if p["name"] == "per layer"][0]["tasks"]
+    res = studies.get("confounds").load()
+    parts = studies.get("confounds").spec.parts
+    layer_tasks = [p for p in parts if p.name == "per layer"][0].tasks
     blocks = res.layers[res.layers["component"].isin(["LN1", "MHA", "FC1"])]
     assert len(blocks.drop_duplicates(["task", "component", "layer"])) == len(layer_tasks) * 3 * 6
-    after = studies.get("confounds").spec["after"]
+    after = studies.get("confounds").spec.after
     assert set(map(tuple, res.after[["task", "variant"]].drop_duplicates().to_numpy())) == {
-        (task, config) for task in after["tasks"] for config in after["configs"]}
+        (task, config) for task in after.tasks for config in after.configs}
 
 
 def test_only_settings_with_every_run_stored_are_analysed():

@@ -141,7 +141,7 @@ def test_notebook_07s_identity_is_read_from_the_shipped_companions(monkeypatch):
     """A fresh clone does not train 07's identity runs: the shipped gauge study holds them
     for the notebook's tasks, steps and chosen LRs (computing here fails the test)."""
     from vitplast import cached, models
-    from vitplast.experiments import decide, studies
+    from vitplast.experiments import studies
     from vitplast.report import notebooks
 
     def computed(*args, **kwargs):
@@ -151,6 +151,6 @@ def test_notebook_07s_identity_is_read_from_the_shipped_companions(monkeypatch):
     p = notebooks.notebook_parameters("07_suite")
     gauge = studies.get("gauge")
     root = models.require_results(gauge.root())
-    ident = cross_gauge.identity(decide.chosen(gauge, root), p["identity_tasks"],
+    ident = cross_gauge.identity(gauge.load(root), p["identity_tasks"],
                                  steps=p["identity_steps"], root=root)
     assert len(ident) == len(p["identity_tasks"]) * len(cross_gauge.GAUGE_CHANGED)

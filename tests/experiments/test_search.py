@@ -1,11 +1,14 @@
 """LR search: three LRs around the start, then half-decade steps until the best is interior."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from vitplast import files
 from vitplast.experiments import search, studies
+from vitplast.experiments.runtime import Runtime
+from vitplast.experiments.spec_types import Search
 
 
 def _walk(start, accuracy):
@@ -62,8 +65,8 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
     from vitplast.experiments import runs, sweep
     from vitplast.experiments.store import Store
 
-    study = dict(tasks=["digits"], seeds=[0], configs={"LN1": 0.3, "MHA sparse": 1.0},
-                 fixed=dict(steps=2, warmup_steps=1, eval_every=1))
+    study = Search(tasks=("digits",), seeds=(0,), configs={"LN1": 0.3, "MHA sparse": 1.0},
+                   fixed=dict(steps=2, warmup_steps=1, eval_every=1))
     first = search.search_runs(study, tmp_path / "a")
     assert [r["lr"] for r in first] == [0.1, 0.3, 1.0, 0.3, 1.0, 3.0]
     assert first[3]["prepare"] == "sparse" and first[3]["ablation"]["count"] == 1536
@@ -79,7 +82,10 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
     Store(tmp_path / "b").save(first[0], fake(first[0]))  # another store holds one run
     Store(tmp_path / "a").save(first[1], dict(fake(first[1]), status="failed"))
     assert search.reuse(first, tmp_path / "a", [tmp_path / "b"]) == 1
-    search.run_search(study, tmp_path / "a", progress=False)
+    quiet = Runtime(progress=False)
+    search.run_search(study, tmp_path / "a", runtime=quiet)  # the failed run waits
+    assert search.state(study, tmp_path / "a")["next"].tolist()[0] == [0.3]
+    search.run_search(study, tmp_path / "a", runtime=Runtime(progress=False, retry_failed=True))
     state = search.state(study, tmp_path / "a")
     assert state["tried"].tolist() == [[0.1, 0.3, 1.0, 3.0], [0.3, 1.0, 3.0]]
     assert state["best"].tolist() == [1.0, 1.0] and state["bracketed"].all()
@@ -89,7 +95,7 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
     assert files.read_json(Store(tmp_path / "a").path(first[1]))["status"] == "ok"  # re-run
     # a search whose every run another store holds is copied to its end, training nothing
     copied = tmp_path / "c"
-    assert search.run_search(study, copied, sources=[tmp_path / "a"], progress=False) == 0
+    assert search.run_search(study, copied, sources=[tmp_path / "a"], runtime=quiet) == 0
     assert search.state(study, copied)["tried"].tolist() == state["tried"].tolist()
     assert runs.run_hash(first[0]) == runs.run_hash({**first[0], "precision": "fp32"})
 
@@ -100,15 +106,16 @@ def test_the_suite_study_is_declared_with_three_primaries():
     assert (p1.a, p1.b) == (("MHA sparse", "FC1 sparse", "FC2 sparse"), ("LN1", "LN2"))
     assert (p2.a, p2.b, round(p2.paper, 2)) == (("MHA",), ("LN1",), 0.93)
     assert p3.statistic == "spearman(plasticity, gain)"
-    assert len(study.spec["tasks"]) == 33 and study.spec["seeds"] == [0]
-    assert all(lr in search.LR_LADDER for lr in study.spec["configs"].values())
-    assert study.searched
+    assert len(study.spec.tasks) == 33 and study.spec.seeds == (0,)
+    assert all(lr in search.LR_LADDER for lr in study.spec.configs.values())
+    assert study.KIND == "searched"
 
 
 def test_settings_take_run_keywords_and_a_fixed_grid_joins_the_search(tmp_path):
-    study = dict(tasks=["digits"], seeds=[0], grid=[1e-3, 0.01],
-                 configs={"LN1": 0.3, "LN1 x2": dict(config="LN1", prepare="rescale_ln", start=0.3,
-                                                     ablation=dict(component="LN1", c=2.0))})
+    study = Search(tasks=("digits",), seeds=(0,), grid=(1e-3, 0.01),
+                   configs={"LN1": 0.3, "LN1 x2": dict(config="LN1", prepare="rescale_ln",
+                                                       start=0.3,
+                                                       ablation=dict(component="LN1", c=2.0))})
     named = search.settings(study)
     assert [s["name"] for s in named] == ["LN1", "LN1 x2"]
     assert named[1]["prepare"] == "rescale_ln" and named[1]["start"] == 0.3
@@ -121,13 +128,12 @@ def test_the_cross_gauge_study_is_declared_and_shares_the_suite_runs():
     from vitplast.experiments import runs
 
     gauge, study = studies.get("gauge"), studies.get("gauge").spec
-    assert len(study["tasks"]) == 17 and set(study["tasks"]) <= set(
-        studies.get("suite").spec["tasks"])
-    assert len(gauge.primaries) == 3 and gauge.searched
-    named = {s["name"]: s for s in search.settings(dict(study, tasks=["digits_rotate90"]))}
+    assert len(study.tasks) == 17 and set(study.tasks) <= set(studies.get("suite").spec.tasks)
+    assert len(gauge.primaries) == 3 and gauge.KIND == "searched"
+    named = {s["name"]: s for s in search.settings(replace(study, tasks=("digits_rotate90",)))}
     assert named["MHA c=8"]["prepare"] == "gauge" and named["MHA c=8"]["ablation"] == {"c": 8.0}
-    suite = {s["name"]: s for s in search.settings(dict(studies.get("suite").spec,
-                                                        tasks=["digits_rotate90"]))}
+    suite = {s["name"]: s for s in search.settings(replace(studies.get("suite").spec,
+                                                           tasks=("digits_rotate90",)))}
     for name in ("head", "LN1", "MHA", "FC2"):  # c = 1: the suite study's runs, same hashes
         assert runs.run_hash(search._run(named[name], 0.1)) == runs.run_hash(
             search._run(suite[name], 0.1))
@@ -136,8 +142,8 @@ def test_the_cross_gauge_study_is_declared_and_shares_the_suite_runs():
 def test_a_grid_runs_after_every_task_s_search(tmp_path, monkeypatch):
     from vitplast.experiments import sweep
 
-    study = dict(tasks=["digits", "fmnist_contrast"], seeds=[0], grid=[1e-3, 0.3],
-                 configs={"LN1": 0.3}, fixed=dict(steps=2, warmup_steps=1, eval_every=1))
+    study = Search(tasks=("digits", "fmnist_contrast"), seeds=(0,), grid=(1e-3, 0.3),
+                   configs={"LN1": 0.3}, fixed=dict(steps=2, warmup_steps=1, eval_every=1))
     acc = {1e-3: 0.9, 0.1: 0.5, 0.3: 0.7, 1.0: 0.6}  # the grid's 1e-3 beats the search's best
     trained = []
 
@@ -147,8 +153,8 @@ def test_a_grid_runs_after_every_task_s_search(tmp_path, monkeypatch):
                      history=[dict(step=1, val_loss=1.0)], test_acc=0.5) for r in runs]
 
     monkeypatch.setattr(sweep, "run_lrs", fake)
-    search.run_search(study, tmp_path, progress=False)
-    searched = [(t, lr) for t in study["tasks"] for lr in (0.1, 0.3, 1.0)]
+    search.run_search(study, tmp_path, runtime=Runtime(progress=False))
+    searched = [(t, lr) for t in study.tasks for lr in (0.1, 0.3, 1.0)]
     assert sorted(trained[:6]) == sorted(searched)  # both searches before any grid run
     assert set(trained[6:]) >= {("digits", 1e-3), ("fmnist_contrast", 1e-3)}
     state = search.state(study, tmp_path)  # the grid joined: its best asks for 3e-4 too
@@ -157,5 +163,5 @@ def test_a_grid_runs_after_every_task_s_search(tmp_path, monkeypatch):
     on_grid = search.state(study, tmp_path, grid=True)  # chosen among the grid's LRs only
     assert on_grid["best"].tolist() == [1e-3, 1e-3] and on_grid["next"].map(len).eq(0).all()
     assert all(tried == [1e-3, 0.3] for tried in on_grid["tried"])
-    more = search.state(dict(study, grid=[1e-3, 0.3, 3e-2]), tmp_path, grid=True)
+    more = search.state(replace(study, grid=(1e-3, 0.3, 3e-2)), tmp_path, grid=True)
     assert more["next"].tolist() == [[3e-2], [3e-2]]  # a grid run not stored yet is asked for

@@ -1,11 +1,16 @@
 """Studies: the one registry, their runs, the budget check's LRs, reading a study from a store."""
 
+import dataclasses
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 
 from vitplast import files
-from vitplast.experiments import lr_selection, results, runs, studies
+from vitplast.experiments import lr_selection, results, runs, spec_types, studies
+from vitplast.experiments.kinds import Study, budget_runs, grid_runs
 from vitplast.experiments.runs import run_hash
+from vitplast.experiments.runtime import Runtime
 from vitplast.experiments.store import Store
 
 
@@ -14,25 +19,51 @@ def test_unknown_study_names_the_valid_ones():
                        "'budget', 'confounds', 'confounds-smoke', 'suite', 'gauge', 'length', "
                        "'paper'\\]"):
         studies.get("mian")
-    with pytest.raises(ValueError, match="'main' is not a confound study; these are: "
-                       "\\['confounds', 'confounds-smoke'\\]"):
-        studies.load_confounds("main")
-    with pytest.raises(ValueError, match="'suite' is not a finetuning study; these are: "
-                       "\\['main', 'main-smoke'\\]"):
-        studies.load("suite")
+
+
+def test_each_study_is_a_value_of_its_kind():
+    """The kind is the type: one way to tell a study's kind, and each kind loads one way."""
+    kinds = {name: type(s).__name__ for name, s in studies.STUDIES.items()}
+    assert kinds == dict(main="GridStudy", budget="BudgetStudy", confounds="ConfoundStudy",
+                         suite="SearchedStudy", gauge="SearchedStudy", length="SearchedStudy",
+                         paper="PaperStudy", **{"main-smoke": "GridStudy",
+                                                "confounds-smoke": "ConfoundStudy"})
+    assert isinstance(studies.get("main").spec, spec_types.Grid)
+    assert isinstance(studies.get("suite").spec, spec_types.Search)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        studies.get("main").spec.tasks = ("digits",)
+
+
+def test_the_registry_imports_no_torch():
+    """The CLI builds ``--study``'s help and choices from the registry: importing it (and
+    describing every study) loads no torch, in a fresh interpreter."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys\nfrom vitplast.experiments import studies\n"
+            "[s.describe() for s in studies.STUDIES.values()]\n"
+            "print('torch' in sys.modules)\n")
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["False"]
 
 
 def test_a_smoke_study_is_derived_from_its_full_study():
-    """The smoke versions replace a few entries of their full study's spec and keep the rest
+    """The smoke versions replace a few fields of their full study's spec and keep the rest
     (primaries included); they go to the cache and compare with their baselines' smoke."""
+    from vitplast import models
+
     for name in ("main", "confounds"):
         full, smoke = studies.get(name), studies.get(f"{name}-smoke")
-        assert smoke == studies.smoke(full) and smoke.spec == {**full.spec, **full.smoke}
-        assert smoke.primaries == full.primaries and smoke.make is full.make
-        assert not smoke.shipped and smoke.root() == studies.models.cache_dir() / (
-            f"{full.store}-smoke")
-    assert studies.get("confounds-smoke").baselines == "main-smoke"
-    assert len(studies.runs_of(studies.get("main-smoke").spec)) == 7 * 2  # seconds long
+        assert smoke == studies.smoke(full) and type(smoke) is type(full)
+        assert smoke.primaries == full.primaries and smoke.spec != full.spec
+        assert not smoke.shipped and smoke.root() == models.cache_dir() / f"{full.store}-smoke"
+    assert studies.get("confounds-smoke").spec.target == studies.get("confounds").spec.target
+    assert studies.get("confounds-smoke").baselines == studies.get("main-smoke")
+    assert len(studies.get("main-smoke").runs()) == 7 * 2  # seconds long
+    assert studies.get("main-smoke").budget == "" and studies.get("main").budget == "BUDGET"
     with pytest.raises(ValueError, match="no smoke version"):
         studies.smoke(studies.get("suite"))
 
@@ -49,46 +80,48 @@ def test_there_is_one_study_registry():
     for info in pkgutil.walk_packages(vitplast.__path__, "vitplast."):
         module, name = importlib.import_module(info.name), info.name.split(".")[-1]
         for attr, value in vars(module).items():
-            if isinstance(value, studies.Study):
+            if isinstance(value, Study):
                 found.append(f"{name}.{attr}")
             values = (list(value.values()) if isinstance(value, dict)
                       else list(value) if isinstance(value, (list, tuple)) else [])
-            if any(isinstance(v, studies.Study) for v in values) or (
+            if any(isinstance(v, Study) for v in values) or (
                     isinstance(value, dict) and value and set(value) <= set(studies.STUDIES)
                     and all(isinstance(v, dict) for v in value.values())):
                 found.append(f"{name}.{attr}")
     assert found == ["studies.STUDIES"]
     assert all(name == study.name for name, study in studies.STUDIES.items())
-    assert all(s.baselines in studies.STUDIES for s in studies.STUDIES.values() if s.baselines)
+    assert all(studies.get(s.baselines.name) == s.baselines
+               for s in studies.STUDIES.values() if s.baselines)
 
 
 def test_budget_runs_take_the_chosen_lr_and_its_grid_neighbours():
     rows = []
-    main = studies.get("main").spec
-    for config, lrs in main["lrs"].items():
+    main = studies.get("main")
+    for config, lrs in main.spec.lrs.items():
         best = lrs[0] if config == "head" else lrs[3]  # head at its grid's bottom edge
-        for c in studies.runs_of(dict(main, tasks=["digits"], lrs={config: lrs})):
+        for c in grid_runs(replace(main.spec, tasks=("digits",), lrs={config: lrs})):
             rows.append(dict(run=runs.run_hash(c), task=c["task"], config=config, lr=c["lr"],
                              seed=c["seed"], status="ok", test_acc=0.5,
                              best_val_acc=0.9 if c["lr"] == best else 0.5))
-    budget = studies.budget_runs(pd.DataFrame(rows))
+    budget = budget_runs(pd.DataFrame(rows), main, studies.get("budget").spec)
     got = {}
     for c in budget:
         got.setdefault(c["config"], set()).add(c["lr"])
         assert c["steps"] == 480 and c["task"] == "digits"
-    for config, lrs in studies.get("main").spec["lrs"].items():
+    for config, lrs in main.spec.lrs.items():
         assert got[config] == (set(lrs[:2]) if config == "head" else set(lrs[2:5]))
 
 
 def test_load_reads_only_the_study_runs_of_a_store(tmp_path):
-    smoke = studies.runs_of(studies.get("main-smoke").spec)
+    study = studies.get("main-smoke")
+    smoke = study.runs()
     for c in smoke[:3]:
         Store(tmp_path).save(c, dict(status="ok", test_acc=0.5, best_val_acc=0.5,
                                      history=[dict(step=0, loss=1.0)]))
     other = runs.make_run("digits", "MHA", lr=7.0)
     Store(tmp_path).save(other, dict(status="ok", test_acc=0.5, best_val_acc=0.5,
                                      history=[dict(step=0, loss=1.0)]))
-    s = studies.load("main-smoke", str(tmp_path))
+    s = study.load(str(tmp_path))
     assert len(s.runs) == 3 and s.coverage == {"expected": len(smoke), "ok": 3,
                                                "missing": len(smoke) - 3}
     assert s.budget.empty and s.root == str(tmp_path)
@@ -98,10 +131,10 @@ def test_shipped_results_are_the_complete_study():
     """The shipped records are exactly the main study's runs and its budget check's (run
     hashes did not drift), each finished, each from a new head, on grids that bracket every
     chosen LR and every LR band."""
-    shipped = results.results(studies.MAIN_RESULTS)
-    main = {run_hash(c) for c in studies.runs_of(studies.get("main").spec)}
+    shipped = results.results(studies.get("main").root())
+    main = {run_hash(c) for c in studies.get("main").runs()}
     assert len(main) == 7 * 3 * (9 + 10 + 10 + 9 + 10 + 9 + 9)  # per configuration its LRs
-    budget = {run_hash(c) for c in studies.budget_runs(shipped)}
+    budget = {run_hash(c) for c in studies.get("budget").runs()}
     assert 2 * 7 * 2 * 3 <= len(budget) <= 2 * 7 * 3 * 3  # the chosen LR and 1-2 neighbours
     assert set(shipped["run"]) == main | budget
     assert shipped["status"].isin(["ok", "diverged"]).all()
@@ -119,7 +152,8 @@ def test_shipped_runs_table_agrees_with_the_shipped_records(study):
     their stored status and accuracies (it may lag the records of a session cut short)."""
     from vitplast.experiments import confounds
 
-    root = {"finetune": studies.MAIN_RESULTS, "confounds": confounds.EMBEDDED_RESULTS}[study]
+    root = {"finetune": studies.get("main").root(),
+            "confounds": confounds.EMBEDDED_RESULTS}[study]
     stored = results.results(root).set_index("run")
     if not (root / "runs.csv").exists():  # a store no session has filled yet
         assert stored.empty
@@ -131,22 +165,23 @@ def test_shipped_runs_table_agrees_with_the_shipped_records(study):
                                        check_dtype=False)
 
 
-def test_the_cli_studies_are_the_registry():
-    assert studies.sweep_runs("main-smoke") == studies.runs_of(studies.get("main-smoke").spec)
-    assert studies.sweep_runs("main", "unused") == studies.runs_of(studies.get("main").spec)
-    assert studies.get("main").root() == studies.MAIN_RESULTS
-    paper = studies.sweep_runs("paper", data_root="/data", weights_file="w.safetensors")
+def test_a_study_lists_its_runs_from_its_spec_and_runtime():
+    assert studies.get("main").runs("unused") == grid_runs(studies.get("main").spec)
+    from vitplast import models
+
+    assert studies.get("main").root() == models.results_root("finetune")
+    paper = studies.get("paper").runs(None, Runtime(data_root="/data",
+                                                    weights_file="w.safetensors"))
     assert len(paper) == 11 * 7 * 4 * 3 and {r["steps"] for r in paper} == {4_000, 5_000,
                                                                           10_000, 20_000}
     domainnet = {r["lr"] for r in paper if r["task"].startswith("domainnet")}
-    assert domainnet == set(studies.get("paper").spec["lrs_domainnet"])
+    assert domainnet == set(studies.get("paper").spec.lrs_domainnet)
     assert {r["weights_file"] for r in paper} == {"w.safetensors"}
-    with pytest.raises(ValueError, match="unknown study 'mian'; valid: \\['main', 'main-smoke'"):
-        studies.sweep_runs("mian")
     with pytest.raises(ValueError, match="paper study needs data_root"):
-        studies.sweep_runs("paper")
-    with pytest.raises(ValueError, match="settings of the paper study only"):
-        studies.sweep_runs("main", data_root="/data")
+        studies.get("paper").check(Runtime())
+    with pytest.raises(ValueError, match=r"data_root \(--data-root\) applies to paper studies "
+                       "only; study 'main' is a grid study"):
+        studies.get("main").check(Runtime(data_root="/data"))
 
 
 #: The searched studies' shipped stores: (study, settings, complete). A store still filling is
@@ -162,18 +197,17 @@ def test_shipped_searched_records_are_runs_of_their_study(name):
     finished (ok or diverged), from a new head; identical runs of the stores it reuses are
     their records, copied."""
     from vitplast import models
-    from vitplast.experiments import search
 
     study = studies.get(name)
     root = study.root()
-    asked = {run_hash(r) for r in search.search_runs(study.spec, root)}
+    asked = {run_hash(r) for r in study.runs(root)}
     records = Store(root).records()
     assert records, f"the {name} store is empty"
     assert {run_hash(r["run"]) for r in records} <= asked
     assert {r["status"] for r in records} <= {"ok", "diverged"}
     assert max(r["initial_val_acc"] for r in records) <= 0.6  # chance: 1/26 .. 1/2
     for r in records:  # a copied record is byte for byte its source's
-        for source in (models.results_root(s) for s in study.spec["reuse"]):
+        for source in (models.results_root(s) for s in study.spec.reuse):
             if Store(source).has(r["run"]):
                 assert files.read_json(Store(source).path(r["run"])) == r
 
@@ -190,4 +224,5 @@ def test_shipped_searched_results_are_the_complete_study(name):
     state = search.state(study.spec, study.root())
     assert len(state) == SEARCHED[name]
     assert (state["next"].map(len) == 0).all() and state["bracketed"].all()
-    assert all(Store(study.root()).has(r) for r in search.search_runs(study.spec, study.root()))
+    assert all(Store(study.root()).has(r) for r in study.runs())
+    assert len(study.load()) == SEARCHED[name]  # every task complete: every row chosen

@@ -147,29 +147,6 @@ def test_unknown_executor_names_the_valid_ones(tmp_path):
         sweep.run_sweep([], tmp_path, executor="slurm")
 
 
-def test_select_orders_shards_and_limits(tmp_path):
-    """seed-first puts every seed's runs before the next seed's, in their order; shards are
-    disjoint and cover the study; the limit counts only runs the store lacks."""
-    study = runs.grid(["digits"], ["head", "LN1"], [0.1, 1.0], [42, 0], **TINY)
-    ordered = sweep.select(study, tmp_path)
-    assert [r["seed"] for r in ordered] == [42] * 4 + [0] * 4
-    assert [r for r in ordered if r["seed"] == 0] == [r for r in study if r["seed"] == 0]
-    assert sweep.select(study, tmp_path, order="grid") == study
-    halves = [sweep.select(study, tmp_path, shard=s) for s in ("0/2", "1/2")]
-    assert halves == [ordered[0::2], ordered[1::2]] and sweep.select(study, shard=(1, 2)) == \
-        halves[1]
-    Store(tmp_path).save(ordered[0], dict(status="diverged"))
-    assert sweep.select(study, tmp_path, limit=2) == ordered[1:3]
-    for bad, match in [(dict(order="random"), "valid: \\['seed-first', 'grid'\\]"),
-                       (dict(shard="2/2"), "0 <= I < N"), (dict(shard="half"), "I/N"),
-                       (dict(shard=(0, 0)), "0 <= I < N"), (dict(shard=(1,)), "I/N"),
-                       (dict(limit=0), "N >= 1")]:
-        with pytest.raises(ValueError, match=match):
-            sweep.select(study, tmp_path, **bad)
-    with pytest.raises(ValueError, match="limit needs root"):
-        sweep.select(study, limit=1)
-
-
 BAD_SETTINGS = [("clip_grad_norm", -1.0, r"clip_grad_norm=-1.0 is not valid: expected a "
                                          r"number >= 0, or null"),
                 ("momentum", 1.5, r"momentum=1.5 is not valid: expected a number >= 0 and < 1"),

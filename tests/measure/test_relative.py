@@ -190,7 +190,7 @@ def test_notebook_02b_reads_every_measurement_of_its_profiles_from_the_shipped_c
         p = {**notebooks.notebook_parameters("02b_gauge"),
              **notebooks.PROFILES[profile].get("02b_gauge", {})}
         kept = models.require_results(models.results_root(p["measured_dir"]))
-        folder = models.require_results(models.results_root(p["recipe_folder"]))
+        folder = models.pretrained_folder(p["recipe_folder"])
         where = dict(source=p["source"], data_root=p["data_root"])
         c = max(p["gauge_cs"])
         tables = [

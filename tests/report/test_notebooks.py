@@ -106,15 +106,15 @@ def test_papermill_sees_every_parameters_type(name):
 
 
 def test_parameter_values_of_the_wrong_type_fail_before_any_kernel(capsys):
-    with pytest.raises(ValueError, match="parameter n_pairs of 01_definitions is a int"):
+    with pytest.raises(ValueError, match="parameter n_pairs of 01_definitions takes int"):
         notebooks.plan("smoke", only=["01"], params={"n_pairs": "abc"})
-    with pytest.raises(ValueError, match="scales of 01_definitions is a list\\[float\\]"):
+    with pytest.raises(ValueError, match="scales of 01_definitions takes list\\[float\\]"):
         notebooks.plan("smoke", only=["01"], params={"scales": ["a"]})
     (_, params), = notebooks.plan("smoke", only=["01"], params={"scales": [1, 2.5]})
     assert params["scales"] == [1, 2.5]  # ints are floats; lists come parsed
     with pytest.raises(SystemExit) as err:
         main(["notebooks", "run", "--only", "01", "-p", "n_pairs", "abc"])
-    assert err.value.code == 2 and "is a int" in capsys.readouterr().err
+    assert err.value.code == 2 and "takes int" in capsys.readouterr().err
 
 
 def test_weights_file_is_a_parameter_of_the_model_notebooks(tmp_path):

@@ -1,6 +1,5 @@
 """Another pretraining recipe's ranking beside the embedded model's, on the shipped folder."""
 
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -9,7 +8,7 @@ from vitplast import models
 from vitplast.measure import empirical, plasticity
 from vitplast.train import recipes
 
-FOLDER = Path(__file__).resolve().parents[2] / "data" / "pretrain_no_weight_decay"
+FOLDER = models.pretrained_folder("pretrain_no_weight_decay")  # package data
 
 
 def test_recipe_rankings_are_each_model_s_own_measurement(tmp_path, monkeypatch):

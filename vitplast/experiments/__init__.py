@@ -2,8 +2,10 @@
 
 ``runs`` (a run's keys, checks and hash) · ``store`` (records, companions, the audit) with
 ``claims`` (a run held while it trains) and ``migrate`` (older record layouts) · ``sweep``
-(running what a store lacks) and ``search`` (LRs bracketed on validation) · ``studies`` (the
-one registry) with ``study_specs`` · ``study_log`` (sessions, progress) · ``results`` (tidy
+(running what a store lacks) and ``search`` (LRs bracketed on validation) · ``runtime`` (a
+sweep's settings and which runs it takes) · ``studies`` (the one registry) of the study
+kinds, ``kinds`` and ``adaptive``, with their specs' types, ``spec_types``, and values,
+``study_specs`` · ``study_log`` (sessions, progress) · ``results`` (tidy
 tables) with ``lr_selection`` · ``decide`` (the suite study's tables) and ``cross_gauge`` (the
 cross-gauge study's checks) · ``confounds`` with ``confound_variants`` and
 ``confound_plasticity`` (the confound study) · ``archive`` (the shipped stores as one

@@ -22,6 +22,7 @@ import pandas as pd
 from vitplast import cached, models
 from vitplast.experiments import lr_selection, store
 from vitplast.experiments.confound_variants import names_of
+from vitplast.experiments.spec_types import Confound
 from vitplast.train import finetune
 
 #: The protocol the study declared for its per-block test (its primary question), and the other
@@ -91,22 +92,21 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
                          for c, b in saved["before"].items()])
 
 
-def after_runs(main: pd.DataFrame, study: dict, baselines: list[dict]) -> list[dict]:
+def after_runs(main: pd.DataFrame, study: Confound, baselines: list[dict]) -> list[dict]:
     """The runs ``plasticity_after`` trains again: per task and configuration of the study's
-    ``after`` setting, its baseline run (of ``baselines``: ``studies.confound_baselines``) at
+    ``after`` setting, its baseline run (of ``baselines``: ``ConfoundStudy.baseline_runs``) at
     the LR chosen on validation over all seeds in ``main`` (``results.results`` of the
-    baselines' store), with seed ``after["seed"]``."""
+    baselines' store), with seed ``after.seed``."""
     from vitplast.experiments import runs
 
-    after = study["after"]
-    pool = [r for r in baselines
-            if r["task"] in after["tasks"] and r["config"] in after["configs"]]
+    after = study.after
+    pool = [r for r in baselines if r["task"] in after.tasks and r["config"] in after.configs]
     rows = main[main["run"].isin({runs.run_hash(r) for r in pool})] if len(main) else main
     if not len(rows):
         return []
     chosen = {(c.task, c.config, c.lr) for c in lr_selection.select_lr(rows).itertuples()}
     return [r for r in pool if (r["task"], r["config"], r["lr"]) in chosen
-            and r["seed"] == after["seed"]]
+            and r["seed"] == after.seed]
 
 
 def layer_accuracy(acc: pd.DataFrame, layers: pd.DataFrame, fields: pd.DataFrame

@@ -39,6 +39,7 @@ from vitplast.experiments.confound_variants import (
     variant_fields,
     with_variant,
 )
+from vitplast.experiments.spec_types import Confound
 from vitplast.inputs import to_model
 from vitplast.measure import rates
 from vitplast.measure.components import LINEARS, NORMS, PAPER_CONFIGS, trainable_names
@@ -48,7 +49,7 @@ from vitplast.train.ablations import PREPARE, rescale_layernorm
 EMBEDDED_RESULTS = models.results_root("confounds")
 
 
-def part_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> dict[str, list[dict]]:
+def part_runs(study: Confound, root: str | Path = EMBEDDED_RESULTS) -> dict[str, list[dict]]:
     """The runs of each part of a confound study's spec (``studies.get("confounds").spec``),
     in its order, with the LayerNorm scales stored under ``root`` (read, never measured:
     ``study_scales``). The variants' counts come from the embedded architecture (random
@@ -60,30 +61,30 @@ def part_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> dict[str, lis
     """
     from vitplast.experiments import runs
 
-    scales = study_scales(root, study["scale_tasks"], target=study["target"],
-                          n_pairs=study["n_pairs"])["scales"]
+    scales = study_scales(root, study.scale_tasks, target=study.target,
+                          n_pairs=study.n_pairs)["scales"]
     table = all_variants(models.load_model(models.EMBEDDED_NAME, pretrained=False,
                                            num_classes=10, device="cpu"), scales)
     out = {}
-    for part in study["parts"]:
-        out[part["name"]] = []
-        for pattern, lrs in part["lrs"].items():
+    for part in study.parts:
+        out[part.name] = []
+        for pattern, lrs in part.lrs.items():
             names = [n for n in table if fnmatch.fnmatch(n, pattern)]
             if not names:
-                raise ValueError(f"part {part['name']!r}: {pattern!r} matches no variant; "
+                raise ValueError(f"part {part.name!r}: {pattern!r} matches no variant; "
                                  f"valid: {list(table)}")
-            out[part["name"]] += [run for task in part["tasks"] for name in names
+            out[part.name] += [run for task in part.tasks for name in names
                                   for run in runs.grid([task], [table[name].keywords()], lrs,
-                                                       study["seeds"], **part.get("fixed", {}))]
+                                                       study.seeds, **part.fixed)]
     return out
 
 
-def study_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
+def study_runs(study: Confound, root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
     """Every run of a confound study preset, part by part (``part_runs``)."""
     return [run for part in part_runs(study, root).values() for run in part]
 
 
-def part_coverage(study: dict, df: pd.DataFrame, root: str | Path = EMBEDDED_RESULTS
+def part_coverage(study: Confound, df: pd.DataFrame, root: str | Path = EMBEDDED_RESULTS
                   ) -> pd.DataFrame:
     """Per part of the study: its expected runs by status in ``results`` table ``df``."""
     from vitplast.experiments import results
@@ -129,7 +130,7 @@ def measure_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int
     ``matching_scales``, rounded to 3 significant digits (the precision of the variant names),
     and everything is saved in ``root/scales-<hash of the settings>.json``. When that file is
     there it is read, not measured again: float noise of a re-measurement never changes a
-    run, so its hash stays. Called by ``studies.load_confounds`` (recomputing) and
+    run, so its hash stays. Called by ``ConfoundStudy.load`` (recomputing) and
     the CLI's ``vitplast sweep`` of a confound study.
 
     Returns:
@@ -150,11 +151,11 @@ def measure_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int
     return store.Store(root).companion(_scales_name(tasks, target, n_pairs), compute=measure)
 
 
-def measure_study_scales(study: dict, root: str | Path) -> dict:
+def measure_study_scales(study: Confound, root: str | Path) -> dict:
     """``measure_scales`` with the settings of a confound study's spec (``scale_tasks``,
     ``target``, ``n_pairs``): what must run before its runs are listed."""
-    return measure_scales(root, study["scale_tasks"], target=study["target"],
-                          n_pairs=study["n_pairs"])
+    return measure_scales(root, study.scale_tasks, target=study.target,
+                          n_pairs=study.n_pairs)
 
 
 def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int = 256) -> dict:
@@ -173,7 +174,7 @@ def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int =
             f"{Path(root) / name} is missing: the LayerNorm scales of this confound study are "
             f"not measured yet. Measure them first: vitplast.experiments.confounds.measure_scales("
             f"{str(root)!r}, {list(tasks)!r}, target={target!r}, n_pairs={n_pairs}) (`python "
-            "-m vitplast sweep --study <confound study>` and studies.load_confounds(..., "
+            "-m vitplast sweep --study <confound study>` and ConfoundStudy.load(..., "
             "recompute=True) do it before listing the runs)")
     return saved
 
@@ -304,7 +305,7 @@ def controls(t: dict, components=("MHA", "LN1")) -> pd.DataFrame:
 
 
 def tables(res, model: nn.Module) -> dict:
-    """Every table behind notebook 05's findings, from ``studies.load_confounds``'s ``res``:
+    """Every table behind notebook 05's findings, from ``ConfoundStudy.load``'s ``res``:
     ``fields`` (``variant_fields``: each variant's fields, of the runs and of the catalogue
     ``all_variants``), ``acc`` (``accuracy``), ``matched`` (``matched_accuracy``), ``counts``
     (``variant_counts_table``) and ``count_matrix`` (its matched families: family x

@@ -7,9 +7,6 @@ Paper: Table 1 and Takeaway 3, tested on the task suite (``vitplast.datasets.sui
 unit is the task: every value below is one number per task, and the findings (``findings``)
 test their mean over tasks.
 
-- ``chosen``: per task and configuration, the LR the search chose on validation
-  (``search.best``) and that run's test accuracy; only tasks whose every search has ended
-  (``complete_tasks``) count.
 - ``findings``: the study's three declared primaries as findings rows: P1 (sparse MHA, FC1,
   FC2 minus LN1, LN2, all at LN1's count) and P2 (MHA minus LN1 at full counts) from
   ``accuracy``; P3 (Spearman's rho, over the five full-count components, of plasticity before
@@ -40,12 +37,12 @@ import numpy as np
 import pandas as pd
 
 from vitplast import cached
-from vitplast.experiments import search, store
+from vitplast.experiments import store
 from vitplast.measure.components import COMPONENTS
 from vitplast.stats import verdicts
 
 if TYPE_CHECKING:  # for annotations only
-    from vitplast.experiments.studies import Study
+    from vitplast.experiments.kinds import Study
 
 
 #: What ``task_plasticity`` measures: Definition 1's plasticity, or the relative plasticity.
@@ -56,16 +53,6 @@ def complete_tasks(state: pd.DataFrame) -> list[str]:
     """The tasks of a ``search.state`` table whose every setting has ended (nothing asked)."""
     done = state.assign(ended=state["next"].map(len) == 0).groupby("task", sort=False)["ended"]
     return [task for task, ended in done.all().items() if ended]
-
-
-def chosen(study: Study, root: str | Path, *, grid: bool = False) -> pd.DataFrame:
-    """``search.state`` of a searched ``study`` on its complete tasks only: per task and
-    configuration the chosen ``lr`` (``best``), ``bracketed``, and that run's ``val_acc`` and
-    ``test_acc`` (in %) and ``trainable`` count. ``grid``: the LR chosen on validation from
-    the study's fixed grid instead (a task is complete when every grid run is stored)."""
-    state = search.state(study.spec, root, grid=grid)
-    return state[state["task"].isin(complete_tasks(state))].rename(
-        columns={"best": "lr"}).reset_index(drop=True)
 
 
 def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
@@ -166,7 +153,8 @@ def findings(study: Study, picked: pd.DataFrame, plasticity: pd.DataFrame | None
 
 def secondary(study: Study, on_grid: pd.DataFrame) -> list[dict]:
     """The study's primaries asked again with each LR chosen from its fixed grid
-    (``chosen(..., grid=True)``; for the cross-gauge study the paper's four LRs, shared by
+    (``SearchedStudy.load(..., grid=True)``; for the cross-gauge study the paper's four LRs,
+    shared by
     every configuration, as the paper's table chose them): family "secondary", Holm over
     these rows only, so they never move a primary's verdict."""
     return [dict(p.row(accuracy(on_grid)), family="secondary",
@@ -214,7 +202,7 @@ def protocol_findings(study: Study, picked: pd.DataFrame, root: str | Path) -> l
 
     tasks = list(picked["task"].unique())
     p3 = next(p for p in study.primaries if p.statistic == _P3)
-    plastic = {pr: component_plasticity(root, tasks, study.spec["n_pairs"], pr)
+    plastic = {pr: component_plasticity(root, tasks, study.spec.n_pairs, pr)
                for pr in PROTOCOLS}
     acc = accuracy(picked)
 
@@ -348,7 +336,7 @@ def rising_loss(picked: pd.DataFrame) -> dict:
                 "above its start")
 
 
-__all__ = ["LENGTHS", "PROTOCOLS", "QUANTITIES", "accuracy", "by_distance", "by_length", "chosen",
+__all__ = ["LENGTHS", "PROTOCOLS", "QUANTITIES", "accuracy", "by_distance", "by_length",
            "compares", "complete_tasks", "component_plasticity", "distance", "distance_findings",
            "findings", "length_rule", "protocol_findings", "rising_loss",
            "spearman_plasticity_gain", "task_plasticity", "task_probe", "task_probes"]

@@ -14,12 +14,17 @@ best at all). The search here spends runs where they inform:
 
 A diverged or failed run is worse than any finished one. The search is a pure function of the
 outcomes stored so far (``next_lrs``), so a sweep that runs what it asks for, reads the
-records back and asks again (``vitplast.experiments.studies.run_search``) resumes from any state.
+records back and asks again (``run_search``) resumes from any state. Where each search stands
+is read from the store's records once (``records``: setting -> LR -> record), never by
+hashing every LR of the ladder for every setting.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import replace
+from pathlib import Path
 
 from vitplast.experiments import confound_variants
 
@@ -87,39 +92,44 @@ def bracketed(outcomes: dict[float, tuple[float, float]]) -> bool:
 __all__ = ["LR_LADDER", "best", "bracketed", "next_lrs", "rung", "score"]
 
 
-def settings(study: dict, **runtime) -> list[dict]:
-    """A searched study's settings, in its order (task > configuration > seed): each a dict
-    of ``runs.make_run`` keywords without ``lr``, plus ``name`` (for display) and ``start``
-    (its search's centre), plus ``runtime`` keys (``runs.RUNTIME_KEYS``: device, precision...;
-    the study's declared ``precision`` unless ``runtime`` names one;
-    never hashed).
-
-    ``study["configs"]`` maps a name to its start LR, or to a dict of run keywords with
-    ``start`` (e.g. ``dict(config="MHA", prepare="gauge", ablation=dict(c=8.0), start=0.1)``;
-    ``variant="MHA sparse"`` starts from that named variant's keywords).
-    A name with a start LR alone is a plain configuration (``components.CONFIGS``) or a named
-    variant of the confound study (``confound_variants.variants``, e.g. ``"MHA sparse"``: its
-    ``Variant.keywords``), so that identical runs hash identically. The variants' counts come
-    from the embedded architecture (no checkpoint is read).
-    """
+@functools.lru_cache(maxsize=1)
+def _named() -> dict[str, dict]:
+    """The confound study's named variants' run keywords (``Variant.keywords``), from the
+    embedded architecture (random weights: no checkpoint is read), made once per process."""
     from vitplast import models
 
     model = models.load_model(models.EMBEDDED_NAME, pretrained=False, num_classes=10,
                               device="cpu")
-    named = {name: v.keywords() for name, v in confound_variants.variants(model, {}).items()}
-    if "precision" in study:
-        runtime = {"precision": study["precision"], **runtime}
+    return {name: v.keywords() for name, v in confound_variants.variants(model, {}).items()}
+
+
+def settings(spec, **runtime) -> list[dict]:
+    """A searched study's settings (``spec``: a ``spec_types.Search``), in its order (task >
+    configuration > seed): each a dict of ``runs.make_run`` keywords without ``lr``, plus
+    ``name`` (for display) and ``start`` (its search's centre), plus ``runtime`` keys (run
+    keys of a ``runtime.Runtime``: precision, workers...; the spec's declared ``precision``
+    unless ``runtime`` names one; ``eval_every`` is hashed, the others never).
+
+    ``spec.configs`` maps a name to its start LR, or to a dict of run keywords with ``start``
+    (e.g. ``dict(config="MHA", prepare="gauge", ablation=dict(c=8.0), start=0.1)``;
+    ``variant="MHA sparse"`` starts from that named variant's keywords). A name with a start
+    LR alone is a plain configuration (``components.CONFIGS``) or a named variant of the
+    confound study (``confound_variants.variants``, e.g. ``"MHA sparse"``: its
+    ``Variant.keywords``), so that identical runs hash identically.
+    """
+    if spec.precision:
+        runtime = {"precision": spec.precision, **runtime}
     out = []
-    for task in study["tasks"]:
-        for name, spec in study["configs"].items():
-            if isinstance(spec, dict):
-                base = named[spec["variant"]] if "variant" in spec else {}
-                variant = {**base, **{k: v for k, v in spec.items() if k != "variant"}}
+    for task in spec.tasks:
+        for name, start in spec.configs.items():
+            if isinstance(start, dict):
+                base = _named()[start["variant"]] if "variant" in start else {}
+                variant = {**base, **{k: v for k, v in start.items() if k != "variant"}}
             else:
-                variant = dict(named.get(name, dict(config=name)), start=spec)
-            for seed in study["seeds"]:
+                variant = dict(_named().get(name, dict(config=name)), start=start)
+            for seed in spec.seeds:
                 out.append(dict(variant, name=name, task=task, seed=seed,
-                                **study.get("fixed", {}), **runtime))
+                                **{**spec.fixed, **runtime}))
     return out
 
 
@@ -130,56 +140,68 @@ def _run(setting: dict, lr: float) -> dict:
     return runs.make_run(setting["task"], lr=lr, **kwargs)
 
 
-def _outcomes(setting: dict, root, lrs) -> dict[float, tuple[float, float]]:
-    """LR -> ``score`` of the setting's stored runs at ``lrs`` (a failed run, one that
-    raised, counts as not tried: ``run_search`` runs it again once per call)."""
-    out = {}
-    for lr in lrs:
-        record = _record(root, _run(setting, lr))
-        if record is not None and record["status"] != "failed":  # failed: not tried
-            out[lr] = score(record)
+def records(root) -> dict[str, dict[float, dict]]:
+    """The store's records, read once, by setting (``runtime.setting``: a run without its
+    LR) and LR."""
+    from vitplast.experiments.runtime import setting
+    from vitplast.experiments.store import Store
+
+    out: dict[str, dict[float, dict]] = {}
+    for record in Store(root).records() if Path(root).is_dir() else []:
+        out.setdefault(setting(record["run"]), {})[record["run"]["lr"]] = record
     return out
 
 
-def _record(root, run: dict) -> dict | None:
-    from vitplast.experiments import store
+def _stored(setting: dict, table: dict) -> dict[float, dict]:
+    """LR -> record of ``setting``'s runs in ``table`` (``records``)."""
+    from vitplast.experiments.runtime import setting as key
 
-    return store.Store(root).record(run)
+    return table.get(key(_run(setting, setting["start"])), {})
 
 
-def search_runs(study: dict, root, **runtime) -> list[dict]:
-    """Every run the search of ``study`` has asked for so far, given the records under
+def _outcomes(stored: dict[float, dict], lrs) -> dict[float, tuple[float, float]]:
+    """LR -> ``score`` of the stored runs at ``lrs`` (a failed run, one that raised, counts as
+    not tried)."""
+    return {lr: score(r) for lr, r in stored.items() if lr in lrs and r["status"] != "failed"}
+
+
+def _asked(spec, setting: dict, stored: dict) -> list[float]:
+    """The LRs of ``setting`` its search has tried or asks for next, and its grid's."""
+    outcomes = _outcomes(stored, LR_LADDER)
+    return sorted(set(outcomes) | set(next_lrs(setting["start"], outcomes)) | set(spec.grid))
+
+
+def search_runs(spec, root, **runtime) -> list[dict]:
+    """Every run the search of ``spec`` has asked for so far, given the records under
     ``root``: per setting the runs stored on its path of the search, and the ones it asks
-    for next (missing from the store), with ``runtime`` keys; and, where the study names a
+    for next (missing from the store), with ``runtime`` keys; and, where the spec names a
     fixed ``grid`` of LRs, every setting's runs at those LRs too (their outcomes join the
     search's). Read-only."""
-    out = []
-    for setting in settings(study, **runtime):
-        outcomes = _outcomes(setting, root, LR_LADDER)
-        asked = set(outcomes) | set(next_lrs(setting["start"], outcomes))
-        out += [_run(setting, lr) for lr in sorted(asked | set(study.get("grid", ())))]
-    return out
+    table = records(root)
+    return [_run(s, lr) for s in settings(spec, **runtime)
+            for lr in _asked(spec, s, _stored(s, table))]
 
 
-def state(study: dict, root, *, grid: bool = False) -> "pd.DataFrame":  # noqa: F821
+def state(spec, root, *, grid: bool = False) -> "pd.DataFrame":  # noqa: F821
     """Where the search of each setting stands: one row per (task, config, seed) with
     ``tried`` (LRs stored), ``best`` (LR), ``bracketed``, ``next`` (LRs still asked for), and
     the best run's ``val_acc``, ``test_acc`` (in %), ``trainable`` count and ``loss_rose``
-    (its training loss rose above its first value somewhere: a run
-    which rounding alone can move by points; NaN without a best run).
+    (its training loss rose above its first value somewhere: a run which rounding alone can
+    move by points; NaN without a best run).
 
-    ``grid``: the same for the study's fixed ``grid`` instead of its search: ``best`` chosen
+    ``grid``: the same for the spec's fixed ``grid`` instead of its search: ``best`` chosen
     on validation among the grid's LRs only, ``next`` the grid's LRs not stored yet.
     """
     import pandas as pd
 
-    rows, lrs = [], study["grid"] if grid else LR_LADDER
-    for s in settings(study):
-        outcomes = _outcomes(s, root, lrs)
+    rows, lrs, table = [], spec.grid if grid else LR_LADDER, records(root)
+    for s in settings(spec):
+        stored = _stored(s, table)
+        outcomes = _outcomes(stored, lrs)
         asked = ([lr for lr in lrs if lr not in outcomes] if grid else
                  next_lrs(s["start"], outcomes))
         top = best(outcomes)
-        record = _record(root, _run(s, top)) if top is not None else None
+        record = stored.get(top)
         acc = {k: 100 * record[k] if record and record.get(k) is not None else math.nan
                for k in ("best_val_acc", "test_acc")}
         rows.append(dict(
@@ -188,6 +210,12 @@ def state(study: dict, root, *, grid: bool = False) -> "pd.DataFrame":  # noqa: 
             val_acc=acc["best_val_acc"], test_acc=acc["test_acc"],
             trainable=(record or {}).get("trainable"), loss_rose=loss_rose(record)))
     return pd.DataFrame(rows)
+
+
+def complete_tasks(state: "pd.DataFrame") -> list[str]:  # noqa: F821
+    """The tasks of a ``state`` table whose every setting has ended (nothing asked)."""
+    done = state.assign(ended=state["next"].map(len) == 0).groupby("task", sort=False)["ended"]
+    return [task for task, ended in done.all().items() if ended]
 
 
 def losses(record: dict | None) -> list[float]:
@@ -207,13 +235,13 @@ def reuse(runs: list[dict], root, sources) -> int:
     (same hash: the same run, whatever study made it); return how many were copied."""
     import shutil
 
-    from vitplast.experiments import store
+    from vitplast.experiments.store import Store
 
-    into, copied = store.Store(root), 0
+    into, copied = Store(root), 0
     for run in runs:
         if into.has(run):
             continue
-        for source in map(store.Store, sources):
+        for source in map(Store, sources):
             if source.has(run):
                 into.path(run).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source.path(run), into.path(run))
@@ -222,19 +250,20 @@ def reuse(runs: list[dict], root, sources) -> int:
     return copied
 
 
-def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sources=(),
-               runtime: dict | None = None, progress: bool = True, **sweep_kwargs) -> int:
-    """Run the search of ``study`` into ``root`` until every setting of this shard is
-    bracketed (or at the ladder's end); resumable at any point. Tasks are taken in the study's
-    order, one at a time, so the store fills task by task; shard ``(i, n)`` takes every n-th
-    task from the i-th (n processes share one store without waiting on each other's claims).
-    A study with a fixed ``grid`` runs in two passes: the searches of all its tasks first (what
-    the primary questions read), then the grid's runs (which join the searches' outcomes, so
-    a search may ask for more after them); the complete store is the same either way.
-    Records of identical runs in ``sources`` (other stores) are copied, not re-run; a failed
-    record (the run raised) is run again, once per call.
-    ``runtime``: run keys that change how runs execute (``precision``, ``workers``...), never
-    what they compute; ``sweep_kwargs`` go to ``sweep.run_sweep`` (device, executor...).
+def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> int:
+    """Run the search of ``spec`` into ``root`` until every setting of this shard is
+    bracketed (or at the ladder's end); resumable at any point. Tasks are taken in the spec's
+    order, one at a time, so the store fills task by task; ``runtime.shard`` ``(i, n)`` takes
+    every n-th setting from the i-th (n processes share one store, none waiting on another's
+    claims). A spec with a fixed ``grid`` runs in two passes: the searches of all its tasks
+    first (what the primary questions read), then the grid's runs (which join the searches'
+    outcomes, so a search may ask for more after them); the complete store is the same either
+    way. Records of identical runs in ``sources`` (other stores) are copied, not re-run.
+
+    ``runtime`` (a ``runtime.Runtime``): its run keys go to every run; ``limit``: at most
+    that many runs trained; ``retry_failed``: a failed record (the run raised) is run again,
+    once per call (else its search waits at it); device, ``batch_lrs`` and ``progress`` go to
+    ``sweep.run_sweep``, as does ``executor`` (a ``runtime.Executor``).
 
     Returns:
         The number of runs this call trained.
@@ -243,33 +272,48 @@ def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sour
 
     from vitplast.experiments import sweep
     from vitplast.experiments.runs import run_hash
+    from vitplast.experiments.runtime import Executor, Runtime
 
-    i, n = sweep.parse_shard(shard)
+    runtime, executor = runtime or Runtime(), executor or Executor()
+    i, n = runtime.shard or (0, 1)
+    mine = settings(spec, **runtime.run_keys())[i::n]
     trained, retried, waited = 0, set(), False
-    passes = [dict(study, grid=()), study] if study.get("grid") else [study]
-    for one in (dict(s, tasks=[task]) for s in passes for task in study["tasks"][i::n]):
-        while True:
-            runs = search_runs(one, root, **(runtime or {}))
+    passes = [replace(spec, grid=()), spec] if spec.grid else [spec]
+    for one, task in ((s, t) for s in passes for t in spec.tasks):
+        ours = [s for s in mine if s["task"] == task]
+        while ours and (runtime.limit is None or trained < runtime.limit):
+            table = records(root)
+            runs = [_run(s, lr) for s in ours for lr in _asked(one, s, _stored(s, table))]
             if reuse(runs, root, sources):  # copied outcomes may move the search: ask again
                 continue
-            missing = [r for r in runs if (record := _record(root, r)) is None or (
-                run_hash(r) not in retried and record["status"] == "failed")]
+            missing = [r for r in runs if (record := _lookup(table, r)) is None or (
+                runtime.retry_failed and run_hash(r) not in retried
+                and record["status"] == "failed")]
             if not missing:
                 break
+            if runtime.limit is not None:
+                missing = missing[:runtime.limit - trained]
             retried |= {run_hash(r) for r in missing}
-            done = sweep.run_sweep(missing, root, progress=progress, retry_failed=True,
-                                   **sweep_kwargs)
+            done = sweep.run_sweep(missing, root, executor=executor.name, device=runtime.device,
+                                   progress=runtime.progress, retry_failed=runtime.retry_failed,
+                                   batch_lrs=runtime.batch_lrs, **executor.options)
             stored = int((done["status"] != "missing").sum())
             trained += stored
             if not stored:  # another process holds the claims: wait for its records
-                if not waited and progress:
-                    print("search: waiting for runs another process is training (a search "
-                          "asks for one LR at a time: give each process its own tasks with "
-                          "--shard I/N)", flush=True)
+                if not waited and runtime.progress:
+                    print("search: waiting for runs another process is training (give each "
+                          "process its own settings with --shard I/N)", flush=True)
                 waited = True
                 time.sleep(30)
     return trained
 
 
-__all__ += ["loss_rose", "losses", "reuse", "run_search", "search_runs", "settings",
-            "state"]
+def _lookup(table: dict, run: dict) -> dict | None:
+    """The record of ``run`` in ``table`` (``records``), or None."""
+    from vitplast.experiments.runtime import setting
+
+    return table.get(setting(run), {}).get(run["lr"])
+
+
+__all__ += ["complete_tasks", "loss_rose", "losses", "records", "reuse", "run_search",
+            "search_runs", "settings", "state"]

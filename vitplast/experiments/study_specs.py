@@ -1,17 +1,22 @@
-"""Study specs: what each named study of ``vitplast.experiments.studies`` runs, and what it asks.
+"""Study specs: what each named study of ``vitplast.experiments.studies`` runs, and what it
+asks.
 
-Each study's ``spec`` is a plain value here (a ``studies.runs_of`` grid, the confound study's
-parts, or a ``vitplast.experiments.search`` preset), with its smoke version's replacements and its
-declared primary questions (``verdicts.Primary``), written before (or, where said, after) its runs.
-``studies.STUDIES`` names them and says how their runs are made; a run's hash comes from these
-values, so changing one re-runs the study.
+Each study's spec is a value here, of its kind's type (``spec_types``: a ``Grid``, the
+confound study's ``Confound``, a ``Search``...), with its smoke version (a seconds-long spec of
+the same type) and its declared primary questions (``verdicts.Primary``), written before (or,
+where said, after) its runs. ``studies.STUDIES`` names them by the names of this module (it is
+imported on a study's first use: it imports torch, the registry does not); a run's hash comes
+from these values, so changing one re-runs the study.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from vitplast import paper
 from vitplast.datasets import paper_datasets, suite
 from vitplast.experiments.search import LR_LADDER
+from vitplast.experiments.spec_types import After, Budget, Confound, Grid, PaperGrid, Part, Search
 from vitplast.measure import components
 from vitplast.measure.components import LINEARS, NORMS
 from vitplast.stats.verdicts import Primary
@@ -24,6 +29,9 @@ def ladder(low: float, high: float) -> list[float]:
 
 #: The run settings of every smoke study: 4 steps.
 SMOKE_RUN = dict(steps=4, warmup_steps=1, eval_every=2)
+#: The task pair every study runs first: the hardest shift of the pretraining domain, and the
+#: new domain.
+PAIR = ("fmnist_contrast", "digits")
 #: Notebook 04's primary questions, named by component type (on the embedded model the
 #: measured plasticity order is not the paper's: notebook 02). Declared after the study's runs
 #: (the questions it was built to answer; only the searched studies, ``suite`` and ``gauge``,
@@ -47,72 +55,20 @@ MAIN_PRIMARIES = (
 MAIN_LRS = {"full": ladder(3e-4, 3.0), "head": ladder(1e-3, 30.0), "LN1": ladder(1e-3, 30.0),
              "MHA": ladder(3e-4, 3.0), "LN2": ladder(1e-3, 30.0), "FC1": ladder(3e-4, 3.0),
              "FC2": ladder(3e-4, 3.0)}
-MAIN = dict(
-    tasks=["fmnist_contrast", "digits", "fmnist_gaussian_noise", "fmnist_motion_blur",
-           "fmnist_snow", "fmnist_speckle_noise", "fmnist_rotate90"],
-    lrs=MAIN_LRS, seeds=list(paper.SEEDS))
-MAIN_SMOKE = dict(tasks=["digits"], lrs={c: [0.01, 0.1] for c in MAIN_LRS}, seeds=[0],
-                   fixed=SMOKE_RUN)
+MAIN = Grid(
+    tasks=(*PAIR, "fmnist_gaussian_noise", "fmnist_motion_blur", "fmnist_snow",
+           "fmnist_speckle_noise", "fmnist_rotate90"),
+    lrs=MAIN_LRS, seeds=tuple(paper.SEEDS), primaries=MAIN_PRIMARIES)
+MAIN_SMOKE = replace(MAIN, tasks=("digits",), lrs={c: (0.01, 0.1) for c in MAIN_LRS},
+                     seeds=(0,), fixed=SMOKE_RUN)
 #: The budget-sensitivity check: two tasks (the hardest shift and the new domain), every
 #: configuration at 4x the embedded recipe's steps (warm-up and evaluation period scaled too).
-BUDGET = dict(tasks=["fmnist_contrast", "digits"], steps=480, warmup_steps=48, eval_every=80,
-               seeds=list(paper.SEEDS))
+BUDGET = Budget(tasks=PAIR, seeds=tuple(paper.SEEDS),
+                fixed=dict(steps=480, warmup_steps=48, eval_every=80))
 
 #: The tasks of the confound study: five of the main study's seven (its two near-ceiling,
 #: low-spread shifts, motion blur and speckle noise, left out).
-CONFOUND_TASKS = ["fmnist_contrast", "digits", "fmnist_snow", "fmnist_rotate90",
-                   "fmnist_gaussian_noise"]
-#: Notebook 05's confound study, stored in ``data/confounds/``: parts run in this order, the
-#: ones that can decide "plasticity or count?" first. A part trains named variants
-#: (``confounds.variant_table``: ablations, single-block configurations, plain configurations;
-#: ``lrs`` maps a name, or an fnmatch pattern over names, to its LRs) on ``tasks`` x ``seeds``,
-#: with the part's ``fixed`` run settings. Its plain SGD baselines are runs of the main study.
-#: The LayerNorm scales are measured on ``scale_tasks`` (``confounds.measure_scales``). The
-#: ladders were widened by two half-decade steps past every edge where a first fill chose its
-#: LR (widening adds runs and changes none; ``data/confounds/README.md``).
-CONFOUNDS = dict(
-    seeds=list(paper.SEEDS), target="FC1", n_pairs=256, scale_tasks=["fmnist_contrast", "digits"],
-    # plasticity re-measured after finetuning (``confound_plasticity.plasticity_after``)
-    after=dict(tasks=CONFOUND_TASKS[:2], seed=0, n_pairs=128,
-               configs=list(components.PAPER_CONFIGS)),
-    parts=[
-        # MHA, FC1, FC2 each with exactly LN1's trainable count (random sparse masks)
-        dict(name="matched sparse", tasks=CONFOUND_TASKS, lrs={"* sparse": ladder(0.1, 30.0)}),
-        # one block's LN1, MHA or FC1 at a time: count fixed within a component, plasticity not
-        dict(name="per layer", tasks=CONFOUND_TASKS[:3],
-             lrs={"LN1 block *": ladder(0.03, 3.0), "MHA block *": ladder(0.01, 1.0),
-                  "FC1 block *": ladder(0.01, 10.0)}),
-        # the same configurations from the random init checkpoint: architecture or pretraining?
-        dict(name="from init", tasks=CONFOUND_TASKS[:2], fixed=dict(checkpoint="init"),
-             lrs={"full": ladder(3e-4, 0.3), "MHA": ladder(3e-3, 0.3), "FC1": ladder(3e-3, 0.3),
-                  "FC2": ladder(3e-3, 0.3), "LN1": ladder(0.03, 3.0), "LN2": ladder(0.03, 3.0),
-                  "head": ladder(0.03, 3.0)}),
-        # rank-1 LoRA and bias-only, each family masked to one count
-        dict(name="matched LoRA", tasks=CONFOUND_TASKS, lrs={"* LoRA r1": ladder(0.01, 1.0)}),
-        dict(name="matched bias", tasks=CONFOUND_TASKS,
-             lrs={"MHA bias": ladder(0.03, 3.0), "FC1 bias": ladder(0.03, 10.0),
-                  "FC2 bias": ladder(0.03, 3.0)}),
-        # the paper's optimizer ablation (AdamW at about SGD's LR / 100)
-        dict(name="AdamW", tasks=CONFOUND_TASKS, fixed=dict(optimizer="adamw"),
-             lrs={"MHA": ladder(1e-4, 0.01), "LN1": ladder(3e-3, 0.3)}),
-        # the function-preserving gamma rescale, its raw twin and its lr/c^2 control: with the
-        # recipe's gradient clipping, and without it (where rescale and control are one run)
-        dict(name="rescale", tasks=CONFOUND_TASKS[:2],
-             lrs={"LN? x * (*)": ladder(0.03, 3.0), "LN? lr/c^2 *": ladder(0.03, 3.0)}),
-        dict(name="rescale, no clip", tasks=CONFOUND_TASKS[:2], fixed=dict(clip_grad_norm=0.0),
-             lrs={"LN1 x * (preserved)": ladder(0.03, 3.0), "LN1 lr/c^2 *": ladder(0.03, 3.0),
-                  "LN1": ladder(0.03, 3.0)}),
-    ])
-#: Its smoke version: one task and seed, 4 steps, a few variants.
-_FEW = dict(tasks=["digits"], fixed=SMOKE_RUN)
-CONFOUNDS_SMOKE = dict(
-    seeds=[0], n_pairs=8, scale_tasks=["digits"],
-    after=dict(tasks=["digits"], configs=["MHA", "LN1"], seed=0, n_pairs=8),
-    parts=[dict(_FEW, name="matched sparse", lrs={"MHA sparse": [0.1]}),
-           dict(_FEW, name="per layer", lrs={"LN1 block 0": [0.1], "LN1 block 5": [0.1],
-                                             "LN1 block 2": [0.1]}),
-           dict(_FEW, name="rescale, no clip", lrs={"LN1 x * (preserved)": [0.1]},
-                fixed=dict(SMOKE_RUN, clip_grad_norm=0.0))])
+CONFOUND_TASKS = (*PAIR, "fmnist_snow", "fmnist_rotate90", "fmnist_gaussian_noise")
 _SPARSE = tuple(f"{c} sparse" for c in LINEARS)
 #: Declared after the study's runs, as the questions it was built to answer: does the gap
 #: survive at one count, and does a block's plasticity go with its accuracy once depth is
@@ -131,20 +87,58 @@ CONFOUND_PRIMARIES = (
             note="the paper compares components, never blocks (Takeaway 3 read per block "
             "would predict a positive rho)", unit="partial rho, per task"))
 
-#: The suite study (issue "a task suite that can decide"): every task of the task suite
-#: (``vitplast.datasets.suite``, 33 tasks in 5 families) x 9 configurations x seed 0 (tasks, not
-#: seeds, are the unit: seeds explained about 13% of the between-task spread in the main study), new
-#: head in every run, each setting's LR found by ``vitplast.experiments.search`` (three LRs around
-#: ``configs[name]``, then half-decade steps until the best on validation is interior). The
-#: start LRs are the medians of what the main and confound studies chose for each
-#: configuration. Identical runs of the main and confound studies are copied, not re-run.
-SUITE = dict(
-    tasks=list(suite.SUITE), seeds=[0],
-    configs={"head": 1.0, "MHA": 0.1, "FC1": 0.1, "FC2": 0.1, "LN1": 0.3, "LN2": 0.3,
-             "MHA sparse": 1.0, "FC1 sparse": 0.3, "FC2 sparse": 1.0},
-    n_pairs=256,  # plasticity before finetuning, per task (P3), both protocols
-    reuse=("finetune", "confounds"),  # shipped stores whose identical runs are copied
-    precision="fp32")  # one precision in every contrast, on a GPU too (no bf16, no TF32)
+#: Notebook 05's confound study, stored in ``data/confounds/``: parts run in this order, the
+#: ones that can decide "plasticity or count?" first. A part trains named variants
+#: (``confounds.variant_table``: ablations, single-block configurations, plain configurations;
+#: ``lrs`` maps a name, or an fnmatch pattern over names, to its LRs) on ``tasks`` x ``seeds``,
+#: with the part's ``fixed`` run settings. Its plain SGD baselines are runs of the main study.
+#: The LayerNorm scales are measured on ``scale_tasks`` (``confounds.measure_scales``). The
+#: ladders were widened by two half-decade steps past every edge where a first fill chose its
+#: LR (widening adds runs and changes none; ``data/confounds/README.md``).
+CONFOUNDS = Confound(
+    seeds=tuple(paper.SEEDS), target="FC1", n_pairs=256, scale_tasks=PAIR,
+    # plasticity re-measured after finetuning (``confound_plasticity.plasticity_after``)
+    after=After(tasks=CONFOUND_TASKS[:2], seed=0, n_pairs=128,
+                configs=tuple(components.PAPER_CONFIGS)),
+    primaries=CONFOUND_PRIMARIES,
+    parts=(
+        # MHA, FC1, FC2 each with exactly LN1's trainable count (random sparse masks)
+        Part(name="matched sparse", tasks=CONFOUND_TASKS, lrs={"* sparse": ladder(0.1, 30.0)}),
+        # one block's LN1, MHA or FC1 at a time: count fixed within a component, plasticity not
+        Part(name="per layer", tasks=CONFOUND_TASKS[:3],
+             lrs={"LN1 block *": ladder(0.03, 3.0), "MHA block *": ladder(0.01, 1.0),
+                  "FC1 block *": ladder(0.01, 10.0)}),
+        # the same configurations from the random init checkpoint: architecture or pretraining?
+        Part(name="from init", tasks=CONFOUND_TASKS[:2], fixed=dict(checkpoint="init"),
+             lrs={"full": ladder(3e-4, 0.3), "MHA": ladder(3e-3, 0.3), "FC1": ladder(3e-3, 0.3),
+                  "FC2": ladder(3e-3, 0.3), "LN1": ladder(0.03, 3.0), "LN2": ladder(0.03, 3.0),
+                  "head": ladder(0.03, 3.0)}),
+        # rank-1 LoRA and bias-only, each family masked to one count
+        Part(name="matched LoRA", tasks=CONFOUND_TASKS, lrs={"* LoRA r1": ladder(0.01, 1.0)}),
+        Part(name="matched bias", tasks=CONFOUND_TASKS,
+             lrs={"MHA bias": ladder(0.03, 3.0), "FC1 bias": ladder(0.03, 10.0),
+                  "FC2 bias": ladder(0.03, 3.0)}),
+        # the paper's optimizer ablation (AdamW at about SGD's LR / 100)
+        Part(name="AdamW", tasks=CONFOUND_TASKS, fixed=dict(optimizer="adamw"),
+             lrs={"MHA": ladder(1e-4, 0.01), "LN1": ladder(3e-3, 0.3)}),
+        # the function-preserving gamma rescale, its raw twin and its lr/c^2 control: with the
+        # recipe's gradient clipping, and without it (where rescale and control are one run)
+        Part(name="rescale", tasks=CONFOUND_TASKS[:2],
+             lrs={"LN? x * (*)": ladder(0.03, 3.0), "LN? lr/c^2 *": ladder(0.03, 3.0)}),
+        Part(name="rescale, no clip", tasks=CONFOUND_TASKS[:2], fixed=dict(clip_grad_norm=0.0),
+             lrs={"LN1 x * (preserved)": ladder(0.03, 3.0), "LN1 lr/c^2 *": ladder(0.03, 3.0),
+                  "LN1": ladder(0.03, 3.0)}),
+    ))
+#: Its smoke version: one task and seed, 4 steps, a few variants.
+_FEW = ("digits",)
+CONFOUNDS_SMOKE = replace(
+    CONFOUNDS, seeds=(0,), n_pairs=8, scale_tasks=_FEW,
+    after=After(tasks=_FEW, configs=("MHA", "LN1"), seed=0, n_pairs=8),
+    parts=(Part("matched sparse", _FEW, {"MHA sparse": [0.1]}, SMOKE_RUN),
+           Part("per layer", _FEW, {"LN1 block 0": [0.1], "LN1 block 5": [0.1],
+                                    "LN1 block 2": [0.1]}, SMOKE_RUN),
+           Part("rescale, no clip", _FEW, {"LN1 x * (preserved)": [0.1]},
+                dict(SMOKE_RUN, clip_grad_norm=0.0))))
 _SEED0 = "points, per task (seed 0)"
 #: Declared before any of its runs existed (Holm over these three only; everything else the
 #: notebook shows is exploratory), as committed with the study (commit 337ac45), in the
@@ -161,24 +155,42 @@ SUITE_PRIMARIES = (
             statistic="spearman(plasticity, gain)", cites="plasticity goes with gain",
             paper=paper.plasticity_gain_spearman(), unit="rho, per task"))
 
+#: The suite study (issue "a task suite that can decide"): every task of the task suite
+#: (``vitplast.datasets.suite``, 33 tasks in 5 families) x 9 configurations x seed 0 (tasks, not
+#: seeds, are the unit: seeds explained about 13% of the between-task spread in the main study), new
+#: head in every run, each setting's LR found by ``vitplast.experiments.search`` (three LRs around
+#: ``configs[name]``, then half-decade steps until the best on validation is interior). The
+#: start LRs are the medians of what the main and confound studies chose for each
+#: configuration. Identical runs of the main and confound studies are copied, not re-run.
+#: Each configuration's start LR: the median of what the main and confound studies chose for
+#: it (the suite study's; the length and cross-gauge studies start from these too).
+STARTS = {"head": 1.0, "MHA": 0.1, "FC1": 0.1, "FC2": 0.1, "LN1": 0.3, "LN2": 0.3,
+          "MHA sparse": 1.0, "FC1 sparse": 0.3, "FC2 sparse": 1.0, "full": 0.1}
+SUITE = Search(
+    tasks=tuple(suite.SUITE), seeds=(0,),
+    configs={c: STARTS[c] for c in ("head", "MHA", "FC1", "FC2", "LN1", "LN2", "MHA sparse",
+                                    "FC1 sparse", "FC2 sparse")},
+    n_pairs=256,  # plasticity before finetuning, per task (P3), both protocols
+    reuse=("finetune", "confounds"),  # shipped stores whose identical runs are copied
+    primaries=SUITE_PRIMARIES,
+    precision="fp32")  # one precision in every contrast, on a GPU too (no bf16, no TF32)
 #: The suite study's recipe-length check (issue "task suite", item 3), declared before its
 #: runs: the configurations of primaries P1 and P2 (MHA, LN1, LN2; MHA, FC1, FC2 sparse at
 #: LN1's count) at 2x and 4x the embedded recipe's 120 steps (warm-up scaled alike), LRs
 #: searched as in the suite study from its start LRs, on four tasks of four families. The
 #: rule: if P1's or P2's mean over these tasks changes sign between 1x (the suite study's
 #: runs) and 4x, the suite study is lengthened and the notebook says so.
-LENGTH = dict(
-    tasks=["fmnist_contrast", "digits", "textures", "symmetry"], seeds=[0], precision="fp32",
+LENGTH = Search(
+    tasks=(*PAIR, "textures", "symmetry"), seeds=(0,), precision="fp32",
     configs={f"{name} {k}x": dict(
         {"config": name} if name in components.CONFIGS else {"variant": name},
-        steps=120 * k, warmup_steps=12 * k, start=start)
-        for k in (2, 4) for name, start in (("MHA", 0.1), ("LN1", 0.3), ("LN2", 0.3),
-                                            ("MHA sparse", 1.0), ("FC1 sparse", 0.3),
-                                            ("FC2 sparse", 1.0))},
+        steps=120 * k, warmup_steps=12 * k, start=STARTS[name])
+        for k in (2, 4) for name in ("MHA", "LN1", "LN2", "MHA sparse", "FC1 sparse",
+                                     "FC2 sparse")},
     reuse=("suite",))
 
 _C = 8.0  # the gauge: residual stream x 8 (embedding RMS token norm ~3.5 -> ~28; ViT-B: 19.4)
-_GAUGED = {"head": 1.0, "LN1": 0.3, "MHA": 0.1, "FC2": 0.1, "full": 0.1}
+_GAUGED = {c: STARTS[c] for c in ("head", "LN1", "MHA", "FC2", "full")}
 #: The cross-gauge study (issue "plasticity has a gauge"): the same network under two
 #: plasticity rankings. ``vitplast.measure.gauge`` multiplies the residual stream by c = 8: the same
 #: function, but the embedding protocol's ranking moves from LN2 > LN1 > FC1 > FC2 > MHA to
@@ -194,11 +206,6 @@ _GAUGED = {"head": 1.0, "LN1": 0.3, "MHA": 0.1, "FC2": 0.1, "full": 0.1}
 #: and the rest at eta (without clipping; ``gauge.finetuning_equivalence``), which no shared LR
 #: at c = 1 reaches: a recipe under a reparametrization, not a causal test of plasticity (the
 #: primaries cite no claim of the paper; they were first worded as one, issue 38).
-GAUGE = dict(
-    tasks=list(suite.SUITE)[::2], seeds=[0], grid=list(paper.LRS),
-    configs={**_GAUGED, **{f"{c} c=8": dict(config=c, prepare="gauge", ablation=dict(c=_C),
-                                            start=lr) for c, lr in _GAUGED.items()}},
-    reuse=("suite", "finetune", "confounds"), precision="fp32")
 _SHARED_LR = ("it measures a recipe, not plasticity: with one LR shared by the head and the "
               "component, the gauge changes the trained branch's effective LR "
               f"(gauge.finetuning_equivalence: at c = {_C:g}, LR / {_C * _C:g} on attn.proj "
@@ -212,9 +219,13 @@ GAUGE_PRIMARIES = (
             a=("MHA c=8",), b=("MHA",), unit=_SEED0, note=_SHARED_LR),
     Primary("one shared LR, gauge c = 8 - c = 1: FC2 alone, test accuracy", a=("FC2 c=8",),
             b=("FC2",), unit=_SEED0, note=_SHARED_LR))
-
+GAUGE = Search(
+    tasks=tuple(suite.SUITE)[::2], seeds=(0,), grid=tuple(paper.LRS),
+    configs={**_GAUGED, **{f"{c} c=8": dict(config=c, prepare="gauge", ablation=dict(c=_C),
+                                            start=lr) for c, lr in _GAUGED.items()}},
+    reuse=("suite", "finetune", "confounds"), precision="fp32", primaries=GAUGE_PRIMARIES)
 #: The paper's grid (PAPER.md section 2): its model, finetuning configurations (section 5),
 #: LRs (DomainNet has its own) and seeds, with the paper recipe on its 11 datasets.
-PAPER = dict(model=paper_datasets.PAPER_MODEL, configs=list(components.PAPER_CONFIGS),
-              lrs=list(paper.LRS), lrs_domainnet=list(paper.LRS_DOMAINNET),
-              seeds=list(paper.SEEDS))
+PAPER = PaperGrid(model=paper_datasets.PAPER_MODEL, tasks=tuple(paper_datasets.PAPER_DATASETS),
+                  configs=tuple(components.PAPER_CONFIGS), lrs=tuple(paper.LRS),
+                  lrs_domainnet=tuple(paper.LRS_DOMAINNET), seeds=tuple(paper.SEEDS))

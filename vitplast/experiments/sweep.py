@@ -7,10 +7,10 @@ its defining keys (``runs.run_hash``) names its record file.
 ``run_sweep`` runs only what the store lacks and saves each record the moment it finishes, so
 a killed sweep resumes losing nothing; a diverged or failed run is recorded as such. Every run
 starts from a new, seeded head (``models.new_head``). Runs that differ only in their LR may
-train as one batched computation (``batch_lrs``, ``vitplast.train.batched``). ``select`` orders,
-shards and limits a study's runs before a sweep. Named studies: ``vitplast.experiments.studies``;
-provenance of records and sessions, and a study's progress: ``vitplast.provenance``; tables:
-``vitplast.experiments.results``.
+train as one batched computation (``batch_lrs``, ``vitplast.train.batched``). Which of a study's
+runs a sweep takes (order, shard, limit): ``vitplast.experiments.runtime.select``. Named
+studies: ``vitplast.experiments.studies``; provenance of records and sessions, and a study's
+progress: ``vitplast.provenance``; tables: ``vitplast.experiments.results``.
 """
 
 from __future__ import annotations
@@ -38,13 +38,10 @@ from vitplast.experiments.runs import (
     run_hash,
     task_of,
 )
+from vitplast.experiments.runtime import EXECUTORS
 from vitplast.experiments.store import Store
 from vitplast.train import ablations, batched, finetune
 
-EXECUTORS = ("serial", "submitit")
-#: How ``select`` orders a study's runs: ``seed-first`` (every (task, configuration, lr)
-#: once before the next seed, so a partial sweep covers the grid) or ``grid`` (as given).
-ORDERS = ("seed-first", "grid")
 #: Name -> ``prepare(model, run)``, run after loading and before training; ablations
 #: register here and a run names one with the key ``prepare``.
 PREPARE: dict[str, Callable] = dict(ablations.PREPARE)
@@ -350,48 +347,5 @@ def _submit(groups, store: Store, device, done, folder=None, cluster=None, **par
         done(group)
 
 
-def select(runs: list[dict], root: str | Path | None = None, *, order: str = "seed-first",
-           shard: str | tuple[int, int] | None = None, limit: int | None = None) -> list[dict]:
-    """The runs a sweep should take, in its order: ``order`` (``ORDERS``; seed-first keeps
-    each seed's runs in their given order, seeds in order of first appearance), then every
-    ``n``-th run from the ``i``-th of ``shard`` = ``(i, n)`` or ``"i/n"`` (``n`` processes
-    share one store; ``parse_shard``), then at most ``limit`` runs the store under ``root``
-    lacks.
-
-    Raises:
-        ValueError: unknown order, a shard not ``"i/n"`` or ``(i, n)`` with ``0 <= i < n``,
-            a limit below 1 or without ``root``.
-    """
-    if order not in ORDERS:
-        raise ValueError(f"unknown order {order!r}; valid: {list(ORDERS)}")
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit takes N >= 1 (run at most N missing runs), got {limit}")
-    if limit is not None and root is None:
-        raise ValueError("limit needs root: the store whose missing runs it counts")
-    runs = list(runs)
-    if order == "seed-first":
-        seeds = list(dict.fromkeys(r["seed"] for r in runs))
-        runs.sort(key=lambda r: seeds.index(r["seed"]))
-    if shard is not None:
-        i, n = parse_shard(shard)
-        runs = runs[i::n]
-    if limit is not None:
-        runs = [r for r in runs if not Store(root).has(r)][:limit]
-    return runs
-
-
-def parse_shard(shard: str | tuple[int, int]) -> tuple[int, int]:
-    """``"1/4"`` or ``(1, 4)`` -> (1, 4); ``ValueError`` naming the valid forms for anything
-    else, or unless ``0 <= i < n``."""
-    try:
-        i, n = (int(v) for v in (shard.split("/") if isinstance(shard, str) else shard))
-    except (ValueError, TypeError):
-        i, n = -1, 0
-    if not 0 <= i < n:
-        raise ValueError(f"shard takes 'I/N' or (I, N) with 0 <= I < N, e.g. '0/2'; "
-                         f"got {shard!r}")
-    return i, n
-
-
-__all__ = ["EXECUTORS", "ORDERS", "PREPARE", "build", "default_workers", "lr_groups",
-           "parse_shard", "run_lrs", "run_one", "run_sweep", "select"]
+__all__ = ["PREPARE", "build", "default_workers", "lr_groups", "run_lrs", "run_one",
+           "run_sweep"]

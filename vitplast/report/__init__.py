@@ -6,5 +6,6 @@
 ``sentences`` (a row in plain words, for the Read cells) · ``plots`` (figures as pure
 functions; the look in ``plot_style``) · ``widgets`` (notebook 06) · ``advise`` (which
 component to finetune) and ``regret`` (its rules scored) · ``notebooks`` (papermill runs of
-the sequence) with ``reading_copy`` (an executed run as static HTML).
+the sequence) with ``reading_copy`` (an executed run as static HTML) and ``parameters`` (a
+notebook's parameters checked where it runs, and the shipped stores it reads).
 """

@@ -55,7 +55,7 @@ RULES = (*PLASTICITY_RULES, *GRADIENT_RULES, "loss drop", "paper: MHA")
 #: The configurations the rules rank (each trains one component, plus the head).
 CANDIDATES = tuple(components.COMPONENTS)
 #: Peak LR of the ``loss drop`` rule per configuration: the middle of its main-study grid.
-_MAIN_LRS = studies.get("main").spec["lrs"]
+_MAIN_LRS = studies.get("main").spec.lrs
 LOSS_DROP_LR = {c: _MAIN_LRS[c][len(_MAIN_LRS[c]) // 2] for c in CANDIDATES}
 #: The columns of ``rank`` (and of a companion's ``rows``).
 COLUMNS = ["task", "rule", "config", "score", "rank", "seconds"]
@@ -134,11 +134,17 @@ def _loss_drop(model, config: str, train, probe: tuple, before: float, *, steps:
 
 def rank(model_name: str, task: str, *, rules=RULES, n_pairs: int = 64, batch_size: int = 32,
          steps: int = 2, source: str | None = SOURCE, seed: int = 0, c: float = 1.0,
-         threads: int | None = 1) -> pd.DataFrame:
+         threads: int | None = 1, weights_file: str = "", model_args: dict | None = None
+         ) -> pd.DataFrame:
     """Every rule's ranking of the five components for finetuning ``model_name`` on ``task``.
 
     Args:
-        model_name: a model ``models.load_model`` knows (default the embedded one).
+        model_name: a model ``models.load_model`` knows (default the embedded one), as the
+            notebooks take it: with ``weights_file`` and ``model_args`` (timm keyword
+            arguments) for a model of one's own, e.g. ``rank("vit_tiny_patch16_224", "digits",
+            weights_file="tiny32.safetensors", model_args=dict(img_size=32, patch_size=4))``.
+            The task's images are fitted to the model's input (``empirical.load_task_for``, as
+            in notebooks 02 and 03); the head is a new one of the task's classes.
         task: a task name (``tasks.TASKS``).
         rules: which of ``RULES`` to compute (cheaper with fewer).
         n_pairs: pairs for the plasticity rules; batch_size: images per SGD step of the
@@ -163,20 +169,28 @@ def rank(model_name: str, task: str, *, rules=RULES, n_pairs: int = 64, batch_si
     torch.set_num_threads(threads or before)
     try:
         return _rank(model_name, task, rules=rules, n_pairs=n_pairs, batch_size=batch_size,
-                     steps=steps, source=source, seed=seed, c=c)
+                     steps=steps, source=source, seed=seed, c=c, own=dict(
+                         weights_file=weights_file or None, **(model_args or {})))
     finally:
         torch.set_num_threads(before)
 
 
 def _rank(model_name: str, task: str, *, rules, n_pairs: int, batch_size: int, steps: int,
-          source: str | None, seed: int, c: float) -> pd.DataFrame:
-    """``rank``'s work, at the thread count it set."""
+          source: str | None, seed: int, c: float, own: dict) -> pd.DataFrame:
+    """``rank``'s work, at the thread count it set; ``own``: ``load_model``'s weights file and
+    timm keyword arguments."""
     from vitplast import models
     from vitplast.datasets import tasks
+    from vitplast.inputs import fits
     from vitplast.measure import gauge
+    from vitplast.measure.empirical import load_task_for
 
     t = tasks.load(task)
-    model = models.load_model(model_name, num_classes=t.num_classes)
+    if own["weights_file"] is None:
+        own.pop("weights_file")
+    model = models.load_model(model_name, **{**own, "num_classes": t.num_classes})
+    if not fits(model, (t.in_chans, t.img_size, t.img_size)):  # resized, as notebooks 02-03
+        t = load_task_for(task, model)
     models.new_head(model, t.num_classes, seed=seed)
     if c != 1:
         gauge.gauge(model, c)

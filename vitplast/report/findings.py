@@ -1,13 +1,9 @@
-"""Findings: every notebook's conclusions as a tidy table, and the one function that renders it.
-
-The rows, their tests, Holm families, power and verdicts are ``vitplast.stats.verdicts`` (documented
-there, re-exported here: ``verdicts.table``, ``verdicts.render``, ``verdicts.Primary``...).
-One builder per notebook: 02 ``plasticity_ranking``, 02b ``relative_suite`` (its other rows:
-``stream``, ``relative``, ``recipes``) and 06 ``explorer`` below; 01 ``definitions``
-(``vitplast.report.definition_findings``), 03 ``bounds`` (``vitplast.report.bound_findings``), 04
-``finetuning`` (``vitplast.report.finetuning_findings``) and 05 ``confounds``
-(``vitplast.report.confound_findings``), re-exported. ``from vitplast import findings`` is the one
-import a notebook needs.
+"""Findings of notebooks 02, 02b and 06 as rows: 02 ``plasticity_ranking`` (with
+``layer_summaries``), 02b ``relative_suite``, 06 ``explorer``, and ``correlation_row`` (a per-task
+correlation with the paper's values). A row, its test, Holm family, power and verdict are
+``vitplast.stats.verdicts``'s (``verdicts.table`` makes the rows a table, ``verdicts.render``
+prints it); the other notebooks' builders are their own modules (``definition_findings``,
+``bound_findings``, ``scale_findings``, ``finetuning_findings``, ``confound_findings``).
 """
 
 from __future__ import annotations

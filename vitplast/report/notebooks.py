@@ -12,7 +12,9 @@ profile's values):
 
 The notebooks are package data (``vitplast/notebooks/``). Each declares its parameters with a
 type (``n_pairs: int = 512  # comment``), which ``papermill --help-notebook`` shows and
-``plan`` checks: a value of the wrong type fails before any kernel starts.
+``plan`` checks: a value of the wrong type fails before any kernel starts. The notebook's
+first code cell checks them again where it runs (``parameters.setup``), so that plain
+papermill gets the same messages.
 
 ``copy_to`` copies them out of the package (``vitplast notebooks copy DEST``) for JupyterLab.
 ``run`` executes them in order into ``runs/<timestamp>-<profile>/`` (figures into its
@@ -24,9 +26,7 @@ stops at Ctrl-C (recording the notebook as interrupted), and returns a summary t
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import json
 import logging
 import signal
 import threading
@@ -38,12 +38,14 @@ import pandas as pd
 
 from vitplast.datasets.paper_datasets import PAPER_DATASETS, PAPER_MODEL
 from vitplast.models import EMBEDDED_NAME
+from vitplast.report.parameters import NOTEBOOK_DIR, check, check_task_names, declared
 from vitplast.report.reading_copy import failing_cell, record_status
 
-NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 #: The notebook sequence, in order.
 NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "04_finetuning",
              "05_confounds", "06_explorer", "07_suite"]
+#: The parameters that make a timm ``model_name`` one's own model (dropped for the embedded one).
+OWN_MODEL = ("weights_file", "model_args")
 #: Profile -> notebook -> parameters overriding the notebook's defaults.
 PROFILES: dict[str, dict[str, dict]] = {
     "smoke": {
@@ -71,62 +73,16 @@ PROFILES: dict[str, dict[str, dict]] = {
 }
 
 
-def _parameters_cell(name: str) -> str:
-    nb = json.loads((NOTEBOOK_DIR / f"{name}.ipynb").read_text())
-    for cell in nb["cells"]:
-        if "parameters" in cell.get("metadata", {}).get("tags", []):
-            return "".join(cell["source"])
-    raise ValueError(f"{name}.ipynb has no cell tagged 'parameters'")
-
-
-def _declared(name: str) -> dict[str, tuple]:
-    """Each parameter of a notebook's parameters cell: (default value, declared type)."""
-    out = {}
-    for node in ast.parse(_parameters_cell(name)).body:
-        targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
-        for target in targets:
-            value = ast.literal_eval(node.value)
-            kind = (ast.unparse(node.annotation) if isinstance(node, ast.AnnAssign)
-                    else type(value).__name__)
-            out[target.id] = (value, kind)
-    return out
-
-
 def notebook_parameter_types(name: str) -> dict[str, str]:
     """Each parameter's declared type, as written in its annotation (``"int"``,
     ``"list[float]"``...), else the type name of its default."""
-    return {k: kind for k, (_, kind) in _declared(name).items()}
+    return {k: kind for k, (_, kind) in declared(NOTEBOOK_DIR / f"{name}.ipynb").items()}
 
 
 def notebook_parameters(name: str) -> dict:
     """The parameters (and their default values) a notebook declares in its parameters cell:
     flat literals, one per line, with or without a type annotation."""
-    return {k: value for k, (value, _) in _declared(name).items()}
-
-
-def _fits(value, declared: str) -> bool:
-    """Whether ``value`` is of the declared type (an int is a float; a list's or dict's
-    elements are checked when the annotation names them, e.g. ``list[str]``)."""
-    base, _, inner = declared.partition("[")
-    if base == "float":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if base == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    kinds = {"str": str, "bool": bool, "list": list, "dict": dict, "NoneType": type(None)}
-    if base not in kinds or not isinstance(value, kinds[base]):
-        return base not in kinds  # an annotation vitplast does not know: not checked
-    if base == "list" and inner:
-        return all(_fits(v, inner.rstrip("]")) for v in value)
-    return True
-
-
-def _check_types(nb: str, params: dict, declared: dict, types: dict[str, str]) -> None:
-    for key, value in params.items():
-        if not _fits(value, types[key]):
-            raise ValueError(f"parameter {key} of {nb} is a {types[key]} (default "
-                             f"{declared[key]!r}); got {value!r} ({type(value).__name__}). "
-                             "Values are read as Python literals: -p n_pairs 64, "
-                             "-p tasks '[\"digits\"]', -p data_root /data/paper")
+    return {k: value for k, (value, _) in declared(NOTEBOOK_DIR / f"{name}.ipynb").items()}
 
 
 def available() -> list[str]:
@@ -163,9 +119,10 @@ def plan(profile: str = "default", only: list[str] | None = None,
 
     Raises:
         ValueError: unknown profile, notebook, a parameter no selected notebook declares, a
-            value of another type than the parameter's, or a weights file when every selected
-            notebook loads the embedded model (``weights_file`` goes only to the notebooks
-            whose ``model_name`` is a timm name).
+            value of another type than the parameter's (``parameters.check``: text is read as a
+            literal of the parameter's type), or a weights file or ``model_args`` when every
+            selected notebook loads the embedded model (they go only to the notebooks whose
+            ``model_name`` is a timm name).
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; valid: {list(PROFILES)}")
@@ -176,26 +133,29 @@ def plan(profile: str = "default", only: list[str] | None = None,
         if unknown := [o for o, v in pick.items() if not v]:
             raise ValueError(f"unknown notebook(s) {unknown}; valid: {names}")
         names = [nb for nb in names if any(nb in v for v in pick.values())]
-    declared = {nb: notebook_parameters(nb) for nb in names}
+    defaults = {nb: notebook_parameters(nb) for nb in names}
     params = params or {}
-    unknown = sorted(set(params) - set().union(*declared.values()))
+    unknown = sorted(set(params) - set().union(*defaults.values()))
     if unknown:
-        valid = sorted(set().union(*declared.values()))
+        valid = sorted(set().union(*defaults.values()))
         raise ValueError(f"unknown parameter(s) {unknown}; valid: {valid}")
     out = []
     for nb in names:
-        chosen = {k: v for k, v in PROFILES[profile].get(nb, {}).items() if k in declared[nb]}
-        chosen.update({k: v for k, v in params.items() if k in declared[nb]})
-        _check_types(nb, chosen, declared[nb], notebook_parameter_types(nb))
-        if chosen.get("model_name", declared[nb].get("model_name")) == EMBEDDED_NAME:
-            chosen.pop("weights_file", None)  # the embedded model ships its own weights
-        elif "model_name" in declared[nb]:
-            _one_checkpoint(nb, chosen, declared[nb], given=params)
+        chosen = {k: v for k, v in PROFILES[profile].get(nb, {}).items() if k in defaults[nb]}
+        chosen.update({k: v for k, v in params.items() if k in defaults[nb]})
+        chosen = check(nb, chosen, declared(NOTEBOOK_DIR / f"{nb}.ipynb"))
+        if chosen.get("model_name", defaults[nb].get("model_name")) == EMBEDDED_NAME:
+            for own in OWN_MODEL:  # the embedded model ships its own weights and architecture
+                chosen.pop(own, None)
+        elif "model_name" in defaults[nb]:
+            _one_checkpoint(nb, chosen, defaults[nb], given=params)
         out.append((nb, chosen))
-    if params.get("weights_file") and not any("weights_file" in p for _, p in out):
-        raise ValueError(f"weights_file is for a timm model_name, but every selected notebook "
-                         f"loads {EMBEDDED_NAME} (which ships its own weights): add -p model_name "
-                         f"{PAPER_MODEL}, or use --profile paper")
+    for own in OWN_MODEL:
+        if params.get(own) and not any(own in p for _, p in out):
+            raise ValueError(f"{own} is for a timm model_name, but every selected notebook "
+                             f"loads {EMBEDDED_NAME} (which ships its own weights and "
+                             f"architecture): add -p model_name {PAPER_MODEL} (or the timm name "
+                             "of your model), or use --profile paper")
     return out
 
 
@@ -223,7 +183,7 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
     for nb, params in todo:
         if params.get("weights_file") and not Path(params["weights_file"]).is_file():
             raise FileNotFoundError(f"{nb}: weights_file {params['weights_file']} does not exist")
-        _check_task_names(nb, {**notebook_parameters(nb), **params})
+        check_task_names(nb, {**notebook_parameters(nb), **params})
     if profile != "paper":
         return
     import torch
@@ -242,24 +202,6 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
                         f"{nb}: data_root {root!r} is not a folder; put the datasets there "
                         "(layouts: vitplast.datasets.paper_datasets)")
                 tasks.load(task, root, img_size=32)
-
-
-#: Parameters that name tasks (``vitplast.datasets.tasks.TASKS``); an empty ``source`` names none.
-TASK_PARAMETERS = ("task", "tasks", "pretraining_tasks", "source")
-
-
-def _check_task_names(nb: str, params: dict) -> None:
-    """Every task a notebook's parameters name is a task (``tasks.check``: "unknown task",
-    naming the valid ones), checked before any kernel starts."""
-    from vitplast.datasets import tasks
-
-    for key in TASK_PARAMETERS:
-        value = params.get(key)
-        for name in value if isinstance(value, list) else [value] if value else []:
-            try:
-                tasks.check(name, params.get("data_root"))
-            except ValueError as err:
-                raise ValueError(f"{nb}: {key}: {err}") from None
 
 
 #: Parameters that name files or folders: made absolute before a notebook runs (its working

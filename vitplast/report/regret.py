@@ -52,7 +52,7 @@ def oracle(runs: pd.DataFrame, on: str = "val") -> pd.DataFrame:
 
 
 def oracle_of(picked: pd.DataFrame) -> pd.DataFrame:
-    """``oracle`` from a searched study's ``decide.chosen`` (one seed: ``val_acc`` and
+    """``oracle`` from a searched study's ``load`` (one seed: ``val_acc`` and
     ``test_acc`` in % at each configuration's chosen LR)."""
     out = picked[picked["config"].isin(CANDIDATES)][["task", "config", "val_acc", "test_acc"]]
     return _mark(out.rename(columns={"val_acc": "val", "test_acc": "test"}))
@@ -192,14 +192,14 @@ def fragility(changes: pd.DataFrame) -> pd.DataFrame:
 def on_study(study: str = "suite", root=None) -> pd.DataFrame:
     """``regret`` of every rule on a searched ``study``'s complete tasks (default the suite's
     33), from the rankings stored beside its runs (``advise.rank_tasks``; computed where
-    missing) and its chosen runs (``decide.chosen``): no new finetuning."""
+    missing) and its chosen runs (``SearchedStudy.load``): no new finetuning."""
     from vitplast import models
-    from vitplast.experiments import decide, studies
+    from vitplast.experiments import studies
     from vitplast.report.advise import rank_tasks
 
     s = studies.get(study)
     root = root or models.results_root(study)
-    o = oracle_of(decide.chosen(s, root))
+    o = oracle_of(s.load(root))
     return regret(rank_tasks(models.EMBEDDED_NAME, list(dict.fromkeys(o["task"])), root=root), o)
 
 
@@ -211,8 +211,9 @@ def under_gauge(study: str = "gauge", plain: str = "suite") -> pd.DataFrame:
     from vitplast.report.advise import rank_tasks
 
     spec = studies.get(study).spec
-    c = next(v["ablation"]["c"] for v in spec["configs"].values() if isinstance(v, dict))
+    c = next(v["ablation"]["c"] for v in spec.configs.values() if isinstance(v, dict))
     def ranked(name: str, **kw) -> pd.DataFrame:
-        return rank_tasks(models.EMBEDDED_NAME, spec["tasks"], root=models.results_root(name), **kw)
+        return rank_tasks(models.EMBEDDED_NAME, list(spec.tasks), root=models.results_root(name),
+                          **kw)
 
     return pick_changes(ranked(plain), ranked(study, c=c))

@@ -280,12 +280,14 @@ def results_browser(root: str | Path | None = None) -> Explorer:
     matching runs: one run unless the store holds repeats), runs, status.
 
     Args:
-        root: a results store (default ``studies.MAIN_RESULTS``).
+        root: a results store (default the main study's, ``studies.get("main").root()``).
 
     Paper: Takeaway 3, Fig. 4 (training dynamics).
     """
     if root is None:
-        from vitplast.experiments.studies import MAIN_RESULTS as root
+        from vitplast.experiments import studies
+
+        root = studies.get("main").root()
     runs = results.results(root) if Path(root).is_dir() else None
     if runs is None or runs.empty:
         message = f"No finetuning results under {root}: run notebook 04 (or a sweep) to fill it."

@@ -5,8 +5,9 @@ Paper: Takeaway 2 (its order, Fig. 2). The residual-stream gauge (``vitplast.mea
 the ranking rests on a scale the architecture leaves free; which scale a network ends up with is
 set by its pretraining (initialisation, weight decay, learning rate). ``vitplast pretrain --out
 FOLDER --weight-decay W --stages ...`` pretrains the same architecture by another recipe (the
-kit ships one: ``data/pretrain_no_weight_decay``, no weight decay); ``recipe_rankings``
-measures its ranking beside the embedded model's, ``recipe_statistics`` the statistics that
+kit ships one as package data, ``vitplast/checkpoints/pretrain_no_weight_decay``: no weight
+decay; ``models.load_pretrained("pretrain_no_weight_decay")``); ``recipe_rankings`` measures its
+ranking beside the embedded model's, ``recipe_statistics`` the statistics that
 set it (``stream.model_statistics``), and ``recipe_findings`` states both orders
 against the paper's Fig. 2. Not the same function as the embedded model: another network.
 """

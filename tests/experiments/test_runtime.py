@@ -1,0 +1,69 @@
+"""How a study runs: the runtime settings, each checked; the executor; which runs a sweep
+takes (order, setting shards, limit)."""
+
+import pytest
+
+from vitplast.experiments import runs
+from vitplast.experiments.runtime import (
+    PRECISIONS,
+    Executor,
+    Runtime,
+    parse_shard,
+    select,
+    setting,
+)
+from vitplast.experiments.store import Store
+
+TINY = dict(steps=2, warmup_steps=1, eval_every=1, batch_size=8)
+
+
+def test_select_orders_shards_and_limits(tmp_path):
+    """seed-first puts every seed's runs before the next seed's, in their order; shards are
+    disjoint and cover the study, a setting's LRs in one shard; the limit counts only runs the
+    store lacks."""
+    study = runs.grid(["digits"], ["head", "LN1"], [0.1, 1.0], [42, 0], **TINY)
+    ordered = select(study, tmp_path)
+    assert [r["seed"] for r in ordered] == [42] * 4 + [0] * 4
+    assert [r for r in ordered if r["seed"] == 0] == [r for r in study if r["seed"] == 0]
+    assert select(study, tmp_path, order="grid") == study
+    halves = [select(study, tmp_path, shard=s) for s in ("0/2", "1/2")]
+    settings = list(dict.fromkeys(map(setting, ordered)))  # (config, seed): a run but its LR
+    assert len(settings) == 4 and halves == [
+        [r for r in ordered if setting(r) in settings[i::2]] for i in (0, 1)]
+    assert select(study, shard=(1, 2)) == halves[1]
+    Store(tmp_path).save(ordered[0], dict(status="diverged"))
+    assert select(study, tmp_path, limit=2) == ordered[1:3]
+    for bad, match in [(dict(order="random"), "valid: \\['seed-first', 'grid'\\]"),
+                       (dict(shard="2/2"), "0 <= I < N"), (dict(shard="half"), "I/N"),
+                       (dict(shard=(0, 0)), "0 <= I < N"), (dict(shard=(1,)), "I/N"),
+                       (dict(limit=0), "N >= 1")]:
+        with pytest.raises(ValueError, match=match):
+            select(study, tmp_path, **bad)
+    with pytest.raises(ValueError, match="limit needs root"):
+        select(study, limit=1)
+
+
+def test_a_runtime_refuses_bad_settings_naming_the_valid_ones():
+    assert Runtime(shard="1/3").shard == (1, 3) == parse_shard((1, 3))
+    for bad, match in [(dict(order="random"), "valid: \\['seed-first', 'grid'\\]"),
+                       (dict(precision="fp8"), f"valid: {list(PRECISIONS)}".replace("[", "\\[")
+                        .replace("]", "\\]")),
+                       (dict(limit=0), "N >= 1"), (dict(shard="2/2"), "0 <= I < N")]:
+        with pytest.raises(ValueError, match=match):
+            Runtime(**bad)
+    assert Runtime(workers=2, eval_every=5, limit=3).given() == ["workers", "eval_every",
+                                                                 "limit"]
+    assert Runtime(workers=2, eval_every=5, limit=3).run_keys() == dict(workers=2, eval_every=5)
+    with pytest.raises(ValueError, match="valid: \\['serial', 'submitit'\\]"):
+        Executor("slurm")
+    with pytest.raises(TypeError, match="serial executor takes no options"):
+        Executor("serial", dict(timeout_min=5))
+    with pytest.raises(ValueError, match="unknown cluster 'slurn'"):
+        Executor("submitit", dict(cluster="slurn"))
+
+
+def test_a_setting_is_a_run_without_its_lr():
+    a, b = runs.make_run("digits", "LN1", lr=0.1), runs.make_run("digits", "LN1", lr=0.3)
+    assert setting(a) == setting(b) != setting(runs.make_run("digits", "LN2", lr=0.1))
+    assert setting(a) == setting({**a, "workers": 3})  # runtime keys are not hashed
+    assert setting(a) != setting({**a, "eval_every": 5})  # eval_every is

@@ -1,0 +1,145 @@
+"""Study kinds whose runs adapt to what their store holds: ``ConfoundStudy`` (its runs are made
+from its LayerNorm scales, measured once before they are listed) and ``SearchedStudy`` (its
+runs are known only as far as its LR search has gone).
+
+Paper: objections 3 and 4 (the confound study); section 2's LR choice, searched instead of
+taken from a fixed grid (the suite, cross-gauge and length studies). The kinds' common part,
+and the ones whose runs are fixed by their spec: ``vitplast.experiments.kinds``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from vitplast.experiments.kinds import TAKES, Study, grid_runs
+from vitplast.experiments.runtime import Executor, Runtime
+
+
+@dataclass
+class ConfoundResults:
+    """What a confound study's store holds: ``runs`` (``results.results`` rows of the study's
+    runs and of its plain SGD baselines, with ``confound_variants.with_variant``'s ``variant``; only
+    the (task, variant) settings whose every run is stored: ``confounds.complete_settings``),
+    ``coverage`` (expected runs by status), ``scales`` (``confounds.study_scales``),
+    ``layers`` (``confound_plasticity.layer_plasticity`` of the per-layer tasks), ``after``
+    (``confound_plasticity.plasticity_after`` of the runs it measures) and the two stores."""
+
+    runs: object
+    coverage: dict
+    scales: dict
+    layers: object
+    after: object
+    root: str
+    main_root: str
+
+
+@dataclass(frozen=True)
+class ConfoundStudy(Study):
+    """The confound study (a ``spec_types.Confound``): its parts' variants, listed from its
+    LayerNorm scales (measured by ``prepare``), compared with its ``baselines`` study's plain
+    SGD runs on the same tasks."""
+
+    KIND: ClassVar[str] = "confound"
+
+    def prepare(self, store=None) -> None:
+        """Measure its LayerNorm scales into its store, once (``confounds.measure_scales``:
+        read when stored): its runs are made from them."""
+        from vitplast.experiments import confounds
+
+        confounds.measure_study_scales(self.spec, self._root(store))
+
+    def _runs(self, root, runtime) -> list[dict]:
+        from vitplast.experiments import confounds
+
+        return confounds.study_runs(self.spec, root)
+
+    def baseline_runs(self) -> list[dict]:
+        """The plain SGD runs it compares with: its baselines study's runs on the tasks of its
+        parts."""
+        tasks = {t for part in self.spec.parts for t in part.tasks}
+        return [r for r in grid_runs(self.baselines.spec) if r["task"] in tasks]
+
+    def load(self, store=None, baselines_store=None, *, recompute: bool = False
+             ) -> ConfoundResults:
+        """Read (or, with ``recompute``, first run or resume) the study and its baselines.
+
+        The stores are ``store`` / ``baselines_store`` if given, else the study's and its
+        baselines' (``Study.root(recompute)``: the shipped ``data/confounds`` and
+        ``data/finetune``, read only; their cache copies when recomputing).
+        """
+        import pandas as pd
+
+        from vitplast.experiments import (
+            confound_plasticity,
+            confound_variants,
+            confounds,
+            results,
+            sweep,
+        )
+        from vitplast.experiments.runs import run_hash
+
+        spec = self.spec
+        root = str(store or self.root(recompute))
+        main_root = str(baselines_store or self.baselines.root(recompute))
+        if recompute:  # its runs are listed from its LayerNorm scales: measured first
+            self.prepare(root)
+        expected, baselines = confounds.study_runs(spec, root), self.baseline_runs()
+        if recompute:
+            sweep.run_sweep(baselines, main_root)
+            sweep.run_sweep(expected, root)
+        df = results.results(root, main_root)
+        hashes = {run_hash(c) for c in expected + baselines}
+        df = confound_variants.with_variant(df[df["run"].isin(hashes)] if len(df) else df)
+        after = [confound_plasticity.plasticity_after(r, root, spec.after.n_pairs,
+                                                      compute=recompute)  # df holds the baselines
+                 for r in confound_plasticity.after_runs(df, spec, baselines)]
+        layer_tasks = [p for p in spec.parts if p.name == "per layer"][0].tasks
+        return ConfoundResults(
+            confounds.complete_settings(df, expected + baselines),
+            results.coverage(df, expected), confounds.study_scales(
+                root, spec.scale_tasks, target=spec.target, n_pairs=spec.n_pairs),
+            confound_plasticity.layer_plasticity(root, layer_tasks, spec.n_pairs),
+            pd.concat(after, ignore_index=True) if after
+            else pd.DataFrame(columns=confound_plasticity.AFTER_COLUMNS), root, main_root)
+
+
+@dataclass(frozen=True)
+class SearchedStudy(Study):
+    """A study whose settings' LRs are searched (a ``spec_types.Search``,
+    ``vitplast.experiments.search``): its runs are those its search has asked for so far; a
+    ``--shard`` takes every n-th setting, each searched to its end in one process."""
+
+    KIND: ClassVar[str] = "searched"
+    TAKES: ClassVar[frozenset] = TAKES - {"order"}
+
+    def _why(self, name: str) -> str:
+        return ": its search orders its runs (task by task, an LR at a time)"
+
+    def _runs(self, root, runtime) -> list[dict]:
+        from vitplast.experiments import search
+
+        return search.search_runs(self.spec, root, **runtime.run_keys())
+
+    def run(self, store=None, runtime: Runtime = Runtime(),
+            executor: Executor = Executor()) -> None:
+        """Search each setting's LR into its store until bracketed (``search.run_search``),
+        copying identical runs of the stores its spec reuses."""
+        from vitplast import models
+        from vitplast.experiments import search
+
+        self.check(runtime)
+        search.run_search(self.spec, self._root(store), runtime=runtime, executor=executor,
+                          sources=[models.results_root(s) for s in self.spec.reuse])
+
+    def load(self, store=None, *, grid: bool = False):
+        """Per complete task (every search ended) and configuration: the chosen ``lr``
+        (``search.state``'s ``best``), ``bracketed``, and that run's ``val_acc`` and
+        ``test_acc`` (in %) and ``trainable`` count. ``grid``: the LR chosen on validation
+        from the spec's fixed grid instead (a task is complete when every grid run is
+        stored)."""
+        from vitplast.experiments import search
+
+        state = search.state(self.spec, self._root(store), grid=grid)
+        return state[state["task"].isin(search.complete_tasks(state))].rename(
+            columns={"best": "lr"}).reset_index(drop=True)

@@ -1,0 +1,320 @@
+"""Study kinds: how a study's runs are known, run and read back, one type per way.
+
+Paper: section 2 (the finetuning protocol) and section 5 (the main table, Fig. 18).
+
+The cut is by what a study's runs depend on, since that decides how they are listed, run and
+read:
+
+- ``GridStudy``: its spec alone (a ``spec_types.Grid``): the main study;
+- ``BudgetStudy``: its baseline study's results in its store (the chosen LRs and their grid
+  neighbours): the budget check;
+- ``PaperStudy``: its spec and where the paper's datasets lie (``Runtime.data_root``);
+- ``ConfoundStudy`` (``adaptive``): its spec and its LayerNorm scales, measured once before
+  its runs are listed (``prepare``);
+- ``SearchedStudy`` (``adaptive``): the outcomes stored so far: its runs are known only as far
+  as its LR search has gone (``vitplast.experiments.search``).
+
+Each has ``runs(store)`` (its runs known now), ``run(store, runtime, executor)`` (run or resume
+what its store lacks) and ``load(store)`` (read it back: ``StudyResults``, ``ConfoundResults``
+or, searched, the chosen LR per task and configuration). Every ``Runtime`` setting is honoured
+by every kind (``TAKES``) or refused by ``check``, naming the kinds it applies to. Importing
+this module imports no torch (the CLI builds its help from the registry,
+``vitplast.experiments.studies``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+from typing import ClassVar
+
+from vitplast.experiments.runtime import Executor, Runtime, select
+
+#: Where a study's store is: ``data`` (shipped: ``models.results_root``), ``cache``
+#: (``models.cache_dir``) or ``.`` (relative to the working directory).
+PLACES = ("data", "cache", ".")
+#: The ``Runtime`` settings every kind honours (``PaperStudy`` also takes ``data_root`` and
+#: ``weights_file``; ``SearchedStudy`` takes no ``order``: its search orders its runs).
+TAKES = frozenset({"precision", "workers", "accum_steps", "eval_every", "order", "shard",
+                   "limit", "retry_failed", "batch_lrs"})
+
+
+@dataclass(frozen=True)
+class Study:
+    """A named study: what it is, where it is stored, what its spec is.
+
+    Attributes:
+        name: its name in ``studies.STUDIES`` (``--study``, the notebooks' ``study``).
+        purpose: one line: what it is, for the CLI's help.
+        store: its results store's folder, under ``place``.
+        definition: its spec (a ``spec_types`` value), or the name of one in
+            ``study_specs``, read on first use (``spec``) so that the registry imports no
+            torch.
+        place: where ``store`` is (``PLACES``); ``data`` stores are shipped (a checkout's
+            ``data/``), which the CLI writes into only where their parent folder exists.
+        baselines: the study whose runs it is compared with or builds on (the confound
+            study's plain SGD runs, the budget check's chosen LRs); ``None``: none.
+        smoke: the spec (or its name) of its seconds-long version (``studies.smoke``); empty:
+            it has none.
+    """
+
+    name: str
+    purpose: str
+    store: str
+    definition: object
+    place: str = "data"
+    baselines: Study | None = None
+    smoke: object = ""
+
+    KIND: ClassVar[str] = ""
+    TAKES: ClassVar[frozenset] = TAKES
+    #: Its runs are made from what its store holds: the store must exist to list them.
+    READS_STORE: ClassVar[bool] = False
+
+    def __post_init__(self):
+        if self.place not in PLACES:
+            raise ValueError(f"study {self.name!r}: place {self.place!r}; valid: {list(PLACES)}")
+
+    @property
+    def spec(self):
+        """Its spec (``definition``, read from ``study_specs`` when named)."""
+        if isinstance(self.definition, str):
+            return getattr(import_module("vitplast.experiments.study_specs"), self.definition)
+        return self.definition
+
+    @property
+    def primaries(self) -> tuple:
+        """Its declared primary questions (its spec's)."""
+        return self.spec.primaries
+
+    @property
+    def shipped(self) -> bool:
+        """Its store is a shipped one (``data/<store>``)."""
+        return self.place == "data"
+
+    def root(self, recompute: bool = False) -> Path:
+        """Its store (followed from ``$VITPLAST_DATA`` and ``$VITPLAST_CACHE`` when called);
+        with ``recompute``, a shipped study's cache copy ``<cache>/<store>-<name>`` instead, so
+        that a notebook never writes into a shipped store."""
+        from vitplast import models
+
+        if self.place == "cache" or (recompute and self.shipped):
+            return models.cache_dir() / (f"{self.store}-{self.name}" if self.shipped
+                                         else self.store)
+        return models.results_root(self.store) if self.shipped else Path(self.store)
+
+    def describe(self) -> str:
+        """One line for the CLI's help: its name, purpose and store."""
+        where = {"data": "data/", "cache": ".cache/", ".": ""}[self.place] + self.store
+        return f"{self.name}: {self.purpose}, into {where}"
+
+    def check(self, runtime: Runtime) -> None:
+        """Refuse (``ValueError``) a ``runtime`` setting this kind does not honour, naming the
+        kinds it applies to, and a precision other than the one its spec declares."""
+        for name in runtime.given():
+            if name not in self.TAKES:
+                takers = [k.KIND for k in kinds() if name in k.TAKES]
+                raise ValueError(f"{name} (--{name.replace('_', '-')}) applies to "
+                                 f"{', '.join(takers)} studies only; study {self.name!r} is a "
+                                 f"{self.KIND} study{self._why(name)}")
+        declared = getattr(self.spec, "precision", None)
+        if runtime.precision not in (None, declared or runtime.precision):
+            raise ValueError(f"precision {runtime.precision}: study {self.name!r} declares "
+                             f"precision {declared!r} (one precision in every contrast)")
+
+    def _why(self, name: str) -> str:
+        return ""
+
+    def _root(self, store) -> Path:
+        return Path(store) if store else self.root()
+
+    def runs(self, store=None, runtime: Runtime = Runtime()) -> list[dict]:
+        """Every run of the study known now, with ``runtime.run_keys()``; ``store``: its store
+        (default: its own)."""
+        keys = runtime.run_keys()
+        return [{**r, **keys} for r in self._runs(self._root(store), runtime)]
+
+    def _runs(self, root: Path, runtime: Runtime) -> list[dict]:
+        raise NotImplementedError
+
+    def prepare(self, store=None) -> None:
+        """What must happen before its runs can be listed (nothing but for confound studies)."""
+
+    def run(self, store=None, runtime: Runtime = Runtime(),
+            executor: Executor = Executor()) -> None:
+        """Run (or resume) the runs its store lacks, as ``runtime`` selects them
+        (``runtime.select``: order, shard, limit), on ``executor``; every record is stored as
+        it finishes (``sweep.run_sweep``)."""
+        from vitplast.experiments import sweep
+
+        self.check(runtime)
+        root = self._root(store)
+        self.prepare(root)
+        runs = select(self.runs(root, runtime), root, order=runtime.order,
+                      shard=runtime.shard, limit=runtime.limit)
+        sweep.run_sweep(runs, root, executor=executor.name, device=runtime.device,
+                        progress=runtime.progress, retry_failed=runtime.retry_failed,
+                        batch_lrs=runtime.batch_lrs, **executor.options)
+
+    def progress(self, store=None, runtime: Runtime = Runtime()):
+        """How much of the study its store holds, per task and seed
+        (``study_log.study_progress``); runs nothing."""
+        from vitplast.experiments import study_log
+
+        self.check(runtime)
+        root = self._root(store)
+        self.prepare(root)
+        return study_log.study_progress(self.runs(root, runtime), root)
+
+
+@dataclass
+class StudyResults:
+    """What a finetuning study's store holds: ``runs`` (``results.results`` rows of the
+    study's runs), ``budget`` (rows of its budget check; empty for studies without one),
+    ``coverage`` (expected runs by status) and the store's ``root``."""
+
+    runs: object
+    budget: object
+    coverage: dict
+    root: str
+
+
+def _rows(table, runs: list[dict]):
+    """The rows of ``results`` table ``table`` that are runs of ``runs``."""
+    from vitplast.experiments.runs import run_hash
+
+    return table[table["run"].isin({run_hash(r) for r in runs})] if len(table) else table
+
+
+@dataclass(frozen=True)
+class GridStudy(Study):
+    """Runs fixed by its spec (a ``spec_types.Grid``): per configuration its LRs x tasks x
+    seeds. ``budget``: the spec (or its name) of its budget check, loaded with it."""
+
+    budget: object = ""
+    KIND: ClassVar[str] = "grid"
+
+    def _runs(self, root, runtime) -> list[dict]:
+        return grid_runs(self.spec)
+
+    def load(self, store=None, *, recompute: bool = False) -> StudyResults:
+        """Read (or, with ``recompute``, first run or resume) the study: its store is
+        ``store`` if given, else its own (``root(recompute)``: a shipped store is read only,
+        its cache copy recomputed)."""
+        from vitplast.experiments import results
+
+        root = str(store or self.root(recompute))
+        if recompute:
+            self.run(root, Runtime(progress=False))
+        stored = results.results(root)
+        expected = grid_runs(self.spec)
+        mine, budget = _rows(stored, expected), stored.iloc[:0]
+        if self.budget and len(mine):
+            spec = self.budget if not isinstance(self.budget, str) else getattr(
+                import_module("vitplast.experiments.study_specs"), self.budget)
+            budget = _rows(stored, budget_runs(stored, self, spec))
+        return StudyResults(mine, budget, results.coverage(mine, expected), root)
+
+
+def grid_runs(spec) -> list[dict]:
+    """Every run of a ``Grid`` spec: per configuration its LRs x tasks x seeds, ordered
+    task > config > lr > seed, with the spec's ``fixed`` keywords."""
+    from vitplast.experiments import runs
+
+    return [run for task in spec.tasks for config, lrs in spec.lrs.items()
+            for run in runs.grid([task], [config], lrs, spec.seeds, **spec.fixed)]
+
+
+def budget_runs(main, grid: GridStudy, spec) -> list[dict]:
+    """The budget-sensitivity runs of ``spec`` (a ``spec_types.Budget``) given the
+    ``results`` table ``main`` of the ``grid`` study's store: on each task of ``spec``, each
+    configuration at the LR chosen on validation in ``grid`` and its two neighbours on that
+    configuration's grid."""
+    from vitplast.experiments import lr_selection, runs
+
+    chosen = lr_selection.select_lr(_rows(main, grid_runs(grid.spec)).pipe(
+        lambda t: t[t["task"].isin(spec.tasks)]))
+    out = []
+    for row in chosen.itertuples():
+        lrs = list(grid.spec.lrs[row.config])
+        i = lrs.index(row.lr)
+        out += runs.grid([row.task], [row.config], lrs[max(0, i - 1):i + 2], spec.seeds,
+                         **spec.fixed)
+    return out
+
+
+@dataclass(frozen=True)
+class BudgetStudy(Study):
+    """Runs made from its ``baselines`` study's results in its store (a ``spec_types.Budget``:
+    each configuration at the chosen LR and its two grid neighbours, other training
+    settings)."""
+
+    KIND: ClassVar[str] = "budget"
+    READS_STORE: ClassVar[bool] = True
+
+    def _runs(self, root, runtime) -> list[dict]:
+        from vitplast.experiments import results
+
+        return budget_runs(results.results(root), self.baselines, self.spec)
+
+    def load(self, store=None) -> StudyResults:
+        """Its runs' rows in its store (``store``, default its own); ``budget`` empty."""
+        from vitplast.experiments import results
+
+        root = str(self._root(store))
+        stored = results.results(root)
+        expected = self._runs(root, Runtime())
+        mine = _rows(stored, expected)
+        return StudyResults(mine, stored.iloc[:0], results.coverage(mine, expected), root)
+
+
+@dataclass(frozen=True)
+class PaperStudy(GridStudy):
+    """The paper's grid (a ``spec_types.PaperGrid``): its model on each of its datasets
+    (under ``Runtime.data_root``, required) x configurations x LRs x seeds, with the paper
+    recipe; ``Runtime.weights_file``: local weights of the model (default: the hub)."""
+
+    KIND: ClassVar[str] = "paper"
+    TAKES: ClassVar[frozenset] = TAKES | {"data_root", "weights_file"}
+
+    def check(self, runtime: Runtime) -> None:
+        """``Study.check``, and ``runtime.data_root`` is required."""
+        super().check(runtime)
+        if not runtime.data_root:
+            raise ValueError("the paper study needs data_root (--data-root): the folder of the "
+                             "paper datasets (layouts: vitplast.datasets.paper_datasets)")
+
+    def _runs(self, root, runtime) -> list[dict]:
+        from vitplast.experiments import runs
+
+        if not runtime.data_root:
+            raise ValueError("the paper study needs data_root (--data-root): the folder of the "
+                             "paper datasets (layouts: vitplast.datasets.paper_datasets)")
+        spec, out = self.spec, []
+        fixed = dict(recipe="paper", model=spec.model, data_root=str(runtime.data_root))
+        for task in spec.tasks:
+            lrs = spec.lrs_domainnet if task.startswith("domainnet") else spec.lrs
+            out += runs.grid([task], spec.configs, lrs, spec.seeds, **fixed)
+        return out
+
+    def load(self, store=None, *, data_root: str = "") -> StudyResults:
+        """Its runs' rows in its store (``store``, default its own); its runs are listed from
+        the datasets under ``data_root``."""
+        from vitplast.experiments import results
+
+        root = str(self._root(store))
+        stored = results.results(root)
+        expected = self._runs(root, Runtime(data_root=data_root))
+        mine = _rows(stored, expected)
+        return StudyResults(mine, stored.iloc[:0], results.coverage(mine, expected), root)
+
+
+def kinds() -> list[type[Study]]:
+    """Every kind of study: the subclasses of ``Study`` (``adaptive``'s too, once imported)."""
+    out, todo = [], [Study]
+    while todo:
+        for k in todo.pop(0).__subclasses__():
+            out.append(k)
+            todo.append(k)
+    return out
