@@ -1,4 +1,4 @@
-"""Runs per minute: K runs of one setting at K learning rates, batched (``vitplast.batched``)
+"""Runs per minute: K runs of one setting at K learning rates, batched (``vitplast.train.batched``)
 against one by one (``finetune.train``), on the embedded model and a real task.
 
 Side by side in one process, for each full-count configuration of the suite study (head,
@@ -19,7 +19,9 @@ import time
 
 import torch
 
-from vitplast import batched, finetune, models, tasks
+from vitplast import models
+from vitplast.datasets import tasks
+from vitplast.train import batched, finetune
 
 CONFIGS = ("head", "MHA", "FC1", "FC2", "LN1", "LN2")
 TARGET = 0.9

@@ -3,7 +3,7 @@ configuration's step time relative to full finetuning.
 
 Side by side in one run, interleaved: for the same model, batch, trainable set and data
 loader, (a) a bare loop: forward, cross-entropy, backward, clip, SGD step; (b)
-``vitplast.finetune.train`` (schedule, logging of global and per-component gradient norms,
+``vitplast.train.finetune.train`` (schedule, logging of global and per-component gradient norms,
 no evaluation). Target: (b) / (a) <= 1.05 per step, for full finetuning. Then ``train``'s
 step time per configuration relative to full (frozen weights skip their weight gradients:
 below 1 is expected, no target).
@@ -20,7 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from vitplast import components, finetune, models, tasks
+from vitplast import models
+from vitplast.datasets import tasks
+from vitplast.measure import components
+from vitplast.train import finetune
 
 TARGET = 1.05
 

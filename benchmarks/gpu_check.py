@@ -12,10 +12,10 @@ Side by side in one run on one GPU:
    reported);
 3. runs per device-minute: ``--procs`` processes sharing the device, each training runs of
    the embedded study's recipe (fp32) one by one, against the same processes each training
-   groups of ``--k`` LRs batched (``vitplast.batched``, ``vitplast sweep --batch-lrs``); each
+   groups of ``--k`` LRs batched (``vitplast.train.batched``, ``vitplast sweep --batch-lrs``); each
    process warms up, then all start at one moment;
-4. the notebooks: every one in the ``default`` profile (``vitplast.notebooks.run``), each in a
-   papermill kernel that loads its models on the GPU.
+4. the notebooks: every one in the ``default`` profile (``vitplast.report.notebooks.run``), each in
+   a papermill kernel that loads its models on the GPU.
 
 Last lines, one per target (``RESULT <name> <value> target <op> <value>``; the values below are
 placeholders, not measurements)::
@@ -45,7 +45,11 @@ import time
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from vitplast import finetune, models, notebooks, plasticity
+from vitplast import models
+from vitplast.measure import plasticity
+from vitplast.measure.pairs import make_pairs
+from vitplast.report import notebooks
+from vitplast.train import finetune, passes
 
 VIT_B = "vit_base_patch16_224.orig_in21k"
 #: name -> (operator, target); ``notebooks_ok`` is set to the number of notebooks run.
@@ -102,7 +106,7 @@ def training_loop(name: str, *, batch: int, steps: int, device: torch.device, sh
 
     def bare():
         for _ in range(steps):
-            with finetune.autocast(device):
+            with passes.autocast(device):
                 loss = torch.nn.functional.cross_entropy(bare_model(xb).float(), yb)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(bare_model.parameters(), 1.0)
@@ -149,7 +153,8 @@ def runs_per_minute(mode: str, *, procs: int, k: int, steps: int, reps: int,
 def _worker(mode: str, k: int, steps: int, reps: int, device: str, start_at: float) -> None:
     """One process of ``runs_per_minute``: warm up, wait for the common start, train; print
     the (begin, end) wall-clock times of the timed part."""
-    from vitplast import batched, tasks
+    from vitplast.datasets import tasks
+    from vitplast.train import batched
 
     task = tasks.load("digits")
     device = torch.device(device)
@@ -228,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model = models.load_model(name, pretrained=False, num_classes=10, device=device)
     pool = torch.randn(512, *shape, generator=torch.Generator().manual_seed(0))
-    pairs = plasticity.make_pairs(pool, n_pairs=args.pairs)  # content does not change the cost
+    pairs = make_pairs(pool, n_pairs=args.pairs)  # content does not change the cost
     t = estimator(model, pairs, batch=args.batch, workers=args.workers, device=device)
     for k, v in t.items():
         print(f"plasticity {k:>9}: {args.pairs / v:8.0f} pairs/s ({v:.1f} s, "

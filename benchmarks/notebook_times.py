@@ -5,8 +5,8 @@ Each profile runs ``python -m vitplast notebooks run --profile P`` in a fresh pr
 ``VITPLAST_CACHE`` pointing to its own new, empty folder, so nothing measured or trained by an
 earlier run is reused (the shipped checkpoints and finetuning results are package data and are
 read as ``make run`` reads them). Fashion-MNIST comes from the Debian package as in a fresh
-checkout (``vitplast.data`` unpacks it into the cache; that unpacking is timed too); without
-that package, its raw files are copied from the current cache before the clock starts.
+checkout (``vitplast.datasets.data`` unpacks it into the cache; that unpacking is timed too);
+without that package, its raw files are copied from the current cache before the clock starts.
 
 Targets: the default profile <= 720 s (12 minutes on 2 cores), the smoke profile <= 180 s,
 both on 2 cores: on a larger machine the notebooks' process (and its kernels) is pinned to the
@@ -40,7 +40,8 @@ CORES = 2
 def _seed_fashion_mnist(cache: Path) -> None:
     """Without the Debian package, copy the raw Fashion-MNIST files of the current cache into
     ``cache`` (offline machines); with it, leave ``cache`` empty as a fresh checkout is."""
-    from vitplast import data, models
+    from vitplast import models
+    from vitplast.datasets import data
 
     if data.DEBIAN_FASHION_MNIST.is_dir():
         return

@@ -5,8 +5,8 @@ What a GPU run of the paper's protocol does, through the same entry points, offl
 - weights: a random ViT-B/16 (``vit_base_patch16_224.orig_in21k``'s architecture, timm's init)
   saved to a local safetensors file and loaded back through ``weights_file``
   (``models.load_model``; no hub access);
-- data: fake files in every paper-dataset layout (``vitplast.fake_datasets``), read by
-  ``vitplast.paper_datasets`` with the model's timm transforms (224 px, bicubic);
+- data: fake files in every paper-dataset layout (``vitplast.datasets.fake_datasets``), read by
+  ``vitplast.datasets.paper_datasets`` with the model's timm transforms (224 px, bicubic);
 - plasticity: ``empirical.task_pairs`` and ``plasticity.measure`` (both protocols) on a few
   pairs (a CIFAR-10 image, an image of the dataset) of every dataset, as notebook 02;
 - finetuning: ``sweep.run_one`` of paper-recipe run configs (``data_root``, ``weights_file``)
@@ -31,16 +31,11 @@ from pathlib import Path
 
 import torch
 
-from vitplast import (
-    empirical,
-    fake_datasets,
-    models,
-    paper_datasets,
-    plasticity,
-    runs,
-    studies,
-    sweep,
-)
+from vitplast import models
+from vitplast.datasets import fake_datasets, paper_datasets
+from vitplast.experiments import runs, studies, sweep
+from vitplast.measure import empirical, plasticity
+from vitplast.measure.pairs import PROTOCOLS
 
 VIT_B = "vit_base_patch16_224.orig_in21k"
 TARGET = 900  # seconds, default settings on 2 CPU cores
@@ -101,7 +96,7 @@ def main() -> int:
             per_image = (time.perf_counter() - start) / 4
         print(f"plain forward: {per_image:.2f} s/image")
         per_pair = {}
-        for protocol in plasticity.PROTOCOLS:
+        for protocol in PROTOCOLS:
             seconds, n = 0.0, 0
             for name in names:
                 # x from CIFAR-10 (the pretraining domain's stand-in), y from the dataset; pairs
@@ -149,7 +144,7 @@ def main() -> int:
               f"{cpu / 1e9:.0f} GFLOP/s; one paper step (batch {PAPER_BATCH}) here: "
               f"{step_s * PAPER_BATCH / args.batch_size / 60:.1f} min")
     gpu = args.gpu_tflops * 1e12
-    plast = len(paper_datasets.PAPER_DATASETS) * len(plasticity.PROTOCOLS) * PAPER_PAIRS \
+    plast = len(paper_datasets.PAPER_DATASETS) * len(PROTOCOLS) * PAPER_PAIRS \
         * 2 * flops / gpu
     tune = sum(paper_datasets.PAPER_STEPS.values()) * PAPER_RUNS_PER_DATASET * PAPER_BATCH \
         * 3 * flops / gpu

@@ -5,7 +5,7 @@ import pytest
 import torch
 from helpers import FakeTrain, tiny_vit, write_idx
 
-from vitplast import finetune
+from vitplast.train import finetune
 
 
 @pytest.fixture

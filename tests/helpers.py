@@ -8,7 +8,9 @@ import pandas as pd
 import torch
 from timm.models.vision_transformer import VisionTransformer
 
-from vitplast import components, data, finetune, rates
+from vitplast.datasets import data
+from vitplast.measure import components, rates
+from vitplast.train import finetune
 
 #: A random embedded ViT on digits, a few steps: seconds on a CPU.
 TINY = dict(pretrained=False, steps=2, batch_size=16, eval_every=100)
@@ -69,7 +71,7 @@ def notebook_cells(name: str) -> list[tuple[str, bool]]:
     whether it is the cell tagged ``parameters``."""
     import json
 
-    from vitplast import notebooks
+    from vitplast.report import notebooks
 
     nb = json.loads((notebooks.NOTEBOOK_DIR / f"{name}.ipynb").read_text())
     return [("\n".join(line for line in "".join(c["source"]).splitlines()
@@ -85,7 +87,7 @@ def exec_notebook(name: str, profile: str = "smoke", params: dict | None = None)
     backend."""
     import matplotlib
 
-    from vitplast import notebooks
+    from vitplast.report import notebooks
 
     matplotlib.use("Agg")
     (_, chosen), = notebooks.plan(profile, [name.split("_")[0]], params)
@@ -149,11 +151,11 @@ TINY_ERROR = "the value 3 is not valid: give 1 or 2\nsecond line of the message"
 
 def tiny_course(folder, monkeypatch=None) -> list[str]:
     """Write ``TINY_COURSE`` (source notebooks, each with a typed ``parameters`` cell) into
-    ``folder``; with ``monkeypatch``, make it the sequence ``vitplast.notebooks`` runs."""
+    ``folder``; with ``monkeypatch``, make it the sequence ``vitplast.report.notebooks`` runs."""
     import nbformat
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-    from vitplast import notebooks
+    from vitplast.report import notebooks
 
     params = new_code_cell("value: int = 3  # a number", metadata=dict(tags=["parameters"]))
     figure = new_code_cell("import matplotlib.pyplot as plt\n"
@@ -199,7 +201,7 @@ def executed_run(folder, png: bytes):
     import base64
     import json
 
-    from vitplast import reading_copy
+    from vitplast.report import reading_copy
 
     source = folder.parent / f"{folder.name}-source"
     tiny_course(source)
@@ -221,3 +223,12 @@ def executed_run(folder, png: bytes):
                       error=["", reading_copy.failing_cell(folder / "02_fails.ipynb")])
                  ).to_csv(folder / "summary.csv", index=False)
     return folder
+
+
+def ranked_rows(values_by_c: dict, protocol: str = "hidden", tasks=("a", "b", "c")) -> pd.DataFrame:
+    """Per-task rates of the components, ``values_by_c`` {c: {component: rate}} nudged per task
+    (as ``stream.gauge_rankings`` returns them)."""
+    rows = [dict(task=t, protocol=protocol, component=comp, plasticity=v * (1 + 0.01 * i), c=c)
+            for c, values in values_by_c.items() for i, t in enumerate(tasks)
+            for comp, v in values.items()]
+    return pd.DataFrame(rows)

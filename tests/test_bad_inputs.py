@@ -11,17 +11,11 @@ import pytest
 import torch
 from helpers import tiny_vit
 
-from vitplast import (
-    bounds,
-    components,
-    finetune,
-    intervals,
-    plasticity,
-    results,
-    runs,
-    sweep,
-    tasks,
-)
+from vitplast.datasets import tasks
+from vitplast.experiments import lr_selection, results, runs, sweep
+from vitplast.measure import bounds, components, intervals, plasticity, rates
+from vitplast.measure.pairs import make_pairs
+from vitplast.train import finetune
 
 STEPS = dict(steps=2, batch_size=16, progress=False)
 
@@ -71,15 +65,15 @@ def _train(**kw):
 
 # (case, call, exception, regex the message must match: the argument and what is valid)
 CASES = [
-    ("n_pairs=0", lambda: plasticity.make_pairs(pairs28()[0], n_pairs=0), ValueError,
+    ("n_pairs=0", lambda: make_pairs(pairs28()[0], n_pairs=0), ValueError,
      r"n_pairs=0 .*integer >= 1"),
-    ("n_pairs=-5", lambda: plasticity.make_pairs(*pairs28(), n_pairs=-5), ValueError,
+    ("n_pairs=-5", lambda: make_pairs(*pairs28(), n_pairs=-5), ValueError,
      r"n_pairs=-5 .*integer >= 1"),
-    ("n_pairs=2.5", lambda: plasticity.make_pairs(pairs28()[0], n_pairs=2.5), ValueError,
+    ("n_pairs=2.5", lambda: make_pairs(pairs28()[0], n_pairs=2.5), ValueError,
      r"n_pairs=2.5 .*integer"),
-    ("empty source", lambda: plasticity.make_pairs(pairs28()[0][:0]), ValueError,
+    ("empty source", lambda: make_pairs(pairs28()[0][:0]), ValueError,
      r"x_source has no images"),
-    ("one image within a set", lambda: plasticity.make_pairs(pairs28()[0][:1]), ValueError,
+    ("one image within a set", lambda: make_pairs(pairs28()[0][:1]), ValueError,
      r"x_source has 1 image.*at least 2"),
     ("NaN pair", lambda: _measure(pairs=pairs28(x=_nan_at(3))), ValueError,
      r"x has non-finite pixels .*pair\(s\) \[3\]"),
@@ -98,15 +92,15 @@ CASES = [
     ("32 px into 28 px", lambda: _measure(pairs=(torch.randn(4, 1, 32, 32),
                                                  torch.randn(4, 1, 32, 32))),
      ValueError, r"\(1, 32, 32\); the model takes \(C, H, W\) = \(1, 28, 28\)"),
-    ("one image, no batch dim", lambda: plasticity.batch_rates(model28(), pairs28()[0][0],
+    ("one image, no batch dim", lambda: rates.batch_rates(model28(), pairs28()[0][0],
                                                                pairs28()[1][0]),
      ValueError, r"x must be a batch of images \(N, C, H, W\) = \(N, 1, 28, 28\)"),
     ("batch_size=0", lambda: _measure(batch_size=0), ValueError, r"batch_size=0 .*integer >= 1"),
     ("batch_size=-1", lambda: _measure(batch_size=-1), ValueError, r"batch_size=-1"),
     ("workers=-1", lambda: _measure(workers=-1), ValueError, r"workers=-1 .*integer >= 0"),
-    ("batch_rates NaN", lambda: plasticity.batch_rates(model28(), *pairs28(y=_nan_at(0))),
+    ("batch_rates NaN", lambda: rates.batch_rates(model28(), *pairs28(y=_nan_at(0))),
      ValueError, r"y has non-finite pixels"),
-    ("batch_rates x, y shapes", lambda: plasticity.batch_rates(model28(), pairs28()[0],
+    ("batch_rates x, y shapes", lambda: rates.batch_rates(model28(), pairs28()[0],
                                                                pairs28()[1][:5]),
      ValueError, r"x \(8, 1, 28, 28\) and y \(5, 1, 28, 28\) differ in shape"),
     ("scale_curve inf pair", lambda: plasticity.scale_curve(model28(), *pairs28(x=_inf_at(4)),
@@ -202,13 +196,13 @@ def test_bad_input_is_refused_naming_the_argument(call, error, message):
 def test_too_many_aligned_pairs_warn_saying_how_many_were_made():
     x, y = pairs28()
     with pytest.warns(UserWarning, match=r"n_pairs=100 aligned pairs asked.*made 8 pairs"):
-        pairs = plasticity.make_pairs(x, y, n_pairs=100)
+        pairs = make_pairs(x, y, n_pairs=100)
     assert len(pairs) == 8
     with pytest.warns(UserWarning, match=r"from 3 images, which form only 6 distinct pairs"):
-        assert len(plasticity.make_pairs(x[:3], n_pairs=7)) == 7
+        assert len(make_pairs(x[:3], n_pairs=7)) == 7
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert len(plasticity.make_pairs(x, y, n_pairs=8)) == 8  # exactly enough: silent
+        assert len(make_pairs(x, y, n_pairs=8)) == 8  # exactly enough: silent
 
 
 def test_float64_images_are_converted_saying_so_and_measure_the_same():
@@ -264,11 +258,11 @@ def test_a_diverged_run_is_recorded_and_never_counted_as_ok(tmp_path, monkeypatc
     table = sweep.run_sweep(configs, tmp_path, device="cpu", progress=False)
     assert table["status"].tolist() == ["ok", "ok", "diverged", "diverged"]
     assert table["test_acc"].isna().tolist() == [False, False, True, True]
-    assert results.select_lr(table)["lr"].tolist() == [0.1]  # not 10 (val 0.99, diverged)
+    assert lr_selection.select_lr(table)["lr"].tolist() == [0.1]  # not 10 (val 0.99, diverged)
     main = results.main_table(table).set_index("task")
     assert main.loc["digits", "lr"] == 0.1 and main.loc["digits", "n_seeds"] == 2
     assert main.loc["digits", "test_acc_mean"] == pytest.approx(40.0)
-    assert results.lr_curves(table)["lr"].tolist() == [0.1]
+    assert lr_selection.lr_curves(table)["lr"].tolist() == [0.1]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -297,8 +291,8 @@ def test_cli_sweep_refuses_bad_arguments_before_any_run(args, message, tmp_path,
 
 
 def test_cli_retry_failed_reaches_the_sweep(tmp_path, monkeypatch):
-    from vitplast import studies
     from vitplast.__main__ import main
+    from vitplast.experiments import studies
 
     monkeypatch.setitem(studies.get("main").spec, "tasks", ["digits"])
     monkeypatch.setitem(studies.get("main").spec, "lrs", {"head": [1.0]})

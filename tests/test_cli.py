@@ -6,10 +6,12 @@ import pytest
 import torch
 
 import vitplast
-from vitplast import finetune, models, results, studies
+from vitplast import models
 from vitplast.__main__ import _parser, main
+from vitplast.experiments import results, studies
 from vitplast.experiments.runs import run_hash
 from vitplast.experiments.store import Store
+from vitplast.train import finetune, passes
 
 SUBCOMMANDS = [["pretrain"], ["sweep"], ["notebooks"], ["notebooks", "run"], ["notebooks", "list"],
                ["notebooks", "copy"], ["notebooks", "html"], ["data"], ["data", "pack"],
@@ -111,10 +113,10 @@ def test_submitit_settings_need_the_submitit_executor(tmp_path, fake_runs, capsy
 
 def test_the_closed_options_are_the_library_s():
     from vitplast import __main__ as cli
-    from vitplast import sweep
+    from vitplast.experiments import sweep
 
     assert (cli.EXECUTORS, cli.ORDERS, cli.PRECISIONS) == (sweep.EXECUTORS, sweep.ORDERS,
-                                                           finetune.PRECISIONS)
+                                                           passes.PRECISIONS)
 
 
 @pytest.mark.parametrize("bad", [
@@ -126,10 +128,10 @@ def test_bad_sweep_options_fail_before_anything_is_written(bad, tmp_path, fake_r
                                                              monkeypatch, capsys):
     """A typo in a closed option fails at parsing, naming the valid values (or the missing
     --executor submitit): nothing runs, no session is logged, the store is not made."""
-    from vitplast import provenance
+    from vitplast.experiments import study_log
 
     logged = []
-    monkeypatch.setattr(provenance, "log_session", lambda *a, **k: logged.append(a))
+    monkeypatch.setattr(study_log, "log_session", lambda *a, **k: logged.append(a))
     root = tmp_path / "store"
     with pytest.raises(SystemExit) as done:
         main(["sweep", "--root", str(root), *bad])
@@ -215,7 +217,7 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
 def test_a_study_that_declares_its_precision_keeps_it(tmp_path, capsys):
     """The suite and gauge studies declare fp32: their runs carry it (a runtime key: no hash
     moves), and a sweep asked for another precision is refused before anything runs."""
-    from vitplast import search, studies
+    from vitplast.experiments import search, studies
 
     for name in ("suite", "gauge"):
         assert studies.get(name).spec["precision"] == "fp32"

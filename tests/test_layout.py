@@ -1,8 +1,8 @@
-"""The package's layout rules: modules sit in the subpackage ``vitplast.SUBPACKAGES`` names and
-are reachable by their short names, import each other without a cycle (at module level, and
-also counting the imports inside functions), the package lists its public modules, no
-function is longer than ``MAX_LINES`` lines and no module longer than ``MAX_MODULE_LINES``,
-and every module has its own test file, in the folder of its subpackage."""
+"""The package's layout rules: modules sit in layers (``vitplast.LAYERS``) and import only from
+their own layer and the layers below it, on the real import graph (at module level and inside
+functions), without a cycle; every import names the module's real path (there are no short
+names); no function is longer than ``MAX_LINES`` lines and no module longer than
+``MAX_MODULE_LINES``; and every module has its own test file, in the folder of its subpackage."""
 
 import ast
 import importlib
@@ -13,7 +13,7 @@ import pytest
 import vitplast
 
 PACKAGE = Path(vitplast.__file__).parent
-#: Every module by its short name (unique across subpackages) -> its file.
+#: Every module by its name (unique across subpackages) -> its file.
 FILES = {p.stem: p for p in sorted(PACKAGE.rglob("*.py")) if p.stem != "__init__"}
 MODULES = sorted(FILES)
 #: The longest function the package allows (STYLE.md: modules readable in one sitting).
@@ -44,7 +44,7 @@ def imports_of(name: str, anywhere: bool = False) -> set[str]:
     out = set()
     for node in (ast.walk(tree) if anywhere else _module_level(tree)):
         if isinstance(node, ast.ImportFrom) and node.module in ("vitplast", *(
-                f"vitplast.{p}" for p in vitplast.SUBPACKAGES)):
+                f"vitplast.{p}" for p in vitplast.LAYERS)):
             out |= {a.name for a in node.names if a.name in MODULES}
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vitplast."):
             out.add(node.module.split(".")[-1])
@@ -97,12 +97,65 @@ def test_every_module_imports_on_its_own(name):
     importlib.import_module(dotted(name))
 
 
-def test_the_package_lists_its_public_modules():
-    assert sorted(vitplast.__all__) == [m for m in MODULES if m != "__main__"]
-    for name in vitplast.__all__:  # every module that declares a surface names real objects
+def test_every_public_surface_names_real_objects():
+    for name in MODULES:
         module = importlib.import_module(dotted(name))
         missing = [n for n in getattr(module, "__all__", []) if not hasattr(module, n)]
-        assert not missing, f"vitplast.{name}.__all__ names {missing}"
+        assert not missing, f"{dotted(name)}.__all__ names {missing}"
+
+
+def layer_of(name: str) -> str:
+    """The layer of module ``name``: its subpackage, ``cli`` or ``base`` (``vitplast.LAYERS``)."""
+    parent = FILES[name].parent
+    if parent != PACKAGE:
+        return parent.name
+    return "cli" if name in vitplast.CLI else "base"
+
+
+def upward(graph: dict[str, set[str]], layer, order=vitplast.LAYERS) -> list[str]:
+    """Every import of ``graph`` (module -> modules) that goes up the layers ``order``."""
+    rank = {name: i for i, name in enumerate(order)}
+    return sorted(f"{a} ({layer(a)}) -> {b} ({layer(b)})" for a, bs in graph.items() for b in bs
+                  if rank[layer(b)] > rank[layer(a)])
+
+
+def test_upward_finds_an_import_that_climbs():
+    graph = {"verdicts": {"paper"}, "plasticity": {"verdicts", "store"}, "store": set()}
+    layer = {"paper": "base", "verdicts": "stats", "plasticity": "measure",
+             "store": "experiments"}.get
+    assert upward(graph, layer) == ["plasticity (measure) -> store (experiments)"]
+
+
+def test_every_module_imports_only_its_own_layer_and_those_below():
+    """The declared order, bottom to top, on the real import graph (inside functions too)."""
+    on_disk = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert on_disk | {"base", "cli"} == set(vitplast.LAYERS)
+    assert {m for m in MODULES if layer_of(m) == "cli"} == set(vitplast.CLI)
+    graph = {name: imports_of(name, anywhere=True) for name in MODULES}
+    assert upward(graph, layer_of) == []
+
+
+def test_every_import_names_the_real_module():
+    """No short names: ``from vitplast import plasticity`` fails (the module lives in
+    ``vitplast.measure``), and no module, test, benchmark or notebook imports that way."""
+    with pytest.raises(ImportError):
+        exec("from vitplast import plasticity", {})
+    top = {m for m in MODULES if FILES[m].parent == PACKAGE} | {"__version__"}
+    sources = [*PACKAGE.rglob("*.py"), *TESTS.rglob("*.py"),
+               *(PACKAGE.parent / "benchmarks").glob("*.py")]
+    wrong = []
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "vitplast":
+                wrong += [f"{path.name}: {a.name}" for a in node.names if a.name not in top]
+    assert wrong == []
+
+
+def test_every_subpackage_names_its_modules():
+    for package in set(vitplast.LAYERS) - {"base", "cli"}:
+        doc = importlib.import_module(f"vitplast.{package}").__doc__
+        modules = [m for m in MODULES if FILES[m].parent.name == package]
+        assert modules and [m for m in modules if f"``{m}``" not in doc] == []
 
 
 def long_functions(max_lines: int = MAX_LINES) -> list[str]:
@@ -142,26 +195,6 @@ def test_every_module_has_its_own_test_file():
     assert missing == _NO_TEST_FILE_YET
     named = {p for p in TESTS.rglob("test_*.py") if p.stem.removeprefix("test_") in FILES}
     assert named == {where[m] for m in MODULES if where[m].exists()}  # none elsewhere
-
-
-def test_modules_sit_in_the_subpackage_the_package_names_and_keep_their_short_names():
-    """``vitplast.SUBPACKAGES`` is the folder layout, every subpackage's docstring names its
-    modules, and ``from vitplast import <module>`` is the subpackage's module itself (code
-    written against the flat layout keeps working)."""
-    on_disk = {p.name: tuple(sorted(m for m in FILES if FILES[m].parent == p))
-               for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
-    assert on_disk == {k: tuple(sorted(v)) for k, v in vitplast.SUBPACKAGES.items()}
-    for package, modules in vitplast.SUBPACKAGES.items():
-        doc = importlib.import_module(f"vitplast.{package}").__doc__
-        assert [m for m in modules if f"``{m}``" not in doc] == []
-        for name in modules:
-            module = importlib.import_module(f"vitplast.{package}.{name}")
-            assert getattr(vitplast, name) is module
-            scope = {}
-            exec(f"from vitplast import {name} as short", scope)
-            assert scope["short"] is module
-    with pytest.raises(AttributeError, match="no attribute 'plastisity'"):
-        vitplast.plastisity
 
 
 #: Knowledge with one home: a literal -> the module that defines it (issue 29, item 4).

@@ -7,14 +7,15 @@ import pytest
 import torch
 from helpers import tiny_vit, toy_task
 
-from vitplast import finetune, runs, studies, sweep
 from vitplast.__main__ import main
+from vitplast.experiments import runs, studies, sweep
+from vitplast.train import finetune, passes
 
 
 def test_loaders_keep_their_workers_and_pin_memory_on_cuda():
     data = toy_task(16)
-    cpu = finetune.loader(data, 4, device=torch.device("cpu"), workers=2)
-    cuda = finetune.loader(data, 4, device=torch.device("cuda"), workers=0)
+    cpu = passes.loader(data, 4, device=torch.device("cpu"), workers=2)
+    cuda = passes.loader(data, 4, device=torch.device("cuda"), workers=0)
     assert cpu.persistent_workers and cpu.num_workers == 2 and not cpu.pin_memory
     assert cuda.pin_memory and not cuda.persistent_workers
     result = finetune.train(tiny_vit(), data, toy_task(8, seed=1), steps=3, batch_size=8,
@@ -37,7 +38,7 @@ def chosen(monkeypatch, tmp_path):
     """The runs ``vitplast sweep`` hands to ``run_sweep`` (nothing runs)."""
     got = []
     monkeypatch.setattr(sweep, "run_sweep", lambda todo, *a, **k: got.extend(todo))
-    monkeypatch.setattr("vitplast.experiments.provenance.log_session", lambda *a, **k: None)
+    monkeypatch.setattr("vitplast.experiments.study_log.log_session", lambda *a, **k: None)
     monkeypatch.setattr("vitplast.experiments.results.results",
                         lambda root: __import__("pandas").DataFrame({"status": []}))
     monkeypatch.setitem(studies.get("main").spec, "tasks", ["digits"])

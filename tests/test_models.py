@@ -7,7 +7,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from vitplast import data, finetune, models
+from vitplast import hub, models
+from vitplast.datasets import data
+from vitplast.train import passes
 
 
 def test_embedded_checkpoint_matches_its_model_card():
@@ -15,13 +17,13 @@ def test_embedded_checkpoint_matches_its_model_card():
     model = models.load_model("vitplast_fmnist")
     x, y = data.fashion_mnist_arrays(train=False)
     test = torch.utils.data.Subset(data.NormalizedTensors(x, y), range(1000))
-    _, acc = finetune.evaluate(model, test)
+    _, acc = passes.evaluate(model, test)
     assert acc == pytest.approx(card["test_acc_first1000"], abs=0.002)
     assert card["test_acc"] >= 0.88
 
 
 def test_the_shipped_model_card_is_written_from_the_manifest():
-    from vitplast import pretrain
+    from vitplast.train import pretrain
 
     manifest = json.loads(models.MANIFEST.read_text())
     assert pretrain.model_card(manifest) == (models.DATA_DIR / "README.md").read_text()
@@ -138,7 +140,7 @@ def test_device_none_picks_cuda_when_present(monkeypatch):
 
 
 def test_results_root_from_a_checkout_or_the_environment(tmp_path, monkeypatch):
-    from vitplast import confounds, studies
+    from vitplast.experiments import confounds, studies
 
     monkeypatch.delenv(models.DATA_ENV, raising=False)
     checkout = models.Path(models.__file__).resolve().parents[1] / "data"
@@ -193,7 +195,7 @@ def test_an_unreachable_hub_fails_in_seconds_naming_the_fix(name, monkeypatch, t
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))  # an empty cache
-    assert not models.hub_reachable()
+    assert not hub.hub_reachable()
     start = time.perf_counter()
     with pytest.raises(RuntimeError, match="unreachable.*weights_file=PATH"):
         models.load_model(name, device="cpu")

@@ -7,8 +7,11 @@ import pytest
 import torch
 from helpers import exec_notebook
 
-from vitplast import empirical, fake_datasets, models, notebooks
+from vitplast import models
+from vitplast.datasets import fake_datasets
 from vitplast.inputs import Fitted, native_input
+from vitplast.measure import empirical
+from vitplast.report import notebooks
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ import statistics
 
 import pytest
 
-from vitplast import components, paper
+from vitplast import paper
+from vitplast.measure import components
 
 
 def test_table1_average_row_is_the_mean_of_its_datasets():

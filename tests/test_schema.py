@@ -8,9 +8,10 @@ import re
 import jsonschema
 import pytest
 
-from vitplast import finetune, runs, schema
-from vitplast.experiments import store
+from vitplast import cached, schema
+from vitplast.experiments import runs, store
 from vitplast.measure.components import COMPONENTS
+from vitplast.train import finetune
 from vitplast.train.passes import PRECISIONS
 
 RUN = runs.make_run("digits", lr=0.1)
@@ -38,7 +39,7 @@ def test_the_schemas_are_in_step_with_the_code():
     assert set(run["required"]) == set(RUN) - {"lr_scales", "prepare", "ablation"}
     assert schema.document("plasticity")["$defs"]["component"]["enum"] == list(COMPONENTS)
     assert schema.document("record")["properties"]["status"]["enum"] == list(store.STATUSES)
-    assert sorted(set(store.COMPANIONS.values())) == sorted(
+    assert sorted(set(cached.COMPANIONS.values())) == sorted(
         set(schema.KINDS) - {"run", "record", "cache-index"})
     for recipe in finetune.RECIPES:  # every recipe makes a valid run
         assert schema.problems("run", runs.make_run("digits", lr=0.1, recipe=recipe)) == []

@@ -14,8 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vitplast import definitions, findings, notebooks
+from vitplast.measure import definitions
 from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
+from vitplast.report import definition_findings, findings, notebooks
+from vitplast.stats import verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = notebooks.NOTEBOOK_DIR / "solutions.md"
@@ -73,18 +75,18 @@ def test_notebooks_cite_the_glossary_and_the_objections_that_exist(name):
 
 @pytest.mark.parametrize("name", notebooks.available())
 def test_the_findings_table_is_printed_once(name):
-    """Printed whole by the last cell's ``findings.render`` (or read whole in words by
+    """Printed whole by the last cell's ``verdicts.render`` (or read whole in words by
     ``sentences.read(table)``) and nowhere else: no earlier cell shows the findings table, whole
     or in slices (the last line of a cell is what Jupyter displays); a Read cell reads the rows
     it names (``sentences.read(table, claim, ...)``). A smaller table of its own (a study's
     decision rule, an exploratory family) may be read whole where it is built."""
     code = [text(c) for c in cells(name) if c["cell_type"] == "code"]
-    whole = r"(?:findings\.render|sentences\.read)\((\w+)\)"
+    whole = r"(?:verdicts\.render|sentences\.read)\((\w+)\)"
     final = set(re.findall(whole, code[-1]))
     assert final, f"{name}'s last cell renders its findings table whole"
     early = [i for i, c in enumerate(code[:-1]) if final & set(re.findall(whole, c))]
     assert not early, f"{name} renders its findings table whole before the end: cells {early}"
-    built = r"^(\w+) = (?:findings\.\w+|stream\.findings_table)\("  # the table's name(s)
+    built = r"^(\w+) = (?:verdicts\.table|\w*findings\.\w+)\("  # the table's name(s)
     held = set(re.findall(built, "\n".join(code), flags=re.M))
     assert held, "the findings table has a name"
     for source in code[:-1]:
@@ -124,39 +126,39 @@ def test_jensen_a_linear_maps_plasticity_is_at_most_the_rms_singular_value(seed)
     linear = definitions.linear_table(definitions.linear_map(d=8, seed=seed), n=2000)
     value = dict(zip(linear["quantity"], linear["value"]))
     assert value["plasticity (mean rate)"] <= value["sqrt(mean sigma^2)"]
-    row = _row(findings.definitions(*_tables01(linear)), "sqrt(mean sigma_i^2)")
+    row = _row(definition_findings.definitions(*_tables01(linear)), "sqrt(mean sigma_i^2)")
     assert row["measured"] <= 1 and row["verdict"] == "holds (exact check)"
     assert "at most 1" in row["paper"] and row["paper"].startswith("not in the paper")
     above = linear.copy()
     above.loc[above["quantity"] == "plasticity (mean rate)", "value"] = value[
         "sqrt(mean sigma^2)"] * 1.01
-    row = _row(findings.definitions(*_tables01(above)), "sqrt(mean sigma_i^2)")
+    row = _row(definition_findings.definitions(*_tables01(above)), "sqrt(mean sigma_i^2)")
     assert row["verdict"] == "fails (exact check)"
 
 
 def test_the_order_is_settled_only_where_the_confidence_intervals_do_not_overlap():
-    apart = _row(findings.definitions(*_tables01(ci=0.1)), "intervals overlap")
+    apart = _row(definition_findings.definitions(*_tables01(ci=0.1)), "intervals overlap")
     assert apart["verdict"] == "order settled" and apart["measured"] == "0 of 2"
-    close = _row(findings.definitions(*_tables01(ci=0.6)), "intervals overlap")
+    close = _row(definition_findings.definitions(*_tables01(ci=0.6)), "intervals overlap")
     assert close["verdict"] == "order not settled where the intervals overlap"
     assert close["measured"].startswith("2 of 2: MHA/FC1 (layer 0), FC1/LN1")
 
 
 def test_a_correlation_of_exactly_zero_on_every_task_is_a_disagreement():
     rho = pd.Series(0.0, index=[f"t{i}" for i in range(8)])
-    row = findings.table([findings.correlation_row("rho", rho, paper="+1")]).iloc[0]
+    row = verdicts.table([findings.correlation_row("rho", rho, paper="+1")]).iloc[0]
     assert row["verdict"].startswith("disagrees with the paper: rho = +0 on every one of the 8")
     assert row["family"] == "descriptive" and row["measured"] == 0
-    one = findings.table([findings.correlation_row("rho", rho + 1, paper="+1")]).iloc[0]
+    one = verdicts.table([findings.correlation_row("rho", rho + 1, paper="+1")]).iloc[0]
     assert one["verdict"].startswith("agrees with the paper")
-    near = findings.table([findings.correlation_row("rho", rho + 0.9, paper="+1")]).iloc[0]
+    near = verdicts.table([findings.correlation_row("rho", rho + 0.9, paper="+1")]).iloc[0]
     assert near["verdict"].startswith("disagrees with the paper: rho = +0.9")
     assert near["verdict"].endswith("near the paper's order, not the same)")
     assert "near" not in row["verdict"]
-    spread = findings.table([findings.correlation_row("rho", rho + np.linspace(-.1, .1, 8),
+    spread = verdicts.table([findings.correlation_row("rho", rho + np.linspace(-.1, .1, 8),
                                                       paper="+1")]).iloc[0]
     assert spread["family"] == "exploratory" and spread["verdict"].startswith("not resolved")
-    few = findings.table([findings.correlation_row("rho", rho[:2], paper="+1")]).iloc[0]
+    few = verdicts.table([findings.correlation_row("rho", rho[:2], paper="+1")]).iloc[0]
     assert not few["verdict"].startswith("disagrees")  # two tasks: no claim either way
 
 

@@ -26,7 +26,7 @@ variant         a named configuration of the confound study, maybe with an ablat
 run             one training run's dict (``runs.make_run``); its hash names its record
 record          a finished run's outcome, one JSON file holding its run under ``run``
                 (``store``; older stores: ``python -m vitplast.experiments.migrate``)
-store           a results folder of records, resumable (``store.Store``, ``provenance``)
+store           a results folder of records, resumable (``store.Store``, ``study_log``)
 study           a named set of runs and its store (``studies``); a ``sweep`` runs what
                 its store lacks
 checkpoint      a stage of the embedded model's pretraining (``models``, ``pretrain``)
@@ -37,72 +37,37 @@ primary         a question a study declares before its runs (``verdicts.Primary`
                 other tested findings are exploratory
 ==============  ==========================================================================
 
-Modules, one concept each, in subpackages along the flow: tasks, then what is measured,
-trained, run as studies, reported (each subpackage's docstring lists its modules; within a
-module, names without a leading ``_`` are public, and a module's own ``__all__``, where it has
-one, lists them). Imports may cross that order (``stream`` finetunes to test an invariance;
-``empirical`` caches through the store), never in a cycle (``tests/test_layout.py``):
+Modules, one concept each, in layers; each imports only from its own layer and the layers
+below it (``LAYERS``, held to the real import graph by ``tests/test_layout.py``). Import a module
+by its path, e.g. ``from vitplast.measure import plasticity``; each subpackage's docstring lists
+its modules. Within a module, names without a leading ``_`` are public (a module's own
+``__all__``, where it has one, lists them). Bottom to top:
 
-- ``datasets``: the tasks and their images (``tasks``, ``data``, ``suite``, ``drawn``,
-  ``corruptions``, ``paper_datasets``, ``fake_datasets``); beside it ``models`` (loading, the
-  embedded checkpoints, folders) and ``hub`` (reaching the Hugging Face hub);
-- ``measure``: the paper's objects measured (``components``, ``rates``, ``plasticity``,
-  ``pairs``, ``bounds``, ``intervals``, ``definitions``, ``empirical``, ``stream``, ``gauge``,
-  ``relative``, ``tokens``);
-- ``train``: the one training loop and what runs on it (``finetune``, ``passes``, ``batched``,
-  ``probes``, ``ablations``, ``pretrain``, ``recipes``);
-- ``experiments``: runs, their store, the studies and their tables (``runs``, ``store``,
-  ``claims``, ``migrate``, ``sweep``, ``search``, ``studies``, ``study_specs``, ``provenance``,
-  ``results``, ``lr_selection``, ``decide``, ``cross_gauge``, ``confounds``,
-  ``confound_variants``, ``confound_plasticity``, ``archive``);
-- ``report``: conclusions as rows and what shows them (``findings``, ``definition_findings``,
-  ``bound_findings``, ``finetuning_findings``, ``confound_findings``, ``verdicts``, ``power``,
-  ``plots``, ``plot_style``, ``sentences``, ``widgets``, ``advise``, ``regret``,
-  ``notebooks``, ``reading_copy``);
-- shared by all: ``paper`` (the paper's reference values), ``inputs`` (argument checks),
-  ``files`` (atomic writes), ``cached`` (load-or-compute), ``schema`` (every stored file kind
-  and a run's settings checked against the published JSON Schemas); beside ``models``, ``hub``
-  (is the hub reachable) and ``weights`` (does a weights file fit the model); ``__main__`` is
-  the CLI, with ``cli_notebooks`` (``vitplast notebooks``) and ``cli_files`` (``vitplast
-  data``, ``cache``).
-
-Every module is also reachable by its short name: ``from vitplast import plasticity`` is
-``from vitplast.measure import plasticity`` (``__getattr__`` below), so code written against
-the flat layout keeps working.
+- base, the top-level modules every layer shares: ``paper`` (the paper's reference values and
+  claims), ``inputs`` (argument checks), ``files`` (atomic writes), ``cached`` (load-or-compute,
+  and the companion files kept beside a study's records), ``schema`` (every stored file kind
+  checked against the published JSON Schemas), ``models`` (loading, the embedded checkpoints,
+  folders) with ``hub`` (is the Hugging Face hub reachable) and ``weights`` (does a weights file
+  fit the model), ``provenance`` (what made a result: machine, versions, git state);
+- ``stats``: a measured value as a row with its test, Holm family, power and verdict;
+- ``datasets``: the tasks and their images;
+- ``measure``: the paper's objects measured (components, plasticity, bounds, the gauge...);
+- ``train``: the one training loop and what runs on it (finetuning, probes, ablations,
+  pretraining, other pretraining recipes, the gauge's finetuning invariance);
+- ``experiments``: runs, their store, the studies and the tables read from them;
+- ``report``: conclusions as rows, in words and figures, the explorers, the notebook runner;
+- the command line: ``__main__`` (``vitplast ...``) with ``cli_notebooks`` (``vitplast
+  notebooks``) and ``cli_files`` (``vitplast data``, ``cache``).
 
 Package data: the embedded checkpoints (``vitplast/checkpoints/``), the notebooks
 (``vitplast/notebooks/``) and the schemas (``vitplast/schemas/``).
 """
 
-import importlib
-
 __version__ = "0.1.0"
 
-#: Where each module of a subpackage lives: ``from vitplast import <module>`` finds it here.
-SUBPACKAGES = {
-    "datasets": ("corruptions", "data", "drawn", "fake_datasets", "paper_datasets", "suite",
-                 "tasks"),
-    "measure": ("bounds", "components", "definitions", "empirical", "gauge", "intervals",
-                "pairs", "plasticity", "rates", "relative", "stream", "tokens"),
-    "train": ("ablations", "batched", "finetune", "passes", "pretrain", "probes", "recipes"),
-    "experiments": ("archive", "claims", "confound_plasticity", "confound_variants",
-                    "confounds", "cross_gauge", "decide", "lr_selection", "migrate",
-                    "provenance", "results", "runs", "search", "store", "studies",
-                    "study_specs", "sweep"),
-    "report": ("advise", "bound_findings", "confound_findings", "definition_findings",
-               "findings", "finetuning_findings", "notebooks", "plot_style", "plots", "power",
-               "reading_copy", "regret", "sentences", "verdicts", "widgets"),
-}
-_HOME = {module: package for package, modules in SUBPACKAGES.items() for module in modules}
-#: The public modules by their short names. Importing ``vitplast`` loads none of them: import
-#: the one you need, e.g. ``from vitplast import tasks``.
-__all__ = sorted(["cached", "cli_files", "cli_notebooks", "files", "hub", "inputs", "models",
-                  "paper", "schema", "weights", *_HOME])
-
-
-def __getattr__(name: str):
-    """``vitplast.<module>`` for a module of a subpackage (``SUBPACKAGES``), imported on first
-    use: ``from vitplast import plasticity`` keeps working."""
-    if name in _HOME:
-        return importlib.import_module(f"vitplast.{_HOME[name]}.{name}")
-    raise AttributeError(f"module 'vitplast' has no attribute {name!r}")
+#: The layers, bottom to top: a module imports only from its own layer and those below it.
+#: ``base`` is every top-level module but the command line's (``CLI``); the others are the
+#: subpackages of those names.
+LAYERS = ("base", "stats", "datasets", "measure", "train", "experiments", "report", "cli")
+#: The command line's modules, the top layer.
+CLI = ("__main__", "cli_files", "cli_notebooks")

@@ -21,9 +21,9 @@ PAPER_SLURM_EXAMPLE = (
     "vitplast sweep --study paper --data-root data/paper --weights-file vit_b16_in21k.safetensors "
     "--root results/paper --executor submitit --cluster slurm --partition gpu --gpus-per-node 1 "
     "--cpus-per-task 8 --timeout-min 240 --array-parallelism 32 --slurm-param qos=normal")
-#: ``sweep --study`` help: ``vitplast.studies.STUDIES`` (``Study.describe``) as text, written
-#: out so that building the parser (``--version``, every ``--help``) imports no torch; a test
-#: keeps the two equal.
+#: ``sweep --study`` help: ``vitplast.experiments.studies.STUDIES`` (``Study.describe``) as text,
+#: written out so that building the parser (``--version``, every ``--help``) imports no torch; a
+#: test keeps the two equal.
 STUDY_HELP = (
     "main: notebook 04's main study, into data/finetune; "
     "main-smoke: a seconds-long main study (the smoke profile), into .cache/finetune-smoke; "
@@ -40,7 +40,7 @@ STUDY_HELP = (
     "paper: ViT-B/16 in21k on the 11 paper datasets under --data-root, the paper's grid, into "
     "results/paper")
 #: ``sweep``'s closed options, written out for the same reason (tests keep them equal to
-#: ``sweep.EXECUTORS``, ``sweep.ORDERS`` and ``finetune.PRECISIONS``): argparse refuses any
+#: ``sweep.EXECUTORS``, ``sweep.ORDERS`` and ``passes.PRECISIONS``): argparse refuses any
 #: other value, naming these, before anything is loaded, run or logged.
 EXECUTORS, ORDERS = ("serial", "submitit"), ("seed-first", "grid")
 PRECISIONS, CLUSTERS = ("auto", "fp32", "bf16", "fp16"), ("slurm", "local", "debug")
@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
                    "vitplast/checkpoints/)")
     p.add_argument("--train-limit", type=int, default=None, help="use only N training images")
     p.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay "
-                   "(default: the shipped model's recipe, vitplast.pretrain.RECIPE)")
+                   "(default: the shipped model's recipe, vitplast.train.pretrain.RECIPE)")
     p.add_argument("--stages", default=None, help="EPOCHS:PEAK_LR:SEED per "
                    "stage of the cosine schedule (default: the shipped model's, e.g. "
                    "12:1e-3:0,8:5e-4:1)")
@@ -100,7 +100,7 @@ def _add_sweep(sub) -> None:
                     ".cache/finetune-smoke, or $VITPLAST_CACHE/finetune-smoke; paper: "
                     "results/paper)")
     sw.add_argument("--data-root", default=None, help="paper study: folder of the paper datasets "
-                    "(layouts: vitplast.paper_datasets)")
+                    "(layouts: vitplast.datasets.paper_datasets)")
     sw.add_argument("--weights-file", default=None, help="paper study: local weights of "
                     "ViT-B/16 in21k (default: the hub)")
     sw.add_argument("--executor", default="serial", choices=EXECUTORS,
@@ -141,8 +141,8 @@ def _add_sweep(sub) -> None:
     sw.add_argument("--status", action="store_true", help="run nothing: print how much of "
                     "the study the store holds, per task and seed, and the CPU hours left")
     sw.add_argument("--batch-lrs", action="store_true", help="train the runs that differ only "
-                    "in their LR as one batched computation (vitplast.batched): many runs per "
-                    "device-minute on a GPU; the same results as one by one")
+                    "in their LR as one batched computation (vitplast.train.batched): many "
+                    "runs per device-minute on a GPU; the same results as one by one")
     sw.add_argument("--retry-failed", action="store_true", help="also re-run the stored runs "
                     "whose status is failed")
 
@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _pretrain(args, parser, argv) -> int:
-    from vitplast import models, pretrain
+    from vitplast import models
+    from vitplast.train import pretrain
 
     try:
         stages = None if args.stages is None else pretrain.parse_stages(args.stages)
@@ -174,7 +175,7 @@ def _pretrain(args, parser, argv) -> int:
 
 def _sweep(args, parser, argv) -> int:
     """Run (or, with --status, only count) the study's runs the store lacks; log the session."""
-    from vitplast import provenance, studies, sweep
+    from vitplast.experiments import studies, study_log, sweep
 
     kwargs = _submitit_parameters(args, parser)
     if kwargs.get("cluster") == "slurm" and not shutil.which("srun"):
@@ -196,7 +197,7 @@ def _sweep(args, parser, argv) -> int:
     except ValueError as err:
         parser.error(str(err))
     if args.status:
-        print(provenance.study_progress(runs, root).to_string(index=False))
+        print(study_log.study_progress(runs, root).to_string(index=False))
         return 0
     # Ctrl-C or `kill` stops it cleanly (also under nohup, which ignores SIGINT): the run in
     # flight is dropped, the session logged; the same command resumes.
@@ -215,7 +216,8 @@ def _sweep(args, parser, argv) -> int:
 def _run_study(args, root, chosen, searched, kwargs, command, start):
     """Run the study's missing runs; return what the store holds and whether Ctrl-C (or
     SIGTERM) stopped it. The session is logged in any case, a second Ctrl-C ignored."""
-    from vitplast import models, provenance, results, search, sweep
+    from vitplast import models
+    from vitplast.experiments import results, search, study_log, sweep
 
     interrupted = False
     try:
@@ -233,7 +235,7 @@ def _run_study(args, root, chosen, searched, kwargs, command, start):
         previous = [(s, signal.signal(s, signal.SIG_IGN)) for s in (signal.SIGINT, signal.SIGTERM)]
         try:  # a second Ctrl-C must not lose the log
             summary = results.results(root)
-            provenance.log_session(root, command, summary, time.perf_counter() - start,
+            study_log.log_session(root, command, summary, time.perf_counter() - start,
                                    args.device)
         finally:
             for number, handler in previous:
@@ -245,7 +247,7 @@ def _study(args, parser) -> tuple[str, list[dict]]:
     """The study's store and its runs (with ``--precision``), after checking the arguments; a
     confound study's LayerNorm scales are measured first (``confounds.measure_study_scales``: read
     when its store has them), since its runs are made from them."""
-    from vitplast import studies
+    from vitplast.experiments import studies
 
     try:
         study = studies.get(args.study)
@@ -255,7 +257,7 @@ def _study(args, parser) -> tuple[str, list[dict]]:
     root = str(args.root or study.root())
     _check_root(args, root, parser)
     if "scale_tasks" in study.spec:  # a confound study: its runs are made from its scales
-        from vitplast import confounds
+        from vitplast.experiments import confounds
 
         confounds.measure_study_scales(study.spec, root)
     try:
@@ -306,7 +308,8 @@ def _check_root(args, root: str, parser) -> None:
     site-packages. Other studies' stores (a cache folder, results/paper) are made as needed."""
     from pathlib import Path
 
-    from vitplast import models, studies
+    from vitplast import models
+    from vitplast.experiments import studies
 
     if not studies.get(args.study).shipped:
         return

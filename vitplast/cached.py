@@ -1,26 +1,27 @@
-"""Load-or-compute: an expensive table computed once, stored under a hash of its parameters.
+"""Load-or-compute: an expensive result computed once, stored under a hash of its parameters.
 
 ``load_or_compute`` keeps a DataFrame as arrays in an ``.npz`` (never a pickle) with its
 parameters beside it; ``config_hash`` is the short stable hash that names it, and names the
-study stores' companion files (``store.COMPANIONS``). ``vitplast.store`` re-exports both.
+study stores' companion files. A companion (``companion``, ``write_companion``) is a JSON file
+kept beside a study's records, of a kind ``COMPANIONS`` names by its file name, written once and
+checked against its published schema whenever it is read.
 
 Each ``.npz`` holds an index (its ``schema`` entry, JSON) saying which arrays make each column;
 the index passes the published ``cache-index`` schema (``vitplast/schemas/``) and names arrays
 that are there, of one length, or the file is not used: ``table_problems`` says why, a warning
 names it, and it is computed again. ``audit`` lists every such file of a cache folder.
-
-Used by ``vitplast.empirical``, ``vitplast.stream``, ``vitplast.advise`` and the confound and
-suite studies' measurements.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
+import warnings
 from pathlib import Path
 
 from vitplast import schema
-from vitplast.files import atomic_path, write_json
+from vitplast.files import atomic_path, read_json, set_aside, write_json
 
 
 def config_hash(config: dict) -> str:
@@ -172,3 +173,90 @@ def _read_frame(path: Path):
     df = pd.DataFrame(data)
     df.attrs.update(schema["attrs"])
     return df
+
+
+# companion files of a study store ----------------------------------------------------------
+
+#: JSON files a store holds beside its records: file-name pattern -> the schema it passes
+#: (``vitplast.schema``; ``companion``): the sweep's session log, the confound study's
+#: measurements (scales, per-block plasticity, plasticity after finetuning), the suite study's
+#: (plasticity, also relative, and linear probes) and the advice rules' rankings. A new kind: its
+#: schema document and one line here.
+COMPANIONS = {"study.json": "study",
+              "scales-*.json": "scales",
+              "layers-*.json": "layers",
+              "after-*.json": "after",
+              "plasticity-*.json": "plasticity",
+              "probe-*.json": "probe",
+              "advise-*.json": "advise"}
+
+
+def companion_problems(path: str | Path) -> list[str]:
+    """Why the companion file at ``path`` does not pass the schema of its kind
+    (``COMPANIONS``); empty if it does."""
+    kind = companion_kind(Path(path).name)
+    saved = read_json(path)
+    if saved is None:
+        return ["not JSON (unreadable or half-written)"]
+    return schema.problems(kind, saved)
+
+
+def companion_kind(name: str) -> str:
+    """The schema of a companion file named ``name`` (``COMPANIONS``); ``ValueError`` naming
+    the kinds when ``name`` is none of them (or not a bare file name)."""
+    kind = next((k for pattern, k in COMPANIONS.items() if fnmatch.fnmatch(name, pattern)), None)
+    if kind is None or Path(name).name != name:
+        raise ValueError(f"{name!r} is not a companion file of a store; valid: "
+                         f"{list(COMPANIONS)} (a file name, no folder)")
+    return kind
+
+
+def companion(root: str | Path, name: str, compute=None) -> dict | None:
+    """The companion file ``root/name`` of a study store (``COMPANIONS``): when there is none,
+    ``None``, or with ``compute`` (a function of no argument returning its content) its content
+    computed once and written (``write_companion``): a measurement kept beside the runs.
+    A file there that fails its schema is never used: with ``compute`` it is set aside
+    (``files.set_aside``, with a warning naming it and its problems) and computed again.
+
+    Raises:
+        ValueError: ``name`` is not a companion kind's (naming the kinds), or the file
+            fails its schema and there is no ``compute`` (naming it, its problems and the
+            fix; a study log's fix keeps its sessions: ``study_log.restart_log``).
+    """
+    kind = companion_kind(name)
+    root = Path(root)
+    path = root / name
+    problems = companion_problems(path) if path.exists() else []
+    if problems and compute is None:
+        fix = (f"refused, so that no session is lost: set it aside and start a new log "
+               f"that points to it with vitplast.experiments.study_log.restart_log"
+               f"({str(root)!r})" if kind == "study" else
+               "not used: the call that measures it (with compute) sets it aside and "
+               "measures it again")
+        raise ValueError(f"{path} does not pass the {kind} schema ({schema.FOLDER.name}/"
+                         f"{kind}.schema.json): {'; '.join(problems)}; {fix}")
+    if problems:
+        aside = set_aside(path)
+        warnings.warn(f"{path} does not pass the {kind} schema: {'; '.join(problems)}; set "
+                      f"aside as {aside.name} and computed again", stacklevel=2)
+    if not path.exists():
+        if compute is None:
+            return None
+        content = compute()
+        write_companion(root, name, content)
+        return json.loads(json.dumps(content, default=str))
+    return read_json(path)
+
+
+def write_companion(root: str | Path, name: str, content: dict) -> Path:
+    """Store ``content`` as the companion file ``root/name``, atomically; return its path.
+
+    Raises:
+        ValueError: ``name`` is not a companion kind's (naming the kinds), or ``content``
+            as stored (JSON) fails its schema (``companion`` would refuse it); nothing is
+            written then.
+    """
+    kind = companion_kind(name)
+    stored = json.loads(json.dumps(content, default=str))
+    schema.check(kind, stored, f"{name}: not a complete {kind} file; not written")
+    return write_json(Path(root) / name, stored)

@@ -2,7 +2,8 @@
 package.
 
 - ``data pack DIR`` / ``data unpack ARCHIVE DEST``: the shipped study results as one archive,
-  to install beside an installed copy and point ``VITPLAST_DATA`` at (``vitplast.archive``).
+  to install beside an installed copy and point ``VITPLAST_DATA`` at
+  (``vitplast.experiments.archive``).
 - ``cache info`` / ``cache clear [PART ...]``: where the cache is (``models.cache_dir``:
   ``$VITPLAST_CACHE``, a checkout's ``.cache/``, else ``$XDG_CACHE_HOME/vitplast`` or
   ``~/.cache/vitplast``), how large each of its parts is, and deleting it (or some parts).
@@ -62,7 +63,8 @@ def command(args, parser, argv) -> int:
 
 
 def _data(args, parser) -> int:
-    from vitplast import archive, models
+    from vitplast import models
+    from vitplast.experiments import archive
 
     try:
         if args.action == "pack":

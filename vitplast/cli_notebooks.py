@@ -1,5 +1,5 @@
 """The ``vitplast notebooks`` command: list, copy, run the notebook sequence, and render a run
-as a reading copy (``vitplast.notebooks``, ``vitplast.reading_copy``).
+as a reading copy (``vitplast.report.notebooks``, ``vitplast.report.reading_copy``).
 
 Building its parser imports nothing heavy (``--help`` answers at once); each action imports
 what it needs.
@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
 
 def command(args, parser, argv) -> int:
     """Do the ``notebooks`` action ``args.action``; bad input ends in ``parser.error``."""
-    from vitplast import notebooks
+    from vitplast.report import notebooks
 
     if args.action == "copy":
         try:
@@ -78,7 +78,7 @@ def command(args, parser, argv) -> int:
 
 
 def _run(args, parser) -> int:
-    from vitplast import notebooks
+    from vitplast.report import notebooks
 
     params = {k: literal(v) for k, v in args.param}
     try:  # fail before any kernel starts
@@ -100,7 +100,7 @@ def _run(args, parser) -> int:
 
 
 def _html(run_dir, out, parser) -> int:
-    from vitplast import notebooks, reading_copy
+    from vitplast.report import notebooks, reading_copy
 
     try:
         index = reading_copy.write_site(run_dir, notebooks.NOTEBOOKS, out)

@@ -2,8 +2,8 @@
 
 A file is written to a temp file beside it (``.<name>.<random>.tmp``) then moved over it
 (``os.replace``), so readers, and a process killed mid-write, see the old file or the new
-one, never half of one. Used for run records and their companions (``vitplast.store``), the
-load-or-compute cache, checkpoints (``pretrain``) and the unpacked Fashion-MNIST (``data``).
+one, never half of one. Used for run records and their companions (``vitplast.experiments.store``),
+the load-or-compute cache, checkpoints (``pretrain``) and the unpacked Fashion-MNIST (``data``).
 ``locked`` makes concurrent read-modify-writes of one file take turns (a study log, claims);
 ``set_aside`` moves a damaged file out of the way without deleting it.
 """

@@ -3,8 +3,6 @@ and a scope in which its client reads the cache only.
 
 ``models.load_model`` asks before a hub download, so that offline it reads the cache only and
 fails in seconds (naming what to do instead), not after the hub client's retries.
-
-Used by ``vitplast.models`` (``load_model``; ``models.hub_reachable`` re-exports it).
 """
 
 from __future__ import annotations

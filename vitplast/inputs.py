@@ -10,10 +10,6 @@ trained.
 Tensors go where the model is (``model_device``, ``to_model``): every public function that
 takes a model (or a module) and tensors moves the tensors to the model's device itself, so the
 same call runs whether ``load_model`` put the model on a GPU or on the CPU.
-
-Used by ``vitplast.plasticity``, ``bounds``, ``intervals``, ``definitions``, ``confounds``,
-``finetune``, ``runs``, ``pretrain`` and the ``python -m vitplast`` arguments (``check_device``:
-``sweep`` and ``pretrain``'s ``--device``); so by notebooks 01-06.
 """
 
 from __future__ import annotations
@@ -144,13 +140,13 @@ def check_images(model: nn.Module, images, name: str = "images", *, warn: bool =
         raise ValueError(f"{name} has dtype {images.dtype}; the model takes float images "
                          f"({dtype}) of (C, H, W) = {_shape_text(expected)}, normalised as in "
                          "its training: convert and normalise "
-                         "them first (e.g. vitplast.data.NormalizedTensors, or "
+                         "them first (e.g. vitplast.datasets.data.NormalizedTensors, or "
                          f"{name}.float() / 255 then the model's mean and std)")
     c, h, w = images.shape[1:]
     if c != expected[0] or (expected[1] is not None and (h, w) != expected[1:]):
         raise ValueError(f"{name} has images of (C, H, W) = {(c, h, w)}; the model takes "
                          f"(C, H, W) = {_shape_text(expected)}: resize or convert them "
-                         "(vitplast.paper_datasets.transforms_for(model)), or use a model "
+                         "(vitplast.datasets.paper_datasets.transforms_for(model)), or use a model "
                          "built for these images")
     if images.dtype != dtype:
         if warn:
@@ -178,8 +174,7 @@ class Fitted(Dataset):
     (``pretrained_cfg``; 0.5 when it has none).
 
     So any timm ViT can be measured on the embedded tasks (1 x 28 x 28): an upsampled
-    Fashion-MNIST image, not the model's pretraining domain. Used by
-    ``vitplast.empirical.load_task_for`` (notebooks 02-03 with a timm ``model_name``).
+    Fashion-MNIST image, not the model's pretraining domain.
     """
 
     def __init__(self, dataset: Dataset, model: nn.Module, mean: float, std: float):

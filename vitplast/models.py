@@ -22,8 +22,6 @@ Whether the hub is reachable, and reading its cache only when it is not, is
 
 The shipped study results are not package data (they are large): ``results_root`` finds them
 in a checkout's ``data/``, or under ``$VITPLAST_DATA``.
-
-Used by every notebook.
 """
 
 from __future__ import annotations
@@ -39,8 +37,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 
 from vitplast import weights
-from vitplast.hub import (  # noqa: F401 (HUB_TIMEOUT, hub_reachable re-exported)
-    HUB_TIMEOUT,
+from vitplast.hub import (
     cache_only,
     hub_reachable,
     maybe_cached,
@@ -66,7 +63,6 @@ def results_root(name: str) -> Path:
 
     The path is returned whether or not it exists (a sweep may be about to fill it); readers
     call ``require_results`` to fail clearly on an absent store instead of reading it as empty.
-    Used by ``vitplast.studies`` and ``vitplast.confounds``.
     """
     base = os.environ.get(DATA_ENV)
     return Path(base) / name if base else Path(__file__).resolve().parents[1] / "data" / name
@@ -75,8 +71,7 @@ def results_root(name: str) -> Path:
 def cache_dir() -> Path:
     """The folder for caches (load-or-compute results, unpacked data): ``$VITPLAST_CACHE``,
     else ``.cache/`` in a repo checkout, else ``$XDG_CACHE_HOME/vitplast`` (default
-    ``~/.cache/vitplast``). Used by ``vitplast.store``, ``vitplast.data``, ``vitplast.studies``
-    and ``vitplast cache info`` / ``clear``."""
+    ``~/.cache/vitplast``)."""
     if "VITPLAST_CACHE" in os.environ:
         return Path(os.environ["VITPLAST_CACHE"])
     repo = Path(__file__).resolve().parents[1]
@@ -203,8 +198,7 @@ def new_head(model: VisionTransformer, num_classes: int, *, seed: int) -> Vision
     Paper: section 2 ("a new classification head" in every finetuning configuration). The
     init is PyTorch's default for a linear layer, U(-1/sqrt(d), 1/sqrt(d)) for weight and
     bias, drawn from a generator seeded by ``seed`` alone: the same seed gives the same head,
-    whatever else used the global random state. Used by every finetuning run
-    (``vitplast.sweep``), notebooks 04-05.
+    whatever else used the global random state.
     """
     device = next(model.parameters()).device
     model.reset_classifier(num_classes)

@@ -5,7 +5,7 @@ JSON Schema draft 2020-12 can read them), and the one check that reads them.
 A kind (``KINDS``) is the stem of its document: ``run`` (a run's settings), ``record`` (a run
 record), ``study`` (a store's session log), the files kept beside a study's records
 (``scales``, ``layers``, ``after``, ``plasticity``, ``probe``, ``advise``: which file names are
-which kind is ``store.COMPANIONS``) and ``cache-index`` (the index of a load-or-compute table,
+which kind is ``cached.COMPANIONS``) and ``cache-index`` (the index of a load-or-compute table,
 ``vitplast.cached``). Documents refer to each other by ``$id`` (``urn:vitplast:schema:<kind>``):
 a record's ``run`` is a run.
 
@@ -16,11 +16,8 @@ worded from the schema itself), e.g. ``clip_grad_norm=-1.0 is not valid: expecte
 them. As in JSON, a number is finite (no NaN or infinity) and an integer is not a float.
 
 A new kind is one document in ``vitplast/schemas/`` (its stem is its kind); a new companion
-kind of a store is that plus one line of ``store.COMPANIONS`` (and, in its tests, a valid
+kind of a store is that plus one line of ``cached.COMPANIONS`` (and, in its tests, a valid
 example and three damages: ``tests/experiments/test_store.py``).
-
-Used by ``vitplast.experiments.runs`` (``check_run``), ``store`` (every file it reads or
-writes, and its audit), ``provenance`` (the study log) and ``vitplast.cached``.
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@ head's). ``models.load_model`` checks the result here instead: a file saved for 
 size or image size is refused (naming the arguments that would fit), a saved head of the size
 asked is loaded, and a head replaced by a new one is announced (classes saved vs asked). A file
 that does not load at all is explained by the keys whose shapes differ.
-
-Used by ``vitplast.models`` (``load_model(..., weights_file=...)``).
 """
 
 from __future__ import annotations

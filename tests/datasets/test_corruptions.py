@@ -1,4 +1,5 @@
-"""Tests for vitplast.corruptions: contract, determinism, severity order and known values."""
+"""Tests for vitplast.datasets.corruptions: contract, determinism, severity order and known
+values."""
 
 import math
 

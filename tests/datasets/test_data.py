@@ -4,7 +4,7 @@ import pytest
 import torch
 import torchvision
 
-from vitplast import data
+from vitplast.datasets import data
 
 
 def test_fashion_mnist_from_a_folder_of_gz_files(fake_fmnist, tmp_path, monkeypatch):

@@ -1,9 +1,9 @@
-"""Drawn pictures and glyphs (``vitplast.drawn``): every glyph task uses only fonts that draw
-its characters, and the pictures are what their labels say."""
+"""Drawn pictures and glyphs (``vitplast.datasets.drawn``): every glyph task uses only fonts that
+draw its characters, and the pictures are what their labels say."""
 
 import numpy as np
 
-from vitplast import drawn
+from vitplast.datasets import drawn
 
 
 def test_every_glyph_task_uses_only_fonts_that_draw_its_characters():

@@ -1,11 +1,11 @@
-"""Fake paper datasets (``vitplast.fake_datasets``): CIFAR-10-C fakes whose rows tell their
+"""Fake paper datasets (``vitplast.datasets.fake_datasets``): CIFAR-10-C fakes whose rows tell their
 severity, annotation files in the official layout, and checksums accepted only inside the
 block."""
 
 import numpy as np
 import pytest
 
-from vitplast import fake_datasets
+from vitplast.datasets import fake_datasets
 from vitplast.datasets.corruptions import CORRUPTIONS
 
 

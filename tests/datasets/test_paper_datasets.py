@@ -1,5 +1,5 @@
 """The paper datasets' loaders on tiny fake files in the official on-disk formats
-(``vitplast.fake_datasets``), with timm's transforms for the model they are loaded for."""
+(``vitplast.datasets.fake_datasets``), with timm's transforms for the model they are loaded for."""
 
 from types import SimpleNamespace
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torchvision.transforms import InterpolationMode
 
-from vitplast import fake_datasets, tasks
+from vitplast.datasets import fake_datasets, tasks
 from vitplast.datasets.fake_datasets import CORRUPTIONS
 from vitplast.datasets.fake_datasets import SIZES as EXPECTED
 from vitplast.datasets.paper_datasets import (

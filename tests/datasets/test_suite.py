@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from vitplast import corruptions, data, suite, tasks
+from vitplast.datasets import corruptions, data, suite, tasks
 
 #: The suite's class counts, as the issue asked them pinned (a change must change this table).
 CLASSES = {

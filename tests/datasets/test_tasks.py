@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from vitplast import data, paper_datasets, suite, tasks
+from vitplast.datasets import data, paper_datasets, suite, tasks
 
 
 def test_digits_task_has_the_papers_splits():

@@ -1,5 +1,5 @@
-"""The shipped results as one archive (``vitplast.archive``): every shipped store of the study
-registry packed, unpacked beside an installed copy and read back through ``VITPLAST_DATA``;
+"""The shipped results as one archive (``vitplast.experiments.archive``): every shipped store of the
+study registry packed, unpacked beside an installed copy and read back through ``VITPLAST_DATA``;
 damaged archives, clashes and stores their schema refuses are refused, naming the file."""
 
 import io
@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 from helpers import TINY
 
-from vitplast import archive, models, results, runs, studies, sweep
+from vitplast import models
+from vitplast.experiments import archive, results, runs, studies, sweep
 from vitplast.experiments.store import Store
 
 COMPANION = dict(tasks=["digits"], target="LN1", n_pairs=8, plasticity={"LN1": 0.5, "FC1": 1.2},

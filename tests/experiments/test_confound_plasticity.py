@@ -1,6 +1,6 @@
-"""The confound study's plasticity (``vitplast.confound_plasticity``): per-block correlations
-stay within a component and a task; plasticity after finetuning is measured on the trained
-model, once; the partial rank correlation is that of rank residuals."""
+"""The confound study's plasticity (``vitplast.experiments.confound_plasticity``): per-block
+correlations stay within a component and a task; plasticity after finetuning is measured on the
+trained model, once; the partial rank correlation is that of rank residuals."""
 
 import math
 
@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from helpers import acc_table, tiny_vit
 
-from vitplast import confound_plasticity, confounds
+from vitplast import cached
+from vitplast.experiments import confound_plasticity, confound_variants
 from vitplast.experiments.confound_plasticity import partial_correlation, plasticity_after
 
 
@@ -25,9 +26,10 @@ def test_layer_correlations_stay_within_component_and_task():
                        for k in range(3)}, **{"MHA block 9": [99.0, 1.0]})
     renamed = {"LN1 block 2": "LN1, the last block"}
     acc = acc.rename(columns=renamed)
-    fields = confounds.catalogue(confounds.layer_variants(tiny_vit(depth=3), ("LN1", "MHA")))
-    fields = pd.concat([fields.rename(index=renamed), confounds.catalogue(
-        {"MHA block 9": confounds.Variant("MHA block 9", "sparse", "MHA", count=9)})])
+    fields = confound_variants.catalogue(
+        confound_variants.layer_variants(tiny_vit(depth=3), ("LN1", "MHA")))
+    fields = pd.concat([fields.rename(index=renamed), confound_variants.catalogue(
+        {"MHA block 9": confound_variants.Variant("MHA block 9", "sparse", "MHA", count=9)})])
     long = confound_plasticity.layer_accuracy(acc, layers, fields)
     assert len(long) == 11 and long.set_index(["task", "component", "layer"]).loc[
         ("t0", "LN1", 2), "test_acc"] == 72.0
@@ -44,7 +46,7 @@ def test_layer_correlations_stay_within_component_and_task():
 def test_plasticity_after_finetuning_is_measured_on_the_trained_model(tmp_path):
     """Head-only finetuning leaves the backbone, hence every component's plasticity, exactly
     as it was; finetuning MHA changes MHA's. Each is measured once (then read)."""
-    from vitplast import runs
+    from vitplast.experiments import runs
 
     kw = dict(lr=0.5, seed=0, steps=3, warmup_steps=1, eval_every=3)
     head = plasticity_after(runs.make_run("digits", "head", **kw), tmp_path, 8)
@@ -78,7 +80,6 @@ def test_per_block_plasticity_is_stored_once_per_protocol(tmp_path, monkeypatch)
     """One companion file per protocol (the declared one's name, hence the shipped file, is
     unchanged); a second call reads them; the correlations are computed per protocol, never
     pooled across them."""
-    from vitplast import store
     from vitplast.measure import empirical
 
     calls = []
@@ -94,13 +95,14 @@ def test_per_block_plasticity_is_stored_once_per_protocol(tmp_path, monkeypatch)
     again = confound_plasticity.layer_plasticity(tmp_path, ["t0", "t1"], n_pairs=8)
     assert calls == ["hidden", "embedding"] and layers.equals(again)
     assert sorted(p.name for p in tmp_path.glob("layers-*.json")) == sorted(
-        f"layers-{store.config_hash(dict(tasks=['t0', 't1'], n_pairs=8, protocol=p))}.json"
+        f"layers-{cached.config_hash(dict(tasks=['t0', 't1'], n_pairs=8, protocol=p))}.json"
         for p in ("hidden", "embedding"))
     shipped = dict(tasks=["fmnist_contrast", "digits", "fmnist_snow"], n_pairs=256,
                    protocol="hidden")
-    assert store.config_hash(shipped) == "bb545ec5b26b373a"  # data/confounds' declared file
+    assert cached.config_hash(shipped) == "bb545ec5b26b373a"  # data/confounds' declared file
     acc = acc_table(**{f"LN1 block {k}": [70.0 + k, 70.0 + k] for k in range(3)})
-    fields = confounds.catalogue(confounds.layer_variants(tiny_vit(depth=3), ("LN1",)))
+    fields = confound_variants.catalogue(
+        confound_variants.layer_variants(tiny_vit(depth=3), ("LN1",)))
     corr = confound_plasticity.layer_correlations(acc, layers, fields).set_index(
         ["protocol", "task"])
     assert corr["spearman"].to_dict() == pytest.approx({

@@ -1,12 +1,13 @@
-"""The confound study's variants as values (``vitplast.confound_variants``): their keywords are
-exactly the dicts the shipped runs were made from (so no run hash moves), a results table gets
-their fields from the stored records (never from a name), and tables select them by fields."""
+"""The confound study's variants as values (``vitplast.experiments.confound_variants``): their
+keywords are exactly the dicts the shipped runs were made from (so no run hash moves), a results
+table gets their fields from the stored records (never from a name), and tables select them by
+fields."""
 
 import pandas as pd
 import pytest
 from helpers import tiny_vit
 
-from vitplast import confound_variants, runs
+from vitplast.experiments import confound_variants, runs
 from vitplast.experiments.confound_variants import (
     Variant,
     name_of,
@@ -21,7 +22,7 @@ def _catalogue():
 
 
 def test_keywords_are_the_dicts_the_runs_were_made_from():
-    """Written out as ``confounds.variants`` wrote them before variants were values, on the
+    """Written out as ``confound_variants.variants`` wrote them before variants were values, on the
     2-block tiny ViT (d = 32): LN1's count 2 x 64, rank-1 LoRA on FC1 or FC2 2 x 5d (MHA's
     6d is larger), one bias vector of d per block."""
     table = _catalogue()

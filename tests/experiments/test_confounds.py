@@ -1,5 +1,5 @@
-"""The confound study (``vitplast.confounds``): its variants and their exact counts, its parts
-and nothing else, the rescale pairs, the LayerNorm scales measured once, the shipped records
+"""The confound study (``vitplast.experiments.confounds``): its variants and their exact counts, its
+parts and nothing else, the rescale pairs, the LayerNorm scales measured once, the shipped records
 being the complete study, and only complete settings analysed."""
 
 import numpy as np
@@ -7,12 +7,15 @@ import pandas as pd
 import pytest
 from helpers import acc_table, tiny_vit
 
-from vitplast import ablations, components, confounds, findings, results, runs
+from vitplast.experiments import confound_plasticity, confound_variants, confounds, results, runs
+from vitplast.measure import components
+from vitplast.report import confound_findings
+from vitplast.train import ablations
 
 
 def test_variants_and_their_exact_counts():
     model = tiny_vit()
-    table = confounds.variants(model, {"LN1": 4.0})
+    table = confound_variants.variants(model, {"LN1": 4.0})
     assert {"LN1 x 4 (preserved)", "LN1 x 4 (raw)", "LN1 lr/c^2 (c=4)", "FC1 sparse",
             "MHA LoRA r1", "FC2 bias"} <= set(table)
     counts = dict(confounds.variant_counts(model, table).values.tolist())
@@ -39,7 +42,7 @@ def test_the_confound_study_is_its_parts_and_nothing_else():
     """Exact run counts per part of the confound study; every variant a part names exists;
     the per-layer configurations train exactly one block's component. The shipped scales are
     read (the same settings), never re-measured into the shipped store."""
-    from vitplast import studies
+    from vitplast.experiments import studies
     from vitplast.experiments.runs import run_hash
 
     parts = confounds.part_runs(studies.get("confounds").spec)
@@ -54,7 +57,7 @@ def test_the_confound_study_is_its_parts_and_nothing_else():
     assert {r["clip_grad_norm"] for r in parts["rescale, no clip"]} == {0.0}
     assert {r["optimizer"] for r in parts["AdamW"]} == {"adamw"}
     model = tiny_vit()
-    layer = confounds.layer_variants(model)
+    layer = confound_variants.layer_variants(model)
     assert len(layer) == 3 * len(model.blocks)
     counts = dict(confounds.variant_counts(model, layer).values.tolist())
     head = sum(p.numel() for n, p in model.named_parameters()
@@ -82,14 +85,14 @@ def _rescale_records(table: dict, acc: dict, misnamed: dict | None = None) -> pd
                 value = acc.get(name, {}).get(("on" if clip else "off", seed), 0.70)
                 rows.append(dict(run, status="diverged" if lr == 1.0 else "ok",
                                  test_acc=np.nan if lr == 1.0 else value))
-    df = confounds.with_variant(pd.json_normalize(rows))
+    df = confound_variants.with_variant(pd.json_normalize(rows))
     return df.assign(variant=df["variant"].replace(misnamed or {}))
 
 
 def test_rescale_pairs_compare_each_run_with_its_control_and_state_the_verdict():
     """Without clipping the preserved rescale and its control end identically in every run
     (a diverged pair counts as identical); with clipping one pair differs by 2 points."""
-    table = {k: v for k, v in confounds.all_variants(tiny_vit(), {"LN1": 2.0}).items()
+    table = {k: v for k, v in confound_variants.all_variants(tiny_vit(), {"LN1": 2.0}).items()
              if k in ("LN1 x 2 (preserved)", "LN1 lr/c^2 (c=2)", "LN1 x 2 (raw)")}
     df = _rescale_records(table, {"LN1 lr/c^2 (c=2)": {("on", 1): 0.72}})
     pairs = confounds.rescale_pairs(df).set_index("clipping")
@@ -101,8 +104,8 @@ def test_rescale_pairs_compare_each_run_with_its_control_and_state_the_verdict()
     grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
     corr = pd.DataFrame(columns=["task", "component", "spearman", "spearman_depth"])
     t = dict(acc=acc_table(LN1=[70.0]), counts={}, corr=corr, grads=grads,
-             rescale=pairs.reset_index(), fields=confounds.variant_fields(df))
-    table = findings.confounds(t).set_index("claim")
+             rescale=pairs.reset_index(), fields=confound_variants.variant_fields(df))
+    table = confound_findings.confounds(t).set_index("claim")
     off = table.loc["LN1 x 2 (preserved) (no clip) vs its lr/c^2 control, run by run (task, LR, "
                     "seed), gradient clipping off"]
     assert off["verdict"] == "equal test accuracy, as derived" and off["n"] == 3
@@ -117,12 +120,12 @@ def test_rescale_pairs_match_the_control_by_fields_not_by_name():
     """Two scales whose controls carry each other's names: each rescale is paired with the
     control of its own c (read from the control's lr_scales), within a relative tolerance;
     a control of another component or clipping is never its pair."""
-    table = confounds.all_variants(tiny_vit(), {"LN1": 2.0, "LN2": 3.0})
+    table = confound_variants.all_variants(tiny_vit(), {"LN1": 2.0, "LN2": 3.0})
     table = {k: v for k, v in table.items() if "preserved" in k or "lr/c^2" in k}
-    table["LN1 lr/c^2 (c=3)"] = confounds.Variant("LN1 lr/c^2 (c=3)", "lr/c^2", "LN1",
+    table["LN1 lr/c^2 (c=3)"] = confound_variants.Variant("LN1 lr/c^2 (c=3)", "lr/c^2", "LN1",
                                                   c=3.0 * (1 + 1e-9))
-    table["LN1 x 3 (preserved)"] = confounds.Variant("LN1 x 3 (preserved)", "rescale", "LN1",
-                                                     c=3.0, preserve=True)
+    table["LN1 x 3 (preserved)"] = confound_variants.Variant(
+        "LN1 x 3 (preserved)", "rescale", "LN1", c=3.0, preserve=True)
     acc = {"LN1 lr/c^2 (c=3)": {("on", 0): 0.50}, "LN2 lr/c^2 (c=3)": {("on", 1): 0.60}}
     swap = {"LN1 lr/c^2 (c=2)": "LN1 lr/c^2 (c=3)", "LN1 lr/c^2 (c=3)": "LN1 lr/c^2 (c=2)"}
     df = _rescale_records(table, acc, misnamed=swap)
@@ -141,7 +144,8 @@ def test_scales_are_measured_once_in_their_own_step_and_only_read_when_runs_are_
     """``measure_scales`` measures (rounded to 3 digits) and saves; again, it reads; other
     settings are measured anew. ``study_scales`` and listing a study's runs only read: with no
     scales file they fail naming the file and the call that measures it."""
-    from vitplast import empirical, plasticity, studies
+    from vitplast.experiments import studies
+    from vitplast.measure import empirical, plasticity
 
     calls = []
     monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: calls.append(a) or None)
@@ -171,8 +175,9 @@ def test_the_cli_and_a_recomputing_load_measure_the_scales_before_listing_runs(
     """A fresh store: ``vitplast sweep --study confounds-smoke`` (here only ``--status``) and
     ``studies.load_confounds(..., recompute=True)`` (notebook 05's smoke profile) measure the
     scales first, then list the runs from them; reading without recomputing does not."""
-    from vitplast import empirical, plasticity, studies, sweep
     from vitplast.__main__ import main
+    from vitplast.experiments import studies, sweep
+    from vitplast.measure import empirical, plasticity
 
     calls = []
     monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: calls.append(a) or None)
@@ -183,7 +188,7 @@ def test_the_cli_and_a_recomputing_load_measure_the_scales_before_listing_runs(
     assert "all" in capsys.readouterr().out and len(calls) == 1
     assert len(list((tmp_path / "cli").glob("scales-*.json"))) == 1
     monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: None)
-    monkeypatch.setattr(confounds, "layer_plasticity", lambda *a, **k: pd.DataFrame())
+    monkeypatch.setattr(confound_plasticity, "layer_plasticity", lambda *a, **k: pd.DataFrame())
     root, main_root = str(tmp_path / "nb"), str(tmp_path / "main")
     with pytest.raises(FileNotFoundError, match="measure_scales"):
         studies.load_confounds("confounds-smoke", root, main_root)
@@ -199,8 +204,9 @@ def test_shipped_confound_results_are_the_complete_study(monkeypatch):
     accuracy near chance before the first step), on ladders that put every chosen LR inside;
     its baselines are runs of the main study; the per-layer plasticity and the plasticity
     after finetuning are stored for every block and every run they measure."""
-    from vitplast import empirical, studies
+    from vitplast.experiments import studies
     from vitplast.experiments.runs import run_hash
+    from vitplast.measure import empirical
 
     monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: pytest.fail("re-measured"))
     shipped = results.results(confounds.EMBEDDED_RESULTS)
@@ -211,8 +217,8 @@ def test_shipped_confound_results_are_the_complete_study(monkeypatch):
     assert (shipped["initial_val_acc"] <= 0.3).all()
     main = {run_hash(c) for c in studies.runs_of(studies.get("main").spec)}
     assert {run_hash(c) for c in studies.confound_baselines(studies.get("confounds"))} <= main
-    chosen = confounds.variant_table(confounds.with_variant(shipped))
-    settings = confounds.with_variant(pd.json_normalize(study))[["task", "variant"]]
+    chosen = confounds.variant_table(confound_variants.with_variant(shipped))
+    settings = confound_variants.with_variant(pd.json_normalize(study))[["task", "variant"]]
     assert len(chosen) == len(settings.drop_duplicates()) and not chosen["lr_at_edge"].any()
     res = studies.load_confounds("confounds")
     parts = studies.get("confounds").spec["parts"]
@@ -226,7 +232,7 @@ def test_shipped_confound_results_are_the_complete_study(monkeypatch):
 
 def test_only_settings_with_every_run_stored_are_analysed():
     """A ladder still filling (one of two LRs stored) is left out; a full one is kept."""
-    from vitplast import runs
+    from vitplast.experiments import runs
 
     expected = runs.grid(["digits"], ["MHA", "LN1"], [0.1, 1.0], [0])
     rows = [dict(task="digits", variant=c, lr=lr, status="ok")
@@ -238,7 +244,8 @@ def test_only_settings_with_every_run_stored_are_analysed():
 def test_controls_show_the_rows_the_control_findings_compare():
     """Section 4 of notebook 05: MHA and LN1 plain, from init and under AdamW, found by their
     fields (a renamed variant still found), every other variant left to ``t["acc"]``."""
-    base = confounds.catalogue(confounds.all_variants(tiny_vit(depth=2), {"LN1": 2.0})).assign(
+    base = confound_variants.catalogue(
+        confound_variants.all_variants(tiny_vit(depth=2), {"LN1": 2.0})).assign(
         optimizer="sgd", checkpoint="final")
     plain = base.loc[["MHA", "LN1"]]
     fields = pd.concat([base, plain.assign(checkpoint="init").rename(index={

@@ -13,7 +13,7 @@ def _picked(task, acc):
 
 
 def _gauge_record(root, lr, losses, test_acc, gauge, config="LN1", task="digits", **runtime):
-    from vitplast import runs
+    from vitplast.experiments import runs
     from vitplast.experiments.store import Store
 
     run = runs.make_run(task, config, lr=lr, **runtime)
@@ -98,7 +98,7 @@ def test_identity_rows_read_the_derived_trajectory_the_clip_and_the_unreachable_
 def test_identity_reruns_the_changed_configurations_at_the_lrs_the_study_chose(monkeypatch):
     """Each task and configuration at the LR chosen for it at c = 8; the gauged parameters'
     LR at c = 1 is that LR / c^2, from ``gauge.finetuning_equivalence`` on the model."""
-    from vitplast import stream
+    from vitplast.train import invariance as module
 
     calls = []
 
@@ -107,7 +107,7 @@ def test_identity_reruns_the_changed_configurations_at_the_lrs_the_study_chose(m
         return pd.DataFrame([dict(config=kw["configs"][0], vs_original=0.2, max_grad_norm=3.0,
                                   vs_lr_scaled_clip=0.05, vs_lr_scaled_noclip=1e-4)])
 
-    monkeypatch.setattr(stream, "finetuning_invariance", invariance)
+    monkeypatch.setattr(module, "finetuning_invariance", invariance)
     picked = pd.DataFrame(dict(task="a", config=["MHA", "MHA c=8", "FC2 c=8"],
                                lr=[0.03, 0.1, 1.0]))
     ident = cross_gauge.identity(picked, ["a"], steps=3)

@@ -5,7 +5,8 @@ import math
 import pandas as pd
 import pytest
 
-from vitplast import decide, studies
+from vitplast import cached
+from vitplast.experiments import decide, studies
 
 PRIMARIES = studies.get("suite").primaries
 
@@ -56,8 +57,8 @@ def test_distance_reads_head_only_and_the_probe():
 
 
 def test_a_task_s_probe_is_computed_once_and_stored_as_a_companion(tmp_path, monkeypatch):
-    from vitplast import probes
     from vitplast.experiments.store import Store
+    from vitplast.train import probes
 
     calls = []
 
@@ -103,7 +104,7 @@ def test_p3_under_the_other_protocol_is_a_sensitivity_row_with_what_explains_its
     """P3 is read under the declared protocol (embedding) and, as a sensitivity row, under
     hidden; the linears alone are exploratory under each; the plasticity order per protocol
     and the gain order are descriptive rows naming what ranks on top, on how many tasks."""
-    from vitplast import verdicts
+    from vitplast.stats import verdicts
 
     gains = {"MHA": 10, "FC1": 8, "FC2": 6, "LN1": 2, "LN2": 1}
     tasks = [f"t{i}" for i in range(4)]
@@ -139,7 +140,7 @@ def test_p3_under_the_other_protocol_is_a_sensitivity_row_with_what_explains_its
 
 
 def test_the_distance_trend_is_a_correlation_row_and_the_families_a_descriptive_one():
-    from vitplast import verdicts
+    from vitplast.stats import verdicts
 
     picked = pd.DataFrame(
         [dict(task=t, config=c, test_acc=a) for t, head, gap in (
@@ -160,8 +161,8 @@ def test_relative_plasticity_is_a_companion_beside_plasticity_with_its_own_hash(
     """The same mechanism (plasticity-<hash>.json): relative plasticity's settings add
     ``quantity``, so plasticity's stored files keep their names; measured once, read back,
     never measured with ``compute=False``; an unknown quantity names the valid ones."""
-    from vitplast import empirical, relative, store
     from vitplast.experiments.store import Store
+    from vitplast.measure import empirical, relative
 
     calls = []
 
@@ -180,7 +181,7 @@ def test_relative_plasticity_is_a_companion_beside_plasticity_with_its_own_hash(
         LN1=1, MHA=2, LN2=3, FC1=4, FC2=5)
     decide.task_plasticity(tmp_path, "digits", 8, "hidden", "relative")  # read back
     assert calls == [(["digits"], "hidden")]
-    plain = store.config_hash(dict(task="digits", n_pairs=8, protocol="hidden"))
+    plain = cached.config_hash(dict(task="digits", n_pairs=8, protocol="hidden"))
     assert not (tmp_path / f"plasticity-{plain}.json").exists()
     assert Store(tmp_path).audit().empty
     with pytest.raises(ValueError, match="valid: \\['plasticity', 'relative'\\]"):

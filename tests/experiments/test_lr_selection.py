@@ -1,4 +1,4 @@
-"""LR selection (``vitplast.lr_selection``): the LR is chosen on validation, failed and
+"""LR selection (``vitplast.experiments.lr_selection``): the LR is chosen on validation, failed and
 diverged runs are missing (never zeros), a tie on accuracy is broken by the loss and reported,
 and the LR bands around the best LR are measured as documented."""
 
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from helpers import run_row, tie_runs
 
-from vitplast import lr_selection
+from vitplast.experiments import lr_selection
 
 NAN = float("nan")
 

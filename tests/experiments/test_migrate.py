@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vitplast import migrate, results
+from vitplast.experiments import migrate, results
 from vitplast.experiments.runs import make_run, run_hash
 from vitplast.experiments.store import Store
 from vitplast.files import write_json

@@ -1,5 +1,5 @@
 """Tables over a store: the main table's exact means and stds, and per-variant dynamics
-(``vitplast.results``). LR selection: ``test_lr_selection.py``."""
+(``vitplast.experiments.results``). LR selection: ``test_lr_selection.py``."""
 
 import math
 
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from helpers import TINY, run_row
 
-from vitplast import results, runs
+from vitplast.experiments import confound_variants, results, runs
 from vitplast.experiments.store import Store
 
 NAN = float("nan")
@@ -55,7 +55,6 @@ def test_main_table_mean_and_std_over_seeds_are_exact():
 def test_dynamics_follow_each_variant_at_its_own_lr(tmp_path):
     """Variants sharing a configuration (plain MHA, sparse MHA) are selected separately, and
     each run's gradient norms are read on the component it trains."""
-    from vitplast import confounds
 
     def record(config, lr, val, ablation=None):
         c = runs.make_run("digits", config, lr=lr, **TINY, **(
@@ -71,7 +70,7 @@ def test_dynamics_follow_each_variant_at_its_own_lr(tmp_path):
     bias = dict(variant="FC1 bias", component="FC1")
     fc1_bias = ["blocks.*.mlp.fc1.bias"]
     record(fc1_bias, 0.1, 0.9, bias), record(fc1_bias, 1.0, 0.1, bias)
-    df = confounds.with_variant(results.results(tmp_path))
+    df = confound_variants.with_variant(results.results(tmp_path))
     norms = results.component_grad_norms(results.dynamics(df, results.history(tmp_path)))
     got = {(r.variant, r.kind): (r.lr, r.value) for r in norms.itertuples()}
     assert got == {("MHA", "total"): (0.1, 1.0), ("MHA", "per parameter"): (0.1, 0.1),

@@ -7,8 +7,10 @@ import json
 import pytest
 from helpers import TINY
 
-from vitplast import finetune, paper_datasets, runs
+from vitplast.datasets import paper_datasets
+from vitplast.experiments import runs
 from vitplast.experiments.store import Store
+from vitplast.train import finetune
 
 BASE = dict(task="digits", config="MHA", lr=0.1, seed=0)
 
@@ -108,7 +110,7 @@ def test_grid_size_order_and_recipes():
 def test_a_run_loads_its_task_through_the_one_registry(monkeypatch):
     """Embedded and paper tasks alike go through ``tasks.load``, with the options the run's
     keys set (a paper dataset at 224 px unless the run says otherwise)."""
-    from vitplast import tasks
+    from vitplast.datasets import tasks
 
     calls = []
     monkeypatch.setattr(tasks, "load", lambda *a, **k: calls.append((a, k)))

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from vitplast import search, studies
+from vitplast import files
+from vitplast.experiments import search, studies
 
 
 def _walk(start, accuracy):
@@ -58,7 +59,7 @@ def test_lrs_off_the_ladder_are_refused():
 
 
 def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monkeypatch):
-    from vitplast import runs, store, sweep
+    from vitplast.experiments import runs, sweep
     from vitplast.experiments.store import Store
 
     study = dict(tasks=["digits"], seeds=[0], configs={"LN1": 0.3, "MHA sparse": 1.0},
@@ -85,7 +86,7 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
     assert state["loss_rose"].tolist() == [1.0, 0.0]
     assert len(search.search_runs(study, tmp_path / "a")) == 7
     assert all(Store(tmp_path / "a").has(r) for r in search.search_runs(study, tmp_path / "a"))
-    assert store.read_json(Store(tmp_path / "a").path(first[1]))["status"] == "ok"  # re-run
+    assert files.read_json(Store(tmp_path / "a").path(first[1]))["status"] == "ok"  # re-run
     # a search whose every run another store holds is copied to its end, training nothing
     copied = tmp_path / "c"
     assert search.run_search(study, copied, sources=[tmp_path / "a"], progress=False) == 0
@@ -117,7 +118,7 @@ def test_settings_take_run_keywords_and_a_fixed_grid_joins_the_search(tmp_path):
 
 
 def test_the_cross_gauge_study_is_declared_and_shares_the_suite_runs():
-    from vitplast import runs
+    from vitplast.experiments import runs
 
     gauge, study = studies.get("gauge"), studies.get("gauge").spec
     assert len(study["tasks"]) == 17 and set(study["tasks"]) <= set(
@@ -133,7 +134,7 @@ def test_the_cross_gauge_study_is_declared_and_shares_the_suite_runs():
 
 
 def test_a_grid_runs_after_every_task_s_search(tmp_path, monkeypatch):
-    from vitplast import sweep
+    from vitplast.experiments import sweep
 
     study = dict(tasks=["digits", "fmnist_contrast"], seeds=[0], grid=[1e-3, 0.3],
                  configs={"LN1": 0.3}, fixed=dict(steps=2, warmup_steps=1, eval_every=1))

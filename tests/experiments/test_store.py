@@ -17,10 +17,13 @@ import pandas as pd
 import pytest
 import torch
 
-from vitplast import finetune, models, provenance, results, store, sweep, tasks
+from vitplast import cached, files, models, provenance
+from vitplast.datasets import tasks
 from vitplast.experiments import claims as claims_
+from vitplast.experiments import results, store, study_log, sweep
 from vitplast.experiments.runs import make_run, run_hash
 from vitplast.experiments.store import Store
+from vitplast.train import finetune
 
 TINY = dict(pretrained=False, steps=2, batch_size=16, eval_every=100)
 FORK = multiprocessing.get_context("fork")
@@ -110,7 +113,7 @@ def test_two_sweeps_retry_a_failed_run_once(tmp_path, fast_runs, monkeypatch):
 def _log_one(barrier, root, i):
     summary = pd.DataFrame(dict(run=[f"{i:016x}"], status=["ok"]))
     barrier.wait()
-    provenance.log_session(root, f"session {i}", summary, 1.0, device="cpu")
+    study_log.log_session(root, f"session {i}", summary, 1.0, device="cpu")
 
 
 def test_fifty_concurrent_sessions_are_all_logged(tmp_path, fast_runs):
@@ -250,16 +253,16 @@ def test_an_invalid_record_is_reported_by_name_and_re_run(tmp_path, fast_runs, m
         changed = text.get("run", {})
         text = json.dumps({**text, "run": changed if changed is None else {**config,
                                                                            **changed}})
-    store.write_text(Store(root).path(config), text)
+    files.write_text(Store(root).path(config), text)
     Store(root).write_companion("study.json", {"sessions": []})  # companions: not reported
     Store(root).write_companion("scales-0123.json", COMPANIONS["scales-0123.json"])
-    store.write_json(root / "notes.json", {"todo": "rerun"})  # foreign
+    files.write_json(root / "notes.json", {"todo": "rerun"})  # foreign
     report = Store(root).audit().set_index("file")
     name = Store(root).path(config).name
     assert report["kind"].to_dict() == {name: "invalid", "notes.json": "foreign"}
     assert re.search(problem, report.loc[name, "problem"])
     with pytest.warns(UserWarning, match=f"2 file\\(s\\) .*{name}.*notes.json.*"
-                      r"vitplast\.store\.Store\(root\)\.audit\(\) says why"):
+                      r"vitplast\.experiments\.store\.Store\(root\)\.audit\(\) says why"):
         assert Store(root).records() == []
     with pytest.warns(UserWarning, match=name):
         table = sweep.run_sweep([config], root, progress=False)
@@ -269,7 +272,7 @@ def test_an_invalid_record_is_reported_by_name_and_re_run(tmp_path, fast_runs, m
 
 def test_a_record_at_another_runs_path_is_not_that_run(tmp_path):
     a, b = configs(2)
-    store.write_json(Store(tmp_path).path(a), {"run": b, "status": "diverged"})
+    files.write_json(Store(tmp_path).path(a), {"run": b, "status": "diverged"})
     assert not Store(tmp_path).has(a) and not Store(tmp_path).has(b)
     problem = Store(tmp_path).audit()["problem"].tolist()
     assert problem == [f"named {run_hash(a)} but its run hashes to {run_hash(b)} "
@@ -281,7 +284,7 @@ def test_complete_records_pass_and_load(tmp_path):
     Store(tmp_path).save(a, dict(status="ok", test_acc=0.9, best_val_acc=0.8,
                                  history=[dict(step=0, loss=1.0)]))
     Store(tmp_path).save(b, dict(status="diverged", test_acc=None, best_val_acc=0.2))
-    assert store.record_problems(store.read_json(Store(tmp_path).path(a)),
+    assert store.record_problems(files.read_json(Store(tmp_path).path(a)),
                                  Store(tmp_path).path(a)) == []
     assert len(Store(tmp_path).records()) == 2 and Store(tmp_path).audit().empty
 
@@ -290,7 +293,7 @@ def _without(content: dict, key: str) -> dict:
     return {k: v for k, v in content.items() if k != key}
 
 
-#: A valid file of each companion kind (``store.COMPANIONS``; plasticity also of relative
+#: A valid file of each companion kind (``cached.COMPANIONS``; plasticity also of relative
 #: plasticity).
 RUN = make_run("digits", "LN1", lr=0.1, **TINY)
 ROW = dict(layer=0, component="LN1", plasticity=1.5, ci95=0.02)
@@ -370,11 +373,11 @@ CASES = [(name, *damage) for name, damages in DAMAGES.items() for damage in dama
 
 def test_every_companion_kind_has_a_valid_example_and_three_damages(tmp_path):
     tmp = tmp_path
-    assert sorted({store.companion_kind(n) for n in COMPANIONS}) == sorted(
-        set(store.COMPANIONS.values()))
+    assert sorted({cached.companion_kind(n) for n in COMPANIONS}) == sorted(
+        set(cached.COMPANIONS.values()))
     assert sorted(DAMAGES) == sorted(COMPANIONS)
     for name, content in COMPANIONS.items():
-        assert store.companion_problems(store.write_json(Path(tmp) / name, content)) == []
+        assert cached.companion_problems(files.write_json(Path(tmp) / name, content)) == []
 
 
 @pytest.mark.parametrize("name, damage, change, problem", CASES,
@@ -384,7 +387,7 @@ def test_a_companion_that_fails_its_schema_is_named_and_never_used(tmp_path, nam
     """The audit names the file, the key, the value found and what is expected; the file is
     never read as it is: a measurement is set aside and computed again by the call that
     computes it (refused without one), and a study log is refused with a fix that keeps it."""
-    store.write_json(tmp_path / name, change(COMPANIONS[name]))
+    files.write_json(tmp_path / name, change(COMPANIONS[name]))
     report = Store(tmp_path).audit()
     assert report[["file", "kind"]].values.tolist() == [[name, "invalid companion"]]
     assert re.search(problem, report["problem"][0]), report["problem"][0]
@@ -393,7 +396,7 @@ def test_a_companion_that_fails_its_schema_is_named_and_never_used(tmp_path, nam
         Store(tmp_path).companion(name)
     if name == "study.json":
         with pytest.raises(ValueError, match="restart_log"):
-            provenance.log_session(tmp_path, "c", pd.DataFrame(dict(run=["x"], status=["ok"])), 1)
+            study_log.log_session(tmp_path, "c", pd.DataFrame(dict(run=["x"], status=["ok"])), 1)
         return
     with pytest.warns(UserWarning, match=f"{name} does not pass .*set aside as {name}.invalid-"):
         got = Store(tmp_path).companion(name, compute=lambda: COMPANIONS[name])
@@ -403,23 +406,23 @@ def test_a_companion_that_fails_its_schema_is_named_and_never_used(tmp_path, nam
 
 
 def test_a_damaged_study_log_restarts_keeping_its_sessions(tmp_path, fast_runs):
-    """``provenance.restart_log``: the damaged log is set aside whole, the new one points to
+    """``study_log.restart_log``: the damaged log is set aside whole, the new one points to
     it, and sessions are logged again; a sweep over the store refused it before any work."""
     damaged = {"sessions": {"0": COMPANIONS["study.json"]["sessions"][0]}}
-    store.write_json(tmp_path / "study.json", damaged)
+    files.write_json(tmp_path / "study.json", damaged)
     with pytest.raises(ValueError, match=r"study.json does not pass the study schema \(schemas/"
                                          r"study.schema.json\): sessions=.* is not valid: "
                                          r"expected an array.*restart_log"):
         sweep.run_sweep(configs(1), tmp_path, progress=False)
     assert Store(tmp_path).records() == []  # refused before any run
-    new = provenance.restart_log(tmp_path)
+    new = study_log.restart_log(tmp_path)
     (aside,) = tmp_path.glob("study.json.invalid-*")
     assert json.loads(aside.read_text()) == damaged
-    assert store.read_json(new) == {"sessions": [], "earlier": [aside.name]}
-    provenance.log_session(tmp_path, "c", pd.DataFrame(dict(run=["x"], status=["ok"])), 1.0)
+    assert files.read_json(new) == {"sessions": [], "earlier": [aside.name]}
+    study_log.log_session(tmp_path, "c", pd.DataFrame(dict(run=["x"], status=["ok"])), 1.0)
     assert [s["command"] for s in Store(tmp_path).companion("study.json")["sessions"]] == ["c"]
     with pytest.raises(ValueError, match="is valid: restart_log sets aside only"):
-        provenance.restart_log(tmp_path)
+        study_log.restart_log(tmp_path)
 
 
 def test_a_store_is_its_folder(tmp_path):
@@ -456,10 +459,10 @@ def test_a_companion_is_written_and_read_by_name(tmp_path):
         runs.write_companion("probe-4567.json", {k: v for k, v in probe.items()
                                                  if k != "train_acc"})
     assert not (tmp_path / "probe-4567.json").exists()
-    store.write_json(tmp_path / "notes.json", {"todo": "rerun"})
+    files.write_json(tmp_path / "notes.json", {"todo": "rerun"})
     for name in ("notes.json", "sub/study.json", "../probe-0123.json"):
         with pytest.raises(ValueError, match=re.escape(f"{name!r} is not a companion file of a "
-                                                       f"store; valid: {list(store.COMPANIONS)}")):
+                                                       f"store; valid: {list(cached.COMPANIONS)}")):
             runs.companion(name)
         with pytest.raises(ValueError, match="is not a companion file"):
             runs.write_companion(name, {"sessions": []})
@@ -478,7 +481,7 @@ def test_a_companion_is_computed_once_then_read(tmp_path):
 
     assert runs.companion("probe-1.json", compute=compute) == probe
     assert runs.companion("probe-1.json", compute=compute) == probe and len(calls) == 1
-    assert store.read_json(tmp_path / "probe-1.json") == probe
+    assert files.read_json(tmp_path / "probe-1.json") == probe
     with pytest.raises(ValueError, match="model is missing"):
         runs.companion("probe-2.json", compute=lambda: {"task": "digits"})
     assert not (tmp_path / "probe-2.json").exists()

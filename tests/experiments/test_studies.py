@@ -3,7 +3,8 @@
 import pandas as pd
 import pytest
 
-from vitplast import results, runs, store, studies
+from vitplast import files
+from vitplast.experiments import lr_selection, results, runs, studies
 from vitplast.experiments.runs import run_hash
 from vitplast.experiments.store import Store
 
@@ -109,14 +110,14 @@ def test_shipped_results_are_the_complete_study():
     # the grid brackets every best LR and every band within 1 and 2 points of it
     runs = shipped[shipped["run"].isin(main)]
     assert not results.main_table(runs)["lr_at_edge"].any()
-    assert results.lr_bands(runs)["bracketed"].all()
+    assert lr_selection.lr_bands(runs)["bracketed"].all()
 
 
 @pytest.mark.parametrize("study", ["finetune", "confounds"])
 def test_shipped_runs_table_agrees_with_the_shipped_records(study):
     """``runs.csv``, written at the end of each sweep session, lists only stored runs, with
     their stored status and accuracies (it may lag the records of a session cut short)."""
-    from vitplast import confounds
+    from vitplast.experiments import confounds
 
     root = {"finetune": studies.MAIN_RESULTS, "confounds": confounds.EMBEDDED_RESULTS}[study]
     stored = results.results(root).set_index("run")
@@ -160,7 +161,8 @@ def test_shipped_searched_records_are_runs_of_their_study(name):
     every record is a run of a setting of the study on the ladder (or its fixed grid),
     finished (ok or diverged), from a new head; identical runs of the stores it reuses are
     their records, copied."""
-    from vitplast import models, search
+    from vitplast import models
+    from vitplast.experiments import search
 
     study = studies.get(name)
     root = study.root()
@@ -173,7 +175,7 @@ def test_shipped_searched_records_are_runs_of_their_study(name):
     for r in records:  # a copied record is byte for byte its source's
         for source in (models.results_root(s) for s in study.spec["reuse"]):
             if Store(source).has(r["run"]):
-                assert store.read_json(Store(source).path(r["run"])) == r
+                assert files.read_json(Store(source).path(r["run"])) == r
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
@@ -182,7 +184,7 @@ def test_shipped_searched_records_are_runs_of_their_study(name):
 def test_shipped_searched_results_are_the_complete_study(name):
     """Every setting of the study searched to its end, with its best LR interior, and every
     run of its fixed grid (if it has one) stored."""
-    from vitplast import search
+    from vitplast.experiments import search
 
     study = studies.get(name)
     state = search.state(study.spec, study.root())

@@ -1,10 +1,11 @@
-"""The studies' specs (``vitplast.study_specs``): the main grids are half-decade ladders, the
-confound and gauge studies run on the tasks they say, and the recipe-length check is P1 and
-P2's configurations at two and four times the steps. ``studies.STUDIES`` holds these values."""
+"""The studies' specs (``vitplast.experiments.study_specs``): the main grids are half-decade
+ladders, the confound and gauge studies run on the tasks they say, and the recipe-length check is P1
+and P2's configurations at two and four times the steps. ``studies.STUDIES`` holds these values."""
 
 import pytest
 
-from vitplast import runs, studies, study_specs, suite
+from vitplast.datasets import suite
+from vitplast.experiments import runs, studies, study_specs
 from vitplast.experiments.search import LR_LADDER
 
 
@@ -43,7 +44,8 @@ def test_the_recipe_length_check_is_p1_and_p2_at_two_and_four_times_the_steps():
     """The length study: the configurations of the suite study's P1 and P2, each at 240 and
     480 steps (warm-up scaled alike), the sparse ones the suite's own variants (same masks
     and count), from the suite's start LRs, on four tasks of four families."""
-    from vitplast import search, suite
+    from vitplast.datasets import suite
+    from vitplast.experiments import search
 
     length, suite_spec = studies.get("length").spec, studies.get("suite").spec
     settings = search.settings(length)

@@ -1,5 +1,6 @@
 """Sweeps: the store by hash, resume after a kill, divergence and failure recorded, the run
-body (a new seeded head, the run's keywords), executors, and run selection (``vitplast.sweep``)."""
+body (a new seeded head, the run's keywords), executors, and run selection
+(``vitplast.experiments.sweep``)."""
 
 import json
 import math
@@ -8,7 +9,8 @@ import pytest
 import torch
 from helpers import TINIER, TINY
 
-from vitplast import models, results, runs, store, sweep
+from vitplast import files, models
+from vitplast.experiments import results, runs, sweep
 from vitplast.experiments.runs import TRAIN_KEYS, run_hash
 from vitplast.experiments.store import Store
 
@@ -195,7 +197,7 @@ def test_bad_settings_are_refused_when_the_sweep_is_planned(tmp_path, fake_train
 
 def test_a_batched_sweep_stores_what_one_by_one_stores(tmp_path):
     """``batch_lrs``: the runs of one setting that differ in LR train together
-    (``vitplast.batched``) into records equal to separate runs' (losses within 1e-5), each
+    (``vitplast.train.batched``) into records equal to separate runs' (losses within 1e-5), each
     saying how many trained with it; a run another process claims is left to it; runs the
     batched path refuses (AdamW) train one by one."""
     lrs = (0.01, 0.1, 1.0)
@@ -206,12 +208,12 @@ def test_a_batched_sweep_stores_what_one_by_one_stores(tmp_path):
     assert not Store(tmp_path / "b").has(configs[2])
     sweep.run_sweep(configs, tmp_path / "a", progress=False)
     for c in configs[:2]:
-        one, batch = (store.read_json(Store(tmp_path / s).path(c)) for s in "ab")
+        one, batch = (files.read_json(Store(tmp_path / s).path(c)) for s in "ab")
         assert batch["batched"] == 2 and "batched" not in one
         assert batch["test_acc"] == one["test_acc"] and batch["status"] == one["status"] == "ok"
         assert [r["loss"] for r in batch["history"]] == pytest.approx(
             [r["loss"] for r in one["history"]], abs=1e-5)
-    assert store.read_json(Store(tmp_path / "b").path(adamw))["status"] == "ok"
-    assert "batched" not in store.read_json(Store(tmp_path / "b").path(adamw))
+    assert files.read_json(Store(tmp_path / "b").path(adamw))["status"] == "ok"
+    assert "batched" not in files.read_json(Store(tmp_path / "b").path(adamw))
     with pytest.raises(ValueError, match="differ only in their lr"):
         sweep.run_lrs([configs[0], adamw])

@@ -11,8 +11,9 @@ from helpers import tiny_vit
 from timm.layers import Attention
 from torch import nn
 
-from vitplast import bounds, plasticity
+from vitplast.measure import bounds, plasticity, rates
 from vitplast.measure.components import component_modules
+from vitplast.measure.rates import rate
 
 
 def shared_sigma(x, sigma, eps):
@@ -64,7 +65,7 @@ def test_layernorm_bound_shared_sigma_holds_and_is_approached():
     assert bound == pytest.approx(ln.weight.abs().max().item() / sigma)  # absolute, not signed
     x = shared_sigma(torch.randn(64, 4, d), sigma, ln.eps)
     with torch.no_grad():
-        assert (plasticity.rate(ln, x[:32], x[32:]) <= bound).all()
+        assert (rate(ln, x[:32], x[32:]) <= bound).all()
     # a pair on the sigma-sphere whose difference points at argmax |gamma| (centred)
     w = -torch.ones(d) / d
     w[ln.weight.abs().argmax()] += 1.0
@@ -75,7 +76,7 @@ def test_layernorm_bound_shared_sigma_holds_and_is_approached():
     a, b = (c * (u / u.norm() + t * w / w.norm()) / math.sqrt(2) for t in (1.0, -1.0))
     assert bounds.token_sigma(torch.stack([a, b]), ln.eps) == pytest.approx(sigma, rel=1e-5)
     with torch.no_grad():
-        r = plasticity.rate(ln, a[None, None], b[None, None]).item()
+        r = rate(ln, a[None, None], b[None, None]).item()
     assert 0.98 * bound < r <= bound * (1 + 1e-6)
 
 
@@ -86,7 +87,7 @@ def test_layernorm_min_sigma_is_valid_and_mean_sigma_is_not():
     scales = torch.logspace(-3, 1, 200).view(100, 2, 1, 1)  # tokens of very different sigma
     x, y = (torch.randn(100, 2, 3, d, generator=g) * scales).unbind(1)
     with torch.no_grad():
-        rates = plasticity.rate(ln, x, y)
+        rates = rate(ln, x, y)
     fit = bounds.sigma_fit(torch.cat([x, y]), ln.eps)
     assert (rates <= bounds.layernorm_bound(ln, fit["sigma"])).all()
     # only the small-sigma token moves: the mean-sigma "bound" is violated
@@ -97,7 +98,7 @@ def test_layernorm_min_sigma_is_valid_and_mean_sigma_is_not():
     y[0, 0] = y[0, 0].roll(1)
     fit = bounds.sigma_fit(torch.cat([x, y]), ln.eps)
     with torch.no_grad():
-        r = plasticity.rate(ln, x, y).item()
+        r = rate(ln, x, y).item()
     assert r <= bounds.layernorm_bound(ln, fit["sigma"])
     assert r > bounds.layernorm_bound(ln, fit["sigma_mean"])
 
@@ -112,8 +113,8 @@ def test_linear_bound_is_top_singular_value_and_attained():
     y = x.clone()
     y[0, 2] += 0.3 * v1
     with torch.no_grad():
-        torch.testing.assert_close(plasticity.rate(lin, x, y), torch.tensor([3.0]))
-        assert (plasticity.rate(lin, torch.randn(50, 5, 32), torch.randn(50, 5, 32)) < 3.0).all()
+        torch.testing.assert_close(rate(lin, x, y), torch.tensor([3.0]))
+        assert (rate(lin, torch.randn(50, 5, 32), torch.randn(50, 5, 32)) < 3.0).all()
     assert bounds.linear_bound(lin) == pytest.approx(3.0, rel=1e-5)
 
 
@@ -161,8 +162,8 @@ def test_mha_bounds_hold_on_random_weights(qkv_bias, scale):
                 p.normal_(0.0, scale)
         x = torch.randn(64, 6, 8) * torch.rand(64, 1, 1) * 2
         with torch.no_grad():
-            rates = torch.cat([plasticity.rate(attn, x[:32], x[32:]),
-                               plasticity.rate(attn, x, x * 0.999)])
+            rates = torch.cat([rate(attn, x[:32], x[32:]),
+                               rate(attn, x, x * 0.999)])
         lower = max(rates.max().item(), bounds.local_lipschitz(attn, x, 10).max().item())
         assert lower <= bounds.mha_bound(attn, 6, bounds.radius(x)["r_max"])
         assert lower <= bounds.mha_bound_energy(attn, 6, **bounds.energy_fit(x))
@@ -190,11 +191,11 @@ def test_v_and_proj_biases_cancel_in_rates():
     attn = Attention(16, num_heads=2, qkv_bias=True).eval()
     x, y = torch.randn(8, 5, 16), torch.randn(8, 5, 16)
     with torch.no_grad():
-        before = plasticity.rate(attn, x, y)
+        before = rate(attn, x, y)
         attn.qkv.bias[32:].normal_().mul_(10), attn.proj.bias.normal_().mul_(10)
-        torch.testing.assert_close(plasticity.rate(attn, x, y), before)
+        torch.testing.assert_close(rate(attn, x, y), before)
         attn.qkv.bias[:16].normal_().mul_(10)  # Q bias: changes the attention weights
-        assert not torch.allclose(plasticity.rate(attn, x, y), before)
+        assert not torch.allclose(rate(attn, x, y), before)
 
 
 # Lower side
@@ -227,7 +228,7 @@ def test_model_bounds_equal_the_propositions_on_all_inputs(model, images):
     x, y = images
     stats = plasticity.measurement(model, x, y, batch_size=10, progress=False).statistics
     upper = bounds.model_bounds(model, stats)
-    inputs = plasticity.component_inputs(model, torch.cat([x, y]))
+    inputs = rates.component_inputs(model, torch.cat([x, y]))
     modules = component_modules(model)
     assert [(r.layer, r.component) for r in upper.itertuples()] == list(modules)
     for u in upper.to_dict("records"):

@@ -1,4 +1,4 @@
-"""Components (``vitplast.components``): exact parameter counts of a tiny ViT, the group of
+"""Components (``vitplast.measure.components``): exact parameter counts of a tiny ViT, the group of
 every parameter, configurations selecting exactly their parameters, and unsupported models
 failing clearly."""
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import tiny_vit
 
-from vitplast import components
+from vitplast.measure import components
 
 
 def test_parameter_counts_of_a_tiny_vit_are_exact():

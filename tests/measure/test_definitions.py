@@ -1,5 +1,5 @@
-"""Definition 1 on functions one can check by hand (``vitplast.definitions``): a linear map's
-rates lie between its smallest and largest singular values, with sqrt(mean sigma^2) exact;
+"""Definition 1 on functions one can check by hand (``vitplast.measure.definitions``): a linear
+map's rates lie between its smallest and largest singular values, with sqrt(mean sigma^2) exact;
 LayerNorm's plasticity falls exactly as 1/scale while a linear map's does not move; every 1-D
 map's rates stay below its Lipschitz constant."""
 
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from vitplast import definitions
+from vitplast.measure import definitions
 
 
 def test_a_linear_map_s_rates_lie_between_its_singular_values():

@@ -1,12 +1,12 @@
-"""Measured plasticity (``vitplast.empirical``): the tables of notebook 02 computed from rates
-(layers pooled over tasks, along pretraining, precision, per-task orders), and measurements
+"""Measured plasticity (``vitplast.measure.empirical``): the tables of notebook 02 computed from
+rates (layers pooled over tasks, along pretraining, precision, per-task orders), and measurements
 cached per checkpoint, task and protocol."""
 
 import pandas as pd
 import pytest
 from helpers import tiny_vit
 
-from vitplast import empirical, plasticity
+from vitplast.measure import empirical, plasticity
 
 
 def test_notebook_02_tables_from_rates(images):
@@ -50,8 +50,8 @@ def test_notebook_04_inputs_are_stored_beside_the_study_and_recomputed_when_an_i
     """``finetuning_inputs`` measures each task's plasticity (per protocol) and probe once,
     keeps them as companions of the store, reads them back; another ``n_pairs`` is measured
     anew; its rates give ``plasticity.ranking`` the stored per-block plasticity's mean."""
-    from vitplast import probes
     from vitplast.experiments.store import Store
+    from vitplast.train import probes
 
     measured, probed = [], []
 
@@ -68,16 +68,16 @@ def test_notebook_04_inputs_are_stored_beside_the_study_and_recomputed_when_an_i
 
     monkeypatch.setattr(empirical, "embedded_layers", layers)
     monkeypatch.setattr(probes, "linear_probes", linear_probes)
-    rates, probe = empirical.finetuning_inputs(["digits", "fmnist_snow"], tmp_path, n_pairs=4)
+    rates, probe = probes.finetuning_inputs(["digits", "fmnist_snow"], tmp_path, n_pairs=4)
     assert len(measured) == 4 and probed == [("digits",), ("fmnist_snow",)]
     assert probe.to_dict() == {"digits": 88.0, "fmnist_snow": 88.0}
     ranked = plasticity.ranking(rates).set_index(["task", "protocol", "component"])
     assert ranked.loc[("digits", "hidden", "MHA"), "plasticity"] == pytest.approx(2.5)
     assert ranked.loc[("digits", "embedding", "LN1"), "plasticity"] == pytest.approx(0.5)
-    again = empirical.finetuning_inputs(["digits", "fmnist_snow"], tmp_path, n_pairs=4)
+    again = probes.finetuning_inputs(["digits", "fmnist_snow"], tmp_path, n_pairs=4)
     assert len(measured) == 4 and len(probed) == 2  # read, not measured
     pd.testing.assert_frame_equal(again[0], rates)
-    empirical.finetuning_inputs(["digits"], tmp_path, protocols=["hidden"], n_pairs=8)
+    probes.finetuning_inputs(["digits"], tmp_path, protocols=["hidden"], n_pairs=8)
     assert measured[-1] == (("digits",), "hidden", 8) and len(probed) == 2
     assert Store(tmp_path).audit().empty  # companions, not foreign files
 
@@ -85,7 +85,7 @@ def test_notebook_04_inputs_are_stored_beside_the_study_and_recomputed_when_an_i
 def test_notebook_04_and_the_suite_study_keep_plasticity_in_one_file(tmp_path, monkeypatch):
     """``stored_layers`` and ``decide.task_plasticity`` name and fill the same companion for
     the same settings: the suite's files serve notebook 04's 7 tasks as they are."""
-    from vitplast import decide
+    from vitplast.experiments import decide
 
     monkeypatch.setattr(empirical, "embedded_layers", lambda tasks, *, protocol, n_pairs:
                         pd.DataFrame([dict(task=tasks[0], layer=0, component="MHA",

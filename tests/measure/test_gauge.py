@@ -8,7 +8,9 @@ import torch
 from helpers import tiny_vit, toy_task
 from torch import nn
 
-from vitplast import ablations, gauge, plasticity, runs, sweep
+from vitplast.experiments import runs, sweep
+from vitplast.measure import gauge, plasticity
+from vitplast.train import ablations
 
 
 def _eps0(model):
@@ -144,7 +146,7 @@ RUN = dict(steps=6, batch_size=16, lr=0.5, log_every=1, eval_every=100, warmup_s
 
 def _history(model, config, **kwargs):
     """Loss and global gradient norm (before clipping) of every step."""
-    from vitplast import finetune
+    from vitplast.train import finetune
 
     result = finetune.train(model, toy_task(), config=config, **{**RUN, **kwargs})
     return (torch.tensor([r["loss"] for r in result.history], dtype=torch.float64),

@@ -9,7 +9,8 @@ import pytest
 import torch
 from helpers import tiny_vit
 
-from vitplast import findings, intervals, plasticity
+from vitplast.measure import intervals, pairs
+from vitplast.report import bound_findings
 
 
 def stressed(model, scale=8.0):
@@ -32,7 +33,7 @@ def test_random_checks_all_hold():
 
 
 # Intervals on a model
-@pytest.mark.parametrize("protocol", plasticity.PROTOCOLS)
+@pytest.mark.parametrize("protocol", pairs.PROTOCOLS)
 def test_intervals_bracket_lipschitz_on_random_models(images, protocol):
     x, y = images
     for seed in range(2):
@@ -57,7 +58,7 @@ def test_intervals_bracket_lipschitz_on_random_models(images, protocol):
 
 
 def test_holds_compares_the_bounds_with_the_lower_end(images, monkeypatch):
-    """bound_holds and p4_holds mean what random_checks and findings.bounds mean: the bound is
+    """bound_holds and p4_holds mean what random_checks and bound_findings.bounds mean: the bound is
     at least lipschitz_lower (the Jacobian estimate included, not only max_rate); plugin_holds
     compares the plug-in value with max_rate."""
     model = tiny_vit()
@@ -69,7 +70,7 @@ def test_holds_compares_the_bounds_with_the_lower_end(images, monkeypatch):
     assert not high.bound_holds.any() and not high.p4_holds.any()
     assert high.p4_holds.isna().equals(df.p4_holds.isna())
     assert high.plugin_holds.equals(df.plugin_holds)
-    proven = findings.bounds(high, intervals.random_checks(1, n_pairs=8, power_iters=2))
+    proven = bound_findings.bounds(high, intervals.random_checks(1, n_pairs=8, power_iters=2))
     proven = proven[proven.claim.str.contains("on the model")]
     assert proven.verdict.str.startswith("violated in").all() and len(proven) == 4
     bound = pd.Series([1.0, 1.0, math.nan])
@@ -81,7 +82,7 @@ def test_intervals_accept_pairs_dataset(images):
     x, y = images
     model = tiny_vit()
     a = intervals.intervals(model, x, y, n_lipschitz=2, power_iters=3, progress=False)
-    b = intervals.intervals(model, plasticity.make_pairs(x, y, n_pairs=24), n_lipschitz=2,
+    b = intervals.intervals(model, pairs.make_pairs(x, y, n_pairs=24), n_lipschitz=2,
                             power_iters=3, progress=False)
     pd.testing.assert_frame_equal(a, b)
 

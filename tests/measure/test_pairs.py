@@ -1,10 +1,10 @@
-"""Pairs (``vitplast.pairs``): aligned tensors pair x[i] with y[i], one set of images is
+"""Pairs (``vitplast.measure.pairs``): aligned tensors pair x[i] with y[i], one set of images is
 paired within itself reproducibly by seed, and mismatched shapes fail."""
 
 import pytest
 import torch
 
-from vitplast import pairs
+from vitplast.measure import pairs
 
 
 def test_pairs(images):

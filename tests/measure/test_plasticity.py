@@ -6,7 +6,8 @@ import pytest
 import torch
 from helpers import direct_rates
 
-from vitplast import components, plasticity
+from vitplast.measure import components, pairs, plasticity, rates
+from vitplast.measure.pairs import make_pairs
 
 
 def test_measure_is_tidy_streams_and_counts_identical_pairs(model, images):
@@ -41,7 +42,7 @@ def direct_statistics(model, inputs):
     return out
 
 
-@pytest.mark.parametrize("protocol", plasticity.PROTOCOLS)
+@pytest.mark.parametrize("protocol", pairs.PROTOCOLS)
 def test_one_pass_gives_the_separate_computations(model, images, protocol):
     """Rates, statistics and kept inputs of ONE streamed pass (batches 5, 5, ..., identical pairs
     excluded) equal what separate passes give: per-pair rates by direct recomputation, the
@@ -57,7 +58,7 @@ def test_one_pass_gives_the_separate_computations(model, images, protocol):
         got = m.rates[(m.rates.layer == key[0]) & (m.rates.component == key[1])]
         assert list(got["pair"]) == kept
         torch.testing.assert_close(torch.tensor(got["rate"].values), r, rtol=1e-5, atol=1e-6)
-    stats = direct_statistics(model, plasticity.component_inputs(
+    stats = direct_statistics(model, rates.component_inputs(
         model, torch.cat([x[kept], y[kept]]), protocol))
     assert len(m.statistics) == 10
     for row in m.statistics.to_dict("records"):
@@ -65,7 +66,7 @@ def test_one_pass_gives_the_separate_computations(model, images, protocol):
         assert {k for k, v in row.items() if v == v} == {"layer", "component", *expected}
         for k, v in expected.items():
             assert row[k] == pytest.approx(v, rel=1e-5, abs=1e-9), (row["layer"], k)
-    first = plasticity.component_inputs(model, x[kept[:6]], protocol)
+    first = rates.component_inputs(model, x[kept[:6]], protocol)
     for key, inp in m.inputs.items():
         torch.testing.assert_close(inp, first[key], rtol=1e-5, atol=1e-6)
     assert plasticity.measure(model, x, y, protocol=protocol, progress=False).equals(m.rates)
@@ -91,7 +92,7 @@ def test_summary_and_ranking(model, images):
 def test_streamed_pairs_equal_tensors(model, images):
     x, y = images
     labelled = torch.utils.data.TensorDataset(y, torch.zeros(len(y)))  # a dataset source
-    pairs = plasticity.make_pairs(x, labelled, n_pairs=20)
+    pairs = make_pairs(x, labelled, n_pairs=20)
     streamed = plasticity.measure(model, pairs, batch_size=6, progress=False)
     direct = plasticity.measure(model, x[:20], y[:20], progress=False)
     assert streamed.equals(direct)

@@ -1,4 +1,4 @@
-"""One batch's rates (``vitplast.rates``): hooked rates equal direct recomputation on three
+"""One batch's rates (``vitplast.measure.rates``): hooked rates equal direct recomputation on three
 ViT variants, both protocols feed what they say, chunked pair distances equal whole-batch ones
 and allocate no batch-sized difference, later passes reuse the first one's buffers, and the
 hook scope removes its handles after an error."""
@@ -9,7 +9,7 @@ from helpers import direct_rates, tiny_vit
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from vitplast import components, rates
+from vitplast.measure import components, rates
 from vitplast.measure.pairs import PROTOCOLS
 
 

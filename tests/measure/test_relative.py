@@ -10,9 +10,11 @@ import pytest
 import torch
 from helpers import tiny_vit
 
-from vitplast import gauge, models, plasticity, rates, relative
+from vitplast import models
+from vitplast.measure import gauge, plasticity, rates, relative
 from vitplast.measure.components import COMPONENTS, component_modules
 from vitplast.measure.pairs import Pairs
+from vitplast.stats import verdicts
 
 
 def test_relative_plasticity_is_its_definition_recomputed(images):
@@ -67,7 +69,7 @@ def test_gauge_leaves_relative_plasticity_unchanged_under_hidden(c, images):
 
 def test_gauge_leaves_relative_plasticity_unchanged_on_the_embedded_model():
     """The same check on the embedded model, on pairs of Fashion-MNIST and digits images."""
-    from vitplast import empirical
+    from vitplast.measure import empirical
 
     model = models.load_model()
     pairs = empirical.task_pairs("digits", n_pairs=8, model=model)
@@ -139,9 +141,8 @@ def _check(rel_hidden: float, mha_embedding: float):
 
 
 def test_gauge_findings_say_what_moved_and_change_with_the_data():
-    from vitplast import findings
 
-    rows = findings.table(relative.gauge_findings(_check(2e-5, 0.9))).set_index("claim")
+    rows = verdicts.table(relative.gauge_findings(_check(2e-5, 0.9))).set_index("claim")
     hidden = rows.loc["relative plasticity, gauge c = 8 vs c = 1: largest relative difference "
                       "over layers and components [hidden]"]
     assert hidden["verdict"] == "unchanged within 0.001 for every component"
@@ -151,18 +152,17 @@ def test_gauge_findings_say_what_moved_and_change_with_the_data():
     ratio = rows.loc["plasticity, gauge c = 8 over c = 1, median over layers [hidden]"]
     assert ratio["measured"].startswith("LN1 x0.125, MHA x8") and ratio["verdict"].startswith(
         "as derived")
-    moved = findings.table(relative.gauge_findings(_check(0.05, 0.9))).set_index("claim")
+    moved = verdicts.table(relative.gauge_findings(_check(0.05, 0.9))).set_index("claim")
     assert moved["verdict"].iloc[0].startswith("moved: LN1 0.05")
 
 
 def test_ranking_findings_compare_each_models_order_with_the_papers():
-    from vitplast import findings
 
     paper = dict(MHA=5.0, FC1=4.0, FC2=3.0, LN2=2.0, LN1=1.0)
     df = pd.DataFrame([dict(model=m, task=t, protocol="hidden", layer=0, component=c,
                             relative_plasticity=(v if m == "a" else 1 / v))
                        for m in ("a", "b") for t in ("t1", "t2", "t3") for c, v in paper.items()])
-    rows = findings.table(relative.ranking_findings(df)).set_index("claim")
+    rows = verdicts.table(relative.ranking_findings(df)).set_index("claim")
     assert rows.loc["order of relative plasticity, a [hidden]", "verdict"] == (
         "the paper's order of plasticity")
     b = rows.loc["order of relative plasticity, b [hidden]"]

@@ -7,13 +7,14 @@ import pytest
 import torch
 from helpers import tiny_vit
 
-from vitplast import empirical, gauge, models, plasticity, tokens
+from vitplast import models
+from vitplast.measure import empirical, gauge, rates, tokens
 from vitplast.paper import VITB_RMS_TOKEN_NORM
 
 
 def test_rms_token_norm_is_sqrt_mean_squared_token_norm(images):
     model, x = tiny_vit(), images[0]
-    e = plasticity.embed(model, x)  # (B, n, d)
+    e = rates.embed(model, x)  # (B, n, d)
     rows = e.reshape(-1, e.shape[-1])  # every token of every image
     by_hand = torch.sqrt(torch.mean(torch.stack([t.norm() ** 2 for t in rows])))
     assert tokens.rms_token_norm(model, x) == pytest.approx(by_hand.item(), rel=1e-5)

@@ -5,8 +5,9 @@ import pandas as pd
 import pytest
 import torch
 
-from vitplast import advise
-from vitplast.experiments.store import Store, config_hash
+from vitplast.cached import config_hash
+from vitplast.experiments.store import Store
+from vitplast.report import advise
 
 SMALL = dict(n_pairs=8, batch_size=8, steps=1)
 

@@ -1,6 +1,6 @@
-"""Notebook 03's findings (``vitplast.bound_findings``): every verdict follows from the numbers,
-on synthetic tables where everything agrees with the paper or everything fails, and on a tiny
-model; the layer medians and means are both stated where an order rests on them."""
+"""Notebook 03's findings (``vitplast.report.bound_findings``): every verdict follows from the
+numbers, on synthetic tables where everything agrees with the paper or everything fails, and on a
+tiny model; the layer medians and means are both stated where an order rests on them."""
 
 import math
 
@@ -9,7 +9,9 @@ import pytest
 import torch
 from helpers import tiny_vit
 
-from vitplast import bound_findings, findings, gauge, intervals
+from vitplast.measure import gauge, intervals
+from vitplast.report import bound_findings
+from vitplast.stats import verdicts
 
 
 def synthetic(agree: bool):
@@ -81,7 +83,7 @@ def test_the_head_by_head_recomputation_is_a_row_that_reads_as_a_check():
 def test_bounds_findings_on_a_model_render(images):
     df = intervals.intervals(tiny_vit(), *images, n_lipschitz=2, power_iters=3, progress=False)
     table = bound_findings.bounds(df, intervals.random_checks(1, n_pairs=8, power_iters=2))
-    assert table.test.eq("none").all() and len(findings.render(table).splitlines()) == len(table)
+    assert table.test.eq("none").all() and len(verdicts.render(table).splitlines()) == len(table)
     proven = table[table.claim.str.contains(">= the lower end")]
     assert (proven.verdict.str.startswith("holds in all")).all()
     assert list(proven.n) == [4, 4, 4, 2, 2]

@@ -1,6 +1,7 @@
-"""Notebook 05's findings (``vitplast.confound_findings``, read as ``findings.confounds``):
-task-level paired tests with their counts, Holm within the family, declared primaries leading,
-and a per-layer row left descriptive where plasticity is monotone in depth."""
+"""Notebook 05's findings (``vitplast.report.confound_findings``, read as
+``confound_findings.confounds``): task-level paired tests with their counts, Holm within the family,
+declared primaries leading, and a per-layer row left descriptive where plasticity is monotone in
+depth."""
 
 import numpy as np
 import pandas as pd
@@ -8,13 +9,16 @@ import pytest
 from helpers import acc_table, tiny_vit
 from scipy import stats
 
-from vitplast import confounds, findings, studies
+from vitplast.experiments import confound_plasticity, confound_variants, studies
+from vitplast.report import confound_findings
+from vitplast.stats import verdicts
 
 
 def _fields(**renamed) -> pd.DataFrame:
-    """The fields of every variant of a 6-block ViT (``confounds.catalogue``), some renamed."""
-    table = confounds.all_variants(tiny_vit(depth=6), {"LN1": 2.0})
-    return confounds.catalogue(table).rename(index=renamed)
+    """The fields of every variant of a 6-block ViT (``confound_variants.catalogue``), some
+    renamed."""
+    table = confound_variants.all_variants(tiny_vit(depth=6), {"LN1": 2.0})
+    return confound_variants.catalogue(table).rename(index=renamed)
 
 
 def test_confound_findings_are_task_level_paired_tests_with_their_counts():
@@ -28,11 +32,11 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
     layers = pd.DataFrame(dict(task=["t0", "t1", "t2"], component="LN1", spearman=[0.9, 0.8, 1.0],
                                spearman_depth=[0.5, 0.6, 0.7], plasticity_depth=[0.2, 0.3, 0.1],
                                n_blocks=6))
-    layers["partial"] = [confounds.partial_correlation(*r) for r in layers[
+    layers["partial"] = [confound_plasticity.partial_correlation(*r) for r in layers[
         ["spearman", "plasticity_depth", "spearman_depth"]].to_numpy()]
     grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
     t = dict(acc=acc, counts=counts, corr=layers, grads=grads, fields=_fields())
-    table = findings.confounds(t).set_index("claim")
+    table = confound_findings.confounds(t).set_index("claim")
     first = table.loc["MHA - LN1 at LN1's count (sparse MHA)"]
     diffs = np.array([5.0, 4, 6, 5, 5])
     assert first["n"] == 5 and first["measured"] == pytest.approx(diffs.mean())
@@ -52,9 +56,9 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
     assert table.loc["MHA - LN1 under AdamW", "n"] == 0  # no runs yet: stated, not dropped
     ps = table["p"].dropna()
     assert table.loc[ps.index, "p_holm"].tolist() == pytest.approx(
-        list(findings.holm(ps.to_numpy())))
+        list(verdicts.holm(ps.to_numpy())))
     # declared primaries: the MHA - LN1 contrast leads as one, and is not repeated
-    declared = findings.confounds(t, primaries=studies.get("confounds").primaries)
+    declared = confound_findings.confounds(t, primaries=studies.get("confounds").primaries)
     p2 = declared.set_index("claim").loc["MHA at LN1's count (sparse) - LN1, test accuracy"]
     assert p2["family"] == "primary" and p2["measured"] == 5.0 and p2["level"] == 0.025
     assert "MHA - LN1 at LN1's count (sparse MHA)" not in set(declared["claim"])
@@ -84,7 +88,7 @@ def test_the_other_protocol_stands_beside_the_declared_one_as_sensitivity_rows()
     for sign in (1, -1):
         corr = _corr(dict(hidden=[0.5, 0.6, 0.7], embedding=[sign * 0.8, sign * 0.9, sign]))
         t = dict(acc=acc, counts={}, corr=corr, grads=grads, fields=_fields())
-        tables[sign] = findings.confounds(t, primaries=primaries).set_index("claim")
+        tables[sign] = confound_findings.confounds(t, primaries=primaries).set_index("claim")
     up, down = tables[1], tables[-1]
     primary = up[up["family"] == "primary"]
     assert primary.drop(columns="fragile").equals(
@@ -97,7 +101,7 @@ def test_the_other_protocol_stands_beside_the_declared_one_as_sensitivity_rows()
         "block index [embedding]", "one block at a time, mean over components: Spearman("
         "plasticity, test accuracy) over the blocks, partial on the block index [embedding]"]
     assert sens["measured"].tolist() == pytest.approx([0.9, 0.9])
-    assert sens["p_holm"].tolist() == pytest.approx(list(findings.holm(sens["p"].to_numpy())))
+    assert sens["p_holm"].tolist() == pytest.approx(list(verdicts.holm(sens["p"].to_numpy())))
     assert down.loc[sens.index, "measured"].tolist() == pytest.approx([-0.9, -0.9])
     reversed_ = up.filter(like="against the paper's gap at full counts", axis=0)
     assert reversed_["verdict"].tolist() == [
@@ -109,10 +113,11 @@ def test_the_rescale_check_reads_as_a_result_of_objection_3():
     check = pd.DataFrame(dict(component=["LN1", "LN2"], c=[1.63, 1.55], ratio=[1.63, 1.55],
                               max_output_change_preserved=[2e-6, 1e-6],
                               max_output_change_raw=[4.3, 2.4]))
-    rows = findings.rescale_check(check).set_index("claim")
+    rows = confound_findings.rescale_check(check).set_index("claim")
     assert rows["verdict"].tolist() == ["holds (exact check)"] * 2
     assert rows["paper"].str.startswith("not in the paper").all()
-    bad = findings.rescale_check(check.assign(ratio=[1.63, 1.0], max_output_change_raw=0.0))
+    bad = confound_findings.rescale_check(
+        check.assign(ratio=[1.63, 1.0], max_output_change_raw=0.0))
     assert bad["verdict"].tolist() == ["fails (exact check)"] * 2
 
 
@@ -123,7 +128,7 @@ def test_monotone_plasticity_leaves_the_per_layer_row_descriptive():
     t = dict(acc=acc_table(LN1=[70.0, 71, 72, 73, 74]), counts={}, corr=layers,
              grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]),
              fields=_fields())
-    row = findings.confounds(t).set_index("claim").filter(like="LN1 of one block", axis=0)
+    row = confound_findings.confounds(t).set_index("claim").filter(like="LN1 of one block", axis=0)
     assert row["verdict"].iloc[0] == "cannot be told from depth (untested)"
 
 
@@ -142,7 +147,7 @@ def test_findings_find_their_variants_by_fields_not_names():
     t = dict(acc=acc, counts={"attention at LN1's count": 1536, "LN1": 1536}, fields=fields,
              corr=pd.DataFrame(columns=["task", "component", "partial", "plasticity_depth"]),
              grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]))
-    table = findings.confounds(t).set_index("claim")
+    table = confound_findings.confounds(t).set_index("claim")
     sparse = table.loc["MHA - LN1 at LN1's count (sparse MHA)"]
     assert (sparse["n"], sparse["measured"], sparse["counts"]) == (3, 5.0, "1,536 vs 1,536")
     adam = table.loc["MHA - LN1 under AdamW"]
@@ -165,7 +170,7 @@ def test_the_read_cells_words_follow_the_matched_count_numbers():
         acc = acc_table(**{"MHA sparse": base + sign * np.array([5.0, 4, 6, 5, 5]), "LN1": base})
         t = dict(acc=acc, counts={}, corr=_corr(dict(hidden=[0.1, 0.2, 0.3])), fields=_fields(),
                  grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]))
-        table = findings.confounds(t, primaries=studies.get("confounds").primaries)
+        table = confound_findings.confounds(t, primaries=studies.get("confounds").primaries)
         words[sign] = sentences.text(table, *claims)
     # the matched-count primary cites no claim (Table 1 compares full counts only): it reads as
     # a result; its sign beside the paper's full-count gap is the descriptive row's

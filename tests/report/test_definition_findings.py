@@ -1,13 +1,12 @@
-"""Notebook 01's findings (``vitplast.definition_findings``, read as ``findings.definitions``):
-each section's rows come from its own table, their verdicts from the numbers, and the Read cells'
-sentences change when the numbers do."""
+"""Notebook 01's findings (``vitplast.report.definition_findings``, read as
+``definition_findings.definitions``): each section's rows come from its own table, their verdicts
+from the numbers, and the Read cells' sentences change when the numbers do."""
 
 import pandas as pd
 import pytest
 
-from vitplast import definitions as defs
-from vitplast import findings
-from vitplast.report import sentences
+from vitplast.measure import definitions as defs
+from vitplast.report import definition_findings, sentences
 
 
 def _scale(ln_slope: float, attn_slope: float) -> pd.DataFrame:
@@ -19,9 +18,9 @@ def _scale(ln_slope: float, attn_slope: float) -> pd.DataFrame:
 def test_each_section_adds_its_own_rows():
     maps = defs.maps_1d_table([0.3, 1.0, 3.0], n=500)
     linear = defs.linear_table(defs.linear_map(d=8), n=500)
-    alone = findings.definitions(maps)
+    alone = definition_findings.definitions(maps)
     assert len(alone) == 4 and alone["family"].eq("descriptive").all()
-    both = findings.definitions(maps, linear, _scale(-1.0, 0.5))
+    both = definition_findings.definitions(maps, linear, _scale(-1.0, 0.5))
     assert len(both) == 8 and set(alone["claim"]) < set(both["claim"])
     with pytest.raises(ValueError, match="valid claims"):
         sentences.read(alone, "linear map")  # its table was not given: its rows are not there
@@ -31,7 +30,7 @@ def test_the_maps_rows_follow_from_the_table():
     """relu's plasticity is the same at every scale, x^2's largest rate reaches Lip only at the
     large scale, and a map crossing 1 is named: objection 1 reads as a result, not a claim."""
     maps = defs.maps_1d_table([0.3, 1.0, 3.0], n=2000)
-    rows = findings.definitions(maps).set_index("claim")
+    rows = definition_findings.definitions(maps).set_index("claim")
     spread = rows.loc["plasticity at pair scale 3 / at 0.3, per map"]
     assert spread["verdict"] == "scale-invariant: relu(x)"
     reach = rows.filter(like="largest observed rate / Lipschitz", axis=0).iloc[0]
@@ -46,8 +45,8 @@ def test_the_maps_rows_follow_from_the_table():
 def test_the_read_sentences_change_with_the_numbers():
     """Attention's slope: a sign change changes the sentence; LayerNorm's slope -1 agrees with
     Prop. 1 and -0.5 does not."""
-    words = {k: sentences.text(findings.definitions(scale=_scale(ln, a)), "LayerNorm: slope",
-                               "attention: slope") for k, (ln, a) in
+    words = {k: sentences.text(definition_findings.definitions(scale=_scale(ln, a)),
+                               "LayerNorm: slope", "attention: slope") for k, (ln, a) in
              dict(down=(-1.0, -0.5), up=(-0.5, 0.5), flat=(-1.0, 0.01)).items()}
     assert "same as the paper (exact check)" in words["down"]
     assert "differs from the paper (exact check)" in words["up"]
@@ -58,7 +57,7 @@ def test_the_read_sentences_change_with_the_numbers():
 
 
 def test_prop1_by_hand_and_the_order_rows():
-    rows = findings.definitions(prop1=(2.0, 2.0, [1.0, 1.5]),
+    rows = definition_findings.definitions(prop1=(2.0, 2.0, [1.0, 1.5]),
                                 ranked=pd.DataFrame(dict(protocol="hidden", component=[
                                     "MHA", "FC1", "FC2", "LN2", "LN1"],
                                     plasticity=[5.0, 4, 3, 2, 1]))).set_index("claim")
@@ -68,6 +67,6 @@ def test_prop1_by_hand_and_the_order_rows():
     order = rows.filter(like="order of the components", axis=0).iloc[0]
     assert order["measured"] == "MHA > FC1 > FC2 > LN2 > LN1"
     assert order["verdict"] == "same as the paper (untested)"
-    rows = findings.definitions(prop1=(2.0, 1.0, [3.0]))
+    rows = definition_findings.definitions(prop1=(2.0, 1.0, [3.0]))
     assert rows["verdict"].tolist() == ["fails (exact check)",
                                         "differs from the paper (exact check)"]

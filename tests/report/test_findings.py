@@ -5,16 +5,9 @@ verdict machinery: ``test_verdicts.py``; each notebook family's builders: ``test
 import pandas as pd
 import pytest
 
-from vitplast import findings, results, verdicts
+from vitplast.experiments import results
+from vitplast.report import findings
 
-
-def test_findings_re_exports_the_verdicts_and_every_builder():
-    for name in ("table", "render", "holm", "paired_test", "mean_test", "descriptive",
-                 "Primary", "COLUMNS", "MAX_PRIMARIES"):
-        assert getattr(findings, name) is getattr(verdicts, name)
-    for name in ("bounds", "confounds", "finetuning", "definitions", "plasticity_ranking",
-                 "explorer"):
-        assert callable(getattr(findings, name))
 
 def test_within_task_correlation_never_pools_tasks():
     """Two tasks whose components order perfectly within each (rho = +1 each) but whose

@@ -1,13 +1,15 @@
-"""Notebook 04's findings (``vitplast.finetuning_findings``, read as ``findings.finetuning``):
-tasks, not seeds, are the units; declared primaries lead; a row whose verdict the other tied LR
-would flip is flagged fragile."""
+"""Notebook 04's findings (``vitplast.report.finetuning_findings``, read as
+``finetuning_findings.finetuning``): tasks, not seeds, are the units; declared primaries lead; a row
+whose verdict the other tied LR would flip is flagged fragile."""
 
 import numpy as np
 import pandas as pd
 import pytest
 from helpers import tie_runs
 
-from vitplast import findings, results, studies
+from vitplast.experiments import lr_selection, results, studies
+from vitplast.report import finetuning_findings
+from vitplast.stats import verdicts
 
 TASKS = [f"t{i}" for i in range(7)]
 
@@ -40,7 +42,8 @@ def _tables(rho: dict) -> tuple[dict, pd.Series]:
 def test_the_other_protocol_is_a_sensitivity_row_beside_the_declared_one(declared, other):
     rho = {"hidden": 0.5, "embedding": -0.8}
     t, probe = _tables(rho)
-    table = findings.finetuning(t, probe, studies.get("main").primaries, protocol=declared)
+    table = finetuning_findings.finetuning(t, probe, studies.get("main").primaries,
+                                           protocol=declared)
     by_claim = table.set_index("claim")
     primary = table[table["family"] == "primary"]
     assert primary["measured"].iloc[2] == pytest.approx(rho[declared] + 0.03)
@@ -53,7 +56,7 @@ def test_the_other_protocol_is_a_sensitivity_row_beside_the_declared_one(declare
     assert by_claim.loc[f"where MHA sits among the five [{other}] (1 = highest)",
                         "measured"] == "plasticity rank 5.0, gain rank 1.0"
     with pytest.raises(ValueError, match="valid"):
-        findings.finetuning(t, probe, protocol="output")
+        finetuning_findings.finetuning(t, probe, protocol="output")
 
 
 def test_finetuning_findings_use_tasks_as_units():
@@ -76,7 +79,7 @@ def test_finetuning_findings_use_tasks_as_units():
                                           ("LN2", "per parameter", 0.1))])
     probe = pd.Series(base - 10, index=TASKS)
     t = dict(main=_main(acc), bands=bands, corr=corr, grads=grads)
-    table = findings.finetuning(t, probe, studies.get("main").primaries)
+    table = finetuning_findings.finetuning(t, probe, studies.get("main").primaries)
     assert (table.loc[table["family"] != "descriptive", "n"] == 7).all()
     by_claim = table.set_index("claim")
     assert by_claim.loc["MHA - FC1, test accuracy", "measured"] == pytest.approx(1.0)
@@ -97,16 +100,16 @@ def _ab_findings(t: dict) -> pd.DataFrame:
     main = results.main_table(t["runs"])
     acc = main[main["task"] != "average"].pivot_table(index="task", columns="config",
                                                       values="test_acc_mean")
-    return findings.table([findings.paired_test("A - B", acc["A"], acc["B"], paper="x",
+    return verdicts.table([verdicts.paired_test("A - B", acc["A"], acc["B"], paper="x",
                                                 expected=1, unit="points")])
 
 
 @pytest.mark.parametrize("alt_test, fragile", [(0.81, False), (0.40, True)])
 def test_a_row_is_fragile_when_the_other_tied_lr_flips_it(alt_test, fragile):
     df = tie_runs(alt_test)
-    t = dict(runs=df, ties=results.lr_ties(df),
-             alternatives=[dict(runs=a) for a in results.tie_alternatives(df)])
-    table = findings.with_ties(_ab_findings, t).set_index("claim")
+    t = dict(runs=df, ties=lr_selection.lr_ties(df),
+             alternatives=[dict(runs=a) for a in lr_selection.tie_alternatives(df)])
+    table = finetuning_findings.with_ties(_ab_findings, t).set_index("claim")
     assert table.loc["A - B", "verdict"] == "agrees with the paper"
     assert bool(table.loc["A - B", "fragile"]) is fragile
     ties = table.filter(like="tie-break", axis=0)
@@ -117,10 +120,10 @@ def test_a_row_is_fragile_when_the_other_tied_lr_flips_it(alt_test, fragile):
 def test_notebook_04_read_cells_say_what_the_rows_measured(rho, word):
     """The Read cells render rows (``sentences``): flip the data and the words follow; a study
     without a budget check still has the budget rows its Read cell names (measured on 0 tasks)."""
-    from vitplast import sentences
+    from vitplast.report import sentences
 
     t, probe = _tables({"hidden": rho, "embedding": -rho})
-    found = findings.finetuning(t, probe, studies.get("main").primaries)
+    found = finetuning_findings.finetuning(t, probe, studies.get("main").primaries)
     primary = sentences.text(found, studies.get("main").primaries[2].claim)
     assert f"{rho + 0.03:+.3g} rho" in primary and f"{word}, " in primary
     other = sentences.text(found, "gain over head-only) over the five components, within a task [")

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from vitplast import notebooks
 from vitplast.__main__ import main
+from vitplast.report import notebooks
 
 
 @pytest.mark.parametrize("name", notebooks.available())
@@ -19,10 +19,10 @@ def test_notebook_source_is_clean_and_parametrised(name):
         assert set(notebooks.PROFILES[profile].get(name, {})) <= set(params)
     first = "".join(nb["cells"][0]["source"])
     assert first.startswith(f"# {name.split('_')[0]} ·") and "What this shows" in json.dumps(nb)
-    # the conclusions are the findings table's rows, rendered by ``findings.render`` or
+    # the conclusions are the findings table's rows, rendered by ``verdicts.render`` or
     # ``sentences.read``, never typed
     last = "".join(code[-1]["source"])
-    assert "print(findings.render(" in last or "sentences.read(" in last
+    assert "print(verdicts.render(" in last or "sentences.read(" in last
 
 
 @pytest.mark.slow
@@ -65,7 +65,7 @@ def test_cli_errors_exit_before_any_kernel(capsys):
 
 
 def test_notebook_defaults_are_the_shipped_studies():
-    from vitplast import studies
+    from vitplast.experiments import studies
 
     assert notebooks.notebook_parameters("04_finetuning")["study"] == "main"
     assert notebooks.notebook_parameters("05_confounds")["study"] == "confounds"
@@ -243,7 +243,7 @@ def _running_a_cell(path) -> bool:
 
 def test_a_misspelled_task_is_an_unknown_task_before_any_kernel(capsys):
     """Named with the valid tasks, whichever parameter holds it (not "share no task")."""
-    from vitplast import empirical
+    from vitplast.measure import empirical
 
     for key, value in (("pretraining_tasks", ["digit"]), ("tasks", ["fmnist_contrast", "digts"]),
                        ("source", "fmnst")):

@@ -1,4 +1,4 @@
-"""The figures' look (``vitplast.plot_style``): one colour per configuration and its variants
+"""The figures' look (``vitplast.report.plot_style``): one colour per configuration and its variants
 (dashed), never a component's colour for other lines; a log axis labelled at the plotted values
 when they are few; ``theme`` restores the global settings; ``save`` writes only when asked."""
 
@@ -6,7 +6,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from vitplast import plot_style, plots
+from vitplast.report import plot_style
 from vitplast.report.plot_style import PALETTE
 
 
@@ -14,7 +14,7 @@ def test_a_variant_takes_its_component_s_colour_dashed():
     assert plot_style.style("MHA") == dict(color=PALETTE["MHA"], ls="-")
     assert plot_style.style("MHA sparse") == dict(color=PALETTE["MHA"], ls="--")
     assert plot_style.style("ReLU") == dict(color=None, ls="-")
-    assert plots.PALETTE is PALETTE  # re-exported where the figures are drawn
+    assert plot_style.PALETTE is PALETTE  # re-exported where the figures are drawn
 
 
 def test_lines_that_are_not_configurations_never_take_a_component_s_colour():

@@ -8,13 +8,15 @@ import pandas as pd
 import pytest
 import torch
 
-from vitplast import definitions, findings, plots
+from vitplast.measure import definitions
 from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
+from vitplast.report import definition_findings, findings, plot_style, plots
+from vitplast.stats import verdicts
 
 TASKS = [f"t{i}" for i in range(8)]
 
 
-def verdicts(table: pd.DataFrame, like: str) -> list[str]:
+def verdicts_of(table: pd.DataFrame, like: str) -> list[str]:
     return table[table["claim"].str.contains(like, regex=False)]["verdict"].tolist()
 
 
@@ -33,13 +35,13 @@ def tables01():
 
 
 def test_notebook_01_findings_agree_on_the_real_tables(tables01):
-    table = findings.definitions(*tables01)
-    assert list(table.columns[:9]) == findings.COLUMNS and (table["test"] == "none").all()
+    table = definition_findings.definitions(*tables01)
+    assert list(table.columns[:9]) == verdicts.COLUMNS and (table["test"] == "none").all()
     for claim in ("<= Lipschitz constant, 1-D maps", "LayerNorm: slope"):  # the paper's claims
-        assert verdicts(table, claim) == ["same as the paper (exact check)"]
-    assert verdicts(table, "sqrt(mean sigma_i^2)") == ["holds (exact check)"]  # Jensen's, ours
-    assert verdicts(table, "crosses 1")[0].endswith("of 4 maps cross 1")  # objection 1: a result
-    assert verdicts(table, "95% CI") == ["precise (<= 5%)"]
+        assert verdicts_of(table, claim) == ["same as the paper (exact check)"]
+    assert verdicts_of(table, "sqrt(mean sigma_i^2)") == ["holds (exact check)"]  # Jensen's, ours
+    assert verdicts_of(table, "crosses 1")[0].endswith("of 4 maps cross 1")  # objection 1: a result
+    assert verdicts_of(table, "95% CI") == ["precise (<= 5%)"]
 
 
 def test_notebook_01_findings_disagree_when_the_tables_do(tables01):
@@ -47,10 +49,10 @@ def test_notebook_01_findings_disagree_when_the_tables_do(tables01):
     maps.loc[0, "max_rate"] = maps.loc[0, "lipschitz"] * 2  # a rate above Lip
     scale.loc[scale["module"] == "LayerNorm", "plasticity"] = 1.0  # scale-free LayerNorm
     conv["ci95"] = conv["plasticity"]  # a CI as wide as the estimate
-    table = findings.definitions(maps, linear, scale, conv)
-    assert verdicts(table, "<= Lipschitz constant") == ["differs from the paper (exact check)"]
-    assert verdicts(table, "LayerNorm: slope") == ["differs from the paper (exact check)"]
-    assert verdicts(table, "95% CI") == ["imprecise (> 5%)"]
+    table = definition_findings.definitions(maps, linear, scale, conv)
+    assert verdicts_of(table, "<= Lipschitz constant") == ["differs from the paper (exact check)"]
+    assert verdicts_of(table, "LayerNorm: slope") == ["differs from the paper (exact check)"]
+    assert verdicts_of(table, "95% CI") == ["imprecise (> 5%)"]
 
 
 # -- notebook 02 -------------------------------------------------------------------------------
@@ -70,8 +72,8 @@ def test_notebook_02_findings_agree_with_the_papers_order():
     assert set(tested["verdict"]) == {"agrees with the paper"}
     # rho = +1 on every task: no spread to test, and it is the paper's value
     assert all(v.startswith("agrees with the paper: rho = +1 on every one of the 8 tasks")
-               for v in verdicts(table, "Spearman"))
-    assert set(verdicts(table, "above 1")) == {"same as the paper (untested)"}
+               for v in verdicts_of(table, "Spearman"))
+    assert set(verdicts_of(table, "above 1")) == {"same as the paper (untested)"}
     assert (table["p_holm"].dropna() >= table["p"].dropna()).all()
 
 
@@ -81,9 +83,9 @@ def test_notebook_02_findings_disagree_with_a_reversed_order():
     tested = table[table["test"] != "none"]
     assert set(tested["verdict"]) == {"disagrees with the paper"}
     assert all(v.startswith("disagrees with the paper: rho = -1")
-               for v in verdicts(table, "Spearman"))
+               for v in verdicts_of(table, "Spearman"))
     assert tested.set_index("claim").loc["MHA - FC1, plasticity [hidden]", "measured"] < 0
-    assert set(verdicts(table, "above 1")) == {"differs from the paper (untested)"}
+    assert set(verdicts_of(table, "above 1")) == {"differs from the paper (untested)"}
 
 
 def test_notebook_02_pretraining_and_scale_rows():
@@ -94,11 +96,11 @@ def test_notebook_02_pretraining_and_scale_rows():
     flat = pd.DataFrame(dict(layer=[0, 0, 1, 1], component="MHA", scale=[0.5, 2.0] * 2,
                              plasticity=[1.0, 1.0, 2.0, 2.0]))
     table = findings.plasticity_ranking(_ranked(order), same, flat)
-    assert set(verdicts(table, "order at init vs at final")) == {"order held"}
-    assert verdicts(table, "MHA plasticity at input scale") == ["scale-invariant"]
+    assert set(verdicts_of(table, "order at init vs at final")) == {"order held"}
+    assert verdicts_of(table, "MHA plasticity at input scale") == ["scale-invariant"]
     steep = flat.assign(plasticity=[1.0, 3.0, 2.0, 6.0])
     table = findings.plasticity_ranking(_ranked(order), flipped, steep)
-    assert set(verdicts(table, "order at init")) == {"order changed along pretraining"}
+    assert set(verdicts_of(table, "order at init")) == {"order changed along pretraining"}
     row = table[table["claim"].str.startswith("MHA plasticity at")].iloc[0]
     assert row["measured"] == pytest.approx(3.0) and row["verdict"] == "depends on the input scale"
 
@@ -137,7 +139,7 @@ def test_importing_and_drawing_leaves_the_global_style_alone():
     fig = plots.lines(pd.DataFrame(dict(x=[1, 2], y=[1.0, 2.0], h="a")), x="x", y="y", hue="h")
     plt.close(fig)
     assert dict(matplotlib.rcParams) == before
-    with plots.theme():
+    with plot_style.theme():
         assert matplotlib.rcParams["axes.grid"]
     assert dict(matplotlib.rcParams) == before
 
@@ -148,7 +150,7 @@ def test_lines_wrap_name_axes_and_keep_narrow_log_ticks_apart():
     fig = plots.lines(df, x="n_pairs", y="plasticity", hue="cfg", col="task", logx=True,
                       logy=True)
     visible = [ax for ax in fig.axes if ax.get_visible()]
-    assert len(visible) == 7 and fig.axes[0].get_gridspec().ncols == plots.MAX_COLS
+    assert len(visible) == 7 and fig.axes[0].get_gridspec().ncols == plot_style.MAX_COLS
     ax = visible[0]
     assert ax.get_xlabel() == "number of pairs"
     assert ax.get_ylabel() == "plasticity (mean rate over pairs)"
@@ -174,11 +176,11 @@ def test_robust_limits_keep_a_spike_from_flattening_the_rest():
 
 
 def test_findings_forest_plot_reads_the_tables_p_holm():
-    rows = [findings.mean_test("big", [3.0, 3.1, 2.9, 3.2, 3.0], paper="x", expected=1,
+    rows = [verdicts.mean_test("big", [3.0, 3.1, 2.9, 3.2, 3.0], paper="x", expected=1,
                                unit="points"),
-            findings.mean_test("noise", [1.0, -1.0, 0.5, -0.4, 0.1], paper="x", expected=1,
+            verdicts.mean_test("noise", [1.0, -1.0, 0.5, -0.4, 0.1], paper="x", expected=1,
                                unit="points")]
-    fig = plots.findings(findings.table(rows))
+    fig = plots.findings(verdicts.table(rows))
     ax = fig.axes[0]
     faces = [line.get_markerfacecolor() for line in ax.lines if line.get_marker() == "o"]
     assert faces[0] != "white" and faces[1] == "white"
@@ -206,16 +208,16 @@ def test_explorer_figures():
 
 
 def test_findings_forest_plot_names_family_and_n_and_marks_descriptive_rows():
-    rows = [findings.mean_test("big", [3.0, 3.1, 2.9, 3.2, 3.0], paper="x", expected=1,
+    rows = [verdicts.mean_test("big", [3.0, 3.1, 2.9, 3.2, 3.0], paper="x", expected=1,
                                unit="points"),
-            findings.mean_test("two", [1.0, 2.0], paper="x", expected=1, unit="points")]
-    ax = plots.findings(findings.table(rows)).axes[0]
+            verdicts.mean_test("two", [1.0, 2.0], paper="x", expected=1, unit="points")]
+    ax = plots.findings(verdicts.table(rows)).axes[0]
     labels = [t.get_text().replace("\n", " ") for t in ax.get_yticklabels()]
     assert labels[0].startswith("[exploratory] big") and "n\u00a0=\u00a05" in labels[0]
     assert labels[1].startswith("[descriptive] two")
     assert [line.get_marker() for line in ax.lines if line.get_marker() in "oD"] == ["o", "D"]
     plt.close("all")
-    only = plots.findings(findings.table([rows[1]]))  # nothing tested: still drawn
+    only = plots.findings(verdicts.table([rows[1]]))  # nothing tested: still drawn
     assert "[descriptive] two" in only.axes[0].get_yticklabels()[0].get_text()
     plt.close("all")
 
@@ -226,8 +228,8 @@ def test_a_log_axis_labels_each_plotted_value_when_there_are_few():
     fig = plots.lines(df, x="c", y="plasticity", hue="component", logx=True)
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8"]
-    assert [line.get_color() for line in ax.get_lines()] == [plots.PALETTE["MHA"],
-                                                             plots.PALETTE["LN1"]]
+    assert [line.get_color() for line in ax.get_lines()] == [plot_style.PALETTE["MHA"],
+                                                             plot_style.PALETTE["LN1"]]
 
 
 def test_run_curves_draw_the_global_gradient_norm_in_no_component_s_colour():
@@ -235,5 +237,5 @@ def test_run_curves_draw_the_global_gradient_norm_in_no_component_s_colour():
                       for m in ("loss", "val_acc", "grad_norm", "grad_norm/MHA")])
     ax = plots.run_curves(h).axes[2]
     colours = {line.get_label(): line.get_color() for line in ax.get_lines()}
-    assert colours["MHA"] == plots.PALETTE["MHA"]
-    assert colours["global, run r"] not in plots.PALETTE.values()
+    assert colours["MHA"] == plot_style.PALETTE["MHA"]
+    assert colours["global, run r"] not in plot_style.PALETTE.values()

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from vitplast import regret
+from vitplast.report import regret
 from vitplast.report.advise import CANDIDATES
 
 #: Per task, per candidate: (validation accuracy, test accuracy), one LR, two seeds.

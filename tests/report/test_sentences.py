@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vitplast.report import sentences, verdicts
+from vitplast.report import sentences
+from vitplast.stats import verdicts
 
 
 def _table(values, *, expected=math.nan, paper="not reported", claim="a - b"):

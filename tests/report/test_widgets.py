@@ -9,8 +9,11 @@ import pandas as pd
 import pytest
 import torch
 
-from vitplast import findings, models, plasticity, plots, runs, widgets
+from vitplast import models
+from vitplast.experiments import runs
 from vitplast.experiments.store import Store
+from vitplast.measure import plasticity
+from vitplast.report import findings, plots, widgets
 
 
 def shown(explorer, name: str) -> float:
@@ -77,7 +80,7 @@ def test_plasticity_explorer_shows_measured_rates_and_rerenders_from_cache(rando
 def test_plasticity_explorer_pairs_and_embedding_scale_controls(random_model):
     """Objection 1 explorable: another pair source or count is another measurement; the
     embedding-scale slider measures the embedding times s, and updates on release only."""
-    from vitplast import gauge
+    from vitplast.measure import gauge
 
     view = widgets.plasticity_explorer(random_model, task="digits", source="", n_pairs=8)
     view.controls["component"].value = "LN1"

@@ -6,14 +6,9 @@ import pytest
 import torch
 from helpers import tiny_vit, toy_task
 
-from vitplast import (
-    ablations,
-    components,
-    finetune,
-    plasticity,
-    runs,
-    sweep,
-)
+from vitplast.experiments import runs, sweep
+from vitplast.measure import components, rates
+from vitplast.train import ablations, finetune
 
 
 @pytest.mark.parametrize("ln", ["LN1", "LN2"])
@@ -28,8 +23,8 @@ def test_function_preserving_rescale(ln, images):
 
 @pytest.mark.parametrize("ln", ["LN1", "LN2"])
 def test_rescale_multiplies_layernorm_plasticity_by_c(ln, images):
-    base = plasticity.batch_rates(tiny_vit(), *images)
-    scaled = plasticity.batch_rates(ablations.rescale_layernorm(tiny_vit(), ln, 3.0), *images)
+    base = rates.batch_rates(tiny_vit(), *images)
+    scaled = rates.batch_rates(ablations.rescale_layernorm(tiny_vit(), ln, 3.0), *images)
     for layer in range(2):
         torch.testing.assert_close(scaled[(layer, ln)], 3.0 * base[(layer, ln)], rtol=1e-4, atol=0)
         other = "LN2" if ln == "LN1" else "LN1"
@@ -164,7 +159,7 @@ def test_global_clipping_breaks_the_equivalence():
 
 
 def test_forest_plot_draws_each_row_at_its_difference_and_interval():
-    from vitplast import plots
+    from vitplast.report import plots
 
     df = pd.DataFrame(dict(q=["a", "b"], diff_pp=[1.0, -2.0], ci95_pp=[0.5, 1.5],
                            sig=[True, False]))

@@ -1,4 +1,4 @@
-"""Batched runs (``vitplast.batched``) give what separate ``finetune.train`` runs give: whole
+"""Batched runs (``vitplast.train.batched``) give what separate ``finetune.train`` runs give: whole
 loss histories within 1e-5 (gradient norms within 1e-4, relative), the same logged rows, best
 steps, accuracies and trainable counts; a diverging LR stops alone; the model given is left
 unchanged; what cannot be batched is refused with the reason."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import tiny_vit, toy_task
 
-from vitplast import batched, finetune
+from vitplast.train import batched, finetune
 
 SETTINGS = dict(steps=12, batch_size=16, eval_every=4, log_every=2, warmup_steps=3,
                 progress=False, device="cpu")

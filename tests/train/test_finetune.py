@@ -6,7 +6,8 @@ import pytest
 import torch
 from helpers import tiny_vit, toy_task
 
-from vitplast import components, finetune, pretrain
+from vitplast.measure import components
+from vitplast.train import finetune, passes, pretrain
 
 
 @pytest.mark.parametrize("config", list(components.CONFIGS))
@@ -73,7 +74,7 @@ def test_best_validation_weights_are_kept_and_tested():
     assert result.best_step == best
     for n, p in model.named_parameters():
         assert torch.equal(p, snapshots[best][n])
-    assert result.test_acc == finetune.evaluate(model, toy_task(32, seed=2))[1]
+    assert result.test_acc == passes.evaluate(model, toy_task(32, seed=2))[1]
 
 
 def test_logged_gradient_norms_are_consistent():

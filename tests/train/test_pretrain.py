@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from vitplast import models, pretrain
+from vitplast import models
+from vitplast.train import pretrain
 
 STAGES = ((2, 1e-3, 0), (1, 5e-4, 1))
 #: A one-block ViT of the embedded model's input format: the recipe runs as is, in seconds.

@@ -2,7 +2,8 @@
 
 import torch
 
-from vitplast import probes, tasks
+from vitplast.datasets import tasks
+from vitplast.train import probes
 
 
 def test_linear_probe_is_deterministic(vit28):

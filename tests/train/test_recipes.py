@@ -5,7 +5,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from vitplast import empirical, models, plasticity, recipes
+from vitplast import models
+from vitplast.measure import empirical, plasticity
+from vitplast.train import recipes
 
 FOLDER = Path(__file__).resolve().parents[2] / "data" / "pretrain_no_weight_decay"
 
@@ -44,7 +46,7 @@ def test_recipe_statistics_are_each_model_s_layer_means_on_the_same_images():
     pretraining-domain images (``tokens.token_images``)."""
     import torch
 
-    from vitplast import stream, tokens
+    from vitplast.measure import stream, tokens
 
     got = recipes.recipe_statistics(FOLDER, "digits", n_pairs=4)
     images = torch.cat(empirical.task_pairs("digits", "fmnist", n_pairs=4,

@@ -26,8 +26,6 @@ Images under 32 px: the blur reads repeated edge pixels, which equals padding th
 ``edge`` mode to any size and cropping back, so ``motion_blur`` needs no explicit padding. The
 snow layer is built on a square canvas of side ``max(H, W, 32)`` (the reference's 32 px canvas
 for CIFAR-10 and Fashion-MNIST) and centre-cropped to ``H x W``.
-
-Used by vitplast.data (embedded tasks fmnist_<corruption>) and notebooks 02, 04 and 05.
 """
 
 from __future__ import annotations
@@ -38,7 +36,8 @@ from scipy import ndimage
 
 #: The paper's five (its CIFAR-10-C shifts).
 CORRUPTIONS = ("contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise")
-#: More CIFAR-10-C families, for the task suite (``vitplast.suite``); same constants' source.
+#: More CIFAR-10-C families, for the task suite (``vitplast.datasets.suite``); same constants'
+#: source.
 MORE_CORRUPTIONS = ("shot_noise", "impulse_noise", "gaussian_blur", "pixelate", "brightness",
                     "jpeg_compression")
 

@@ -4,17 +4,16 @@
   class from (1) an explicit folder, (2) the Debian package ``dataset-fashion-mnist``, or
   (3) torchvision's download when online.
 - scikit-learn's digits (8x8, upsampled to 28x28): a new domain with new labels.
-- Fashion-MNIST with each of the paper's corruptions (``vitplast.corruptions``).
+- Fashion-MNIST with each of the paper's corruptions (``vitplast.datasets.corruptions``).
 - Fashion-MNIST inverted and rotated by 90 degrees: two more domain shifts.
-- For the task suite (``vitplast.suite``): Fashion-MNIST under six more CIFAR-10-C corruption
-  families (``corruptions.MORE_CORRUPTIONS``), flipped upside down, and shrunk to half size.
+- For the task suite (``vitplast.datasets.suite``): Fashion-MNIST under six more CIFAR-10-C
+  corruption families (``corruptions.MORE_CORRUPTIONS``), flipped upside down, and shrunk to half
+  size.
 
 Images are float tensors in [0, 1] of shape (N, 1, 28, 28); ``NormalizedTensors`` normalises
 them with the embedded model's mean and std. ``embedded_sets`` gives a task's sets;
-``vitplast.tasks.load`` splits them and returns the ``Task`` (as it does for the paper's
-datasets, ``vitplast.paper_datasets``).
-
-Used by ``vitplast.tasks`` and ``vitplast.pretrain``.
+``vitplast.datasets.tasks.load`` splits them and returns the ``Task`` (as it does for the paper's
+datasets, ``vitplast.datasets.paper_datasets``).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from vitplast import corruptions
+from vitplast.datasets import corruptions
 from vitplast.files import atomic_path
 from vitplast.models import FASHION_MNIST_MEAN, FASHION_MNIST_STD, cache_dir
 
@@ -162,7 +161,8 @@ EMBEDDED_TASKS = {
     "fmnist_invert": _invert,
     "fmnist_rotate90": _rotate90,
     "digits": None,
-    # more CIFAR-10-C families and geometric shifts, for the task suite (``vitplast.suite``)
+    # more CIFAR-10-C families and geometric shifts, for the task suite
+    # (``vitplast.datasets.suite``)
     **{f"fmnist_{c}": _corruption(c) for c in corruptions.MORE_CORRUPTIONS},
     "fmnist_flip": _flip,
     "fmnist_shrink": _shrink,
@@ -174,7 +174,7 @@ def embedded_sets(name: str, *, train_size: int = 5000, test_size: int = 2000,
                   ) -> tuple[Dataset, Dataset | None, int]:
     """An embedded task's (train+val set, test set, number of classes), offline and
     deterministic for a seed; the test set is ``None`` where the task has none (digits), and
-    ``vitplast.tasks.load`` splits one off.
+    ``vitplast.datasets.tasks.load`` splits one off.
 
     Fashion-MNIST tasks take ``train_size`` images from its train set and ``test_size`` from
     its test set.
@@ -195,5 +195,5 @@ def embedded_sets(name: str, *, train_size: int = 5000, test_size: int = 2000,
     return NormalizedTensors(xtr, ytr), NormalizedTensors(xte, yte), 10
 
 
-__all__ = ["EMBEDDED_TASKS", "FASHION_MNIST_MEAN", "FASHION_MNIST_STD", "NormalizedTensors",
-           "digits_arrays", "embedded_sets", "fashion_mnist_arrays"]
+__all__ = ["EMBEDDED_TASKS", "NormalizedTensors", "digits_arrays", "embedded_sets",
+           "fashion_mnist_arrays"]

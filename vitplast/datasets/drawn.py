@@ -1,6 +1,7 @@
 """Drawn images: glyphs rendered from matplotlib's fonts, and procedural pictures.
 
-Paper: none (the paper's datasets are photographs). The task suite (``vitplast.suite``) needs
+Paper: none (the paper's datasets are photographs). The task suite (``vitplast.datasets.suite``)
+    needs
 downstream tasks far from the pretraining domain that can be built offline and
 deterministically on any machine: glyphs (letters, digits, symbols, Greek letters, font
 families) rendered with the fonts matplotlib ships, and pictures drawn by numpy (shapes, dot
@@ -10,8 +11,6 @@ Every generator takes ``(n, rng)`` and returns ``(images, labels)``: float image
 shape (n, 1, 28, 28) and int64 labels, balanced over the classes (label ``i % classes`` for the
 i-th image, so the first images hold every class), with position, size, angle, stroke and a
 little pixel noise drawn from ``rng`` (``numpy.random.Generator``).
-
-Used by ``vitplast.suite``.
 """
 
 from __future__ import annotations

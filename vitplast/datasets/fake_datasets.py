@@ -1,4 +1,5 @@
-"""Tiny fake files in the on-disk layout of every paper dataset (``vitplast.paper_datasets``).
+"""Tiny fake files in the on-disk layout of every paper dataset
+(``vitplast.datasets.paper_datasets``).
 
 For the tests and for dry runs of the paper's protocol without the data
 (``benchmarks/vitb_dry_run.py``): ``write_all(root)`` writes a few random images per dataset in
@@ -8,7 +9,7 @@ their annotation files, DomainNet class folders with and without split files), a
 against the real files' md5 sums, which fakes cannot match; existence is still checked).
 
 ``SIZES`` says what each fake holds: name -> (train, val, test, num_classes) after the loaders'
-80/20 splits. Used by tests/test_paper_datasets.py and the ViT-B dry run.
+80/20 splits.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Every dataset lives under one folder ``root``, in the layout its official releas
   ``"<domain>/<class>/<file>.jpg <label>"``).
 
 Protocol (paper, section 2): each train set is split 80/20 train/val with
-``vitplast.tasks.split``; val and test get the deterministic eval transform. Choices where
+``vitplast.datasets.tasks.split``; val and test get the deterministic eval transform. Choices where
 the paper is silent: CIFAR-10-C has no train set, so (as the public code does) the N / 5
 images of one severity are split 80/20 train/test, then the train part 80/20 train/val.
 Flowers102's official train and val splits (10 images per class each) are joined into the
@@ -35,8 +35,6 @@ public code used ImageNet's mean/std instead, which does not match it. ``transfo
 gives a loaded timm model's values.
 
 ``PAPER_STEPS`` holds the paper's finetuning step counts per dataset.
-
-Used by ``vitplast.tasks`` (notebooks 02 and 04 with the ``paper`` profile).
 """
 
 from __future__ import annotations
@@ -106,7 +104,7 @@ class _ImageFiles(Dataset):
 
 def data_config(model=PAPER_MODEL, **overrides) -> dict:
     """timm's ``resolve_data_config`` for ``model`` (a timm model, or a timm name with its
-    pretrained tag), as ``vitplast.tasks.load`` options: ``img_size``, ``interpolation``,
+    pretrained tag), as ``vitplast.datasets.tasks.load`` options: ``img_size``, ``interpolation``,
     ``mean``, ``std``, ``crop_pct``; ``overrides`` that are not ``None`` win.
 
     E.g. ``data_config()`` is ViT-B/16 in21k's: 224 px, bicubic, mean = std = 0.5, crop 0.9.
@@ -142,7 +140,7 @@ def paper_transforms(img_size: int = 224, mean=_HALF, std=_HALF, crop_pct: float
 
 def transforms_for(model) -> dict:
     """A timm model's data config (``data_config``) as keyword arguments for
-    ``vitplast.tasks.load``, e.g. ``tasks.load("pet", root, **transforms_for(model))``;
+    ``vitplast.datasets.tasks.load``, e.g. ``tasks.load("pet", root, **transforms_for(model))``;
     ``None``: the paper's model."""
     return data_config(PAPER_MODEL if model is None else model)
 
@@ -257,7 +255,7 @@ def _domainnet(root: Path, *, domain: str, **_):
 
 #: Paper dataset name -> reader ``(root, *, severity) -> (trainval, test, num_classes)``
 #: of untransformed datasets yielding (PIL image, label); ``test`` is ``None`` where the
-#: dataset has no test split (``vitplast.tasks.load`` splits one off, 80/20).
+#: dataset has no test split (``vitplast.datasets.tasks.load`` splits one off, 80/20).
 PAPER_DATASETS: dict[str, Callable] = {
     "cifar10": functools.partial(_cifar, hundred=False),
     "cifar100": functools.partial(_cifar, hundred=True),

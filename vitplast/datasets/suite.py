@@ -7,22 +7,20 @@ labels: too few, and too alike, to decide a difference of a point between config
 five families, each built deterministically from what any machine has:
 
 - ``shift``: Fashion-MNIST (the pretraining domain) with its 10 labels, under 11 CIFAR-10-C
-  corruption families at severity 5 (``vitplast.corruptions``) and 4 geometric or photometric
-  shifts (``vitplast.data``): 15 tasks, fewer than half of the suite;
+  corruption families at severity 5 (``vitplast.datasets.corruptions``) and 4 geometric or
+  photometric shifts (``vitplast.datasets.data``): 15 tasks, fewer than half of the suite;
 - ``labels``: Fashion-MNIST images with other labels (coarse groups, arbitrary pairs, the
   image's orientation);
 - ``digits``: scikit-learn's handwritten digits (a new domain), plain, inverted, rotated, and
   relabelled by parity;
-- ``glyphs``: characters rendered from matplotlib's fonts (``vitplast.drawn``);
+- ``glyphs``: characters rendered from matplotlib's fonts (``vitplast.datasets.drawn``);
 - ``drawn``: procedural pictures (shapes, dot counts, gratings, textures, symmetry).
 
 ``SUITE`` maps each name to a ``SuiteTask`` (family, one-line description, class count);
-``sets`` builds the generated ones (the shifts and plain digits are ``vitplast.data``'s).
-Every task loads through ``vitplast.tasks.load`` like any other, with the same options: a
+``sets`` builds the generated ones (the shifts and plain digits are ``vitplast.datasets.data``'s).
+Every task loads through ``vitplast.datasets.tasks.load`` like any other, with the same options: a
 drawn task makes ``train_size`` + ``test_size`` images (default 5,000 + 2,000) from ``seed``
 and ignores ``severity``; digits tasks have 1,797 images and split 80/20 for test.
-
-Used by ``vitplast.tasks`` and ``vitplast.studies`` (the ``suite`` study).
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from vitplast import data, drawn
+from vitplast.datasets import data, drawn
 
 FAMILIES = ("shift", "labels", "digits", "glyphs", "drawn")
 
@@ -155,7 +153,7 @@ _BUILDERS: dict[str, Callable] = {
     "textures": _drawn(drawn.textures),
     "symmetry": _drawn(drawn.symmetry),
 }
-#: The suite's tasks that ``sets`` builds (the rest are ``vitplast.data``'s).
+#: The suite's tasks that ``sets`` builds (the rest are ``vitplast.datasets.data``'s).
 GENERATED = tuple(_BUILDERS)
 
 

@@ -5,19 +5,15 @@ Paper: section 2 (datasets; "train sets split 80/20 train/val").
 A task is a name of ``TASKS``, from one of two sources:
 
 - ``embedded``: built offline from Fashion-MNIST and scikit-learn's digits
-  (``vitplast.data``), or generated (glyphs, drawn pictures, relabellings: the task suite,
-  ``vitplast.suite``), in the embedded model's format (1 x 28 x 28).
+  (``vitplast.datasets.data``), or generated (glyphs, drawn pictures, relabellings: the task suite,
+  ``vitplast.datasets.suite``), in the embedded model's format (1 x 28 x 28).
 - ``paper``: the paper's 11 datasets, read from files under ``data_root``
-  (``vitplast.paper_datasets``), with timm's transforms for the model they are loaded for.
+  (``vitplast.datasets.paper_datasets``), with timm's transforms for the model they are loaded for.
 
 ``load(name, data_root, **options)`` returns a ``Task`` either way: the source gives a
 train+val set and a test set (or none: then 80/20 train/test first), and ``split`` cuts
 train/val 80/20 with the same seed. ``check`` validates a name without loading anything
-(``vitplast.runs`` does, for every run).
-
-Used by ``vitplast.runs``, ``vitplast.sweep``, ``vitplast.empirical`` (so notebooks 01-05,
-through it), ``vitplast.probes``, ``vitplast.pretrain`` (``split``) and ``vitplast.notebooks``
-(checking the paper datasets before a run).
+(``vitplast.experiments.runs`` does, for every run).
 """
 
 from __future__ import annotations
@@ -29,12 +25,12 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset, Subset
 
-from vitplast import data, paper_datasets, suite
+from vitplast.datasets import data, paper_datasets, suite
 
-#: Names of the embedded tasks: ``vitplast.data.EMBEDDED_TASKS`` (Fashion-MNIST under shifts,
-#: digits) and the task suite's generated ones (``vitplast.suite.GENERATED``).
+#: Names of the embedded tasks: ``vitplast.datasets.data.EMBEDDED_TASKS`` (Fashion-MNIST under
+#: shifts, digits) and the task suite's generated ones (``vitplast.datasets.suite.GENERATED``).
 EMBEDDED = tuple(data.EMBEDDED_TASKS) + suite.GENERATED
-#: Names of the paper's datasets (``vitplast.paper_datasets.PAPER_DATASETS``).
+#: Names of the paper's datasets (``vitplast.datasets.paper_datasets.PAPER_DATASETS``).
 PAPER = tuple(paper_datasets.PAPER_DATASETS)
 #: Every task: name -> source, ``"embedded"`` or ``"paper"`` (needs ``data_root``).
 TASKS = {**{name: "embedded" for name in EMBEDDED}, **{name: "paper" for name in PAPER}}
@@ -92,7 +88,8 @@ def check(name: str, data_root: str | Path | None = None) -> str:
     if TASKS[name] == "paper" and not data_root:
         raise ValueError(f"unknown task {name!r} without data_root: it is a paper dataset, "
                          "read from files; give data_root (the folder of the paper datasets, "
-                         f"layouts: vitplast.paper_datasets), or an embedded task {list(EMBEDDED)}")
+                         "layouts: vitplast.datasets.paper_datasets), or an embedded task "
+                         f"{list(EMBEDDED)}")
     return TASKS[name]
 
 
@@ -104,7 +101,7 @@ def load(name: str, data_root: str | Path | None = None, *, model=None, **option
 
     Args:
         name: a name of ``TASKS``.
-        data_root: folder of the paper's datasets (layouts: ``vitplast.paper_datasets``);
+        data_root: folder of the paper's datasets (layouts: ``vitplast.datasets.paper_datasets``);
             needed for paper datasets only.
         model: the timm model (or name) a paper dataset is loaded for: its data config gives
             the transforms (``paper_datasets.data_config``; default the paper's ViT-B/16

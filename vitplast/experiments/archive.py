@@ -16,8 +16,6 @@ and only then moves the stores into place; point ``VITPLAST_DATA`` at that folde
 (``tar -xzf`` works too, without the checks: ``VITPLAST_DATA`` is then the extracted
 ``vitplast-data-<version>/``.) Which files of a store travel: every plain file in it, but
 what a running sweep leaves (``SKIPPED``, as in ``.gitignore``: locks, claims, temp files).
-
-Used by ``python -m vitplast data``.
 """
 
 from __future__ import annotations
@@ -31,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from vitplast import models, studies
+from vitplast import models
+from vitplast.experiments import studies
 from vitplast.experiments.store import Store
 from vitplast.files import atomic_path
 
@@ -71,8 +70,8 @@ def _check_store(root: Path) -> None:
         listed = "; ".join(f"{r.file} ({r.kind}: {r.problem})"
                            for r in problems.head(5).itertuples())
         raise ValueError(f"the store {root} holds {len(problems)} file(s) that are not complete "
-                         f"records or companions: {listed}; vitplast.store.Store({str(root)!r})"
-                         ".audit() lists them all")
+                         f"records or companions: {listed}; "
+                         f"vitplast.experiments.store.Store({str(root)!r}).audit() lists them all")
 
 
 def pack(dest: str | Path) -> Path:

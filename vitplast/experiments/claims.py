@@ -9,9 +9,6 @@ A claim is dead (``alive``) when its heartbeat is older than ``CLAIM_TIMEOUT_S``
 pid is gone on this host: the next process that wants the run takes it over, and a dead claim
 whose run is finished is removed by the next sweep (``remove_dead``). One store-wide lock
 (``files.locked`` on ``<store>/claims``) orders every check and take-over.
-
-Used by ``vitplast.experiments.store`` (``Store.claim``, ``Store.audit``,
-``Store.clean_dead_claims``).
 """
 
 from __future__ import annotations

@@ -4,13 +4,12 @@ Paper: Takeaway 3 read within a component (does a block's plasticity go with the
 finetuning that block alone, once depth is held fixed?), under the declared protocol
 (``PROTOCOL``) and the other one beside it (``OTHER_PROTOCOL``), and objection 4 (does finetuning a
 component change its plasticity?). Each measurement is made once and stored beside the study's
-records (``layers-*.json``, ``after-*.json``: ``store.COMPANIONS``); ``vitplast.confounds``
-re-exports every name here and builds notebook 05's tables from them.
+records (``layers-*.json``, ``after-*.json``: ``cached.COMPANIONS``);
+``vitplast.experiments.confounds`` re-exports every name here and builds notebook 05's tables from
+them.
 
 The per-block test reads which block and component an accuracy column is from the variants'
-fields (``vitplast.confound_variants``), never from its name.
-
-Used by ``vitplast.confounds``, ``vitplast.studies.load_confounds`` and notebook 05.
+fields (``vitplast.experiments.confound_variants``), never from its name.
 """
 
 from __future__ import annotations
@@ -20,8 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitplast import finetune, models, store
+from vitplast import cached, models
+from vitplast.experiments import lr_selection, store
 from vitplast.experiments.confound_variants import names_of
+from vitplast.train import finetune
 
 #: The protocol the study declared for its per-block test (its primary question), and the other
 #: one, whose rows stand beside it in the findings' "sensitivity" family (computed, not typed).
@@ -36,13 +37,13 @@ def layer_plasticity(root: str | Path, tasks, n_pairs: int = 256,
 
     Columns: ``protocol``, ``task``, ``layer``, ``component``, ``plasticity``, ``ci95``.
     """
-    from vitplast import empirical
+    from vitplast.measure import empirical
 
     frames = []
     for protocol in protocols:
         settings = dict(tasks=list(tasks), n_pairs=n_pairs, protocol=protocol)
         saved = store.Store(root).companion(
-            f"layers-{store.config_hash(settings)}.json",
+            f"layers-{cached.config_hash(settings)}.json",
             compute=lambda settings=settings: dict(settings, rows=empirical.embedded_layers(
                 tasks, protocol=settings["protocol"], n_pairs=n_pairs).to_dict("records")))
         frames.append(pd.DataFrame(saved["rows"]).assign(protocol=protocol))
@@ -65,7 +66,8 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
     Columns: ``task``, ``variant`` (the run's configuration), ``component``, ``before``,
     ``after``, ``ratio`` (after / before).
     """
-    from vitplast import empirical, plasticity, runs, sweep
+    from vitplast.experiments import runs, sweep
+    from vitplast.measure import empirical, plasticity
 
     def measure() -> dict:
         model, task, kwargs = sweep.build(run, models.pick_device("cpu"))
@@ -94,7 +96,7 @@ def after_runs(main: pd.DataFrame, study: dict, baselines: list[dict]) -> list[d
     ``after`` setting, its baseline run (of ``baselines``: ``studies.confound_baselines``) at
     the LR chosen on validation over all seeds in ``main`` (``results.results`` of the
     baselines' store), with seed ``after["seed"]``."""
-    from vitplast import results, runs
+    from vitplast.experiments import runs
 
     after = study["after"]
     pool = [r for r in baselines
@@ -102,7 +104,7 @@ def after_runs(main: pd.DataFrame, study: dict, baselines: list[dict]) -> list[d
     rows = main[main["run"].isin({runs.run_hash(r) for r in pool})] if len(main) else main
     if not len(rows):
         return []
-    chosen = {(c.task, c.config, c.lr) for c in results.select_lr(rows).itertuples()}
+    chosen = {(c.task, c.config, c.lr) for c in lr_selection.select_lr(rows).itertuples()}
     return [r for r in pool if (r["task"], r["config"], r["lr"]) in chosen
             and r["seed"] == after["seed"]]
 

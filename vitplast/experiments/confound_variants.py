@@ -1,16 +1,13 @@
 """The confound study's variants as values: what each one trains, as fields (``Variant``).
 
 Paper: objections 3 and 4 (docs/objections.md). A variant is a named finetuning configuration
-of the confound study, maybe with an ablation (``vitplast.ablations``). What it trains is held
+of the confound study, maybe with an ablation (``vitplast.train.ablations``). What it trains is held
 in its fields (``family``, ``component``, ``c``, ``preserve``, ``count``, ``rank``, ``block``);
 its name is a label for display, never parsed. ``variants``, ``layer_variants`` and
 ``all_variants`` make them; ``Variant.keywords`` gives the ``make_run`` keywords its runs are
 made from (their hash covers them). A results table gets the same fields as columns from the
 stored records (``with_variant``), and tables select variants by fields (``names_of``,
 ``name_of``).
-
-Used by ``vitplast.confounds`` (which re-exports these names), ``vitplast.search``,
-``vitplast.confound_plasticity``, ``vitplast.confound_findings`` and notebook 05.
 """
 
 from __future__ import annotations
@@ -110,7 +107,7 @@ def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1
     - ``<LN> lr/c^2 (c=...)``: the plain LayerNorm with its learning rate divided by c^2:
       under SGD without gradient clipping exactly what the preserved rescale does to it; with
       the recipe's global clip, close to it only as far as the LayerNorm's share of the global
-      gradient norm is small (``vitplast.ablations``): the control.
+      gradient norm is small (``vitplast.train.ablations``): the control.
     - ``<C> sparse``: MHA / FC1 / FC2 with exactly ``budget_from``'s trainable count.
     - ``<C> LoRA r<rank>``: rank-``lora_rank`` adapters on MHA / FC1 / FC2, masked down to the
       smallest of the three counts (MHA's adapters are larger), so all three train exactly as

@@ -1,17 +1,16 @@
 """The confound study: does plasticity or the trainable-parameter count drive the gap?
 
 Paper: objections 3 and 4 (docs/objections.md). The experiments are variants of the finetuning
-configurations (``all_variants``: the model changes of ``vitplast.ablations``, single-block
-configurations, the plain ones; each a ``Variant`` of ``vitplast.confound_variants``, whose
-names are re-exported here), trained by the parts of a study preset (``studies.get("confounds")``,
-``part_runs``) through the same sweep and results store as the main study. This module also
-measures what the study needs before finetuning (the LayerNorm scales: ``measure_scales``, an
-explicit step that listing the runs only reads; per-block plasticity, and plasticity after
-finetuning, in ``vitplast.confound_plasticity``, re-exported here) and turns the results into
+configurations (``all_variants``: the model changes of ``vitplast.train.ablations``, single-block
+configurations, the plain ones; each a ``Variant`` of ``vitplast.experiments.confound_variants``,
+whose names are re-exported here), trained by the parts of a study preset
+(``studies.get("confounds")``, ``part_runs``) through the same sweep and results store as the main
+study. This module also measures what the study needs before finetuning (the LayerNorm scales:
+``measure_scales``, an explicit step that listing the runs only reads; per-block plasticity, and
+plasticity after finetuning, in ``vitplast.experiments.confound_plasticity``, re-exported here) and
+turns the results into
 the tables behind notebook 05's findings (``tables``; the findings themselves:
-``vitplast.findings.confounds``).
-
-Used by notebook 05.
+``vitplast.report.confound_findings.confounds``).
 """
 
 from __future__ import annotations
@@ -25,32 +24,23 @@ import pandas as pd
 import torch
 from torch import nn
 
-from vitplast import models, store
-from vitplast.experiments.confound_plasticity import (  # noqa: F401 (re-exported)
-    AFTER_COLUMNS,
-    OTHER_PROTOCOL,
-    PROTOCOL,
-    after_runs,
+from vitplast import cached, models
+from vitplast.experiments import lr_selection, store
+from vitplast.experiments.confound_plasticity import (
     layer_accuracy,
     layer_correlations,
-    layer_plasticity,
-    partial_correlation,
-    plasticity_after,
 )
-from vitplast.experiments.confound_variants import (  # noqa: F401 (re-exported)
+from vitplast.experiments.confound_variants import (
     C_RTOL,
-    SUFFIXES,
     Variant,
     all_variants,
-    catalogue,
-    layer_variants,
     name_of,
     names_of,
     variant_fields,
-    variants,
     with_variant,
 )
 from vitplast.inputs import to_model
+from vitplast.measure import rates
 from vitplast.measure.components import LINEARS, NORMS, PAPER_CONFIGS, trainable_names
 from vitplast.train.ablations import PREPARE, rescale_layernorm
 
@@ -68,7 +58,7 @@ def part_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> dict[str, lis
         FileNotFoundError: the scales are not measured yet (``measure_scales``, named).
         ValueError: an ``lrs`` name or pattern of a part that matches no variant.
     """
-    from vitplast import runs
+    from vitplast.experiments import runs
 
     scales = study_scales(root, study["scale_tasks"], target=study["target"],
                           n_pairs=study["n_pairs"])["scales"]
@@ -96,7 +86,7 @@ def study_runs(study: dict, root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
 def part_coverage(study: dict, df: pd.DataFrame, root: str | Path = EMBEDDED_RESULTS
                   ) -> pd.DataFrame:
     """Per part of the study: its expected runs by status in ``results`` table ``df``."""
-    from vitplast import results
+    from vitplast.experiments import results
 
     rows = [dict(part=name, **results.coverage(df, expected))
             for name, expected in part_runs(study, root).items()]
@@ -128,7 +118,7 @@ def matching_scales(ranked: pd.DataFrame, target: str = "FC1") -> dict[str, floa
 def _scales_name(tasks, target: str, n_pairs: int) -> str:
     """The scales file of a study: ``scales-<hash of its settings>.json``."""
     settings = dict(tasks=list(tasks), target=target, n_pairs=n_pairs)
-    return f"scales-{store.config_hash(settings)}.json"
+    return f"scales-{cached.config_hash(settings)}.json"
 
 
 def measure_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int = 256) -> dict:
@@ -146,7 +136,7 @@ def measure_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int
         ``tasks``, ``target``, ``n_pairs``, ``plasticity`` (mean per component) and
         ``scales`` (LayerNorm -> c).
     """
-    from vitplast import empirical, plasticity
+    from vitplast.measure import empirical, plasticity
 
     def measure() -> dict:
         rates = empirical.measure_tasks(models.EMBEDDED_NAME, list(tasks), protocols=["hidden"],
@@ -181,7 +171,7 @@ def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int =
     if saved is None:
         raise FileNotFoundError(
             f"{Path(root) / name} is missing: the LayerNorm scales of this confound study are "
-            f"not measured yet. Measure them first: vitplast.confounds.measure_scales("
+            f"not measured yet. Measure them first: vitplast.experiments.confounds.measure_scales("
             f"{str(root)!r}, {list(tasks)!r}, target={target!r}, n_pairs={n_pairs}) (`python "
             "-m vitplast sweep --study <confound study>` and studies.load_confounds(..., "
             "recompute=True) do it before listing the runs)")
@@ -195,16 +185,15 @@ def check_rescale(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scales: di
     (hidden protocol, mean over layers), their ratio (should be c), and the largest output
     change of the preserved (should be ~0) and raw (should not) variants. x and y are moved
     to the model's device."""
-    from vitplast import plasticity
 
     x, y = to_model(model, x, y)
-    base = plasticity.batch_rates(model, x, y)
+    base = rates.batch_rates(model, x, y)
     out0 = model(x)
     rows = []
     for ln, c in scales.items():
         preserved = rescale_layernorm(copy.deepcopy(model), ln, c, preserve=True)
         raw = rescale_layernorm(copy.deepcopy(model), ln, c, preserve=False)
-        after = plasticity.batch_rates(preserved, x, y)
+        after = rates.batch_rates(preserved, x, y)
         layers = [k for k in base if k[1] == ln]
         before_p = float(np.mean([base[k].mean().item() for k in layers]))
         after_p = float(np.mean([after[k].mean().item() for k in layers]))
@@ -218,7 +207,7 @@ def check_rescale(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scales: di
 def rescale_pairs(df: pd.DataFrame) -> pd.DataFrame:
     """Each preserved gamma rescale against its lr/c^2 control, run by run: the two runs of one
     (task, LR, seed) in ``with_variant`` results ``df``. Without gradient clipping they are the
-    same run in exact arithmetic (``vitplast.ablations``); with it, they need not be.
+    same run in exact arithmetic (``vitplast.train.ablations``); with it, they need not be.
 
     A control is matched by fields, not names: the same ``component``, ``c`` within a relative
     ``C_RTOL`` and the same clipping (``clip_grad_norm`` 0: off).
@@ -261,8 +250,9 @@ def complete_settings(df: pd.DataFrame, expected: list[dict]) -> pd.DataFrame:
 
 def variant_table(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
     """Per task x variant: the LR chosen on ``on`` and test accuracy mean and std over seeds
-    (in %), from ``with_variant`` results (``vitplast.results.main_table`` per variant)."""
-    from vitplast import results
+    (in %), from ``with_variant`` results (``vitplast.experiments.results.main_table`` per
+    variant)."""
+    from vitplast.experiments import results
 
     table = results.main_table(_outcomes(df), on=on)
     return table[table["task"] != "average"].reset_index(drop=True)
@@ -322,9 +312,9 @@ def tables(res, model: nn.Module) -> dict:
     (``rescale_pairs``), ``corr``
     (``layer_correlations``), ``grad_norms`` (``results.component_grad_norms`` of every run),
     ``grads`` (``results.grad_norms_by_task`` of the plain configurations), ``ties``
-    (``results.lr_ties``) and ``alternatives`` (the LR-dependent tables again, once per tied
-    choice broken the other way: ``results.tie_alternatives``)."""
-    from vitplast import results
+    (``lr_selection.lr_ties``) and ``alternatives`` (the LR-dependent tables again, once per tied
+    choice broken the other way: ``lr_selection.tie_alternatives``)."""
+    from vitplast.experiments import results
 
     curves = results.history(res.root, res.main_root)
     counts = variant_counts_table(model, res.scales["scales"])
@@ -333,11 +323,11 @@ def tables(res, model: nn.Module) -> dict:
                count_matrix=pd.DataFrame({family: {
                    c: counts[name_of(fields, **want, component=c)] for c in comps}
                    for family, (want, comps) in FAMILIES.items()}).T.astype("Int64"),
-               rescale=rescale_pairs(res.runs), ties=results.lr_ties(_outcomes(res.runs)))
+               rescale=rescale_pairs(res.runs), ties=lr_selection.lr_ties(_outcomes(res.runs)))
     # ties are found where LRs are chosen, by (task, variant); each alternative moves one
     out["alternatives"] = [dict(_selected_tables(res.runs.assign(best_val_acc=alt[
         "best_val_acc"]), res.layers, curves, fields), counts=counts, rescale=out["rescale"])
-        for alt in results.tie_alternatives(_outcomes(res.runs))]
+        for alt in lr_selection.tie_alternatives(_outcomes(res.runs))]
     return out
 
 
@@ -346,7 +336,7 @@ def _selected_tables(runs: pd.DataFrame, layers: pd.DataFrame, curves: pd.DataFr
     """The tables of ``tables`` that depend on the LR choices: ``acc``, ``matched``,
     ``layers``, ``corr``, ``grad_norms``, ``grads``; and ``fields``, which the findings read
     with them."""
-    from vitplast import results
+    from vitplast.experiments import results
 
     acc = accuracy(runs)
     norms = results.component_grad_norms(results.dynamics(runs, curves))

@@ -2,7 +2,7 @@
 its shared-LR recipe measures.
 
 Paper: none (issue 28; it bears on Takeaway 3). The study (``studies.get("gauge")``) finetunes
-the same network at c = 1 and under the residual-stream gauge c = 8 (``vitplast.gauge``).
+the same network at c = 1 and under the residual-stream gauge c = 8 (``vitplast.measure.gauge``).
 
 - ``gauge_pairs`` and ``gauge_checks``: its runs that the gauge provably leaves alone (head-only,
   LN1), paired by run hash: their first losses must agree, and their loss histories as far as
@@ -14,8 +14,6 @@ the same network at c = 1 and under the residual-stream gauge c = 8 (``vitplast.
   without clipping), on the study's own tasks and chosen LRs: the per-parameter LRs that one
   shared LR at c = 1 cannot reach, so its primaries measure a shared-LR recipe under a
   reparametrization, not a causal effect of plasticity.
-
-Used by notebook 07.
 """
 
 from __future__ import annotations
@@ -26,10 +24,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vitplast import search, store, verdicts
-from vitplast.experiments import decide, runs
+from vitplast.experiments import decide, runs, search, store
+from vitplast.stats import verdicts
+from vitplast.train import invariance
 
-#: The gauge's invariant configurations: they train nothing the gauge scales (``vitplast.gauge``).
+#: The gauge's invariant configurations: they train nothing the gauge scales
+#: (``vitplast.measure.gauge``).
 GAUGE_INVARIANT = ("head", "LN1")  # head: head-only finetuning
 
 
@@ -87,7 +87,7 @@ def _trajectory_row(pairs: pd.DataFrame) -> dict:
         f"{' and '.join(GAUGE_INVARIANT)} follow the same loss history at c = 8 as at c = 1 "
         "(derived: the gauge scales nothing they train)",
         measured=", ".join(f"{d:.1g} (LR {lr:g})" for lr, d in worst.items()),
-        paper="not in the paper (vitplast.gauge, derived and tested)", verdict=verdict,
+        paper="not in the paper (vitplast.measure.gauge, derived and tested)", verdict=verdict,
         n=len(pairs), unit="largest loss difference per LR, over run pairs")
 
 
@@ -110,7 +110,7 @@ def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame) -> list[dict]:
         rows = [verdicts.descriptive(
             f"{' and '.join(GAUGE_INVARIANT)} compute the same first loss at c = 8 as at c = 1 "
             "(derived: the gauge keeps the network's function)", measured=first,
-            paper="not in the paper (vitplast.gauge, derived and tested)",
+            paper="not in the paper (vitplast.measure.gauge, derived and tested)",
             verdict=("the same, as derived" if first <= verdicts.SAME_TRAJECTORY else
                      "not the same: the derivation or the code is wrong"),
             n=len(pairs), unit="largest first-loss difference, over run pairs"),
@@ -158,14 +158,15 @@ GAUGE_CHANGED = ("MHA", "FC2")
 def identity(picked: pd.DataFrame, tasks, configs=GAUGE_CHANGED, *, c: float = 8.0,
              steps: int = 8) -> pd.DataFrame:
     """Per task and configuration, at the LR the study chose for it at c = ``c``
-    (``picked``: ``decide.chosen``): ``stream.finetuning_invariance`` (load-or-compute,
+    (``picked``: ``decide.chosen``): ``invariance.finetuning_invariance`` (load-or-compute,
     ``steps`` SGD steps). Columns ``task``, ``config``, ``lr`` (the shared LR), ``gauged``
     (the parameters the gauge scales that it trains), ``derived_lr`` (theirs at c = 1:
     ``lr`` times ``gauge.finetuning_equivalence``'s factor), ``noclip`` and ``clip`` (largest
     |loss difference| of the c = ``c`` run from the c = 1 run at those per-parameter LRs,
     without clipping and with the recipe's clip), ``shared`` (from the c = 1 run at the shared
     LR: what the gauge changes)."""
-    from vitplast import gauge, models, stream
+    from vitplast import models
+    from vitplast.measure import gauge
 
     model = models.load_model(models.EMBEDDED_NAME)
     lrs = picked.set_index(["task", "config"])["lr"]
@@ -173,7 +174,7 @@ def identity(picked: pd.DataFrame, tasks, configs=GAUGE_CHANGED, *, c: float = 8
     for task in tasks:
         for config in configs:
             lr = float(lrs[(task, f"{config} c={c:g}")])
-            inv = stream.finetuning_invariance(task=task, configs=(config,), c=c, lr=lr,
+            inv = invariance.finetuning_invariance(task=task, configs=(config,), c=c, lr=lr,
                                                steps=steps).iloc[0]
             scales = gauge.finetuning_equivalence(model, config, c)
             rows.append(dict(
@@ -206,7 +207,7 @@ def identity_findings(ident: pd.DataFrame) -> list[dict]:
     ratio = float((ident["lr"] / ident["derived_lr"]).median())
     reach = "; ".join(f"{r.config} on {r.task}: {r.gauged} at {r.derived_lr:.2g}, the rest at "
                       f"{r.lr:.2g}" for r in ident.itertuples())
-    derived = "not in the paper (vitplast.gauge, derived and tested)"
+    derived = "not in the paper (vitplast.measure.gauge, derived and tested)"
     return [
         verdicts.descriptive(
             f"{what} at c = 8 with one shared LR follow c = 1 with the gauged parameters' LR "

@@ -2,7 +2,7 @@
 task, how far each task lies from pretraining, the recipe-length check and the cross-gauge
 study's identity checks.
 
-Paper: Table 1 and Takeaway 3, tested on the task suite (``vitplast.suite``) by the study
+Paper: Table 1 and Takeaway 3, tested on the task suite (``vitplast.datasets.suite``) by the study
 ``studies.get("suite")``, whose three primary questions were declared before its runs. The
 unit is the task: every value below is one number per task, and the findings (``findings``)
 test their mean over tasks.
@@ -16,7 +16,7 @@ test their mean over tasks.
   finetuning against gain over head-only) from ``spearman_plasticity_gain``. ``secondary``:
   the same primaries with each LR chosen from the study's fixed grid.
 - ``task_plasticity``: a task's per-block plasticity (or relative plasticity,
-  ``vitplast.relative``) before finetuning, measured once and stored beside the runs
+  ``vitplast.measure.relative``) before finetuning, measured once and stored beside the runs
   (``plasticity-<hash>.json``).
 - ``task_probe``: a task's linear probe on the frozen embedded model, computed once and stored
   beside the runs (``probe-<hash>.json``).
@@ -29,8 +29,6 @@ test their mean over tasks.
   above its start: single runs that rounding alone moves by points.
 
 The cross-gauge study's pairs and identity checks: ``vitplast.experiments.cross_gauge``.
-
-Used by notebook 04 (the suite section) and the tests.
 """
 
 from __future__ import annotations
@@ -41,8 +39,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from vitplast import search, store, verdicts
+from vitplast import cached
+from vitplast.experiments import search, store
 from vitplast.measure.components import COMPONENTS
+from vitplast.stats import verdicts
 
 if TYPE_CHECKING:  # for annotations only
     from vitplast.experiments.studies import Study
@@ -76,7 +76,7 @@ def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
     measured once and stored in ``root/plasticity-<hash of the settings>.json``.
 
     ``quantity`` (``QUANTITIES``): ``"plasticity"``, or ``"relative"``, the relative
-    plasticity (``vitplast.relative``) on the same pairs, stored the same way (its settings,
+    plasticity (``vitplast.measure.relative``) on the same pairs, stored the same way (its settings,
     and so its hash, add ``quantity``; plasticity's files keep theirs).
 
     Columns: ``task``, ``protocol``, ``layer``, ``component``, ``plasticity``, ``ci95``; for
@@ -86,7 +86,7 @@ def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
     Raises:
         ValueError: unknown ``quantity``, naming the valid ones.
     """
-    from vitplast import empirical, relative
+    from vitplast.measure import empirical, relative
 
     if quantity not in QUANTITIES:
         raise ValueError(f"unknown quantity {quantity!r}; valid: {list(QUANTITIES)}")
@@ -95,7 +95,7 @@ def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
     if quantity == "relative":
         settings["quantity"], measured = "relative plasticity", relative.embedded_layers
     saved = store.Store(root).companion(
-        f"plasticity-{store.config_hash(settings)}.json",
+        f"plasticity-{cached.config_hash(settings)}.json",
         compute=(lambda: dict(settings, rows=measured([task], protocol=protocol, n_pairs=n_pairs)
                               .drop(columns="task").to_dict("records"))) if compute else None)
     return pd.DataFrame(saved["rows"] if saved else [], columns=None if saved else [
@@ -105,7 +105,7 @@ def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
 def task_probe(root: str | Path, task: str, *, compute: bool = True) -> dict | None:
     """The embedded model's linear probe on ``task``, computed once and stored beside the runs
     (``probes.stored_probe``); ``None`` when not stored and ``compute`` is False."""
-    from vitplast import probes
+    from vitplast.train import probes
 
     return probes.stored_probe(root, task, compute=compute)
 
@@ -256,7 +256,7 @@ def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.Dat
 def by_distance(picked: pd.DataFrame, far: pd.DataFrame) -> pd.DataFrame:
     """``distance`` (``far``) with each task's suite ``family`` and its P2 value,
     ``MHA_minus_LN1`` (test points): what notebook 07 plots against head-only accuracy."""
-    from vitplast import suite
+    from vitplast.datasets import suite
 
     acc = accuracy(picked)
     return far.assign(family=far["task"].map(lambda t: suite.SUITE[t].family),

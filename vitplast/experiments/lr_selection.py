@@ -3,10 +3,8 @@ accuracy depends on the LR around that choice.
 
 Paper: section 5 (the best LR per configuration) and Fig. 18 (robustness across learning
 rates). The LR is chosen on validation accuracy; ``on="test"`` reproduces the public code's
-choice on test accuracy and is labelled as such (``selected_on``). ``vitplast.results``
+choice on test accuracy and is labelled as such (``selected_on``). ``vitplast.experiments.results``
 re-exports every public name here and builds its tables on ``select_lr``.
-
-Used by ``vitplast.results``, the findings of notebooks 04-07 and ``vitplast.studies``.
 """
 
 from __future__ import annotations

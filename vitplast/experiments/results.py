@@ -7,9 +7,7 @@ plasticity and its finetuning gain.
 
 The best LR is chosen on validation accuracy; ``on="test"`` reproduces the public code's
 choice on test accuracy and is labelled as such (``selected_on``). The rule, its ties and the
-LR curves live in ``vitplast.lr_selection`` and are re-exported here.
-
-Used by notebooks 04-06.
+LR curves live in ``vitplast.experiments.lr_selection`` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -21,14 +19,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vitplast.experiments.lr_selection import (  # noqa: F401 (the public ones re-exported)
+from vitplast.experiments.lr_selection import (
     _OUTCOME,
-    TIE_TOLERANCE,
     _select,
     lr_bands,
-    lr_curves,
     lr_ties,
-    select_lr,
     selected_runs,
     tie_alternatives,
 )
@@ -101,7 +96,7 @@ def history(*roots: str | Path, metrics: list[str] | None = None) -> pd.DataFram
 
     Columns: ``run`` (join ``results`` on it), ``step``, ``metric`` (``loss``, ``lr``,
     ``grad_norm``, ``grad_norm/<group>``, ``grad_norm_per_param/<group>``, ``val_loss``,
-    ``val_acc``: see ``vitplast.finetune``), ``value`` (NaN where not finite).
+    ``val_acc``: see ``vitplast.train.finetune``), ``value`` (NaN where not finite).
 
     Args:
         metrics: keep only these metrics (default: all).
@@ -195,7 +190,7 @@ def finetuning_tables(runs: pd.DataFrame, budget: pd.DataFrame, root, *, rates: 
     Args:
         curves: ``history(root)``, when already read.
     """
-    from vitplast import plasticity
+    from vitplast.measure import plasticity
 
     curves = history(root) if curves is None else curves
     main = main_table(runs, on=on)
@@ -245,7 +240,7 @@ def dynamics(df: pd.DataFrame, curves: pd.DataFrame, on: str = "val") -> pd.Data
     """Training curves of the runs at each setting's selected LR (the Fig. 4 analogue).
 
     Args:
-        df: ``results`` (a ``variant`` column, as ``confounds.with_variant`` adds, is kept);
+        df: ``results`` (a ``variant`` column, as ``confound_variants.with_variant`` adds, is kept);
             curves: ``history`` of the same store.
 
     Returns:
@@ -266,7 +261,7 @@ def paired_tests(df: pd.DataFrame, reference: str = "MHA", on: str = "val",
     """``reference`` against every other configuration, paired on (task, seed) at each
     configuration's selected LR: paired t-test and Wilcoxon signed-rank test.
 
-    ``by``: the column naming what is compared (``"variant"`` for ``confounds.with_variant``
+    ``by``: the column naming what is compared (``"variant"`` for ``confound_variants.with_variant``
     results). Columns: ``by``, ``n_pairs``, ``mean_diff_pp`` (reference minus it, in points),
     ``ci95_pp`` (half-width of its 95% t interval), ``t_stat``, ``t_p``, ``wilcoxon_p``
     (two-sided; NaN with fewer than 2 pairs or no difference at all).

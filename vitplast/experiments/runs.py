@@ -17,8 +17,6 @@ larger than its training split, is ``check_batches``'s.
 A key whose value is ``None`` is left out of the hash, so a new defining key added later with a
 ``None`` default re-hashes nothing. Nothing here reads ``finetune.train``'s signature: a new
 keyword of the training loop changes no hash either.
-
-Used by ``vitplast.sweep``, ``vitplast.studies`` and notebooks 04-06.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ RUN_KEYS = (
     "config", "train_head", "lr", "seed", "optimizer", "momentum", "weight_decay", "betas",
     "clip_grad_norm", "warmup_steps", "steps", "batch_size", "eval_every", "label_smoothing",
     "lr_scales",
-    # ablations (``vitplast.ablations``): a model change before training, and its arguments
+    # ablations (``vitplast.train.ablations``): a model change before training, and its arguments
     "prepare", "ablation")
 #: Keys that change how a run executes, never what it computes: stored, not hashed.
 #: ``accum_steps`` splits a batch into equal micro-batches (the same gradient, less memory).
@@ -93,7 +91,10 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
             that fails the run schema: an unknown key, or a value of the wrong type or out of
             its range (``check_run``, naming the key, its value and what is valid).
     """
-    from vitplast import components, finetune, models, paper_datasets, tasks
+    from vitplast import models
+    from vitplast.datasets import paper_datasets, tasks
+    from vitplast.measure import components
+    from vitplast.train import finetune
 
     if recipe not in finetune.RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; valid: {list(finetune.RECIPES)}")
@@ -173,7 +174,7 @@ def describe(run: dict) -> str:
 def task_of(run: dict):
     """The run's task (``tasks.load``), with the options its keys set. A paper dataset is
     transformed as the paper's model expects, at ``img_size`` (default 224)."""
-    from vitplast import tasks
+    from vitplast.datasets import tasks
 
     options = dict(severity=run["severity"], seed=run["data_seed"])
     if tasks.check(run["task"], run.get("data_root")) == "paper":
@@ -189,7 +190,7 @@ def grid(tasks, configs, lrs, seeds, **fixed) -> list[dict]:
     Args:
         tasks, configs, lrs, seeds: lists. A configuration is a name of
             ``components.CONFIGS``, a list of patterns, or a dict of ``make_run`` keywords
-            (with ``config``), as ``vitplast.confounds.variants`` makes.
+            (with ``config``), as ``vitplast.experiments.confound_variants.variants`` makes.
         **fixed: ``make_run`` keywords shared by every run (recipe, steps, model...).
     """
     def one(t, c, lr, s):

@@ -14,15 +14,14 @@ best at all). The search here spends runs where they inform:
 
 A diverged or failed run is worse than any finished one. The search is a pure function of the
 outcomes stored so far (``next_lrs``), so a sweep that runs what it asks for, reads the
-records back and asks again (``vitplast.studies.run_search``) resumes from any state.
-
-Used by ``vitplast.studies`` (the suite and cross-gauge studies), the CLI (``vitplast sweep``),
-``vitplast.decide`` and notebook 07.
+records back and asks again (``vitplast.experiments.studies.run_search``) resumes from any state.
 """
 
 from __future__ import annotations
 
 import math
+
+from vitplast.experiments import confound_variants
 
 #: Half-decade LR steps from 1e-4 to 100: the grid every study's LRs are taken from.
 LR_LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
@@ -99,15 +98,15 @@ def settings(study: dict, **runtime) -> list[dict]:
     ``start`` (e.g. ``dict(config="MHA", prepare="gauge", ablation=dict(c=8.0), start=0.1)``;
     ``variant="MHA sparse"`` starts from that named variant's keywords).
     A name with a start LR alone is a plain configuration (``components.CONFIGS``) or a named
-    variant of the confound study (``confounds.variants``, e.g. ``"MHA sparse"``: its
+    variant of the confound study (``confound_variants.variants``, e.g. ``"MHA sparse"``: its
     ``Variant.keywords``), so that identical runs hash identically. The variants' counts come
     from the embedded architecture (no checkpoint is read).
     """
-    from vitplast import confounds, models
+    from vitplast import models
 
     model = models.load_model(models.EMBEDDED_NAME, pretrained=False, num_classes=10,
                               device="cpu")
-    named = {name: v.keywords() for name, v in confounds.variants(model, {}).items()}
+    named = {name: v.keywords() for name, v in confound_variants.variants(model, {}).items()}
     if "precision" in study:
         runtime = {"precision": study["precision"], **runtime}
     out = []
@@ -125,7 +124,7 @@ def settings(study: dict, **runtime) -> list[dict]:
 
 
 def _run(setting: dict, lr: float) -> dict:
-    from vitplast import runs
+    from vitplast.experiments import runs
 
     kwargs = {k: v for k, v in setting.items() if k not in ("task", "start", "name")}
     return runs.make_run(setting["task"], lr=lr, **kwargs)
@@ -143,7 +142,7 @@ def _outcomes(setting: dict, root, lrs) -> dict[float, tuple[float, float]]:
 
 
 def _record(root, run: dict) -> dict | None:
-    from vitplast import store
+    from vitplast.experiments import store
 
     return store.Store(root).record(run)
 
@@ -208,7 +207,7 @@ def reuse(runs: list[dict], root, sources) -> int:
     (same hash: the same run, whatever study made it); return how many were copied."""
     import shutil
 
-    from vitplast import store
+    from vitplast.experiments import store
 
     into, copied = store.Store(root), 0
     for run in runs:
@@ -242,7 +241,7 @@ def run_search(study: dict, root, *, shard: str | tuple[int, int] = (0, 1), sour
     """
     import time
 
-    from vitplast import sweep
+    from vitplast.experiments import sweep
     from vitplast.experiments.runs import run_hash
 
     i, n = sweep.parse_shard(shard)

@@ -1,6 +1,6 @@
 """The results store, a value: ``Store(root)``, the folder ``root`` holding one JSON file per run,
-named by the hash of its defining keys (``vitplast.runs.run_hash``), and an account of every
-file in it. ``Store(root).path(run)`` is where a run's record is; ``has``, ``record`` and
+named by the hash of its defining keys (``vitplast.experiments.runs.run_hash``), and an account of
+every file in it. ``Store(root).path(run)`` is where a run's record is; ``has``, ``record`` and
 ``save`` read and write one run, ``records`` every complete one (``record_files``: the files
 that should be records), ``audit`` names every other file, ``clean_temp`` deletes the debris of
 killed writes and ``clean_dead_claims`` the claims left beside finished runs, ``claim`` holds a
@@ -18,24 +18,20 @@ Every file kind is read through its published schema (``vitplast.schema``; the d
 its results; a companion passes the schema its name maps to (``COMPANIONS``). A file that fails
 is never used: ``Store.audit`` names it with the key, the value found and what is expected;
 ``Store.records`` warns about those it skips; a sweep re-runs a run whose record fails (a
-record of the older layout, its run under ``config``, names its fix: ``vitplast.migrate``); a
-companion that fails is set aside (``files.set_aside``) and computed again by the call that
-computes it, and a study log that fails is refused (``companion``), its fix keeping its
-sessions (``provenance.restart_log``). A sweep asks ``Store.has`` before running, so it
-resumes.
+record of the older layout, its run under ``config``, names its fix:
+``vitplast.experiments.migrate``); a companion that fails is set aside (``files.set_aside``) and
+computed again by the call that computes it, and a study log that fails is refused (``companion``),
+its fix keeping its sessions (``study_log.restart_log``). A sweep asks ``Store.has`` before running,
+so it resumes.
 
 Claims (``Store.claim``, ``vitplast.experiments.claims``): a run is claimed by the process
 that trains it, so two sweeps over one store never train the same run twice; a dead claim is
 taken over by the next process that wants its run, or removed by the next sweep when its run
 has a complete record (``clean_dead_claims``: its owner died between the two).
 
-What does not depend on a store's folder stays a function: ``record_problems``,
-``companion_problems``, ``companion_kind``. Load-or-compute caches (``load_or_compute``,
-``config_hash``) are ``vitplast.cached``'s and the JSON helpers (and ``locked``)
-``vitplast.files``'s, all re-exported here.
-
-Used by ``vitplast.sweep``, ``search``, ``results``, ``provenance``, ``confounds``,
-``confound_plasticity`` and ``decide``, ``python -m vitplast pretrain`` and notebooks 04-06.
+What does not depend on a store's folder stays a function: ``record_problems`` here, and the
+companion files' kinds and checks in ``vitplast.cached`` (``COMPANIONS``, ``companion``), which
+measurements below the experiments use without a store.
 """
 
 from __future__ import annotations
@@ -50,33 +46,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitplast import schema
-from vitplast.cached import config_hash, load_or_compute  # noqa: F401 (re-exported)
+from vitplast.cached import COMPANIONS, companion, companion_problems, write_companion
 from vitplast.experiments import claims
 from vitplast.experiments.runs import defining, run_hash
-from vitplast.files import (  # noqa: F401 (re-exported)
-    atomic_path,
-    locked,
-    read_json,
-    set_aside,
-    write_json,
-    write_text,
-)
+from vitplast.files import read_json, write_json
 
 #: The outcomes a complete record may have (``sweep.run_one``; the record schema's ``status``).
 STATUSES = ("ok", "diverged", "failed")
-#: JSON files a store holds beside its records: file-name pattern -> the schema it passes
-#: (``vitplast.schema``; ``Store.companion``): the sweep's session log
-#: (``provenance.log_session``), the confound study's measurements (``confounds``: scales,
-#: per-block plasticity, plasticity after finetuning), the suite study's
-#: (``decide.task_plasticity``, also of relative plasticity, ``decide.task_probe``) and the
-#: advice rules' rankings (``advise.stored``). A new kind: its schema document and one line here.
-COMPANIONS = {"study.json": "study",
-              "scales-*.json": "scales",
-              "layers-*.json": "layers",
-              "after-*.json": "after",
-              "plasticity-*.json": "plasticity",
-              "probe-*.json": "probe",
-              "advise-*.json": "advise"}
 #: An orphan temp file older than this (seconds) is debris of a killed write.
 TEMP_AGE_S = 300.0
 _HASH_NAME = re.compile(r"[0-9a-f]{16}")
@@ -104,33 +80,12 @@ def record_problems(record, path: str | Path | None = None) -> list[str]:
     return problems
 
 
-def companion_problems(path: str | Path) -> list[str]:
-    """Why the companion file at ``path`` does not pass the schema of its kind
-    (``COMPANIONS``); empty if it does."""
-    kind = companion_kind(Path(path).name)
-    saved = read_json(path)
-    if saved is None:
-        return ["not JSON (unreadable or half-written)"]
-    return schema.problems(kind, saved)
-
-
-def companion_kind(name: str) -> str:
-    """The schema of a companion file named ``name`` (``COMPANIONS``); ``ValueError`` naming
-    the kinds when ``name`` is none of them (or not a bare file name)."""
-    kind = next((k for pattern, k in COMPANIONS.items() if fnmatch.fnmatch(name, pattern)), None)
-    if kind is None or Path(name).name != name:
-        raise ValueError(f"{name!r} is not a companion file of a store; valid: "
-                         f"{list(COMPANIONS)} (a file name, no folder)")
-    return kind
-
-
 @dataclass(frozen=True)
 class Store:
     """The results store in the folder ``root`` (module docstring): its run records, their
     claims and its companion files. A value: it holds only its folder (a ``str`` is made a
     ``Path``), so stores compare by folder and pickle to other processes; every method reads
-    the files anew. Used by ``vitplast.sweep``, ``search``, ``results``, ``provenance`` and
-    the studies that keep companions (``confounds``, ``confound_plasticity``, ``decide``).
+    the files anew.
 
     Example::
 
@@ -184,8 +139,9 @@ class Store:
         if skipped:
             warnings.warn(f"{len(skipped)} file(s) under {self.root} are not complete run "
                           f"records and were skipped: {skipped[:5]}"
-                          f"{' ...' if len(skipped) > 5 else ''}; vitplast.store.Store(root)"
-                          ".audit() says why (a sweep re-runs those at a run's path)",
+                          f"{' ...' if len(skipped) > 5 else ''}; "
+                          "vitplast.experiments.store.Store(root).audit() says why (a sweep "
+                          "re-runs those at a run's path)",
                           stacklevel=2)
         return runs
 
@@ -247,52 +203,13 @@ class Store:
             yield mine
 
     def companion(self, name: str, compute=None) -> dict | None:
-        """The companion file ``root/name`` (``COMPANIONS``); when there is none, ``None``, or
-        with ``compute`` (a function of no argument returning its content) its content
-        computed once and written (``write_companion``): a measurement kept beside the runs.
-        A file there that fails its schema is never used: with ``compute`` it is set aside
-        (``files.set_aside``, with a warning naming it and its problems) and computed again.
-
-        Raises:
-            ValueError: ``name`` is not a companion kind's (naming the kinds), or the file
-                fails its schema and there is no ``compute`` (naming it, its problems and the
-                fix; a study log's fix keeps its sessions: ``provenance.restart_log``).
-        """
-        kind = companion_kind(name)
-        path = self.root / name
-        problems = companion_problems(path) if path.exists() else []
-        if problems and compute is None:
-            fix = (f"refused, so that no session is lost: set it aside and start a new log "
-                   f"that points to it with vitplast.experiments.provenance.restart_log"
-                   f"({str(self.root)!r})" if kind == "study" else
-                   "not used: the call that measures it (with compute) sets it aside and "
-                   "measures it again")
-            raise ValueError(f"{path} does not pass the {kind} schema ({schema.FOLDER.name}/"
-                             f"{kind}.schema.json): {'; '.join(problems)}; {fix}")
-        if problems:
-            aside = set_aside(path)
-            warnings.warn(f"{path} does not pass the {kind} schema: {'; '.join(problems)}; set "
-                          f"aside as {aside.name} and computed again", stacklevel=2)
-        if not path.exists():
-            if compute is None:
-                return None
-            content = compute()
-            self.write_companion(name, content)
-            return json.loads(json.dumps(content, default=str))
-        return read_json(path)
+        """``cached.companion`` of this store's folder: the file ``root/name`` kept beside the
+        records, read (``None`` when absent) or with ``compute`` measured once and written."""
+        return companion(self.root, name, compute)
 
     def write_companion(self, name: str, content: dict) -> Path:
-        """Store ``content`` as the companion file ``root/name``, atomically; return its path.
-
-        Raises:
-            ValueError: ``name`` is not a companion kind's (naming the kinds), or ``content``
-                as stored (JSON) fails its schema (``companion`` would refuse it); nothing is
-                written then.
-        """
-        kind = companion_kind(name)
-        stored = json.loads(json.dumps(content, default=str))
-        schema.check(kind, stored, f"{name}: not a complete {kind} file; not written")
-        return write_json(self.root / name, stored)
+        """``cached.write_companion`` of this store's folder."""
+        return write_companion(self.root, name, content)
 
     def clean_dead_claims(self) -> list[str]:
         """Remove the dead claims (``claims.alive``: owner gone, or heartbeat too old)

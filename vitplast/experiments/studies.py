@@ -3,13 +3,13 @@
 Paper: section 5 (the main table, Fig. 18) on the embedded default, and the paper's own grid.
 A study is a value (``Study``): its name, a one-line purpose, its results store, how its runs
 are made from its ``spec`` (a ``runs.grid`` preset, the confound study's parts, or a
-searched-LR preset of ``vitplast.search``), the study its runs are compared with, and its
-declared primary questions. ``STUDIES`` is the one registry, looked up by ``get(name)`` (the
+searched-LR preset of ``vitplast.experiments.search``), the study its runs are compared with, and
+its declared primary questions. ``STUDIES`` is the one registry, looked up by ``get(name)`` (the
 CLI's ``vitplast sweep --study NAME``, the notebooks' ``study`` parameter); unknown names fail
 naming the valid ones. A study with a ``smoke`` setting has a seconds-long version derived
 from it, ``smoke(study)``, registered as ``<name>-smoke`` (the smoke profile). The LR-tuning
 diary of each study is prose in its store's ``README.md``. The specs and primaries themselves
-are values of ``vitplast.study_specs``.
+are values of ``vitplast.experiments.study_specs``.
 
 - ``main``: notebook 04's main study, stored in ``data/finetune/`` (``runs_of``).
 - ``budget``: the budget-sensitivity check of notebook 04 (every configuration at 4x the
@@ -22,8 +22,6 @@ are values of ``vitplast.study_specs``.
 A study declares its primary questions (``primaries``: at most three ``verdicts.Primary``,
 each with its direction, the paper's value and its source); the findings tables test them
 with Holm over the primaries only, everything else is exploratory.
-
-Used by the CLI (``python -m vitplast sweep``), notebooks 04-07 and the tests.
 """
 
 from __future__ import annotations
@@ -34,11 +32,11 @@ from typing import Callable
 
 import pandas as pd
 
-from vitplast import models, paper_datasets, runs
-from vitplast import study_specs as specs
-from vitplast.experiments.search import LR_LADDER  # noqa: F401 (re-exported)
-from vitplast.experiments.study_specs import ladder  # noqa: F401 (re-exported)
-from vitplast.report.verdicts import MAX_PRIMARIES, Primary
+from vitplast import models
+from vitplast.datasets import paper_datasets
+from vitplast.experiments import confound_plasticity, confound_variants, lr_selection, runs
+from vitplast.experiments import study_specs as specs
+from vitplast.stats.verdicts import MAX_PRIMARIES, Primary
 
 #: Where a study's store is: ``data`` (shipped: ``models.results_root``), ``cache``
 #: (``models.cache_dir``) or ``.`` (relative to the working directory).
@@ -59,7 +57,7 @@ class Study:
             to (the budget check reads the main study's results there, the confound study its
             LayerNorm scales, a searched study how far its search has gone).
         spec: what ``make`` reads: a ``runs_of`` grid, the confound study's parts
-            (``confounds.study_runs``) or a ``vitplast.search`` preset.
+            (``confounds.study_runs``) or a ``vitplast.experiments.search`` preset.
         baselines: the study whose runs it is compared with or builds on (the confound
             study's plain SGD runs, the budget check's chosen LRs); empty: none.
         primaries: its declared primary questions (at most ``MAX_PRIMARIES``).
@@ -135,19 +133,19 @@ def _grid(study: Study, root) -> list[dict]:
 
 
 def _budget(study: Study, root) -> list[dict]:
-    from vitplast import results
+    from vitplast.experiments import results
 
     return budget_runs(results.results(root), study)
 
 
 def _confound(study: Study, root) -> list[dict]:
-    from vitplast import confounds
+    from vitplast.experiments import confounds
 
     return confounds.study_runs(study.spec, root)
 
 
 def _searched(study: Study, root) -> list[dict]:
-    from vitplast import search
+    from vitplast.experiments import search
 
     return search.search_runs(study.spec, root)
 
@@ -236,10 +234,9 @@ def load(name: str = "main", results_dir: str = "", recompute: bool = False) -> 
     """Read (or, with ``recompute``, first run or resume) a finetuning study.
 
     The store is ``results_dir`` if given, else the study's (``Study.root``: the shipped
-    ``data/finetune`` for ``main``, read only; its cache copy when recomputing). Used by
-    notebooks 04-06.
+    ``data/finetune`` for ``main``, read only; its cache copy when recomputing).
     """
-    from vitplast import results, sweep
+    from vitplast.experiments import results, sweep
 
     study = _of_kind(name, _grid, "finetuning study")
     root = results_dir or str(study.root(recompute))
@@ -260,11 +257,11 @@ def load(name: str = "main", results_dir: str = "", recompute: bool = False) -> 
 @dataclass
 class ConfoundResults:
     """What a confound study's store holds: ``runs`` (``results.results`` rows of the study's
-    runs and of its plain SGD baselines, with ``confounds.with_variant``'s ``variant``; only
+    runs and of its plain SGD baselines, with ``confound_variants.with_variant``'s ``variant``; only
     the (task, variant) settings whose every run is stored: ``confounds.complete_settings``),
     ``coverage`` (expected runs by status), ``scales`` (``confounds.study_scales``),
-    ``layers`` (``confounds.layer_plasticity`` of the per-layer tasks), ``after``
-    (``confounds.plasticity_after`` of the runs it measures) and the two stores."""
+    ``layers`` (``confound_plasticity.layer_plasticity`` of the per-layer tasks), ``after``
+    (``confound_plasticity.plasticity_after`` of the runs it measures) and the two stores."""
 
     runs: pd.DataFrame
     coverage: dict
@@ -288,9 +285,9 @@ def load_confounds(name: str = "confounds", results_dir: str = "", main_results_
 
     The stores are ``results_dir`` / ``main_results_dir`` if given, else the study's and its
     baselines' (``Study.root``: the shipped ``data/confounds`` and ``data/finetune``, read
-    only; their cache copies when recomputing). Used by notebook 05.
+    only; their cache copies when recomputing).
     """
-    from vitplast import confounds, results, sweep
+    from vitplast.experiments import confounds, results, sweep
 
     study = _of_kind(name, _confound, "confound study")
     spec = study.spec
@@ -304,17 +301,18 @@ def load_confounds(name: str = "confounds", results_dir: str = "", main_results_
         sweep.run_sweep(expected, root)
     df = results.results(root, main_root)
     hashes = {runs.run_hash(c) for c in expected + baselines}
-    df = confounds.with_variant(df[df["run"].isin(hashes)] if len(df) else df)
+    df = confound_variants.with_variant(df[df["run"].isin(hashes)] if len(df) else df)
     cover = results.coverage(df, expected)
-    after = [confounds.plasticity_after(r, root, spec["after"]["n_pairs"], compute=recompute)
-             for r in confounds.after_runs(df, spec, baselines)]  # df holds the baselines
+    after = [confound_plasticity.plasticity_after(r, root, spec["after"]["n_pairs"],
+                                                  compute=recompute)
+             for r in confound_plasticity.after_runs(df, spec, baselines)]  # df holds the baselines
     layer_tasks = [p for p in spec["parts"] if p["name"] == "per layer"][0]["tasks"]
     return ConfoundResults(
         confounds.complete_settings(df, expected + baselines), cover, confounds.study_scales(
             root, spec["scale_tasks"], target=spec["target"], n_pairs=spec["n_pairs"]),
-        confounds.layer_plasticity(root, layer_tasks, spec["n_pairs"]),
+        confound_plasticity.layer_plasticity(root, layer_tasks, spec["n_pairs"]),
         pd.concat(after, ignore_index=True) if after
-        else pd.DataFrame(columns=confounds.AFTER_COLUMNS), root, main_root)
+        else pd.DataFrame(columns=confound_plasticity.AFTER_COLUMNS), root, main_root)
 
 
 def budget_runs(main: pd.DataFrame, study: Study | None = None) -> list[dict]:
@@ -322,12 +320,12 @@ def budget_runs(main: pd.DataFrame, study: Study | None = None) -> list[dict]:
     study's ``results`` table ``main``: on each task of ``study``, each configuration at the
     LR chosen on validation in the main study and its two neighbours on that configuration's
     grid."""
-    from vitplast import results
 
     study = study or get("budget")
     grid_spec, spec = get(study.baselines).spec, study.spec
     in_main = {runs.run_hash(c) for c in runs_of(grid_spec)}
-    chosen = results.select_lr(main[main["run"].isin(in_main) & main["task"].isin(spec["tasks"])])
+    chosen = lr_selection.select_lr(
+        main[main["run"].isin(in_main) & main["task"].isin(spec["tasks"])])
     fixed = {k: spec[k] for k in ("steps", "warmup_steps", "eval_every")}
     out = []
     for row in chosen.itertuples():
@@ -345,7 +343,7 @@ def paper_runs(data_root: str | Path | None = None, weights_file: str | None = N
     ``weights_file``: local weights of the model (default: the hub)."""
     if not data_root:
         raise ValueError("the paper study needs data_root: the folder of the paper datasets "
-                         "(layouts: vitplast.paper_datasets)")
+                         "(layouts: vitplast.datasets.paper_datasets)")
     spec = (study or get("paper")).spec
     fixed = dict(recipe="paper", model=spec["model"], data_root=str(data_root))
     if weights_file:

@@ -1,20 +1,20 @@
-"""Study specs: what each named study of ``vitplast.studies`` runs, and what it asks.
+"""Study specs: what each named study of ``vitplast.experiments.studies`` runs, and what it asks.
 
 Each study's ``spec`` is a plain value here (a ``studies.runs_of`` grid, the confound study's
-parts, or a ``vitplast.search`` preset), with its smoke version's replacements and its declared
-primary questions (``verdicts.Primary``), written before (or, where said, after) its runs.
+parts, or a ``vitplast.experiments.search`` preset), with its smoke version's replacements and its
+declared primary questions (``verdicts.Primary``), written before (or, where said, after) its runs.
 ``studies.STUDIES`` names them and says how their runs are made; a run's hash comes from these
 values, so changing one re-runs the study.
-
-Used by ``vitplast.studies``.
 """
 
 from __future__ import annotations
 
-from vitplast import components, paper, paper_datasets, suite
+from vitplast import paper
+from vitplast.datasets import paper_datasets, suite
 from vitplast.experiments.search import LR_LADDER
+from vitplast.measure import components
 from vitplast.measure.components import LINEARS, NORMS
-from vitplast.report.verdicts import Primary
+from vitplast.stats.verdicts import Primary
 
 
 def ladder(low: float, high: float) -> list[float]:
@@ -72,7 +72,7 @@ CONFOUND_TASKS = ["fmnist_contrast", "digits", "fmnist_snow", "fmnist_rotate90",
 #: LR (widening adds runs and changes none; ``data/confounds/README.md``).
 CONFOUNDS = dict(
     seeds=list(paper.SEEDS), target="FC1", n_pairs=256, scale_tasks=["fmnist_contrast", "digits"],
-    # plasticity re-measured after finetuning (``confounds.plasticity_after``)
+    # plasticity re-measured after finetuning (``confound_plasticity.plasticity_after``)
     after=dict(tasks=CONFOUND_TASKS[:2], seed=0, n_pairs=128,
                configs=list(components.PAPER_CONFIGS)),
     parts=[
@@ -132,9 +132,9 @@ CONFOUND_PRIMARIES = (
             "would predict a positive rho)", unit="partial rho, per task"))
 
 #: The suite study (issue "a task suite that can decide"): every task of the task suite
-#: (``vitplast.suite``, 33 tasks in 5 families) x 9 configurations x seed 0 (tasks, not seeds,
-#: are the unit: seeds explained about 13% of the between-task spread in the main study), new
-#: head in every run, each setting's LR found by ``vitplast.search`` (three LRs around
+#: (``vitplast.datasets.suite``, 33 tasks in 5 families) x 9 configurations x seed 0 (tasks, not
+#: seeds, are the unit: seeds explained about 13% of the between-task spread in the main study), new
+#: head in every run, each setting's LR found by ``vitplast.experiments.search`` (three LRs around
 #: ``configs[name]``, then half-decade steps until the best on validation is interior). The
 #: start LRs are the medians of what the main and confound studies chose for each
 #: configuration. Identical runs of the main and confound studies are copied, not re-run.
@@ -180,7 +180,7 @@ LENGTH = dict(
 _C = 8.0  # the gauge: residual stream x 8 (embedding RMS token norm ~3.5 -> ~28; ViT-B: 19.4)
 _GAUGED = {"head": 1.0, "LN1": 0.3, "MHA": 0.1, "FC2": 0.1, "full": 0.1}
 #: The cross-gauge study (issue "plasticity has a gauge"): the same network under two
-#: plasticity rankings. ``vitplast.gauge`` multiplies the residual stream by c = 8: the same
+#: plasticity rankings. ``vitplast.measure.gauge`` multiplies the residual stream by c = 8: the same
 #: function, but the embedding protocol's ranking moves from LN2 > LN1 > FC1 > FC2 > MHA to
 #: MHA > FC2 > FC1 > LN2 > LN1 (notebook 02). Configurations at c = 1 (plain; the suite
 #: study's runs where they are the same) and c = 8 (``prepare="gauge"``): MHA, FC2 and full,

@@ -2,18 +2,15 @@
 
 Paper: section 2 (finetuning protocol: configurations x LR grid x seeds per dataset).
 
-A run is a flat JSON-able dict (``vitplast.runs.make_run``, ``runs.grid``); the hash of its
-defining keys (``runs.run_hash``) names its record file.
+A run is a flat JSON-able dict (``vitplast.experiments.runs.make_run``, ``runs.grid``); the hash of
+its defining keys (``runs.run_hash``) names its record file.
 ``run_sweep`` runs only what the store lacks and saves each record the moment it finishes, so
 a killed sweep resumes losing nothing; a diverged or failed run is recorded as such. Every run
 starts from a new, seeded head (``models.new_head``). Runs that differ only in their LR may
-train as one batched computation (``batch_lrs``, ``vitplast.batched``). ``select`` orders,
-shards and limits a study's runs before a sweep. Named studies: ``vitplast.studies``;
+train as one batched computation (``batch_lrs``, ``vitplast.train.batched``). ``select`` orders,
+shards and limits a study's runs before a sweep. Named studies: ``vitplast.experiments.studies``;
 provenance of records and sessions, and a study's progress: ``vitplast.provenance``; tables:
-``vitplast.results``.
-
-Used by the CLI (``vitplast sweep``), ``vitplast.studies`` (so notebooks 04-05 through it,
-when they recompute) and ``vitplast.confounds`` (``build``).
+``vitplast.experiments.results``.
 """
 
 from __future__ import annotations
@@ -30,7 +27,8 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from vitplast import ablations, batched, finetune, models, provenance, tasks
+from vitplast import models, provenance
+from vitplast.datasets import tasks
 from vitplast.experiments.results import runs_table
 from vitplast.experiments.runs import (
     TRAIN_KEYS,
@@ -41,6 +39,7 @@ from vitplast.experiments.runs import (
     task_of,
 )
 from vitplast.experiments.store import Store
+from vitplast.train import ablations, batched, finetune
 
 EXECUTORS = ("serial", "submitit")
 #: How ``select`` orders a study's runs: ``seed-first`` (every (task, configuration, lr)
@@ -64,7 +63,7 @@ def run_one(run: dict, *, device: str | torch.device | None = None,
     first update: about chance with the new head), ``test_acc``, ``test_loss``,
     ``best_val_acc``, ``best_step``, ``trainable``, ``seconds`` (whole run), ``train_seconds``,
     ``device``,
-    ``history`` (``TrainResult.history``, see ``vitplast.finetune``), and provenance:
+    ``history`` (``TrainResult.history``, see ``vitplast.train.finetune``), and provenance:
     ``machine`` (e.g. "x86_64, 2 cores"), ``vitplast``, ``torch``, ``timm``, ``python``,
     ``git_commit``, ``git_dirty``, ``date`` (UTC). Non-finite numbers become ``None``.
 
@@ -79,7 +78,7 @@ def run_one(run: dict, *, device: str | torch.device | None = None,
 def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
             progress: bool = False) -> list[dict]:
     """Train runs that differ only in their ``lr``; return their records, as ``run_one``
-    would. Two or more train as one batched computation (``vitplast.batched``; their records
+    would. Two or more train as one batched computation (``vitplast.train.batched``; their records
     say ``batched``: how many, and ``seconds`` is the shared time divided among them), unless
     the batched path refuses them (``batched.check_batchable``): then one by one.
 
@@ -142,8 +141,7 @@ def _but_lr(run: dict) -> str:
 
 def build(run: dict, device: torch.device) -> tuple[torch.nn.Module, tasks.Task, dict]:
     """What a run trains: its model (loaded, with a new head, prepared by its ablation), its
-    task, and the ``finetune.train`` keywords it passes. Used by ``run_lrs`` and by
-    ``confounds.plasticity_after``, which measures the model before and after."""
+    task, and the ``finetune.train`` keywords it passes."""
     prepare = run.get("prepare")
     if prepare is not None and prepare not in PREPARE:
         raise ValueError(f"unknown prepare {prepare!r}; valid: {sorted(PREPARE)}")
@@ -206,7 +204,7 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
 
     Args:
         runs: run dicts (``grid``, ``make_run``); duplicates run once.
-        root: the results folder (``vitplast.store.Store``).
+        root: the results folder (``vitplast.experiments.store.Store``).
         executor: ``"serial"`` (here, one run after another) or ``"submitit"`` (a job array:
             SLURM when available, else submitit's local executor).
         device: where each run trains; ``None`` picks CUDA when available.
@@ -295,8 +293,9 @@ def _tidy(store: Store) -> Store:
     problems = problems[problems["kind"] != "claim"]
     if len(problems):
         warnings.warn(f"{len(problems)} file(s) under {store.root} fail their schema or are "
-                      f"debris: {problems['file'].tolist()[:5]}; vitplast.store.Store(root)"
-                      ".audit() says why (a record that fails is re-run)", stacklevel=3)
+                      f"debris: {problems['file'].tolist()[:5]}; "
+                      "vitplast.experiments.store.Store(root).audit() says why (a record that "
+                      "fails is re-run)", stacklevel=3)
     return store
 
 

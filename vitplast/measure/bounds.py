@@ -27,9 +27,7 @@ they bracket.
 Everything here is a pure function of a module and of statistics of its inputs (or of the
 inputs themselves): no data is read here. ``plasticity.measurement`` gathers the statistics in
 its one pass over the pairs; ``model_bounds`` applies Props. 1-4 to every component of a model;
-``vitplast.intervals`` assembles the intervals.
-
-Used by notebook 03, and by notebook 06 through ``vitplast.widgets``.
+``vitplast.measure.intervals`` assembles the intervals.
 """
 
 from __future__ import annotations
@@ -52,7 +50,7 @@ def _spec(m: torch.Tensor) -> torch.Tensor:
 def token_sigma(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Per-token ``sqrt(var + eps)`` of inputs (B, n, d) -> (B, n), what LayerNorm divides by.
 
-    Paper: Prop. 1 (LayerNorm bound), its sigma. Used by notebook 03.
+    Paper: Prop. 1 (LayerNorm bound), its sigma.
     """
     return torch.sqrt(x.float().var(dim=-1, unbiased=False) + eps)
 
@@ -69,7 +67,7 @@ def sigma_fit(x: torch.Tensor, eps: float = 1e-6) -> dict:
     holds for ANY pair of these inputs (module docstring). ``sigma_mean`` is the typical value;
     ``sigma_cv`` (std / mean over tokens) is 0 exactly when the tokens share sigma.
 
-    Paper: Prop. 1 (LayerNorm bound). Used by notebook 03.
+    Paper: Prop. 1 (LayerNorm bound).
     """
     return _sigma_summary(token_sigma(x, eps).flatten())
 
@@ -78,7 +76,7 @@ def layernorm_bound(ln: nn.LayerNorm, sigma: float) -> float:
     """``||gamma||_inf / sigma``, the ABSOLUTE max of the weight (the public code took the signed
     max and dropped 1/sigma).
 
-    Paper: Prop. 1 (LayerNorm bound). Used by notebook 03.
+    Paper: Prop. 1 (LayerNorm bound).
     """
     check_positive("sigma", sigma, hint="the smallest per-token sqrt(var + eps), see sigma_fit")
     return (1.0 if ln.weight is None else ln.weight.detach().abs().max().item()) / sigma
@@ -88,7 +86,7 @@ def layernorm_bound(ln: nn.LayerNorm, sigma: float) -> float:
 def linear_bound(linear: nn.Linear) -> float:
     """Spectral norm ``||W||_2`` (the bias cancels in f(x) - f(y)), for FC1 and FC2.
 
-    Paper: Prop. 2 (linear bound). Used by notebook 03.
+    Paper: Prop. 2 (linear bound).
     """
     return _spec(linear.weight).item()
 
@@ -99,7 +97,7 @@ def head_blocks(attn: nn.Module) -> dict[str, torch.Tensor | None]:
     blocks of ``qkv.weight`` (stored (out, in) = (3d, d)); ``o`` (H, d, dh) its COLUMN block of
     ``proj.weight``; ``bias`` (3, H, dh) or None.
 
-    Paper: Prop. 3 (the public code sliced qkv columns, i.e. input dims). Used by notebook 03.
+    Paper: Prop. 3 (the public code sliced qkv columns, i.e. input dims).
     """
     extras = [getattr(attn, m, nn.Identity()) for m in ("q_norm", "k_norm", "norm")]
     if not all(isinstance(m, nn.Identity) for m in extras) or getattr(attn, "gate", None):
@@ -114,7 +112,7 @@ def head_blocks(attn: nn.Module) -> dict[str, torch.Tensor | None]:
 def attention_by_heads(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """timm's Attention recomputed head by head from ``head_blocks``: (B, n, d) -> (B, n, d).
 
-    Paper: Prop. 3 (the decomposition sum_h O_h softmax(.) V_h). Used by notebook 03. x is
+    Paper: Prop. 3 (the decomposition sum_h O_h softmax(.) V_h). x is
     moved to the module's device.
     """
     p, x = head_blocks(attn), to_model(attn, x)
@@ -140,7 +138,7 @@ def mha_bound(attn: nn.Module, n: int, r: float) -> float:
     sqrt(d_head), for n tokens of norm <= r (r^2 -> r^2 + 1 with a qkv bias). Valid with r = the
     max token norm; the paper plugs the RMS norm (see ``radius``).
 
-    Paper: Prop. 3 (MHA bound, after Castin et al. 2024, Thm 3.3). Used by notebook 03.
+    Paper: Prop. 3 (MHA bound, after Castin et al. 2024, Thm 3.3).
     """
     check_count("n", n, hint="the number of tokens")
     check_positive("r", r, hint="the largest token norm, see radius")
@@ -162,7 +160,7 @@ def mha_bound_energy(attn: nn.Module, n: int, alpha: float, energy: float) -> fl
     Y A Y^T||_F / 2 <= R ||A|| ||X - Y||_F; and ||Y V^T||_2 <= R ||V||. Constants 1 and 1. With a
     qkv bias, A is augmented and one factor R becomes sqrt(R^2 + n).
 
-    Paper: Prop. 4 (tighter MHA bound under an image-energy assumption). Used by notebook 03.
+    Paper: Prop. 4 (tighter MHA bound under an image-energy assumption).
     """
     check_count("n", n, hint="the number of tokens")
     check_positive("alpha", alpha, hint="see energy_fit")
@@ -187,7 +185,7 @@ def radius(x: torch.Tensor) -> dict:
     """Token radii of inputs (B, n, d): ``r_rms`` = sqrt(mean_i ||x_i||^2), the paper's r, and
     ``r_max`` = max_i ||x_i||, what Prop. 3's ball needs.
 
-    Paper: Prop. 3 (r = 19.4 on ViT-B is an RMS). Used by notebook 03.
+    Paper: Prop. 3 (r = 19.4 on ViT-B is an RMS).
     """
     s = _token_summary(x.float().norm(dim=-1))
     return dict(r_rms=s["r_rms"], r_max=s["r_max"])
@@ -197,7 +195,7 @@ def energy_fit(x: torch.Tensor) -> dict:
     """``energy`` E = mean_b ||X_b||_F^2 of inputs (B, n, d) and the smallest ``alpha`` with
     ||X_b||_F <= alpha sqrt(E) for every b (alpha^2 E = max_b ||X_b||_F^2).
 
-    Paper: Prop. 4 (image-energy assumption). Used by notebook 03.
+    Paper: Prop. 4 (image-energy assumption).
     """
     s = _token_summary(x.float().norm(dim=-1))
     return dict(alpha=s["alpha"], energy=s["energy"])
@@ -213,7 +211,7 @@ def local_lipschitz(f, x: torch.Tensor, iters: int = 20, seed: int = 0) -> torch
     on J^T J with torch.func jvp / vjp. f must treat samples independently (the five components
     do). Any unit v gives ||J v|| <= ||J|| <= Lip(f): a lower bound whatever the convergence.
 
-    Paper: Definition 1 (P(f) <= Lip(f)), objection 2 (lower side). Used by notebook 03.
+    Paper: Definition 1 (P(f) <= Lip(f)), objection 2 (lower side).
     x is moved to f's device when f is a module; the result lies there.
     """
     check_count("iters", iters, minimum=0, hint="power-iteration steps, e.g. 20")
@@ -236,7 +234,7 @@ def component_bounds(module: nn.Module, component: str, stats: dict) -> dict:
 
     Args:
         module: the component's module (LayerNorm, Linear, timm Attention).
-        component: its name (``vitplast.components.COMPONENTS``).
+        component: its name (``vitplast.measure.components.COMPONENTS``).
         stats: ``n`` and, for LN, ``sigma``, ``sigma_mean``; for MHA, ``r_max``, ``r_rms``,
             ``energy``, ``alpha`` (``plasticity.Measurement.statistics``, or ``sigma_fit``,
             ``radius``, ``energy_fit`` of the inputs).
@@ -246,7 +244,7 @@ def component_bounds(module: nn.Module, component: str, stats: dict) -> dict:
         r_max), ``bound_p4`` (Prop. 4, NaN but for MHA), ``plugin`` (the paper's plug-in value:
         Prop. 1 at the mean sigma, Prop. 3 at r_rms; NOT a proven bound; = ``bound`` for FC).
 
-    Paper: Props. 1-4 on one component. Used by notebook 03 through ``model_bounds``.
+    Paper: Props. 1-4 on one component.
     """
     check_component(component)
     if component.startswith("LN"):
@@ -276,8 +274,7 @@ def model_bounds(model: nn.Module, statistics: pd.DataFrame) -> pd.DataFrame:
     Raises:
         ValueError: a component of the model without statistics, naming it.
 
-    Paper: Props. 1-4 on a model (the upper side of the intervals). Used by notebook 03
-    (through ``intervals.intervals``) and notebook 06 (``vitplast.widgets``).
+    Paper: Props. 1-4 on a model (the upper side of the intervals).
     """
     rows = {(int(r["layer"]), str(r["component"])): r for r in statistics.to_dict("records")}
     out = []

@@ -17,8 +17,6 @@ DINOv2-style models), dropout and the residual connection.
 
 Finetuning configurations (``CONFIGS``) name the parameters each configuration trains; the
 new head and the final norm (``ALWAYS_TRAINED``) train in every configuration, as in the paper.
-
-Used by notebooks 01-06.
 """
 
 from __future__ import annotations
@@ -184,7 +182,7 @@ def set_trainable(model: nn.Module, names: list[str]) -> int:
 def trainable_table(model: nn.Module, configs, *, train_head: bool = True):
     """Exact trainable-parameter counts per configuration (``trainable``), and their share of
     the model (``percent``): a DataFrame, one row per configuration (``config``; a list of
-    patterns as JSON). Paper: section 5 (what each configuration trains). Used by notebook 04.
+    patterns as JSON). Paper: section 5 (what each configuration trains).
     """
     import json
 

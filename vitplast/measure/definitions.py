@@ -5,7 +5,7 @@ largest rate).
 Paper: Definition 1 and the remark P(f) <= Lip(f); objection 1 (docs/objections.md) (the expectation
 is over a distribution of pairs, so plasticity depends on that distribution).
 
-Notebook 01's conclusions are ``findings.definitions`` of these tables. Used by notebook 01.
+Notebook 01's conclusions are ``definition_findings.definitions`` of these tables.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from vitplast.measure.plasticity import rate
+from vitplast.measure.rates import rate
 
 #: 1-D maps with their Lipschitz constants (sup |f'|), for the first section of notebook 01.
 MAPS_1D = {
@@ -94,7 +94,7 @@ def convergence(df: pd.DataFrame, sizes: list[int]) -> pd.DataFrame:
     """How the plasticity estimate settles with the number of pairs.
 
     Args:
-        df: a per-pair table from ``vitplast.plasticity.measure``.
+        df: a per-pair table from ``vitplast.measure.plasticity.measure``.
         sizes: numbers of pairs (the first n pairs of ``df``).
 
     Returns:

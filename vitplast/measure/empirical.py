@@ -4,8 +4,6 @@ how its ranking of components compares with the paper's.
 Paper: section 4, Fig. 2-3 and Takeaway 2 (on ViT-B: MHA > FC1 > FC2 > LN2 > LN1, with MHA,
 FC1, FC2 above 1 and the LayerNorms below; the values are ``vitplast.paper.FIG2_PLASTICITY``,
 and ``findings.plasticity_ranking`` compares with them).
-
-Used by notebooks 02, 04 and 06.
 """
 
 from __future__ import annotations
@@ -16,16 +14,10 @@ import numpy as np
 import pandas as pd
 from torch import nn
 
+from vitplast import cached
 from vitplast.inputs import Fitted, fits, native_input
-from vitplast.measure.plasticity import (
-    PROTOCOLS,
-    Pairs,
-    make_pairs,
-    measure,
-    order,
-    ranking,
-    summarize,
-)
+from vitplast.measure.pairs import PROTOCOLS, Pairs, make_pairs
+from vitplast.measure.plasticity import measure, order, ranking, summarize
 
 #: The pretraining-domain task whose test images are the x of each pair by default: the
 #: embedded model's Fashion-MNIST (the paper's ImageNet val).
@@ -43,7 +35,8 @@ def load_task_for(name: str, model=None, data_root: str | None = None, *, seed: 
     An embedded task (1 x 28 x 28) for a model that takes other images (a timm ViT by name)
     is resized to the model's input (``vitplast.inputs.Fitted``): any ViT can be measured
     on it offline."""
-    from vitplast import models, tasks
+    from vitplast import models
+    from vitplast.datasets import tasks
 
     task = tasks.load(name, data_root, model=model, seed=seed, **task_kwargs)
     if tasks.TASKS[name] != "embedded" or not isinstance(model, nn.Module) or fits(
@@ -87,11 +80,11 @@ def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
         tasks: embedded task names, or paper dataset names with ``data_root``.
         source: the pretraining-domain task whose test images are the x of each pair
             (the paper's ImageNet val); ``None`` or ``""`` pairs images within each task.
-        data_root: folder of the paper's datasets (``vitplast.paper_datasets``).
+        data_root: folder of the paper's datasets (``vitplast.datasets.paper_datasets``).
         workers: DataLoader workers reading the pairs (a runtime setting: not in the cache
             key).
     """
-    from vitplast import models, store
+    from vitplast import models
 
     frames = []
     for ckpt in checkpoints:
@@ -112,7 +105,7 @@ def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
                     continue
                 key = dict(model_name=model_name, checkpoint=ckpt, task=name, protocol=protocol,
                            source=source or "", n_pairs=n_pairs, batch_size=batch_size)
-                frames.append(store.load_or_compute("rates", key, compute))
+                frames.append(cached.load_or_compute("rates", key, compute))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -135,10 +128,9 @@ def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",
     those of ``tasks`` in ``pretraining_tasks`` only (default: all tasks), both protocols, no
     progress bars.
 
-    Paper: section 4, Fig. 2-3. Used by notebook 02.
+    Paper: section 4, Fig. 2-3.
     """
-    from vitplast import store
-    from vitplast import tasks as registry
+    from vitplast.datasets import tasks as registry
 
     for name in [*tasks, *(pretraining_tasks or []), *([source] if source else [])]:
         registry.check(name, data_root)  # "unknown task", naming the valid ones
@@ -158,7 +150,7 @@ def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",
         frames.append(measure_tasks(model_name, list(tasks), checkpoints=[last], **kw))
         return pd.concat(frames, ignore_index=True)
 
-    return store.load_or_compute("plasticity", params, compute)
+    return cached.load_or_compute("plasticity", params, compute)
 
 
 def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> pd.DataFrame:
@@ -180,7 +172,7 @@ def pooled_layers(rates: pd.DataFrame, checkpoint: str) -> pd.DataFrame:
     """Per (protocol, layer, component) at ``checkpoint``: ``plasticity`` and ``ci95`` of
     ``plasticity.summarize``, averaged over tasks (the figures' pooled view).
 
-    Paper: Fig. 2-3. Used by notebook 02."""
+    Paper: Fig. 2-3."""
     per_layer = summarize(rates[rates["checkpoint"] == checkpoint], by=("layer", "component"))
     return (per_layer.groupby(["protocol", "layer", "component"], observed=True)
             [["plasticity", "ci95"]].mean().reset_index())
@@ -189,7 +181,7 @@ def pooled_layers(rates: pd.DataFrame, checkpoint: str) -> pd.DataFrame:
 def precision(rates: pd.DataFrame, checkpoint: str) -> pd.DataFrame:
     """How precise the per-layer estimates are with the pairs used: per protocol, the median
     and the largest 95% CI half-width relative to the plasticity, over (task, layer,
-    component), and the pairs per estimate. Used by notebook 02 (the choice of ``n_pairs``)."""
+    component), and the pairs per estimate."""
     per_layer = summarize(rates[rates["checkpoint"] == checkpoint], by=("layer", "component"))
     rel = per_layer.assign(relative_ci95=per_layer["ci95"] / per_layer["plasticity"])
     return rel.groupby("protocol").agg(pairs=("n", "min"), median_relative_ci95=(
@@ -198,7 +190,7 @@ def precision(rates: pd.DataFrame, checkpoint: str) -> pd.DataFrame:
 
 def task_orders(ranked: pd.DataFrame) -> pd.DataFrame:
     """Per (protocol, task) of a ``plasticity.ranking`` table: the order of the components as
-    text (``plasticity.order``). Used by notebook 02."""
+    text (``plasticity.order``)."""
     return (ranked.groupby(["protocol", "task"]).apply(order, include_groups=False)
             .rename("order").to_frame())
 
@@ -210,7 +202,7 @@ def along_pretraining(rates: pd.DataFrame, model_name: str) -> tuple[pd.DataFram
         (ranked, curve): ``plasticity.ranking`` per checkpoint in measured order, and its mean
         over those tasks per (protocol, epoch, component), with ``epoch`` from the manifest.
 
-    Paper: not studied there (it measures the final model). Used by notebook 02.
+    Paper: not studied there (it measures the final model).
     """
     ckpts = list(dict.fromkeys(rates["checkpoint"]))
     everywhere = set.intersection(*(set(rates.loc[rates["checkpoint"] == c, "task"])
@@ -231,45 +223,22 @@ def stored_layers(root, task: str, *, n_pairs: int = 256, protocol: str = "embed
     ``root/plasticity-<hash of the settings>.json`` (a store companion, validated when read;
     other settings name another file, measured anew): the file the suite study's
     ``decide.task_plasticity`` writes for the same settings (a test holds them to one name).
-    Used by notebook 04 (``finetuning_inputs``).
 
     Columns: ``task``, ``protocol``, ``layer``, ``component``, ``plasticity``, ``ci95``.
     """
-    from vitplast import store
-
     settings = dict(task=task, n_pairs=n_pairs, protocol=protocol)
-    saved = store.Store(root).companion(
-        f"plasticity-{store.config_hash(settings)}.json",
+    saved = cached.companion(
+        root, f"plasticity-{cached.config_hash(settings)}.json",
         compute=lambda: dict(settings, rows=embedded_layers(
             [task], protocol=protocol, n_pairs=n_pairs).drop(columns="task").to_dict("records")))
     return pd.DataFrame(saved["rows"]).assign(task=task, protocol=protocol)
-
-
-def finetuning_inputs(tasks: list[str], root, *, protocols=PROTOCOLS, n_pairs: int = 256
-                      ) -> tuple[pd.DataFrame, pd.Series]:
-    """What notebook 04 needs besides its runs, kept beside them in the store ``root`` (computed
-    once, then read: ``stored_layers``, ``probes.stored_probe``): the embedded model's
-    plasticity on each task under each of ``protocols``, one row per block and component with
-    its ``rate`` the block's plasticity (the mean over pairs: what ``plasticity.ranking``
-    averages over blocks), and the linear probe's test accuracy (%) per task.
-
-    Paper: Takeaway 3 (plasticity vs gain), Table 1's linear-probe column. Used by notebook 04.
-    """
-    from vitplast import probes
-
-    layers = pd.concat([stored_layers(root, t, n_pairs=n_pairs, protocol=p)
-                        for p in protocols for t in tasks], ignore_index=True)
-    rates = layers.rename(columns={"plasticity": "rate"}).drop(columns="ci95")
-    probe = pd.Series({t: probes.stored_probe(root, t)["test_acc"] for t in tasks},
-                      name="test_acc").rename_axis("task")
-    return rates, probe
 
 
 def layer_summary(pooled: pd.DataFrame) -> pd.DataFrame:
     """Per (component; protocol as columns): the layer ``median`` and the ``mean without layer
     0`` (the layer that reads the raw embedding) of ``pooled_layers``' per-layer plasticity,
     beside the means of the ranking: whether one layer decides a component's place.
-    ``findings.layer_summaries`` states the orders they give. Used by notebook 02."""
+    ``findings.layer_summaries`` states the orders they give."""
     per = pooled.groupby(["protocol", "component"], observed=True)["plasticity"]
     later = (pooled[pooled["layer"] > 0].groupby(["protocol", "component"], observed=True)
              ["plasticity"].mean())
@@ -283,8 +252,8 @@ def mha_scale_curve(model_name: str, task: str, scales, *, source: str | None = 
     """``plasticity.scale_curve`` of MHA on ``task``'s pairs (``task_pairs``) of the final
     model, load-or-compute (cached by every argument but ``workers``, a runtime setting).
 
-    Paper: not in the paper (objection to the embedding protocol). Used by notebook 02."""
-    from vitplast import models, store
+    Paper: not in the paper (objection to the embedding protocol)."""
+    from vitplast import models
     from vitplast.measure.plasticity import scale_curve
 
     def compute():
@@ -294,4 +263,4 @@ def mha_scale_curve(model_name: str, task: str, scales, *, source: str | None = 
 
     key = dict(model_name=model_name, task=task, scales=list(scales), source=source or "",
                data_root=data_root, n_pairs=n_pairs, batch_size=batch_size)
-    return store.load_or_compute("mha-scale-curve", key, compute)
+    return cached.load_or_compute("mha-scale-curve", key, compute)

@@ -53,7 +53,7 @@ norm, the head) get the same gradient, the scaled ones (proj, fc2, the embedding
 
 Sweep interface: a run with ``prepare="gauge"`` and ``ablation=dict(c=8.0)`` (optional
 ``scale_eps=False``) trains the gauged model (``ablations.PREPARE["gauge"]``, applied after the
-new head). Used by notebook 02.
+new head).
 """
 
 from __future__ import annotations
@@ -164,7 +164,6 @@ def gauge(model: nn.Module, c: float, *, scale_eps: bool = False) -> nn.Module:
     """Multiply the residual stream of a pre-norm ViT by ``c``, in place (module docstring).
 
     Paper: none (issue 28); the plasticity of its components moves by ``RATE_FACTORS``.
-    Used by notebook 02 and, through ``ablations.PREPARE["gauge"]``, by the sweep.
 
     Args:
         c: the scale (> 0); ``gauge(gauge(m, c), 1 / c)`` is ``m`` up to round-off.
@@ -194,7 +193,7 @@ def _stream_norms(model: nn.Module) -> list[nn.LayerNorm]:
 def scale_embedding(model: nn.Module, c: float) -> nn.Module:
     """Multiply only the embedding (patch embedding, positions, CLS and other tokens) by ``c``,
     in place: NOT function-preserving (the branches' outputs keep their scale), but what the
-    ``embedding`` protocol sees of the gauge. Used by notebook 02 (the embedding-scale table)."""
+    ``embedding`` protocol sees of the gauge."""
     check_gauge(model)
     _scale(model, c, EMBEDDING)
     return model
@@ -212,7 +211,7 @@ def layernorm_shift(sigma: float, eps: float, c: float) -> float:
 def function_gap(model: nn.Module, images: torch.Tensor, c: float) -> dict:
     """How far ``gauge(model, c)`` is from ``model`` on ``images`` (``model`` untouched):
     ``max_logit_diff``; ``first_order``, the derived size (1 - c^-2) max|f_eps=0 - f| (module
-    docstring); ``same_predictions``, the fraction of equal argmax. Used by notebook 02."""
+    docstring); ``same_predictions``, the fraction of equal argmax."""
     import copy
 
     from vitplast.inputs import to_model
@@ -237,7 +236,7 @@ def finetuning_equivalence(model: nn.Module, config, c: float, *, optimizer: str
     act; weight decay 0), 1 / c under Adam (up to its eps). Empty: the configuration follows
     the same trajectory at every c, clip included. Pass the dict as ``train(lr_scales=...)``.
 
-    Paper: none (issue 28; Takeaway 3 compares these configurations). Used by notebook 02.
+    Paper: none (issue 28; Takeaway 3 compares these configurations).
     """
     from vitplast.measure.components import trainable_names
 

@@ -8,11 +8,11 @@ of every block, ``intervals`` brackets Lip(f) on the data's domain:
     lipschitz_lower = max(max_rate, local_lipschitz) <= Lip(f) <= lipschitz_upper = min(bounds),
 
 the lower end observed (the largest rate over the pairs, the Jacobian's spectral norm at probed
-inputs), the upper end proven (Props. 1-4, ``vitplast.bounds``). Plasticity, the MEAN rate,
+inputs), the upper end proven (Props. 1-4, ``vitplast.measure.bounds``). Plasticity, the MEAN rate,
 is a different quantity: it lies below the lower end (P(f) <= max_rate) and the interval does
 not bracket it. ``random_checks`` tests the propositions where their assumptions hold exactly;
 ``compare_rankings`` sets the order of the bounds against the order of measured plasticity;
-``vitplast.findings.bounds`` states the conclusions as a findings table.
+``vitplast.report.bound_findings.bounds`` states the conclusions as a findings table.
 
 ``intervals`` columns (one row per layer x component): ``protocol``, ``layer``, ``component``,
 ``n`` (tokens); ``plasticity`` (the mean rate, Definition 1); ``max_rate`` (the largest observed
@@ -22,14 +22,12 @@ or 3, with the statistics that make it valid: the smallest sigma, r_max); ``boun
 MHA only); ``lipschitz_upper`` (the smaller proven bound); ``plugin`` (the paper's plug-in
 value: Prop. 1 at the mean sigma, Prop. 3 at r_rms; NOT a proven bound; = ``bound`` for FC);
 ``bound_holds`` = ``holds(bound, lipschitz_lower)``: the bound is at least the lower end of
-Lip(f), up to float32 round-off (``random_checks`` and ``vitplast.findings.bounds`` use the
-same ``holds``); ``p4_holds`` the same for ``bound_p4``;
+Lip(f), up to float32 round-off (``random_checks`` and ``vitplast.report.bound_findings.bounds`` use
+the same ``holds``); ``p4_holds`` the same for ``bound_p4``;
 ``plugin_holds`` = max_rate <= plugin (a plug-in value is only checked against the observed
 rates); ``width`` = lipschitz_upper / lipschitz_lower (the factor within which Lip(f) is
 known); the data statistics used: ``sigma``, ``sigma_mean``, ``sigma_cv`` (LN), ``r_rms``,
 ``r_max``, ``energy``, ``alpha`` (MHA).
-
-Used by notebook 03.
 """
 
 from __future__ import annotations
@@ -40,8 +38,8 @@ import pandas as pd
 import torch
 from torch import nn
 
-from vitplast import bounds, plasticity
 from vitplast.inputs import check_count
+from vitplast.measure import bounds, plasticity, rates
 from vitplast.measure.components import component_modules
 
 _KEYS = ("model", "task", "checkpoint", "protocol")
@@ -67,7 +65,7 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
 
     Args:
         x, y: the pairs, as for ``plasticity.measure``: aligned image tensors (N, C, H, W),
-            or ``x`` a ``plasticity.Pairs`` dataset and ``y`` None.
+            or ``x`` a ``pairs.Pairs`` dataset and ``y`` None.
         protocol: ``"hidden"`` or ``"embedding"``; the bounds use the statistics of the inputs
             each component gets under it, over the 2N images of the pairs (identical pairs
             excluded, as for the rates).
@@ -80,7 +78,7 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
     Returns:
         One row per (layer, component); columns in the module docstring.
 
-    Paper: Props. 1-4, objection 2 (intervals, not ranked upper bounds). Used by notebook 03.
+    Paper: Props. 1-4, objection 2 (intervals, not ranked upper bounds).
     """
     check_count("n_lipschitz", n_lipschitz, hint="inputs probed for the local Lipschitz "
                 "estimate, e.g. 8")
@@ -113,7 +111,7 @@ def gauged(model: nn.Module, c: float, x, y: torch.Tensor | None = None, *,
     Raises:
         TypeError: an architecture the gauge refuses (``gauge.check_gauge`` names why).
 
-    Paper: none (issue 28: what sets the ranking). Used by notebook 03.
+    Paper: none (issue 28: what sets the ranking).
     """
     import copy
 
@@ -135,7 +133,7 @@ def random_checks(n_seeds: int = 5, *, n: int = 16, d: int = 32, num_heads: int 
     over the inputs), ``lipschitz_lower`` and ``bound_holds`` (``holds``) as in ``intervals``;
     ``width`` = bound / lipschitz_lower.
 
-    Paper: Props. 1-4, where their assumptions hold. Used by notebook 03.
+    Paper: Props. 1-4, where their assumptions hold.
     """
     from timm.layers import Attention
 
@@ -159,7 +157,7 @@ def random_checks(n_seeds: int = 5, *, n: int = 16, d: int = 32, num_heads: int 
                 ("Prop. 4", attn, x, bounds.mha_bound_energy(attn, n, **bounds.energy_fit(x)))]:
             if f not in measured:
                 with torch.no_grad():
-                    r = plasticity.rate(f, inp[:n_pairs], inp[n_pairs:])
+                    r = rates.rate(f, inp[:n_pairs], inp[n_pairs:])
                 measured[f] = r, bounds.local_lipschitz(f, inp, power_iters).max().item()
             r, lip = measured[f]
             rows.append(dict(seed=seed, proposition=prop, bound=bound, plasticity=r.mean().item(),
@@ -176,7 +174,7 @@ def theoretical_ranking(df: pd.DataFrame, column: str = "bound") -> pd.DataFrame
     """Per component: ``column`` of ``intervals`` averaged over layers and its rank (1 =
     largest), by ``plasticity.ranking``.
 
-    Paper: Takeaway 1 (MHA > FC1 ~ FC2 > LN2 ~ LN1 for the bounds). Used by notebook 03.
+    Paper: Takeaway 1 (MHA > FC1 ~ FC2 > LN2 ~ LN1 for the bounds).
     """
     keys = [k for k in _KEYS if k in df.columns]
     long = df[keys + ["layer", "component", column]].rename(columns={column: "rate"})
@@ -190,7 +188,7 @@ def compare_rankings(df: pd.DataFrame, column: str = "bound") -> pd.DataFrame:
     ``attrs``: ``measured`` and ``theory`` (the orders as text), ``match`` (same order),
     ``kendall_tau`` (rank agreement, 1 = same order).
 
-    Paper: Takeaway 1 vs Takeaway 2; objection 2. Used by notebook 03.
+    Paper: Takeaway 1 vs Takeaway 2; objection 2.
     """
     from scipy.stats import kendalltau
 
@@ -210,8 +208,7 @@ def cached(name: str, key: dict, compute) -> pd.DataFrame:
     files ``intervals-<name>-<hash of key>``). ``key`` names everything the table depends on:
     the model (name, checkpoint, weights file), the pairs (task, source, number) and the call's
     arguments; a weights file changed in place under the same name is not noticed.
-
-    Used by notebook 03 (its parameters are the key)."""
+    """
     from vitplast.cached import load_or_compute
 
     return load_or_compute(f"intervals-{name}", key, compute)

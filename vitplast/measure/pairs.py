@@ -2,8 +2,7 @@
 the checks every measuring pass makes of them before and during the pass.
 
 Paper: Definition 1 (the pairs of the expectation) and section 4 (x = pretraining-domain image
-i, y = downstream image i, unshuffled). Used by notebooks 01-06 through ``vitplast.plasticity``
-(which re-exports ``Pairs``, ``make_pairs``, ``check_pairs`` and ``check_batch``).
+i, y = downstream image i, unshuffled).
 """
 
 from __future__ import annotations
@@ -110,8 +109,6 @@ def check_pairs(model: nn.Module, x, y: torch.Tensor | None = None, *,
     the model (the rest is checked batch by batch, ``check_batch``), before any pass.
 
     Args: as ``plasticity.measurement``'s.
-
-    Used by ``plasticity.measurement`` and ``plasticity.scale_curve``.
     """
     check_protocol(protocol)
     check_count("batch_size", batch_size, hint="pairs per forward pass, e.g. 64")
@@ -132,8 +129,6 @@ def check_batch(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, start: int
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch of pairs (from pair ``start`` on) as the model takes them; non-finite pixels
     raise naming the pairs (a NaN pair would otherwise pass for identical and be excluded).
-
-    Used by ``plasticity.measurement``.
     """
     xb = check_images(model, xb, "x", warn=start == 0)
     yb = check_images(model, yb, "y", warn=start == 0)

@@ -8,9 +8,10 @@ pairs (the paper writes "uniform"; in practice, and here, it is the pairs one fe
 The estimator runs ONE forward pass over the batch [x; y] with scoped forward hooks on every
 component of every block (``hooks``, the one hook scope); each hook reduces its (input, output)
 on the spot to one rate per pair (kept on the device, copied to the host once per batch) AND,
-unless asked not to, to running statistics of the input that the bounds of ``vitplast.bounds``
-need (per-token sigma, token norms, sequence energies), so memory is O(batch) whatever the
-number of pairs (``measurement``; ``measure`` is its rates, without the statistics).
+unless asked not to, to running statistics of the input that the bounds of
+``vitplast.measure.bounds`` need (per-token sigma, token norms, sequence energies), so memory is
+O(batch) whatever the number of pairs (``measurement``; ``measure`` is its rates, without the
+statistics).
 
 Two input protocols (``PROTOCOLS``):
 
@@ -20,16 +21,14 @@ Two input protocols (``PROTOCOLS``):
   to the embedding output (patch tokens + CLS + positions); FC2 gets it zero-padded from d to
   its input width; no residuals; the denominator is the embedding difference.
 
-Pairs (``Pairs``, ``make_pairs``) live in ``vitplast.pairs``, one batch's rates (``rate``,
-``hooks``, ``batch_rates``, the two protocols) in ``vitplast.rates``; both are re-exported here.
-Pairs whose two images are identical are excluded and counted (``df.attrs["excluded"]``).
+Pairs (``Pairs``, ``make_pairs``) live in ``vitplast.measure.pairs``, one batch's rates (``rate``,
+``hooks``, ``batch_rates``, the two protocols) in ``vitplast.measure.rates``; both are re-exported
+here. Pairs whose two images are identical are excluded and counted (``df.attrs["excluded"]``).
 Images are checked against the model before any pass (``vitplast.inputs``): a pair with a NaN
 or infinite pixel is an error, never an excluded pair nor a NaN rate.
 
 Tidy output of ``measure`` (one row per pair x layer x component): ``protocol``, ``layer``,
 ``component``, ``pair`` (index of the pair), ``rate``; plus any ``meta`` columns.
-
-Used by notebooks 01, 02, 03, 05, 06.
 """
 
 from __future__ import annotations
@@ -46,23 +45,17 @@ from torch.utils.data import DataLoader
 from vitplast.inputs import check_count, model_device, to_model
 from vitplast.measure.bounds import token_sigma
 from vitplast.measure.components import COMPONENTS, check_component, component_modules
-from vitplast.measure.pairs import PROTOCOLS, Pairs, check_batch, check_pairs, make_pairs
-from vitplast.measure.rates import (  # noqa: F401 (the public ones re-exported)
+from vitplast.measure.pairs import check_batch, check_pairs
+from vitplast.measure.rates import (
     _apply,
     _embedding_input,
     _pair_rate,
     _Rates,
-    batch_rates,
-    component_inputs,
     embed,
-    hooks,
-    rate,
 )
 from vitplast.models import pick_device
 
-__all__ = ["PROTOCOLS", "Pairs", "make_pairs", "check_pairs", "check_batch", "rate", "embed",
-           "hooks", "batch_rates", "component_inputs", "Measurement", "measurement", "measure",
-           "summarize", "ranking", "order", "scale_curve"]
+__all__ = ["Measurement", "measurement", "measure", "summarize", "ranking", "order", "scale_curve"]
 
 
 class _Moments:
@@ -90,7 +83,7 @@ class _Moments:
 
 class _Reduction:
     """What the measuring pass keeps of one component's inputs, besides its rates: the running
-    statistics its bound needs (``vitplast.bounds``: per-token sigma for a LayerNorm; token
+    statistics its bound needs (``vitplast.measure.bounds``: per-token sigma for a LayerNorm; token
     norms and sequence energies for MHA; none for a linear layer) and the first ``keep`` x
     inputs (a batch is [x; y], so its first half); only the inputs if not ``gather``."""
 
@@ -170,13 +163,13 @@ class Measurement:
             mean over tokens); MHA: ``r_rms`` (sqrt(mean_i ||x_i||^2)), ``r_max`` (max_i
             ||x_i||), ``energy`` (mean_b ||X_b||_F^2), ``alpha`` (sqrt(max_b ||X_b||_F^2 /
             energy)); NaN where the component's bound needs none. The input of
-            ``vitplast.bounds.model_bounds``.
+            ``vitplast.measure.bounds.model_bounds``.
         inputs: ``{(layer, component): (k, n, d_in)}``, each component's input for the x
             images of the first k = ``keep`` kept pairs (for ``bounds.local_lipschitz``).
         scales: one row per (layer, component) when measured with ``scales=True`` (else None):
             ``s_in`` and ``s_out``, the RMS over all 2N images of the kept pairs of the
             Frobenius norm of its input and of its output, sqrt(mean_b ||X_b||_F^2)
-            (``vitplast.relative``: plasticity in units of these scales).
+            (``vitplast.measure.relative``: plasticity in units of these scales).
     """
 
     rates: pd.DataFrame
@@ -204,12 +197,10 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
     """ONE streamed pass over the pairs: every component's per-pair rates, the statistics of
     its inputs that Props. 1-4 need, and its first ``keep`` inputs (``Measurement``).
 
-    Paper: Definition 1 and section 4 (rates); Props. 1-4 (statistics). Used by notebook 03
-    (through ``vitplast.intervals``) and 06 (``vitplast.widgets``); its ``rates`` by notebooks
-    01 and 02 (through ``measure``).
+    Paper: Definition 1 and section 4 (rates); Props. 1-4 (statistics).
 
     Args:
-        model: a timm VisionTransformer (see ``vitplast.components.check_supported``).
+        model: a timm VisionTransformer (see ``vitplast.measure.components.check_supported``).
         x, y: aligned image tensors (N, C, H, W); or ``x`` a ``Pairs`` dataset and ``y`` None.
         protocol: ``"hidden"`` or ``"embedding"``.
         batch_size: pairs per forward pass (the pass sees 2 x batch_size images).
@@ -218,7 +209,7 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
         keep: how many x inputs of each component to keep (0: none).
         statistics: gather the statistics of the inputs (False: ``statistics`` is None).
         scales: also sum the squared norms of every component's input and output in the
-            same pass (``Measurement.scales``; ``vitplast.relative``).
+            same pass (``Measurement.scales``; ``vitplast.measure.relative``).
 
     Raises:
         ValueError: bad ``protocol``, ``batch_size``, ``workers`` or ``keep``; no pairs; images
@@ -333,7 +324,7 @@ def scale_curve(model: nn.Module, x, y: torch.Tensor | None = None,
     Args:
         x, y: aligned image tensors (N, C, H, W); or ``x`` a ``Pairs`` dataset and ``y`` None.
         scales: the factors c.
-        component: which component of every block (``vitplast.components.COMPONENTS``).
+        component: which component of every block (``vitplast.measure.components.COMPONENTS``).
 
     Returns:
         Columns ``layer``, ``component``, ``scale``, ``plasticity`` (mean rate over the pairs).
@@ -341,7 +332,7 @@ def scale_curve(model: nn.Module, x, y: torch.Tensor | None = None,
     Raises:
         ValueError: as ``measure``: unknown component, bad pairs, only identical pairs.
 
-    Paper: not in the paper (objection to the embedding protocol). Used by notebook 02.
+    Paper: not in the paper (objection to the embedding protocol).
     """
     check_component(component)
     pairs = check_pairs(model, x, y, batch_size=batch_size, workers=workers)

@@ -18,7 +18,7 @@ measuring pass (``plasticity.measurement(scales=True)``) also sums the squared n
 relative plasticity costs no extra pass; (3) RMS (the square root of a mean of squares),
 which sums over batches exactly.
 
-**Why the residual-stream gauge leaves it unchanged** (``vitplast.gauge``: the embedding and
+**Why the residual-stream gauge leaves it unchanged** (``vitplast.measure.gauge``: the embedding and
 every branch's output times c; same function). Under ``hidden`` a component whose input is
 multiplied by a and output by b has every rate times b / a (the pair difference of its input
 times a, of its output times b), s_in times a and s_out times b, so R is unchanged:
@@ -39,8 +39,7 @@ Tidy output of ``measure`` (one row per layer x component): ``protocol``, ``laye
 plus any ``meta`` columns. ``ranking``: per component, the mean over layers and its rank.
 
 Paper: not in the paper (issue 38); it reads Definition 1 in the units the gauge leaves
-alone, beside Takeaway 2's order. Used by notebook 02b, the suite study's companions
-(``decide.task_plasticity(quantity="relative")``) and ``advise``.
+alone, beside Takeaway 2's order.
 """
 
 from __future__ import annotations
@@ -115,7 +114,7 @@ def gauge_check(model: nn.Module, pairs, c: float = 8.0, *, protocols=("hidden",
     plasticity at c to plasticity at 1 (``plasticity_ratio``). Derived (module docstring): 0
     for relative plasticity under ``hidden`` (up to LayerNorm's eps).
 
-    Paper: none (issue 38). Used by notebook 02b and the tests."""
+    Paper: none (issue 38)."""
     from vitplast.measure.gauge import gauge
 
     nets = {1.0: model, float(c): gauge(copy.deepcopy(model), c)}
@@ -141,7 +140,8 @@ def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> p
     (``empirical.task_pairs``: a Fashion-MNIST image and a task image). Columns ``task``,
     ``layer``, ``component`` (plain text), ``relative_plasticity``, ``plasticity``, ``s_in``,
     ``s_out``: the rows the suite study's companions keep (``decide.task_plasticity``)."""
-    from vitplast import empirical, models
+    from vitplast import models
+    from vitplast.measure import empirical
 
     model = models.load_model(models.EMBEDDED_NAME)
     frames = [measure(model, empirical.task_pairs(t, empirical.SOURCE, n_pairs=n_pairs,
@@ -162,12 +162,12 @@ def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
     without weight decay (``recipe_folder``, read by ``models.load_pretrained``; named
     ``"no weight decay"``). A ``model`` column; ``ranking`` ranks them per model.
 
-    Paper: Takeaway 2's order (Fig. 2), for a quantity the paper does not define. Used by
-    notebook 02b."""
+    Paper: Takeaway 2's order (Fig. 2), for a quantity the paper does not define."""
     import json
     from pathlib import Path
 
-    from vitplast import cached, empirical, models
+    from vitplast import cached, models
+    from vitplast.measure import empirical
 
     folder = Path(recipe_folder)
     final = json.loads((folder / "checkpoints.json").read_text())["checkpoints"]["final"]
@@ -193,8 +193,9 @@ def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
 def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
                          data_root: str = "", n_pairs: int = 128) -> pd.DataFrame:
     """``gauge_check`` of the embedded model on ``task``'s pairs, both protocols
-    (load-or-compute). Used by notebook 02b."""
-    from vitplast import cached, empirical, models
+    (load-or-compute)."""
+    from vitplast import cached, models
+    from vitplast.measure import empirical
 
     def compute():
         model = models.load_model()
@@ -212,9 +213,9 @@ def gauge_findings(check: pd.DataFrame) -> list[dict]:
     plasticity between c = 1 and c over components (each component's beside, in the
     verdict: which moved, which stayed within ``UNCHANGED``), and plasticity's ratio per
     component against the derived factors (``gauge.RATE_FACTORS``). Descriptive: exact
-    recomputations on one network. Paper: none (issue 38). Used by notebook 02b."""
+    recomputations on one network. Paper: none (issue 38)."""
     from vitplast.measure.gauge import RATE_FACTORS
-    from vitplast.report.verdicts import descriptive
+    from vitplast.stats.verdicts import descriptive
 
     rows = []
     for protocol, g in check.groupby("protocol", sort=False):
@@ -246,9 +247,9 @@ def ranking_findings(models_: pd.DataFrame) -> list[dict]:
     """One descriptive row per (model, protocol) of ``model_rankings``: the order of relative
     plasticity (mean over tasks of the layer means, values shown) beside the paper's order of
     plasticity (Fig. 2: the paper has no relative plasticity, so the row compares orders,
-    not values). Used by notebook 02b."""
+    not values)."""
     from vitplast.paper import PLASTICITY_ORDER, SOURCES
-    from vitplast.report.verdicts import descriptive
+    from vitplast.stats.verdicts import descriptive
 
     paper_order, rows = " > ".join(PLASTICITY_ORDER), []
     ranked = ranking(models_)

@@ -9,8 +9,6 @@ its pretraining saw, as CIFAR-10 is for ViT-B: not a low-contrast task's images,
 shrink it. ``token_scale`` gives r beside the paper's and their ratio (how many times larger
 ViT-B's tokens are), ``token_findings`` its findings row. Notebooks 01, 02 and 02b quote this
 one number (and ``stream.model_statistics`` reads the same images for its ``r_embedding``).
-
-Used by notebooks 01, 02 and 02b.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import torch
 from torch import nn
 
 from vitplast.measure.empirical import SOURCE, SOURCE_SEED, load_task_for
-from vitplast.measure.plasticity import embed
+from vitplast.measure.rates import embed
 
 __all__ = ["TOKEN_SCALE_IMAGES", "rms_token_norm", "token_images", "token_scale",
            "token_findings"]
@@ -32,7 +30,7 @@ TOKEN_SCALE_IMAGES = 256
 @torch.no_grad()
 def rms_token_norm(model: nn.Module, images: torch.Tensor) -> float:
     """sqrt(mean_i ||x_i||^2) over every token (CLS, patches) of the embedding of ``images``
-    (``plasticity.embed``): the paper's r (an average, not a largest radius)."""
+    (``rates.embed``): the paper's r (an average, not a largest radius)."""
     return embed(model, images).float().pow(2).sum(-1).mean().sqrt().item()
 
 
@@ -49,8 +47,7 @@ def token_scale(model: nn.Module, *, n_images: int = TOKEN_SCALE_IMAGES, task: s
         how many times larger ViT-B's tokens are (the scale s at which this model's embedding
         is as large as ViT-B's).
 
-    Paper: the r = 19.4 plugged into Prop. 3 (``paper.VITB_RMS_TOKEN_NORM``). Used by
-    notebooks 01, 02 and 02b (and their exercises)."""
+    Paper: the r = 19.4 plugged into Prop. 3 (``paper.VITB_RMS_TOKEN_NORM``)."""
     from vitplast.paper import VITB_RMS_TOKEN_NORM
 
     images = token_images(model, n_images=n_images, task=task, data_root=data_root)
@@ -69,9 +66,9 @@ def token_images(model: nn.Module, *, n_images: int = TOKEN_SCALE_IMAGES, task: 
 
 def token_findings(token: dict) -> dict:
     """The row on the model's token scale (``token_scale``) against the paper's r: how many
-    times larger ViT-B's tokens are. Paper: ``paper.VITB_RMS_TOKEN_NORM``. Used by notebook 02.
+    times larger ViT-B's tokens are. Paper: ``paper.VITB_RMS_TOKEN_NORM``.
     """
-    from vitplast.report.verdicts import descriptive
+    from vitplast.stats.verdicts import descriptive
 
     r, ratio = token["r"], token["ratio"]
     return descriptive(

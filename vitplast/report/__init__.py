@@ -1,8 +1,8 @@
 """Reporting: findings as rows, their statistics, figures and the interactive views.
 
-``findings`` (one builder per notebook: ``definition_findings``, ``bound_findings``,
-``finetuning_findings``, ``confound_findings``) over ``verdicts`` (rows, primaries, Holm
-families) and ``power`` ·
+``findings`` (notebooks 02 and 06's rows; one module per other notebook:
+``definition_findings``, ``bound_findings``, ``scale_findings``, ``finetuning_findings``,
+``confound_findings``), their rows made by ``vitplast.stats`` ·
 ``sentences`` (a row in plain words, for the Read cells) · ``plots`` (figures as pure
 functions; the look in ``plot_style``) · ``widgets`` (notebook 06) · ``advise`` (which
 component to finetune) and ``regret`` (its rules scored) · ``notebooks`` (papermill runs of

@@ -7,7 +7,7 @@ Rules (``RULES``; each ranks LN1, MHA, LN2, FC1, FC2, 1 = finetune this one):
   under each protocol (pairs of a pretraining-domain image and a task image): the paper's
   advice read literally (Takeaway 3).
 - ``relative plasticity [hidden]``: the same pairs' plasticity in units of the component's own
-  input and output scale (``vitplast.relative``): unchanged by the residual-stream gauge.
+  input and output scale (``vitplast.measure.relative``): unchanged by the residual-stream gauge.
 - ``gradient norm``: the norm of the task loss's gradient on the component, one batch, a new
   head (the paper's Fig. 4 signal, at step 0); it grows with the component's size.
 - ``Auto-RGN``: the relative gradient norm ||g|| / ||theta|| of each parameter tensor, averaged
@@ -19,13 +19,13 @@ Rules (``RULES``; each ranks LN1, MHA, LN2, FC1, FC2, 1 = finetune this one):
 - ``paper: MHA``: always MHA first (no signal, no cost).
 
 ``rank`` computes them for one model and task (seconds on a laptop CPU), optionally on the
-model under the residual-stream gauge (``c``: the same function, ``vitplast.gauge``);
+model under the residual-stream gauge (``c``: the same function, ``vitplast.measure.gauge``);
 ``stored`` keeps them beside a study's runs as a companion file (``advise-<hash>.json``, with
 its settings and provenance: computed once, validated when read, recomputed when an input
 changes, a missing rule computed alone); ``rank_tasks`` reads or computes them for many tasks.
-Their scores against the oracle are ``vitplast.regret``'s.
+Their scores against the oracle are ``vitplast.report.regret``'s.
 
-Not in the paper. Used by notebooks 04 and 07 (through ``regret``); the README shows the call.
+Not in the paper.
 """
 
 from __future__ import annotations
@@ -39,11 +39,13 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from vitplast import components, studies
+from vitplast import cached
+from vitplast.experiments import studies
+from vitplast.measure import components
 from vitplast.measure.empirical import SOURCE
 
 #: The plasticity rules: rule -> (the protocol it measures under, what it measures: Definition
-#: 1's ``plasticity`` or ``relative`` plasticity, ``vitplast.relative``).
+#: 1's ``plasticity`` or ``relative`` plasticity, ``vitplast.measure.relative``).
 PLASTICITY_RULES = {"plasticity [embedding]": ("embedding", "plasticity"),
                     "plasticity [hidden]": ("hidden", "plasticity"),
                     "relative plasticity [hidden]": ("hidden", "relative")}
@@ -73,7 +75,7 @@ def _batch(dataset, n: int, seed: int, model) -> tuple[torch.Tensor, torch.Tenso
 def _plasticity(model, task: str, n_pairs: int, source: str | None, rules) -> tuple[dict, dict]:
     """Per plasticity rule of ``rules``: per component, its quantity (mean over layers) under
     its protocol on ``n_pairs`` pairs of the task; and its cost (the pairs' loading shared)."""
-    from vitplast import empirical, plasticity, relative
+    from vitplast.measure import empirical, plasticity, relative
 
     clock = time.perf_counter()
     pairs = empirical.task_pairs(task, source, n_pairs=n_pairs, model=model)
@@ -169,7 +171,9 @@ def rank(model_name: str, task: str, *, rules=RULES, n_pairs: int = 64, batch_si
 def _rank(model_name: str, task: str, *, rules, n_pairs: int, batch_size: int, steps: int,
           source: str | None, seed: int, c: float) -> pd.DataFrame:
     """``rank``'s work, at the thread count it set."""
-    from vitplast import gauge, models, tasks
+    from vitplast import models
+    from vitplast.datasets import tasks
+    from vitplast.measure import gauge
 
     t = tasks.load(task)
     model = models.load_model(model_name, num_classes=t.num_classes)
@@ -235,10 +239,11 @@ def stored(root, model_name: str, task: str, *, rules=RULES, **kwargs) -> pd.Dat
     computation). Read and validated (a file that does not hold its settings' full rankings
     is computed again); a rule of ``rules`` it lacks is computed alone and added; a change
     of any setting (weights, pairs, steps, c...) names another file, computed anew."""
-    from vitplast import provenance, store
+    from vitplast import provenance
+    from vitplast.experiments import store
 
     expected = settings(model_name, task, **kwargs)
-    name = f"advise-{store.config_hash(expected)}.json"
+    name = f"advise-{cached.config_hash(expected)}.json"
     saved = store.Store(root).companion(name) or {}
     if _problems(saved, json_round(expected)):
         saved = {}
@@ -263,13 +268,12 @@ def json_round(value):
 
 def rank_tasks(model_name: str, task_names, *, root=None, **kwargs) -> pd.DataFrame:
     """``rank`` on each task: kept beside a study in ``root`` (``stored``), else in the user
-    cache (load-or-compute, keyed by its arguments). Used by notebook 04."""
-    from vitplast import store
+    cache (load-or-compute, keyed by its arguments)."""
 
     kwargs = {"threads": 1, **kwargs}  # in the key: the cost column depends on it
     if root is not None:
         return pd.concat([stored(root, model_name, t, **kwargs) for t in task_names],
                          ignore_index=True)
-    return pd.concat([store.load_or_compute("advise", dict(model=model_name, task=t, **kwargs),
+    return pd.concat([cached.load_or_compute("advise", dict(model=model_name, task=t, **kwargs),
                                             lambda t=t: rank(model_name, t, **kwargs))
                       for t in task_names], ignore_index=True)

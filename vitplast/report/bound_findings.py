@@ -3,9 +3,9 @@ the bounds give the order of plasticity?
 
 Every row is descriptive (the layers of one model are not independent units), its verdict
 computed from the numbers (``intervals.holds``: the one definition of a bound holding).
-``vitplast.findings`` re-exports ``bounds``.
+``vitplast.report.findings`` re-exports ``bounds``.
 
-Paper: Propositions 1-4 and Takeaway 1. Used by notebook 03 (``findings.bounds``).
+Paper: Propositions 1-4 and Takeaway 1.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pandas as pd
 
 from vitplast.measure.components import NORMS
 from vitplast.paper import PROPOSITIONS, TAKEAWAY1, VITB_RMS_TOKEN_NORM
-from vitplast.report.verdicts import SHARED_SIGMA_CV, TIGHT, checked, descriptive, same, table
+from vitplast.stats.verdicts import SHARED_SIGMA_CV, TIGHT, checked, descriptive, same, table
 
 #: Each proposition: its bound's column of ``intervals.intervals`` and its statement; the
 #: components it bounds are ``paper.PROPOSITIONS``'s (Prop. 4: MHA's tighter bound).
@@ -101,7 +101,8 @@ def bounds(df: pd.DataFrame, checks: pd.DataFrame, gauged: pd.DataFrame | None =
             verdict=same(_in_takeaway1_order(order)), n=len(cmp),
             unit="(order of layer means), over components"))
     rows += _gauge_rows(df, gauged, c) if gauged is not None else [descriptive(
-        claim, "not run", paper="not in the paper (vitplast.gauge: the same network function)",
+        claim, "not run",
+        paper="not in the paper (vitplast.measure.gauge: the same network function)",
         verdict="not run (gauge_c = 0)", n=0, unit="(components)") for claim in (
         "bounds and plasticity move by the derived factors under the gauge",
         "order of the proven bounds under the gauge vs Takeaway 1")]
@@ -236,7 +237,7 @@ def _gauge_rows(df: pd.DataFrame, gauged: pd.DataFrame, c: float) -> list[dict]:
     rows = [descriptive(
         f"bounds and plasticity move by the derived factors under the gauge (c = {c:g}: "
         + ", ".join(f"{r.component} x{r.derived:.3g}" for r in ratios.itertuples()) + ")",
-        worst, paper="not in the paper (vitplast.gauge: the same network function)",
+        worst, paper="not in the paper (vitplast.measure.gauge: the same network function)",
         verdict=("as derived (exact check)" if worst <= gauge_tolerance(df, c) else
                  "not as derived (exact check): the derivation or the code is wrong"),
         n=len(ratios), unit="largest relative departure of a layer mean, over components")]

@@ -10,8 +10,7 @@ left to test, that task is left out, and the row says how many were. The rows af
 primaries (which name their variants as declared) find the variants they compare by their
 fields (``confound_variants.name_of``: family, component, c, recipe), never by parsing a name.
 
-Paper: Takeaway 3 and objections 3-4 (docs/objections.md). Used by notebook 05
-(``from vitplast import findings`` re-exports ``confounds``).
+Paper: Takeaway 3 and objections 3-4 (docs/objections.md).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from vitplast.experiments.confound_variants import name_of, names_of
 from vitplast.measure.components import LINEARS
 from vitplast.paper import SOURCES, group_gap, table1_average
 from vitplast.report.finetuning_findings import declared_by, grad_rows, with_ties
-from vitplast.report.verdicts import checked, descriptive, mean_test, paired_test, table
+from vitplast.stats.verdicts import checked, descriptive, mean_test, paired_test, table
 
 _TASKS = "points, per task (seed-mean)"
 #: The per-task statistic of the per-layer test (``finetuning_findings.STATISTICS``).
@@ -72,14 +71,14 @@ def confounds(t: dict, after: pd.DataFrame | None = None, primaries=()) -> pd.Da
 
     Args:
         t: ``confounds.tables``: ``fields`` (each variant's fields, by name:
-            ``confounds.variant_fields``; every row finds its variants there),
+            ``confound_variants.variant_fields``; every row finds its variants there),
             ``acc`` (tasks x variants, seed-mean test accuracy in %, the
             plain SGD baselines included), ``counts`` (backbone entries per variant),
-            ``corr`` (``confounds.layer_correlations``), ``grads`` (of the plain
+            ``corr`` (``confound_plasticity.layer_correlations``), ``grads`` (of the plain
             configurations), ``rescale`` (``confounds.rescale_pairs``), ``ties`` and
             ``alternatives`` (the fragile flag; absent: not computed).
-        after: ``confounds.plasticity_after`` of the best runs (None or empty: its row says
-            "not measured").
+        after: ``confound_plasticity.plasticity_after`` of the best runs (None or empty: its row
+            says "not measured").
         primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
     """
     return with_ties(lambda tt: _confounds(tt, after, primaries), t)

@@ -3,9 +3,9 @@ computed by hand, the estimator's precision, and the model's order of the compon
 
 Every row is descriptive (computations on chosen functions or one model, not samples of
 independent units). Each section's table adds its rows (``definitions``' arguments), so a
-section's Read cell renders its own rows. ``vitplast.findings`` re-exports ``definitions``.
+section's Read cell renders its own rows. ``vitplast.report.findings`` re-exports ``definitions``.
 
-Paper: Definition 1, Prop. 1 and 2, Fig. 2; objection 1. Used by notebook 01.
+Paper: Definition 1, Prop. 1 and 2, Fig. 2; objection 1.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast.paper import SOURCES
-from vitplast.report.verdicts import (
+from vitplast.stats.verdicts import (
     PRECISE,
     SCALE_INVARIANT,
     checked,

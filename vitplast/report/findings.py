@@ -1,15 +1,13 @@
 """Findings: every notebook's conclusions as a tidy table, and the one function that renders it.
 
-The rows, their tests, Holm families, power and verdicts are ``vitplast.verdicts`` (documented
-there, re-exported here: ``findings.table``, ``findings.render``, ``findings.Primary``...).
+The rows, their tests, Holm families, power and verdicts are ``vitplast.stats.verdicts`` (documented
+there, re-exported here: ``verdicts.table``, ``verdicts.render``, ``verdicts.Primary``...).
 One builder per notebook: 02 ``plasticity_ranking``, 02b ``relative_suite`` (its other rows:
 ``stream``, ``relative``, ``recipes``) and 06 ``explorer`` below; 01 ``definitions``
-(``vitplast.definition_findings``), 03 ``bounds`` (``vitplast.bound_findings``), 04 ``finetuning``
-(``vitplast.finetuning_findings``) and 05 ``confounds`` (``vitplast.confound_findings``),
-re-exported. ``from vitplast import findings`` is the one
+(``vitplast.report.definition_findings``), 03 ``bounds`` (``vitplast.report.bound_findings``), 04
+``finetuning`` (``vitplast.report.finetuning_findings``) and 05 ``confounds``
+(``vitplast.report.confound_findings``), re-exported. ``from vitplast import findings`` is the one
 import a notebook needs.
-
-Used by notebooks 01-06.
 """
 
 from __future__ import annotations
@@ -20,40 +18,23 @@ import numpy as np
 import pandas as pd
 
 from vitplast.paper import SOURCES
-from vitplast.report.bound_findings import bounds
-from vitplast.report.confound_findings import confounds, rescale_check
-from vitplast.report.definition_findings import definitions
-from vitplast.report.finetuning_findings import STATISTICS, finetuning, with_ties
-from vitplast.report.verdicts import (
-    ALPHA,
-    COLUMNS,
-    EXTRA,
-    MAX_PRIMARIES,
+from vitplast.stats.verdicts import (
     MIN_N,
     ORDER_HELD_TAU,
     PRECISE,
     SCALE_INVARIANT,
     TIGHT,
-    UNDERPOWERED,
-    Primary,
     checked,
     descriptive,
     exact,
-    holm,
     mean_test,
     paired_test,
-    primaries_table,
-    render,
     same,
     table,
 )
 
-__all__ = ["ALPHA", "COLUMNS", "EXTRA", "MAX_PRIMARIES", "MIN_N", "STATISTICS", "UNDERPOWERED",
-           "RELATIVE_SUITE", "SUMMARIES", "Primary", "bounds", "checked", "confounds",
-           "correlation_row", "definitions", "descriptive", "exact", "explorer", "finetuning",
-           "holm", "layer_summaries", "mean_test", "paired_test", "plasticity_ranking",
-           "primaries_table", "relative_suite", "render", "rescale_check", "same", "table",
-           "with_ties"]
+__all__ = ["RELATIVE_SUITE", "SUMMARIES", "correlation_row", "explorer", "layer_summaries",
+           "plasticity_ranking", "relative_suite"]
 
 
 # notebook 02 ---------------------------------------------------------------------------------
@@ -67,8 +48,7 @@ def correlation_row(claim: str, rho, *, paper: str, unit: str = "rho, per task",
     paper" when that value is the paper's, "disagrees with the paper" otherwise (a rho of
     exactly 0 on every task is a clear, repeated disagreement with +1, not "not resolved").
 
-    Paper: Takeaway 2 (the order of Fig. 2). Used by notebook 02 (``plasticity_ranking``,
-    ``stream.ranking_findings``)."""
+    Paper: Takeaway 2 (the order of Fig. 2)."""
     v = pd.Series(rho, dtype=float).dropna()
     if len(v) >= MIN_N and v.nunique() == 1:
         value = float(v.iloc[0])
@@ -196,7 +176,7 @@ def layer_summaries(per_layer: pd.DataFrame) -> list[dict]:
     many tasks). Descriptive rows: the paired differences of the paper's order are tested in
     ``plasticity_ranking``.
 
-    Paper: Takeaway 2 and Fig. 2 (a per-layer mean). Used by notebook 02."""
+    Paper: Takeaway 2 and Fig. 2 (a per-layer mean)."""
     from scipy import stats
 
     from vitplast.paper import PLASTICITY_ORDER
@@ -243,7 +223,7 @@ def _precision_rows(precision: pd.DataFrame) -> list[dict]:
 #: Notebook 02b's exploratory family on the suite study, declared here before any of its
 #: values was computed (the suite's finetuning runs, data/suite/, existed already; its
 #: relative plasticity companions were being measured): within a task, Spearman's rho over
-#: the five components between relative plasticity before finetuning (``vitplast.relative``)
+#: the five components between relative plasticity before finetuning (``vitplast.measure.relative``)
 #: and the gain over head-only, one row per protocol, Holm over these two rows only. The
 #: paper defines no relative plasticity, so no direction is expected: the rows read
 #: "resolved: positive / negative" or "not resolved".
@@ -259,8 +239,8 @@ def relative_suite(root, picked: pd.DataFrame, n_pairs: int = 256, *,
     missing, unless ``compute`` is False: then the stored tasks only, n says how many).
     Family "exploratory", its own table: Holm over its two rows.
 
-    Paper: none (issue 38); Takeaway 3 makes its claim for plasticity. Used by notebook 02b."""
-    from vitplast import decide
+    Paper: none (issue 38); Takeaway 3 makes its claim for plasticity."""
+    from vitplast.experiments import decide
 
     tasks, rows = list(picked["task"].unique()), []
     for protocol, claim in RELATIVE_SUITE.items():

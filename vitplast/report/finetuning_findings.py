@@ -9,9 +9,7 @@ way (``with_ties``): a row whose verdict moves is marked ``fragile``, and a row 
 
 ``STATISTICS`` names the per-task statistics a ``verdicts.Primary`` may declare.
 
-Paper: section 5, Takeaway 3, Table 1, Figs. 4 and 18; objections 3-4 (docs/objections.md). Used by
-notebooks 04 and 05 (``from vitplast import findings`` re-exports ``finetuning`` and
-``confounds``).
+Paper: section 5, Takeaway 3, Table 1, Figs. 4 and 18; objections 3-4 (docs/objections.md).
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ import pandas as pd
 
 from vitplast.measure.components import NORMS
 from vitplast.paper import FIG2_PLASTICITY, FINETUNING_ORDER, SOURCES, group_gap, table1_average
-from vitplast.report.verdicts import TOP_RANK, descriptive, mean_test, paired_test, same, table
+from vitplast.stats.verdicts import TOP_RANK, descriptive, mean_test, paired_test, same, table
 
 #: Per-task statistics a primary may name, and what each is.
 STATISTICS = {
@@ -59,8 +57,8 @@ def _verdict_core(found: pd.DataFrame) -> pd.Series:
 def with_ties(build, t: dict) -> pd.DataFrame:
     """``build(t)`` (a findings table from a dict of tables), its ``fragile`` column computed:
     a row is fragile when one of ``t["alternatives"]`` (the same tables with one tied LR
-    choice broken the other way: ``results.tie_alternatives``) flips its verdict. A
-    descriptive row counts the ties (``t["ties"]``: ``results.lr_ties``)."""
+    choice broken the other way: ``lr_selection.tie_alternatives``) flips its verdict. A
+    descriptive row counts the ties (``t["ties"]``: ``lr_selection.lr_ties``)."""
     found = build(t)
     core, fragile = _verdict_core(found), set()
     for alt in t.get("alternatives", []):
@@ -114,9 +112,9 @@ def finetuning(t: dict, probe: pd.Series, primaries=(), protocol: str = "hidden"
             flag; absent: not computed).
         probe: linear-probe test accuracy (%) per task.
         primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
-        protocol: the plasticity protocol the study declared (``plasticity.PROTOCOLS``).
+        protocol: the plasticity protocol the study declared (``pairs.PROTOCOLS``).
     """
-    from vitplast.measure.plasticity import PROTOCOLS
+    from vitplast.measure.pairs import PROTOCOLS
 
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")

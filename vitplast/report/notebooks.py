@@ -20,8 +20,6 @@ type (``n_pairs: int = 512  # comment``), which ``papermill --help-notebook`` sh
 stops at Ctrl-C (recording the notebook as interrupted), and returns a summary table
 (notebook, status, seconds, where and why it failed: ``reading_copy.failing_cell``);
 ``reading_copy.write_site`` renders the run's folder as a static HTML site.
-
-Used by ``python -m vitplast notebooks run``, the Makefile and the tests.
 """
 
 from __future__ import annotations
@@ -61,8 +59,8 @@ PROFILES: dict[str, dict[str, dict]] = {
     },
     "default": {},
     # The paper's protocol on a GPU: ViT-B/16 in21k (hub, or -p weights_file ...), the 11
-    # datasets under data_root (layouts: vitplast.paper_datasets), pairs within each dataset
-    # (no ImageNet val ships with the kit), 12,800 pairs as the paper.
+    # datasets under data_root (layouts: vitplast.datasets.paper_datasets), pairs within each
+    # dataset (no ImageNet val ships with the kit), 12,800 pairs as the paper.
     "paper": {
         "02_plasticity": dict(model_name=PAPER_MODEL, checkpoints=["final"],
                               tasks=list(PAPER_DATASETS), source="", data_root="data/paper",
@@ -230,7 +228,7 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
         return
     import torch
 
-    from vitplast import tasks
+    from vitplast.datasets import tasks
 
     if not torch.cuda.is_available():
         raise RuntimeError("the paper profile measures and finetunes ViT-B/16 at 224 px: it needs "
@@ -240,19 +238,20 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
         for task in params.get("tasks", []):
             if tasks.TASKS.get(task) == "paper":
                 if not root or not Path(root).is_dir():
-                    raise FileNotFoundError(f"{nb}: data_root {root!r} is not a folder; put the "
-                                            "datasets there (layouts: vitplast.paper_datasets)")
+                    raise FileNotFoundError(
+                        f"{nb}: data_root {root!r} is not a folder; put the datasets there "
+                        "(layouts: vitplast.datasets.paper_datasets)")
                 tasks.load(task, root, img_size=32)
 
 
-#: Parameters that name tasks (``vitplast.tasks.TASKS``); an empty ``source`` names none.
+#: Parameters that name tasks (``vitplast.datasets.tasks.TASKS``); an empty ``source`` names none.
 TASK_PARAMETERS = ("task", "tasks", "pretraining_tasks", "source")
 
 
 def _check_task_names(nb: str, params: dict) -> None:
     """Every task a notebook's parameters name is a task (``tasks.check``: "unknown task",
     naming the valid ones), checked before any kernel starts."""
-    from vitplast import tasks
+    from vitplast.datasets import tasks
 
     for key in TASK_PARAMETERS:
         value = params.get(key)

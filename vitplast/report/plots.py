@@ -1,15 +1,15 @@
 """Figures as pure functions: a tidy DataFrame in, a matplotlib Figure out.
 
 Nothing here computes results or holds numbers: callers pass the tables that
-``vitplast.plasticity``, ``.intervals``, ``.sweep`` produce. Notebooks save what they show with
-``save``. Every figure is drawn inside ``theme()`` (seaborn's whitegrid, restored after);
+``vitplast.measure.plasticity``, ``.intervals``, ``.sweep`` produce. Notebooks save what they show
+with ``save``. Every figure is drawn inside ``theme()`` (seaborn's whitegrid, restored after);
 importing this module sets no global style. Axes are named in words (``LABELS``); log axes
 carry plain, non-overlapping tick labels (``log_axis``). Each configuration (and component)
 has one colour in every figure of every notebook (``PALETTE``; a variant such as "MHA sparse"
-takes its component's colour, dashed: ``style``). The explorers of ``vitplast.widgets``
+takes its component's colour, dashed: ``style``). The explorers of ``vitplast.report.widgets``
 redraw ``rate_histogram``, ``layernorm_rescale`` and ``run_curves``. The look itself
-(``PALETTE``, ``LABELS``, ``theme``, ``log_axis``, ``save``, ...) is ``vitplast.plot_style``'s,
-re-exported here. Used by notebooks 01-07.
+(``PALETTE``, ``LABELS``, ``theme``, ``log_axis``, ``save``, ...) is
+``vitplast.report.plot_style``'s, re-exported here.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ import seaborn as sns
 from matplotlib.ticker import NullFormatter
 
 from vitplast.measure.components import COMPONENTS
-from vitplast.report.plot_style import (  # noqa: F401 (the public ones re-exported)
-    LABELS,
-    MAX_COLS,
+from vitplast.report.plot_style import (
     OTHERS,
     PALETTE,
     _config_rank,
@@ -33,9 +31,7 @@ from vitplast.report.plot_style import (  # noqa: F401 (the public ones re-expor
     colours,
     log_axis,
     robust_ylim,
-    save,
     style,
-    theme,
 )
 
 
@@ -44,12 +40,10 @@ def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None
     """Fig. 2 analogue: per component, a box over layers of per-layer plasticity.
 
     Args:
-        summary: ``vitplast.plasticity.summarize`` output (one row per layer x component), or
-            ``vitplast.empirical.pooled_layers``.
+        summary: ``vitplast.measure.plasticity.summarize`` output (one row per layer x component),
+            or ``vitplast.measure.empirical.pooled_layers``.
         col: a column to split into panels (e.g. protocol), or None.
         hue: a column to colour by (e.g. task or checkpoint), or None.
-
-    Used by notebook 02.
     """
     fig, axes, cols = _grid(summary, col, sharey=False)
     for ax, value in zip(axes, cols):
@@ -65,9 +59,7 @@ def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None
 
 @_themed
 def plasticity_by_layer(summary, col: str | None = "protocol"):
-    """Fig. 3 analogue: per-layer plasticity curves per component, with 95% CI bands.
-
-    Used by notebook 02."""
+    """Fig. 3 analogue: per-layer plasticity curves per component, with 95% CI bands."""
     fig, axes, cols = _grid(summary, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = summary if value is None else summary[summary[col] == value]
@@ -87,9 +79,7 @@ def plasticity_by_layer(summary, col: str | None = "protocol"):
 
 @_themed
 def rate_distributions(df, col: str | None = "protocol"):
-    """Per-pair rate distributions per component (all layers pooled), log scale.
-
-    Used by notebook 02."""
+    """Per-pair rate distributions per component (all layers pooled), log scale."""
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
@@ -110,8 +100,7 @@ def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = Fal
     """Line plot of ``y`` against ``x`` per ``hue`` (optionally ``band`` = +- column), one panel
     per ``col`` value; ``xlabel``/``ylabel`` name the axes in words (default: ``LABELS``, else
     the column name). ``robust``: y limits from the 2-98% quantiles (``robust_ylim``).
-
-    Used by notebooks 01, 02, 04 and 05."""
+    """
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
@@ -146,9 +135,7 @@ def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = Fal
 @_themed
 def scatter(df, x: str, y: str, hue: str, logx: bool = False, title: str = "",
             col: str | None = None, xlabel: str | None = None, ylabel: str | None = None):
-    """Scatter of ``y`` against ``x`` coloured by ``hue``, one panel per ``col`` value.
-
-    Used by notebook 04."""
+    """Scatter of ``y`` against ``x`` coloured by ``hue``, one panel per ``col`` value."""
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
@@ -176,7 +163,7 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
     ``descriptive`` (a boolean column) draws its rows as grey diamonds (no test);
     ``xlabel`` names the difference in words (default: "difference, with its 95% CI").
     With ``significant``, a legend below says what fill, diamond and bar mean (``alpha``: the
-    Holm level). Used by notebooks 04 (findings) and 05 (verdicts).
+    Holm level).
     """
     import textwrap
 
@@ -219,7 +206,6 @@ def intervals(df):
     paper's plug-in value, and plasticity (the mean rate, below the interval).
 
     Paper: Props. 1-4 next to the measured plasticity; ``df`` from ``intervals.intervals``.
-    Used by notebook 03.
     """
     from matplotlib.ticker import MaxNLocator
 
@@ -250,14 +236,13 @@ def intervals(df):
 @_themed
 def findings(table, unit: str | None = None, title: str = "", xlabel: str | None = None,
              alpha: float | None = None):
-    """A forest plot of the findings rows measured in ``unit`` (``vitplast.findings``;
+    """A forest plot of the findings rows measured in ``unit`` (``vitplast.report.findings``;
     default: the unit of most tested rows), primaries first: each mean with its 95% CI, filled
     where the table's own Holm-corrected p (within its family) is below ``alpha`` (default
-    ``findings.ALPHA``), hollow where not, a grey diamond where the row is descriptive (n < 3:
+    ``verdicts.ALPHA``), hollow where not, a grey diamond where the row is descriptive (n < 3:
     no test); the legend below says so. Each label names the row's family and n.
-
-    Used by notebooks 04, 05 and 07."""
-    from vitplast.report.findings import ALPHA
+    """
+    from vitplast.stats.verdicts import ALPHA
 
     alpha = ALPHA if alpha is None else alpha
     shown = table[pd.to_numeric(table["measured"], errors="coerce").notna()
@@ -313,8 +298,7 @@ def message(text: str):
 @_themed
 def rate_histogram(rates, bound: float, bound_name: str, title: str = ""):
     """Per-pair rates of one component (log-spaced bins), their mean (the plasticity) and the
-    bound of ``bound_name`` (e.g. "Prop. 1"). Paper: Definition 1, Props. 1-3. Used by
-    notebook 06 (``widgets.plasticity_explorer``)."""
+    bound of ``bound_name`` (e.g. "Prop. 1"). Paper: Definition 1, Props. 1-3."""
     r = np.asarray(rates, dtype=float)
     p = float(r.mean())
     fig, ax = plt.subplots(figsize=(6.5, 3))
@@ -340,7 +324,7 @@ def layernorm_rescale(visited, c: float, title: str = ""):
             ``diff_preserved``, ``diff_raw`` (a row at c = 1 included).
         c: the scale shown now (marked).
 
-    Paper: Prop. 1, objections 3-4. Used by notebook 06 (``widgets.gamma_explorer``).
+    Paper: Prop. 1, objections 3-4.
     """
     v = visited.sort_values("c")
     one = v[v["c"] == 1.0].iloc[0]
@@ -378,7 +362,7 @@ def run_curves(history, title: str = ""):
     Args:
         history: ``results.history`` rows of the runs: ``run``, ``step``, ``metric``, ``value``.
 
-    Paper: Fig. 4 (training dynamics). Used by notebook 06 (``widgets.results_browser``).
+    Paper: Fig. 4 (training dynamics).
     """
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
     h = history.dropna(subset=["value"])

@@ -7,8 +7,8 @@ failed (the line the CLI and ``summary.csv`` show). ``write_site`` renders such 
 static HTML site a student opens in any browser:
 
 - ``index.html``: the notebooks in the course order (the order ``write_site`` is given:
-  ``vitplast.notebooks.NOTEBOOKS``), each with its title (its first heading), status, wall time
-  and, for a failed one, where and why it failed; a notebook of the order that the run lacks is
+  ``vitplast.report.notebooks.NOTEBOOKS``), each with its title (its first heading), status, wall
+  time and, for a failed one, where and why it failed; a notebook of the order that the run lacks is
   listed as not in this run;
 - ``NN_name.html``: the executed notebook (nbconvert's ``lab`` template), code, printed tables
   and figures embedded in the page (no file beside it is needed), with a bar linking the index
@@ -18,9 +18,6 @@ Math is typeset by MathJax, which the page loads from its CDN: offline, the TeX 
 written. Widgets (notebook 06's explorers) are drawn only by the widget manager the page loads
 from its CDN, and never respond without a kernel; the static figure the notebook draws of each
 is in the page either way.
-
-Used by ``python -m vitplast notebooks html`` (and ``notebooks run --html``) and
-``vitplast.notebooks.run``.
 """
 
 from __future__ import annotations
@@ -84,7 +81,7 @@ def write_site(run_dir: str | Path, order: list[str], out: str | Path | None = N
 
     Args:
         run_dir: a folder ``vitplast notebooks run`` wrote.
-        order: the course order of the notebooks (``vitplast.notebooks.NOTEBOOKS``); executed
+        order: the course order of the notebooks (``vitplast.report.notebooks.NOTEBOOKS``); executed
             notebooks it does not name follow it, by name.
 
     Raises:

@@ -14,7 +14,7 @@ finetuning runs); ``supported`` names the rule those rows support. ``pick_change
 same function), the mark of a rule that reads a parametrisation.
 
 Not in the paper (Takeaway 3 read as advice: finetune the most plastic component; Table 1:
-MHA alone the best on average). Used by notebook 04.
+MHA alone the best on average).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import math
 
 import pandas as pd
 
+from vitplast.experiments import lr_selection
 from vitplast.report.advise import CANDIDATES, PLASTICITY_RULES, RULES
-from vitplast.report.verdicts import ALPHA, descriptive, mean_test, paired_test
-from vitplast.report.verdicts import table as findings_table
+from vitplast.stats.verdicts import ALPHA, descriptive, mean_test, paired_test
+from vitplast.stats.verdicts import table as findings_table
 
 #: The rule whose regret is a pick made at random: the mean over the five candidates.
 RANDOM = "random pick"
@@ -40,10 +41,10 @@ def oracle(runs: pd.DataFrame, on: str = "val") -> pd.DataFrame:
     """Per task and candidate of a finetuning study's ``runs``: ``val`` (the seed-mean
     validation accuracy its LR was chosen on, %) and ``test`` (seed-mean test accuracy at that
     LR, %); ``best`` marks the oracle's choice, the best ``val`` per task (ties all marked)."""
-    from vitplast import results
+    from vitplast.experiments import results
 
     runs = runs[runs["config"].isin(CANDIDATES)]
-    chosen, main = results.select_lr(runs, on), results.main_table(runs, on)
+    chosen, main = lr_selection.select_lr(runs, on), results.main_table(runs, on)
     out = chosen[["task", "config", "selection_score"]].merge(
         main[["task", "config", "test_acc_mean"]], on=["task", "config"])
     out = out.rename(columns={"selection_score": "val", "test_acc_mean": "test"})
@@ -192,7 +193,8 @@ def on_study(study: str = "suite", root=None) -> pd.DataFrame:
     """``regret`` of every rule on a searched ``study``'s complete tasks (default the suite's
     33), from the rankings stored beside its runs (``advise.rank_tasks``; computed where
     missing) and its chosen runs (``decide.chosen``): no new finetuning."""
-    from vitplast import decide, models, studies
+    from vitplast import models
+    from vitplast.experiments import decide, studies
     from vitplast.report.advise import rank_tasks
 
     s = studies.get(study)
@@ -204,7 +206,8 @@ def on_study(study: str = "suite", root=None) -> pd.DataFrame:
 def under_gauge(study: str = "gauge", plain: str = "suite") -> pd.DataFrame:
     """``pick_changes`` on the cross-gauge study's tasks: the rankings at c = 1 kept beside the
     ``plain`` study (the same model and tasks) and those at the study's c kept beside it."""
-    from vitplast import models, studies
+    from vitplast import models
+    from vitplast.experiments import studies
     from vitplast.report.advise import rank_tasks
 
     spec = studies.get(study).spec

@@ -1,7 +1,7 @@
 """Sentences: what a findings row says, in plain words, for the notebooks' Read cells.
 
 A Read cell shows ``read(findings, claim, ...)``: one sentence per row, made from the row's own
-numbers and verdict only (``vitplast.verdicts``), so the words change when the data change.
+numbers and verdict only (``vitplast.stats.verdicts``), so the words change when the data change.
 A tested row says its value with sign and unit, its 95% CI, its n, its Holm p within its family,
 and what that settles: whether the sign is resolved, whether that agrees with a claim the paper
 makes (only where the row cites one), or, when it is not resolved, whether the data could have
@@ -11,8 +11,6 @@ Example: a primary row with ``measured`` +1.2, ``ci95`` 0.5, ``n`` 33, ``p_holm`
 the verdict "resolved: positive" reads "MHA - LN1, test accuracy: +1.2 points, per task (95% CI
 +0.7 to +1.7, n = 33, Holm p = 0.001 among the primary rows). Positive, and resolved (the paper
 makes no claim on it)."
-
-Used by the Read cells of every notebook.
 """
 
 from __future__ import annotations

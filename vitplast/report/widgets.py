@@ -5,11 +5,9 @@ Takeaway 3 (finetuning results).
 
 Each explorer is an ``Explorer`` (a VBox, see its docstring) that caches its forward passes:
 changing a layer, a component or a run only redraws. Image pairs are cached per (task,
-source, n_pairs) for the session. The figures are drawn by ``vitplast.plots``
+source, n_pairs) for the session. The figures are drawn by ``vitplast.report.plots``
 (``rate_histogram``, ``layernorm_rescale``, ``run_curves``); ``bound_table`` and
 ``gamma_table`` turn the explorers' views into the tables of notebook 06's findings.
-
-Used by notebook 06.
 """
 
 from __future__ import annotations
@@ -25,9 +23,14 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 
-from vitplast import ablations, bounds, data, empirical, models, plasticity, plots, results
+from vitplast import models
+from vitplast.datasets import data
+from vitplast.experiments import results
+from vitplast.measure import bounds, empirical, pairs, plasticity
 from vitplast.measure.components import COMPONENTS
 from vitplast.paper import PROPOSITIONS
+from vitplast.report import plots
+from vitplast.train import ablations
 
 
 class Explorer(widgets.VBox):
@@ -111,7 +114,7 @@ def pair_tensors(task: str, source: str = empirical.SOURCE, n_pairs: int = 128):
     ``task`` when ``source`` is empty or the task itself). Tasks are drawn small (16 train,
     ``n_pairs`` test images) so switching is fast, and cached for the session.
 
-    Paper: Definition 1 (the pairs of the expectation). Used by notebook 06.
+    Paper: Definition 1 (the pairs of the expectation).
     """
     return empirical.task_pairs(task, source, n_pairs=n_pairs, train_size=16,
                                 test_size=n_pairs).tensors()
@@ -161,9 +164,9 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
         checkpoint: the first checkpoint shown (default the last shipped; "random" if none).
         task, source, n_pairs: the first pairs shown (``pair_tensors``).
 
-    Paper: Definition 1, Props. 1-3, objection 1. Used by notebook 06.
+    Paper: Definition 1, Props. 1-3, objection 1.
     """
-    from vitplast import gauge
+    from vitplast.measure import gauge
 
     ckpts = ["given"] if model is not None else available_checkpoints() or ["random"]
     cache, loaded = {}, {}
@@ -201,7 +204,7 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
                     source=_dropdown("pairs", list(sources.items()), source),
                     n_pairs=_dropdown("n_pairs", counts, n_pairs),
                     embedding_scale=_scale_slider("embedding scale s", 1.0, -1, 1),
-                    protocol=_dropdown("protocol", list(plasticity.PROTOCOLS)),
+                    protocol=_dropdown("protocol", list(pairs.PROTOCOLS)),
                     layer=_dropdown("layer", list(range(depth))),
                     component=_dropdown("component", list(COMPONENTS)))
     return Explorer(controls, draw, compute, cache)
@@ -223,7 +226,7 @@ def gamma_explorer(model=None, *, checkpoint: str | None = None, task: str = "di
         checkpoint: embedded checkpoint (default the last shipped; "random" if none).
         task, source, n_pairs: the pairs (``pair_tensors``).
 
-    Paper: Prop. 1, objections 3-4 (plasticity vs parameter scale). Used by notebook 06.
+    Paper: Prop. 1, objections 3-4 (plasticity vs parameter scale).
     """
     base = _load(model, checkpoint)
     x, y = pair_tensors(task, source, n_pairs)
@@ -279,7 +282,7 @@ def results_browser(root: str | Path | None = None) -> Explorer:
     Args:
         root: a results store (default ``studies.MAIN_RESULTS``).
 
-    Paper: Takeaway 3, Fig. 4 (training dynamics). Used by notebook 06.
+    Paper: Takeaway 3, Fig. 4 (training dynamics).
     """
     if root is None:
         from vitplast.experiments.studies import MAIN_RESULTS as root
@@ -325,7 +328,7 @@ def _browser_keys(runs: pd.DataFrame) -> list[str]:
 def opening_run(runs: pd.DataFrame) -> dict:
     """The (task, config, lr, seed, steps) the results browser opens on, so that the first view
     always shows a run: among the finished runs (status ok, if any), the best on validation
-    accuracy (ties: the first in sorted order; the fewest steps first). Used by notebook 06."""
+    accuracy (ties: the first in sorted order; the fewest steps first)."""
     ok = runs[runs["status"] == "ok"] if (runs["status"] == "ok").any() else runs
     keys = _browser_keys(runs)
     ok = ok.dropna(subset=keys).sort_values(keys)
@@ -336,7 +339,7 @@ def opening_run(runs: pd.DataFrame) -> dict:
 def bound_table(view: Explorer) -> pd.DataFrame:
     """The plasticity explorer's current (checkpoint, task, protocol) as a table: per layer and
     component, ``plasticity`` (mean rate), ``max_rate`` and ``bound`` (Props. 1-3), from its
-    cache. Used by notebook 06's findings (``findings.explorer``)."""
+    cache."""
     s = view.state()
     df, bound = view.compute(s["checkpoint"], s["task"], s["protocol"], s["source"],
                              s["n_pairs"], s["embedding_scale"])
@@ -349,7 +352,7 @@ def bound_table(view: Explorer) -> pd.DataFrame:
 def gamma_table(gamma: Explorer, cs=(0.1, 0.5, 2.0, 10.0)) -> pd.DataFrame:
     """The LayerNorm explorer at each scale of ``cs`` (its current LayerNorm and layer): ``c``,
     ``ratio`` (plasticity / plasticity at c = 1), ``bound_ratio``, ``diff_preserved``,
-    ``diff_raw``. Used by notebook 06's findings (``findings.explorer``)."""
+    ``diff_raw``."""
     s = gamma.state()
     layer, one = s["layer"], gamma.compute(s["ln"], 1.0)
     rows = []
@@ -364,7 +367,7 @@ def gamma_table(gamma: Explorer, cs=(0.1, 0.5, 2.0, 10.0)) -> pd.DataFrame:
 def run_table(browser: Explorer) -> pd.DataFrame:
     """The results browser's current run(s) as a table: ``results.history`` rows (``run``,
     ``step``, ``metric``, ``value``) of the runs its controls select (empty for an empty store).
-    Used by notebook 06's findings (``findings.explorer``)."""
+    """
     if browser.compute is None:
         return pd.DataFrame(columns=["run", "step", "metric", "value"])
     runs, curves = browser.compute()

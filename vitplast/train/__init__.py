@@ -3,5 +3,5 @@
 ``finetune`` (the loop) over ``passes`` (loader, precision, evaluation); ``batched`` (the LRs
 of one setting as one computation); ``probes`` (the linear probe); ``ablations`` (model changes
 before training); ``pretrain`` (the embedded model's pretraining) and ``recipes`` (another
-recipe's ranking).
+recipe's ranking); ``invariance`` (finetuning a gauged network beside the original).
 """

@@ -2,8 +2,8 @@
 
 Paper: objections 3 and 4, docs/objections.md (the cross-group comparison puts 28M-parameter
 configurations against 18K-parameter LayerNorms). Each ablation is a model change applied
-before the one training loop (registered in ``vitplast.sweep.PREPARE``), so every experiment
-differs from the main study only in arguments.
+before the one training loop (registered in ``vitplast.experiments.sweep.PREPARE``), so every
+experiment differs from the main study only in arguments.
 
 - ``rescale_layernorm``: LayerNorm gamma and beta times c. ``preserve=True`` also divides the
   next linear's weight by c (qkv after LN1, fc1 after LN2): the network computes the same
@@ -25,10 +25,8 @@ differs from the main study only in arguments.
   start) on a component's linears, with ranks chosen to match parameter counts. A small
   in-house LoRA keeps the dependency list short and merges back exactly.
 - bias-only (BitFit-style) configurations are plain parameter patterns (``BIAS_ONLY``).
-- ``gauge`` (registered here, defined in ``vitplast.gauge``): the residual stream times c,
+- ``gauge`` (registered here, defined in ``vitplast.measure.gauge``): the residual stream times c,
   the same function with another plasticity ranking.
-
-Used by notebook 05.
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ import math
 import torch
 from torch import nn
 
-from vitplast import gauge
+from vitplast.measure import gauge
 from vitplast.measure.components import COMPONENTS, check_component, component_modules
 
 #: LayerNorm component -> the linear inside the same block that reads its output.
@@ -215,7 +213,7 @@ def merge_lora(model: nn.Module) -> nn.Module:
 LORA_PATTERNS = ["*.lora_a", "*.lora_b"]
 
 
-# Prepare functions for ``vitplast.sweep``: (model, run) -> extra ``finetune.train``
+# Prepare functions for ``vitplast.experiments.sweep``: (model, run) -> extra ``finetune.train``
 # keywords. A run's ``run["ablation"]`` holds their arguments.
 def _prepare_rescale(model: nn.Module, run: dict) -> None:
     a = run["ablation"]
@@ -240,8 +238,8 @@ def _prepare_lora(model: nn.Module, run: dict) -> dict | None:
                                        patterns=LORA_PATTERNS)}
 
 
-#: Name -> prepare function, registered in ``vitplast.sweep.PREPARE``. ``"gauge"``: the
-#: residual-stream gauge (``vitplast.gauge``; ``ablation=dict(c=8.0)``).
+#: Name -> prepare function, registered in ``vitplast.experiments.sweep.PREPARE``. ``"gauge"``: the
+#: residual-stream gauge (``vitplast.measure.gauge``; ``ablation=dict(c=8.0)``).
 PREPARE = {"rescale_ln": _prepare_rescale, "sparse": _prepare_sparse, "lora": _prepare_lora,
            "gauge": gauge.prepare}
 

@@ -17,8 +17,6 @@ Supported: ``finetune.train``'s SGD recipe (momentum, weight decay, clip, warm-u
 scales, label smoothing, micro-batches, augmentation), fp32 or bf16 autocast. Refused with the
 reason: AdamW, fp16 (its loss scaler is per run), ``on_eval``, and models with active dropout
 (vmap would share one mask between runs).
-
-Used by ``vitplast.sweep`` (``run_sweep(batch_lrs=True)``, ``vitplast sweep --batch-lrs``).
 """
 
 from __future__ import annotations
@@ -33,7 +31,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
-from vitplast import finetune
 from vitplast.measure.components import (
     component_of,
     set_trainable,
@@ -41,6 +38,7 @@ from vitplast.measure.components import (
     unfused_attention,
 )
 from vitplast.models import pick_device
+from vitplast.train import finetune, passes
 
 #: ``finetune.train``'s keyword defaults: one source for both paths.
 DEFAULTS = {k: p.default for k, p in inspect.signature(finetune.train).parameters.items()
@@ -108,9 +106,9 @@ def train_lrs(model: nn.Module, train_set, val_set=None, test_set=None, *, lrs: 
                for _ in lrs]
     val = None
     # timm's attention on its matmul path: vmap has no batching rule for the fused kernels
-    with unfused_attention(model), finetune.numerics(device, a["precision"]):
+    with unfused_attention(model), passes.numerics(device, a["precision"]):
         if val_set is not None:
-            val = finetune.loader(val_set, finetune.EVAL_BATCH, device=device,
+            val = passes.loader(val_set, passes.EVAL_BATCH, device=device,
                                   workers=a["workers"])
             for r, (loss, acc) in zip(results, stack.evaluate(val)):
                 r.initial_val_loss, r.initial_val_acc = loss, acc
@@ -119,7 +117,7 @@ def train_lrs(model: nn.Module, train_set, val_set=None, test_set=None, *, lrs: 
               lrs=lrs)
         if test_set is not None:
             stack.restore_best([r.diverged for r in results])
-            test = finetune.loader(test_set, finetune.EVAL_BATCH, device=device)
+            test = passes.loader(test_set, passes.EVAL_BATCH, device=device)
             for r, (loss, acc) in zip(results, stack.evaluate(test)):
                 if not r.diverged:
                     r.test_loss, r.test_acc = loss, acc
@@ -157,7 +155,7 @@ class _Stack:
         """Logits of every run, (K, B, classes)."""
         def one(params, x):
             return functional_call(self.model, {**self.fixed, **params}, (x,))
-        with finetune.autocast(x.device, self.a["precision"]):
+        with passes.autocast(x.device, self.a["precision"]):
             return vmap(one, in_dims=(0, None), randomness="same")(self.params, x).float()
 
     def grads(self, x, y, *, scale: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -218,7 +216,7 @@ class _Stack:
 
     @torch.no_grad()
     def evaluate(self, batches) -> list[tuple[float, float]]:
-        """(mean loss, accuracy) of every run on the batches, as ``finetune.evaluate``."""
+        """(mean loss, accuracy) of every run on the batches, as ``passes.evaluate``."""
         self.model.eval()
         loss = torch.zeros(self.k, dtype=torch.float64, device=self.active.device)
         correct, n = torch.zeros_like(loss), 0

@@ -18,9 +18,7 @@ Logged (``TrainResult.history``, one row per logged step): ``step``, ``loss``, `
 ``grad_norm_per_param/<group>`` (= norm / sqrt(#params of the group)), and at evaluation
 steps ``val_loss`` and ``val_acc``.
 
-A pass over data (loader, precision, ``evaluate``) is ``vitplast.passes``'s, re-exported here.
-
-Used by notebooks 04 and 05, and by ``python -m vitplast pretrain``.
+A pass over data (loader, precision, ``evaluate``) is ``vitplast.train.passes``'s, re-exported here.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ from torch.utils.data import Dataset
 from vitplast.inputs import check_count, check_positive, check_seed
 from vitplast.measure.components import component_of, set_trainable, trainable_names
 from vitplast.models import pick_device
-from vitplast.train.passes import (  # noqa: F401 (the public ones re-exported)
+from vitplast.train.passes import (
     EVAL_BATCH,
     PRECISIONS,
     _amp_dtype,
@@ -192,7 +190,7 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
         model: a timm ViT whose head already has the task's number of classes.
         train_set, val_set, test_set: datasets of (image, label); ``val_set`` chooses the
             kept weights (the last ones if ``None``), ``test_set`` is evaluated once at the end.
-        config: a configuration of ``vitplast.components.CONFIGS`` or parameter patterns.
+        config: a configuration of ``vitplast.measure.components.CONFIGS`` or parameter patterns.
         train_head: train the head and final norm too (the paper always does).
         steps, batch_size, lr: optimisation length, batch (split in ``accum_steps``
             micro-batches of equal size) and peak learning rate.

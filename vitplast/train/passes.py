@@ -3,11 +3,8 @@
 The DataLoader of a run (``loader``: persistent workers, pinned memory on CUDA), the endless
 shuffled batches of training (``_batches``), the numeric precision of a pass (``PRECISIONS``:
 ``autocast`` on CUDA, TF32 off for fp32 with ``numerics``) and evaluation (``evaluate``: loss
-and accuracy). ``vitplast.finetune`` trains with them and re-exports the public names
-(``finetune.evaluate``, ``finetune.autocast``, ...), as ``vitplast.batched`` does.
-
-Used by ``vitplast.finetune``, ``vitplast.batched``, ``vitplast.probes`` and
-``vitplast.pretrain``.
+and accuracy). ``vitplast.train.finetune`` trains with them and re-exports the public names
+(``passes.evaluate``, ``passes.autocast``, ...), as ``vitplast.train.batched`` does.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The embedded default stands in for the paper's ImageNet-21k pretraining: a small timm
 VisionTransformer (``vitplast.models.EMBEDDED_ARCH``) trained from timm's random init with
-the one training loop of ``vitplast.finetune``. The whole recipe is ``RECIPE`` below.
+the one training loop of ``vitplast.train.finetune``. The whole recipe is ``RECIPE`` below.
 
 Writes to ``vitplast/checkpoints/`` (``models.DATA_DIR``, package data; or ``out_dir``): one
 safetensors file per checkpoint (``init`` before training, then after the epochs in
@@ -20,9 +20,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from vitplast import data, finetune, inputs, models, provenance, store, tasks
+from vitplast import files, inputs, models, provenance
+from vitplast.datasets import data, tasks
+from vitplast.train import finetune, passes
 
-#: The pretraining recipe (keyword arguments of ``vitplast.finetune.train``).
+#: The pretraining recipe (keyword arguments of ``vitplast.train.finetune.train``).
 RECIPE = dict(config="full", optimizer="adamw", weight_decay=0.05, betas=(0.9, 0.999),
               clip_grad_norm=1.0, batch_size=128, label_smoothing=0.1)
 #: Cosine schedule with one warm restart: (epochs, peak lr, seed) per stage. Each stage warms
@@ -38,7 +40,7 @@ def augment(x: torch.Tensor, generator: torch.Generator, pad: int = 2) -> torch.
     """Random translation by up to ``pad`` pixels (zero-padding in pixel space) and a
     random horizontal flip, per image of a normalised batch (B, C, H, W)."""
     b, c, h, w = x.shape
-    background = (0.0 - data.FASHION_MNIST_MEAN) / data.FASHION_MNIST_STD
+    background = (0.0 - models.FASHION_MNIST_MEAN) / models.FASHION_MNIST_STD
     xp = F.pad(x, (pad, pad, pad, pad), value=background)
     dy, dx = (torch.randint(0, 2 * pad + 1, (2, b), generator=generator)).to(x.device)
     rows = dy[:, None] + torch.arange(h, device=x.device)  # (B, H)
@@ -72,7 +74,7 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
         weight_decay: AdamW's (default ``RECIPE``'s); it shrinks the residual stream (gauge).
         arch: ``VisionTransformer`` keywords (default ``models.EMBEDDED_ARCH``; the tests
             pretrain a tiny one); saved in the manifest, which ``models.load_model`` follows.
-        root: Fashion-MNIST folder (see ``vitplast.data.fashion_mnist_arrays``).
+        root: Fashion-MNIST folder (see ``vitplast.datasets.data.fashion_mnist_arrays``).
         device: default CUDA when available; one this machine lacks: ``ValueError``
             (``inputs.check_device``) before ``out_dir`` is made.
     """
@@ -88,7 +90,7 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
     recipe = {**RECIPE, "weight_decay": weight_decay, "stages": [list(st) for st in stages],
               "steps_per_epoch": steps_per_epoch, "augment": "translate<=2px + hflip",
               "train_images": len(train_set), "val_images": len(val_set)}
-    manifest = store.read_json(out_dir / "checkpoints.json") or {}
+    manifest = files.read_json(out_dir / "checkpoints.json") or {}
     if [manifest.get("recipe"), manifest.get("arch")] != json.loads(json.dumps([recipe, arch])):
         manifest = dict(checkpoints={}, history=[])  # another recipe: start over
     manifest.update(model=models.EMBEDDED_NAME, arch=arch, recipe=recipe,
@@ -99,16 +101,16 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
     def save(name: str, model, step: int):
         path = out_dir / f"{models.EMBEDDED_NAME}_{name}.safetensors"
         state = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
-        with store.atomic_path(path) as tmp:
+        with files.atomic_path(path) as tmp:
             save_file(state, str(tmp))
-        test_loss, test_acc = finetune.evaluate(model, test_set, device=device)
+        test_loss, test_acc = passes.evaluate(model, test_set, device=device)
         manifest["checkpoints"][name] = dict(
             file=path.name, sha256=models.sha256(path), epoch=step / steps_per_epoch, step=step,
             test_acc=test_acc, test_loss=test_loss,
-            test_acc_first1000=finetune.evaluate(model, first, device=device)[1],
+            test_acc_first1000=passes.evaluate(model, first, device=device)[1],
             seconds=round(time.perf_counter() - start, 1))
         manifest["wall_seconds"] = round(time.perf_counter() - start, 1)
-        store.write_json(out_dir / "checkpoints.json", manifest)
+        files.write_json(out_dir / "checkpoints.json", manifest)
 
     finetune.seed_everything(stages[0][2])
     model = models.build_embedded(arch=arch)
@@ -200,8 +202,8 @@ def model_card(manifest: dict) -> str:
 
 A small timm `VisionTransformer` ({arch}; {n:,} parameters) pretrained from timm's random
 initialisation on Fashion-MNIST, the embedded stand-in for the paper's ImageNet-21k
-pretraining. Inputs: {px}x{px} grayscale, normalised with mean {data.FASHION_MNIST_MEAN} and std
-{data.FASHION_MNIST_STD}. Load it with {load}
+pretraining. Inputs: {px}x{px} grayscale, normalised with mean {models.FASHION_MNIST_MEAN} and std
+{models.FASHION_MNIST_STD}. Load it with {load}
 
 - Command: `{manifest['command']}` (commit `{manifest['git_commit']}`), recipe in
   `vitplast/train/pretrain.py`: {r['optimizer']}, weight decay {r['weight_decay']}, betas

@@ -1,18 +1,20 @@
 """Linear probes: logistic regression on a frozen model's features.
 
 Paper: section 2 and the main table's "lin. probe" column, the baseline every finetuned
-component is compared with. Used by notebook 04 (``empirical.finetuning_inputs``) and the suite
-study (``decide.task_probe``).
+component is compared with.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from vitplast import finetune
+from vitplast import cached
+from vitplast.measure import empirical
+from vitplast.train import passes
 
 
 @torch.no_grad()  # features only: no autograd graph
@@ -23,11 +25,11 @@ def linear_probe(model: nn.Module, task, *, max_iter: int = 1000, C: float = 1.0
     sees, ``model.forward_head(model.forward_features(x), pre_logits=True)``, standardised on
     the train split (the public code probes the last block's attention output instead). Train
     images get the eval transform when the task has one (no augmentation). L-BFGS:
-    deterministic for given features. Used by notebook 04.
+    deterministic for given features.
 
     Args:
         model: a timm ViT (its head is not used; nothing is trained).
-        task: a ``vitplast.tasks.Task``.
+        task: a ``vitplast.datasets.tasks.Task``.
         max_iter, C: of scikit-learn's ``LogisticRegression`` (``C``: inverse L2 strength).
 
     Returns:
@@ -44,7 +46,7 @@ def linear_probe(model: nn.Module, task, *, max_iter: int = 1000, C: float = 1.0
     def features(dataset):
         xs, ys = [], []
         for x, y in DataLoader(dataset, batch_size=256):
-            with finetune.autocast(device):
+            with passes.autocast(device):
                 f = model.forward_head(model.forward_features(x.to(device)), pre_logits=True)
             xs.append(f.float().cpu().numpy())
             ys.append(np.asarray(y))
@@ -65,11 +67,11 @@ def linear_probe(model: nn.Module, task, *, max_iter: int = 1000, C: float = 1.0
 def linear_probes(model_name: str, tasks: list[str], **probe_kwargs):
     """``linear_probe`` of the pretrained ``model_name`` on each embedded task: the paper's
     linear-probe column. Returns a table: ``task``, ``train_acc``, ``val_acc``, ``test_acc``
-    (in %), ``n_train``, ``n_features``. Used by notebook 04."""
+    (in %), ``n_train``, ``n_features``."""
     import pandas as pd
 
     from vitplast import models
-    from vitplast import tasks as registry
+    from vitplast.datasets import tasks as registry
 
     model = models.load_model(model_name)
     rows = []
@@ -84,15 +86,31 @@ def stored_probe(root, task: str, *, compute: bool = True) -> dict | None:
     """The embedded model's ``linear_probe`` on ``task`` (``train_acc``, ``val_acc``,
     ``test_acc`` in %, ``n_train``, ``n_features``), computed once (about 20-40 s on a CPU core)
     and kept beside a study's runs in ``root/probe-<hash of the settings>.json`` (a store
-    companion); ``None`` when not stored and ``compute`` is False. Used by notebook 04
-    (``empirical.finetuning_inputs``) and the suite study (``decide.task_probe``)."""
-    from vitplast import models, store
-
+    companion); ``None`` when not stored and ``compute`` is False."""
+    from vitplast import models
     settings = dict(task=task, model=models.EMBEDDED_NAME, probe="logistic, C=1, L-BFGS")
 
     def probe() -> dict:
         row = linear_probes(models.EMBEDDED_NAME, [task]).iloc[0].to_dict()
         return dict(settings, **{k: v for k, v in row.items() if k != "task"})
 
-    return store.Store(root).companion(f"probe-{store.config_hash(settings)}.json",
-                                       compute=probe if compute else None)
+    return cached.companion(root, f"probe-{cached.config_hash(settings)}.json",
+                           compute=probe if compute else None)
+
+
+def finetuning_inputs(tasks: list[str], root, *, protocols=empirical.PROTOCOLS, n_pairs: int = 256
+                      ) -> tuple[pd.DataFrame, pd.Series]:
+    """What notebook 04 needs besides its runs, kept beside them in the store ``root`` (computed
+    once, then read: ``empirical.stored_layers``, ``stored_probe``): the embedded model's
+    plasticity on each task under each of ``protocols``, one row per block and component with
+    its ``rate`` the block's plasticity (the mean over pairs: what ``plasticity.ranking``
+    averages over blocks), and the linear probe's test accuracy (%) per task.
+
+    Paper: Takeaway 3 (plasticity vs gain), Table 1's linear-probe column.
+    """
+    layers = pd.concat([empirical.stored_layers(root, t, n_pairs=n_pairs, protocol=p)
+                        for p in protocols for t in tasks], ignore_index=True)
+    rates = layers.rename(columns={"plasticity": "rate"}).drop(columns="ci95")
+    probe = pd.Series({t: stored_probe(root, t)["test_acc"] for t in tasks},
+                      name="test_acc").rename_axis("task")
+    return rates, probe

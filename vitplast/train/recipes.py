@@ -1,6 +1,7 @@
 """Another pretraining recipe: what training, not a gauge, does to the plasticity ranking.
 
-Paper: Takeaway 2 (its order, Fig. 2). The residual-stream gauge (``vitplast.gauge``) shows that
+Paper: Takeaway 2 (its order, Fig. 2). The residual-stream gauge (``vitplast.measure.gauge``) shows
+    that
 the ranking rests on a scale the architecture leaves free; which scale a network ends up with is
 set by its pretraining (initialisation, weight decay, learning rate). ``vitplast pretrain --out
 FOLDER --weight-decay W --stages ...`` pretrains the same architecture by another recipe (the
@@ -8,8 +9,6 @@ kit ships one: ``data/pretrain_no_weight_decay``, no weight decay); ``recipe_ran
 measures its ranking beside the embedded model's, ``recipe_statistics`` the statistics that
 set it (``stream.model_statistics``), and ``recipe_findings`` states both orders
 against the paper's Fig. 2. Not the same function as the embedded model: another network.
-
-Used by notebook 02.
 """
 
 from __future__ import annotations
@@ -19,9 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from vitplast import cached
 from vitplast.measure.empirical import SOURCE
 from vitplast.measure.stream import changed_rankings, orders, spearman_fig2
-from vitplast.report.verdicts import descriptive
+from vitplast.stats.verdicts import descriptive
 
 
 def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source: str = SOURCE,
@@ -30,7 +30,7 @@ def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source:
     FOLDER``, read by ``models.load_pretrained``) beside the embedded model's, per task and
     protocol (load-or-compute): ``plasticity.ranking`` with a ``recipe`` column ("shipped",
     or the folder's name)."""
-    from vitplast import models, store
+    from vitplast import models
 
     folder = Path(folder)
     final = json.loads((folder / "checkpoints.json").read_text())["checkpoints"]["final"]
@@ -43,7 +43,7 @@ def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source:
                            source=source, data_root=data_root, n_pairs=n_pairs)
         return ranked.assign(recipe=ranked["recipe"].map({1.0: "shipped", 2.0: folder.name}))
 
-    return store.load_or_compute("recipe-rankings", key, compute)
+    return cached.load_or_compute("recipe-rankings", key, compute)
 
 
 def recipe_statistics(folder, task: str, *, source: str = SOURCE, data_root: str = "",
@@ -53,7 +53,8 @@ def recipe_statistics(folder, task: str, *, source: str = SOURCE, data_root: str
     recipe ("shipped", or the folder's name)."""
     import torch
 
-    from vitplast import empirical, models
+    from vitplast import models
+    from vitplast.measure import empirical
     from vitplast.measure.stream import model_statistics, token_images
 
     folder = Path(folder)

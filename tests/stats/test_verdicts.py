@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vitplast import paper, power, studies, verdicts
+from vitplast import paper
+from vitplast.experiments import studies
+from vitplast.stats import power, verdicts
 
 TASKS = [f"t{i}" for i in range(7)]
 

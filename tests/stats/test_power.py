@@ -1,11 +1,11 @@
-"""Power (``vitplast.power``): the closed form matches a simulation of the one-sample t-test,
+"""Power (``vitplast.stats.power``): the closed form matches a simulation of the one-sample t-test,
 and the tasks needed are the smallest n with power 0.8."""
 
 import math
 
 import pytest
 
-from vitplast import power
+from vitplast.stats import power
 
 
 @pytest.mark.parametrize("effect, sd, n, alpha", [(0.93, 1.5, 7, 0.05), (0.93, 1.5, 7, 0.05 / 14),

@@ -7,8 +7,7 @@ rejects: P(|T| > t_crit) where T follows a noncentral t with n - 1 degrees of fr
 noncentrality effect / sd * sqrt(n) (Cohen 1988, ch. 2). ``n_needed`` is the smallest number of
 tasks that reaches a target power. Tests check both against simulation.
 
-Not in the paper (it reports no test). Used by ``verdicts.table`` (every tested row) and so
-by notebooks 02, 04 and 05.
+Not in the paper (it reports no test).
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
-"""Provenance of a store: each record's machine and versions, the session log, and a study's
-progress priced in CPU hours (``vitplast.provenance``)."""
+"""A study's log and progress: the session log names no machine folder, and a study's progress
+is priced in CPU hours (``vitplast.experiments.study_log``)."""
 
-import torch
 from helpers import TINY
 
-from vitplast import provenance, runs
+from vitplast.experiments import runs, study_log
 from vitplast.experiments.store import Store
-
-
-def test_provenance_names_the_machine_versions_and_date():
-    p = provenance.provenance(torch.device("cpu"))
-    assert p["machine"].endswith("cores") and p["torch"] == torch.__version__
-    assert set(p) == {"machine", "vitplast", "torch", "timm", "python", "git_commit",
-                      "git_dirty", "date"}
-    assert p["date"].endswith("+00:00")  # UTC
 
 
 def test_progress_counts_the_study_and_prices_what_is_missing(tmp_path):
@@ -26,7 +17,7 @@ def test_progress_counts_the_study_and_prices_what_is_missing(tmp_path):
         Store(tmp_path).save(by_key[key], dict(run=by_key[key], status=status,
                                             seconds=seconds, test_acc=0.5,
                                             best_val_acc=0.5, history=[dict(step=0)]))
-    table = provenance.study_progress(study, tmp_path)
+    table = study_log.study_progress(study, tmp_path)
     assert table.drop(columns="hours_left").values.tolist() == [
         ["digits", 0, 3, 2, 1, 0, 0], ["digits", 42, 3, 1, 0, 0, 2], ["all", "", 6, 3, 1, 0, 2]]
     # seed 42 lacks LN1 (its ok mean: 0.5 h) and FC1 (none ok: the mean of all ok, 1.5 h)
@@ -37,10 +28,7 @@ def test_a_logged_session_names_no_machine_folder(tmp_path):
     import pandas as pd
 
     command = f"python -m vitplast sweep --study suite --root {tmp_path}/data/suite --shard 0/2"
-    assert provenance.shipped_command(command).endswith("--root data/suite --shard 0/2")
-    assert provenance.shipped_command("vitplast sweep --root /data/x") == (
-        "vitplast sweep --root /data/x")  # short paths are not a machine's folders
-    provenance.log_session(tmp_path, command, pd.DataFrame(dict(run=["a"], status=["ok"])), 1.0,
+    study_log.log_session(tmp_path, command, pd.DataFrame(dict(run=["a"], status=["ok"])), 1.0,
                            device="cpu")
     logged = (tmp_path / "study.json").read_text()
     assert str(tmp_path) not in logged and "--root data/suite" in logged

@@ -16,7 +16,7 @@ two-sided, and ``p_holm``, Holm-corrected within the row's ``family``; ``n`` and
   unit, NaN where it gives none); ``sd`` (of the per-unit values).
 - ``level``: alpha / m, m the number of tested rows of the family (Holm's first step; the
   power at it is a lower bound of the row's power under Holm); ``power_paper`` and
-  ``power_observed`` (``vitplast.power`` at that level, at the paper's effect and at the
+  ``power_observed`` (``vitplast.stats.power`` at that level, at the paper's effect and at the
   observed mean, given the observed SD and n); ``n_needed`` (tasks for power 0.8 at the
   paper's effect, else the observed one).
 - ``p_wilcoxon`` (signed-rank test on the same values), ``test``, ``counts`` (the trainable
@@ -32,8 +32,6 @@ direction) reads "resolved: positive" / "resolved: negative" when significant. O
 "not resolved", and "not resolved: underpowered (about N tasks needed)" where the power (at
 the paper's effect, else the observed one) is below ``UNDERPOWERED``. Descriptive rows carry
 their own verdict. Prose is made from rows by ``render`` (and ``report.sentences``) only.
-
-Used by ``findings`` and ``finetuning_findings`` (notebooks 01-06).
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast import paper as _paper
-from vitplast import power as _power
+from vitplast.stats import power as _power
 
 COLUMNS = ["claim", "paper", "measured", "ci95", "p", "p_holm", "n", "unit", "verdict"]
 EXTRA = ["family", "expected", "effect_paper", "sd", "level", "power_paper", "power_observed",
@@ -84,8 +82,8 @@ _NAN_COLUMNS = ("expected", "effect_paper", "sd", "level", "power_paper", "power
 @dataclass(frozen=True)
 class Primary:
     """A primary question, declared in a study preset before any of its runs exist
-    (``vitplast.studies``): at most ``MAX_PRIMARIES`` per study, tested at ``ALPHA`` with Holm
-    over the primaries only.
+    (``vitplast.experiments.studies``): at most ``MAX_PRIMARIES`` per study, tested at ``ALPHA``
+    with Holm over the primaries only.
 
     Either a difference of configuration groups, per task: the mean accuracy of the
     configurations ``a`` minus that of ``b`` (one name each: a paired difference of two
@@ -362,7 +360,7 @@ def _direction(expected: float) -> str:
 def primaries_table(primaries) -> pd.DataFrame:
     """The declared primaries as a table: ``claim``, ``tests`` (a - b, or the statistic),
     ``expected`` direction ("none (no claim)" where the primary cites no claim of the paper),
-    the ``paper``'s value and its ``source``. Used by notebooks 04, 05 and 07."""
+    the ``paper``'s value and its ``source``."""
     return pd.DataFrame([dict(claim=p.claim, tests=p.statistic or
                               f"mean of ({', '.join(p.a)}) - mean of ({', '.join(p.b)}), per task",
                               expected=_direction(p.expected), paper=p.paper,
@@ -373,8 +371,7 @@ def primaries_table(primaries) -> pd.DataFrame:
 def described(primaries):
     """The declared primaries in words, as Markdown (``IPython.display.Markdown``): per
     primary, P1, P2, ..., what it compares, in what unit, and the claim of the paper it tests
-    (with the paper's value) or that it tests none and reads as a result. Used by notebook 07,
-    before any table."""
+    (with the paper's value) or that it tests none and reads as a result."""
     from IPython.display import Markdown
 
     lines = []

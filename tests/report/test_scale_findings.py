@@ -1,0 +1,50 @@
+"""Notebook 02b's rows on the residual stream's scale: the orders under the gauge and with the
+embedding rescaled, the gauge's rate factors, and finetuning a gauged network
+(``vitplast.report.scale_findings``)."""
+
+import pandas as pd
+import pytest
+from helpers import ranked_rows
+
+from vitplast.measure.gauge import RATE_FACTORS
+from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
+from vitplast.report import scale_findings
+from vitplast.stats import verdicts
+
+
+def test_ranking_findings_state_each_order_and_check_the_factors():
+    paper = dict(FIG2_PLASTICITY)
+    reverse = {c: 1 / v for c, v in paper.items()}
+    c8 = {c: v * RATE_FACTORS["hidden"][c](8.0) for c, v in reverse.items()}  # as derived
+    gauged = ranked_rows({1.0: reverse, 8.0: c8})
+    scaled = (ranked_rows({1.0: reverse, 8.0: paper}, protocol="embedding")
+              .rename(columns={"c": "scale"}))
+    table = verdicts.table(scale_findings.ranking_findings(gauged, scaled))
+    verdict = table.set_index("claim")["verdict"]
+    assert verdict["order at gauge c = 1 [hidden]"] == "differs from the paper (untested)"
+    assert table.set_index("claim").loc["order at gauge c = 1 [hidden]", "measured"] == \
+        " > ".join(reversed(PLASTICITY_ORDER))
+    assert verdict["rate factors of the gauge (LN / c, FC1 x 1, FC2 x c, MHA x c): largest "
+                   "relative deviation [hidden]"] == "as derived"
+    assert verdict["order with the embedding times 8 [embedding]"] == "the paper's order"
+    near = verdicts.table(scale_findings.ranking_findings(None, scaled, token_ratio=5.0))
+    assert list(near["verdict"]) == ["not the paper's order", "the paper's order; s = 8 is the "
+                                     "scale nearest ViT-B's tokens (x5.00)"]
+    early = verdicts.table(scale_findings.ranking_findings(gauged, tested=False))
+    assert (early["family"] == "descriptive").all() and len(early) == len(table) - 2 - 2
+    rho = table.set_index("claim").loc["Spearman(measured, Fig. 2) at gauge c = 1 [hidden]"]
+    assert rho["measured"] == pytest.approx(-1.0) and rho["n"] == 3
+    merged = scale_findings.findings_table(
+        table.iloc[:2], scale_findings.ranking_findings(gauged, scaled))
+    assert len(merged) == 2 + len(table)
+
+
+def test_invariance_findings_read_same_and_different_trajectories():
+    inv = pd.DataFrame([dict(config="LN1", vs_original=2e-5, max_grad_norm=3.0),
+                        dict(config="MHA", vs_original=0.07, max_grad_norm=4.9,
+                             vs_lr_scaled_clip=0.02, vs_lr_scaled_noclip=8e-4)])
+    table = verdicts.table(scale_findings.invariance_findings(inv)).set_index("claim")["verdict"]
+    same, different = "same trajectory (within LayerNorm's eps)", "different trajectory"
+    assert table.tolist() == [same, different, different, same]
+    assert table.index[3] == ("MHA-only finetuning, gauged vs the LR / c^2 run, no clip: largest "
+                              "|loss difference|")

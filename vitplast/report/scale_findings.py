@@ -1,0 +1,108 @@
+"""Notebook 02b's rows on the residual stream's scale: the ranking under the gauge and with the
+embedding rescaled (``stream.gauge_rankings``, ``stream.embedding_scale_rankings``), and short
+finetuning runs of a gauged network beside the original (``invariance.finetuning_invariance``).
+
+Paper: Takeaway 2 (the order of Fig. 2) and Takeaway 3's configurations.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from vitplast.measure.gauge import RATE_FACTORS
+from vitplast.measure.stream import orders, spearman_fig2
+from vitplast.paper import PLASTICITY_ORDER, SOURCES
+from vitplast.report.findings import correlation_row
+from vitplast.stats.verdicts import descriptive, same, table
+
+
+def _factor_deviation(ranked: pd.DataFrame, protocol: str) -> tuple[float, int]:
+    """Largest |measured ratio / derived factor - 1| over tasks and components with a derived
+    factor, between the largest c and c = 1 (and the number of tasks)."""
+    g = ranked[ranked["protocol"] == protocol]
+    c = g["c"].max()
+    wide = g.pivot_table(index=["task", "component"], columns="c", values="plasticity",
+                         observed=True)
+    dev = [abs(r[c] / r[1.0] / RATE_FACTORS[protocol][comp](c) - 1)
+           for (_, comp), r in wide.iterrows() if RATE_FACTORS[protocol][comp] is not None]
+    return float(max(dev)), g["task"].nunique()
+
+
+def ranking_findings(gauged: pd.DataFrame | None, embedding_scaled: pd.DataFrame | None = None,
+                     *, tested: bool = True, token_ratio: float | None = None) -> list[dict]:
+    """Notebook 02b's rows on the gauge (``verdicts.table`` makes them a table with the rest):
+    per protocol and c, the order (descriptive) and its Spearman correlation with Fig. 2 over
+    tasks (tested; left out with ``tested=False``, for a Read cell before the whole table
+    exists); the rate factors the gauge was derived to give; per embedding scale, the order
+    (descriptive), the scale nearest ``token_ratio`` (``tokens.token_scale``'s ratio: ViT-B's
+    token scale over this model's) named in its verdict. None: no rows of that table.
+
+    Paper: Takeaway 2, Fig. 2."""
+    paper_order, rows = " > ".join(PLASTICITY_ORDER), []
+    rows += _scaled_rows(embedding_scaled, token_ratio) if embedding_scaled is not None else []
+    if gauged is None:
+        return rows
+    for (protocol, c), g in gauged.groupby(["protocol", "c"]):
+        text = orders(g).iloc[0, 0]
+        rows.append(descriptive(
+            f"order at gauge c = {c:g} [{protocol}]", text,
+            paper=f"{paper_order}, {SOURCES['fig2']}",
+            verdict=same(text == paper_order), n=g["task"].nunique(), unit="(tasks)"))
+        rows += [correlation_row(
+            f"Spearman(measured, Fig. 2) at gauge c = {c:g} [{protocol}]", spearman_fig2(g),
+            paper=f"+1 (same order), {SOURCES['fig2']}")] if tested else []
+    for protocol in gauged["protocol"].unique():
+        dev, n = _factor_deviation(gauged, protocol)
+        mha = ", MHA x c" if protocol == "hidden" else ""
+        rows.append(descriptive(
+            f"rate factors of the gauge (LN / c, FC1 x 1, FC2 x c{mha}): largest relative "
+            f"deviation [{protocol}]", dev, paper="not studied (derived here)",
+            verdict="as derived" if dev < 0.02 else "not as derived", n=n, unit="(tasks)"))
+    return rows
+
+
+def _scaled_rows(scaled: pd.DataFrame, token_ratio: float | None) -> list[dict]:
+    """Per embedding scale s: the order (mean over tasks), the paper's beside; the s nearest
+    ``token_ratio`` on a log scale says so in its verdict."""
+    paper_order, scales = " > ".join(PLASTICITY_ORDER), sorted(scaled["scale"].unique())
+    near = (min(scales, key=lambda s: abs(math.log(s / token_ratio)))
+            if token_ratio else None)
+    rows = []
+    for s, g in scaled.groupby("scale"):
+        text = orders(g, by="scale").iloc[0, 0]
+        where = (f"; s = {s:g} is the scale nearest ViT-B's tokens (x{token_ratio:.2f})"
+                 if s == near else "")
+        rows.append(descriptive(
+            f"order with the embedding times {s:g} [embedding]", text,
+            paper=f"{paper_order}, {SOURCES['fig2']}",
+            verdict=("the paper's order" if text == paper_order else "not the paper's order")
+            + where, n=g["task"].nunique(), unit="(tasks)"))
+    return rows
+
+
+def invariance_findings(inv: pd.DataFrame, tol: float = 5e-3) -> list[dict]:
+    """Rows on ``finetuning_invariance``: per configuration, the largest loss difference from
+    the original run (the same trajectory where no gauged parameter trains), from the LR / c^2
+    run with the recipe's clip and without any clip (the same where derived). ``tol``: a loss
+    difference below it reads as the same trajectory; the gauge keeps LayerNorm's eps, whose
+    effect (about 5e-4 in the logits at c = 8 on the embedded model) a few SGD steps amplify
+    to at most ~1e-3 there, while the LR and clip effects measured are above 2e-2."""
+    rows = []
+    for _, r in inv.iterrows():
+        for col, what in (("vs_original", "the original run"),
+                          ("vs_lr_scaled_clip", "the LR / c^2 run, recipe's clip"),
+                          ("vs_lr_scaled_noclip", "the LR / c^2 run, no clip")):
+            if col in r and not pd.isna(r[col]):
+                rows.append(descriptive(
+                    f"{r['config']}-only finetuning, gauged vs {what}: largest |loss difference|",
+                    float(r[col]), paper="not studied (derived here)", n=1, unit="(run pair)",
+                    verdict="same trajectory (within LayerNorm's eps)" if r[col] < tol
+                    else "different trajectory"))
+    return rows
+
+
+def findings_table(found: pd.DataFrame, rows: list[dict]) -> pd.DataFrame:
+    """A notebook's findings table with ``rows`` added: one table, Holm over all its tests."""
+    return table(found.to_dict("records") + rows)

@@ -1,0 +1,5 @@
+"""Statistics: how a measured value becomes a row with a verdict, below everything that reports.
+
+``verdicts`` (a finding's row: its test, confidence interval, Holm family, verdict words, the
+primaries a study declares) · ``power`` (how many independent units a test needs to decide).
+"""
