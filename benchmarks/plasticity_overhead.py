@@ -25,8 +25,8 @@ Freed memory stays in the process's heap for every arm (``steady_heap``; ``--gli
 keeps glibc's own policy): under glibc's policy most page faults of every arm, the plain forward
 pass's too, come from freed activations returned to the kernel and mapped afresh, tens of
 thousands per arm, more or less from one repetition to the next: a spread of the allocator, not
-of the estimator, that five runs measured at 1.03-1.11 (estimator / floor, width 128) where the
-steady heap gave 1.06-1.09.
+of the estimator: five runs in a row gave estimator / floor 1.04-1.17 at width 128 under
+glibc's policy, 1.06-1.09 with the steady heap (1.01-1.04 and 1.02-1.04 at width 768).
 
 Run: ``python benchmarks/plasticity_overhead.py [--widths 128 768] [--reps 12] [--threads 1]
 [--glibc-heap]``.
