@@ -25,8 +25,10 @@ Freed memory stays in the process's heap for every arm (``steady_heap``; ``--gli
 keeps glibc's own policy): under glibc's policy most page faults of every arm, the plain forward
 pass's too, come from freed activations returned to the kernel and mapped afresh, tens of
 thousands per arm, more or less from one repetition to the next: a spread of the allocator, not
-of the estimator: five runs in a row gave estimator / floor 1.04-1.17 at width 128 under
-glibc's policy, 1.06-1.09 with the steady heap (1.01-1.04 and 1.02-1.04 at width 768).
+of the estimator. The steady heap leaves no page faults at width 128 (tens of thousands per arm
+otherwise); on a 2-core machine shared with other sessions the five-run spread at width 128
+stayed wider than +-3% all the same (sets of five runs: 1.04-1.17 under glibc's policy; 1.06-1.09
+and 1.05-1.13 with the steady heap; width 768: 1.01-1.04, 1.02-1.04 and 1.02-1.06).
 
 Run: ``python benchmarks/plasticity_overhead.py [--widths 128 768] [--reps 12] [--threads 1]
 [--glibc-heap]``.
