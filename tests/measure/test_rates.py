@@ -1,6 +1,7 @@
 """One batch's rates (``vitplast.measure.rates``): hooked rates equal direct recomputation on three
 ViT variants, both protocols feed what they say, chunked pair distances equal whole-batch ones
-and allocate no batch-sized difference, and the hook scope removes its handles after an error."""
+and allocate no batch-sized difference, later passes reuse the first one's buffers, and the
+hook scope removes its handles after an error."""
 
 import pytest
 import torch
@@ -70,6 +71,30 @@ def test_chunked_pair_distances_allocate_no_difference_of_the_whole_batch():
     with _NewStorages() as whole:
         rates._pair_distance(t)
     assert max(chunked.sizes) <= 4 * rates._CHUNK < t.nbytes // 2 <= max(whole.sizes)
+
+
+def test_later_passes_reuse_the_first_passs_buffers():
+    """What ``_Rates`` says of its results: after the first pass, a pass allocates no storage
+    (distances and rates land in the first pass's buffers, a smaller batch in a part of them),
+    and its rates are still the rates of its own tensors."""
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(2 * 9, 5, 12, generator=g) for _ in range(3))
+    r = rates._Rates()
+
+    def one_pass(n):  # two calls, the second's input the first's output (its distances reused)
+        r.new_pass()
+        return [r(a[:2 * n], b[:2 * n]), r(b[:2 * n], c[:2 * n])]
+
+    first = one_pass(9)
+    first_ptrs = [t.data_ptr() for t in first]
+    for n in (9, 4):
+        with _NewStorages() as new:
+            got = one_pass(n)
+        assert max(new.sizes) == 0
+        assert [t.data_ptr() for t in got] == first_ptrs
+        for (inp, out), rate in zip(((a, b), (b, c)), got):
+            want = rates._pair_rate(inp[:2 * n], out[:2 * n])
+            torch.testing.assert_close(rate, want, rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -136,7 +136,7 @@ class _Stream:
         kept_any = False
         for xb, yb in tqdm(self.loader, desc=self.desc, disable=not self.progress, leave=False):
             xb, yb = check_batch(self.model, xb, yb, self.seen)
-            kept = torch.nonzero((xb - yb).flatten(1).abs().amax(dim=1) > 0).flatten()
+            kept = torch.nonzero(torch.ne(xb, yb).flatten(1).any(dim=1)).flatten()
             start, self.seen = self.seen, self.seen + len(xb)
             if not len(kept):
                 continue
@@ -241,6 +241,7 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
                      progress=progress)
     for kept, images in stream:
         pairs[done:done + len(kept)] = kept
+        pass_rates.new_pass()  # this pass's rates overwrite the last one's buffers
         with torch.no_grad():
             _apply(model, images, protocol, reduce)
         for key, r in zip(batch, torch.stack(list(batch.values())).cpu().numpy()):

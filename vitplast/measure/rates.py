@@ -62,15 +62,36 @@ class _Rates:
     On a CPU the differences x - y are formed a few pairs at a time in one small scratch buffer
     (``_CHUNK`` elements) that stays in cache while their norms are taken, so no difference of
     the whole batch is ever allocated (half an activation more at the peak: 155 MB for ViT-B's
-    MLP at 64 pairs of 224 px). In time the two ways measured alike, within timing noise, in
-    the embedded model's pass; the numbers agree to float rounding. Reading every activation
-    once is a floor no estimator passes: on the embedded model that read alone is a few
-    hundredths to a tenth of a forward pass on two CPU cores
-    (``benchmarks/plasticity_overhead.py`` prints it beside the estimator's cost)."""
+    MLP at 64 pairs of 224 px); the numbers agree with the whole-batch difference to float
+    rounding. The distances and rates land in buffers that one pass after another reuses
+    (``new_pass``; the rates of a pass stay valid until the next one starts), so after the
+    first pass the estimator allocates no storage of its own: what it keeps past a pass was
+    allocated before it, not between that pass's activations. (Most page faults of a pass on a
+    CPU are not the estimator's: glibc's heap returns freed activations to the kernel and maps
+    them afresh, a plain forward pass as well, more or less from one run to the next.) Reading
+    every activation once is a floor no estimator passes (``benchmarks/plasticity_overhead.py``
+    measures the estimator against it)."""
 
     def __init__(self):
         self.inp = self.out = (None, None)  # (weak reference to a tensor, its distances)
         self.scratch: torch.Tensor | None = None
+        self.buffers: list[torch.Tensor] = []  # reused pass after pass, in the order asked
+        self.used = 0
+
+    def new_pass(self) -> None:
+        """Start a pass: its distances and rates reuse the buffers of the last one."""
+        self.inp = self.out = (None, None)
+        self.used = 0
+
+    def _buffer(self, n: int, like: torch.Tensor) -> torch.Tensor:
+        """The pass's next float32 buffer of ``n`` elements, on ``like``'s device."""
+        i, self.used = self.used, self.used + 1
+        if i == len(self.buffers):
+            self.buffers.append(torch.empty(0))
+        buf = self.buffers[i]
+        if buf.numel() < n or buf.device != like.device:
+            buf = self.buffers[i] = torch.empty(n, dtype=torch.float32, device=like.device)
+        return buf[:n]
 
     def _pair_distance(self, t: torch.Tensor) -> torch.Tensor:
         """``_pair_distance(t)``, up to float rounding, chunk by chunk on a CPU."""
@@ -82,7 +103,7 @@ class _Rates:
         rows = max(1, min(b, _CHUNK // m))
         if self.scratch is None or self.scratch.numel() < rows * m:
             self.scratch = torch.empty(rows * m, dtype=t.dtype)
-        out = torch.empty(b, dtype=t.dtype)
+        out = self._buffer(b, t)
         full = self.scratch[:rows * m].view(rows, m)
         for xa, ya, o in zip(x.split(rows), y.split(rows), out.split(rows)):
             diff = torch.sub(xa, ya, out=full if len(xa) == rows else full[:len(xa)])
@@ -98,7 +119,8 @@ class _Rates:
     def __call__(self, inp: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         self.inp = (weakref.ref(inp), self._distance(inp))
         self.out = (weakref.ref(out), self._pair_distance(out))
-        return self.out[1] / self.inp[1]
+        num, den = self.out[1], self.inp[1]
+        return torch.div(num, den, out=self._buffer(len(num), num))
 
 
 def embed(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
