@@ -22,6 +22,7 @@ from vitplast import (
     sweep,
     tasks,
 )
+from vitplast.report import finetuning_tables
 
 STEPS = dict(steps=2, batch_size=16, progress=False)
 
@@ -265,7 +266,7 @@ def test_a_diverged_run_is_recorded_and_never_counted_as_ok(tmp_path, monkeypatc
     assert table["status"].tolist() == ["ok", "ok", "diverged", "diverged"]
     assert table["test_acc"].isna().tolist() == [False, False, True, True]
     assert results.select_lr(table)["lr"].tolist() == [0.1]  # not 10 (val 0.99, diverged)
-    main = results.main_table(table).set_index("task")
+    main = finetuning_tables.main_table(table).set_index("task")
     assert main.loc["digits", "lr"] == 0.1 and main.loc["digits", "n_seeds"] == 2
     assert main.loc["digits", "test_acc_mean"] == pytest.approx(40.0)
     assert results.lr_curves(table)["lr"].tolist() == [0.1]

@@ -232,7 +232,7 @@ def _run_study(args, root, chosen, searched, kwargs, command, start):
     finally:  # also when interrupted: what the store holds now is logged
         previous = [(s, signal.signal(s, signal.SIG_IGN)) for s in (signal.SIGINT, signal.SIGTERM)]
         try:  # a second Ctrl-C must not lose the log
-            summary = results.results(root)
+            summary = results.records_table(root)
             provenance.log_session(root, command, summary, time.perf_counter() - start,
                                    args.device)
         finally:

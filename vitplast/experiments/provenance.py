@@ -27,7 +27,7 @@ import torch
 
 from vitplast import models, store
 from vitplast.experiments.results import expected_status
-from vitplast.experiments.results import results as stored_runs
+from vitplast.experiments.results import records_table as stored_runs
 
 
 @functools.lru_cache(maxsize=1)
@@ -78,9 +78,9 @@ def log_session(root: str | Path, command: str, summary: pd.DataFrame, seconds: 
                 device: str | torch.device | None = None) -> Path:
     """Append one sweep session (command, provenance, wall time, and the status counts of
     the store after it) to ``root/study.json``, the study's provenance across sessions, and
-    write ``summary`` (``results.results(root)``) to ``root/runs.csv``: every stored run, one
-    row each, for readers without vitplast. Concurrent sessions take turns (``store.locked``),
-    so none is lost.
+    write ``summary`` (``results.records_table(root)``) to ``root/runs.csv``: every stored
+    run, one row each, for readers without vitplast. Concurrent sessions take turns
+    (``store.locked``), so none is lost.
 
     Raises:
         ValueError: ``study.json`` fails its schema (``vitplast/schemas/study.schema.json``):

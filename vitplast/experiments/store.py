@@ -68,8 +68,9 @@ STATUSES = ("ok", "diverged", "failed")
 #: (``vitplast.schema``; ``Store.companion``): the sweep's session log
 #: (``provenance.log_session``), the confound study's measurements (``confounds``: scales,
 #: per-block plasticity, plasticity after finetuning), the suite study's
-#: (``decide.task_plasticity``, also of relative plasticity, ``decide.task_probe``) and the
-#: advice rules' rankings (``advise.stored``). A new kind: its schema document and one line here.
+#: (``task_measures.task_plasticity``, also of relative plasticity,
+#: ``task_measures.task_probe``) and the advice rules' rankings (``advise.stored``). A new
+#: kind: its schema document and one line here.
 COMPANIONS = {"study.json": "study",
               "scales-*.json": "scales",
               "layers-*.json": "layers",

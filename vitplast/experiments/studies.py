@@ -137,7 +137,7 @@ def _grid(study: Study, root) -> list[dict]:
 def _budget(study: Study, root) -> list[dict]:
     from vitplast import results
 
-    return budget_runs(results.results(root), study)
+    return budget_runs(results.records_table(root), study)
 
 
 def _confound(study: Study, root) -> list[dict]:
@@ -222,7 +222,7 @@ def _of_kind(name: str, make: Callable, kind: str) -> Study:
 
 @dataclass
 class StudyResults:
-    """What a finetuning study's store holds: ``runs`` (``results.results`` rows of the
+    """What a finetuning study's store holds: ``runs`` (``results.records_table`` rows of the
     study's runs), ``budget`` (rows of its budget check; empty for studies without one),
     ``coverage`` (expected runs by status) and the store's ``root``."""
 
@@ -246,7 +246,7 @@ def load(name: str = "main", results_dir: str = "", recompute: bool = False) -> 
     expected = runs_of(study.spec)
     if recompute:
         sweep.run_sweep(expected, root)
-    stored = results.results(root)
+    stored = results.records_table(root)
     hashes = {runs.run_hash(c) for c in expected}
     in_study = stored[stored["run"].isin(hashes)] if len(stored) else stored
     budget = stored.iloc[:0]
@@ -259,7 +259,7 @@ def load(name: str = "main", results_dir: str = "", recompute: bool = False) -> 
 
 @dataclass
 class ConfoundResults:
-    """What a confound study's store holds: ``runs`` (``results.results`` rows of the study's
+    """What a confound study's store holds: ``runs`` (``results.records_table`` rows of the study's
     runs and of its plain SGD baselines, with ``confounds.with_variant``'s ``variant``; only
     the (task, variant) settings whose every run is stored: ``confounds.complete_settings``),
     ``coverage`` (expected runs by status), ``scales`` (``confounds.study_scales``),
@@ -302,7 +302,7 @@ def load_confounds(name: str = "confounds", results_dir: str = "", main_results_
     if recompute:
         sweep.run_sweep(baselines, main_root)
         sweep.run_sweep(expected, root)
-    df = results.results(root, main_root)
+    df = results.records_table(root, main_root)
     hashes = {runs.run_hash(c) for c in expected + baselines}
     df = confounds.with_variant(df[df["run"].isin(hashes)] if len(df) else df)
     cover = results.coverage(df, expected)

@@ -40,7 +40,7 @@ plus any ``meta`` columns. ``ranking``: per component, the mean over layers and 
 
 Paper: not in the paper (issue 38); it reads Definition 1 in the units the gauge leaves
 alone, beside Takeaway 2's order. Used by notebook 02b, the suite study's companions
-(``decide.task_plasticity(quantity="relative")``) and ``advise``.
+(``task_measures.task_plasticity(quantity="relative")``) and ``advise``.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> p
     finetuning, on the pairs ``empirical.embedded_layers`` measures plasticity on
     (``empirical.task_pairs``: a Fashion-MNIST image and a task image). Columns ``task``,
     ``layer``, ``component`` (plain text), ``relative_plasticity``, ``plasticity``, ``s_in``,
-    ``s_out``: the rows the suite study's companions keep (``decide.task_plasticity``)."""
+    ``s_out``: the rows the suite study's companions keep (``task_measures.task_plasticity``)."""
     from vitplast import empirical, models
 
     model = models.load_model(models.EMBEDDED_NAME)

@@ -1,8 +1,9 @@
 """Reporting: findings as rows, their statistics, figures and the interactive views.
 
 ``findings`` (one builder per notebook: ``definition_findings``, ``bound_findings``,
-``finetuning_findings``, ``confound_findings``) over ``verdicts`` (rows, primaries, Holm
-families) and ``power`` ·
+``finetuning_findings``, ``confound_findings``, ``suite_findings`` and
+``cross_gauge_findings``) over ``verdicts`` (rows, primaries, Holm families) and ``power`` ·
+the study families' tables (``finetuning_tables``, ``confound_tables``) ·
 ``sentences`` (a row in plain words, for the Read cells) · ``plots`` (figures as pure
 functions; the look in ``plot_style``) · ``widgets`` (notebook 06) · ``advise`` (which
 component to finetune) and ``regret`` (its rules scored) · ``notebooks`` (papermill runs of

@@ -255,18 +255,19 @@ def relative_suite(root, picked: pd.DataFrame, n_pairs: int = 256, *,
                    compute: bool = True) -> pd.DataFrame:
     """The ``RELATIVE_SUITE`` family as a findings table, on the complete tasks of ``picked``
     (``decide.chosen`` of the suite study), reading the relative plasticity companions of the
-    store ``root`` (``decide.task_plasticity(quantity="relative")``; measured once when
+    store ``root`` (``task_measures.task_plasticity(quantity="relative")``; measured once when
     missing, unless ``compute`` is False: then the stored tasks only, n says how many).
     Family "exploratory", its own table: Holm over its two rows.
 
     Paper: none (issue 38); Takeaway 3 makes its claim for plasticity. Used by notebook 02b."""
-    from vitplast import decide
+    from vitplast.experiments.task_measures import component_plasticity
+    from vitplast.report.suite_findings import spearman_plasticity_gain
 
     tasks, rows = list(picked["task"].unique()), []
     for protocol, claim in RELATIVE_SUITE.items():
-        rel = decide.component_plasticity(root, tasks, n_pairs, protocol, quantity="relative",
-                                          compute=compute).dropna(subset=["relative_plasticity"])
-        rho = decide.spearman_plasticity_gain(picked, rel, value="relative_plasticity")
+        rel = component_plasticity(root, tasks, n_pairs, protocol, quantity="relative",
+                                   compute=compute).dropna(subset=["relative_plasticity"])
+        rho = spearman_plasticity_gain(picked, rel, value="relative_plasticity")
         rows.append(mean_test(claim, rho, paper="not in the paper (relative plasticity: issue "
                               "38); asked after the suite's runs existed", expected=math.nan,
                               unit="rho, per task"))

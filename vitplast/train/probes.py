@@ -2,7 +2,7 @@
 
 Paper: section 2 and the main table's "lin. probe" column, the baseline every finetuned
 component is compared with. Used by notebook 04 (``empirical.finetuning_inputs``) and the suite
-study (``decide.task_probe``).
+study (``task_measures.task_probe``).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def stored_probe(root, task: str, *, compute: bool = True) -> dict | None:
     ``test_acc`` in %, ``n_train``, ``n_features``), computed once (about 20-40 s on a CPU core)
     and kept beside a study's runs in ``root/probe-<hash of the settings>.json`` (a store
     companion); ``None`` when not stored and ``compute`` is False. Used by notebook 04
-    (``empirical.finetuning_inputs``) and the suite study (``decide.task_probe``)."""
+    (``empirical.finetuning_inputs``) and the suite study (``task_measures.task_probe``)."""
     from vitplast import models, store
 
     settings = dict(task=task, model=models.EMBEDDED_NAME, probe="logistic, C=1, L-BFGS")
