@@ -49,7 +49,7 @@ from vitplast.experiments.confound_variants import (  # noqa: F401 (re-exported)
 )
 from vitplast.inputs import to_model
 from vitplast.measure.components import NORMS, trainable_names
-from vitplast.train.ablations import PREPARE, rescale_layernorm
+from vitplast.train.ablations import PREPARE, matching_scale, rescale_layernorm
 
 #: Where the embedded confound study is shipped (one JSON per run, and its scales).
 EMBEDDED_RESULTS = models.results_root("confounds")
@@ -117,9 +117,9 @@ def variant_counts(model: nn.Module, table: dict[str, Variant]) -> pd.DataFrame:
 
 def matching_scales(ranked: pd.DataFrame, target: str = "FC1") -> dict[str, float]:
     """c per LayerNorm so that its plasticity (mean over layers and tasks, from
-    ``plasticity.ranking``) matches ``target``'s: c = P(target) / P(LN)."""
+    ``plasticity.ranking``) matches ``target``'s: ``ablations.matching_scale``."""
     p = ranked.groupby("component", observed=True)["plasticity"].mean()
-    return {ln: float(p[target] / p[ln]) for ln in NORMS}
+    return {ln: float(matching_scale(p[ln], p[target])) for ln in NORMS}
 
 
 def _scales_name(tasks, target: str, n_pairs: int) -> str:
