@@ -117,7 +117,7 @@ def run_row(task="digits", config="MHA", *, lr, seed, status="ok", val, test) ->
 
 
 def acc_table(**columns) -> pd.DataFrame:
-    """A tasks x variants accuracy table (``confounds.accuracy``) over tasks t0, t1, ..."""
+    """A tasks x variants accuracy table (``confound_tables.accuracy``) over tasks t0, t1, ..."""
     n = len(next(iter(columns.values())))
     return pd.DataFrame(columns, index=pd.Index([f"t{i}" for i in range(n)], name="task"))
 

@@ -12,9 +12,10 @@ import torch
 from helpers import tiny_vit
 
 from vitplast.datasets import tasks
-from vitplast.experiments import lr_selection, results, runs, sweep
+from vitplast.experiments import lr_selection, runs, sweep
 from vitplast.measure import bounds, components, intervals, plasticity, rates
 from vitplast.measure.pairs import make_pairs
+from vitplast.report import finetuning_tables
 from vitplast.train import finetune
 
 STEPS = dict(steps=2, batch_size=16, progress=False)
@@ -259,7 +260,7 @@ def test_a_diverged_run_is_recorded_and_never_counted_as_ok(tmp_path, monkeypatc
     assert table["status"].tolist() == ["ok", "ok", "diverged", "diverged"]
     assert table["test_acc"].isna().tolist() == [False, False, True, True]
     assert lr_selection.select_lr(table)["lr"].tolist() == [0.1]  # not 10 (val 0.99, diverged)
-    main = results.main_table(table).set_index("task")
+    main = finetuning_tables.main_table(table).set_index("task")
     assert main.loc["digits", "lr"] == 0.1 and main.loc["digits", "n_seeds"] == 2
     assert main.loc["digits", "test_acc_mean"] == pytest.approx(40.0)
     assert lr_selection.lr_curves(table)["lr"].tolist() == [0.1]

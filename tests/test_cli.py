@@ -165,7 +165,7 @@ def test_the_smoke_study_starts_on_a_fresh_cache(tmp_path, fake_train, monkeypat
     assert capsys.readouterr().out.splitlines()[-1].split()[:6] == ["all", str(n), "0", "0",
                                                                    "0", str(n)]
     main(["sweep", "--study", "main-smoke", "--limit", "1"])
-    assert len(fake_train.calls) == 1 and len(results.results(root)) == 1
+    assert len(fake_train.calls) == 1 and len(results.records_table(root)) == 1
     assert len(Store(root).companion("study.json")["sessions"]) == 1
 
 
@@ -198,7 +198,7 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
     expected.sort(key=lambda c: seeds.index(c["seed"]))  # seed-first
     settings = list(dict.fromkeys(map(setting, expected)))
     halves = [[c for c in expected if setting(c) in settings[i::2]] for i in (0, 1)]
-    stored = results.results(tmp_path)
+    stored = results.records_table(tmp_path)
     assert len(fake_train.calls) == 6 and stored["run"].is_unique
     assert set(stored["run"]) == {run_hash(c) for c in halves[0][:3] + halves[1][:3]}
     assert {setting(c) for c in halves[0]}.isdisjoint(map(setting, halves[1]))
@@ -263,11 +263,11 @@ def test_ctrl_c_on_a_sweep_ends_with_one_line_keeping_records_and_log(tmp_path, 
     assert "Traceback" not in err and err.strip().splitlines()[-1] == (
         f"interrupted: 1 run record(s) in {tmp_path}, the session logged in its study.json; the "
         "same command resumes")
-    assert len(results.results(tmp_path)) == 1
+    assert len(results.records_table(tmp_path)) == 1
     assert Store(tmp_path).companion("study.json")["sessions"][-1]["status"] == {"ok": 1}
     signal.signal(signal.SIGINT, handler)  # the sweep's own handler, restored for pytest
     assert main(["sweep", "--root", str(tmp_path)]) == 0
-    assert len(results.results(tmp_path)) == 2 and len(fake.calls) == 3
+    assert len(results.records_table(tmp_path)) == 2 and len(fake.calls) == 3
 
 
 def test_the_sweep_bar_counts_the_runs_it_stores(tmp_path, fake_runs, capsys):

@@ -39,7 +39,7 @@ def chosen(monkeypatch, tmp_path):
     got = []
     monkeypatch.setattr(sweep, "run_sweep", lambda todo, *a, **k: got.extend(todo))
     monkeypatch.setattr("vitplast.experiments.study_log.log_session", lambda *a, **k: None)
-    monkeypatch.setattr("vitplast.experiments.results.results",
+    monkeypatch.setattr("vitplast.experiments.results.records_table",
                         lambda root: __import__("pandas").DataFrame({"status": []}))
     with_spec(monkeypatch, "main", tasks=("digits",))
     return lambda *options: (got.clear(), main(["sweep", "--root", str(tmp_path), *options]),

@@ -216,12 +216,12 @@ def _sweep(args, parser, argv) -> int:
 
 def _log(root: str, command: str, start: float, device):
     """Log the session in the store's study.json, a second Ctrl-C ignored meanwhile; return
-    what the store holds (``results.results``)."""
+    what the store holds (``results.records_table``)."""
     from vitplast.experiments import results, study_log
 
     previous = [(s, signal.signal(s, signal.SIG_IGN)) for s in (signal.SIGINT, signal.SIGTERM)]
     try:  # a second Ctrl-C must not lose the log
-        summary = results.results(root)
+        summary = results.records_table(root)
         study_log.log_session(root, command, summary, time.perf_counter() - start, device)
     finally:
         for number, handler in previous:

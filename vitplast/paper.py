@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
-
 #: The configurations of the paper's main table, in its column order.
 TABLE1_CONFIGS = ("MHA", "FC1", "FC2", "LN2", "LN1", "full", "linear probe")
 #: Table 1: ViT-B/16 in21k, top-1 test accuracy in %, best LR per configuration, mean over
@@ -102,14 +100,6 @@ def claim(key: str) -> Claim:
     if key not in CLAIMS:
         raise ValueError(f"unknown claim of the paper {key!r}; valid: {sorted(CLAIMS)}")
     return CLAIMS[key]
-
-
-def table1(average_only: bool = False) -> pd.DataFrame:
-    """Table 1 as a tidy table: ``dataset``, ``config`` (of ``TABLE1_CONFIGS``), ``test_acc``
-    (in %). Source: the paper's Table 1."""
-    rows = [dict(dataset=d, config=c, test_acc=v) for d, values in TABLE1.items()
-            for c, v in zip(TABLE1_CONFIGS, values) if not average_only or d == "average"]
-    return pd.DataFrame(rows)
 
 
 def table1_average(config: str) -> float:

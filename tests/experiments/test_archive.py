@@ -64,9 +64,9 @@ def test_pack_unpack_and_read_back(data, tmp_path, monkeypatch):
     dest = archive.unpack(packed, tmp_path / "installed")
     assert dest == tmp_path / "installed"
     assert sorted(p.name for p in dest.iterdir()) == sorted(archive.shipped_stores())  # no debris
-    before = results.results(data / "finetune")
+    before = results.records_table(data / "finetune")
     monkeypatch.setenv(models.DATA_ENV, str(dest))  # what the user exports
-    after = results.results(studies.get("main").root())
+    after = results.records_table(studies.get("main").root())
     assert studies.get("main").root() == dest / "finetune"
     assert len(after) == 2 and after["run"].tolist() == before["run"].tolist()
     assert after["test_acc"].tolist() == before["test_acc"].tolist() == [0.25, 0.25]

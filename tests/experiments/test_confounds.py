@@ -12,7 +12,8 @@ from helpers import acc_table, tiny_vit
 from vitplast.experiments import confound_plasticity, confound_variants, confounds, results, runs
 from vitplast.experiments.spec_types import Part
 from vitplast.measure import components
-from vitplast.report import confound_findings
+from vitplast.report import confound_findings, confound_tables
+from vitplast.report.confound_tables import ConfoundTables
 from vitplast.train import ablations
 
 
@@ -106,8 +107,8 @@ def test_rescale_pairs_compare_each_run_with_its_control_and_state_the_verdict()
     assert pairs.loc["on", "max_diff"] == pytest.approx(2.0)
     grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
     corr = pd.DataFrame(columns=["task", "component", "spearman", "spearman_depth"])
-    t = dict(acc=acc_table(LN1=[70.0]), counts={}, corr=corr, grads=grads,
-             rescale=pairs.reset_index(), fields=confound_variants.variant_fields(df))
+    t = ConfoundTables(acc=acc_table(LN1=[70.0]), counts={}, corr=corr, grads=grads,
+                       rescale=pairs.reset_index(), fields=confound_variants.variant_fields(df))
     table = confound_findings.confounds(t).set_index("claim")
     off = table.loc["LN1 x 2 (preserved) (no clip) vs its lr/c^2 control, run by run (task, LR, "
                     "seed), gradient clipping off"]
@@ -212,7 +213,7 @@ def test_shipped_confound_results_are_the_complete_study(monkeypatch):
     from vitplast.measure import empirical
 
     monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: pytest.fail("re-measured"))
-    shipped = results.results(confounds.EMBEDDED_RESULTS)
+    shipped = results.records_table(confounds.EMBEDDED_RESULTS)
     study = confounds.study_runs(studies.get("confounds").spec)
     expected = {run_hash(c) for c in study}
     assert set(shipped["run"]) == expected and len(shipped) == len(expected)
@@ -220,7 +221,7 @@ def test_shipped_confound_results_are_the_complete_study(monkeypatch):
     assert (shipped["initial_val_acc"] <= 0.3).all()
     main = {run_hash(c) for c in studies.get("main").runs()}
     assert {run_hash(c) for c in studies.get("confounds").baseline_runs()} <= main
-    chosen = confounds.variant_table(confound_variants.with_variant(shipped))
+    chosen = confound_tables.variant_table(confound_variants.with_variant(shipped))
     settings = confound_variants.with_variant(pd.json_normalize(study))[["task", "variant"]]
     assert len(chosen) == len(settings.drop_duplicates()) and not chosen["lr_at_edge"].any()
     res = studies.get("confounds").load()
@@ -242,20 +243,3 @@ def test_only_settings_with_every_run_stored_are_analysed():
             for c, lr in (("MHA", 0.1), ("LN1", 0.1), ("LN1", 1.0))]
     kept = confounds.complete_settings(pd.DataFrame(rows), expected)
     assert sorted(set(kept["variant"])) == ["LN1"] and len(kept) == 2
-
-
-def test_controls_show_the_rows_the_control_findings_compare():
-    """Section 4 of notebook 05: MHA and LN1 plain, from init and under AdamW, found by their
-    fields (a renamed variant still found), every other variant left to ``t["acc"]``."""
-    base = confound_variants.catalogue(
-        confound_variants.all_variants(tiny_vit(depth=2), {"LN1": 2.0})).assign(
-        optimizer="sgd", checkpoint="final")
-    plain = base.loc[["MHA", "LN1"]]
-    fields = pd.concat([base, plain.assign(checkpoint="init").rename(index={
-        "MHA": "attention from scratch", "LN1": "LN1 (init)"}), plain.assign(
-        optimizer="adamw").rename(index=lambda n: f"{n} (AdamW)")])
-    acc = pd.DataFrame({name: [1.0, 2.0] for name in fields.index},
-                       index=pd.Index(["t0", "t1"], name="task"))
-    shown = confounds.controls(dict(fields=fields, acc=acc))
-    assert shown.index.tolist() == ["MHA", "LN1", "attention from scratch", "LN1 (init)",
-                                    "MHA (AdamW)", "LN1 (AdamW)"] and len(acc.columns) > 6

@@ -1,11 +1,12 @@
-"""The cross-gauge study's checks (``vitplast.experiments.cross_gauge``) on synthetic stores and
-tables: pairs by run hash, the LR up to which trajectories agree, what agreeing losses leave
-apart, and the rows of the per-parameter-LR identity."""
+"""The cross-gauge study's pairs and identity reruns (``vitplast.experiments.cross_gauge``) on
+synthetic stores, and the checks read from them: pairs by run hash, the LR up to which
+trajectories agree."""
 
 import pandas as pd
 import pytest
 
 from vitplast.experiments import cross_gauge
+from vitplast.report import cross_gauge_findings
 
 
 def _picked(task, acc):
@@ -39,7 +40,8 @@ def test_gauge_pairs_match_the_same_run_at_two_gauges_and_the_checks_read_them(t
     picked = pd.DataFrame(_picked("a", {"LN1": 70.0, "LN1 c=8": 70.0, "head": 60.0})
                           + _picked("b", {"LN1": 71.0, "LN1 c=8": 73.0, "head": 61.0}))
     picked["loss_rose"] = [0.0, 1.0, 0.0, 1.0, 1.0, float("nan")]
-    first, same, agree, rose, ln1 = cross_gauge.gauge_checks(pairs, picked)  # head: no c = 8
+    checks = cross_gauge_findings.gauge_checks
+    first, same, agree, rose, ln1 = checks(pairs, picked)  # head: no c = 8
     assert (agree["measured"], agree["n"]) == (0.0, 1)
     assert first["verdict"] == "the same, as derived" and first["n"] == 2
     assert same["measured"] == "0.0002 (LR 0.1), 0.5 (LR 1)"
@@ -49,13 +51,12 @@ def test_gauge_pairs_match_the_same_run_at_two_gauges_and_the_checks_read_them(t
     assert (rose["measured"], rose["n"]) == (60.0, 5)
     assert rose["verdict"] == "3 of 5 chosen runs had a training loss that rose above its start"
     assert ln1["measured"] == 1.0 and ln1["n"] == 2
-    calm = cross_gauge.gauge_checks(pairs.assign(max_loss_diff=[2e-4, 5e-4]), picked)[1]
+    calm = checks(pairs.assign(max_loss_diff=[2e-4, 5e-4]), picked)[1]
     assert calm["verdict"] == "the same trajectory at every LR stored (up to 1), as derived"
-    broken = cross_gauge.gauge_checks(pairs.assign(max_loss_diff=[0.01, 0.5], first_diff=[0.01, 0]),
-                                 picked)
+    broken = checks(pairs.assign(max_loss_diff=[0.01, 0.5], first_diff=[0.01, 0]), picked)
     assert broken[0]["verdict"].startswith("not the same: the derivation")
     assert broken[1]["verdict"].startswith("not the same at any LR stored")
-    assert cross_gauge.gauge_checks(pairs.iloc[:0], picked)[0]["verdict"] == "no pair stored yet"
+    assert checks(pairs.iloc[:0], picked)[0]["verdict"] == "no pair stored yet"
 
 
 def test_pairs_are_made_by_run_hash_whatever_their_runtime_keys(tmp_path):
@@ -66,33 +67,6 @@ def test_pairs_are_made_by_run_hash_whatever_their_runtime_keys(tmp_path):
     _gauge_record(tmp_path, 0.3, [2.0, 1.4], 0.72, gauge=True, precision="fp32")
     pairs = cross_gauge.gauge_pairs(tmp_path)
     assert pairs["lr"].tolist() == [0.1] and pairs["test_diff"].tolist() == pytest.approx([1.0])
-
-
-def test_agreeing_losses_name_the_pair_with_the_largest_test_gap():
-    pairs = pd.DataFrame(dict(task=["a", "b", "c"], config=["LN1", "LN1", "head"],
-                              lr=[0.03, 0.01, 1.0], max_loss_diff=[5.5e-5, 2e-4, 0.5],
-                              test_diff=[-1.95, 0.5, 9.0]))
-    row = cross_gauge.agreeing_losses(pairs)
-    assert (row["measured"], row["n"]) == (-1.95, 2)  # the 0.5-apart pair is not counted
-    assert row["verdict"].startswith("a / LN1 / LR 0.03: loss histories 5.5e-05 apart, test "
-                                     "accuracies 1.95 points apart")
-    assert cross_gauge.agreeing_losses(pairs.iloc[2:])["verdict"] == (
-        "no pair's loss histories agree")
-
-
-def test_identity_rows_read_the_derived_trajectory_the_clip_and_the_unreachable_lrs():
-    ident = pd.DataFrame(dict(task=["a", "a"], config=["MHA", "FC2"], lr=[0.1, 0.3],
-                              gauged=["attn.proj", "mlp.fc2"], derived_lr=[0.1 / 64, 0.3 / 64],
-                              noclip=[2e-4, 6e-4], clip=[1e-4, 0.05], shared=[0.3, 0.2]))
-    same, clip, reach = cross_gauge.identity_findings(ident)
-    assert same["measured"] == 6e-4 and same["verdict"].startswith("the same trajectory")
-    assert clip["verdict"] == "not the same: the clip acts on the two runs differently"
-    assert reach["measured"] == ("MHA on a: attn.proj at 0.0016, the rest at 0.1; FC2 on a: "
-                                 "mlp.fc2 at 0.0047, the rest at 0.3")
-    assert reach["verdict"].startswith("the gauged parameters train at 1/64 of the rest's LR")
-    parted = cross_gauge.identity_findings(ident.assign(noclip=[2e-4, 0.01]))[0]
-    assert parted["verdict"].startswith("not the same within 0.001 for FC2 on a at LR 0.3 "
-                                        "(0.01): the gauge is exact only up to")
 
 
 def test_identity_reruns_the_changed_configurations_at_the_lrs_the_study_chose(monkeypatch):

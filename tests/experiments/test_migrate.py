@@ -49,7 +49,7 @@ def test_migration_moves_only_the_key_and_keeps_every_hash(tmp_path):
     assert Store(tmp_path).audit()["file"].tolist() == ["notes.json"]
     assert [Store(tmp_path).record(r)["run"] for r in runs] == runs
     with pytest.warns(UserWarning, match="notes.json"):  # the foreign file, named
-        assert sorted(results.results(tmp_path)["run"]) == sorted(run_hash(r) for r in runs)
+        assert sorted(results.records_table(tmp_path)["run"]) == sorted(run_hash(r) for r in runs)
     assert migrate.migrate(tmp_path) == dict(migrated=0, left=4)  # a second pass: no change
     assert {p.name: p.read_text() for p in tmp_path.glob("*.json")} == after
 

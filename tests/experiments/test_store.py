@@ -91,7 +91,7 @@ def test_two_unsharded_sweeps_train_each_run_exactly_once(tmp_path, fast_runs, m
     todo = configs(16)
     assert _in_processes(_sweep_after, [(todo, tmp_path / "runs")] * 2) == [0, 0]
     assert fake.trainings() == {f"{c['lr']:.1f}": 1 for c in todo}  # 16 runs, once each
-    stored = results.results(tmp_path / "runs")
+    stored = results.records_table(tmp_path / "runs")
     assert len(stored) == 16 and (stored["status"] == "ok").all()
     assert not list((tmp_path / "runs").glob("*.claim"))  # every claim released
 
@@ -107,7 +107,7 @@ def test_two_sweeps_retry_a_failed_run_once(tmp_path, fast_runs, monkeypatch):
     args = (todo, tmp_path, True)
     assert _in_processes(_sweep_after, [args, args]) == [0, 0]
     assert fake.trainings() == {"0.1": 1, "0.2": 1, "0.3": 1}
-    assert (results.results(tmp_path)["status"] == "ok").all()
+    assert (results.records_table(tmp_path)["status"] == "ok").all()
 
 
 def _log_one(barrier, root, i):

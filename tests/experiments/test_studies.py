@@ -12,6 +12,7 @@ from vitplast.experiments.kinds import Study, budget_runs, grid_runs
 from vitplast.experiments.runs import run_hash
 from vitplast.experiments.runtime import Runtime
 from vitplast.experiments.store import Store
+from vitplast.report import finetuning_tables
 
 
 def test_unknown_study_names_the_valid_ones():
@@ -131,7 +132,7 @@ def test_shipped_results_are_the_complete_study():
     """The shipped records are exactly the main study's runs and its budget check's (run
     hashes did not drift), each finished, each from a new head, on grids that bracket every
     chosen LR and every LR band."""
-    shipped = results.results(studies.get("main").root())
+    shipped = results.records_table(studies.get("main").root())
     main = {run_hash(c) for c in studies.get("main").runs()}
     assert len(main) == 7 * 3 * (9 + 10 + 10 + 9 + 10 + 9 + 9)  # per configuration its LRs
     budget = {run_hash(c) for c in studies.get("budget").runs()}
@@ -142,7 +143,7 @@ def test_shipped_results_are_the_complete_study():
     assert shipped["initial_val_acc"].max() <= 0.3
     # the grid brackets every best LR and every band within 1 and 2 points of it
     runs = shipped[shipped["run"].isin(main)]
-    assert not results.main_table(runs)["lr_at_edge"].any()
+    assert not finetuning_tables.main_table(runs)["lr_at_edge"].any()
     assert lr_selection.lr_bands(runs)["bracketed"].all()
 
 
@@ -154,7 +155,7 @@ def test_shipped_runs_table_agrees_with_the_shipped_records(study):
 
     root = {"finetune": studies.get("main").root(),
             "confounds": confounds.EMBEDDED_RESULTS}[study]
-    stored = results.results(root).set_index("run")
+    stored = results.records_table(root).set_index("run")
     if not (root / "runs.csv").exists():  # a store no session has filled yet
         assert stored.empty
         return

@@ -13,6 +13,7 @@ from vitplast import files, models
 from vitplast.experiments import results, runs, sweep
 from vitplast.experiments.runs import TRAIN_KEYS, run_hash
 from vitplast.experiments.store import Store
+from vitplast.report import finetuning_tables
 
 
 def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch):
@@ -50,16 +51,16 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path, fake_train):
     with pytest.raises(KeyboardInterrupt):
         sweep.run_sweep(configs, tmp_path, progress=False)
     assert len(fake_train.calls) == 3
-    assert sorted(results.results(tmp_path)["lr"]) == [1, 2]
+    assert sorted(results.records_table(tmp_path)["lr"]) == [1, 2]
     # debris of a kill: a half-written temp file, a truncated record of the 4th run
     (tmp_path / f".{run_hash(configs[2])}.json.x.tmp").write_text('{"run": {')
     full = json.dumps({"run": configs[3], "status": "ok"})
     Store(tmp_path).path(configs[3]).write_text(full[: len(full) // 2])
-    assert sorted(results.results(tmp_path)["lr"]) == [1, 2]
+    assert sorted(results.records_table(tmp_path)["lr"]) == [1, 2]
 
     summary = sweep.run_sweep(configs, tmp_path, progress=False)  # the same sweep again
     assert [kw["lr"] for _, kw in fake_train.calls[3:]] == [3, 4, 5]  # first two not re-run
-    table = results.results(tmp_path)
+    table = results.records_table(tmp_path)
     assert sorted(table["lr"]) == [1, 2, 3, 4, 5] and table["run"].is_unique
     assert summary["lr"].tolist() == [1, 2, 3, 4, 5] and (summary["status"] == "ok").all()
 
@@ -118,9 +119,9 @@ def test_diverged_and_failed_runs_are_recorded_and_the_sweep_goes_on(tmp_path):
     text = Store(tmp_path).path(diverge).read_text()
     record = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
     assert record["history"][-1]["loss"] is None and record["test_acc"] is None
-    table = results.results(tmp_path)
+    table = results.records_table(tmp_path)
     assert set(table["status"]) == {"diverged", "failed", "ok"}
-    main = results.main_table(table)  # a real table: None and list-valued settings
+    main = finetuning_tables.main_table(table)  # a real table: None and list-valued settings
     assert main["task"].tolist() == ["digits"] * 3 + ["average"] * 3  # 3 settings
     ok_acc = 100 * summary["test_acc"][2]
     for task in ("digits", "average"):

@@ -83,15 +83,15 @@ def test_notebook_04_inputs_are_stored_beside_the_study_and_recomputed_when_an_i
 
 
 def test_notebook_04_and_the_suite_study_keep_plasticity_in_one_file(tmp_path, monkeypatch):
-    """``stored_layers`` and ``decide.task_plasticity`` name and fill the same companion for
+    """``stored_layers`` and ``task_measures.task_plasticity`` name and fill the same companion for
     the same settings: the suite's files serve notebook 04's 7 tasks as they are."""
-    from vitplast.experiments import decide
+    from vitplast.experiments import task_measures
 
     monkeypatch.setattr(empirical, "embedded_layers", lambda tasks, *, protocol, n_pairs:
                         pd.DataFrame([dict(task=tasks[0], layer=0, component="MHA",
                                            plasticity=1.5, ci95=0.1)]))
     mine = empirical.stored_layers(tmp_path / "a", "digits", n_pairs=4, protocol="hidden")
-    suite = decide.task_plasticity(tmp_path / "b", "digits", n_pairs=4, protocol="hidden")
+    suite = task_measures.task_plasticity(tmp_path / "b", "digits", n_pairs=4, protocol="hidden")
     [a], [b] = (tmp_path / "a").glob("plasticity-*"), (tmp_path / "b").glob("plasticity-*")
     assert a.name == b.name and a.read_text() == b.read_text()
     pd.testing.assert_frame_equal(mine, suite)

@@ -9,8 +9,9 @@ import pytest
 from helpers import acc_table, tiny_vit
 from scipy import stats
 
-from vitplast.experiments import confound_plasticity, confound_variants, studies
-from vitplast.report import confound_findings
+from vitplast.experiments import confound_variants, studies
+from vitplast.report import confound_findings, confound_tables
+from vitplast.report.confound_tables import ConfoundTables
 from vitplast.stats import verdicts
 
 
@@ -32,10 +33,10 @@ def test_confound_findings_are_task_level_paired_tests_with_their_counts():
     layers = pd.DataFrame(dict(task=["t0", "t1", "t2"], component="LN1", spearman=[0.9, 0.8, 1.0],
                                spearman_depth=[0.5, 0.6, 0.7], plasticity_depth=[0.2, 0.3, 0.1],
                                n_blocks=6))
-    layers["partial"] = [confound_plasticity.partial_correlation(*r) for r in layers[
+    layers["partial"] = [confound_tables.partial_correlation(*r) for r in layers[
         ["spearman", "plasticity_depth", "spearman_depth"]].to_numpy()]
     grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
-    t = dict(acc=acc, counts=counts, corr=layers, grads=grads, fields=_fields())
+    t = ConfoundTables(acc=acc, counts=counts, corr=layers, grads=grads, fields=_fields())
     table = confound_findings.confounds(t).set_index("claim")
     first = table.loc["MHA - LN1 at LN1's count (sparse MHA)"]
     diffs = np.array([5.0, 4, 6, 5, 5])
@@ -87,7 +88,7 @@ def test_the_other_protocol_stands_beside_the_declared_one_as_sensitivity_rows()
     tables = {}
     for sign in (1, -1):
         corr = _corr(dict(hidden=[0.5, 0.6, 0.7], embedding=[sign * 0.8, sign * 0.9, sign]))
-        t = dict(acc=acc, counts={}, corr=corr, grads=grads, fields=_fields())
+        t = ConfoundTables(acc=acc, counts={}, corr=corr, grads=grads, fields=_fields())
         tables[sign] = confound_findings.confounds(t, primaries=primaries).set_index("claim")
     up, down = tables[1], tables[-1]
     primary = up[up["family"] == "primary"]
@@ -125,9 +126,9 @@ def test_monotone_plasticity_leaves_the_per_layer_row_descriptive():
     layers = pd.DataFrame(dict(task=["t0", "t1", "t2"], component="LN1", spearman=0.9,
                                spearman_depth=0.5, plasticity_depth=1.0, partial=np.nan,
                                n_blocks=6))
-    t = dict(acc=acc_table(LN1=[70.0, 71, 72, 73, 74]), counts={}, corr=layers,
-             grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]),
-             fields=_fields())
+    t = ConfoundTables(acc=acc_table(LN1=[70.0, 71, 72, 73, 74]), counts={}, corr=layers,
+                       grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]),
+                       fields=_fields())
     row = confound_findings.confounds(t).set_index("claim").filter(like="LN1 of one block", axis=0)
     assert row["verdict"].iloc[0] == "cannot be told from depth (untested)"
 
@@ -144,9 +145,10 @@ def test_findings_find_their_variants_by_fields_not_names():
                        "MHA, AdamW": [70.0, 71, 72], "LN1, AdamW": [60.0, 61, 62],
                        "LN1 x 2 (preserved)": [75.0, 70, 81], "the LN1 control": [75.0, 70, 80],
                        "MHA sparse": [0.0, 0, 0], "MHA (AdamW)": [0.0, 0, 0]})
-    t = dict(acc=acc, counts={"attention at LN1's count": 1536, "LN1": 1536}, fields=fields,
-             corr=pd.DataFrame(columns=["task", "component", "partial", "plasticity_depth"]),
-             grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]))
+    t = ConfoundTables(acc=acc, counts={"attention at LN1's count": 1536, "LN1": 1536},
+                       fields=fields, corr=pd.DataFrame(columns=[
+                           "task", "component", "partial", "plasticity_depth"]),
+                       grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]))
     table = confound_findings.confounds(t).set_index("claim")
     sparse = table.loc["MHA - LN1 at LN1's count (sparse MHA)"]
     assert (sparse["n"], sparse["measured"], sparse["counts"]) == (3, 5.0, "1,536 vs 1,536")
@@ -168,8 +170,9 @@ def test_the_read_cells_words_follow_the_matched_count_numbers():
     for sign in (1, -1):
         base = np.array([75.0, 70, 80, 85, 60])
         acc = acc_table(**{"MHA sparse": base + sign * np.array([5.0, 4, 6, 5, 5]), "LN1": base})
-        t = dict(acc=acc, counts={}, corr=_corr(dict(hidden=[0.1, 0.2, 0.3])), fields=_fields(),
-                 grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]))
+        t = ConfoundTables(acc=acc, counts={}, corr=_corr(dict(hidden=[0.1, 0.2, 0.3])),
+                           fields=_fields(),
+                           grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]))
         table = confound_findings.confounds(t, primaries=studies.get("confounds").primaries)
         words[sign] = sentences.text(table, *claims)
     # the matched-count primary cites no claim (Table 1 compares full counts only): it reads as

@@ -5,8 +5,7 @@ verdict machinery: ``test_verdicts.py``; each notebook family's builders: ``test
 import pandas as pd
 import pytest
 
-from vitplast.experiments import results
-from vitplast.report import findings
+from vitplast.report import findings, finetuning_tables
 
 
 def test_within_task_correlation_never_pools_tasks():
@@ -17,7 +16,7 @@ def test_within_task_correlation_never_pools_tasks():
         for i, comp in enumerate(["MHA", "FC1", "FC2", "LN2", "LN1"]):
             rows.append(dict(protocol="hidden", task=task, component=comp,
                              plasticity=5 - i + offset, gain_pp=5 - i - 3 * offset))
-    corr = results.within_task_correlation(pd.DataFrame(rows))
+    corr = finetuning_tables.within_task_correlation(pd.DataFrame(rows))
     assert corr.drop_duplicates("task")["spearman"].tolist() == pytest.approx([1.0, 1.0])
     assert corr.set_index(["task", "component"]).loc[("a", "MHA"), "rank_x"] == 1
 

@@ -2,13 +2,16 @@
 ``finetuning_findings.finetuning``): tasks, not seeds, are the units; declared primaries lead; a row
 whose verdict the other tied LR would flip is flagged fragile."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
 from helpers import tie_runs
 
-from vitplast.experiments import lr_selection, results, studies
-from vitplast.report import finetuning_findings
+from vitplast.experiments import lr_selection, studies
+from vitplast.report import finetuning_findings, finetuning_tables
+from vitplast.report.finetuning_tables import FinetuningTables
 from vitplast.stats import verdicts
 
 TASKS = [f"t{i}" for i in range(7)]
@@ -21,7 +24,7 @@ def _main(acc: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _tables(rho: dict) -> tuple[dict, pd.Series]:
+def _tables(rho: dict) -> tuple[FinetuningTables, pd.Series]:
     """Tables where MHA beats LN1 by 3 points on every task, and the plasticity-gain rho is
     ``rho[protocol]`` on every task (MHA least plastic, highest gain under each)."""
     base = 80 + np.random.default_rng(2).normal(0, 2, 7)
@@ -35,7 +38,8 @@ def _tables(rho: dict) -> tuple[dict, pd.Series]:
                          for k, c in enumerate(["MHA", "FC1", "FC2", "LN2", "LN1"], 1)])
     grads = pd.DataFrame([dict(task=t, config=c, kind=k, grad_norm=1.0) for t in TASKS
                           for c in ("MHA", "LN1", "LN2") for k in ("total", "per parameter")])
-    return dict(main=_main(acc), bands=bands, corr=corr, grads=grads), pd.Series(base, TASKS)
+    return (FinetuningTables(main=_main(acc), bands=bands, corr=corr, grads=grads),
+            pd.Series(base, TASKS))
 
 
 @pytest.mark.parametrize("declared, other", [("hidden", "embedding"), ("embedding", "hidden")])
@@ -78,7 +82,7 @@ def test_finetuning_findings_use_tasks_as_units():
                                           ("LN1", "per parameter", 0.1),
                                           ("LN2", "per parameter", 0.1))])
     probe = pd.Series(base - 10, index=TASKS)
-    t = dict(main=_main(acc), bands=bands, corr=corr, grads=grads)
+    t = FinetuningTables(main=_main(acc), bands=bands, corr=corr, grads=grads)
     table = finetuning_findings.finetuning(t, probe, studies.get("main").primaries)
     assert (table.loc[table["family"] != "descriptive", "n"] == 7).all()
     by_claim = table.set_index("claim")
@@ -96,8 +100,8 @@ def test_finetuning_findings_use_tasks_as_units():
     assert not table["claim"].str.contains("high-plasticity").any()
 
 
-def _ab_findings(t: dict) -> pd.DataFrame:
-    main = results.main_table(t["runs"])
+def _ab_findings(t: SimpleNamespace) -> pd.DataFrame:
+    main = finetuning_tables.main_table(t.runs)
     acc = main[main["task"] != "average"].pivot_table(index="task", columns="config",
                                                       values="test_acc_mean")
     return verdicts.table([verdicts.paired_test("A - B", acc["A"], acc["B"], paper="x",
@@ -107,8 +111,8 @@ def _ab_findings(t: dict) -> pd.DataFrame:
 @pytest.mark.parametrize("alt_test, fragile", [(0.81, False), (0.40, True)])
 def test_a_row_is_fragile_when_the_other_tied_lr_flips_it(alt_test, fragile):
     df = tie_runs(alt_test)
-    t = dict(runs=df, ties=lr_selection.lr_ties(df),
-             alternatives=[dict(runs=a) for a in lr_selection.tie_alternatives(df)])
+    t = SimpleNamespace(runs=df, ties=lr_selection.lr_ties(df), alternatives=[
+        SimpleNamespace(runs=a) for a in lr_selection.tie_alternatives(df)])
     table = finetuning_findings.with_ties(_ab_findings, t).set_index("claim")
     assert table.loc["A - B", "verdict"] == "agrees with the paper"
     assert bool(table.loc["A - B", "fragile"]) is fragile

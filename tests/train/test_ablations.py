@@ -65,6 +65,15 @@ def test_sparse_masks_train_exactly_count_entries():
         ablations.sparse_masks(model, "LN1", 10**9)
 
 
+def _merge_lora(model):
+    """Every ``LoRALinear`` replaced by the plain linear it computes (``LoRALinear.merged``)."""
+    for name, module in list(model.named_modules()):
+        if isinstance(module, ablations.LoRALinear):
+            parent, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, module.merged())
+    return model
+
+
 @pytest.mark.parametrize("component", ["MHA", "FC1", "FC2"])
 def test_lora_starts_as_identity_and_merges_exactly(component, images):
     model, x = tiny_vit(), images[0]
@@ -77,15 +86,14 @@ def test_lora_starts_as_identity_and_merges_exactly(component, images):
                    config=ablations.LORA_PATTERNS, progress=False)
     adapted = model(x)
     assert (adapted - before).abs().max() > 1e-4
-    ablations.merge_lora(model)
+    _merge_lora(model)
     assert not any("lora_" in n for n, _ in model.named_parameters())
     torch.testing.assert_close(model(x), adapted, rtol=1e-4, atol=1e-5)
 
 
-def test_lora_rank_for_a_budget():
+def test_lora_counts_are_exact():
     model = tiny_vit()  # d = 32: FC1 rank 1 costs (32 + 128) per block, 2 blocks
     assert ablations.lora_count(model, "FC1", 1) == 320
-    assert ablations.rank_for_budget(model, "FC1", 1000) == 3
     assert ablations.lora_count(model, "MHA", 1) == 2 * ((32 + 96) + (32 + 32))
 
 

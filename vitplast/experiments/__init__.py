@@ -5,9 +5,9 @@
 (running what a store lacks) and ``search`` (LRs bracketed on validation) · ``runtime`` (a
 sweep's settings and which runs it takes) · ``studies`` (the one registry) of the study
 kinds, ``kinds`` and ``adaptive``, with their specs' types, ``spec_types``, and values,
-``study_specs`` · ``study_log`` (sessions, progress) · ``results`` (tidy
-tables) with ``lr_selection`` · ``decide`` (the suite study's tables) and ``cross_gauge`` (the
-cross-gauge study's checks) · ``confounds`` with ``confound_variants`` and
-``confound_plasticity`` (the confound study) · ``archive`` (the shipped stores as one
-installable archive).
+``study_specs`` · ``study_log`` (sessions, progress) · ``results`` (one records table per
+store) with ``lr_selection`` · ``task_measures`` (plasticity and probes stored per task beside
+a searched study's runs) and ``cross_gauge`` (the cross-gauge study's pairs and identity
+reruns) · ``confounds`` with ``confound_variants`` and ``confound_plasticity`` (the confound
+study) · ``archive`` (the shipped stores as one installable archive).
 """

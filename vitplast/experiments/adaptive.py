@@ -18,7 +18,7 @@ from vitplast.experiments.runtime import Executor, Runtime
 
 @dataclass
 class ConfoundResults:
-    """What a confound study's store holds: ``runs`` (``results.results`` rows of the study's
+    """What a confound study's store holds: ``runs`` (``results.records_table`` rows of the study's
     runs and of its plain SGD baselines, with ``confound_variants.with_variant``'s ``variant``; only
     the (task, variant) settings whose every run is stored: ``confounds.complete_settings``),
     ``coverage`` (expected runs by status), ``scales`` (``confounds.study_scales``),
@@ -88,7 +88,7 @@ class ConfoundStudy(Study):
         if recompute:
             sweep.run_sweep(baselines, main_root)
             sweep.run_sweep(expected, root)
-        df = results.results(root, main_root)
+        df = results.records_table(root, main_root)
         hashes = {run_hash(c) for c in expected + baselines}
         df = confound_variants.with_variant(df[df["run"].isin(hashes)] if len(df) else df)
         after = [confound_plasticity.plasticity_after(r, root, spec.after.n_pairs,

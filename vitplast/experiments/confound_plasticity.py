@@ -4,24 +4,18 @@ Paper: Takeaway 3 read within a component (does a block's plasticity go with the
 finetuning that block alone, once depth is held fixed?), under the declared protocol
 (``PROTOCOL``) and the other one beside it (``OTHER_PROTOCOL``), and objection 4 (does finetuning a
 component change its plasticity?). Each measurement is made once and stored beside the study's
-records (``layers-*.json``, ``after-*.json``: ``cached.COMPANIONS``);
-``vitplast.experiments.confounds`` re-exports every name here and builds notebook 05's tables from
-them.
-
-The per-block test reads which block and component an accuracy column is from the variants'
-fields (``vitplast.experiments.confound_variants``), never from its name.
+records (``layers-*.json``, ``after-*.json``: ``cached.COMPANIONS``). The per-block
+correlations over them are notebook 05's tables (``vitplast.report.confound_tables``).
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
 
 from vitplast import cached, models
 from vitplast.experiments import lr_selection, store
-from vitplast.experiments.confound_variants import names_of
 from vitplast.experiments.spec_types import Confound
 from vitplast.train import finetune
 
@@ -95,7 +89,7 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
 def after_runs(main: pd.DataFrame, study: Confound, baselines: list[dict]) -> list[dict]:
     """The runs ``plasticity_after`` trains again: per task and configuration of the study's
     ``after`` setting, its baseline run (of ``baselines``: ``ConfoundStudy.baseline_runs``) at
-    the LR chosen on validation over all seeds in ``main`` (``results.results`` of the
+    the LR chosen on validation over all seeds in ``main`` (``results.records_table`` of the
     baselines' store), with seed ``after.seed``."""
     from vitplast.experiments import runs
 
@@ -108,65 +102,4 @@ def after_runs(main: pd.DataFrame, study: Confound, baselines: list[dict]) -> li
     return [r for r in pool if (r["task"], r["config"], r["lr"]) in chosen
             and r["seed"] == after.seed]
 
-
-def layer_accuracy(acc: pd.DataFrame, layers: pd.DataFrame, fields: pd.DataFrame
-                   ) -> pd.DataFrame:
-    """Per protocol, task, component and block: the block's plasticity before finetuning
-    (``layer_plasticity``; a table without ``protocol`` is read as ``PROTOCOL``'s) and the test
-    accuracy (%) of finetuning that block's component alone (``accuracy``'s columns of the
-    ``block`` variants, their ``component`` and ``block`` read from ``fields``:
-    ``confound_variants.variant_fields``), where both exist."""
-    if "protocol" not in layers:
-        layers = layers.assign(protocol=PROTOCOL)
-    blocks = fields.loc[names_of(fields, family="block"), ["component", "block"]]
-    long = acc.reset_index().melt(id_vars="task", var_name="variant", value_name="test_acc")
-    long = long.merge(blocks.rename(columns={"block": "layer"}), left_on="variant",
-                      right_index=True).dropna(subset=["test_acc"])
-    return long.assign(layer=long["layer"].astype(int)).merge(
-        layers, on=["task", "component", "layer"])[["protocol", "task", "component", "layer",
-                                                   "plasticity", "test_acc"]]
-
-
-def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame, fields: pd.DataFrame
-                       ) -> pd.DataFrame:
-    """Per protocol, task and component: Spearman's rho, over the blocks, between a block's
-    plasticity and the test accuracy of finetuning that block's component alone
-    (``layer_accuracy``, ``fields`` as there).
-    Count is fixed within a component, so rho > 0 says plasticity, not size, goes with gain;
-    unless plasticity itself follows depth, which may matter on its own: so also rho between
-    earliness (minus the block index) and accuracy, and between earliness and plasticity.
-
-    Only (task, component) pairs with every block finetuned are kept. Columns: ``protocol``,
-    ``task``, ``component``, ``spearman`` (plasticity, accuracy), ``spearman_depth``
-    (earliness, accuracy), ``plasticity_depth`` (earliness, plasticity), ``partial``
-    (plasticity, accuracy given earliness: ``partial_correlation``; NaN where plasticity or
-    accuracy is monotone in depth), ``n_blocks``.
-    """
-    from scipy import stats
-
-    def rho(a, b) -> float:
-        return float(stats.spearmanr(a, b).statistic)
-
-    rows = []
-    depth = layers["layer"].nunique()
-    for (protocol, task, comp), g in layer_accuracy(acc, layers, fields).groupby(
-            ["protocol", "task", "component"], sort=False):
-        if len(g) == depth >= 3:
-            early = -g["layer"]
-            xy, yz, xz = (rho(g["plasticity"], g["test_acc"]), rho(early, g["test_acc"]),
-                          rho(early, g["plasticity"]))
-            rows.append(dict(protocol=protocol, task=task, component=comp, n_blocks=len(g),
-                             spearman=xy, spearman_depth=yz, plasticity_depth=xz,
-                             partial=partial_correlation(xy, xz, yz)))
-    return pd.DataFrame(rows, columns=["protocol", "task", "component", "spearman",
-                                       "spearman_depth", "plasticity_depth", "partial",
-                                       "n_blocks"])
-
-
-def partial_correlation(xy: float, xz: float, yz: float) -> float:
-    """The correlation of x and y given z, from the three pairwise ones (here Spearman's: a
-    partial rank correlation): (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)(1 - r_yz^2)). NaN when x
-    or y is a monotone function of z (nothing of it is left once z is held fixed)."""
-    denom = (1 - xz ** 2) * (1 - yz ** 2)
-    return float((xy - xz * yz) / math.sqrt(denom)) if denom > 1e-12 else math.nan
 

@@ -157,7 +157,7 @@ def catalogue(table: dict[str, Variant]) -> pd.DataFrame:
 
 
 def with_variant(df: pd.DataFrame) -> pd.DataFrame:
-    """Results (``results.results``, or runs through ``pd.json_normalize``) with the
+    """Results (``results.records_table``, or runs through ``pd.json_normalize``) with the
     variant of each record as columns, from its stored fields, never from a name:
 
     - ``variant``: its display name: the ablation's name, else the configuration, with a

@@ -7,10 +7,9 @@ whose names are re-exported here), trained by the parts of a study preset
 (``studies.get("confounds")``, ``part_runs``) through the same sweep and results store as the main
 study. This module also measures what the study needs before finetuning (the LayerNorm scales:
 ``measure_scales``, an explicit step that listing the runs only reads; per-block plasticity, and
-plasticity after finetuning, in ``vitplast.experiments.confound_plasticity``, re-exported here) and
-turns the results into
-the tables behind notebook 05's findings (``tables``; the findings themselves:
-``vitplast.report.confound_findings.confounds``).
+plasticity after finetuning, in ``vitplast.experiments.confound_plasticity``, re-exported here).
+The tables behind notebook 05's findings are ``vitplast.report.confound_tables``'s; the findings
+themselves ``vitplast.report.confound_findings``'s.
 """
 
 from __future__ import annotations
@@ -25,25 +24,18 @@ import torch
 from torch import nn
 
 from vitplast import cached, models
-from vitplast.experiments import lr_selection, store
-from vitplast.experiments.confound_plasticity import (
-    layer_accuracy,
-    layer_correlations,
-)
+from vitplast.experiments import store
 from vitplast.experiments.confound_variants import (
     C_RTOL,
     Variant,
     all_variants,
-    name_of,
-    names_of,
-    variant_fields,
     with_variant,
 )
 from vitplast.experiments.spec_types import Confound
 from vitplast.inputs import to_model
 from vitplast.measure import rates
-from vitplast.measure.components import LINEARS, NORMS, PAPER_CONFIGS, trainable_names
-from vitplast.train.ablations import PREPARE, rescale_layernorm
+from vitplast.measure.components import NORMS, trainable_names
+from vitplast.train.ablations import PREPARE, matching_scale, rescale_layernorm
 
 #: Where the embedded confound study is shipped (one JSON per run, and its scales).
 EMBEDDED_RESULTS = models.results_root("confounds")
@@ -111,9 +103,9 @@ def variant_counts(model: nn.Module, table: dict[str, Variant]) -> pd.DataFrame:
 
 def matching_scales(ranked: pd.DataFrame, target: str = "FC1") -> dict[str, float]:
     """c per LayerNorm so that its plasticity (mean over layers and tasks, from
-    ``plasticity.ranking``) matches ``target``'s: c = P(target) / P(LN)."""
+    ``plasticity.ranking``) matches ``target``'s: ``ablations.matching_scale``."""
     p = ranked.groupby("component", observed=True)["plasticity"].mean()
-    return {ln: float(p[target] / p[ln]) for ln in NORMS}
+    return {ln: float(matching_scale(p[ln], p[target])) for ln in NORMS}
 
 
 def _scales_name(tasks, target: str, n_pairs: int) -> str:
@@ -247,106 +239,6 @@ def complete_settings(df: pd.DataFrame, expected: list[dict]) -> pd.DataFrame:
     done = df[df["status"].isin(["ok", "diverged"])].groupby(["task", "variant"]).size()
     full = [k for k, n in want.items() if done.get(k, 0) >= n]
     return df[pd.MultiIndex.from_frame(df[["task", "variant"]]).isin(full)] if len(df) else df
-
-
-def variant_table(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
-    """Per task x variant: the LR chosen on ``on`` and test accuracy mean and std over seeds
-    (in %), from ``with_variant`` results (``vitplast.experiments.results.main_table`` per
-    variant)."""
-    from vitplast.experiments import results
-
-    table = results.main_table(_outcomes(df), on=on)
-    return table[table["task"] != "average"].reset_index(drop=True)
-
-
-def _outcomes(df: pd.DataFrame) -> pd.DataFrame:
-    """Only the columns that name a run's setting by its variant, and its outcome: so that LR
-    selection groups by (task, variant) and nothing else."""
-    return df[[c for c in ("task", "variant", "lr", "seed", "status", "run", "test_acc",
-                           "test_loss", "best_val_acc", "best_val_loss") if c in df.columns]]
-
-
-def accuracy(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:
-    """``variant_table`` as tasks x variants: seed-mean test accuracy (%) at the LR chosen on
-    ``on``; NaN where a variant lacks a task. The task is the unit of every finding."""
-    table = variant_table(df, on)
-    return table.pivot_table(index="task", columns="variant", values="test_acc_mean")
-
-
-#: Matched families (notebook 05's first figure): label -> (the fields its variants share,
-#: the components it compares: one variant each, ``name_of``).
-FAMILIES = {"full count": (dict(family="plain"), LINEARS + NORMS),
-            "LN1's count (sparse)": (dict(family="sparse"), LINEARS),
-            "rank-1 LoRA, one count": (dict(family="lora", rank=1), LINEARS),
-            "bias only, one count": (dict(family="bias"), LINEARS)}
-
-
-def matched_accuracy(acc: pd.DataFrame, fields: pd.DataFrame) -> pd.DataFrame:
-    """``accuracy`` of the matched families (``FAMILIES``, their variants found in ``fields``:
-    ``variant_fields``) as a long table: ``task``, ``family`` (its label), ``component``,
-    ``test_acc`` (%), for the variants that have runs."""
-    rows = [dict(task=task, family=family, component=comp, test_acc=acc.at[task, name])
-            for family, (want, comps) in FAMILIES.items() for comp in comps
-            for name in [name_of(fields, **want, component=comp)] if name in acc
-            for task in acc.index if pd.notna(acc.at[task, name])]
-    return pd.DataFrame(rows, columns=["task", "family", "component", "test_acc"])
-
-
-def controls(t: dict, components=("MHA", "LN1")) -> pd.DataFrame:
-    """Section 4 of notebook 05 in the rows its findings compare: test accuracy (%, seed-mean)
-    per task of ``components`` finetuned plainly, from the random ``init`` checkpoint and under
-    AdamW (found by their fields in ``t["fields"]``; ``t``: ``tables``). Every variant and task
-    is one call away: ``t["acc"].T``."""
-    fields, acc = t["fields"], t["acc"]
-    names = [name_of(fields, family="plain", component=c, **recipe)
-             for recipe in ({}, dict(checkpoint="init"), dict(optimizer="adamw"))
-             for c in components]
-    return acc[[n for n in names if n in acc]].T
-
-
-def tables(res, model: nn.Module) -> dict:
-    """Every table behind notebook 05's findings, from ``ConfoundStudy.load``'s ``res``:
-    ``fields`` (``variant_fields``: each variant's fields, of the runs and of the catalogue
-    ``all_variants``), ``acc`` (``accuracy``), ``matched`` (``matched_accuracy``), ``counts``
-    (``variant_counts_table``) and ``count_matrix`` (its matched families: family x
-    component), ``layers`` (per-layer plasticity and accuracy), ``rescale``
-    (``rescale_pairs``), ``corr``
-    (``layer_correlations``), ``grad_norms`` (``results.component_grad_norms`` of every run),
-    ``grads`` (``results.grad_norms_by_task`` of the plain configurations), ``ties``
-    (``lr_selection.lr_ties``) and ``alternatives`` (the LR-dependent tables again, once per tied
-    choice broken the other way: ``lr_selection.tie_alternatives``)."""
-    from vitplast.experiments import results
-
-    curves = results.history(res.root, res.main_root)
-    counts = variant_counts_table(model, res.scales["scales"])
-    fields = variant_fields(res.runs, all_variants(model, res.scales["scales"]))
-    out = dict(_selected_tables(res.runs, res.layers, curves, fields), counts=counts,
-               count_matrix=pd.DataFrame({family: {
-                   c: counts[name_of(fields, **want, component=c)] for c in comps}
-                   for family, (want, comps) in FAMILIES.items()}).T.astype("Int64"),
-               rescale=rescale_pairs(res.runs), ties=lr_selection.lr_ties(_outcomes(res.runs)))
-    # ties are found where LRs are chosen, by (task, variant); each alternative moves one
-    out["alternatives"] = [dict(_selected_tables(res.runs.assign(best_val_acc=alt[
-        "best_val_acc"]), res.layers, curves, fields), counts=counts, rescale=out["rescale"])
-        for alt in lr_selection.tie_alternatives(_outcomes(res.runs))]
-    return out
-
-
-def _selected_tables(runs: pd.DataFrame, layers: pd.DataFrame, curves: pd.DataFrame,
-                     fields: pd.DataFrame) -> dict:
-    """The tables of ``tables`` that depend on the LR choices: ``acc``, ``matched``,
-    ``layers``, ``corr``, ``grad_norms``, ``grads``; and ``fields``, which the findings read
-    with them."""
-    from vitplast.experiments import results
-
-    acc = accuracy(runs)
-    norms = results.component_grad_norms(results.dynamics(runs, curves))
-    plain = norms[norms["variant"].isin(names_of(fields, family="plain",
-                                                 component=list(PAPER_CONFIGS)))]
-    return dict(fields=fields, acc=acc, matched=matched_accuracy(acc, fields),
-                layers=layer_accuracy(acc, layers, fields),
-                corr=layer_correlations(acc, layers, fields), grad_norms=norms,
-                grads=results.grad_norms_by_task(plain))
 
 
 def variant_counts_table(model: nn.Module, scales: dict[str, float]) -> dict[str, int]:

@@ -1,31 +1,24 @@
-"""The cross-gauge study's checks (notebook 07): what the gauge provably leaves alone, and what
-its shared-LR recipe measures.
+"""The cross-gauge study's run pairs and identity reruns (notebook 07): what its statistics
+read (``vitplast.report.cross_gauge_findings``).
 
 Paper: none (issue 28; it bears on Takeaway 3). The study (``studies.get("gauge")``) finetunes
 the same network at c = 1 and under the residual-stream gauge c = 8 (``vitplast.measure.gauge``).
 
-- ``gauge_pairs`` and ``gauge_checks``: its runs that the gauge provably leaves alone (head-only,
-  LN1), paired by run hash: their first losses must agree, and their loss histories as far as
-  training does not amplify rounding (the LR up to which they do is computed); at the chosen
-  LRs their test difference is what rounding alone does to one run; and pairs whose loss
-  histories agree can still end apart in test accuracy (``agreeing_losses``).
-- ``identity`` and ``identity_findings``: the configurations it changes (MHA, FC2) at c = 8
-  follow c = 1 with the gauged parameters' LR divided by c^2 (``gauge.finetuning_equivalence``;
-  without clipping), on the study's own tasks and chosen LRs: the per-parameter LRs that one
-  shared LR at c = 1 cannot reach, so its primaries measure a shared-LR recipe under a
-  reparametrization, not a causal effect of plasticity.
+- ``gauge_pairs``: its runs that the gauge provably leaves alone (head-only, LN1), paired by run
+  hash, with their loss and test-accuracy differences.
+- ``identity``: the configurations it changes (MHA, FC2) at c = 8 rerun beside c = 1 with the
+  gauged parameters' LR divided by c^2 (``gauge.finetuning_equivalence``), on the study's own
+  tasks and chosen LRs.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from vitplast.experiments import decide, runs, search, store
-from vitplast.stats import verdicts
+from vitplast.experiments import runs, search, store
 from vitplast.train import invariance
 
 #: The gauge's invariant configurations: they train nothing the gauge scales
@@ -64,93 +57,6 @@ def gauge_pairs(root: str | Path, configs=GAUGE_INVARIANT) -> pd.DataFrame:
                                        "max_loss_diff", "test_diff", "devices"])
 
 
-def _trajectory_row(pairs: pd.DataFrame) -> dict:
-    """Do the pairs follow one loss history? Per LR, the largest difference of the two
-    histories: the largest LR up to which every pair stays within ``SAME_TRAJECTORY``, and how
-    far the pairs above it part."""
-    worst = pairs.groupby("lr")["max_loss_diff"].max()
-    same = worst <= verdicts.SAME_TRAJECTORY
-    leading = worst.index[same.astype(int).cummin().astype(bool)]  # LRs before the first miss
-    upto = leading.max() if len(leading) else np.nan
-    above = pairs[pairs["lr"] > upto] if np.isfinite(upto) else pairs
-    devices = " and ".join(sorted({d for ds in pairs["devices"] for d in ds.split(", ")}))
-    if not np.isfinite(upto):
-        verdict = "not the same at any LR stored: the derivation or the code is wrong"
-    elif not len(above):
-        verdict = f"the same trajectory at every LR stored (up to {upto:g}), as derived"
-    else:
-        verdict = (f"the same trajectory up to LR {upto:g}, as derived; above it the pairs part "
-                   f"by up to {above['max_loss_diff'].max():.2g} from first-step differences "
-                   f"of at most {above['first_diff'].max():.1g}: large steps amplify rounding "
-                   f"(the pairs ran on {devices})")
-    return verdicts.descriptive(
-        f"{' and '.join(GAUGE_INVARIANT)} follow the same loss history at c = 8 as at c = 1 "
-        "(derived: the gauge scales nothing they train)",
-        measured=", ".join(f"{d:.1g} (LR {lr:g})" for lr, d in worst.items()),
-        paper="not in the paper (vitplast.measure.gauge, derived and tested)", verdict=verdict,
-        n=len(pairs), unit="largest loss difference per LR, over run pairs")
-
-
-def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame) -> list[dict]:
-    """The cross-gauge study's checks as findings rows, from its pairs (``gauge_pairs``): the
-    invariant configurations compute the same first loss at c = 8 as at c = 1 (the gauge keeps
-    the function; descriptive, at ``verdicts.SAME_TRAJECTORY``) and follow the same loss
-    history (up to which LR: ``_trajectory_row``), and how far apart in test accuracy pairs
-    whose histories agree can end (``agreeing_losses``); the share of chosen runs whose loss rose
-    above its start (``search.state``'s ``loss_rose``); and, per invariant configuration,
-    c = 8 minus c = 1 at the LRs the search chose (``picked``: the study's ``chosen``), a test
-    of what rounding alone does to the study's single runs (exploratory: zero in exact
-    arithmetic)."""
-    if not len(pairs):
-        rows = [verdicts.descriptive(
-            f"{' and '.join(GAUGE_INVARIANT)} at c = 8 as at c = 1", measured=np.nan,
-            paper="not in the paper", verdict="no pair stored yet", n=0, unit="run pairs")]
-    else:
-        first = float(pairs["first_diff"].max())
-        rows = [verdicts.descriptive(
-            f"{' and '.join(GAUGE_INVARIANT)} compute the same first loss at c = 8 as at c = 1 "
-            "(derived: the gauge keeps the network's function)", measured=first,
-            paper="not in the paper (vitplast.measure.gauge, derived and tested)",
-            verdict=("the same, as derived" if first <= verdicts.SAME_TRAJECTORY else
-                     "not the same: the derivation or the code is wrong"),
-            n=len(pairs), unit="largest first-loss difference, over run pairs"),
-            _trajectory_row(pairs)]
-    if len(pairs):
-        rows.append(agreeing_losses(pairs))
-    rows.append(decide.rising_loss(picked))
-    acc = decide.accuracy(picked)
-    for config in GAUGE_INVARIANT:
-        if {config, f"{config} c=8"} <= set(acc):
-            rows.append(verdicts.paired_test(
-                f"{config} at c = 8 - at c = 1, each at its chosen LR (zero in exact arithmetic: "
-                "what rounding alone does to one run)", acc[f"{config} c=8"], acc[config],
-                paper="not in the paper", expected=math.nan, unit="points, per task (seed 0)"))
-    return rows
-
-
-
-
-def agreeing_losses(pairs: pd.DataFrame) -> dict:
-    """A descriptive row: of the pairs (``gauge_pairs``) whose loss histories agree within
-    ``verdicts.SAME_TRAJECTORY``, the largest test-accuracy difference, and which pair: the
-    same training loss does not make the same test accuracy (a few steps apart in rounding
-    can move a decision boundary over test images)."""
-    agree = pairs[pairs["max_loss_diff"] <= verdicts.SAME_TRAJECTORY]
-    if not len(agree):
-        return verdicts.descriptive(
-            "pairs whose loss histories agree: largest test difference", measured=np.nan,
-            paper="not in the paper", verdict="no pair's loss histories agree", n=0,
-            unit="run pairs")
-    top = agree.loc[agree["test_diff"].abs().idxmax()]
-    return verdicts.descriptive(
-        f"pairs whose loss histories agree within {verdicts.SAME_TRAJECTORY:g}: largest "
-        "test-accuracy difference (c = 8 minus c = 1)", measured=float(top["test_diff"]),
-        paper="not in the paper", n=len(agree), unit="test points, over agreeing run pairs",
-        verdict=f"{top['task']} / {top['config']} / LR {top['lr']:g}: loss histories "
-                f"{top['max_loss_diff']:.2g} apart, test accuracies {abs(top['test_diff']):.2f} "
-                "points apart: the same loss does not make the same test accuracy")
-
-
 #: The configurations the gauge changes whose identity ``identity`` checks.
 GAUGE_CHANGED = ("MHA", "FC2")
 
@@ -158,7 +64,7 @@ GAUGE_CHANGED = ("MHA", "FC2")
 def identity(picked: pd.DataFrame, tasks, configs=GAUGE_CHANGED, *, c: float = 8.0,
              steps: int = 8, root=None) -> pd.DataFrame:
     """Per task and configuration, at the LR the study chose for it at c = ``c``
-    (``picked``: ``decide.chosen``): ``invariance.finetuning_invariance`` (``steps`` SGD
+    (``picked``: the study's ``load``): ``invariance.finetuning_invariance`` (``steps`` SGD
     steps; load-or-compute, or with ``root``, the study's folder, kept beside its runs:
     computed once, shipped, and computed again when an input changes: the chosen LR,
     ``steps``, ``c``, the model's weights). Columns ``task``, ``config``, ``lr`` (the shared
@@ -187,49 +93,4 @@ def identity(picked: pd.DataFrame, tasks, configs=GAUGE_CHANGED, *, c: float = 8
     return pd.DataFrame(rows)
 
 
-def _parted(ident: pd.DataFrame) -> str:
-    """The verdict of an identity whose runs part: which pairs, and at which LRs."""
-    off = ident[ident["noclip"] > verdicts.SAME_TRAJECTORY]
-    where = ", ".join(f"{r.config} on {r.task} at LR {r.lr:g} ({r.noclip:.2g})"
-                      for r in off.itertuples())
-    return (f"not the same within {verdicts.SAME_TRAJECTORY:g} for {where}: the gauge is exact "
-            "only up to LayerNorm's eps / c^2, and large steps amplify that and rounding (as in "
-            "the invariant pairs at large LRs); the others agree")
-
-
-def identity_findings(ident: pd.DataFrame) -> list[dict]:
-    """Descriptive rows on ``identity``: the c = 8 runs follow c = 1 at the derived
-    per-parameter LRs without clipping (within ``verdicts.SAME_TRAJECTORY``), what the recipe's
-    clip does to that, and the per-parameter LRs no shared LR at c = 1 reaches."""
-    n, where = len(ident), "the study's tasks and chosen LRs"
-    unit = "largest |loss difference|, over run pairs"
-    what = " and ".join(f"{c}-only" for c in ident["config"].unique())
-    noclip, clip = float(ident["noclip"].max()), float(ident["clip"].max())
-    same = noclip <= verdicts.SAME_TRAJECTORY
-    ratio = float((ident["lr"] / ident["derived_lr"]).median())
-    reach = "; ".join(f"{r.config} on {r.task}: {r.gauged} at {r.derived_lr:.2g}, the rest at "
-                      f"{r.lr:.2g}" for r in ident.itertuples())
-    derived = "not in the paper (vitplast.measure.gauge, derived and tested)"
-    return [
-        verdicts.descriptive(
-            f"{what} at c = 8 with one shared LR follow c = 1 with the gauged parameters' LR "
-            f"divided by c^2, no clipping ({where})", noclip,
-            paper=derived, n=n, unit=unit,
-            verdict=(f"the same trajectory (within {verdicts.SAME_TRAJECTORY:g}), as derived"
-                     if same else _parted(ident))),
-        verdicts.descriptive(
-            f"the same with the recipe's gradient clip in both runs ({where})", clip,
-            paper=derived, n=n, unit=unit,
-            verdict=("the same: the clip did not act" if clip <= verdicts.SAME_TRAJECTORY else
-                     "not the same: the clip acts on the two runs differently")),
-        verdicts.descriptive(
-            "the per-parameter LRs at c = 1 that a c = 8 run with one shared LR is", reach,
-            paper=derived, n=n, unit="(per run pair)",
-            verdict=(f"the gauged parameters train at 1/{ratio:.0f} of the rest's LR, which no "
-                     "single LR shared by every parameter at c = 1 reaches: the cross-gauge "
-                     "primaries compare a shared-LR recipe under a reparametrization, not "
-                     "plasticity"))]
-
-
-__all__ = ["GAUGE_CHANGED", "GAUGE_INVARIANT", "agreeing_losses", "gauge_checks",
-           "gauge_pairs", "identity", "identity_findings"]
+__all__ = ["GAUGE_CHANGED", "GAUGE_INVARIANT", "gauge_pairs", "identity"]

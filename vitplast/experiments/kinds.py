@@ -170,7 +170,7 @@ class Study:
 
 @dataclass
 class StudyResults:
-    """What a finetuning study's store holds: ``runs`` (``results.results`` rows of the
+    """What a finetuning study's store holds: ``runs`` (``results.records_table`` rows of the
     study's runs), ``budget`` (rows of its budget check; empty for studies without one),
     ``coverage`` (expected runs by status) and the store's ``root``."""
 
@@ -207,7 +207,7 @@ class GridStudy(Study):
         root = str(store or self.root(recompute))
         if recompute:
             self.run(root, Runtime(progress=False))
-        stored = results.results(root)
+        stored = results.records_table(root)
         expected = grid_runs(self.spec)
         mine, budget = _rows(stored, expected), stored.iloc[:0]
         if self.budget and len(mine):
@@ -256,14 +256,14 @@ class BudgetStudy(Study):
     def _runs(self, root, runtime) -> list[dict]:
         from vitplast.experiments import results
 
-        return budget_runs(results.results(root), self.baselines, self.spec)
+        return budget_runs(results.records_table(root), self.baselines, self.spec)
 
     def load(self, store=None) -> StudyResults:
         """Its runs' rows in its store (``store``, default its own); ``budget`` empty."""
         from vitplast.experiments import results
 
         root = str(self._root(store))
-        stored = results.results(root)
+        stored = results.records_table(root)
         expected = self._runs(root, Runtime())
         mine = _rows(stored, expected)
         return StudyResults(mine, stored.iloc[:0], results.coverage(mine, expected), root)
@@ -304,7 +304,7 @@ class PaperStudy(GridStudy):
         from vitplast.experiments import results
 
         root = str(self._root(store))
-        stored = results.results(root)
+        stored = results.records_table(root)
         expected = self._runs(root, Runtime(data_root=data_root))
         mine = _rows(stored, expected)
         return StudyResults(mine, stored.iloc[:0], results.coverage(mine, expected), root)

@@ -1,35 +1,25 @@
-"""Finetuning results: the tables and tests behind Takeaway 3, read from the results store.
+"""Finetuning results as one records table per store: one row per stored run
+(``records_table``), its logged curves (``history``), and how much of a study's grid a store
+holds (``coverage``).
 
-Paper: section 5, the main table (best LR per configuration, mean +- std over 3 seeds),
-robustness across learning rates (Fig. 18), training dynamics (Fig. 4). Beyond the paper:
-paired tests between configurations, and the link between a component's measured
-plasticity and its finetuning gain.
-
-The best LR is chosen on validation accuracy; ``on="test"`` reproduces the public code's
-choice on test accuracy and is labelled as such (``selected_on``). The rule, its ties and the
-LR curves live in ``vitplast.experiments.lr_selection`` and are re-exported here.
+Paper: section 5's runs, each a finetuning of one configuration at one LR and seed. The
+statistics over them (the main table, gains, paired tests, dynamics) are the report's:
+``vitplast.report.finetuning_tables``. The LR rule, its ties and the LR curves live in
+``vitplast.experiments.lr_selection``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from vitplast.experiments.lr_selection import (
     _OUTCOME,
-    _select,
-    lr_bands,
-    lr_ties,
-    selected_runs,
-    tie_alternatives,
 )
 from vitplast.experiments.runs import run_hash
 from vitplast.experiments.store import Store
-from vitplast.measure.components import CONFIG_ORDER
 
 
 def _flat(run: dict, prefix: str = "") -> dict:
@@ -49,7 +39,7 @@ _SETTINGS = ("kind", "model", "checkpoint", "pretrained", "task", "config", "opt
 
 
 def runs_table(records: list[dict]) -> pd.DataFrame:
-    """Records (``sweep.run_one`` with their run) as the table ``results`` documents."""
+    """Records (``sweep.run_one`` with their run) as the table ``records_table`` documents."""
     rows = [{"run": run_hash(r["run"]), **_flat(r["run"]),
              **{k: r.get(k) for k in _OUTCOME}, "best_val_loss": _best_val_loss(r)}
             for r in records]
@@ -74,7 +64,7 @@ def _records(roots) -> dict[str, dict]:
     return {run_hash(r["run"]): r for root in roots for r in Store(root).records()}
 
 
-def results(*roots: str | Path) -> pd.DataFrame:
+def records_table(*roots: str | Path) -> pd.DataFrame:
     """One row per stored run of one or more results folders (half-written or unreadable
     files are not runs).
 
@@ -94,7 +84,7 @@ def results(*roots: str | Path) -> pd.DataFrame:
 def history(*roots: str | Path, metrics: list[str] | None = None) -> pd.DataFrame:
     """Every stored run's logged curves, one row per run x step x metric.
 
-    Columns: ``run`` (join ``results`` on it), ``step``, ``metric`` (``loss``, ``lr``,
+    Columns: ``run`` (join ``records_table`` on it), ``step``, ``metric`` (``loss``, ``lr``,
     ``grad_norm``, ``grad_norm/<group>``, ``grad_norm_per_param/<group>``, ``val_loss``,
     ``val_acc``: see ``vitplast.train.finetune``), ``value`` (NaN where not finite).
 
@@ -108,230 +98,8 @@ def history(*roots: str | Path, metrics: list[str] | None = None) -> pd.DataFram
     return df.astype({"value": float})
 
 
-def main_table(df: pd.DataFrame, on: str = "val", ddof: int = 0) -> pd.DataFrame:
-    """The paper's main table: per task x configuration, test accuracy at the selected LR.
-
-    Args:
-        df: ``results``.
-        on: where the LR is selected (``select_lr``); ``selected_on`` says which.
-        ddof: of the std over seeds; 0 as the public code (``np.std``).
-
-    Returns:
-        Per setting (task, config, ...): ``lr``, ``test_acc_mean`` and ``test_acc_std`` over
-        the seeds with status "ok" (in %; NaN when there are none), ``n_seeds``,
-        ``selected_on``, ``lr_at_edge`` (the LR is the smallest or largest the setting was
-        run at: the optimum may lie outside the grid); then per setting but task, a row with
-        task "average": the mean of ``test_acc_mean`` over tasks, NaN unless every task has
-        one (lr, std, n_seeds NaN).
-    """
-    keys, df, best = _select(df, on)
-    chosen = df[df["status"] == "ok"].merge(best[["_setting", "lr"]], on=["_setting", "lr"])
-    stats = chosen.groupby("_setting")["test_acc"].agg(
-        test_acc_mean=lambda s: 100 * s.mean(), test_acc_std=lambda s: 100 * s.std(ddof=ddof),
-        n_seeds="count")
-    table = (df.drop_duplicates("_setting")[["_setting", *keys]]
-             .merge(best[["_setting", "lr"]], on="_setting", how="left")
-             .merge(stats, on="_setting", how="left").sort_values("_setting"))
-    edges = df.groupby("_setting")["lr"].agg(["min", "max"])
-    table["lr_at_edge"] = (table["lr"].eq(table["_setting"].map(edges["min"]))
-                           | table["lr"].eq(table["_setting"].map(edges["max"])))
-    rest = [k for k in keys if k != "task"]
-    table["_rest"] = table.groupby(rest, dropna=False).ngroup() if rest else 0
-    n_tasks = table["task"].nunique()
-    means = table.groupby("_rest")["test_acc_mean"].agg(
-        lambda s: s.mean() if s.notna().sum() == n_tasks else math.nan)
-    average = table.drop_duplicates("_rest")[["_rest", *rest]].assign(
-        task="average", test_acc_mean=lambda d: d["_rest"].map(means))
-    out = pd.concat([table, average], ignore_index=True).assign(selected_on=on)
-    out["lr_at_edge"] = out["lr_at_edge"].astype("boolean").fillna(False).astype(bool)
-    return out.drop(columns=["_setting", "_rest"])[[*keys, "lr", "test_acc_mean", "test_acc_std",
-                                                    "n_seeds", "selected_on", "lr_at_edge"]]
-
-
-def main_wide(main: pd.DataFrame, probe: pd.Series | None = None,
-              value: str = "test_acc_mean") -> pd.DataFrame:
-    """``main_table`` as the paper prints it: tasks as rows (and "average"), configurations as
-    columns, plus the linear probe (``probe``: accuracy in % per task) when given."""
-    wide = main.pivot_table(index="task", columns="config", values=value, sort=False,
-                            dropna=False)
-    if probe is not None:
-        wide["linear probe"] = probe.reindex(wide.index)
-        wide.loc["average", "linear probe"] = probe.mean()
-    order = [c for c in (*CONFIG_ORDER, "linear probe") if c in wide]
-    # rows with no value at all (the average row of LRs) are left out
-    return wide[order + [c for c in wide if c not in order]].dropna(how="all")
-
-
-def compare_with_paper(wide: pd.DataFrame) -> pd.DataFrame:
-    """The average row of ``main_wide`` beside Table 1's average (ViT-B/16 in21k, the
-    paper's 11 datasets): per configuration, both accuracies (%) and both ranks."""
-    from vitplast.paper import TABLE1_CONFIGS, table1_average
-
-    configs = [c for c in TABLE1_CONFIGS if c in wide]
-    out = pd.DataFrame({"config": configs,
-                        "embedded (%)": [wide.loc["average", c] for c in configs],
-                        "paper, Table 1 (%)": [table1_average(c) for c in configs]})
-    out["embedded rank"] = out["embedded (%)"].rank(ascending=False).astype(int)
-    out["paper rank"] = out["paper, Table 1 (%)"].rank(ascending=False).astype(int)
-    return out
-
-
-def finetuning_tables(runs: pd.DataFrame, budget: pd.DataFrame, root, *, rates: pd.DataFrame,
-                      on: str = "val", ties: bool = True, curves: pd.DataFrame | None = None
-                      ) -> dict:
-    """Every table behind notebook 04's findings, from a study's runs (``studies.load``) and
-    the plasticity ``rates`` of its tasks: ``main`` (``main_table``), ``gain``, ``bands``
-    (``lr_bands``), ``link`` (``plasticity_vs_gain``) and ``corr``
-    (``within_task_correlation``), ``dynamics``, ``grad_norms`` (``component_grad_norms``)
-    and ``grads`` (``grad_norms_by_task``), ``budget`` (``main_table`` of the budget runs,
-    or None); with ``ties``, also ``ties`` (``lr_ties``) and ``alternatives``: these tables
-    again once per tied choice broken the other way (``tie_alternatives``).
-
-    Args:
-        curves: ``history(root)``, when already read.
-    """
-    from vitplast.measure import plasticity
-
-    curves = history(root) if curves is None else curves
-    main = main_table(runs, on=on)
-    gain = gains(main)
-    link = plasticity_vs_gain(plasticity.ranking(rates), gain)
-    dyn = dynamics(runs, curves, on=on)
-    norms = component_grad_norms(dyn)
-    out = dict(main=main, gain=gain, bands=lr_bands(runs), link=link,
-               corr=within_task_correlation(link), dynamics=dyn, grad_norms=norms,
-               grads=grad_norms_by_task(norms),
-               budget=main_table(budget, on=on) if len(budget) else None)
-    if ties:
-        out["ties"] = lr_ties(runs, on)
-        out["alternatives"] = [finetuning_tables(alt, budget, root, rates=rates, on=on,
-                                                 ties=False, curves=curves)
-                               for alt in tie_alternatives(runs, on)]
-    return out
-
-
-def budget_comparison(main: pd.DataFrame, budget: pd.DataFrame | None) -> pd.DataFrame:
-    """Per task of the budget check x configuration, test accuracy (%) at the main study's
-    budget and at the budget check's (``budget``: "1x" or "4x" steps); empty without one."""
-    if budget is None or not len(budget):
-        return pd.DataFrame(columns=["task", "config", "test_acc_mean", "budget"])
-    tasks = set(budget["task"]) - {"average"}
-    both = [main[main["task"].isin(tasks)].assign(budget="1x steps"),
-            budget[budget["task"].isin(tasks)].assign(budget="4x steps")]
-    return pd.concat(both, ignore_index=True)[["task", "config", "test_acc_mean", "budget"]]
-
-
-def gains(main: pd.DataFrame, baseline: str = "head") -> pd.DataFrame:
-    """Each configuration's test accuracy against a baseline configuration, per task.
-
-    Columns added to ``main``'s (task, config, test_acc_mean...): ``baseline_acc``,
-    ``gain_pp`` (accuracy minus the baseline's, in points) and ``gain_rel`` (the share of the
-    baseline's error removed: gain_pp / (100 - baseline_acc)); NaN where the baseline has no
-    result.
-    """
-    base = main[main["config"] == baseline].set_index("task")["test_acc_mean"]
-    out = main.assign(baseline_acc=main["task"].map(base))
-    out["gain_pp"] = out["test_acc_mean"] - out["baseline_acc"]
-    out["gain_rel"] = out["gain_pp"] / (100 - out["baseline_acc"])
-    return out
-
-
-def dynamics(df: pd.DataFrame, curves: pd.DataFrame, on: str = "val") -> pd.DataFrame:
-    """Training curves of the runs at each setting's selected LR (the Fig. 4 analogue).
-
-    Args:
-        df: ``results`` (a ``variant`` column, as ``confound_variants.with_variant`` adds, is kept);
-            curves: ``history`` of the same store.
-
-    Returns:
-        ``history`` rows joined with ``task``, ``config``, ``lr``, ``seed``, ``component``
-        (the component the configuration trains: ``ablation.component`` for the confound
-        variants that set it, else the configuration) and ``variant`` when ``df`` has it.
-    """
-    runs = selected_runs(df, on)
-    component = runs["config"]
-    if "ablation.component" in runs:
-        component = runs["ablation.component"].fillna(component)
-    keep = ["run", "task", "config", "lr", "seed", *(["variant"] if "variant" in runs else [])]
-    return curves.merge(runs[keep].assign(component=component), on="run")
-
-
-def paired_tests(df: pd.DataFrame, reference: str = "MHA", on: str = "val",
-                 by: str = "config") -> pd.DataFrame:
-    """``reference`` against every other configuration, paired on (task, seed) at each
-    configuration's selected LR: paired t-test and Wilcoxon signed-rank test.
-
-    ``by``: the column naming what is compared (``"variant"`` for ``confound_variants.with_variant``
-    results). Columns: ``by``, ``n_pairs``, ``mean_diff_pp`` (reference minus it, in points),
-    ``ci95_pp`` (half-width of its 95% t interval), ``t_stat``, ``t_p``, ``wilcoxon_p``
-    (two-sided; NaN with fewer than 2 pairs or no difference at all).
-    """
-    from scipy import stats
-
-    runs = selected_runs(df, on)
-    acc = runs.pivot_table(index=["task", "seed"], columns=by, values="test_acc")
-    rows = []
-    if reference not in acc:  # nothing to compare yet
-        acc = pd.DataFrame(columns=[reference])
-    for other in [c for c in acc.columns if c != reference]:
-        pair = acc[[reference, other]].dropna()
-        diff, n = 100 * (pair[reference] - pair[other]), len(pair)
-        t = stats.ttest_rel(pair[reference], pair[other]) if n > 1 else None
-        w = (stats.wilcoxon(diff).pvalue if n > 1 and (diff != 0).any() else math.nan)
-        ci = stats.t.ppf(0.975, n - 1) * diff.std(ddof=1) / math.sqrt(n) if n > 1 else math.nan
-        rows.append({by: other, "n_pairs": n, "mean_diff_pp": diff.mean(), "ci95_pp": ci,
-                     "t_stat": t.statistic if t else math.nan,
-                     "t_p": t.pvalue if t else math.nan, "wilcoxon_p": w})
-    return pd.DataFrame(rows, columns=[by, "n_pairs", "mean_diff_pp", "ci95_pp", "t_stat", "t_p",
-                                       "wilcoxon_p"])
-
-
-def plasticity_vs_gain(ranked: pd.DataFrame, gain: pd.DataFrame) -> pd.DataFrame:
-    """Per task x component x protocol: measured plasticity (``plasticity.ranking``) beside
-    that component's finetuning gain over the baseline (``gains``)."""
-    g = gain[gain["config"].isin(ranked["component"].astype(str).unique())]
-    merged = ranked.assign(config=ranked["component"].astype(str)).merge(
-        g[["task", "config", "test_acc_mean", "gain_pp", "gain_rel"]], on=["task", "config"])
-    return merged.drop(columns="config")
-
-
-def within_task_correlation(link: pd.DataFrame, x: str = "plasticity", y: str = "gain_pp",
-                            by: str = "protocol") -> pd.DataFrame:
-    """Per task (and ``by`` group): Spearman correlation over the components of ``x`` and
-    ``y`` (``plasticity_vs_gain``), and each component's rank by both (1 = highest): the
-    task is the unit, so that no two points of one correlation come from unlike tasks.
-
-    Returns:
-        One row per by x task x component: ``spearman`` (of its task), ``rank_x``, ``rank_y``.
-    """
-    from scipy import stats
-
-    out = []
-    for key, g in link.dropna(subset=[x, y]).groupby([by, "task"]):
-        rho = stats.spearmanr(g[x], g[y]).statistic if len(g) > 2 else np.nan
-        out.append(g[[by, "task", "component"]].assign(
-            spearman=rho, rank_x=g[x].rank(ascending=False), rank_y=g[y].rank(ascending=False)))
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(
-        columns=[by, "task", "component", "spearman", "rank_x", "rank_y"])
-
-
-def component_grad_norms(dyn: pd.DataFrame) -> pd.DataFrame:
-    """From ``dynamics``: each configuration's gradient norm on its own component, total and
-    per trainable parameter (norm / sqrt(#trainable)), one row per run x step x ``kind``."""
-    own = dyn[dyn["metric"].str.split("/").str[-1] == dyn["component"]]
-    kind = np.where(own["metric"].str.startswith("grad_norm_per_param/"), "per parameter", "total")
-    return own.assign(kind=kind)
-
-
-def grad_norms_by_task(norms: pd.DataFrame) -> pd.DataFrame:
-    """From ``component_grad_norms``: per task x config x kind, the mean over logged steps and
-    seeds of the gradient norm on the configuration's own component (the task is the unit)."""
-    per_run = norms.groupby(["task", "config", "kind", "run"])["value"].mean()
-    return per_run.groupby(["task", "config", "kind"]).mean().rename("grad_norm").reset_index()
-
-
 def expected_status(df: pd.DataFrame, expected: list[dict]) -> pd.Series:
-    """The status of each expected run in ``results`` table ``df``: "ok", "diverged",
+    """The status of each expected run in ``records_table`` ``df``: "ok", "diverged",
     "failed", or "missing" where the store lacks it."""
     status = dict(zip(df["run"], df["status"])) if len(df) else {}
     return pd.Series([status.get(run_hash(c), "missing") for c in expected],

@@ -16,7 +16,7 @@ import torch
 from vitplast import cached, files, models
 from vitplast.experiments import store
 from vitplast.experiments.results import expected_status
-from vitplast.experiments.results import results as stored_runs
+from vitplast.experiments.results import records_table as stored_runs
 from vitplast.provenance import provenance, shipped_command
 
 
@@ -24,7 +24,7 @@ def log_session(root: str | Path, command: str, summary: pd.DataFrame, seconds: 
                 device: str | torch.device | None = None) -> Path:
     """Append one sweep session (command, provenance, wall time, and the status counts of
     the store after it) to ``root/study.json``, the study's provenance across sessions, and
-    write ``summary`` (``results.results(root)``) to ``root/runs.csv``: every stored run, one
+    write ``summary`` (``results.records_table(root)``) to ``root/runs.csv``: every stored run, one
     row each, for readers without vitplast. Concurrent sessions take turns (``files.locked``),
     so none is lost.
 

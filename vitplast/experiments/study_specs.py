@@ -89,8 +89,9 @@ CONFOUND_PRIMARIES = (
 
 #: Notebook 05's confound study, stored in ``data/confounds/``: parts run in this order, the
 #: ones that can decide "plasticity or count?" first. A part trains named variants
-#: (``confounds.variant_table``: ablations, single-block configurations, plain configurations;
-#: ``lrs`` maps a name, or an fnmatch pattern over names, to its LRs) on ``tasks`` x ``seeds``,
+#: (``confound_variants.all_variants``: ablations, single-block configurations, plain
+#: configurations; ``lrs`` maps a name, or an fnmatch pattern over names, to its LRs) on
+#: ``tasks`` x ``seeds``,
 #: with the part's ``fixed`` run settings. Its plain SGD baselines are runs of the main study.
 #: The LayerNorm scales are measured on ``scale_tasks`` (``confounds.measure_scales``). The
 #: ladders were widened by two half-decade steps past every edge where a first fill chose its

@@ -222,7 +222,7 @@ def stored_layers(root, task: str, *, n_pairs: int = 256, protocol: str = "embed
     """``embedded_layers`` of one task, measured once and kept beside a study's runs in
     ``root/plasticity-<hash of the settings>.json`` (a store companion, validated when read;
     other settings name another file, measured anew): the file the suite study's
-    ``decide.task_plasticity`` writes for the same settings (a test holds them to one name).
+    ``task_measures.task_plasticity`` writes for the same settings (a test holds them to one name).
 
     Columns: ``task``, ``protocol``, ``layer``, ``component``, ``plasticity``, ``ci95``.
     """

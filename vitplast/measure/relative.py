@@ -153,7 +153,7 @@ def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> p
     finetuning, on the pairs ``empirical.embedded_layers`` measures plasticity on
     (``empirical.task_pairs``: a Fashion-MNIST image and a task image). Columns ``task``,
     ``layer``, ``component`` (plain text), ``relative_plasticity``, ``plasticity``, ``s_in``,
-    ``s_out``: the rows the suite study's companions keep (``decide.task_plasticity``)."""
+    ``s_out``: the rows the suite study's companions keep (``task_measures.task_plasticity``)."""
     from vitplast import models
     from vitplast.measure import empirical
 

@@ -2,7 +2,8 @@
 
 ``findings`` (notebooks 02 and 06's rows; one module per other notebook:
 ``definition_findings``, ``bound_findings``, ``scale_findings``, ``finetuning_findings``,
-``confound_findings``), their rows made by ``vitplast.stats`` ·
+``confound_findings``, ``suite_findings`` and ``cross_gauge_findings``), their rows made by
+``vitplast.stats`` · the study families' tables (``finetuning_tables``, ``confound_tables``) ·
 ``sentences`` (a row in plain words, for the Read cells) · ``plots`` (figures as pure
 functions; the look in ``plot_style``) · ``widgets`` (notebook 06) · ``advise`` (which
 component to finetune) and ``regret`` (its rules scored) · ``notebooks`` (papermill runs of

@@ -16,6 +16,7 @@ Paper: Takeaway 3 and objections 3-4 (docs/objections.md).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -25,6 +26,9 @@ from vitplast.measure.components import LINEARS
 from vitplast.paper import SOURCES, group_gap, table1_average
 from vitplast.report.finetuning_findings import declared_by, grad_rows, with_ties
 from vitplast.stats.verdicts import checked, descriptive, mean_test, paired_test, table
+
+if TYPE_CHECKING:  # for annotations only
+    from vitplast.report.confound_tables import ConfoundTables
 
 _TASKS = "points, per task (seed-mean)"
 #: The per-task statistic of the per-layer test (``finetuning_findings.STATISTICS``).
@@ -58,25 +62,25 @@ def _of(corr: pd.DataFrame, protocol: str) -> pd.DataFrame:
 
 def layer_statistic(corr: pd.DataFrame, protocol: str = PROTOCOL) -> pd.Series:
     """Per task, the mean over components of the partial rho under ``protocol`` (default the
-    declared one; ``layer_correlations``'s ``partial``; NaN where a component's plasticity or
-    accuracy is monotone in depth, left out)."""
+    declared one; ``confound_tables.layer_correlations``'s ``partial``; NaN where a
+    component's plasticity or accuracy is monotone in depth, left out)."""
     corr = _of(corr, protocol)
     if "partial" not in corr or not len(corr):
         return pd.Series(dtype=float)
     return corr.groupby("task")["partial"].mean().dropna()
 
 
-def confounds(t: dict, after: pd.DataFrame | None = None, primaries=()) -> pd.DataFrame:
+def confounds(t: ConfoundTables, after: pd.DataFrame | None = None, primaries=()
+              ) -> pd.DataFrame:
     """Notebook 05's findings table: the task is the unit.
 
     Args:
-        t: ``confounds.tables``: ``fields`` (each variant's fields, by name:
-            ``confound_variants.variant_fields``; every row finds its variants there),
-            ``acc`` (tasks x variants, seed-mean test accuracy in %, the
-            plain SGD baselines included), ``counts`` (backbone entries per variant),
-            ``corr`` (``confound_plasticity.layer_correlations``), ``grads`` (of the plain
-            configurations), ``rescale`` (``confounds.rescale_pairs``), ``ties`` and
-            ``alternatives`` (the fragile flag; absent: not computed).
+        t: ``confound_tables.tables``: its ``fields`` (each variant's fields, by name; every
+            row finds its variants there), ``acc`` (tasks x variants, seed-mean test accuracy
+            in %, the plain SGD baselines included), ``counts`` (backbone entries per
+            variant), ``corr`` (``confound_tables.layer_correlations``), ``grads`` (of the
+            plain configurations), ``rescale`` (``confounds.rescale_pairs``), ``ties`` and
+            ``alternatives`` (the fragile flag; None / empty: not computed).
         after: ``confound_plasticity.plasticity_after`` of the best runs (None or empty: its row
             says "not measured").
         primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
@@ -84,10 +88,10 @@ def confounds(t: dict, after: pd.DataFrame | None = None, primaries=()) -> pd.Da
     return with_ties(lambda tt: _confounds(tt, after, primaries), t)
 
 
-def _confounds(t: dict, after, primaries) -> pd.DataFrame:
-    acc, counts, fields = t["acc"], t["counts"], t["fields"]
+def _confounds(t: ConfoundTables, after, primaries) -> pd.DataFrame:
+    acc, counts, fields = t.acc, t.counts, t.fields
     declared = declared_by(primaries)
-    rows = [{**p.row(acc, {LAYER_STATISTIC: layer_statistic(t["corr"])}),
+    rows = [{**p.row(acc, {LAYER_STATISTIC: layer_statistic(t.corr)}),
              "counts": " vs ".join(f"{sum(counts.get(c, 0) for c in g) / len(g):,.0f}"
                                    for g in (p.a, p.b) if g)} for p in primaries]
     plain = {c: dict(family="plain", component=c) for c in ("MHA", "LN1")}
@@ -107,9 +111,9 @@ def _confounds(t: dict, after, primaries) -> pd.DataFrame:
     rows.append({**count_effect, "counts": f"{counts.get(full, 0):,} vs "
                  f"{counts.get(masked, 0):,}"})
     rows += _signs(primaries, acc)
-    rows += _layer_rows(t["corr"], counts, fields, declared)
-    rows += _layer_rows(t["corr"], counts, fields, protocol=OTHER_PROTOCOL)
-    rows += [_depth_row(t["corr"])]
+    rows += _layer_rows(t.corr, counts, fields, declared)
+    rows += _layer_rows(t.corr, counts, fields, protocol=OTHER_PROTOCOL)
+    rows += [_depth_row(t.corr)]
     gap = table1_average("MHA") - table1_average("LN1")
     adamw, init = ({c: name_of(fields, **plain[c], **recipe) for c in plain}
                    for recipe in (dict(optimizer="adamw"), dict(checkpoint="init")))
@@ -120,8 +124,8 @@ def _confounds(t: dict, after, primaries) -> pd.DataFrame:
                             _col(acc, init["MHA"]), _col(acc, init["LN1"]),
                             paper="not studied (architecture vs pretraining)",
                             expected=math.nan, unit=_TASKS))
-    rows += _rescale_rows(acc, fields, t.get("rescale"))
-    rows += grad_rows(t["grads"], SOURCES["grad_norms"])
+    rows += _rescale_rows(acc, fields, t.rescale)
+    rows += grad_rows(t.grads, SOURCES["grad_norms"])
     own = (after[after["variant"] == after["component"]] if after is not None and len(after)
            else pd.DataFrame(columns=["task", "component", "ratio"]))
     ratios = own.groupby("component")["ratio"].mean()

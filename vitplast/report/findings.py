@@ -230,19 +230,20 @@ RELATIVE_SUITE = {p: "Spearman(relative plasticity, gain over head-only) over th
 def relative_suite(root, picked: pd.DataFrame, n_pairs: int = 256, *,
                    compute: bool = True) -> pd.DataFrame:
     """The ``RELATIVE_SUITE`` family as a findings table, on the complete tasks of ``picked``
-    (``decide.chosen`` of the suite study), reading the relative plasticity companions of the
-    store ``root`` (``decide.task_plasticity(quantity="relative")``; measured once when
+    (the suite study's ``load``), reading the relative plasticity companions of the
+    store ``root`` (``task_measures.task_plasticity(quantity="relative")``; measured once when
     missing, unless ``compute`` is False: then the stored tasks only, n says how many).
     Family "exploratory", its own table: Holm over its two rows.
 
     Paper: none (issue 38); Takeaway 3 makes its claim for plasticity."""
-    from vitplast.experiments import decide
+    from vitplast.experiments.task_measures import component_plasticity
+    from vitplast.report.suite_findings import spearman_plasticity_gain
 
     tasks, rows = list(picked["task"].unique()), []
     for protocol, claim in RELATIVE_SUITE.items():
-        rel = decide.component_plasticity(root, tasks, n_pairs, protocol, quantity="relative",
-                                          compute=compute).dropna(subset=["relative_plasticity"])
-        rho = decide.spearman_plasticity_gain(picked, rel, value="relative_plasticity")
+        rel = component_plasticity(root, tasks, n_pairs, protocol, quantity="relative",
+                                   compute=compute).dropna(subset=["relative_plasticity"])
+        rho = spearman_plasticity_gain(picked, rel, value="relative_plasticity")
         rows.append(mean_test(claim, rho, paper="not in the paper (relative plasticity: issue "
                               "38); asked after the suite's runs existed", expected=math.nan,
                               unit="rho, per task"))

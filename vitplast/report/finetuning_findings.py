@@ -15,6 +15,7 @@ Paper: section 5, Takeaway 3, Table 1, Figs. 4 and 18; objections 3-4 (docs/obje
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -23,15 +24,18 @@ from vitplast.measure.components import NORMS
 from vitplast.paper import FIG2_PLASTICITY, FINETUNING_ORDER, SOURCES, group_gap, table1_average
 from vitplast.stats.verdicts import TOP_RANK, descriptive, mean_test, paired_test, same, table
 
+if TYPE_CHECKING:  # for annotations only
+    from vitplast.report.finetuning_tables import FinetuningTables
+
 #: Per-task statistics a primary may name, and what each is.
 STATISTICS = {
     "spearman(plasticity, gain)": "Spearman's rho over the five components, within a task, "
     "between measured plasticity and the gain of finetuning the component alone over "
-    "head-only (results.within_task_correlation)",
+    "head-only (finetuning_tables.within_task_correlation)",
     "partial spearman(plasticity, accuracy | block)": "per component, Spearman's rho over the "
     "blocks between a block's plasticity and the accuracy of finetuning it alone, partial on "
     "the block index; mean over the components where it is defined (neither plasticity nor "
-    "accuracy monotone in depth: confounds.layer_correlations)",
+    "accuracy monotone in depth: confound_tables.layer_correlations)",
 }
 _TASKS = "points, per task (seed-mean)"
 
@@ -54,19 +58,20 @@ def _verdict_core(found: pd.DataFrame) -> pd.Series:
     return core.set_axis(found["claim"])[~found["claim"].duplicated().to_numpy()]
 
 
-def with_ties(build, t: dict) -> pd.DataFrame:
-    """``build(t)`` (a findings table from a dict of tables), its ``fragile`` column computed:
-    a row is fragile when one of ``t["alternatives"]`` (the same tables with one tied LR
-    choice broken the other way: ``lr_selection.tie_alternatives``) flips its verdict. A
-    descriptive row counts the ties (``t["ties"]``: ``lr_selection.lr_ties``)."""
+def with_ties(build, t) -> pd.DataFrame:
+    """``build(t)`` (a findings table from a study's tables: ``FinetuningTables``,
+    ``ConfoundTables``), its ``fragile`` column computed: a row is fragile when one of
+    ``t.alternatives`` (the same tables with one tied LR choice broken the other way:
+    ``lr_selection.tie_alternatives``) flips its verdict. A descriptive row counts the ties
+    (``t.ties``: ``lr_selection.lr_ties``; None: not computed, no row)."""
     found = build(t)
     core, fragile = _verdict_core(found), set()
-    for alt in t.get("alternatives", []):
+    for alt in t.alternatives:
         other = _verdict_core(build(alt))
         common = core.index.intersection(other.index)
         fragile |= set(common[(core[common] != other[common]).to_numpy()])
     found["fragile"] = found["claim"].isin(fragile)
-    ties = t.get("ties")
+    ties = t.ties
     if ties is None:
         return found
     what = ", ".join(f"{r.task} / {r.setting} at {r.lr:g}" for r in ties.assign(
@@ -82,7 +87,7 @@ def with_ties(build, t: dict) -> pd.DataFrame:
 # -- Notebook 04: finetuning each component alone --------------------------------------------
 
 def _wide(main: pd.DataFrame) -> pd.DataFrame:
-    """``results.main_table`` as tasks x configurations (seed-mean test accuracy, %)."""
+    """``finetuning_tables.main_table`` as tasks x configurations (seed-mean test accuracy, %)."""
     rows = main[main["task"] != "average"]
     return rows.pivot_table(index="task", columns="config", values="test_acc_mean")
 
@@ -100,16 +105,16 @@ def _family(row: dict, protocol: str, declared_protocol: str) -> dict:
         **row, "family": "sensitivity"}
 
 
-def finetuning(t: dict, probe: pd.Series, primaries=(), protocol: str = "hidden"
+def finetuning(t: FinetuningTables, probe: pd.Series, primaries=(), protocol: str = "hidden"
                ) -> pd.DataFrame:
     """Notebook 04's findings table (the task is the unit everywhere). Every row that reads
-    plasticity is computed under each protocol of ``t["corr"]``: under the declared
+    plasticity is computed under each protocol of ``t.corr``: under the declared
     ``protocol`` as the study declared it, under the other in the family "sensitivity".
 
     Args:
-        t: ``results.finetuning_tables``: ``main``, ``bands``, ``link``, ``corr``, ``grads``,
-            ``budget`` (None: no budget rows), and ``ties`` / ``alternatives`` (the fragile
-            flag; absent: not computed).
+        t: ``finetuning_tables.tables``: its ``main``, ``bands``, ``link``,
+            ``corr``, ``grads``, ``budget`` (None: no budget rows), and ``ties`` /
+            ``alternatives`` (the fragile flag; None / empty: not computed).
         probe: linear-probe test accuracy (%) per task.
         primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
         protocol: the plasticity protocol the study declared (``pairs.PROTOCOLS``).
@@ -121,9 +126,10 @@ def finetuning(t: dict, probe: pd.Series, primaries=(), protocol: str = "hidden"
     return with_ties(lambda tt: _finetuning(tt, probe, primaries, protocol), t)
 
 
-def _finetuning(t: dict, probe: pd.Series, primaries, protocol: str) -> pd.DataFrame:
-    acc, declared = _wide(t["main"]), declared_by(primaries)
-    rows = [p.row(acc, {"spearman(plasticity, gain)": _rho(t["corr"], protocol)})
+def _finetuning(t: FinetuningTables, probe: pd.Series, primaries, protocol: str
+                ) -> pd.DataFrame:
+    acc, declared = _wide(t.main), declared_by(primaries)
+    rows = [p.row(acc, {"spearman(plasticity, gain)": _rho(t.corr, protocol)})
             for p in primaries]
     for a, b in [*zip(FINETUNING_ORDER, FINETUNING_ORDER[1:]), ("MHA", "full")]:
         if ((a,), (b,)) not in declared and a in acc and b in acc:
@@ -135,11 +141,11 @@ def _finetuning(t: dict, probe: pd.Series, primaries, protocol: str) -> pd.DataF
         paper, gap = _paper_diff("LN1", "linear probe")
         rows.append(paired_test("LN1 - linear probe, test accuracy", acc["LN1"], probe,
                                 paper=paper, expected=1, unit=_TASKS, effect=gap))
-    rows += _measured_groups(t.get("link"), protocol)
-    rows += _stability_rows(t["bands"], SOURCES["lr_stability"])
-    rows += _plasticity_rows(t["corr"], SOURCES["plasticity_gain"], protocol, declared)
-    rows += grad_rows(t["grads"], SOURCES["grad_norms"])
-    rows += _budget_rows(t["main"], t.get("budget"))  # rows without values: no budget check
+    rows += _measured_groups(t.link, protocol)
+    rows += _stability_rows(t.bands, SOURCES["lr_stability"])
+    rows += _plasticity_rows(t.corr, SOURCES["plasticity_gain"], protocol, declared)
+    rows += grad_rows(t.grads, SOURCES["grad_norms"])
+    rows += _budget_rows(t.main, t.budget)  # rows without values: no budget check
     return table(rows)
 
 

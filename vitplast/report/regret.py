@@ -23,7 +23,6 @@ import math
 
 import pandas as pd
 
-from vitplast.experiments import lr_selection
 from vitplast.report.advise import CANDIDATES, PLASTICITY_RULES, RULES
 from vitplast.stats.verdicts import ALPHA, descriptive, mean_test, paired_test
 from vitplast.stats.verdicts import table as findings_table
@@ -41,10 +40,11 @@ def oracle(runs: pd.DataFrame, on: str = "val") -> pd.DataFrame:
     """Per task and candidate of a finetuning study's ``runs``: ``val`` (the seed-mean
     validation accuracy its LR was chosen on, %) and ``test`` (seed-mean test accuracy at that
     LR, %); ``best`` marks the oracle's choice, the best ``val`` per task (ties all marked)."""
-    from vitplast.experiments import results
+    from vitplast.experiments.lr_selection import select_lr
+    from vitplast.report.finetuning_tables import main_table
 
     runs = runs[runs["config"].isin(CANDIDATES)]
-    chosen, main = lr_selection.select_lr(runs, on), results.main_table(runs, on)
+    chosen, main = select_lr(runs, on), main_table(runs, on)
     out = chosen[["task", "config", "selection_score"]].merge(
         main[["task", "config", "test_acc_mean"]], on=["task", "config"])
     out = out.rename(columns={"selection_score": "val", "test_acc_mean": "test"})

@@ -275,7 +275,7 @@ def results_browser(root: str | Path | None = None) -> Explorer:
 
     Controls ``task``, ``config``, ``lr``, ``seed`` and ``steps`` (the step budget: a budget
     check's longer runs are other runs, never averaged with the main ones) over
-    ``results.results(root)``; curves from ``results.history(root)``; both read once. An empty
+    ``results.records_table(root)``; curves from ``results.history(root)``; both read once. An empty
     or missing store shows a message. ``values``: test_acc, best_val_acc (means over the
     matching runs: one run unless the store holds repeats), runs, status.
 
@@ -288,7 +288,7 @@ def results_browser(root: str | Path | None = None) -> Explorer:
         from vitplast.experiments import studies
 
         root = studies.get("main").root()
-    runs = results.results(root) if Path(root).is_dir() else None
+    runs = results.records_table(root) if Path(root).is_dir() else None
     if runs is None or runs.empty:
         message = f"No finetuning results under {root}: run notebook 04 (or a sweep) to fill it."
         return Explorer({}, lambda: ({}, message, None))

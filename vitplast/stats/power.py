@@ -5,7 +5,7 @@ correlation) with a two-sided one-sample t test. Its power at a true mean ``effe
 the per-task values spread with standard deviation ``sd``, is the chance that the test
 rejects: P(|T| > t_crit) where T follows a noncentral t with n - 1 degrees of freedom and
 noncentrality effect / sd * sqrt(n) (Cohen 1988, ch. 2). ``n_needed`` is the smallest number of
-tasks that reaches a target power. Tests check both against simulation.
+tasks that reaches a target power. The tests check both against a simulation.
 
 Not in the paper (it reports no test).
 """
@@ -58,12 +58,3 @@ def n_needed(effect: float, sd: float, alpha: float = 0.05, target: float = TARG
     return float(hi)
 
 
-def simulated_power(effect: float, sd: float, n: int, alpha: float = 0.05, reps: int = 20_000,
-                    seed: int = 0) -> float:
-    """``power`` by simulation: the share of ``reps`` normal samples of ``n`` values (mean
-    ``effect``, SD ``sd``) whose t test rejects at ``alpha``. The tests' independent check."""
-    import numpy as np
-    from scipy import stats
-
-    x = np.random.default_rng(seed).normal(effect, sd, size=(reps, n))
-    return float((stats.ttest_1samp(x, 0.0, axis=1).pvalue < alpha).mean())

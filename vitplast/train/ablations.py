@@ -21,9 +21,9 @@ experiment differs from the main study only in arguments.
   change of 1/c there, not 1/c^2.
 - ``sparse_masks``: a random subset of exactly ``count`` entries of a component is trainable
   (gradient masking inside the training loop, so the others never change).
-- ``add_lora`` / ``merge_lora``: low-rank adapters W + B A (B zero-initialised: identity at
-  start) on a component's linears, with ranks chosen to match parameter counts. A small
-  in-house LoRA keeps the dependency list short and merges back exactly.
+- ``add_lora``: low-rank adapters W + B A (B zero-initialised: identity at start) on a
+  component's linears (``lora_count`` their parameters). A small in-house LoRA keeps the
+  dependency list short, and ``LoRALinear.merged`` is the plain linear it computes.
 - bias-only (BitFit-style) configurations are plain parameter patterns (``BIAS_ONLY``).
 - ``gauge`` (registered here, defined in ``vitplast.measure.gauge``): the residual stream times c,
   the same function with another plasticity ranking.
@@ -181,13 +181,6 @@ def lora_count(model: nn.Module, component: str, rank: int) -> int:
     return per_block * len(model.blocks)
 
 
-def rank_for_budget(model: nn.Module, component: str, budget: int) -> int:
-    """The largest LoRA rank (>= 1) whose count does not exceed ``budget``."""
-    if component not in LORA_TARGETS:
-        raise ValueError(f"LoRA applies to {list(LORA_TARGETS)}, not {component!r}")
-    return max(1, budget // lora_count(model, component, 1))
-
-
 def add_lora(model: nn.Module, component: str, rank: int, alpha: float | None = None
              ) -> nn.Module:
     """Wrap a component's linears in every block with ``LoRALinear``, in place."""
@@ -196,17 +189,6 @@ def add_lora(model: nn.Module, component: str, rank: int, alpha: float | None = 
     for block in model.blocks:
         for path in LORA_TARGETS[component]:
             _set(block, path, LoRALinear(_block_module(block, path), rank, alpha))
-    return model
-
-
-def merge_lora(model: nn.Module) -> nn.Module:
-    """Replace every ``LoRALinear`` by the plain linear it computes, in place."""
-    for block in model.blocks:
-        for paths in LORA_TARGETS.values():
-            for path in paths:
-                module = _block_module(block, path)
-                if isinstance(module, LoRALinear):
-                    _set(block, path, module.merged())
     return model
 
 

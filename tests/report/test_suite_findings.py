@@ -1,23 +1,20 @@
-"""The suite study's tables on synthetic data: complete tasks, primaries per task."""
+"""The suite study's statistics (``vitplast.report.suite_findings``) on synthetic tables: the
+primaries per task, the fixed grid's secondary rows, distance, the length check and P3 under
+both protocols."""
 
 import math
 
 import pandas as pd
 import pytest
 
-from vitplast import cached
-from vitplast.experiments import decide, studies
+from vitplast.experiments import studies, task_measures
+from vitplast.report import suite_findings
 
 PRIMARIES = studies.get("suite").primaries
 
 
 def _picked(task, acc):
     return [dict(task=task, config=c, test_acc=a) for c, a in acc.items()]
-
-
-def test_complete_tasks_are_those_whose_every_search_ended():
-    state = pd.DataFrame(dict(task=["a", "a", "b", "b"], next=[[], [], [], [0.3]]))
-    assert decide.complete_tasks(state) == ["a"]
 
 
 def test_primaries_per_task():
@@ -27,14 +24,14 @@ def test_primaries_per_task():
     plastic = pd.DataFrame(dict(task="t", component=["MHA", "FC1", "FC2", "LN1", "LN2"],
                                 plasticity=[5.0, 4.0, 3.0, 2.0, 1.0]))
     p1, p2, _ = PRIMARIES
-    wide = decide.accuracy(picked)
+    wide = suite_findings.accuracy(picked)
     assert p1.values(wide).to_dict() == {"t": pytest.approx(62 - 63), "u": 0.0}
     assert p2.values(wide).to_dict() == {"t": 70 - 64, "u": 0.0}
-    rho = decide.spearman_plasticity_gain(picked, plastic)
+    rho = suite_findings.spearman_plasticity_gain(picked, plastic)
     assert rho["t"] == pytest.approx(1.0) and math.isnan(rho["u"])  # no plasticity for u
     flipped = plastic.assign(plasticity=plastic["plasticity"][::-1].to_numpy())
-    assert decide.spearman_plasticity_gain(picked, flipped)["t"] == pytest.approx(-1.0)
-    rows = decide.findings(studies.get("suite"), picked, plastic)
+    assert suite_findings.spearman_plasticity_gain(picked, flipped)["t"] == pytest.approx(-1.0)
+    rows = suite_findings.primary_rows(studies.get("suite"), picked, plastic)
     assert [r["family"] for r in rows] == ["primary"] * 3 and [r["n"] for r in rows] == [2, 2, 1]
 
 
@@ -42,7 +39,7 @@ def test_secondary_asks_the_primaries_again_on_the_grid_s_choices():
     gauge = studies.get("gauge")
     acc = {"MHA": 70, "FC2": 60, "full": 80, "MHA c=8": 71, "FC2 c=8": 58, "full c=8": 80}
     on_grid = pd.DataFrame(_picked("t", acc) + _picked("u", {k: 50 for k in acc}))
-    rows = decide.secondary(gauge, on_grid)
+    rows = suite_findings.secondary_rows(gauge, on_grid)
     assert [r["family"] for r in rows] == ["secondary"] * 3
     assert [r["measured"] for r in rows] == [pytest.approx(-1 / 6), 0.5, -1.0]  # means over t, u
     assert all(r["claim"].endswith("; LR from the fixed grid")
@@ -52,29 +49,8 @@ def test_secondary_asks_the_primaries_again_on_the_grid_s_choices():
 def test_distance_reads_head_only_and_the_probe():
     picked = pd.DataFrame(_picked("t", {"head": 55.0, "MHA": 70.0}))
     probes = pd.DataFrame(dict(task=["t"], test_acc=[48.0]))
-    out = decide.distance(picked, probes)
+    out = suite_findings.distance(picked, probes)
     assert out.to_dict("records") == [dict(task="t", head_acc=55.0, probe_acc=48.0)]
-
-
-def test_a_task_s_probe_is_computed_once_and_stored_as_a_companion(tmp_path, monkeypatch):
-    from vitplast.experiments.store import Store
-    from vitplast.train import probes
-
-    calls = []
-
-    def fake(model_name, tasks):
-        calls.append(tasks)
-        return pd.DataFrame([dict(task=tasks[0], train_acc=99.0, val_acc=90.0, test_acc=89.5,
-                                  n_train=4000, n_features=128)])
-
-    monkeypatch.setattr(probes, "linear_probes", fake)
-    assert decide.task_probes(tmp_path, ["digits"]).empty  # nothing stored, nothing computed
-    assert decide.task_probe(tmp_path, "digits")["test_acc"] == 89.5
-    table = decide.task_probes(tmp_path, ["digits", "fmnist_invert"])
-    assert table.to_dict("records") == [dict(task="digits", test_acc=89.5, val_acc=90.0,
-                                             train_acc=99.0)]
-    assert calls == [["digits"]]  # read back, not recomputed
-    assert Store(tmp_path).audit().empty  # a companion, not a foreign file
 
 
 def test_the_length_check_reads_p1_and_p2_at_each_length_and_applies_its_rule():
@@ -89,11 +65,11 @@ def test_the_length_check_reads_p1_and_p2_at_each_length_and_applies_its_rule():
         acc[f"MHA {k}x"] = 70 + gap
         longer += _picked("t", acc) + _picked("u", acc)
     longer += _picked("w", {"MHA 2x": 1.0, "LN1 2x": 2.0})  # w: no 4x runs yet, left out
-    values = decide.by_length(pd.DataFrame(longer), picked, (p1, p2))
+    values = suite_findings.by_length(pd.DataFrame(longer), picked, (p1, p2))
     assert set(values["task"]) == {"t", "u"} and set(values["steps"]) == {1, 2, 4}
     p2_means = values[values["primary"] == "P2"].groupby("steps")["value"].mean()
     assert p2_means.to_dict() == {1: 6.0, 2: 7.0, 4: -2.0}
-    rule = {r["claim"][:2]: r for r in decide.length_rule(values)}
+    rule = {r["claim"][:2]: r for r in suite_findings.length_rule(values)}
     assert rule["P2"]["verdict"].startswith("changed") and rule["P2"]["n"] == 2
     assert rule["P2"]["measured"] == "+6.00 (1x), +7.00 (2x), -2.00 (4x)"
     assert rule["P1"]["verdict"].startswith("kept")  # P1's configurations did not move
@@ -118,8 +94,8 @@ def test_p3_under_the_other_protocol_is_a_sensitivity_row_with_what_explains_its
         return pd.DataFrame([dict(task=t, component=c, plasticity=5.0 - k)
                              for t in tasks_ for k, c in enumerate(orders[protocol])])
 
-    monkeypatch.setattr(decide, "component_plasticity", plasticity)
-    rows = decide.protocol_findings(studies.get("suite"), picked, "unused")
+    monkeypatch.setattr(task_measures, "component_plasticity", plasticity)
+    rows = suite_findings.protocol_findings(studies.get("suite"), picked, "unused")
     table = verdicts.table(rows).set_index("claim")
     hidden = table[table["family"] == "sensitivity"]
     assert len(hidden) == 1 and "hidden protocol" in hidden.index[0]
@@ -147,47 +123,10 @@ def test_the_distance_trend_is_a_correlation_row_and_the_families_a_descriptive_
             ("digits", 90.0, 1.0), ("fmnist_contrast", 80.0, 2.0), ("fmnist_snow", 70.0, 4.0),
             ("symmetry", 60.0, 8.0))
          for c, a in (("head", head), ("MHA", head + gap), ("LN1", head))])
-    effects = decide.by_distance(picked, decide.distance(picked))
+    effects = suite_findings.by_distance(picked, suite_findings.distance(picked))
     assert effects.set_index("task")["MHA_minus_LN1"].to_dict() == {
         "digits": 1.0, "fmnist_contrast": 2.0, "fmnist_snow": 4.0, "symmetry": 8.0}
-    trend, families = verdicts.table(decide.distance_findings(effects)).to_dict("records")
+    trend, families = verdicts.table(suite_findings.distance_findings(effects)).to_dict("records")
     assert trend["measured"] < -0.9 and trend["n"] == 4 and trend["family"] == "exploratory"
     assert families["measured"].startswith("drawn +8.0 (1), shift +3.0 (2)")
     assert families["verdict"] == "largest on drawn, smallest on digits"
-
-
-def test_relative_plasticity_is_a_companion_beside_plasticity_with_its_own_hash(tmp_path,
-                                                                               monkeypatch):
-    """The same mechanism (plasticity-<hash>.json): relative plasticity's settings add
-    ``quantity``, so plasticity's stored files keep their names; measured once, read back,
-    never measured with ``compute=False``; an unknown quantity names the valid ones."""
-    from vitplast.experiments.store import Store
-    from vitplast.measure import empirical, relative
-
-    calls = []
-
-    def fake(tasks, *, protocol, n_pairs):
-        calls.append((tasks, protocol))
-        return pd.DataFrame([dict(task=tasks[0], layer=0, component=c, relative_plasticity=r,
-                                  plasticity=2 * r, s_in=1.0, s_out=2.0)
-                             for c, r in zip(["LN1", "MHA", "LN2", "FC1", "FC2"], range(1, 6))])
-
-    monkeypatch.setattr(relative, "embedded_layers", fake)
-    monkeypatch.setattr(empirical, "embedded_layers", lambda *a, **k: pytest.fail("measured"))
-    assert decide.component_plasticity(tmp_path, ["digits"], 8, "hidden", "relative",
-                                       compute=False).empty
-    got = decide.component_plasticity(tmp_path, ["digits"], 8, "hidden", "relative")
-    assert got.set_index("component")["relative_plasticity"].to_dict() == dict(
-        LN1=1, MHA=2, LN2=3, FC1=4, FC2=5)
-    decide.task_plasticity(tmp_path, "digits", 8, "hidden", "relative")  # read back
-    assert calls == [(["digits"], "hidden")]
-    plain = cached.config_hash(dict(task="digits", n_pairs=8, protocol="hidden"))
-    assert not (tmp_path / f"plasticity-{plain}.json").exists()
-    assert Store(tmp_path).audit().empty
-    with pytest.raises(ValueError, match="valid: \\['plasticity', 'relative'\\]"):
-        decide.task_plasticity(tmp_path, "digits", quantity="relative plasticity")
-    rho = decide.spearman_plasticity_gain(pd.DataFrame(
-        [dict(task="digits", config=c, test_acc=a) for c, a in
-         zip(["head", "LN1", "MHA", "LN2", "FC1", "FC2"], [50, 51, 52, 53, 54, 55])]),
-        got, value="relative_plasticity")
-    assert rho["digits"] == pytest.approx(1.0)

@@ -1,31 +1,28 @@
-"""The searched studies' tables (notebook 07): what each task chose, the primaries' values per
-task, how far each task lies from pretraining, the recipe-length check and the cross-gauge
-study's identity checks.
+"""The suite study's statistics (notebook 07): the primaries per task, their findings rows,
+how far each task lies from pretraining, the recipe-length check, and the searched studies'
+rising losses.
 
-Paper: Table 1 and Takeaway 3, tested on the task suite (``vitplast.datasets.suite``) by the study
-``studies.get("suite")``, whose three primary questions were declared before its runs. The
-unit is the task: every value below is one number per task, and the findings (``findings``)
-test their mean over tasks.
+Paper: Table 1 and Takeaway 3, tested on the task suite (``vitplast.datasets.suite``) by the
+study ``studies.get("suite")``, whose three primary questions were declared before its runs.
+The unit is the task: every value below is one number per task, and the findings rows test
+their mean over tasks. Every table here reads ``picked``, a searched study's chosen runs
+(its ``load``: ``vitplast.experiments.adaptive.SearchedStudy``), and what is measured beside them
+(``vitplast.experiments.task_measures``).
 
-- ``findings``: the study's three declared primaries as findings rows: P1 (sparse MHA, FC1,
-  FC2 minus LN1, LN2, all at LN1's count) and P2 (MHA minus LN1 at full counts) from
-  ``accuracy``; P3 (Spearman's rho, over the five full-count components, of plasticity before
-  finetuning against gain over head-only) from ``spearman_plasticity_gain``. ``secondary``:
-  the same primaries with each LR chosen from the study's fixed grid.
-- ``task_plasticity``: a task's per-block plasticity (or relative plasticity,
-  ``vitplast.measure.relative``) before finetuning, measured once and stored beside the runs
-  (``plasticity-<hash>.json``).
-- ``task_probe``: a task's linear probe on the frozen embedded model, computed once and stored
-  beside the runs (``probe-<hash>.json``).
-- ``distance``: head-only and linear-probe accuracy per task: how far it lies from what
-  pretraining learned.
+- ``accuracy`` (tasks x configurations) and ``spearman_plasticity_gain`` (per task): the values
+  the primaries read. ``primary_rows``: the study's declared primaries as findings rows: P1
+  (sparse MHA, FC1, FC2 minus LN1, LN2, all at LN1's count) and P2 (MHA minus LN1 at full
+  counts) from ``accuracy``; P3 (Spearman's rho, over the five full-count components, of
+  plasticity before finetuning against gain over head-only) from ``spearman_plasticity_gain``.
+  ``secondary_rows``: the same primaries with each LR chosen from the study's fixed grid.
+- ``protocol_findings``: P3 under the other plasticity protocol, and what explains its sign.
+- ``distance``, ``by_distance`` and ``distance_findings``: head-only and linear-probe accuracy
+  per task (how far it lies from what pretraining learned) against MHA - LN1.
 - ``by_length`` and ``length_rule``: the recipe-length check (``studies.get("length")``): P1
   and P2 per task at 1x, 2x and 4x the recipe's steps, and the rule declared with it (a sign
   change of either mean between 1x and 4x lengthens the suite study).
 - ``rising_loss``: how many of a study's chosen runs had a training loss that rose
   above its start: single runs that rounding alone moves by points.
-
-The cross-gauge study's pairs and identity checks: ``vitplast.experiments.cross_gauge``.
 """
 
 from __future__ import annotations
@@ -36,88 +33,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from vitplast import cached
-from vitplast.experiments import store
 from vitplast.measure.components import COMPONENTS
 from vitplast.stats import verdicts
 
 if TYPE_CHECKING:  # for annotations only
     from vitplast.experiments.kinds import Study
-
-
-#: What ``task_plasticity`` measures: Definition 1's plasticity, or the relative plasticity.
-QUANTITIES = ("plasticity", "relative")
-
-
-def complete_tasks(state: pd.DataFrame) -> list[str]:
-    """The tasks of a ``search.state`` table whose every setting has ended (nothing asked)."""
-    done = state.assign(ended=state["next"].map(len) == 0).groupby("task", sort=False)["ended"]
-    return [task for task, ended in done.all().items() if ended]
-
-
-def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
-                    protocol: str = "embedding", quantity: str = "plasticity", *,
-                    compute: bool = True) -> pd.DataFrame:
-    """Per block and component: the embedded model's plasticity on ``task`` before
-    finetuning (``n_pairs`` pairs of a Fashion-MNIST image and a task image, ``protocol``),
-    measured once and stored in ``root/plasticity-<hash of the settings>.json``.
-
-    ``quantity`` (``QUANTITIES``): ``"plasticity"``, or ``"relative"``, the relative
-    plasticity (``vitplast.measure.relative``) on the same pairs, stored the same way (its settings,
-    and so its hash, add ``quantity``; plasticity's files keep theirs).
-
-    Columns: ``task``, ``protocol``, ``layer``, ``component``, ``plasticity``, ``ci95``; for
-    ``"relative"``: ``relative_plasticity``, ``plasticity``, ``s_in``, ``s_out`` in place of
-    ``ci95``.
-
-    Raises:
-        ValueError: unknown ``quantity``, naming the valid ones.
-    """
-    from vitplast.measure import empirical, relative
-
-    if quantity not in QUANTITIES:
-        raise ValueError(f"unknown quantity {quantity!r}; valid: {list(QUANTITIES)}")
-    settings = dict(task=task, n_pairs=n_pairs, protocol=protocol)
-    measured = empirical.embedded_layers
-    if quantity == "relative":
-        settings["quantity"], measured = "relative plasticity", relative.embedded_layers
-    saved = store.Store(root).companion(
-        f"plasticity-{cached.config_hash(settings)}.json",
-        compute=(lambda: dict(settings, rows=measured([task], protocol=protocol, n_pairs=n_pairs)
-                              .drop(columns="task").to_dict("records"))) if compute else None)
-    return pd.DataFrame(saved["rows"] if saved else [], columns=None if saved else [
-        "layer", "component", "plasticity"]).assign(task=task, protocol=protocol)
-
-
-def task_probe(root: str | Path, task: str, *, compute: bool = True) -> dict | None:
-    """The embedded model's linear probe on ``task``, computed once and stored beside the runs
-    (``probes.stored_probe``); ``None`` when not stored and ``compute`` is False."""
-    from vitplast.train import probes
-
-    return probes.stored_probe(root, task, compute=compute)
-
-
-def task_probes(root: str | Path, tasks, *, compute: bool = False) -> pd.DataFrame:
-    """``task_probe`` of each task that has one stored (or of every task, with ``compute``):
-    columns ``task``, ``test_acc`` (%), ``val_acc``, ``train_acc``."""
-    rows = [(t, task_probe(root, t, compute=compute)) for t in tasks]
-    return pd.DataFrame([dict(task=t, **{k: r[k] for k in ("test_acc", "val_acc", "train_acc")})
-                         for t, r in rows if r is not None],
-                        columns=["task", "test_acc", "val_acc", "train_acc"])
-
-
-def component_plasticity(root: str | Path, tasks, n_pairs: int = 256,
-                         protocol: str = "embedding", quantity: str = "plasticity", *,
-                         compute: bool = True) -> pd.DataFrame:
-    """Per task and component: plasticity before finetuning, the mean over blocks (as the
-    paper's Fig. 2 summarises a component). Columns: ``task``, ``component``,
-    ``plasticity`` (``quantity="relative"``: ``relative_plasticity``, as ``task_plasticity``;
-    ``compute`` False: the stored tasks only)."""
-    value = "relative_plasticity" if quantity == "relative" else "plasticity"
-    per_layer = pd.concat([task_plasticity(root, t, n_pairs, protocol, quantity,
-                                           compute=compute) for t in tasks])
-    per_layer[value] = per_layer.get(value, np.nan)
-    return per_layer.groupby(["task", "component"], as_index=False, sort=False)[value].mean()
 
 
 def accuracy(picked: pd.DataFrame) -> pd.DataFrame:
@@ -129,9 +49,10 @@ def spearman_plasticity_gain(picked: pd.DataFrame, plasticity: pd.DataFrame,
                              components=tuple(COMPONENTS), value: str = "plasticity"
                              ) -> pd.Series:
     """Per task: Spearman's rho, over ``components``, between their plasticity before
-    finetuning (``component_plasticity``; its column ``value``, e.g. ``relative_plasticity``)
-    and their gain over head-only (test points). NaN for a task without plasticity. The
-    statistic ``"spearman(plasticity, gain)"`` of the suite study's third primary."""
+    finetuning (``task_measures.component_plasticity``; its column ``value``, e.g.
+    ``relative_plasticity``) and their gain over head-only (test points). NaN for a task
+    without plasticity. The statistic ``"spearman(plasticity, gain)"`` of the suite study's
+    third primary."""
     from scipy import stats
 
     acc = accuracy(picked)
@@ -141,8 +62,8 @@ def spearman_plasticity_gain(picked: pd.DataFrame, plasticity: pd.DataFrame,
                       if t in plastic.index else np.nan for t in acc.index}, name="rho")
 
 
-def findings(study: Study, picked: pd.DataFrame, plasticity: pd.DataFrame | None = None
-             ) -> list[dict]:
+def primary_rows(study: Study, picked: pd.DataFrame, plasticity: pd.DataFrame | None = None
+                 ) -> list[dict]:
     """The study's declared primaries as findings rows (``verdicts.Primary.row``), one value
     per complete task; ``verdicts.table`` tests them with Holm over the primaries.
     ``plasticity`` (``component_plasticity``): for a study whose primaries read it (P3)."""
@@ -151,10 +72,9 @@ def findings(study: Study, picked: pd.DataFrame, plasticity: pd.DataFrame | None
     return [p.row(accuracy(picked), statistics) for p in study.primaries]
 
 
-def secondary(study: Study, on_grid: pd.DataFrame) -> list[dict]:
+def secondary_rows(study: Study, on_grid: pd.DataFrame) -> list[dict]:
     """The study's primaries asked again with each LR chosen from its fixed grid
-    (``SearchedStudy.load(..., grid=True)``; for the cross-gauge study the paper's four LRs,
-    shared by
+    (the study's ``load(..., grid=True)``; for the cross-gauge study the paper's four LRs, shared by
     every configuration, as the paper's table chose them): family "secondary", Holm over
     these rows only, so they never move a primary's verdict."""
     return [dict(p.row(accuracy(on_grid)), family="secondary",
@@ -198,6 +118,7 @@ def protocol_findings(study: Study, picked: pd.DataFrame, root: str | Path) -> l
     protocol (exploratory); and, descriptive, the components' plasticity order under each
     protocol and their gain order over head-only, each beside the paper's (Fig. 2, Table 1)."""
     from vitplast import paper
+    from vitplast.experiments.task_measures import component_plasticity
     from vitplast.measure.components import LINEARS
 
     tasks = list(picked["task"].unique())
@@ -231,8 +152,8 @@ def protocol_findings(study: Study, picked: pd.DataFrame, root: str | Path) -> l
 
 
 def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per task: head-only test accuracy (from ``chosen``), and the linear probe's
-    (``probes.linear_probes``) when given: how much of the task the frozen features already
+    """Per task: head-only test accuracy (from ``picked``), and the linear probe's
+    (``task_measures.task_probes``) when given: how much of the task the frozen features already
     solve. Columns: ``task``, ``head_acc``, and ``probe_acc``."""
     head = picked[picked["config"] == "head"].set_index("task")["test_acc"].rename("head_acc")
     out = head.to_frame()
@@ -335,8 +256,6 @@ def rising_loss(picked: pd.DataFrame) -> dict:
         verdict=f"{int(rose.sum())} of {len(rose)} chosen runs had a training loss that rose "
                 "above its start")
 
-
-__all__ = ["LENGTHS", "PROTOCOLS", "QUANTITIES", "accuracy", "by_distance", "by_length",
-           "compares", "complete_tasks", "component_plasticity", "distance", "distance_findings",
-           "findings", "length_rule", "protocol_findings", "rising_loss",
-           "spearman_plasticity_gain", "task_plasticity", "task_probe", "task_probes"]
+__all__ = ["LENGTHS", "PROTOCOLS", "accuracy", "by_distance", "by_length", "compares",
+           "distance", "distance_findings", "length_rule", "primary_rows", "protocol_findings",
+           "rising_loss", "secondary_rows", "spearman_plasticity_gain"]
