@@ -140,8 +140,8 @@ def test_installed_wheel_works_from_any_folder(wheel, tmp_path):
     assert run(venv / "bin" / "vitplast", "--version").strip() == f"vitplast {vitplast.__version__}"
     listing = run(venv / "bin" / "vitplast", "notebooks", "list")
     assert all(nb in listing for nb in NOTEBOOKS) and "n_pairs: int = 512" in listing
-    where = run(python, "-c", "from vitplast import models, notebooks; "
-                "m = models.load_model('vitplast_fmnist'); "
+    where = run(python, "-c", "from vitplast import models; "
+                "from vitplast.report import notebooks; m = models.load_model('vitplast_fmnist'); "
                 "print(models.__file__, notebooks.NOTEBOOK_DIR, sum(p.numel() for p in "
                 "m.parameters()))").split()
     assert Path(where[0]).is_relative_to(venv) and Path(where[1]).is_relative_to(venv)
