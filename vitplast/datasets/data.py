@@ -31,7 +31,7 @@ from vitplast.files import atomic_path
 from vitplast.models import FASHION_MNIST_MEAN, FASHION_MNIST_STD, cache_dir
 
 # FASHION_MNIST_MEAN, FASHION_MNIST_STD: the embedded model's input normalisation, defined with
-# it in ``models`` and re-exported here with the images they describe.
+# it in ``models`` and imported here for the images they describe.
 
 #: Where the Debian package ``dataset-fashion-mnist`` puts its gzipped IDX files.
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")

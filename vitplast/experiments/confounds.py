@@ -2,12 +2,12 @@
 
 Paper: objections 3 and 4 (docs/objections.md). The experiments are variants of the finetuning
 configurations (``all_variants``: the model changes of ``vitplast.train.ablations``, single-block
-configurations, the plain ones; each a ``Variant`` of ``vitplast.experiments.confound_variants``,
-whose names are re-exported here), trained by the parts of a study preset
-(``studies.get("confounds")``, ``part_runs``) through the same sweep and results store as the main
-study. This module also measures what the study needs before finetuning (the LayerNorm scales:
+configurations, the plain ones; each a ``Variant`` of ``vitplast.experiments.confound_variants``),
+trained by the parts of a study preset (``studies.get("confounds")``, ``part_runs``) through the
+same sweep and results store as the main study. This module also measures what the study needs
+before finetuning (the LayerNorm scales:
 ``measure_scales``, an explicit step that listing the runs only reads; per-block plasticity, and
-plasticity after finetuning, in ``vitplast.experiments.confound_plasticity``, re-exported here).
+plasticity after finetuning, in ``vitplast.experiments.confound_plasticity``).
 The tables behind notebook 05's findings are ``vitplast.report.confound_tables``'s; the findings
 themselves ``vitplast.report.confound_findings``'s.
 """

@@ -3,8 +3,7 @@ accuracy depends on the LR around that choice.
 
 Paper: section 5 (the best LR per configuration) and Fig. 18 (robustness across learning
 rates). The LR is chosen on validation accuracy; ``on="test"`` reproduces the public code's
-choice on test accuracy and is labelled as such (``selected_on``). ``vitplast.experiments.results``
-re-exports every public name here and builds its tables on ``select_lr``.
+choice on test accuracy and is labelled as such (``selected_on``).
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ Two input protocols (``PROTOCOLS``):
   its input width; no residuals; the denominator is the embedding difference.
 
 Pairs (``Pairs``, ``make_pairs``) live in ``vitplast.measure.pairs``, one batch's rates (``rate``,
-``hooks``, ``batch_rates``, the two protocols) in ``vitplast.measure.rates``; both are re-exported
-here. Pairs whose two images are identical are excluded and counted (``df.attrs["excluded"]``).
-Images are checked against the model before any pass (``vitplast.inputs``): a pair with a NaN
-or infinite pixel is an error, never an excluded pair nor a NaN rate.
+``hooks``, ``batch_rates``, the two protocols) in ``vitplast.measure.rates``. Pairs whose two images
+are identical are excluded and counted (``df.attrs["excluded"]``). Images are checked against the
+model before any pass (``vitplast.inputs``): a pair with a NaN or infinite pixel is an error, never
+an excluded pair nor a NaN rate.
 
 Tidy output of ``measure`` (one row per pair x layer x component): ``protocol``, ``layer``,
 ``component``, ``pair`` (index of the pair), ``rate``; plus any ``meta`` columns.

@@ -3,8 +3,7 @@
 The one hook scope (``hooks``) and the two input protocols (``hidden``, ``embedding``: the one
 place they differ is ``_apply``) live here; ``batch_rates`` gives every component's rates for a
 batch of pairs in ONE forward pass over [x; y], each tensor's pair distances computed once
-(``_Rates``). ``vitplast.measure.plasticity`` streams pairs through them (``measurement``) and
-re-exports the public names (``rates.rate``, ``rates.hooks``, ...).
+(``_Rates``). ``vitplast.measure.plasticity`` streams pairs through them (``measurement``).
 
 Paper: Definition 1.
 """

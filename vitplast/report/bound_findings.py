@@ -3,7 +3,6 @@ the bounds give the order of plasticity?
 
 Every row is descriptive (the layers of one model are not independent units), its verdict
 computed from the numbers (``intervals.holds``: the one definition of a bound holding).
-``vitplast.report.findings`` re-exports ``bounds``.
 
 Paper: Propositions 1-4 and Takeaway 1.
 """

@@ -3,7 +3,7 @@ computed by hand, the estimator's precision, and the model's order of the compon
 
 Every row is descriptive (computations on chosen functions or one model, not samples of
 independent units). Each section's table adds its rows (``definitions``' arguments), so a
-section's Read cell renders its own rows. ``vitplast.report.findings`` re-exports ``definitions``.
+section's Read cell renders its own rows.
 
 Paper: Definition 1, Prop. 1 and 2, Fig. 2; objection 1.
 """

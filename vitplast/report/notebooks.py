@@ -4,8 +4,8 @@
 injected into each notebook (the notebook's own ``parameters`` cell holds the ``default``
 profile's values):
 
-- ``smoke``: CI, the whole sequence within 3 minutes;
-- ``default``: a laptop CPU, the whole sequence within 12 minutes on 2 cores from an empty
+- ``smoke``: CI, the whole sequence (target: 60 s from empty caches);
+- ``default``: a laptop CPU (target: 120 s on 2 cores) from an empty
   cache (the notebooks' defaults; ``benchmarks/notebook_times.py`` measures both);
 - ``paper``: the paper's protocol on a GPU (ViT-B/16 in21k, its datasets and grid); needs the
   weights (hub or ``-p weights_file PATH``) and the datasets under ``data_root``.

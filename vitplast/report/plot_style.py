@@ -4,8 +4,8 @@ One colour per configuration and component in every notebook (``PALETTE``; a var
 its component's colour, dashed: ``style``; other lines ``OTHERS``: ``colours``), axes named in
 words (``LABELS``), log axes with plain, non-overlapping ticks (``log_axis``), one panel per
 value of a column (``_grid``), figures drawn inside ``theme()`` and saved by ``save``. Importing
-it sets no global style. ``vitplast.report.plots`` draws its figures with these and re-exports the
-public names (``plot_style.PALETTE``, ``plot_style.save``, ...).
+it sets no global style. ``vitplast.report.plots`` draws its figures with these; notebooks
+import them from here (``plot_style.PALETTE``, ``plot_style.save``, ...).
 """
 
 from __future__ import annotations

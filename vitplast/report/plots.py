@@ -9,7 +9,7 @@ has one colour in every figure of every notebook (``PALETTE``; a variant such as
 takes its component's colour, dashed: ``style``). The explorers of ``vitplast.report.widgets``
 redraw ``rate_histogram``, ``layernorm_rescale`` and ``run_curves``. The look itself
 (``PALETTE``, ``LABELS``, ``theme``, ``log_axis``, ``save``, ...) is
-``vitplast.report.plot_style``'s, re-exported here.
+``vitplast.report.plot_style``'s.
 """
 
 from __future__ import annotations

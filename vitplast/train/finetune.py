@@ -18,7 +18,7 @@ Logged (``TrainResult.history``, one row per logged step): ``step``, ``loss``, `
 ``grad_norm_per_param/<group>`` (= norm / sqrt(#params of the group)), and at evaluation
 steps ``val_loss`` and ``val_acc``.
 
-A pass over data (loader, precision, ``evaluate``) is ``vitplast.train.passes``'s, re-exported here.
+A pass over data (loader, precision, ``evaluate``) is ``vitplast.train.passes``'s.
 """
 
 from __future__ import annotations

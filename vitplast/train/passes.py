@@ -3,8 +3,8 @@
 The DataLoader of a run (``loader``: persistent workers, pinned memory on CUDA), the endless
 shuffled batches of training (``_batches``), the numeric precision of a pass (``PRECISIONS``:
 ``autocast`` on CUDA, TF32 off for fp32 with ``numerics``) and evaluation (``evaluate``: loss
-and accuracy). ``vitplast.train.finetune`` trains with them and re-exports the public names
-(``passes.evaluate``, ``passes.autocast``, ...), as ``vitplast.train.batched`` does.
+and accuracy). ``vitplast.train.finetune`` and ``vitplast.train.batched`` train with
+them.
 """
 
 from __future__ import annotations
