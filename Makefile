@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 data: install
 	@if [ ! -d $(FMNIST) ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) || true; fi
-	$(PY) -c "from vitplast import data; data.fashion_mnist_arrays(); print('Fashion-MNIST ready')"
+	$(PY) -c "from vitplast.datasets import data; data.fashion_mnist_arrays(); print('Fashion-MNIST ready')"
 
 run: data
 	$(PY) -m vitplast notebooks run --profile $(PROFILE)

@@ -105,6 +105,44 @@ def test_the_readme_lists_the_registry_s_stores_and_the_notebooks_that_read_them
     assert none == [n for n in numbers if n not in some]
 
 
+#: The documents a user reads or runs outside the package: their code references must resolve.
+DOCUMENTS = ["README.md", "Makefile", ".ci/run", "docs/glossary.md", "docs/objections.md",
+             "vitplast/notebooks/README.md", "vitplast/notebooks/solutions.md",
+             "vitplast/checkpoints/README.md"]
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``vitplast.a.b.c`` names a module, or an attribute of the longest module prefix."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for name in parts[cut:]:
+                obj = getattr(obj, name)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_every_code_reference_in_the_documents_resolves(document):
+    """``make data`` once ran ``from vitplast import data`` after the module had moved: every
+    ``from vitplast... import name`` and dotted ``vitplast.module.name`` in the documents names
+    something that exists (``metadata.vitplast...`` keys of an executed notebook excepted)."""
+    text = (ROOT / document).read_text()
+    refs = [f"{m[1]}.{name.strip()}"
+            for m in re.finditer(r"from (vitplast[\w.]*) import ([\w, ]+)", text)
+            for name in m[2].split(",") if name.strip()]
+    refs += re.findall(r"(?<![\w.])(vitplast(?:\.\w+)+)", text)
+    assert [ref for ref in refs if not _resolves(ref)] == []
+
+
 def _installed_venv(wheel, folder: Path) -> Path:
     """A fresh venv in ``folder`` that sees this environment's packages (torch is not
     reinstalled) but not the checkout, with the wheel installed (--no-deps)."""
