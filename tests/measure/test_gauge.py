@@ -205,7 +205,7 @@ def test_configurations_with_gauged_parameters_are_an_lr_change(config):
 def test_gauge_runs_through_the_sweep():
     config = runs.make_run("digits", "LN1", lr=0.01, pretrained=False, steps=2,
                               batch_size=16, prepare="gauge", ablation=dict(c=8.0))
-    assert sweep.PREPARE["gauge"] is ablations.PREPARE["gauge"] is gauge.prepare
+    assert ablations.PREPARE["gauge"] is gauge.prepare
     record = sweep.run_one(config)
     assert record["status"] == "ok", record["error"]
     with pytest.raises(ValueError, match="takes c"):
