@@ -26,7 +26,6 @@ from torch import nn
 from vitplast import cached, models
 from vitplast.experiments import store
 from vitplast.experiments.confound_variants import (
-    C_RTOL,
     Variant,
     all_variants,
     with_variant,
@@ -195,40 +194,6 @@ def check_rescale(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scales: di
                          max_output_change_preserved=(preserved(x) - out0).abs().max().item(),
                          max_output_change_raw=(raw(x) - out0).abs().max().item()))
     return pd.DataFrame(rows)
-
-
-def rescale_pairs(df: pd.DataFrame) -> pd.DataFrame:
-    """Each preserved gamma rescale against its lr/c^2 control, run by run: the two runs of one
-    (task, LR, seed) in ``with_variant`` results ``df``. Without gradient clipping they are the
-    same run in exact arithmetic (``vitplast.train.ablations``); with it, they need not be.
-
-    A control is matched by fields, not names: the same ``component``, ``c`` within a relative
-    ``C_RTOL`` and the same clipping (``clip_grad_norm`` 0: off).
-
-    Returns:
-        Per preserved variant (by name): ``variant``, ``clipping`` (``"on"``, ``"off"``),
-        ``pairs``, ``identical`` (pairs with the same status and the same test accuracy) and
-        ``max_diff`` (largest |difference| of test accuracy in points over pairs both ok).
-    """
-    df = df.assign(clipping=df["clip_grad_norm"].eq(0.0).map({True: "off", False: "on"}))
-    controls = df[df["family"].eq("lr/c^2")]
-    rows = []
-    for variant, own in sorted(df[df["family"].eq("rescale") & df["preserve"].eq(True)]
-                               .groupby("variant")):
-        first = own.iloc[0]
-        control = controls[controls["component"].eq(first["component"])
-                           & controls["clipping"].eq(first["clipping"])
-                           & np.isclose(controls["c"], first["c"], rtol=C_RTOL, atol=0)]
-        runs = [d.set_index(["task", "lr", "seed"])[["status", "test_acc"]] for d in (own, control)]
-        both = runs[0].merge(runs[1], left_index=True, right_index=True,
-                             suffixes=("", "_control"))
-        same = both["status"].eq(both["status_control"]) & (
-            both["test_acc"].eq(both["test_acc_control"])
-            | (both["test_acc"].isna() & both["test_acc_control"].isna()))
-        diff = 100 * (both["test_acc"] - both["test_acc_control"]).abs()
-        rows.append(dict(variant=variant, clipping=first["clipping"], pairs=len(both),
-                         identical=int(same.sum()), max_diff=float(diff.max())))
-    return pd.DataFrame(rows, columns=["variant", "clipping", "pairs", "identical", "max_diff"])
 
 
 def complete_settings(df: pd.DataFrame, expected: list[dict]) -> pd.DataFrame:
