@@ -19,7 +19,7 @@ unknown names fail naming the valid ones. Importing it imports no torch. A study
 - ``suite``, ``gauge``, ``length``: the searched-LR studies of notebook 07.
 - ``paper``: the paper's own grid (ViT-B/16 in21k, its 11 datasets).
 
-A spec declares its primary questions (``primaries``: at most three ``verdicts.Primary``, each
+A spec declares its primary questions (``primaries``: at most three ``primaries.Primary``, each
 with its direction, the paper's value and its source); the findings tables test them with Holm
 over the primaries only, everything else is exploratory.
 """

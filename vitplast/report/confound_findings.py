@@ -83,7 +83,7 @@ def confounds(t: ConfoundTables, after: pd.DataFrame | None = None, primaries=()
             ``alternatives`` (the fragile flag; None / empty: not computed).
         after: ``confound_plasticity.plasticity_after`` of the best runs (None or empty: its row
             says "not measured").
-        primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
+        primaries: the study's ``primaries.Primary`` questions (``studies.Study.primaries``).
     """
     return with_ties(lambda tt: _confounds(tt, after, primaries), t)
 
