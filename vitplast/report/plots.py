@@ -282,7 +282,6 @@ def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: st
 
 
 # -- Explorers (notebook 06): the figures the widgets redraw ---------------------------------
-
 def message(text: str):
     """A figure holding only ``text`` (an explorer's view with nothing to plot)."""
     fig, ax = plt.subplots(figsize=(7, 0.5))
