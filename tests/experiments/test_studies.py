@@ -60,7 +60,7 @@ def test_a_smoke_study_is_derived_from_its_full_study():
         full, smoke = studies.get(name), studies.get(f"{name}-smoke")
         assert smoke == studies.smoke(full) and type(smoke) is type(full)
         assert smoke.primaries == full.primaries and smoke.spec != full.spec
-        assert not smoke.shipped and smoke.root() == models.cache_dir() / f"{full.store}-smoke"
+        assert not smoke.shipped and smoke.root() == models.cache_dir() / f"{full.folder}-smoke"
     assert studies.get("confounds-smoke").spec.target == studies.get("confounds").spec.target
     assert studies.get("confounds-smoke").baselines == studies.get("main-smoke")
     assert len(studies.get("main-smoke").runs()) == 7 * 2  # seconds long

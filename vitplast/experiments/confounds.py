@@ -40,7 +40,7 @@ from vitplast.train.ablations import PREPARE, matching_scale, rescale_layernorm
 EMBEDDED_RESULTS = models.results_root("confounds")
 
 
-def part_runs(study: Confound, root: str | Path = EMBEDDED_RESULTS) -> dict[str, list[dict]]:
+def part_runs(spec: Confound, root: str | Path = EMBEDDED_RESULTS) -> dict[str, list[dict]]:
     """The runs of each part of a confound study's spec (``studies.get("confounds").spec``),
     in its order, with the LayerNorm scales stored under ``root`` (read, never measured:
     ``study_scales``). The variants' counts come from the embedded architecture (random
@@ -52,12 +52,12 @@ def part_runs(study: Confound, root: str | Path = EMBEDDED_RESULTS) -> dict[str,
     """
     from vitplast.experiments import runs
 
-    scales = study_scales(root, study.scale_tasks, target=study.target,
-                          n_pairs=study.n_pairs)["scales"]
+    scales = study_scales(root, spec.scale_tasks, target=spec.target,
+                          n_pairs=spec.n_pairs)["scales"]
     table = all_variants(models.load_model(models.EMBEDDED_NAME, pretrained=False,
                                            num_classes=10, device="cpu"), scales)
     out = {}
-    for part in study.parts:
+    for part in spec.parts:
         out[part.name] = []
         for pattern, lrs in part.lrs.items():
             names = [n for n in table if fnmatch.fnmatch(n, pattern)]
@@ -66,22 +66,22 @@ def part_runs(study: Confound, root: str | Path = EMBEDDED_RESULTS) -> dict[str,
                                  f"valid: {list(table)}")
             out[part.name] += [run for task in part.tasks for name in names
                                   for run in runs.grid([task], [table[name].keywords()], lrs,
-                                                       study.seeds, **part.fixed)]
+                                                       spec.seeds, **part.fixed)]
     return out
 
 
-def study_runs(study: Confound, root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
+def study_runs(spec: Confound, root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
     """Every run of a confound study preset, part by part (``part_runs``)."""
-    return [run for part in part_runs(study, root).values() for run in part]
+    return [run for part in part_runs(spec, root).values() for run in part]
 
 
-def part_coverage(study: Confound, df: pd.DataFrame, root: str | Path = EMBEDDED_RESULTS
+def part_coverage(spec: Confound, df: pd.DataFrame, root: str | Path = EMBEDDED_RESULTS
                   ) -> pd.DataFrame:
     """Per part of the study: its expected runs by status in ``results`` table ``df``."""
     from vitplast.experiments import results
 
     rows = [dict(part=name, **results.coverage(df, expected))
-            for name, expected in part_runs(study, root).items()]
+            for name, expected in part_runs(spec, root).items()]
     return pd.DataFrame(rows).fillna(0).set_index("part").astype(int)
 
 
@@ -142,11 +142,11 @@ def measure_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int
     return store.Store(root).companion(_scales_name(tasks, target, n_pairs), compute=measure)
 
 
-def measure_study_scales(study: Confound, root: str | Path) -> dict:
+def measure_study_scales(spec: Confound, root: str | Path) -> dict:
     """``measure_scales`` with the settings of a confound study's spec (``scale_tasks``,
     ``target``, ``n_pairs``): what must run before its runs are listed."""
-    return measure_scales(root, study.scale_tasks, target=study.target,
-                          n_pairs=study.n_pairs)
+    return measure_scales(root, spec.scale_tasks, target=spec.target,
+                          n_pairs=spec.n_pairs)
 
 
 def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int = 256) -> dict:

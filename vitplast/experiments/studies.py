@@ -34,11 +34,11 @@ from vitplast.experiments.kinds import BudgetStudy, GridStudy, PaperStudy, Study
 
 def smoke(study: Study) -> Study:
     """The seconds-long version of ``study`` (the smoke profile): its ``smoke`` spec, stored
-    in the cache as ``<store>-smoke``, compared with the smoke version of its baselines."""
+    in the cache as ``<folder>-smoke``, compared with the smoke version of its baselines."""
     if not study.smoke:
         raise ValueError(f"study {study.name!r} has no smoke version")
     extra = {"budget": ""} if isinstance(study, GridStudy) else {}
-    return replace(study, name=f"{study.name}-smoke", store=f"{study.store}-smoke",
+    return replace(study, name=f"{study.name}-smoke", folder=f"{study.folder}-smoke",
                    purpose=f"a seconds-long {study.name} study (the smoke profile)",
                    place="cache", definition=study.smoke, smoke="",
                    baselines=smoke(study.baselines) if study.baselines else None, **extra)
