@@ -16,7 +16,8 @@ import pytest
 
 from vitplast.measure import definitions
 from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
-from vitplast.report import definition_findings, findings, notebooks
+from vitplast.report import definition_findings, notebooks, plasticity_findings
+from vitplast.report.plasticity_findings import correlation_row
 from vitplast.stats import verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,19 +149,19 @@ def test_the_order_is_settled_only_where_the_confidence_intervals_do_not_overlap
 
 def test_a_correlation_of_exactly_zero_on_every_task_is_a_disagreement():
     rho = pd.Series(0.0, index=[f"t{i}" for i in range(8)])
-    row = verdicts.table([findings.correlation_row("rho", rho, paper="+1")]).iloc[0]
+    row = verdicts.table([correlation_row("rho", rho, paper="+1")]).iloc[0]
     assert row["verdict"].startswith("disagrees with the paper: rho = +0 on every one of the 8")
     assert row["family"] == "descriptive" and row["measured"] == 0
-    one = verdicts.table([findings.correlation_row("rho", rho + 1, paper="+1")]).iloc[0]
+    one = verdicts.table([correlation_row("rho", rho + 1, paper="+1")]).iloc[0]
     assert one["verdict"].startswith("agrees with the paper")
-    near = verdicts.table([findings.correlation_row("rho", rho + 0.9, paper="+1")]).iloc[0]
+    near = verdicts.table([correlation_row("rho", rho + 0.9, paper="+1")]).iloc[0]
     assert near["verdict"].startswith("disagrees with the paper: rho = +0.9")
     assert near["verdict"].endswith("near the paper's order, not the same)")
     assert "near" not in row["verdict"]
-    spread = verdicts.table([findings.correlation_row("rho", rho + np.linspace(-.1, .1, 8),
-                                                      paper="+1")]).iloc[0]
+    spread = verdicts.table([correlation_row("rho", rho + np.linspace(-.1, .1, 8),
+                                             paper="+1")]).iloc[0]
     assert spread["family"] == "exploratory" and spread["verdict"].startswith("not resolved")
-    few = verdicts.table([findings.correlation_row("rho", rho[:2], paper="+1")]).iloc[0]
+    few = verdicts.table([correlation_row("rho", rho[:2], paper="+1")]).iloc[0]
     assert not few["verdict"].startswith("disagrees")  # two tasks: no claim either way
 
 
@@ -170,7 +171,7 @@ def test_notebook_02_reads_the_hidden_protocols_zero_correlation_as_a_disagreeme
     measured = dict(zip(["FC1", "FC2", "LN2", "LN1", "MHA"], [1.5, 1.0, 0.9, 0.86, 0.7]))
     ranked = pd.DataFrame([dict(task=f"t{i}", protocol="hidden", component=c, plasticity=v)
                            for i in range(8) for c, v in measured.items()])
-    row = _row(findings.plasticity_ranking(ranked), "Spearman")
+    row = _row(plasticity_findings.plasticity_ranking(ranked), "Spearman")
     assert row["measured"] == 0 and row["verdict"].startswith("disagrees with the paper")
 
 

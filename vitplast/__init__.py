@@ -32,7 +32,7 @@ study           a named set of runs and its store (``studies``); a ``sweep`` run
 checkpoint      a stage of the embedded model's pretraining (``models``, ``pretrain``)
 profile         how large the notebooks run: smoke, default, paper (``notebooks``)
 finding         one conclusion as a row: claim, paper, measured, CI, p, power, verdict
-                (``findings``; the machinery in ``verdicts``, power in ``power``)
+                (``*_findings``; the machinery in ``verdicts``, power in ``power``)
 primary         a question a study declares before its runs (``primaries.Primary``); the
                 other tested findings are exploratory
 ==============  ==========================================================================

@@ -10,7 +10,7 @@ import torch
 
 from vitplast.measure import definitions
 from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
-from vitplast.report import definition_findings, findings, plot_style, plots
+from vitplast.report import definition_findings, plasticity_findings, plot_style, plots
 from vitplast.stats import verdicts
 
 TASKS = [f"t{i}" for i in range(8)]
@@ -66,7 +66,7 @@ def _ranked(values: dict, noise: float = 0.05, checkpoint: str = "final", seed: 
 
 
 def test_notebook_02_findings_agree_with_the_papers_order():
-    table = findings.plasticity_ranking(_ranked(FIG2_PLASTICITY))
+    table = plasticity_findings.plasticity_ranking(_ranked(FIG2_PLASTICITY))
     tested = table[table["test"] != "none"]
     assert (tested["n"] == 8).all() and len(tested) == 8  # tasks are the unit
     assert set(tested["verdict"]) == {"agrees with the paper"}
@@ -79,7 +79,7 @@ def test_notebook_02_findings_agree_with_the_papers_order():
 
 def test_notebook_02_findings_disagree_with_a_reversed_order():
     reversed_ = dict(zip(PLASTICITY_ORDER, sorted(FIG2_PLASTICITY.values())))
-    table = findings.plasticity_ranking(_ranked(reversed_))
+    table = plasticity_findings.plasticity_ranking(_ranked(reversed_))
     tested = table[table["test"] != "none"]
     assert set(tested["verdict"]) == {"disagrees with the paper"}
     assert all(v.startswith("disagrees with the paper: rho = -1")
@@ -95,11 +95,11 @@ def test_notebook_02_pretraining_and_scale_rows():
                          _ranked(order)], ignore_index=True)
     flat = pd.DataFrame(dict(layer=[0, 0, 1, 1], component="MHA", scale=[0.5, 2.0] * 2,
                              plasticity=[1.0, 1.0, 2.0, 2.0]))
-    table = findings.plasticity_ranking(_ranked(order), same, flat)
+    table = plasticity_findings.plasticity_ranking(_ranked(order), same, flat)
     assert set(verdicts_of(table, "order at init vs at final")) == {"order held"}
     assert verdicts_of(table, "MHA plasticity at input scale") == ["scale-invariant"]
     steep = flat.assign(plasticity=[1.0, 3.0, 2.0, 6.0])
-    table = findings.plasticity_ranking(_ranked(order), flipped, steep)
+    table = plasticity_findings.plasticity_ranking(_ranked(order), flipped, steep)
     assert set(verdicts_of(table, "order at init")) == {"order changed along pretraining"}
     row = table[table["claim"].str.startswith("MHA plasticity at")].iloc[0]
     assert row["measured"] == pytest.approx(3.0) and row["verdict"] == "depends on the input scale"
@@ -120,12 +120,12 @@ def _gamma(exact: bool) -> pd.DataFrame:
 
 
 def test_notebook_06_findings_agree_and_disagree():
-    good = findings.explorer(_bounds(4.0), _gamma(True))
+    good = plasticity_findings.explorer(_bounds(4.0), _gamma(True))
     # Props. 1-3 are the paper's claims; the gamma rescale checks objection 3, not the paper;
     # bound / plasticity per component: LN1 5, MHA 2.5, FC1 1.67
     assert good["verdict"].tolist() == ["same as the paper (exact check)", "tight (< 2) for: FC1",
                                         "holds (exact check)", "holds (exact check)"]
-    bad = findings.explorer(_bounds(6.0), _gamma(False))
+    bad = plasticity_findings.explorer(_bounds(6.0), _gamma(False))
     assert bad.loc[0, "measured"] == "2/3"
     assert bad["verdict"].iloc[[0, 2, 3]].tolist() == ["differs from the paper (exact check)",
                                                        "fails (exact check)",

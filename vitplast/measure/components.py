@@ -26,7 +26,7 @@ import fnmatch
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported where a model is used, so that the names and groups
-    from torch import nn  # above import without it (``findings``, ``results``)
+    from torch import nn  # above import without it (the findings, ``results``)
 
 #: Paper name -> module path inside a block, in block order.
 COMPONENTS = {"LN1": "norm1", "MHA": "attn", "LN2": "norm2", "FC1": "mlp.fc1", "FC2": "mlp.fc2"}

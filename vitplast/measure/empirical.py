@@ -3,7 +3,7 @@ how its ranking of components compares with the paper's.
 
 Paper: section 4, Fig. 2-3 and Takeaway 2 (on ViT-B: MHA > FC1 > FC2 > LN2 > LN1, with MHA,
 FC1, FC2 above 1 and the LayerNorms below; the values are ``vitplast.paper.FIG2_PLASTICITY``,
-and ``findings.plasticity_ranking`` compares with them).
+and ``plasticity_findings.plasticity_ranking`` compares with them).
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def layer_summary(pooled: pd.DataFrame) -> pd.DataFrame:
     """Per (component; protocol as columns): the layer ``median`` and the ``mean without layer
     0`` (the layer that reads the raw embedding) of ``pooled_layers``' per-layer plasticity,
     beside the means of the ranking: whether one layer decides a component's place.
-    ``findings.layer_summaries`` states the orders they give."""
+    ``plasticity_findings.layer_summaries`` states the orders they give."""
     per = pooled.groupby(["protocol", "component"], observed=True)["plasticity"]
     later = (pooled[pooled["layer"] > 0].groupby(["protocol", "component"], observed=True)
              ["plasticity"].mean())

@@ -1,7 +1,7 @@
 """Reporting: findings as rows, their statistics, figures and the interactive views.
 
-``findings`` (notebooks 02 and 06's rows; one module per other notebook:
-``definition_findings``, ``bound_findings``, ``scale_findings``, ``finetuning_findings``,
+``*_findings``, a notebook's findings rows (``definition_findings``, ``plasticity_findings``
+for 02, 02b's suite and 06, ``scale_findings``, ``bound_findings``, ``finetuning_findings``,
 ``confound_findings``, ``suite_findings`` and ``cross_gauge_findings``), their rows made by
 ``vitplast.stats`` · the study families' tables (``finetuning_tables``, ``confound_tables``) ·
 ``sentences`` (a row in plain words, for the Read cells) · ``plots`` (figures as pure

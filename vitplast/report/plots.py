@@ -232,8 +232,8 @@ def intervals(df):
 @_themed
 def findings(table, unit: str | None = None, title: str = "", xlabel: str | None = None,
              alpha: float | None = None):
-    """A forest plot of the findings rows measured in ``unit`` (``vitplast.report.findings``;
-    default: the unit of most tested rows), primaries first: each mean with its 95% CI, filled
+    """A forest plot of the findings rows (``verdicts.table``) measured in ``unit`` (default:
+    the unit of most tested rows), primaries first: each mean with its 95% CI, filled
     where the table's own Holm-corrected p (within its family) is below ``alpha`` (default
     ``verdicts.ALPHA``), hollow where not, a grey diamond where the row is descriptive (n < 3:
     no test); the legend below says so. Each label names the row's family and n.

@@ -14,7 +14,7 @@ import pandas as pd
 from vitplast.measure.gauge import RATE_FACTORS
 from vitplast.measure.stream import orders, spearman_fig2
 from vitplast.paper import PLASTICITY_ORDER, SOURCES
-from vitplast.report.findings import correlation_row
+from vitplast.report.plasticity_findings import correlation_row
 from vitplast.stats.verdicts import descriptive, same, table
 
 

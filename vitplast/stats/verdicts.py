@@ -54,8 +54,9 @@ UNDERPOWERED = 0.5
 FAMILIES = ("primary", "secondary", "sensitivity", "exploratory")
 #: Fewer units than this: the row is descriptive, never in a test family.
 MIN_N = 3
-# The thresholds of the descriptive rows' verdicts (``findings``, ``finetuning_findings``), in
-# one place: every verdict word is computed from one of these named numbers.
+# The thresholds of the descriptive rows' verdicts (``plasticity_findings``,
+# ``finetuning_findings``), in one place: every verdict word is computed from one of these
+# named numbers.
 #: A 95% CI half-width at most this fraction of its estimate reads "precise" (notebook 01).
 PRECISE = 0.05
 #: A mean Kendall tau at or above this reads "order held" (notebook 02, along pretraining).

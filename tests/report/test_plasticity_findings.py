@@ -1,11 +1,12 @@
-"""Findings: the builders' re-exported surface and the task as the unit of a correlation. The
-verdict machinery: ``test_verdicts.py``; each notebook family's builders: ``test_bound_findings``,
+"""Plasticity findings (``vitplast.report.plasticity_findings``): the layer summaries, the
+ranking's rows and the task as the unit of a correlation. The verdict machinery:
+``test_verdicts.py``; each notebook family's builders: ``test_bound_findings``,
 ``test_finetuning_findings``, ``test_confound_findings``, ``test_teaching.py``."""
 
 import pandas as pd
 import pytest
 
-from vitplast.report import findings, finetuning_tables
+from vitplast.report import finetuning_tables, plasticity_findings
 
 
 def test_within_task_correlation_never_pools_tasks():
@@ -40,7 +41,7 @@ def test_layer_summaries_say_which_neighbours_are_noise():
     first. Two components 0.1% apart are noise (their CI over tasks holds 0); the rows say
     both, and a change of the data changes the words."""
     values = dict(MHA=2.2, FC1=2.0, FC2=1.0, LN2=0.500, LN1=0.4995)
-    rows = pd.DataFrame(findings.layer_summaries(_per_layer(
+    rows = pd.DataFrame(plasticity_findings.layer_summaries(_per_layer(
         values, layer0=dict(values, MHA=0.01)))).set_index("claim")
     assert (rows["family"] == "descriptive").all()
     mean = rows.loc["order by the layer mean [hidden]"]
@@ -49,7 +50,7 @@ def test_layer_summaries_say_which_neighbours_are_noise():
     assert "; neighbours within noise (95% CI over tasks includes 0): LN" in median
     assert ("LN2 - LN1" in median or "LN1 - LN2" in median) and "FC1 - FC2" not in median
     assert rows.loc["order by the layer median [hidden]", "measured"].startswith("MHA 2.")
-    rows = pd.DataFrame(findings.layer_summaries(_per_layer(
+    rows = pd.DataFrame(plasticity_findings.layer_summaries(_per_layer(
         dict(values, LN1=0.3)))).set_index("claim")
     assert rows.loc["order by the layer median [hidden]", "verdict"] == (
         "the paper's order; every neighbour separated (95% CI over tasks excludes 0)")
@@ -65,8 +66,8 @@ def test_descriptive_additions_leave_the_tested_rows_holm_p_unchanged():
                                 plasticity=v * (1 + 0.3 * rng.standard_normal()))
                            for p in ("embedding", "hidden") for t in range(6)
                            for c, v in dict(MHA=3, FC1=2, FC2=1, LN2=0.5, LN1=0.4).items()])
-    early = findings.plasticity_ranking(ranked)
-    full = findings.plasticity_ranking(
+    early = plasticity_findings.plasticity_ranking(ranked)
+    full = plasticity_findings.plasticity_ranking(
         ranked, per_layer=_per_layer(dict(MHA=3, FC1=2, FC2=1, LN2=0.5, LN1=0.4)),
         precision=pd.DataFrame([dict(protocol="hidden", pairs=256, median_relative_ci95=0.01,
                                      max_relative_ci95=0.2)]),

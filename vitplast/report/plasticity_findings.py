@@ -1,4 +1,4 @@
-"""Findings of notebooks 02, 02b and 06 as rows: 02 ``plasticity_ranking`` (with
+"""Plasticity findings, of notebooks 02, 02b and 06, as rows: 02 ``plasticity_ranking`` (with
 ``layer_summaries``), 02b ``relative_suite``, 06 ``explorer``, and ``correlation_row`` (a per-task
 correlation with the paper's values). A row, its test, Holm family, power and verdict are
 ``vitplast.stats.verdicts``'s (``verdicts.table`` makes the rows a table, ``verdicts.render``
