@@ -45,6 +45,7 @@ alone, beside Takeaway 2's order.
 from __future__ import annotations
 
 import copy
+import json
 
 import pandas as pd
 from torch import nn
@@ -66,11 +67,19 @@ def weights_id(model_name: str, checkpoints=("final",)) -> str:
     """What a measurement of ``model_name`` depends on of its weights, for the key of a table
     kept beside a study (``cached.kept_table``): the sha256 of each of the embedded model's
     ``checkpoints`` (its manifest's, which ``models.load_model`` verifies), else the name
-    (a timm model's weights are its name's)."""
-    from vitplast import models
+    (a timm model's weights are its name's), with the ``weights_file`` and ``model_args`` it
+    loads with (``models.use_model``; issue 43: one's own model never reads the tables of
+    another) when any is set (a weights file changed in place under its name is not noticed).
+    """
+    from vitplast import models, weights
 
     if model_name != models.EMBEDDED_NAME:
-        return model_name
+        chosen = weights.chosen(model_name)
+        if not chosen["weights_file"] and not chosen["model_args"]:
+            return model_name
+        return json.dumps(dict(model_name=model_name, weights_file=str(chosen["weights_file"]
+                                                                      or ""),
+                               model_args=chosen["model_args"]), sort_keys=True, default=str)
     known = models.embedded_checkpoints()
     return ",".join(known[c]["sha256"] for c in checkpoints)
 

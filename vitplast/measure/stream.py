@@ -75,10 +75,12 @@ def model_statistics(model: nn.Module, images: torch.Tensor,
 
 
 def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = SOURCE,
-                      data_root: str = "", n_pairs: int = 256) -> pd.DataFrame:
+                      data_root: str = "", n_pairs: int = 256, root=None) -> pd.DataFrame:
     """``model_statistics`` at each checkpoint of the embedded model on both images of one
     task's pairs (the pretraining domain's x and the task's y, as ``plasticity.measurement``;
-    load-or-compute), with ``checkpoint`` and ``epoch`` columns.
+    load-or-compute, keyed by the model's weights (``relative.weights_id``); with ``root``,
+    kept beside a study there: ``cached.kept_table``), with ``checkpoint`` and ``epoch``
+    columns.
 
     Paper: Props. 1, 3-4 beside its r = 19.4; along pretraining (not studied there).
     """
@@ -99,10 +101,12 @@ def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = 
         out["epoch"] = out["checkpoint"].map(empirical.checkpoint_epochs(model_name, checkpoints))
         return out
 
+    from vitplast.measure.relative import weights_id
+
     key = dict(model_name=model_name, task=task, checkpoints=list(checkpoints), source=source,
                data_root=data_root, n_pairs=n_pairs, images="x and y of the pairs",
-               r="token_scale")
-    return cached.load_or_compute("stream-statistics", key, compute)
+               r="token_scale", weights=weights_id(model_name, checkpoints))
+    return cached.kept_table("stream-statistics", key, compute, root)
 
 
 def long_statistics(stats: pd.DataFrame) -> pd.DataFrame:
