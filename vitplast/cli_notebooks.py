@@ -30,6 +30,8 @@ def add_parser(sub) -> None:
                    metavar=("NAME", "VALUE"), help="override a parameter (VALUE parsed as "
                    "a Python literal when possible; its type must be the parameter's)")
     r.add_argument("--out", default=None, help="output folder (default runs/<timestamp>-<profile>)")
+    r.add_argument("--jobs", type=int, default=2, help="notebooks run side by side (default "
+                   "2; 1: one after the other); summary.csv keeps the notebooks' order")
     r.add_argument("--html", action="store_true", help="then render the run as static HTML "
                    "into its html/ (as `notebooks html`)")
     nb_sub.add_parser("list", help="list the notebooks and their parameters",
@@ -81,12 +83,14 @@ def _run(args, parser) -> int:
     from vitplast.report import notebooks
 
     params = {k: literal(v) for k, v in args.param}
+    if args.jobs < 1:
+        parser.error(f"--jobs takes a whole number >= 1 (notebooks at a time); got {args.jobs}")
     try:  # fail before any kernel starts
         notebooks.check_requirements(args.profile, notebooks.plan(args.profile, args.only, params))
     except (ValueError, RuntimeError, FileNotFoundError) as err:
         parser.error(str(err))
     try:
-        summary = notebooks.run(args.profile, args.only, params, args.out)
+        summary = notebooks.run(args.profile, args.only, params, args.out, jobs=args.jobs)
     except notebooks.Interrupted as stop:
         print(f"\ninterrupted during {stop.notebook}: its partial copy and summary.csv are "
               f"in {stop.out_dir}", file=sys.stderr)

@@ -109,6 +109,31 @@ def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
     return pd.concat(frames, ignore_index=True)
 
 
+def task_rates(model_name: str, task: str, source: str | None = SOURCE, *,
+               checkpoint: str = "final", protocol: str = "hidden", n_pairs: int = 256,
+               batch_size: int = 64, data_root: str = "", root=None) -> pd.DataFrame:
+    """The per-pair rates of every component (``plasticity.measure``, a ``task`` column) of
+    ``model_name`` (its ``checkpoint`` when embedded) on ``task_pairs(task, source)``,
+    load-or-compute keyed by every argument and the model's weights
+    (``relative.weights_id``); with ``root``, kept beside a study there as arrays
+    (``cached.kept_table``).
+
+    Paper: Definition 1 (notebook 01's estimator on the embedded model)."""
+    from vitplast import models
+    from vitplast.measure.relative import weights_id
+
+    def compute():
+        model = models.load_model(model_name, checkpoint=checkpoint)
+        pairs = task_pairs(task, source, n_pairs=n_pairs, model=model, data_root=data_root)
+        return measure(model, pairs, protocol=protocol, batch_size=batch_size,
+                       meta=dict(task=task), progress=False)
+
+    key = dict(model_name=model_name, checkpoint=checkpoint, task=task, source=source or "",
+               protocol=protocol, n_pairs=n_pairs, batch_size=batch_size, data_root=data_root,
+               weights=weights_id(model_name, [checkpoint]))
+    return cached.kept_table("task-rates", key, compute, root, arrays=True)
+
+
 def checkpoint_epochs(model_name: str, checkpoints) -> dict[str, float]:
     """Checkpoint name -> pretraining epoch, from the embedded manifest (NaN elsewhere)."""
     from vitplast import models
