@@ -213,7 +213,7 @@ def test_two_model_args_of_one_timm_name_give_two_keys_to_every_measured_table(m
     """Issue 43: the keys of ``stream_statistics``, ``gauge_rankings``,
     ``embedding_scale_rankings``, ``mha_scale_curve``, ``plasticity_study`` and
     ``intervals.cached`` carry the model's weights file and ``model_args``
-    (``relative.weights_id``), so one's own model never reads the table of another
+    (``models.weights_id``), so one's own model never reads the table of another
     architecture under the same timm name; with neither, the name alone as before."""
     from vitplast import cached, weights
     from vitplast.measure import empirical, intervals, stream

@@ -49,7 +49,7 @@ from vitplast import schema
 from vitplast.cached import COMPANIONS, companion, companion_problems, write_companion
 from vitplast.experiments import claims
 from vitplast.experiments.runs import defining, run_hash
-from vitplast.files import read_checked, read_json, write_json
+from vitplast.files import read_checked, write_json
 
 #: The outcomes a complete record may have (``sweep.run_one``; the record schema's ``status``).
 STATUSES = ("ok", "diverged", "failed")

@@ -115,13 +115,11 @@ def task_rates(model_name: str, task: str, source: str | None = SOURCE, *,
     """The per-pair rates of every component (``plasticity.measure``, a ``task`` column) of
     ``model_name`` (its ``checkpoint`` when embedded) on ``task_pairs(task, source)``,
     load-or-compute keyed by every argument and the model's weights
-    (``relative.weights_id``); with ``root``, kept beside a study there as arrays
+    (``models.weights_id``); with ``root``, kept beside a study there as arrays
     (``cached.kept_table``).
 
     Paper: Definition 1 (notebook 01's estimator on the embedded model)."""
     from vitplast import models
-    from vitplast.measure.relative import weights_id
-
     def compute():
         model = models.load_model(model_name, checkpoint=checkpoint)
         pairs = task_pairs(task, source, n_pairs=n_pairs, model=model, data_root=data_root)
@@ -130,7 +128,7 @@ def task_rates(model_name: str, task: str, source: str | None = SOURCE, *,
 
     key = dict(model_name=model_name, checkpoint=checkpoint, task=task, source=source or "",
                protocol=protocol, n_pairs=n_pairs, batch_size=batch_size, data_root=data_root,
-               weights=weights_id(model_name, [checkpoint]))
+               weights=models.weights_id(model_name, [checkpoint]))
     return cached.kept_table("task-rates", key, compute, root, arrays=True)
 
 
@@ -149,16 +147,15 @@ def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",
                      data_root: str = "", n_pairs: int = 256, batch_size: int = 64,
                      weights_file: str = "", workers: int = 0, root=None) -> pd.DataFrame:
     """Notebook 02's measurement, load-or-compute (cached under the cache folder, keyed by
-    every argument but ``workers`` and by the model's weights, ``relative.weights_id``; with
+    every argument but ``workers`` and by the model's weights, ``models.weights_id``; with
     ``root``, kept beside a study there as arrays: ``cached.kept_table``): the last checkpoint
     on every task of ``tasks``, the earlier checkpoints on those of ``tasks`` in
     ``pretraining_tasks`` only (default: all tasks), both protocols, no progress bars.
 
     Paper: section 4, Fig. 2-3.
     """
+    from vitplast import models
     from vitplast.datasets import tasks as registry
-    from vitplast.measure.relative import weights_id
-
     for name in [*tasks, *(pretraining_tasks or []), *([source] if source else [])]:
         registry.check(name, data_root)  # "unknown task", naming the valid ones
     *early, last = list(checkpoints)
@@ -169,7 +166,7 @@ def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",
     params = dict(model_name=model_name, weights_file=weights_file, checkpoints=list(checkpoints),
                   tasks=list(tasks), pretraining_tasks=along, source=source,
                   data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
-                  weights=weights_id(model_name, checkpoints))
+                  weights=models.weights_id(model_name, checkpoints))
     kw = dict(source=source, data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
               workers=workers, progress=False)  # workers: not in the cache key (params)
 
@@ -279,14 +276,12 @@ def mha_scale_curve(model_name: str, task: str, scales, *, source: str | None = 
                     workers: int = 0, root=None) -> pd.DataFrame:
     """``plasticity.scale_curve`` of MHA on ``task``'s pairs (``task_pairs``) of the final
     model, load-or-compute (cached by every argument but ``workers``, a runtime setting, and
-    by the model's weights, ``relative.weights_id``; with ``root``, kept beside a study there:
+    by the model's weights, ``models.weights_id``; with ``root``, kept beside a study there:
     ``cached.kept_table``).
 
     Paper: not in the paper (objection to the embedding protocol)."""
     from vitplast import models
     from vitplast.measure.plasticity import scale_curve
-    from vitplast.measure.relative import weights_id
-
     def compute():
         model = models.load_model(model_name)
         pairs = task_pairs(task, source, n_pairs=n_pairs, model=model, data_root=data_root)
@@ -294,5 +289,5 @@ def mha_scale_curve(model_name: str, task: str, scales, *, source: str | None = 
 
     key = dict(model_name=model_name, task=task, scales=list(scales), source=source or "",
                data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
-               weights=weights_id(model_name))
+               weights=models.weights_id(model_name))
     return cached.kept_table("mha-scale-curve", key, compute, root)

@@ -208,13 +208,13 @@ def cached(name: str, key: dict, compute, root=None) -> pd.DataFrame:
     ``intervals-<name>-<hash of key>`` in the user's cache, or with ``root`` kept beside a
     study there). ``key`` names everything the table depends on: the model (name, checkpoint,
     weights file), the pairs (task, source, number) and the call's arguments; a key naming a
-    ``model`` gets its weights too (``relative.weights_id``: the embedded checkpoint's sha256,
+    ``model`` gets its weights too (``models.weights_id``: the embedded checkpoint's sha256,
     a timm model's weights file and ``model_args``), so one's own model never reads another's
     table; a weights file changed in place under the same name is not noticed.
     """
+    from vitplast import models
     from vitplast.cached import kept_table
-    from vitplast.measure.relative import weights_id
 
     if "model" in key:
-        key = dict(key, weights=weights_id(key["model"], [key.get("checkpoint") or "final"]))
+        key = dict(key, weights=models.weights_id(key["model"], [key.get("checkpoint") or "final"]))
     return kept_table(f"intervals-{name}", key, compute, root)
