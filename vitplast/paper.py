@@ -60,7 +60,7 @@ SOURCES = {
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim the paper makes, as a findings row cites it (``verdicts.Primary.cites``).
+    """A claim the paper makes, as a findings row cites it (``primaries.Primary.cites``).
 
     Args:
         source: where the paper makes it (table, figure or section).
@@ -109,7 +109,7 @@ def table1_average(config: str) -> float:
 
 def group_gap(a, b) -> float:
     """Table 1's average accuracy (%) of the configurations ``a``, averaged, minus that of
-    ``b``: the paper's value for a difference of configuration groups (``verdicts.Primary``)."""
+    ``b``: the paper's value for a difference of configuration groups (``primaries.Primary``)."""
     return (sum(table1_average(c) for c in a) / len(a)
             - sum(table1_average(c) for c in b) / len(b))
 

@@ -43,7 +43,7 @@ def test_the_shipped_stores_are_the_registry_s():
 
 
 def test_a_new_shipped_study_is_packed_without_a_list_to_edit(monkeypatch):
-    extra = replace(studies.get("gauge"), name="gauge2", store="gauge2")
+    extra = replace(studies.get("gauge"), name="gauge2", folder="gauge2")
     monkeypatch.setattr(studies, "STUDIES", {**studies.STUDIES, "gauge2": extra})
     assert archive.shipped_stores()["gauge2"] == ["gauge2"]
     assert "main-smoke" not in sum(archive.shipped_stores().values(), [])  # a cache store

@@ -1,19 +1,17 @@
 """The confound study (``vitplast.experiments.confounds``): its variants and their exact counts, its
-parts and nothing else, the rescale pairs, the LayerNorm scales measured once, the shipped records
+parts and nothing else, the LayerNorm scales measured once, the shipped records
 being the complete study, and only complete settings analysed."""
 
 from dataclasses import replace
 
-import numpy as np
 import pandas as pd
 import pytest
-from helpers import acc_table, tiny_vit
+from helpers import tiny_vit
 
 from vitplast.experiments import confound_plasticity, confound_variants, confounds, results, runs
 from vitplast.experiments.spec_types import Part
 from vitplast.measure import components
-from vitplast.report import confound_findings, confound_tables
-from vitplast.report.confound_tables import ConfoundTables
+from vitplast.report import confound_tables
 from vitplast.train import ablations
 
 
@@ -73,74 +71,6 @@ def test_the_confound_study_is_its_parts_and_nothing_else():
     with pytest.raises(ValueError, match="matches no variant; valid"):
         confounds.part_runs(replace(studies.get("confounds").spec, parts=(Part(  # shipped
             name="x", tasks=("digits",), lrs={"MHA sparsest": [0.1]}),)))
-
-
-def _rescale_records(table: dict, acc: dict, misnamed: dict | None = None) -> pd.DataFrame:
-    """``with_variant`` results of ``table``'s variants on task digits at LRs 0.1 (seeds 0
-    and 1) and 1.0 (seed 0, diverged), with and without clipping; test accuracy 0.70 but
-    where ``acc`` says otherwise (name -> (clipping, seed, accuracy)); ``misnamed``: stored
-    names replaced (old -> new) after the fields are set."""
-    rows = []
-    for clip in (1.0, 0.0):
-        for lr, seed in ((0.1, 0), (0.1, 1), (1.0, 0)):
-            for name, variant in table.items():
-                run = runs.make_run("digits", lr=lr, seed=seed, clip_grad_norm=clip,
-                                      **variant.keywords())
-                value = acc.get(name, {}).get(("on" if clip else "off", seed), 0.70)
-                rows.append(dict(run, status="diverged" if lr == 1.0 else "ok",
-                                 test_acc=np.nan if lr == 1.0 else value))
-    df = confound_variants.with_variant(pd.json_normalize(rows))
-    return df.assign(variant=df["variant"].replace(misnamed or {}))
-
-
-def test_rescale_pairs_compare_each_run_with_its_control_and_state_the_verdict():
-    """Without clipping the preserved rescale and its control end identically in every run
-    (a diverged pair counts as identical); with clipping one pair differs by 2 points."""
-    table = {k: v for k, v in confound_variants.all_variants(tiny_vit(), {"LN1": 2.0}).items()
-             if k in ("LN1 x 2 (preserved)", "LN1 lr/c^2 (c=2)", "LN1 x 2 (raw)")}
-    df = _rescale_records(table, {"LN1 lr/c^2 (c=2)": {("on", 1): 0.72}})
-    pairs = confounds.rescale_pairs(df).set_index("clipping")
-    assert pairs["variant"].to_dict() == {"on": "LN1 x 2 (preserved)",
-                                          "off": "LN1 x 2 (preserved) (no clip)"}
-    assert pairs.loc["off", ["pairs", "identical"]].tolist() == [3, 3]
-    assert pairs.loc["on", ["pairs", "identical"]].tolist() == [3, 2]
-    assert pairs.loc["on", "max_diff"] == pytest.approx(2.0)
-    grads = pd.DataFrame(columns=["task", "config", "kind", "grad_norm"])
-    corr = pd.DataFrame(columns=["task", "component", "spearman", "spearman_depth"])
-    t = ConfoundTables(acc=acc_table(LN1=[70.0]), counts={}, corr=corr, grads=grads,
-                       rescale=pairs.reset_index(), fields=confound_variants.variant_fields(df))
-    table = confound_findings.confounds(t).set_index("claim")
-    off = table.loc["LN1 x 2 (preserved) (no clip) vs its lr/c^2 control, run by run (task, LR, "
-                    "seed), gradient clipping off"]
-    assert off["verdict"] == "equal test accuracy, as derived" and off["n"] == 3
-    on = table.loc["LN1 x 2 (preserved) vs its lr/c^2 control, run by run (task, LR, seed), "
-                   "gradient clipping on"]
-    assert on["verdict"] == "differs, as clipping allows"
-    assert on["measured"] == ("2 of 3 pairs with equal status and test accuracy, the largest "
-                              "difference 2.00")
-
-
-def test_rescale_pairs_match_the_control_by_fields_not_by_name():
-    """Two scales whose controls carry each other's names: each rescale is paired with the
-    control of its own c (read from the control's lr_scales), within a relative tolerance;
-    a control of another component or clipping is never its pair."""
-    table = confound_variants.all_variants(tiny_vit(), {"LN1": 2.0, "LN2": 3.0})
-    table = {k: v for k, v in table.items() if "preserved" in k or "lr/c^2" in k}
-    table["LN1 lr/c^2 (c=3)"] = confound_variants.Variant("LN1 lr/c^2 (c=3)", "lr/c^2", "LN1",
-                                                  c=3.0 * (1 + 1e-9))
-    table["LN1 x 3 (preserved)"] = confound_variants.Variant(
-        "LN1 x 3 (preserved)", "rescale", "LN1", c=3.0, preserve=True)
-    acc = {"LN1 lr/c^2 (c=3)": {("on", 0): 0.50}, "LN2 lr/c^2 (c=3)": {("on", 1): 0.60}}
-    swap = {"LN1 lr/c^2 (c=2)": "LN1 lr/c^2 (c=3)", "LN1 lr/c^2 (c=3)": "LN1 lr/c^2 (c=2)"}
-    df = _rescale_records(table, acc, misnamed=swap)
-    pairs = confounds.rescale_pairs(df).set_index(["variant", "clipping"])
-    assert pairs["identical"].to_dict() == {
-        ("LN1 x 2 (preserved)", "on"): 3, ("LN1 x 3 (preserved)", "on"): 2,
-        ("LN2 x 3 (preserved)", "on"): 2, ("LN1 x 2 (preserved) (no clip)", "off"): 3,
-        ("LN1 x 3 (preserved) (no clip)", "off"): 3, ("LN2 x 3 (preserved) (no clip)", "off"): 3}
-    assert set(pairs["pairs"]) == {3}
-    assert pairs.loc[("LN1 x 3 (preserved)", "on"), "max_diff"] == pytest.approx(20.0)
-    assert pairs.loc[("LN2 x 3 (preserved)", "on"), "max_diff"] == pytest.approx(10.0)
 
 
 def test_scales_are_measured_once_in_their_own_step_and_only_read_when_runs_are_listed(

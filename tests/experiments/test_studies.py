@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from vitplast import files
-from vitplast.experiments import lr_selection, results, runs, spec_types, studies
+from vitplast.experiments import results, runs, spec_types, studies
 from vitplast.experiments.kinds import Study, budget_runs, grid_runs
 from vitplast.experiments.runs import run_hash
 from vitplast.experiments.runtime import Runtime
@@ -60,7 +60,7 @@ def test_a_smoke_study_is_derived_from_its_full_study():
         full, smoke = studies.get(name), studies.get(f"{name}-smoke")
         assert smoke == studies.smoke(full) and type(smoke) is type(full)
         assert smoke.primaries == full.primaries and smoke.spec != full.spec
-        assert not smoke.shipped and smoke.root() == models.cache_dir() / f"{full.store}-smoke"
+        assert not smoke.shipped and smoke.root() == models.cache_dir() / f"{full.folder}-smoke"
     assert studies.get("confounds-smoke").spec.target == studies.get("confounds").spec.target
     assert studies.get("confounds-smoke").baselines == studies.get("main-smoke")
     assert len(studies.get("main-smoke").runs()) == 7 * 2  # seconds long
@@ -144,7 +144,7 @@ def test_shipped_results_are_the_complete_study():
     # the grid brackets every best LR and every band within 1 and 2 points of it
     runs = shipped[shipped["run"].isin(main)]
     assert not finetuning_tables.main_table(runs)["lr_at_edge"].any()
-    assert lr_selection.lr_bands(runs)["bracketed"].all()
+    assert finetuning_tables.lr_bands(runs)["bracketed"].all()
 
 
 @pytest.mark.parametrize("study", ["finetune", "confounds"])

@@ -14,6 +14,7 @@ from vitplast.experiments import results, runs, sweep
 from vitplast.experiments.runs import TRAIN_KEYS, run_hash
 from vitplast.experiments.store import Store
 from vitplast.report import finetuning_tables
+from vitplast.train import ablations
 
 
 def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch):
@@ -85,7 +86,7 @@ def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatc
     assert not torch.allclose(fake_train.calls[0][0].head.bias, pretrained.head.bias)
     assert torch.equal(fake_train.calls[0][0].norm.weight, pretrained.norm.weight)
 
-    monkeypatch.setitem(sweep.PREPARE, "mark", lambda m, c: setattr(m, "mark", c["ablation"]))
+    monkeypatch.setitem(ablations.PREPARE, "mark", lambda m, c: setattr(m, "mark", c["ablation"]))
     sweep.run_one({**config, "prepare": "mark", "ablation": {"c": 3}})
     assert fake_train.calls[-1][0].mark == {"c": 3}
     failed = sweep.run_one({**config, "prepare": "nope"})

@@ -33,7 +33,8 @@ def test_model_statistics_columns_and_the_gauge_on_them(images):
     assert list(stats.columns) == ["layer", "r_embedding", "sigma_ln1", "sigma_ln2", "ln1_bound",
                                    "entropy_hidden", "entropy_embedding"]
     assert len(stats) == 2 and stats["entropy_hidden"].between(0, 1).all()
-    gauged = stream.model_statistics(gauge.gauge(tiny_vit(), 4.0, scale_eps=True), images[0])
+    rescaled = gauge.rescale_stream(tiny_vit(), 4.0, scale_eps=True)
+    gauged = stream.model_statistics(rescaled, images[0])
     torch.testing.assert_close(torch.tensor(gauged["r_embedding"].values),
                                torch.tensor(4 * stats["r_embedding"].values), rtol=1e-4, atol=0)
     torch.testing.assert_close(torch.tensor(gauged["entropy_hidden"].values),  # LN1's output

@@ -18,7 +18,7 @@ def test_rms_token_norm_is_sqrt_mean_squared_token_norm(images):
     rows = e.reshape(-1, e.shape[-1])  # every token of every image
     by_hand = torch.sqrt(torch.mean(torch.stack([t.norm() ** 2 for t in rows])))
     assert tokens.rms_token_norm(model, x) == pytest.approx(by_hand.item(), rel=1e-5)
-    gauged = gauge.gauge(copy.deepcopy(model), 3.0)
+    gauged = gauge.rescale_stream(copy.deepcopy(model), 3.0)
     assert tokens.rms_token_norm(gauged, x) == pytest.approx(3 * by_hand.item(), rel=1e-5)
 
 

@@ -150,7 +150,7 @@ def test_the_bounds_of_a_gauged_model_move_as_derived(images):
     x, y = images
     c, eps = 8.0, 1e-6
     for pre in (1.0, 10.0):
-        model = gauge.gauge(tiny_vit(), pre)
+        model = gauge.rescale_stream(tiny_vit(), pre)
         before = {k: v.clone() for k, v in model.state_dict().items()}
         df = intervals.intervals(model, x, y, n_lipschitz=1, power_iters=0, progress=False)
         gauged = intervals.gauged(model, c, x, y)

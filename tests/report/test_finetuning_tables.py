@@ -1,5 +1,6 @@
 """The finetuning studies' tables (``vitplast.report.finetuning_tables``): the main table's exact
-means and stds, and per-variant dynamics. LR selection: ``test_lr_selection.py``."""
+means and stds, per-variant dynamics, and the LR bands around the best LR as documented. LR
+selection: ``test_lr_selection.py``."""
 
 import math
 
@@ -79,3 +80,26 @@ def test_dynamics_follow_each_variant_at_its_own_lr(tmp_path):
                    ("MHA sparse", "total"): (1.0, 10.0),
                    ("MHA sparse", "per parameter"): (1.0, 1.0),
                    ("FC1 bias", "total"): (0.1, 2.0), ("FC1 bias", "per parameter"): (0.1, 0.2)}
+
+
+def test_lr_bands_are_exact_on_a_known_curve():
+    """Accuracy 90 at lr 0.1, 89.5 at 0.03 and 0.3, 87 at 0.01 and 1, chance (diverged) at 3:
+    within 1 point the band runs from 0.03 to 0.3 and beyond, to where the line crosses 89."""
+    lrs = [0.01, 0.03, 0.1, 0.3, 1.0, 3.0]
+    acc = [0.87, 0.895, 0.90, 0.895, 0.87, None]
+    df = pd.DataFrame(dict(task="a", config="MHA", lr=lrs, seed=0,
+                           status=["ok"] * 5 + ["diverged"], best_val_acc=acc))
+    bands = finetuning_tables.lr_bands(df).set_index("delta")
+    # below: from log10(0.03) toward log10(0.01), 89.5 -> 87 crosses 89 at t = 0.2
+    lo = math.log10(0.03) + 0.2 * (math.log10(0.01) - math.log10(0.03))
+    hi = math.log10(0.3) + 0.2 * (math.log10(1.0) - math.log10(0.3))
+    assert bands.loc[1.0, "width"] == pytest.approx(hi - lo)
+    assert bands.loc[1.0, "bracketed"] and bands.loc[1.0, "best_lr"] == pytest.approx(0.1)
+    # 3x the best LR is 0.3 (89.5); a third of it lies between 0.03 and 0.1 in log-LR
+    assert bands.loc[1.0, "drop_x3"] == pytest.approx(0.5)
+    curve = [87, 89.5, 90, 89.5, 87, 10]
+    third = np.interp(math.log10(0.1 / 3), np.log10(lrs), curve)
+    assert bands.loc[1.0, "drop_div3"] == pytest.approx(90 - third)
+    # within 5 points: still 87 at both ends of the ok runs, and chance (10) at lr 3
+    wide = finetuning_tables.lr_bands(df, within=(5.0,)).iloc[0]
+    assert not wide["bracketed"] and math.isnan(wide["width"])  # the band reaches lr 0.01

@@ -83,7 +83,7 @@ def test_a_missing_shipped_store_stops_setup_with_one_message(tmp_path, monkeypa
     missing = parameters.missing_stores("04_finetuning", dict(study="main-smoke", recompute=True))
     assert [s.name for _, s in missing] == ["gauge"]
     missing = parameters.missing_stores("05_confounds", dict(study="confounds", recompute=False))
-    assert [(p, s.store) for p, s in missing] == [("results_dir", "confounds"),
+    assert [(p, s.folder) for p, s in missing] == [("results_dir", "confounds"),
                                                    ("main_results_dir", "finetune")]
     assert parameters.missing_stores("05_confounds", dict(study="confounds-smoke",
                                                           recompute=True)) == []

@@ -42,12 +42,12 @@ class ConfoundStudy(Study):
 
     KIND: ClassVar[str] = "confound"
 
-    def prepare(self, store=None) -> None:
+    def prepare(self, root=None) -> None:
         """Measure its LayerNorm scales into its store, once (``confounds.measure_scales``:
         read when stored): its runs are made from them."""
         from vitplast.experiments import confounds
 
-        confounds.measure_study_scales(self.spec, self._root(store))
+        confounds.measure_study_scales(self.spec, self._root(root))
 
     def _runs(self, root, runtime) -> list[dict]:
         from vitplast.experiments import confounds
@@ -60,11 +60,11 @@ class ConfoundStudy(Study):
         tasks = {t for part in self.spec.parts for t in part.tasks}
         return [r for r in grid_runs(self.baselines.spec) if r["task"] in tasks]
 
-    def load(self, store=None, baselines_store=None, *, recompute: bool = False
+    def load(self, root=None, baselines_root=None, *, recompute: bool = False
              ) -> ConfoundResults:
         """Read (or, with ``recompute``, first run or resume) the study and its baselines.
 
-        The stores are ``store`` / ``baselines_store`` if given, else the study's and its
+        The stores are ``root`` / ``baselines_root`` if given, else the study's and its
         baselines' (``Study.root(recompute)``: the shipped ``data/confounds`` and
         ``data/finetune``, read only; their cache copies when recomputing).
         """
@@ -80,8 +80,8 @@ class ConfoundStudy(Study):
         from vitplast.experiments.runs import run_hash
 
         spec = self.spec
-        root = str(store or self.root(recompute))
-        main_root = str(baselines_store or self.baselines.root(recompute))
+        root = str(root or self.root(recompute))
+        main_root = str(baselines_root or self.baselines.root(recompute))
         if recompute:  # its runs are listed from its LayerNorm scales: measured first
             self.prepare(root)
         expected, baselines = confounds.study_runs(spec, root), self.baseline_runs()
@@ -121,7 +121,7 @@ class SearchedStudy(Study):
 
         return search.search_runs(self.spec, root, **runtime.run_keys())
 
-    def run(self, store=None, runtime: Runtime = Runtime(),
+    def run(self, root=None, runtime: Runtime = Runtime(),
             executor: Executor = Executor()) -> None:
         """Search each setting's LR into its store until bracketed (``search.run_search``),
         copying identical runs of the stores its spec reuses."""
@@ -129,10 +129,10 @@ class SearchedStudy(Study):
         from vitplast.experiments import search
 
         self.check(runtime)
-        search.run_search(self.spec, self._root(store), runtime=runtime, executor=executor,
+        search.run_search(self.spec, self._root(root), runtime=runtime, executor=executor,
                           sources=[models.results_root(s) for s in self.spec.reuse])
 
-    def load(self, store=None, *, grid: bool = False):
+    def load(self, root=None, *, grid: bool = False):
         """Per complete task (every search ended) and configuration: the chosen ``lr``
         (``search.state``'s ``best``), ``bracketed``, and that run's ``val_acc`` and
         ``test_acc`` (in %) and ``trainable`` count. ``grid``: the LR chosen on validation
@@ -140,6 +140,6 @@ class SearchedStudy(Study):
         stored)."""
         from vitplast.experiments import search
 
-        state = search.state(self.spec, self._root(store), grid=grid)
+        state = search.state(self.spec, self._root(root), grid=grid)
         return state[state["task"].isin(search.complete_tasks(state))].rename(
             columns={"best": "lr"}).reset_index(drop=True)

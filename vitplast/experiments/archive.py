@@ -45,7 +45,7 @@ def shipped_stores() -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for study in studies.STUDIES.values():
         if study.shipped:
-            out.setdefault(study.store, []).append(study.name)
+            out.setdefault(study.folder, []).append(study.name)
     return out
 
 

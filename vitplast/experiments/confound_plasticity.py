@@ -86,14 +86,14 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
                          for c, b in saved["before"].items()])
 
 
-def after_runs(main: pd.DataFrame, study: Confound, baselines: list[dict]) -> list[dict]:
+def after_runs(main: pd.DataFrame, spec: Confound, baselines: list[dict]) -> list[dict]:
     """The runs ``plasticity_after`` trains again: per task and configuration of the study's
     ``after`` setting, its baseline run (of ``baselines``: ``ConfoundStudy.baseline_runs``) at
     the LR chosen on validation over all seeds in ``main`` (``results.records_table`` of the
     baselines' store), with seed ``after.seed``."""
     from vitplast.experiments import runs
 
-    after = study.after
+    after = spec.after
     pool = [r for r in baselines if r["task"] in after.tasks and r["config"] in after.configs]
     rows = main[main["run"].isin({runs.run_hash(r) for r in pool})] if len(main) else main
     if not len(rows):

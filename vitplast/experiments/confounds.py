@@ -26,7 +26,6 @@ from torch import nn
 from vitplast import cached, models
 from vitplast.experiments import store
 from vitplast.experiments.confound_variants import (
-    C_RTOL,
     Variant,
     all_variants,
     with_variant,
@@ -41,7 +40,7 @@ from vitplast.train.ablations import PREPARE, matching_scale, rescale_layernorm
 EMBEDDED_RESULTS = models.results_root("confounds")
 
 
-def part_runs(study: Confound, root: str | Path = EMBEDDED_RESULTS) -> dict[str, list[dict]]:
+def part_runs(spec: Confound, root: str | Path = EMBEDDED_RESULTS) -> dict[str, list[dict]]:
     """The runs of each part of a confound study's spec (``studies.get("confounds").spec``),
     in its order, with the LayerNorm scales stored under ``root`` (read, never measured:
     ``study_scales``). The variants' counts come from the embedded architecture (random
@@ -53,12 +52,12 @@ def part_runs(study: Confound, root: str | Path = EMBEDDED_RESULTS) -> dict[str,
     """
     from vitplast.experiments import runs
 
-    scales = study_scales(root, study.scale_tasks, target=study.target,
-                          n_pairs=study.n_pairs)["scales"]
+    scales = study_scales(root, spec.scale_tasks, target=spec.target,
+                          n_pairs=spec.n_pairs)["scales"]
     table = all_variants(models.load_model(models.EMBEDDED_NAME, pretrained=False,
                                            num_classes=10, device="cpu"), scales)
     out = {}
-    for part in study.parts:
+    for part in spec.parts:
         out[part.name] = []
         for pattern, lrs in part.lrs.items():
             names = [n for n in table if fnmatch.fnmatch(n, pattern)]
@@ -67,22 +66,22 @@ def part_runs(study: Confound, root: str | Path = EMBEDDED_RESULTS) -> dict[str,
                                  f"valid: {list(table)}")
             out[part.name] += [run for task in part.tasks for name in names
                                   for run in runs.grid([task], [table[name].keywords()], lrs,
-                                                       study.seeds, **part.fixed)]
+                                                       spec.seeds, **part.fixed)]
     return out
 
 
-def study_runs(study: Confound, root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
+def study_runs(spec: Confound, root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
     """Every run of a confound study preset, part by part (``part_runs``)."""
-    return [run for part in part_runs(study, root).values() for run in part]
+    return [run for part in part_runs(spec, root).values() for run in part]
 
 
-def part_coverage(study: Confound, df: pd.DataFrame, root: str | Path = EMBEDDED_RESULTS
+def part_coverage(spec: Confound, df: pd.DataFrame, root: str | Path = EMBEDDED_RESULTS
                   ) -> pd.DataFrame:
     """Per part of the study: its expected runs by status in ``results`` table ``df``."""
     from vitplast.experiments import results
 
     rows = [dict(part=name, **results.coverage(df, expected))
-            for name, expected in part_runs(study, root).items()]
+            for name, expected in part_runs(spec, root).items()]
     return pd.DataFrame(rows).fillna(0).set_index("part").astype(int)
 
 
@@ -143,11 +142,11 @@ def measure_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int
     return store.Store(root).companion(_scales_name(tasks, target, n_pairs), compute=measure)
 
 
-def measure_study_scales(study: Confound, root: str | Path) -> dict:
+def measure_study_scales(spec: Confound, root: str | Path) -> dict:
     """``measure_scales`` with the settings of a confound study's spec (``scale_tasks``,
     ``target``, ``n_pairs``): what must run before its runs are listed."""
-    return measure_scales(root, study.scale_tasks, target=study.target,
-                          n_pairs=study.n_pairs)
+    return measure_scales(root, spec.scale_tasks, target=spec.target,
+                          n_pairs=spec.n_pairs)
 
 
 def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int = 256) -> dict:
@@ -195,40 +194,6 @@ def check_rescale(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scales: di
                          max_output_change_preserved=(preserved(x) - out0).abs().max().item(),
                          max_output_change_raw=(raw(x) - out0).abs().max().item()))
     return pd.DataFrame(rows)
-
-
-def rescale_pairs(df: pd.DataFrame) -> pd.DataFrame:
-    """Each preserved gamma rescale against its lr/c^2 control, run by run: the two runs of one
-    (task, LR, seed) in ``with_variant`` results ``df``. Without gradient clipping they are the
-    same run in exact arithmetic (``vitplast.train.ablations``); with it, they need not be.
-
-    A control is matched by fields, not names: the same ``component``, ``c`` within a relative
-    ``C_RTOL`` and the same clipping (``clip_grad_norm`` 0: off).
-
-    Returns:
-        Per preserved variant (by name): ``variant``, ``clipping`` (``"on"``, ``"off"``),
-        ``pairs``, ``identical`` (pairs with the same status and the same test accuracy) and
-        ``max_diff`` (largest |difference| of test accuracy in points over pairs both ok).
-    """
-    df = df.assign(clipping=df["clip_grad_norm"].eq(0.0).map({True: "off", False: "on"}))
-    controls = df[df["family"].eq("lr/c^2")]
-    rows = []
-    for variant, own in sorted(df[df["family"].eq("rescale") & df["preserve"].eq(True)]
-                               .groupby("variant")):
-        first = own.iloc[0]
-        control = controls[controls["component"].eq(first["component"])
-                           & controls["clipping"].eq(first["clipping"])
-                           & np.isclose(controls["c"], first["c"], rtol=C_RTOL, atol=0)]
-        runs = [d.set_index(["task", "lr", "seed"])[["status", "test_acc"]] for d in (own, control)]
-        both = runs[0].merge(runs[1], left_index=True, right_index=True,
-                             suffixes=("", "_control"))
-        same = both["status"].eq(both["status_control"]) & (
-            both["test_acc"].eq(both["test_acc_control"])
-            | (both["test_acc"].isna() & both["test_acc_control"].isna()))
-        diff = 100 * (both["test_acc"] - both["test_acc_control"]).abs()
-        rows.append(dict(variant=variant, clipping=first["clipping"], pairs=len(both),
-                         identical=int(same.sum()), max_diff=float(diff.max())))
-    return pd.DataFrame(rows, columns=["variant", "clipping", "pairs", "identical", "max_diff"])
 
 
 def complete_settings(df: pd.DataFrame, expected: list[dict]) -> pd.DataFrame:

@@ -14,8 +14,8 @@ read:
 - ``SearchedStudy`` (``adaptive``): the outcomes stored so far: its runs are known only as far
   as its LR search has gone (``vitplast.experiments.search``).
 
-Each has ``runs(store)`` (its runs known now), ``run(store, runtime, executor)`` (run or resume
-what its store lacks) and ``load(store)`` (read it back: ``StudyResults``, ``ConfoundResults``
+Each has ``runs(root)`` (its runs known now), ``run(root, runtime, executor)`` (run or resume
+what its store lacks) and ``load(root)`` (read it back: ``StudyResults``, ``ConfoundResults``
 or, searched, the chosen LR per task and configuration). Every ``Runtime`` setting is honoured
 by every kind (``TAKES``) or refused by ``check``, naming the kinds it applies to. Importing
 this module imports no torch (the CLI builds its help from the registry,
@@ -47,11 +47,11 @@ class Study:
     Attributes:
         name: its name in ``studies.STUDIES`` (``--study``, the notebooks' ``study``).
         purpose: one line: what it is, for the CLI's help.
-        store: its results store's folder, under ``place``.
+        folder: its results store's folder, under ``place``.
         definition: its spec (a ``spec_types`` value), or the name of one in
             ``study_specs``, read on first use (``spec``) so that the registry imports no
             torch.
-        place: where ``store`` is (``PLACES``); ``data`` stores are shipped (a checkout's
+        place: where ``folder`` is (``PLACES``); ``data`` stores are shipped (a checkout's
             ``data/``), which the CLI writes into only where their parent folder exists.
         baselines: the study whose runs it is compared with or builds on (the confound
             study's plain SGD runs, the budget check's chosen LRs); ``None``: none.
@@ -61,7 +61,7 @@ class Study:
 
     name: str
     purpose: str
-    store: str
+    folder: str
     definition: object
     place: str = "data"
     baselines: Study | None = None
@@ -90,23 +90,23 @@ class Study:
 
     @property
     def shipped(self) -> bool:
-        """Its store is a shipped one (``data/<store>``)."""
+        """Its store is a shipped one (``data/<folder>``)."""
         return self.place == "data"
 
     def root(self, recompute: bool = False) -> Path:
         """Its store (followed from ``$VITPLAST_DATA`` and ``$VITPLAST_CACHE`` when called);
-        with ``recompute``, a shipped study's cache copy ``<cache>/<store>-<name>`` instead, so
+        with ``recompute``, a shipped study's cache copy ``<cache>/<folder>-<name>`` instead, so
         that a notebook never writes into a shipped store."""
         from vitplast import models
 
         if self.place == "cache" or (recompute and self.shipped):
-            return models.cache_dir() / (f"{self.store}-{self.name}" if self.shipped
-                                         else self.store)
-        return models.results_root(self.store) if self.shipped else Path(self.store)
+            return models.cache_dir() / (f"{self.folder}-{self.name}" if self.shipped
+                                         else self.folder)
+        return models.results_root(self.folder) if self.shipped else Path(self.folder)
 
     def describe(self) -> str:
         """One line for the CLI's help: its name, purpose and store."""
-        where = {"data": "data/", "cache": ".cache/", ".": ""}[self.place] + self.store
+        where = {"data": "data/", "cache": ".cache/", ".": ""}[self.place] + self.folder
         return f"{self.name}: {self.purpose}, into {where}"
 
     def check(self, runtime: Runtime) -> None:
@@ -126,22 +126,22 @@ class Study:
     def _why(self, name: str) -> str:
         return ""
 
-    def _root(self, store) -> Path:
-        return Path(store) if store else self.root()
+    def _root(self, root) -> Path:
+        return Path(root) if root else self.root()
 
-    def runs(self, store=None, runtime: Runtime = Runtime()) -> list[dict]:
-        """Every run of the study known now, with ``runtime.run_keys()``; ``store``: its store
+    def runs(self, root=None, runtime: Runtime = Runtime()) -> list[dict]:
+        """Every run of the study known now, with ``runtime.run_keys()``; ``root``: its store
         (default: its own)."""
         keys = runtime.run_keys()
-        return [{**r, **keys} for r in self._runs(self._root(store), runtime)]
+        return [{**r, **keys} for r in self._runs(self._root(root), runtime)]
 
     def _runs(self, root: Path, runtime: Runtime) -> list[dict]:
         raise NotImplementedError
 
-    def prepare(self, store=None) -> None:
+    def prepare(self, root=None) -> None:
         """What must happen before its runs can be listed (nothing but for confound studies)."""
 
-    def run(self, store=None, runtime: Runtime = Runtime(),
+    def run(self, root=None, runtime: Runtime = Runtime(),
             executor: Executor = Executor()) -> None:
         """Run (or resume) the runs its store lacks, as ``runtime`` selects them
         (``runtime.select``: order, shard, limit), on ``executor``; every record is stored as
@@ -149,7 +149,7 @@ class Study:
         from vitplast.experiments import sweep
 
         self.check(runtime)
-        root = self._root(store)
+        root = self._root(root)
         self.prepare(root)
         runs = select(self.runs(root, runtime), root, order=runtime.order,
                       shard=runtime.shard, limit=runtime.limit)
@@ -157,13 +157,13 @@ class Study:
                         progress=runtime.progress, retry_failed=runtime.retry_failed,
                         batch_lrs=runtime.batch_lrs, **executor.options)
 
-    def progress(self, store=None, runtime: Runtime = Runtime()):
+    def progress(self, root=None, runtime: Runtime = Runtime()):
         """How much of the study its store holds, per task and seed
         (``study_log.study_progress``); runs nothing."""
         from vitplast.experiments import study_log
 
         self.check(runtime)
-        root = self._root(store)
+        root = self._root(root)
         self.prepare(root)
         return study_log.study_progress(self.runs(root, runtime), root)
 
@@ -198,13 +198,13 @@ class GridStudy(Study):
     def _runs(self, root, runtime) -> list[dict]:
         return grid_runs(self.spec)
 
-    def load(self, store=None, *, recompute: bool = False) -> StudyResults:
+    def load(self, root=None, *, recompute: bool = False) -> StudyResults:
         """Read (or, with ``recompute``, first run or resume) the study: its store is
-        ``store`` if given, else its own (``root(recompute)``: a shipped store is read only,
+        ``root`` if given, else its own (``root(recompute)``: a shipped store is read only,
         its cache copy recomputed)."""
         from vitplast.experiments import results
 
-        root = str(store or self.root(recompute))
+        root = str(root or self.root(recompute))
         if recompute:
             self.run(root, Runtime(progress=False))
         stored = results.records_table(root)
@@ -258,11 +258,11 @@ class BudgetStudy(Study):
 
         return budget_runs(results.records_table(root), self.baselines, self.spec)
 
-    def load(self, store=None) -> StudyResults:
-        """Its runs' rows in its store (``store``, default its own); ``budget`` empty."""
+    def load(self, root=None) -> StudyResults:
+        """Its runs' rows in its store (``root``, default its own); ``budget`` empty."""
         from vitplast.experiments import results
 
-        root = str(self._root(store))
+        root = str(self._root(root))
         stored = results.records_table(root)
         expected = self._runs(root, Runtime())
         mine = _rows(stored, expected)
@@ -298,12 +298,12 @@ class PaperStudy(GridStudy):
             out += runs.grid([task], spec.configs, lrs, spec.seeds, **fixed)
         return out
 
-    def load(self, store=None, *, data_root: str = "") -> StudyResults:
-        """Its runs' rows in its store (``store``, default its own); its runs are listed from
+    def load(self, root=None, *, data_root: str = "") -> StudyResults:
+        """Its runs' rows in its store (``root``, default its own); its runs are listed from
         the datasets under ``data_root``."""
         from vitplast.experiments import results
 
-        root = str(self._root(store))
+        root = str(self._root(root))
         stored = results.records_table(root)
         expected = self._runs(root, Runtime(data_root=data_root))
         mine = _rows(stored, expected)

@@ -1,5 +1,6 @@
-"""LR selection: the one rule that picks each setting's learning rate, its ties, and how much
-accuracy depends on the LR around that choice.
+"""LR selection: the one rule that picks each setting's learning rate, and its ties. How much
+accuracy depends on the LR around that choice is a statistic of the report
+(``vitplast.report.finetuning_tables.lr_bands``).
 
 Paper: section 5 (the best LR per configuration) and Fig. 18 (robustness across learning
 rates). The LR is chosen on validation accuracy; ``on="test"`` reproduces the public code's
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from vitplast.experiments.runs import RUNTIME_KEYS
@@ -20,7 +20,6 @@ _OUTCOME = ("status", "error", "initial_val_acc", "test_acc", "test_loss", "best
             "best_val_loss", "best_step", "trainable",
             "seconds", "train_seconds", "device", "machine", "vitplast", "torch", "timm",
             "python", "git_commit", "git_dirty", "date")
-
 
 
 #: Seed-mean scores closer than this are a tie (means of k/1000 accuracies can differ in
@@ -119,49 +118,6 @@ def lr_curves(df: pd.DataFrame) -> pd.DataFrame:
                 val_mean=("best_val_acc", "mean"), n_seeds=("seed", "count")).reset_index()
     out[["test_mean", "test_std", "val_mean"]] *= 100
     return out
-
-
-def lr_bands(df: pd.DataFrame, within=(1.0, 2.0), chance: float = 10.0) -> pd.DataFrame:
-    """LR robustness relative to each setting's own best LR (the Fig. 18 analogue, measured).
-
-    Per task x configuration, on the curve of seed-mean validation accuracy (in %) over
-    log10(lr), where a diverged run counts as ``chance`` (its model is unusable) and a failed
-    one is left out: the ``width`` in decades of the band around the best LR where accuracy
-    stays within ``delta`` points of the best (edges interpolated linearly in log-LR between
-    the last LR inside and the first outside), and the ``drop`` in points at best x3 and
-    best / 3 (interpolated). A band that reaches an end of the grid is not ``bracketed``: its
-    width is then NaN, since the grid does not show where it ends.
-
-    Returns:
-        One row per task x config x delta: ``task``, ``config``, ``delta``, ``best_lr``,
-        ``best_acc``, ``width``, ``bracketed``, ``drop_x3``, ``drop_div3``.
-    """
-    runs = df[df["status"].isin(["ok", "diverged"])]
-    acc = 100 * runs["best_val_acc"].where(runs["status"] == "ok", chance / 100)
-    curves = runs.assign(acc=acc).groupby(["task", "config", "lr"])["acc"].mean().reset_index()
-    rows = []
-    for (task, config), c in curves.groupby(["task", "config"]):
-        x, y = np.log10(c["lr"].to_numpy()), c["acc"].to_numpy()
-        best = int(np.argmax(y))
-        for delta in within:
-            lo, hi = _edge(x, y, best, -1, y[best] - delta), _edge(x, y, best, 1, y[best] - delta)
-            rows.append(dict(task=task, config=config, delta=delta, best_lr=10 ** x[best],
-                             best_acc=y[best], width=hi - lo, bracketed=not math.isnan(hi - lo),
-                             drop_x3=y[best] - np.interp(x[best] + math.log10(3), x, y),
-                             drop_div3=y[best] - np.interp(x[best] - math.log10(3), x, y)))
-    return pd.DataFrame(rows)
-
-
-def _edge(x: np.ndarray, y: np.ndarray, start: int, step: int, level: float) -> float:
-    """Where ``y`` first falls below ``level`` walking from ``start`` by ``step`` (log-LR,
-    interpolated); NaN if it never does inside the grid."""
-    i = start
-    while 0 <= i + step < len(x):
-        if y[i + step] < level:
-            t = (y[i] - level) / (y[i] - y[i + step])
-            return x[i] + t * (x[i + step] - x[i])
-        i += step
-    return math.nan
 
 
 def selected_runs(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:

@@ -82,7 +82,7 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
         **settings: any other key of ``RUN_KEYS`` (``finetune.train`` keywords such as steps,
             batch_size, optimizer, clip_grad_norm (``None`` or 0: no clipping, stored as 0.0),
             lr_scales; ``img_size`` of paper datasets;
-            ``model_kwargs`` of ``load_model``; ``prepare``, a ``sweep.PREPARE`` name, and
+            ``model_kwargs`` of ``load_model``; ``prepare``, an ``ablations.PREPARE`` name, and
             ``ablation``, its arguments) or of ``RUNTIME_KEYS`` (``data_root``,
             ``weights_file``, ``workers``, ``log_every``, ``precision``, ``accum_steps``).
 

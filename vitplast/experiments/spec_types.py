@@ -13,7 +13,7 @@ Paper: section 2 (finetuning protocol) and section 5 (the configurations compare
 - ``PaperGrid``: the paper's grid on its datasets.
 
 The values are in ``vitplast.experiments.study_specs``. A spec declares its primary questions
-(``primaries``: at most ``verdicts.MAX_PRIMARIES`` ``verdicts.Primary``). Importing this
+(``primaries``: at most ``verdicts.MAX_PRIMARIES`` ``primaries.Primary``). Importing this
 module imports no torch. Sequences are tuples; a run's hash is of its run dict
 (``runs.run_hash``), so a list or tuple makes the same run.
 """

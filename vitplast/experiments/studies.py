@@ -19,7 +19,7 @@ unknown names fail naming the valid ones. Importing it imports no torch. A study
 - ``suite``, ``gauge``, ``length``: the searched-LR studies of notebook 07.
 - ``paper``: the paper's own grid (ViT-B/16 in21k, its 11 datasets).
 
-A spec declares its primary questions (``primaries``: at most three ``verdicts.Primary``, each
+A spec declares its primary questions (``primaries``: at most three ``primaries.Primary``, each
 with its direction, the paper's value and its source); the findings tables test them with Holm
 over the primaries only, everything else is exploratory.
 """
@@ -34,11 +34,11 @@ from vitplast.experiments.kinds import BudgetStudy, GridStudy, PaperStudy, Study
 
 def smoke(study: Study) -> Study:
     """The seconds-long version of ``study`` (the smoke profile): its ``smoke`` spec, stored
-    in the cache as ``<store>-smoke``, compared with the smoke version of its baselines."""
+    in the cache as ``<folder>-smoke``, compared with the smoke version of its baselines."""
     if not study.smoke:
         raise ValueError(f"study {study.name!r} has no smoke version")
     extra = {"budget": ""} if isinstance(study, GridStudy) else {}
-    return replace(study, name=f"{study.name}-smoke", store=f"{study.store}-smoke",
+    return replace(study, name=f"{study.name}-smoke", folder=f"{study.folder}-smoke",
                    purpose=f"a seconds-long {study.name} study (the smoke profile)",
                    place="cache", definition=study.smoke, smoke="",
                    baselines=smoke(study.baselines) if study.baselines else None, **extra)

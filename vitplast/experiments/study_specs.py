@@ -3,7 +3,7 @@ asks.
 
 Each study's spec is a value here, of its kind's type (``spec_types``: a ``Grid``, the
 confound study's ``Confound``, a ``Search``...), with its smoke version (a seconds-long spec of
-the same type) and its declared primary questions (``verdicts.Primary``), written before (or,
+the same type) and its declared primary questions (``primaries.Primary``), written before (or,
 where said, after) its runs. ``studies.STUDIES`` names them by the names of this module (it is
 imported on a study's first use: it imports torch, the registry does not); a run's hash comes
 from these values, so changing one re-runs the study.
@@ -19,7 +19,7 @@ from vitplast.experiments.search import LR_LADDER
 from vitplast.experiments.spec_types import After, Budget, Confound, Grid, PaperGrid, Part, Search
 from vitplast.measure import components
 from vitplast.measure.components import LINEARS, NORMS
-from vitplast.stats.verdicts import Primary
+from vitplast.stats.primaries import Primary
 
 
 def ladder(low: float, high: float) -> list[float]:

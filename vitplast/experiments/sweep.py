@@ -22,7 +22,6 @@ import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 import torch
@@ -41,10 +40,6 @@ from vitplast.experiments.runs import (
 from vitplast.experiments.runtime import EXECUTORS
 from vitplast.experiments.store import Store
 from vitplast.train import ablations, batched, finetune
-
-#: Name -> ``prepare(model, run)``, run after loading and before training; ablations
-#: register here and a run names one with the key ``prepare``.
-PREPARE: dict[str, Callable] = dict(ablations.PREPARE)
 
 
 def run_one(run: dict, *, device: str | torch.device | None = None,
@@ -140,8 +135,8 @@ def build(run: dict, device: torch.device) -> tuple[torch.nn.Module, tasks.Task,
     """What a run trains: its model (loaded, with a new head, prepared by its ablation), its
     task, and the ``finetune.train`` keywords it passes."""
     prepare = run.get("prepare")
-    if prepare is not None and prepare not in PREPARE:
-        raise ValueError(f"unknown prepare {prepare!r}; valid: {sorted(PREPARE)}")
+    if prepare is not None and prepare not in ablations.PREPARE:
+        raise ValueError(f"unknown prepare {prepare!r}; valid: {sorted(ablations.PREPARE)}")
     task = task_of(run)
     finetune.seed_everything(run["seed"])  # a random model's init
     model = models.load_model(run["model"], pretrained=run["pretrained"],
@@ -154,7 +149,7 @@ def build(run: dict, device: torch.device) -> tuple[torch.nn.Module, tasks.Task,
         kwargs["clip_grad_norm"] = run["clip_grad_norm"]
     kwargs.setdefault("workers", default_workers())
     if prepare is not None:
-        kwargs.update(PREPARE[prepare](model, run) or {})
+        kwargs.update(ablations.PREPARE[prepare](model, run) or {})
     if "betas" in kwargs:
         kwargs["betas"] = tuple(kwargs["betas"])
     return model, task, kwargs
@@ -271,9 +266,9 @@ def _check_sweep(runs, root, executor, executor_kwargs) -> None:
         except ValueError as err:
             raise ValueError(f"run {i} of {len(runs)} ({describe(c)}) is refused before the sweep "
                              f"starts: {err}") from None
-    unknown = {c["prepare"] for c in runs if c.get("prepare") is not None} - set(PREPARE)
+    unknown = {c["prepare"] for c in runs if c.get("prepare")} - set(ablations.PREPARE)
     if unknown:
-        raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(PREPARE)}")
+        raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(ablations.PREPARE)}")
 
 
 def _tidy(store: Store) -> Store:
@@ -313,7 +308,7 @@ def _run_and_save(group: list[tuple[dict, int | None]], store: Store, device,
     run's status, or "skipped" when another process holds its claim or has stored it."""
     import contextlib
 
-    PREPARE.update(registry or {})  # a fresh job process has only what its pickle brings
+    ablations.PREPARE.update(registry or {})  # a fresh job process has what its pickle brings
     with contextlib.ExitStack() as claims:
         mine = [claims.enter_context(store.claim(run)) and _wanted(store, run, stale)
                 for run, stale in group]
@@ -338,7 +333,7 @@ def _submit(groups, store: Store, device, done, folder=None, cluster=None, **par
     executor.update_parameters(**parameters)
     n = len(groups)
     jobs = executor.map_array(_run_and_save, groups, [store] * n, [device] * n,
-                              [dict(PREPARE)] * n)
+                              [dict(ablations.PREPARE)] * n)
     for job, group in zip(jobs, groups):
         try:
             job.result()
@@ -347,5 +342,5 @@ def _submit(groups, store: Store, device, done, folder=None, cluster=None, **par
         done(group)
 
 
-__all__ = ["PREPARE", "build", "default_workers", "lr_groups", "run_lrs", "run_one",
+__all__ = ["build", "default_workers", "lr_groups", "run_lrs", "run_one",
            "run_sweep"]

@@ -18,12 +18,12 @@ before the head. This is ``gauge``.
 ``LN(c x; eps) = (x - mean) / sqrt(var + eps / c^2) = LN(x; eps / c^2)``. So the gauged model
 IS the original with the eps of every LayerNorm that reads the stream (norm1, norm2, the final
 norm; not a qk-norm inside a branch) divided by c^2 (exactly, in exact arithmetic), and
-``gauge(..., scale_eps=True)`` (eps times c^2) is exactly the same function. With eps kept, the
-difference is f(eps / c^2) - f(eps) = -(1 - c^-2) eps df/deps + O(eps^2): to first order,
-(1 - c^-2) times the change that removing eps altogether makes, f(0) - f(eps); each
+``rescale_stream(..., scale_eps=True)`` (eps times c^2) is exactly the same function. With eps
+kept, the difference is f(eps / c^2) - f(eps) = -(1 - c^-2) eps df/deps + O(eps^2): to first
+order, (1 - c^-2) times the change that removing eps altogether makes, f(0) - f(eps); each
 LayerNorm's output moves by a relative 1 - sqrt((s^2 + eps/c^2)/(s^2 + eps)) <=
 (1 - c^-2) eps / (2 s^2) for a token of variance s^2 (``layernorm_shift``). That is the
-tolerance of the tests (``tests/test_gauge.py``).
+tolerance of the tests (``tests/measure/test_gauge.py``).
 
 **What plasticity does** (``RATE_FACTORS``). Under the ``hidden`` protocol a LayerNorm's input
 is c times larger and its output the same: its rate is divided by c. MHA and FC2 read the
@@ -160,13 +160,14 @@ def _scale(model: nn.Module, c: float, patterns: list[str]) -> None:
             params[n].mul_(c)
 
 
-def gauge(model: nn.Module, c: float, *, scale_eps: bool = False) -> nn.Module:
+def rescale_stream(model: nn.Module, c: float, *, scale_eps: bool = False) -> nn.Module:
     """Multiply the residual stream of a pre-norm ViT by ``c``, in place (module docstring).
 
     Paper: none (issue 28); the plasticity of its components moves by ``RATE_FACTORS``.
 
     Args:
-        c: the scale (> 0); ``gauge(gauge(m, c), 1 / c)`` is ``m`` up to round-off.
+        c: the scale (> 0); ``rescale_stream(rescale_stream(m, c), 1 / c)`` is ``m`` up to
+            round-off.
         scale_eps: also multiply the eps of every LayerNorm that reads the stream by c^2, so
             the function is exactly the same (else it is the original with those eps / c^2:
             equal within LayerNorm's eps).
@@ -209,7 +210,7 @@ def layernorm_shift(sigma: float, eps: float, c: float) -> float:
 
 @torch.no_grad()
 def function_gap(model: nn.Module, images: torch.Tensor, c: float) -> dict:
-    """How far ``gauge(model, c)`` is from ``model`` on ``images`` (``model`` untouched):
+    """How far ``rescale_stream(model, c)`` is from ``model`` on ``images`` (``model`` untouched):
     ``max_logit_diff``; ``first_order``, the derived size (1 - c^-2) max|f_eps=0 - f| (module
     docstring); ``same_predictions``, the fraction of equal argmax."""
     import copy
@@ -218,7 +219,7 @@ def function_gap(model: nn.Module, images: torch.Tensor, c: float) -> dict:
 
     model, images = model.eval(), to_model(model, images)
     f = model(images)
-    gauged = gauge(copy.deepcopy(model), c)(images)
+    gauged = rescale_stream(copy.deepcopy(model), c)(images)
     no_eps = copy.deepcopy(model)
     for m in _stream_norms(no_eps):
         m.eps = 0.0
@@ -248,15 +249,15 @@ def finetuning_equivalence(model: nn.Module, config, c: float, *, optimizer: str
 
 
 def prepare(model: nn.Module, run: dict) -> None:
-    """The sweep's ``prepare`` for ``prepare="gauge"``: ``gauge(model, **run["ablation"])``
+    """The sweep's ``prepare`` for ``prepare="gauge"``: ``rescale_stream(model, **run["ablation"])``
     (keys ``c``, optional ``scale_eps``)."""
     a = dict(run["ablation"])
     unknown = set(a) - {"c", "scale_eps"}
     if "c" not in a or unknown:
         raise ValueError(f"ablation of prepare='gauge' takes c (and scale_eps), got {sorted(a)}")
-    gauge(model, float(a["c"]), scale_eps=bool(a.get("scale_eps", False)))
+    rescale_stream(model, float(a["c"]), scale_eps=bool(a.get("scale_eps", False)))
 
 
-__all__ = ["GAUGED", "EMBEDDING", "RATE_FACTORS", "check_gauge", "gauged_names", "gauge",
+__all__ = ["GAUGED", "EMBEDDING", "RATE_FACTORS", "check_gauge", "gauged_names", "rescale_stream",
            "scale_embedding", "layernorm_shift", "function_gap", "finetuning_equivalence",
            "prepare"]

@@ -115,10 +115,11 @@ def gauged(model: nn.Module, c: float, x, y: torch.Tensor | None = None, *,
     """
     import copy
 
-    from vitplast.measure.gauge import gauge
+    from vitplast.measure.gauge import rescale_stream
 
-    return intervals(gauge(copy.deepcopy(model), c), x, y, protocol=protocol, n_lipschitz=1,
-                     power_iters=0, batch_size=batch_size, workers=workers, progress=False)
+    return intervals(rescale_stream(copy.deepcopy(model), c), x, y, protocol=protocol,
+                     n_lipschitz=1, power_iters=0, batch_size=batch_size, workers=workers,
+                     progress=False)
 
 
 def random_checks(n_seeds: int = 5, *, n: int = 16, d: int = 32, num_heads: int = 4,

@@ -107,7 +107,7 @@ def ranking(df: pd.DataFrame, value: str = "relative_plasticity") -> pd.DataFram
 
 def gauge_check(model: nn.Module, pairs, c: float = 8.0, *, protocols=("hidden", "embedding"),
                 batch_size: int = 64) -> pd.DataFrame:
-    """Relative plasticity and plasticity of ``model`` and of ``gauge.gauge(model, c)`` (a
+    """Relative plasticity and plasticity of ``model`` and of ``gauge.rescale_stream(model, c)`` (a
     copy: ``model`` is untouched) on the same pairs, per protocol and component: the largest
     relative difference over layers, |value at c / value at 1 - 1|, of each
     (``relative_difference``, ``plasticity_difference``), and the median ratio over layers of
@@ -115,9 +115,9 @@ def gauge_check(model: nn.Module, pairs, c: float = 8.0, *, protocols=("hidden",
     for relative plasticity under ``hidden`` (up to LayerNorm's eps).
 
     Paper: none (issue 38)."""
-    from vitplast.measure.gauge import gauge
+    from vitplast.measure.gauge import rescale_stream
 
-    nets = {1.0: model, float(c): gauge(copy.deepcopy(model), c)}
+    nets = {1.0: model, float(c): rescale_stream(copy.deepcopy(model), c)}
     rows = []
     for protocol in protocols:
         at = {k: measure(net, pairs, protocol=protocol, batch_size=batch_size)

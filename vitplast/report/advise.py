@@ -193,7 +193,7 @@ def _rank(model_name: str, task: str, *, rules, n_pairs: int, batch_size: int, s
         t = load_task_for(task, model)
     models.new_head(model, t.num_classes, seed=seed)
     if c != 1:
-        gauge.gauge(model, c)
+        gauge.rescale_stream(model, c)
     probe = _batch(t.train, 2 * batch_size, seed, model)  # the gradient rules' batch, the drop's
     scores, cost = _plasticity(model, task, n_pairs, source,
                                [r for r in rules if r in PLASTICITY_RULES])

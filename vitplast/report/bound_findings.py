@@ -208,7 +208,7 @@ def gauge_tolerance(df: pd.DataFrame, c: float, eps: float = 1e-6) -> float:
 
 def gauge_ratios(df: pd.DataFrame, gauged: pd.DataFrame, c: float) -> pd.DataFrame:
     """Per component: its layer-mean ``bound`` and ``plasticity`` on the gauged model
-    (``gauged``: ``intervals.intervals`` of ``gauge.gauge(model, c)``, the same pairs and
+    (``gauged``: ``intervals.intervals`` of ``gauge.rescale_stream(model, c)``, the same pairs and
     protocol) over the same on the model (``df``), beside the factor derived for plasticity
     (``gauge.RATE_FACTORS``; NaN where none is derived). Columns ``component``, ``derived``,
     ``bound_ratio``, ``plasticity_ratio``."""

@@ -79,11 +79,11 @@ def confounds(t: ConfoundTables, after: pd.DataFrame | None = None, primaries=()
             row finds its variants there), ``acc`` (tasks x variants, seed-mean test accuracy
             in %, the plain SGD baselines included), ``counts`` (backbone entries per
             variant), ``corr`` (``confound_tables.layer_correlations``), ``grads`` (of the
-            plain configurations), ``rescale`` (``confounds.rescale_pairs``), ``ties`` and
+            plain configurations), ``rescale`` (``confound_tables.rescale_pairs``), ``ties`` and
             ``alternatives`` (the fragile flag; None / empty: not computed).
         after: ``confound_plasticity.plasticity_after`` of the best runs (None or empty: its row
             says "not measured").
-        primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
+        primaries: the study's ``primaries.Primary`` questions (``studies.Study.primaries``).
     """
     return with_ties(lambda tt: _confounds(tt, after, primaries), t)
 
@@ -210,7 +210,7 @@ def _rescale_rows(acc: pd.DataFrame, fields: pd.DataFrame, pairs: pd.DataFrame |
     """The gamma rescale (plasticity x c at one count) against the plain LayerNorm and against
     its lr/c^2 control (task level, with the recipe's clipping; both found in ``fields`` by
     component and c); then, run by run, whether the rescale and its control end with equal
-    test accuracy, as derived without clipping (``pairs``: ``confounds.rescale_pairs``; equal
+    test accuracy, as derived without clipping (``pairs``: ``confound_tables.rescale_pairs``; equal
     accuracy, not equal loss curves)."""
     rows, preserved = [], set(names_of(fields, family="rescale", preserve=True))
     for pres in [v for v in acc.columns if v in preserved]:

@@ -14,12 +14,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 from torch import nn
 
 from vitplast.experiments.confound_plasticity import PROTOCOL
-from vitplast.experiments.confound_variants import all_variants, name_of, names_of, variant_fields
-from vitplast.experiments.confounds import rescale_pairs, variant_counts_table
+from vitplast.experiments.confound_variants import (
+    C_RTOL,
+    all_variants,
+    name_of,
+    names_of,
+    variant_fields,
+)
+from vitplast.experiments.confounds import variant_counts_table
 from vitplast.experiments.lr_selection import lr_ties, tie_alternatives
 from vitplast.experiments.results import history
 from vitplast.measure.components import LINEARS, NORMS, PAPER_CONFIGS
@@ -215,6 +222,40 @@ def partial_correlation(xy: float, xz: float, yz: float) -> float:
     return float((xy - xz * yz) / math.sqrt(denom)) if denom > 1e-12 else math.nan
 
 
-__all__ = ["MATCHED_FAMILIES", "ConfoundTables", "accuracy", "controls", "layer_accuracy",
-           "layer_correlations", "matched_accuracy", "partial_correlation", "tables",
-           "variant_table"]
+def rescale_pairs(df: pd.DataFrame) -> pd.DataFrame:
+    """Each preserved gamma rescale against its lr/c^2 control, run by run: the two runs of one
+    (task, LR, seed) in ``with_variant`` results ``df``. Without gradient clipping they are the
+    same run in exact arithmetic (``vitplast.train.ablations``); with it, they need not be.
+
+    A control is matched by fields, not names: the same ``component``, ``c`` within a relative
+    ``C_RTOL`` and the same clipping (``clip_grad_norm`` 0: off).
+
+    Returns:
+        Per preserved variant (by name): ``variant``, ``clipping`` (``"on"``, ``"off"``),
+        ``pairs``, ``identical`` (pairs with the same status and the same test accuracy) and
+        ``max_diff`` (largest |difference| of test accuracy in points over pairs both ok).
+    """
+    df = df.assign(clipping=df["clip_grad_norm"].eq(0.0).map({True: "off", False: "on"}))
+    controls = df[df["family"].eq("lr/c^2")]
+    rows = []
+    for variant, own in sorted(df[df["family"].eq("rescale") & df["preserve"].eq(True)]
+                               .groupby("variant")):
+        first = own.iloc[0]
+        control = controls[controls["component"].eq(first["component"])
+                           & controls["clipping"].eq(first["clipping"])
+                           & np.isclose(controls["c"], first["c"], rtol=C_RTOL, atol=0)]
+        runs = [d.set_index(["task", "lr", "seed"])[["status", "test_acc"]] for d in (own, control)]
+        both = runs[0].merge(runs[1], left_index=True, right_index=True,
+                             suffixes=("", "_control"))
+        same = both["status"].eq(both["status_control"]) & (
+            both["test_acc"].eq(both["test_acc_control"])
+            | (both["test_acc"].isna() & both["test_acc_control"].isna()))
+        diff = 100 * (both["test_acc"] - both["test_acc_control"]).abs()
+        rows.append(dict(variant=variant, clipping=first["clipping"], pairs=len(both),
+                         identical=int(same.sum()), max_diff=float(diff.max())))
+    return pd.DataFrame(rows, columns=["variant", "clipping", "pairs", "identical", "max_diff"])
+
+
+__all__ = ["ConfoundTables", "MATCHED_FAMILIES", "accuracy", "controls", "layer_accuracy",
+           "layer_correlations", "matched_accuracy", "partial_correlation", "rescale_pairs",
+           "tables", "variant_table"]

@@ -7,7 +7,7 @@ plasticity is computed from the plasticity measured on the model and task in que
 table is built once from the study's LR choices and once more per tied choice broken the other
 way (``with_ties``): a row whose verdict moves is marked ``fragile``, and a row counts the ties.
 
-``STATISTICS`` names the per-task statistics a ``verdicts.Primary`` may declare.
+``STATISTICS`` names the per-task statistics a ``primaries.Primary`` may declare.
 
 Paper: section 5, Takeaway 3, Table 1, Figs. 4 and 18; objections 3-4 (docs/objections.md).
 """
@@ -116,7 +116,7 @@ def finetuning(t: FinetuningTables, probe: pd.Series, primaries=(), protocol: st
             ``corr``, ``grads``, ``budget`` (None: no budget rows), and ``ties`` /
             ``alternatives`` (the fragile flag; None / empty: not computed).
         probe: linear-probe test accuracy (%) per task.
-        primaries: the study's ``verdicts.Primary`` questions (``studies.Study.primaries``).
+        primaries: the study's ``primaries.Primary`` questions (``studies.Study.primaries``).
         protocol: the plasticity protocol the study declared (``pairs.PROTOCOLS``).
     """
     from vitplast.measure.pairs import PROTOCOLS

@@ -22,7 +22,6 @@ import pandas as pd
 
 from vitplast.experiments.lr_selection import (
     _select,
-    lr_bands,
     lr_ties,
     selected_runs,
     tie_alternatives,
@@ -282,6 +281,49 @@ def grad_norms_by_task(norms: pd.DataFrame) -> pd.DataFrame:
     return per_run.groupby(["task", "config", "kind"]).mean().rename("grad_norm").reset_index()
 
 
+def lr_bands(df: pd.DataFrame, within=(1.0, 2.0), chance: float = 10.0) -> pd.DataFrame:
+    """LR robustness relative to each setting's own best LR (the Fig. 18 analogue, measured).
+
+    Per task x configuration, on the curve of seed-mean validation accuracy (in %) over
+    log10(lr), where a diverged run counts as ``chance`` (its model is unusable) and a failed
+    one is left out: the ``width`` in decades of the band around the best LR where accuracy
+    stays within ``delta`` points of the best (edges interpolated linearly in log-LR between
+    the last LR inside and the first outside), and the ``drop`` in points at best x3 and
+    best / 3 (interpolated). A band that reaches an end of the grid is not ``bracketed``: its
+    width is then NaN, since the grid does not show where it ends.
+
+    Returns:
+        One row per task x config x delta: ``task``, ``config``, ``delta``, ``best_lr``,
+        ``best_acc``, ``width``, ``bracketed``, ``drop_x3``, ``drop_div3``.
+    """
+    runs = df[df["status"].isin(["ok", "diverged"])]
+    acc = 100 * runs["best_val_acc"].where(runs["status"] == "ok", chance / 100)
+    curves = runs.assign(acc=acc).groupby(["task", "config", "lr"])["acc"].mean().reset_index()
+    rows = []
+    for (task, config), c in curves.groupby(["task", "config"]):
+        x, y = np.log10(c["lr"].to_numpy()), c["acc"].to_numpy()
+        best = int(np.argmax(y))
+        for delta in within:
+            lo, hi = _edge(x, y, best, -1, y[best] - delta), _edge(x, y, best, 1, y[best] - delta)
+            rows.append(dict(task=task, config=config, delta=delta, best_lr=10 ** x[best],
+                             best_acc=y[best], width=hi - lo, bracketed=not math.isnan(hi - lo),
+                             drop_x3=y[best] - np.interp(x[best] + math.log10(3), x, y),
+                             drop_div3=y[best] - np.interp(x[best] - math.log10(3), x, y)))
+    return pd.DataFrame(rows)
+
+
+def _edge(x: np.ndarray, y: np.ndarray, start: int, step: int, level: float) -> float:
+    """Where ``y`` first falls below ``level`` walking from ``start`` by ``step`` (log-LR,
+    interpolated); NaN if it never does inside the grid."""
+    i = start
+    while 0 <= i + step < len(x):
+        if y[i + step] < level:
+            t = (y[i] - level) / (y[i] - y[i + step])
+            return x[i] + t * (x[i + step] - x[i])
+        i += step
+    return math.nan
+
+
 __all__ = ["FinetuningTables", "budget_comparison", "compare_with_paper", "component_grad_norms",
-           "dynamics", "gains", "grad_norms_by_task", "main_table", "main_wide", "paired_tests",
-           "plasticity_vs_gain", "tables", "within_task_correlation"]
+           "dynamics", "gains", "grad_norms_by_task", "lr_bands", "main_table", "main_wide",
+           "paired_tests", "plasticity_vs_gain", "tables", "within_task_correlation"]

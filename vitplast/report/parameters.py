@@ -136,7 +136,7 @@ def check_task_names(notebook: str, params: dict) -> None:
 def shipped_stores() -> list[str]:
     """The folders ``VITPLAST_DATA`` holds for an installed copy: the store of every shipped
     study of the registry (``Study.shipped``), in registry order."""
-    return list(dict.fromkeys(s.store for s in studies.STUDIES.values() if s.shipped))
+    return list(dict.fromkeys(s.folder for s in studies.STUDIES.values() if s.shipped))
 
 
 def missing_stores(notebook: str, params: dict) -> list[tuple[str | None, studies.Study]]:
@@ -158,7 +158,7 @@ def missing_stores(notebook: str, params: dict) -> list[tuple[str | None, studie
 def data_message(notebook: str, missing: list[tuple[str | None, studies.Study]]) -> str:
     """One line: which shipped stores ``notebook`` needs, that ``VITPLAST_DATA`` points at a
     folder holding them, and how to make one or name each store."""
-    folders = list(dict.fromkeys(f"{s.store}/" for _, s in missing))
+    folders = list(dict.fromkeys(f"{s.folder}/" for _, s in missing))
     where = (f"{models.DATA_ENV}={os.environ[models.DATA_ENV]}" if os.environ.get(
         models.DATA_ENV) else f"{models.DATA_ENV} is not set and there is no checkout data/")
     own = [f"-p {p} FOLDER" for p, _ in missing if p]

@@ -1,15 +1,11 @@
 """Figures as pure functions: a tidy DataFrame in, a matplotlib Figure out.
 
-Nothing here computes results or holds numbers: callers pass the tables that
-``vitplast.measure.plasticity``, ``.intervals``, ``.sweep`` produce. Notebooks save what they show
-with ``save``. Every figure is drawn inside ``theme()`` (seaborn's whitegrid, restored after);
-importing this module sets no global style. Axes are named in words (``LABELS``); log axes
-carry plain, non-overlapping tick labels (``log_axis``). Each configuration (and component)
-has one colour in every figure of every notebook (``PALETTE``; a variant such as "MHA sparse"
-takes its component's colour, dashed: ``style``). The explorers of ``vitplast.report.widgets``
-redraw ``rate_histogram``, ``layernorm_rescale`` and ``run_curves``. The look itself
-(``PALETTE``, ``LABELS``, ``theme``, ``log_axis``, ``save``, ...) is
-``vitplast.report.plot_style``'s.
+Nothing here computes results or holds numbers: callers pass the tables the kit measured. The
+look is ``vitplast.report.plot_style``'s: every figure drawn inside its ``theme()`` (no global
+style set on import), axes named in words (``LABELS``), plain log ticks (``log_axis``), one
+colour per configuration in every notebook (``PALETTE``; a variant such as "MHA sparse" takes
+its component's, dashed: ``style``), figures saved with ``save``. The explorers of
+``vitplast.report.widgets`` redraw ``rate_histogram``, ``layernorm_rescale`` and ``run_curves``.
 """
 
 from __future__ import annotations
@@ -286,7 +282,6 @@ def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: st
 
 
 # -- Explorers (notebook 06): the figures the widgets redraw ---------------------------------
-
 def message(text: str):
     """A figure holding only ``text`` (an explorer's view with nothing to plot)."""
     fig, ax = plt.subplots(figsize=(7, 0.5))

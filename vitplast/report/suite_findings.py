@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # for annotations only
 
 
 def accuracy(picked: pd.DataFrame) -> pd.DataFrame:
-    """Test accuracy (%) as tasks x configurations: what ``verdicts.Primary.values`` reads."""
+    """Test accuracy (%) as tasks x configurations: what ``primaries.Primary.values`` reads."""
     return picked.pivot(index="task", columns="config", values="test_acc")
 
 
@@ -64,7 +64,7 @@ def spearman_plasticity_gain(picked: pd.DataFrame, plasticity: pd.DataFrame,
 
 def primary_rows(study: Study, picked: pd.DataFrame, plasticity: pd.DataFrame | None = None
                  ) -> list[dict]:
-    """The study's declared primaries as findings rows (``verdicts.Primary.row``), one value
+    """The study's declared primaries as findings rows (``primaries.Primary.row``), one value
     per complete task; ``verdicts.table`` tests them with Holm over the primaries.
     ``plasticity`` (``component_plasticity``): for a study whose primaries read it (P3)."""
     statistics = ({"spearman(plasticity, gain)": spearman_plasticity_gain(picked, plasticity)}

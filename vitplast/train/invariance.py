@@ -41,7 +41,7 @@ def finetuning_invariance(model_name: str = "", task: str = "digits",
         start = models.new_head(models.load_model(model_name), t.num_classes, seed=seed)
 
         def losses(config, c_, lr_scales=None, clip=1.0):
-            model = gauge.gauge(copy.deepcopy(start), c_)
+            model = gauge.rescale_stream(copy.deepcopy(start), c_)
             res = finetune.train(model, t.train, config=config, steps=steps, batch_size=batch_size,
                                  lr=lr, warmup_steps=0, log_every=1, eval_every=10 * steps,
                                  clip_grad_norm=clip, lr_scales=lr_scales, seed=seed,
