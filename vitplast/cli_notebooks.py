@@ -17,9 +17,9 @@ def add_parser(sub) -> None:
                         "list it, copy it out, execute it with papermill under a profile, or "
                         "render an executed run as static HTML.")
     nb_sub = nb.add_subparsers(dest="action", required=True)
-    r = nb_sub.add_parser("run", help="execute the notebooks in order into runs/<timestamp>/",
-                          description="Execute the notebooks in order with papermill into "
-                          "runs/<timestamp>-<profile>/ (figures into its figures/, status per "
+    r = nb_sub.add_parser("run", help="execute the notebooks into runs/<timestamp>/",
+                          description="Execute the notebooks with papermill, --jobs at a time, "
+                          "into runs/<timestamp>-<profile>/ (figures into its figures/, status per "
                           "notebook in summary.csv, with where and why a failed one failed). "
                           "Names, profiles and parameter types are checked before any kernel "
                           "starts; Ctrl-C stops the run and records the notebook in flight as "

@@ -17,7 +17,8 @@ first code cell checks them again where it runs (``parameters.setup``), so that 
 papermill gets the same messages.
 
 ``copy_to`` copies them out of the package (``vitplast notebooks copy DEST``) for JupyterLab.
-``run`` executes them in order into ``runs/<timestamp>-<profile>/`` (figures into its
+``run`` executes them, two at a time by default (``JOBS``; they are independent), into
+``runs/<timestamp>-<profile>/`` (figures into its
 ``figures/``, the kernels' stderr into its ``kernel.log``), continues past a failing notebook,
 stops at Ctrl-C (recording the notebook as interrupted), and returns a summary table
 (notebook, status, seconds, where and why it failed: ``reading_copy.failing_cell``);
