@@ -3,6 +3,7 @@ the hash that names it ignores key order and tells parameters apart. A kept tabl
 (``kept_table``) is a companion beside a study that round-trips exactly, is computed once, and
 is computed again when an input changes or the file is stale, edited or fails its schema."""
 
+import json
 import re
 
 import pytest
@@ -207,3 +208,44 @@ def test_without_a_study_folder_a_kept_table_is_the_users_load_or_compute(tmp_pa
     assert got.equals(cached.load_or_compute("t", {"a": 1}, lambda: 1 / 0))
     with pytest.raises(TypeError, match="keeps tables"):
         cached.kept_table("u", {}, lambda: [1, 2], root=tmp_path)
+
+
+def test_a_large_kept_table_is_kept_as_arrays_read_back_and_computed_again_when_stale(
+        tmp_path):
+    """``kept_table(..., arrays=True)``: ``table-<hash>.npz`` beside the study (not a JSON
+    companion), read back exactly without computing; other parameters name another file; a
+    file kept for other parameters, or whose index fails, is computed again and replaced with
+    a warning."""
+    import shutil
+
+    import numpy as np
+    import pandas as pd
+
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return _table()
+
+    first = cached.kept_table("t", {"a": 1}, compute, root=tmp_path, arrays=True)
+    again = cached.kept_table("t", {"a": 1}, compute, root=tmp_path, arrays=True)
+    assert calls == [1] and not list(tmp_path.glob("*.json"))
+    for got in (first, again):
+        pd.testing.assert_frame_equal(got, _table())
+    [path] = tmp_path.glob("table-*.npz")
+    assert path.stem == f"table-{cached.config_hash(dict(table='t', params={'a': 1}))}"
+    with np.load(path, allow_pickle=False) as z:
+        kept = json.loads(str(z["kept"]))
+    assert kept["params"] == {"a": 1} and "seconds" in kept["provenance"]
+    cached.kept_table("t", {"a": 2}, compute, root=tmp_path, arrays=True)
+    assert len(calls) == 2 and len(list(tmp_path.glob("table-*.npz"))) == 2
+    other = tmp_path / f"table-{cached.config_hash(dict(table='t', params={'a': 2}))}.npz"
+    shutil.copyfile(other, path)  # kept for {"a": 2} under {"a": 1}'s name: stale
+    with pytest.warns(UserWarning, match="stale.*computed again"):
+        cached.kept_table("t", {"a": 1}, compute, root=tmp_path, arrays=True)
+    path.write_bytes(b"not an npz")
+    with pytest.warns(UserWarning, match="unreadable.*computed again"):
+        got = cached.kept_table("t", {"a": 1}, compute, root=tmp_path, arrays=True)
+    assert len(calls) == 4 and got.equals(_table())
+    assert cached.kept_table("t", {"a": 1}, compute, root=tmp_path, arrays=True).equals(got)
+    assert len(calls) == 4

@@ -59,3 +59,25 @@ def test_locked_blocks_take_turns(tmp_path):
     for p in procs:
         p.join(60)
     assert sorted(path.read_text().split()) == sorted(["0", "1", "2"] * 20)
+
+
+def test_read_checked_checks_each_version_of_a_file_once(tmp_path):
+    """The check runs once per version of the file (path, inode, size, mtime) in a process:
+    read again, the problems are remembered; rewritten (atomically), it is checked again;
+    a missing file reads as None and is checked every time."""
+    from vitplast.files import read_checked, write_json
+
+    calls = []
+
+    def check(content):
+        calls.append(content)
+        return [] if content and content.get("ok") else ["not ok"]
+
+    path = write_json(tmp_path / "a.json", {"ok": True})
+    assert read_checked(path, "t", check) == ({"ok": True}, [])
+    assert read_checked(path, "t", check) == ({"ok": True}, []) and len(calls) == 1
+    write_json(path, {"ok": False, "pad": "x"})
+    assert read_checked(path, "t", check) == ({"ok": False, "pad": "x"}, ["not ok"])
+    assert len(calls) == 2
+    assert read_checked(tmp_path / "none.json", "t", check) == (None, ["not ok"])
+    assert read_checked(tmp_path / "none.json", "t", check)[0] is None and len(calls) == 4

@@ -45,10 +45,11 @@ its modules. Within a module, names without a leading ``_`` are public (a module
 
 - base, the top-level modules every layer shares: ``paper`` (the paper's reference values and
   claims), ``inputs`` (argument checks), ``files`` (atomic writes), ``cached`` (load-or-compute,
-  and the companion files kept beside a study's records), ``schema`` (every stored file kind
-  checked against the published JSON Schemas), ``models`` (loading, the embedded checkpoints,
-  folders) with ``hub`` (is the Hugging Face hub reachable) and ``weights`` (does a weights file
-  fit the model), ``provenance`` (what made a result: machine, versions, git state);
+  and the companion files kept beside a study's records) with ``frames`` (a table as arrays in
+  an ``.npz``), ``schema`` (every stored file kind checked against the published JSON
+  Schemas), ``models`` (loading, the embedded checkpoints, folders, the weights a measurement
+  depends on) with ``hub`` (is the Hugging Face hub reachable) and ``weights`` (does a
+  weights file fit the model), ``provenance`` (what made a result: machine, versions, git state);
 - ``stats``: a measured value as a row with its test, Holm family, power and verdict;
 - ``datasets``: the tasks and their images;
 - ``measure``: the paper's objects measured (components, plasticity, bounds, the gauge...);

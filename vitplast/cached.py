@@ -23,15 +23,14 @@ import json
 import warnings
 from pathlib import Path
 
-from vitplast import schema
-from vitplast.files import atomic_path, read_json, set_aside, write_json
+from vitplast import frames, schema
+from vitplast.files import atomic_path, read_checked, read_json, set_aside, write_json
 
 
 def config_hash(config: dict) -> str:
     """A short stable hash of a JSON-serialisable config (key order does not matter)."""
     text = json.dumps(config, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
 
 
 def load_or_compute(name: str, params: dict, compute, folder: str | Path | None = None):
@@ -45,8 +44,6 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     ``.json``. A file that is unreadable or whose index fails (``table_problems``) is
     computed again, with a warning naming it and why.
     """
-    import warnings
-
     import pandas as pd
 
     folder = _folder(folder)
@@ -55,7 +52,7 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
         problems = table_problems(path)
         try:
             if not problems:
-                return _read_frame(path)
+                return frames.read_frame(path)
         except Exception as err:  # readable index, unreadable table: recompute
             problems = [f"unreadable: {type(err).__name__}: {err}"]
         warnings.warn(f"{path} is not used ({'; '.join(problems)}): computed again",
@@ -64,7 +61,7 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     if not isinstance(result, pd.DataFrame):
         raise TypeError(f"load_or_compute caches tables (DataFrames), got {type(result)}")
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        _write_frame(result, f)
+        frames.write_frame(result, f)
     write_json(path.with_suffix(".json"), params)
     return result
 
@@ -114,70 +111,6 @@ def _folder(folder: str | Path | None) -> Path:
     return Path(folder) if folder is not None else cache_dir() / "results"
 
 
-def _write_frame(df, f) -> None:
-    """``df`` as arrays in an ``.npz`` (no pickled object): numbers as they are, strings as
-    unicode arrays with a mask of missing values, categoricals as codes and categories."""
-    import numpy as np
-    import pandas as pd
-
-    if not df.index.equals(pd.RangeIndex(len(df))):
-        raise TypeError("load_or_compute caches tables with a default index (reset_index)")
-    arrays, columns = {}, []
-    for i, (name, col) in enumerate(df.items()):
-        spec = dict(name=name, dtype=str(col.dtype))
-        if isinstance(col.dtype, pd.CategoricalDtype):
-            arrays[f"codes{i}"] = col.cat.codes.to_numpy()
-            arrays[f"categories{i}"] = np.asarray(col.cat.categories.tolist())
-            spec.update(kind="category", ordered=bool(col.cat.ordered))
-        elif isinstance(col.dtype, pd.api.extensions.ExtensionDtype) and col.hasnans and (
-                pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col)):
-            # nullable (boolean, Int64) with missing values: NumPy would hold them as objects
-            zero = col.dtype.numpy_dtype.type(0)
-            arrays[f"values{i}"] = col.to_numpy(dtype=col.dtype.numpy_dtype, na_value=zero)
-            arrays[f"missing{i}"] = col.isna().to_numpy()
-            spec.update(kind="masked")
-        elif pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
-            arrays[f"values{i}"] = col.to_numpy()
-            spec.update(kind="numeric")
-        else:
-            missing = col.isna().to_numpy()
-            arrays[f"values{i}"] = np.asarray(["" if m else str(v) for v, m in zip(col, missing)],
-                                              dtype=str)
-            arrays[f"missing{i}"] = missing
-            spec.update(kind="text")
-        columns.append(spec)
-    schema = dict(columns=columns, attrs=df.attrs)
-    np.savez(f, schema=np.asarray(json.dumps(schema, default=lambda o: o.item())), **arrays)
-
-
-def _read_frame(path: Path):
-    """The table ``_write_frame`` stored at ``path``."""
-    import numpy as np
-    import pandas as pd
-
-    with np.load(path, allow_pickle=False) as z:
-        schema = json.loads(str(z["schema"]))
-        data = {}
-        for i, spec in enumerate(schema["columns"]):
-            if spec["kind"] == "category":
-                data[spec["name"]] = pd.Categorical.from_codes(
-                    z[f"codes{i}"], categories=z[f"categories{i}"].tolist(),
-                    ordered=spec["ordered"])
-            elif spec["kind"] == "numeric":
-                data[spec["name"]] = z[f"values{i}"]
-            elif spec["kind"] == "masked":
-                values = pd.array(z[f"values{i}"], dtype=spec["dtype"])
-                values[z[f"missing{i}"]] = pd.NA
-                data[spec["name"]] = values
-            else:
-                values = pd.Series(z[f"values{i}"].astype(object))
-                values[z[f"missing{i}"]] = None
-                data[spec["name"]] = values.astype(spec["dtype"])
-    df = pd.DataFrame(data)
-    df.attrs.update(schema["attrs"])
-    return df
-
-
 # companion files of a study store ----------------------------------------------------------
 
 #: JSON files a store holds beside its records: file-name pattern -> the schema it passes
@@ -198,11 +131,18 @@ COMPANIONS = {"study.json": "study",
 def companion_problems(path: str | Path) -> list[str]:
     """Why the companion file at ``path`` does not pass the schema of its kind
     (``COMPANIONS``); empty if it does."""
+    return _read_companion(path)[1]
+
+
+def _read_companion(path: str | Path) -> tuple:
+    """The companion at ``path`` and its ``companion_problems``, checked once per version of
+    the file within this process (``files.read_checked``)."""
     kind = companion_kind(Path(path).name)
-    saved = read_json(path)
-    if saved is None:
-        return ["not JSON (unreadable or half-written)"]
-    return schema.problems(kind, saved)
+
+    def check(saved):
+        return ["not JSON (unreadable or half-written)"] if saved is None else schema.problems(
+            kind, saved)
+    return read_checked(path, f"companion {kind}", check)
 
 
 def companion_kind(name: str) -> str:
@@ -230,7 +170,7 @@ def companion(root: str | Path, name: str, compute=None) -> dict | None:
     kind = companion_kind(name)
     root = Path(root)
     path = root / name
-    problems = companion_problems(path) if path.exists() else []
+    saved, problems = _read_companion(path) if path.exists() else (None, [])
     if problems and compute is None:
         fix = (f"refused, so that no session is lost: set it aside and start a new log "
                f"that points to it with vitplast.experiments.study_log.restart_log"
@@ -249,7 +189,7 @@ def companion(root: str | Path, name: str, compute=None) -> dict | None:
         content = compute()
         write_companion(root, name, content)
         return json.loads(json.dumps(content, default=str))
-    return read_json(path)
+    return saved if saved is not None and not problems else read_json(path)
 
 
 def write_companion(root: str | Path, name: str, content: dict) -> Path:
@@ -268,7 +208,8 @@ def write_companion(root: str | Path, name: str, content: dict) -> Path:
 
 # measured tables kept beside a study -------------------------------------------------------
 
-def kept_table(name: str, params: dict, compute, root: str | Path | None = None):
+def kept_table(name: str, params: dict, compute, root: str | Path | None = None, *,
+               arrays: bool = False):
     """``load_or_compute(name, params, compute)`` in the user's cache; with ``root`` (a study's
     folder) the same table kept there instead, as the companion ``root/table-<hash>.json``
     (the hash of ``name`` and ``params``; schema ``table``): a measurement that does not change
@@ -281,11 +222,18 @@ def kept_table(name: str, params: dict, compute, root: str | Path | None = None)
     Written with the provenance of the computation (``provenance.provenance``: machine,
     versions, git commit, date) and its wall ``seconds``. Columns keep their dtypes
     (categoricals their categories and order); a missing value is stored as null.
+
+    ``arrays``: a large table (per-pair rates) kept as compressed arrays instead,
+    ``root/table-<hash>.npz`` (``load_or_compute``'s format, its index checked by
+    ``table_problems``; ``table``, ``params`` and ``provenance`` in its ``kept`` entry); one
+    that fails its index or was kept for other parameters is computed again and replaced.
     """
     if root is None:
         return load_or_compute(name, params, compute)
     asked = json.loads(json.dumps(dict(table=name, params=params), default=str))
     file = f"table-{config_hash(asked)}.json"
+    if arrays:
+        return _kept_arrays(Path(root) / file.replace(".json", ".npz"), asked, compute)
     saved = companion(root, file, compute=lambda: _as_kept(name, params, compute))
     problems = kept_problems(saved, asked)
     if not problems:
@@ -301,9 +249,8 @@ def kept_problems(saved: dict, asked: dict) -> list[str]:
     """Why a ``kept_table`` companion (schema-valid) is not the table ``asked`` for
     (``table`` and ``params`` as JSON): other parameters, or rows that do not fit its
     columns or their dtypes; empty when it is."""
-    moved = [k for k in ("table", "params") if saved.get(k) != asked[k]]
-    if moved:
-        return [f"{' and '.join(moved)} differ from the ones asked for (stale)"]
+    if stale := _stale(saved, asked):
+        return stale
     width = len(saved["columns"])
     if any(len(row) != width for row in saved["rows"]):
         return [f"rows that do not have one value per column ({width})"]
@@ -314,8 +261,36 @@ def kept_problems(saved: dict, asked: dict) -> list[str]:
     return []
 
 
-def _as_kept(name: str, params: dict, compute) -> dict:
-    """The companion of ``kept_table``: ``compute()``'s table with what it was computed with."""
+def _stale(saved: dict, asked: dict) -> list[str]:
+    moved = [k for k in ("table", "params") if saved.get(k) != asked[k]]
+    return [f"{' and '.join(moved)} differ from the ones asked for (stale)"] if moved else []
+
+
+def _kept_arrays(path: Path, asked: dict, compute):
+    """``kept_table(..., arrays=True)``: the table of ``path`` when its index passes and its
+    ``kept`` entry names ``asked``, else ``compute()``'s, written there with its provenance."""
+    import numpy as np
+
+    if path.exists():
+        problems = table_problems(path)
+        if not problems:
+            with np.load(path, allow_pickle=False) as z:
+                saved = json.loads(str(z["kept"])) if "kept" in z.files else {}
+            problems = _stale(saved, asked)
+        if not problems:
+            return frames.read_frame(path)
+        warnings.warn(f"{path} is not used ({'; '.join(problems)}): computed again",
+                      stacklevel=3)
+    df, made = _computed(compute)
+    kept = json.dumps(dict(asked, provenance=made), default=str)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        frames.write_frame(df, f, compressed=True, kept=kept)
+    return df
+
+
+def _computed(compute):
+    """``compute()``'s table (a DataFrame with a default index, else ``TypeError``) and its
+    provenance (``provenance.provenance``, with the wall ``seconds`` it took)."""
     import time
 
     import pandas as pd
@@ -327,6 +302,15 @@ def _as_kept(name: str, params: dict, compute) -> dict:
     df = compute()
     if not isinstance(df, pd.DataFrame) or not df.index.equals(pd.RangeIndex(len(df))):
         raise TypeError("kept_table keeps tables (DataFrames) with a default index")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return df, dict(provenance(device), seconds=round(time.perf_counter() - start, 1))
+
+
+def _as_kept(name: str, params: dict, compute) -> dict:
+    """The companion of ``kept_table``: ``compute()``'s table with what it was computed with."""
+    import pandas as pd
+
+    df, made = _computed(compute)
     columns, values = [], []
     for col_name, col in df.items():
         spec = dict(name=str(col_name), dtype=str(col.dtype))
@@ -334,8 +318,6 @@ def _as_kept(name: str, params: dict, compute) -> dict:
             spec.update(categories=col.cat.categories.tolist(), ordered=bool(col.cat.ordered))
         columns.append(spec)
         values.append([None if pd.isna(v) else v for v in col.astype(object).tolist()])
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    made = dict(provenance(device), seconds=round(time.perf_counter() - start, 1))
     kept = dict(table=name, params=params, columns=columns,
                 rows=[list(r) for r in zip(*values)] if values else [],
                 attrs=dict(df.attrs), provenance=made)

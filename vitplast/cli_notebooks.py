@@ -17,9 +17,9 @@ def add_parser(sub) -> None:
                         "list it, copy it out, execute it with papermill under a profile, or "
                         "render an executed run as static HTML.")
     nb_sub = nb.add_subparsers(dest="action", required=True)
-    r = nb_sub.add_parser("run", help="execute the notebooks in order into runs/<timestamp>/",
-                          description="Execute the notebooks in order with papermill into "
-                          "runs/<timestamp>-<profile>/ (figures into its figures/, status per "
+    r = nb_sub.add_parser("run", help="execute the notebooks into runs/<timestamp>/",
+                          description="Execute the notebooks with papermill, --jobs at a time, "
+                          "into runs/<timestamp>-<profile>/ (figures into its figures/, status per "
                           "notebook in summary.csv, with where and why a failed one failed). "
                           "Names, profiles and parameter types are checked before any kernel "
                           "starts; Ctrl-C stops the run and records the notebook in flight as "
@@ -30,6 +30,8 @@ def add_parser(sub) -> None:
                    metavar=("NAME", "VALUE"), help="override a parameter (VALUE parsed as "
                    "a Python literal when possible; its type must be the parameter's)")
     r.add_argument("--out", default=None, help="output folder (default runs/<timestamp>-<profile>)")
+    r.add_argument("--jobs", type=int, default=2, help="notebooks run side by side (default "
+                   "2; 1: one after the other); summary.csv keeps the notebooks' order")
     r.add_argument("--html", action="store_true", help="then render the run as static HTML "
                    "into its html/ (as `notebooks html`)")
     nb_sub.add_parser("list", help="list the notebooks and their parameters",
@@ -81,12 +83,14 @@ def _run(args, parser) -> int:
     from vitplast.report import notebooks
 
     params = {k: literal(v) for k, v in args.param}
+    if args.jobs < 1:
+        parser.error(f"--jobs takes a whole number >= 1 (notebooks at a time); got {args.jobs}")
     try:  # fail before any kernel starts
         notebooks.check_requirements(args.profile, notebooks.plan(args.profile, args.only, params))
     except (ValueError, RuntimeError, FileNotFoundError) as err:
         parser.error(str(err))
     try:
-        summary = notebooks.run(args.profile, args.only, params, args.out)
+        summary = notebooks.run(args.profile, args.only, params, args.out, jobs=args.jobs)
     except notebooks.Interrupted as stop:
         print(f"\ninterrupted during {stop.notebook}: its partial copy and summary.csv are "
               f"in {stop.out_dir}", file=sys.stderr)

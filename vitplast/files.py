@@ -5,7 +5,9 @@ A file is written to a temp file beside it (``.<name>.<random>.tmp``) then moved
 one, never half of one. Used for run records and their companions (``vitplast.experiments.store``),
 the load-or-compute cache, checkpoints (``pretrain``) and the unpacked Fashion-MNIST (``data``).
 ``locked`` makes concurrent read-modify-writes of one file take turns (a study log, claims);
-``set_aside`` moves a damaged file out of the way without deleting it.
+``set_aside`` moves a damaged file out of the way without deleting it. ``read_checked`` reads
+JSON and checks it once per version of the file within a process (a store read again is not
+validated again).
 """
 
 from __future__ import annotations
@@ -55,6 +57,28 @@ def read_json(path: str | Path):
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
+
+
+#: ``read_checked``'s memory: (kind, path, inode, size, mtime_ns) -> the problems found.
+_CHECKED: dict[tuple, list[str]] = {}
+
+
+def read_checked(path: str | Path, kind: str, check) -> tuple:
+    """``(read_json(path), check(content))``, ``check`` (a function of the content returning a
+    list of problems, named ``kind``) run once per version of the file within this process:
+    remembered by its path, inode, size and modification time (an atomic write changes them),
+    so that a store read again by the same process is not validated again. A file that cannot
+    be stat'ed is read as ``None`` and checked (not remembered)."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        return None, check(None)
+    content = read_json(path)
+    key = (kind, str(path.absolute()), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _CHECKED:
+        _CHECKED[key] = check(content)
+    return content, list(_CHECKED[key])
 
 
 @contextlib.contextmanager

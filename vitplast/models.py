@@ -370,3 +370,21 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
         raise ValueError(f"{name!r} builds a {type(model).__name__}, not a timm VisionTransformer; "
                          "vitplast measures the five components of VisionTransformer blocks")
     return model.to(pick_device(device)).eval()
+
+
+def weights_id(model_name: str, checkpoints=("final",)) -> str:
+    """What a measurement of ``model_name`` depends on of its weights, for the key of a table
+    kept beside a study (``cached.kept_table``): the sha256 of each of the embedded model's
+    ``checkpoints`` (its manifest's, which ``load_model`` verifies), else the name
+    (a timm model's weights are its name's), with the ``weights_file`` and ``model_args`` it
+    loads with (``use_model``; issue 43: one's own model never reads the tables of
+    another) when any is set (a weights file changed in place under its name is not noticed).
+    """
+    if model_name != EMBEDDED_NAME:
+        chosen = weights.chosen(model_name)
+        if not chosen["weights_file"] and not chosen["model_args"]:
+            return model_name
+        return json.dumps(dict(model_name=model_name, model_args=chosen["model_args"],
+                               weights_file=str(chosen["weights_file"] or "")), sort_keys=True)
+    known = embedded_checkpoints()
+    return ",".join(known[c]["sha256"] for c in checkpoints)

@@ -106,3 +106,70 @@ def test_layer_summary_puts_median_and_mean_without_layer_0_beside_the_mean():
     assert table.loc["MHA", ("median", "hidden")] == 2.0
     assert table.loc["MHA", ("mean without layer 0", "hidden")] == 2.5
     assert table.loc["FC1", ("median", "hidden")] == 1.1
+
+
+def _profile_params(notebook: str, profile: str) -> dict:
+    from vitplast.report import notebooks
+
+    return {**notebooks.notebook_parameters(notebook),
+            **notebooks.PROFILES[profile].get(notebook, {})}
+
+
+def _never_computed(monkeypatch):
+    """Computing a kept table fails the test: it must be read from data/."""
+    from vitplast import cached
+
+    def computed(*args, **kwargs):
+        raise AssertionError("not stored: the notebook would measure it on a fresh clone")
+
+    monkeypatch.setattr(cached, "_computed", computed)
+
+
+def test_notebook_02_reads_its_measurements_of_the_embedded_model_from_data(monkeypatch):
+    """A fresh clone measures none of 02's tables in the default and smoke profiles: each is
+    kept in data/finetune (``cached.kept_table``; the per-pair rates as arrays) for exactly
+    the settings the notebook asks for, read without computing."""
+    from vitplast.measure import stream
+    from vitplast.report.parameters import kept_folder
+
+    _never_computed(monkeypatch)
+    for profile in ("default", "smoke"):
+        p = _profile_params("02_plasticity", profile)
+        kept = kept_folder(p["measured_dir"], p["model_name"])
+        assert kept is not None and kept.name == "finetune"
+        where = dict(source=p["source"], data_root=p["data_root"])
+        rates = empirical.plasticity_study(
+            p["model_name"], p["tasks"], checkpoints=p["checkpoints"],
+            pretraining_tasks=p["pretraining_tasks"], n_pairs=p["n_pairs"],
+            batch_size=p["batch_size"], weights_file=p["weights_file"], root=kept, **where)
+        assert set(rates.checkpoint) == set(p["checkpoints"]) and set(rates.task) == set(
+            p["tasks"]) and rates.pair.max() == p["n_pairs"] - 1
+        curve = empirical.mha_scale_curve(p["model_name"], p["tasks"][0], p["scales"],
+                                          n_pairs=p["n_pairs"], batch_size=p["batch_size"],
+                                          root=kept, **where)
+        stats = stream.stream_statistics(p["model_name"], p["tasks"][0], p["checkpoints"],
+                                         n_pairs=p["stream_pairs"], root=kept, **where)
+        assert len(curve) and set(stats.checkpoint) == set(p["checkpoints"])
+
+
+def test_notebook_01_reads_its_rates_of_the_embedded_model_from_data(monkeypatch):
+    """01's per-pair rates (section 4, both protocols) are kept in data/finetune for the
+    default and smoke profiles and read without measuring; another checkpoint is another
+    table (its weights in the key)."""
+    from vitplast import cached
+    from vitplast.report.parameters import kept_folder
+
+    _never_computed(monkeypatch)
+    for profile in ("default", "smoke"):
+        p = _profile_params("01_definitions", profile)
+        kept = kept_folder(p["measured_dir"], p["model_name"])
+        for protocol in ("hidden", "embedding"):
+            rates = empirical.task_rates(p["model_name"], p["task"], "fmnist",
+                                         checkpoint=p["checkpoint"], n_pairs=p["n_pairs"],
+                                         protocol=protocol, root=kept)
+            assert rates.pair.nunique() == p["n_pairs"] and set(rates.protocol) == {protocol}
+    keys = []
+    monkeypatch.setattr(cached, "kept_table", lambda name, key, *a, **kw: keys.append(key))
+    for checkpoint in ("init", "final"):
+        empirical.task_rates("vitplast_fmnist", "digits", checkpoint=checkpoint)
+    assert keys[0]["weights"] != keys[1]["weights"]

@@ -119,3 +119,31 @@ def test_cached_tables_are_computed_once_per_key(tmp_path, monkeypatch):
     assert len(calls) == 1 and list(tmp_path.rglob("intervals-random-checks-*.npz"))
     intervals.cached("random-checks", dict(n_seeds=2), compute)
     assert len(calls) == 2
+
+
+def test_notebook_03_reads_its_tables_of_the_embedded_model_from_data(monkeypatch):
+    """A fresh clone computes none of 03's tables (random checks, intervals, the gauged
+    intervals) in the default and smoke profiles: each is kept in data/finetune for exactly
+    the key the notebook builds, read without computing."""
+    from vitplast import cached
+    from vitplast.report import notebooks
+    from vitplast.report.parameters import kept_folder
+
+    def computed(*args, **kwargs):
+        raise AssertionError("not stored: the notebook would compute it on a fresh clone")
+
+    monkeypatch.setattr(cached, "_computed", computed)
+    for profile in ("default", "smoke"):
+        p = {**notebooks.notebook_parameters("03_bounds"),
+             **notebooks.PROFILES[profile].get("03_bounds", {})}
+        kept = kept_folder(p["measured_dir"], p["model_name"])
+        measured = dict(model=p["model_name"], checkpoint=p["checkpoint"],
+                        weights_file=p["weights_file"], task=p["task"], source=p["source"],
+                        data_root=p["data_root"], n_pairs=p["n_pairs"], protocol=p["protocol"])
+        checks = intervals.cached("random-checks", dict(n_seeds=p["n_seeds"],
+                                                        power_iters=p["power_iters"]),
+                                  None, root=kept)
+        df = intervals.cached("intervals", dict(measured, n_lipschitz=p["n_lipschitz"],
+                                                power_iters=p["power_iters"]), None, root=kept)
+        gauged = intervals.cached("gauged", dict(measured, c=p["gauge_c"]), None, root=kept)
+        assert checks.seed.nunique() == p["n_seeds"] and len(df) and len(gauged)

@@ -207,3 +207,41 @@ def test_notebook_02b_reads_every_measurement_of_its_profiles_from_the_shipped_c
             recipes.recipe_rankings(folder, p["gauge_tasks"], n_pairs=p["n_pairs"], root=kept,
                                     **where)]
         assert all(len(t) for t in tables) and Path(kept).name == "gauge"
+
+
+def test_two_model_args_of_one_timm_name_give_two_keys_to_every_measured_table(monkeypatch):
+    """Issue 43: the keys of ``stream_statistics``, ``gauge_rankings``,
+    ``embedding_scale_rankings``, ``mha_scale_curve``, ``plasticity_study`` and
+    ``intervals.cached`` carry the model's weights file and ``model_args``
+    (``models.weights_id``), so one's own model never reads the table of another
+    architecture under the same timm name; with neither, the name alone as before."""
+    from vitplast import cached, weights
+    from vitplast.measure import empirical, intervals, stream
+
+    keys = []
+    monkeypatch.setattr(weights, "CHOSEN", {})
+    monkeypatch.setattr(cached, "kept_table",
+                        lambda name, key, compute, root=None, **kw: keys.append((name, key)))
+    name = "vit_tiny_patch16_224"
+
+    def tables():
+        keys.clear()
+        stream.stream_statistics(name, "digits", ["final"])
+        stream.gauge_rankings(name, ["digits"])
+        stream.embedding_scale_rankings(name, ["digits"])
+        empirical.mha_scale_curve(name, "digits", [1.0])
+        empirical.plasticity_study(name, ["digits"])
+        intervals.cached("intervals", dict(model=name, checkpoint="final"), None)
+        return list(keys)
+
+    plain = tables()
+    assert all(key["weights"] == name for _, key in plain)
+    weights.choose(name, "", {"img_size": 32, "patch_size": 4})
+    small = tables()
+    weights.choose(name, "", {"img_size": 64, "patch_size": 8})
+    large = tables()
+    assert len(plain) == len(small) == len(large) == 6
+    for (table, a), (_, b), (_, c) in zip(plain, small, large):
+        hashes = {cached.config_hash(k) for k in (a, b, c)}
+        assert len(hashes) == 3, table
+        assert '"img_size": 32' in b["weights"] and '"img_size": 64' in c["weights"]

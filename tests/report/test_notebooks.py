@@ -157,7 +157,7 @@ def test_run_names_each_notebook_and_saves_figures_in_the_run(tmp_path, monkeypa
     summary = notebooks.run("smoke", only=["01", "02"], out_dir=tmp_path / "out")
     assert summary.status.tolist() == ["ok", "ok"]
     descs = [kwargs["progress_bar"]["desc"] for _, _, kwargs in fake.calls]
-    assert descs == ["[1/2] 01_definitions", "[2/2] 02_plasticity"]
+    assert sorted(descs) == ["[1/2] 01_definitions", "[2/2] 02_plasticity"]  # side by side
     figures = str((tmp_path / "out" / "figures").resolve())
     assert [params["fig_dir"] for _, params, _ in fake.calls] == [figures, figures]
     meta = json.loads((tmp_path / "out" / "01_definitions.ipynb").read_text())["metadata"]
@@ -171,7 +171,8 @@ def test_ctrl_c_is_recorded_as_interrupted_and_the_cli_says_one_line(tmp_path, m
 
     monkeypatch.setattr(papermill, "execute_notebook", FakePapermill(interrupt_at=2))
     with pytest.raises(notebooks.Interrupted) as stop:
-        notebooks.run("smoke", only=["01", "02", "03"], out_dir=tmp_path / "api", progress=False)
+        notebooks.run("smoke", only=["01", "02", "03"], out_dir=tmp_path / "api", progress=False,
+                      jobs=1)
     assert isinstance(stop.value, KeyboardInterrupt) and stop.value.notebook == "02_plasticity"
     summary = pd.read_csv(tmp_path / "api" / "summary.csv")
     assert summary.status.tolist() == ["ok", "interrupted", "not run"]
@@ -184,6 +185,57 @@ def test_ctrl_c_is_recorded_as_interrupted_and_the_cli_says_one_line(tmp_path, m
     err = capsys.readouterr().err.strip()
     assert code == 130 and len(err.splitlines()) == 1
     assert "interrupted during 01_definitions" in err and "Traceback" not in err
+
+
+def test_notebooks_run_side_by_side_keep_their_order_status_and_message(tmp_path,
+                                                                         monkeypatch):
+    """``jobs=2`` (the default): two notebooks in flight at once (seen by the fake), the
+    summary in the notebooks' order with each one's status and message; after Ctrl-C the
+    notebooks not started are not run."""
+    import threading
+    import time
+
+    import pandas as pd
+    import papermill
+
+    lock, now, most = threading.Lock(), [0], [0]
+
+    def fake(source, target, parameters, **kwargs):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.3)
+        with lock:
+            now[0] -= 1
+        with open(source) as f, open(target, "w") as g:
+            g.write(f.read())
+        if "02_plasticity" in source:
+            raise ValueError("no such thing")
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake)
+    summary = notebooks.run("smoke", only=["01", "02", "03", "04"], out_dir=tmp_path / "a",
+                            progress=False)
+    assert most[0] == 2 and summary.notebook.tolist() == [
+        "01_definitions", "02_plasticity", "03_bounds", "04_finetuning"]
+    assert summary.status.tolist() == ["ok", "failed", "ok", "ok"]
+    assert "ValueError: no such thing" in summary.error[1]
+    assert pd.read_csv(tmp_path / "a" / "summary.csv").status.tolist() == summary.status.tolist()
+
+    def interrupted(source, target, parameters, **kwargs):
+        time.sleep(0.3)
+        with open(source) as f, open(target, "w") as g:
+            g.write(f.read())
+        raise KeyboardInterrupt  # both in flight are interrupted; the rest never start
+
+    monkeypatch.setattr(papermill, "execute_notebook", interrupted)
+    with pytest.raises(notebooks.Interrupted) as stop:
+        notebooks.run("smoke", only=["01", "02", "03", "04"], out_dir=tmp_path / "b",
+                      progress=False)
+    assert stop.value.notebook == "01_definitions"
+    assert pd.read_csv(tmp_path / "b" / "summary.csv").status.tolist() == [
+        "interrupted", "interrupted", "not run", "not run"]
+    with pytest.raises(ValueError, match="jobs takes a whole number"):
+        notebooks.run("smoke", only=["01"], out_dir=tmp_path / "c", jobs=0)
 
 
 @pytest.mark.parametrize("profile", list(notebooks.PROFILES))

@@ -49,7 +49,7 @@ from vitplast import schema
 from vitplast.cached import COMPANIONS, companion, companion_problems, write_companion
 from vitplast.experiments import claims
 from vitplast.experiments.runs import defining, run_hash
-from vitplast.files import read_json, write_json
+from vitplast.files import read_checked, write_json
 
 #: The outcomes a complete record may have (``sweep.run_one``; the record schema's ``status``).
 STATUSES = ("ok", "diverged", "failed")
@@ -78,6 +78,12 @@ def record_problems(record, path: str | Path | None = None) -> list[str]:
         problems.append(f"named {Path(path).stem} but its run hashes to {run_hash(run)} "
                         "(an older hash, or a moved file)")
     return problems
+
+
+def _read_record(path: Path) -> tuple:
+    """The record at ``path`` and its ``record_problems``, checked once per version of the
+    file within this process (``files.read_checked``)."""
+    return read_checked(path, "record", lambda record: record_problems(record, path))
 
 
 @dataclass(frozen=True)
@@ -109,8 +115,8 @@ class Store:
         is not complete (``record_problems``; ``audit`` says why), or the record of a run
         whose defining keys differ from ``run``'s (its runtime keys may differ)."""
         path = self.path(run)
-        record = read_json(path)
-        if record_problems(record, path):
+        record, problems = _read_record(path)
+        if problems:
             return None
         as_stored = json.loads(json.dumps(defining(run), default=str))
         return record if defining(record["run"]) == as_stored else None
@@ -131,8 +137,8 @@ class Store:
         or foreign) are named in one warning (``audit`` says why). Companions are no records."""
         runs, skipped = [], []
         for path in self.record_files():
-            record = read_json(path)
-            if record_problems(record, path):
+            record, problems = _read_record(path)
+            if problems:
                 skipped.append(path.name)
             else:
                 runs.append(record)
@@ -161,7 +167,7 @@ class Store:
 
         rows = []
         for path in self.record_files():
-            problems = record_problems(read_json(path), path)
+            problems = _read_record(path)[1]
             if problems:
                 kind = "invalid" if _HASH_NAME.fullmatch(path.stem) else "foreign"
                 rows.append(dict(file=path.name, kind=kind, problem="; ".join(problems)))
@@ -218,7 +224,7 @@ class Store:
         record stays, for the sweep that runs it to take over."""
         def finished(claim: Path) -> bool:
             record = claim.with_suffix(".json")
-            return record.exists() and not record_problems(read_json(record), record)
+            return record.exists() and not _read_record(record)[1]
 
         return claims.remove_dead(self.root, finished)
 

@@ -109,6 +109,29 @@ def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
     return pd.concat(frames, ignore_index=True)
 
 
+def task_rates(model_name: str, task: str, source: str | None = SOURCE, *,
+               checkpoint: str = "final", protocol: str = "hidden", n_pairs: int = 256,
+               batch_size: int = 64, data_root: str = "", root=None) -> pd.DataFrame:
+    """The per-pair rates of every component (``plasticity.measure``, a ``task`` column) of
+    ``model_name`` (its ``checkpoint`` when embedded) on ``task_pairs(task, source)``,
+    load-or-compute keyed by every argument and the model's weights
+    (``models.weights_id``); with ``root``, kept beside a study there as arrays
+    (``cached.kept_table``).
+
+    Paper: Definition 1 (notebook 01's estimator on the embedded model)."""
+    from vitplast import models
+    def compute():
+        model = models.load_model(model_name, checkpoint=checkpoint)
+        pairs = task_pairs(task, source, n_pairs=n_pairs, model=model, data_root=data_root)
+        return measure(model, pairs, protocol=protocol, batch_size=batch_size,
+                       meta=dict(task=task), progress=False)
+
+    key = dict(model_name=model_name, checkpoint=checkpoint, task=task, source=source or "",
+               protocol=protocol, n_pairs=n_pairs, batch_size=batch_size, data_root=data_root,
+               weights=models.weights_id(model_name, [checkpoint]))
+    return cached.kept_table("task-rates", key, compute, root, arrays=True)
+
+
 def checkpoint_epochs(model_name: str, checkpoints) -> dict[str, float]:
     """Checkpoint name -> pretraining epoch, from the embedded manifest (NaN elsewhere)."""
     from vitplast import models
@@ -122,16 +145,17 @@ def checkpoint_epochs(model_name: str, checkpoints) -> dict[str, float]:
 def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",),
                      pretraining_tasks: list[str] | None = None, source: str | None = SOURCE,
                      data_root: str = "", n_pairs: int = 256, batch_size: int = 64,
-                     weights_file: str = "", workers: int = 0) -> pd.DataFrame:
+                     weights_file: str = "", workers: int = 0, root=None) -> pd.DataFrame:
     """Notebook 02's measurement, load-or-compute (cached under the cache folder, keyed by
-    every argument): the last checkpoint on every task of ``tasks``, the earlier checkpoints on
-    those of ``tasks`` in ``pretraining_tasks`` only (default: all tasks), both protocols, no
-    progress bars.
+    every argument but ``workers`` and by the model's weights, ``models.weights_id``; with
+    ``root``, kept beside a study there as arrays: ``cached.kept_table``): the last checkpoint
+    on every task of ``tasks``, the earlier checkpoints on those of ``tasks`` in
+    ``pretraining_tasks`` only (default: all tasks), both protocols, no progress bars.
 
     Paper: section 4, Fig. 2-3.
     """
+    from vitplast import models
     from vitplast.datasets import tasks as registry
-
     for name in [*tasks, *(pretraining_tasks or []), *([source] if source else [])]:
         registry.check(name, data_root)  # "unknown task", naming the valid ones
     *early, last = list(checkpoints)
@@ -141,7 +165,8 @@ def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",
                          f"{tasks}: the earlier checkpoints are measured on tasks of both")
     params = dict(model_name=model_name, weights_file=weights_file, checkpoints=list(checkpoints),
                   tasks=list(tasks), pretraining_tasks=along, source=source,
-                  data_root=data_root, n_pairs=n_pairs, batch_size=batch_size)
+                  data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
+                  weights=models.weights_id(model_name, checkpoints))
     kw = dict(source=source, data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
               workers=workers, progress=False)  # workers: not in the cache key (params)
 
@@ -150,7 +175,7 @@ def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",
         frames.append(measure_tasks(model_name, list(tasks), checkpoints=[last], **kw))
         return pd.concat(frames, ignore_index=True)
 
-    return cached.load_or_compute("plasticity", params, compute)
+    return cached.kept_table("plasticity", params, compute, root, arrays=True)
 
 
 def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> pd.DataFrame:
@@ -248,19 +273,21 @@ def layer_summary(pooled: pd.DataFrame) -> pd.DataFrame:
 
 def mha_scale_curve(model_name: str, task: str, scales, *, source: str | None = SOURCE,
                     data_root: str = "", n_pairs: int = 256, batch_size: int = 64,
-                    workers: int = 0) -> pd.DataFrame:
+                    workers: int = 0, root=None) -> pd.DataFrame:
     """``plasticity.scale_curve`` of MHA on ``task``'s pairs (``task_pairs``) of the final
-    model, load-or-compute (cached by every argument but ``workers``, a runtime setting).
+    model, load-or-compute (cached by every argument but ``workers``, a runtime setting, and
+    by the model's weights, ``models.weights_id``; with ``root``, kept beside a study there:
+    ``cached.kept_table``).
 
     Paper: not in the paper (objection to the embedding protocol)."""
     from vitplast import models
     from vitplast.measure.plasticity import scale_curve
-
     def compute():
         model = models.load_model(model_name)
         pairs = task_pairs(task, source, n_pairs=n_pairs, model=model, data_root=data_root)
         return scale_curve(model, pairs, scales=scales, batch_size=batch_size, workers=workers)
 
     key = dict(model_name=model_name, task=task, scales=list(scales), source=source or "",
-               data_root=data_root, n_pairs=n_pairs, batch_size=batch_size)
-    return cached.load_or_compute("mha-scale-curve", key, compute)
+               data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
+               weights=models.weights_id(model_name))
+    return cached.kept_table("mha-scale-curve", key, compute, root)

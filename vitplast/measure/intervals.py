@@ -203,13 +203,19 @@ def compare_rankings(df: pd.DataFrame, column: str = "bound") -> pd.DataFrame:
     return out
 
 
-def cached(name: str, key: dict, compute) -> pd.DataFrame:
+def cached(name: str, key: dict, compute, root=None) -> pd.DataFrame:
     """``compute()``, a table of this module (``intervals``, ``gauged``, ``random_checks``),
-    computed once per ``key`` and read back afterwards (``vitplast.cached.load_or_compute``,
-    files ``intervals-<name>-<hash of key>``). ``key`` names everything the table depends on:
-    the model (name, checkpoint, weights file), the pairs (task, source, number) and the call's
-    arguments; a weights file changed in place under the same name is not noticed.
+    computed once per ``key`` and read back afterwards (``vitplast.cached.kept_table``: files
+    ``intervals-<name>-<hash of key>`` in the user's cache, or with ``root`` kept beside a
+    study there). ``key`` names everything the table depends on: the model (name, checkpoint,
+    weights file), the pairs (task, source, number) and the call's arguments; a key naming a
+    ``model`` gets its weights too (``models.weights_id``: the embedded checkpoint's sha256,
+    a timm model's weights file and ``model_args``), so one's own model never reads another's
+    table; a weights file changed in place under the same name is not noticed.
     """
-    from vitplast.cached import load_or_compute
+    from vitplast import models
+    from vitplast.cached import kept_table
 
-    return load_or_compute(f"intervals-{name}", key, compute)
+    if "model" in key:
+        key = dict(key, weights=models.weights_id(key["model"], [key.get("checkpoint") or "final"]))
+    return kept_table(f"intervals-{name}", key, compute, root)

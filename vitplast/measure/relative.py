@@ -58,21 +58,7 @@ from vitplast.measure.plasticity import measurement, order
 UNCHANGED = 1e-3
 
 __all__ = ["UNCHANGED", "measure", "ranking", "order", "gauge_check", "embedded_layers",
-           "model_rankings", "embedded_gauge_check", "gauge_findings", "ranking_findings",
-           "weights_id"]
-
-
-def weights_id(model_name: str, checkpoints=("final",)) -> str:
-    """What a measurement of ``model_name`` depends on of its weights, for the key of a table
-    kept beside a study (``cached.kept_table``): the sha256 of each of the embedded model's
-    ``checkpoints`` (its manifest's, which ``models.load_model`` verifies), else the name
-    (a timm model's weights are its name's)."""
-    from vitplast import models
-
-    if model_name != models.EMBEDDED_NAME:
-        return model_name
-    known = models.embedded_checkpoints()
-    return ",".join(known[c]["sha256"] for c in checkpoints)
+           "model_rankings", "embedded_gauge_check", "gauge_findings", "ranking_findings"]
 
 
 def measure(model: nn.Module, x, y=None, *, protocol: str = "hidden", batch_size: int = 64,
@@ -203,7 +189,7 @@ def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
 
     key = dict(tasks=list(tasks), folder=folder.name, sha256=final["sha256"],
                protocols=list(protocols), source=source, data_root=data_root, n_pairs=n_pairs,
-               weights=weights_id(models.EMBEDDED_NAME, ("final", "init")))
+               weights=models.weights_id(models.EMBEDDED_NAME, ("final", "init")))
     return cached.kept_table("relative-models", key, compute, root)
 
 
@@ -221,7 +207,8 @@ def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
         return gauge_check(model, pairs, c)
 
     key = dict(model=models.EMBEDDED_NAME, task=task, c=float(c), source=source,
-               data_root=data_root, n_pairs=n_pairs, weights=weights_id(models.EMBEDDED_NAME))
+               data_root=data_root, n_pairs=n_pairs,
+               weights=models.weights_id(models.EMBEDDED_NAME))
     return cached.kept_table("relative-gauge", key, compute, root)
 
 

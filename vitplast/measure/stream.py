@@ -75,10 +75,12 @@ def model_statistics(model: nn.Module, images: torch.Tensor,
 
 
 def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = SOURCE,
-                      data_root: str = "", n_pairs: int = 256) -> pd.DataFrame:
+                      data_root: str = "", n_pairs: int = 256, root=None) -> pd.DataFrame:
     """``model_statistics`` at each checkpoint of the embedded model on both images of one
     task's pairs (the pretraining domain's x and the task's y, as ``plasticity.measurement``;
-    load-or-compute), with ``checkpoint`` and ``epoch`` columns.
+    load-or-compute, keyed by the model's weights (``models.weights_id``); with ``root``,
+    kept beside a study there: ``cached.kept_table``), with ``checkpoint`` and ``epoch``
+    columns.
 
     Paper: Props. 1, 3-4 beside its r = 19.4; along pretraining (not studied there).
     """
@@ -101,8 +103,8 @@ def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = 
 
     key = dict(model_name=model_name, task=task, checkpoints=list(checkpoints), source=source,
                data_root=data_root, n_pairs=n_pairs, images="x and y of the pairs",
-               r="token_scale")
-    return cached.load_or_compute("stream-statistics", key, compute)
+               r="token_scale", weights=models.weights_id(model_name, checkpoints))
+    return cached.kept_table("stream-statistics", key, compute, root)
 
 
 def long_statistics(stats: pd.DataFrame) -> pd.DataFrame:
@@ -168,11 +170,12 @@ def gauge_rankings(model_name: str, tasks, cs=(1.0, 8.0), *, protocols=("embeddi
     ``cached.kept_table``): ``plasticity.ranking`` with a ``c`` column.
 
     Paper: Takeaway 2 (its order, Fig. 2) read against a free scale."""
+    from vitplast import models
     from vitplast.measure import gauge
-    from vitplast.measure.relative import weights_id
 
     key = dict(model_name=model_name, tasks=list(tasks), cs=list(cs), protocols=list(protocols),
-               source=source, data_root=data_root, n_pairs=n_pairs, weights=weights_id(model_name))
+               source=source, data_root=data_root, n_pairs=n_pairs,
+               weights=models.weights_id(model_name))
     return cached.kept_table("gauge-rankings", key, lambda: changed_rankings(
         model_name, tasks, cs, gauge.gauge, "c", protocols, source=source, data_root=data_root,
         n_pairs=n_pairs), root)
@@ -187,11 +190,12 @@ def embedding_scale_rankings(model_name: str, tasks, scales=(1.0, 2.0, 4.0, 8.0)
     ``cached.kept_table``): ``plasticity.ranking`` with a ``scale`` column.
 
     Paper: Fig. 2's protocol, its r = 19.4 vs this model's."""
+    from vitplast import models
     from vitplast.measure import gauge
-    from vitplast.measure.relative import weights_id
 
     key = dict(model_name=model_name, tasks=list(tasks), scales=list(scales), source=source,
-               data_root=data_root, n_pairs=n_pairs, weights=weights_id(model_name))
+               data_root=data_root, n_pairs=n_pairs,
+               weights=models.weights_id(model_name))
     return cached.kept_table("embedding-scale-rankings", key, lambda: changed_rankings(
         model_name, tasks, scales, gauge.scale_embedding, "scale", ("embedding",),
         source=source, data_root=data_root, n_pairs=n_pairs), root)

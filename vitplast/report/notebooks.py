@@ -17,7 +17,8 @@ first code cell checks them again where it runs (``parameters.setup``), so that 
 papermill gets the same messages.
 
 ``copy_to`` copies them out of the package (``vitplast notebooks copy DEST``) for JupyterLab.
-``run`` executes them in order into ``runs/<timestamp>-<profile>/`` (figures into its
+``run`` executes them, two at a time by default (``JOBS``; they are independent), into
+``runs/<timestamp>-<profile>/`` (figures into its
 ``figures/``, the kernels' stderr into its ``kernel.log``), continues past a failing notebook,
 stops at Ctrl-C (recording the notebook as interrupted), and returns a summary table
 (notebook, status, seconds, where and why it failed: ``reading_copy.failing_cell``);
@@ -219,16 +220,19 @@ class Interrupted(KeyboardInterrupt):
         self.notebook, self.out_dir, self.summary = notebook, out_dir, summary
 
 
-def _kernel_manager(log: Path):
-    """A Jupyter kernel manager whose kernels write their stderr (startup warnings, the
-    traceback of the interrupt sent at shutdown after Ctrl-C, crashes) to ``log``, not to the
-    terminal; cell errors are in the executed notebook either way."""
+def _kernel_manager(log: Path, cwd: Path):
+    """A Jupyter kernel manager whose kernels start in ``cwd`` (set here rather than by
+    papermill's process-wide ``chdir``, which notebooks run side by side would race on) and
+    write their stderr (startup warnings, the traceback of the interrupt sent at shutdown
+    after Ctrl-C, crashes) to ``log``, not to the terminal; cell errors are in the executed
+    notebook either way."""
     from jupyter_client.manager import AsyncKernelManager
 
     class KernelManager(AsyncKernelManager):
         async def start_kernel(self, **kw):
             with open(log, "ab") as stderr:  # the kernel holds its own copy of the file
                 kw.setdefault("stderr", stderr)
+                kw["cwd"] = str(cwd)
                 return await super().start_kernel(**kw)
 
     return KernelManager
@@ -257,20 +261,30 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
+#: Notebooks run side by side by default (``run``'s ``jobs``): the targets' 2 cores.
+JOBS = 2
+
+
 def run(profile: str = "default", only: list[str] | None = None, params: dict | None = None,
-        out_dir: str | Path | None = None, progress: bool = True) -> pd.DataFrame:
-    """Execute the notebooks in order with papermill; return the summary table.
+        out_dir: str | Path | None = None, progress: bool = True,
+        jobs: int = JOBS) -> pd.DataFrame:
+    """Execute the notebooks with papermill, ``jobs`` at a time (they are independent: each
+    reads the shipped stores and shares only the load-or-compute cache, whose writes are
+    atomic), started in order; return the summary table, in the notebooks' order.
 
     Columns: ``notebook``, ``status`` (``STATUSES``: ok, failed, interrupted, not run),
     ``seconds``, ``error`` (where and why it failed: ``In [N]: ValueError: <its message's
-    first line>``). A failing notebook does not stop the rest; Ctrl-C does: the notebook in
-    flight is recorded as interrupted (in the table, in ``summary.csv`` and in its executed
-    copy's ``metadata.vitplast.status``), the rest as not run, and ``Interrupted`` (a
-    ``KeyboardInterrupt``) is raised. Figures are saved to ``out_dir/figures`` unless a
-    ``fig_dir`` parameter says otherwise; the table's ``attrs["out_dir"]`` is the run's folder.
+    first line>``). A failing notebook does not stop the rest; Ctrl-C does: the notebooks in
+    flight are recorded as interrupted (in the table, in ``summary.csv`` and in their executed
+    copies' ``metadata.vitplast.status``), the rest as not run, and ``Interrupted`` (a
+    ``KeyboardInterrupt``, naming the first interrupted) is raised. Figures are saved to
+    ``out_dir/figures`` unless a ``fig_dir`` parameter says otherwise; the table's
+    ``attrs["out_dir"]`` is the run's folder.
     """
-    import papermill as pm
+    from concurrent.futures import ThreadPoolExecutor, wait
 
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs takes a whole number >= 1 (notebooks at a time); got {jobs!r}")
     todo = plan(profile, only, params)
     check_requirements(profile, todo)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -281,40 +295,68 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
         signal.signal(signal.SIGINT, _note_sigint)  # the same, noting that it came
-    for i, (nb, nb_params) in enumerate(todo):
-        nb_params = {k: str(Path(v).resolve()) if k in PATH_PARAMETERS and v else v
-                     for k, v in nb_params.items()}
-        if "fig_dir" in notebook_parameters(nb) and "fig_dir" not in nb_params:
-            nb_params["fig_dir"] = str((out_dir / "figures").resolve())
-        target = out_dir / f"{nb}.ipynb"
-        start = time.perf_counter()
-        bar = dict(desc=f"[{i + 1}/{len(todo)}] {nb}") if progress else False
-        try:
-            pm.execute_notebook(str(NOTEBOOK_DIR / f"{nb}.ipynb"), str(target),
-                                parameters=nb_params, cwd=str(out_dir), progress_bar=bar,
-                                kernel_name="python3",
-                                kernel_manager_class=_kernel_manager(
-                                    (out_dir / "kernel.log").resolve()))
-            status, error = "ok", ""
-        except KeyboardInterrupt:
-            status, error = "interrupted", "KeyboardInterrupt (Ctrl-C)"
-        except Exception as err:  # papermill raises PapermillExecutionError; keep going
-            status, error = "failed", failing_cell(target) or f"{type(err).__name__}: {err}"
-            error = error.strip().splitlines()[0]  # the CLI's table: one line per notebook
-            if getattr(err, "ename", None) == "KeyboardInterrupt" or (
-                    type(err).__name__ == "DeadKernelError" and _interrupted.is_set()):
-                status = "interrupted"  # Ctrl-C reached the kernel (and may have killed it)
-                # the kernel client's orphaned task would print a traceback when collected
-                logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-        rows[i].update(status=status, seconds=round(time.perf_counter() - start, 1), error=error)
-        if status == "interrupted":
-            with _sigint_ignored():  # a second Ctrl-C must not lose the record
-                record_status(target, status, profile, nb_params)
-                summary = pd.DataFrame(rows)
-                summary.to_csv(out_dir / "summary.csv", index=False)
-            raise Interrupted(nb, out_dir, summary)
-        record_status(target, status, profile, nb_params)
+    one = dict(profile=profile, out_dir=out_dir, progress=progress, total=len(todo))
+    if jobs == 1:
+        for i, (nb, nb_params) in enumerate(todo):
+            rows[i].update(_execute(i, nb, nb_params, **one))
+            if rows[i]["status"] == "interrupted":
+                break
+    else:
+        with ThreadPoolExecutor(jobs) as pool:
+            futures = [pool.submit(_execute, i, nb, nb_params, **one)
+                       for i, (nb, nb_params) in enumerate(todo)]
+            try:
+                wait(futures)
+            except KeyboardInterrupt:  # here in the main thread; the kernels got it too
+                _interrupted.set()
+                with _sigint_ignored():
+                    wait(futures)
+            for row, future in zip(rows, futures):
+                row.update(future.result())
     summary = pd.DataFrame(rows)
-    summary.to_csv(out_dir / "summary.csv", index=False)
+    stopped = [r["notebook"] for r in rows if r["status"] == "interrupted"]
+    with _sigint_ignored() if stopped else contextlib.nullcontext():
+        summary.to_csv(out_dir / "summary.csv", index=False)  # a 2nd Ctrl-C must not lose it
+    if stopped:
+        raise Interrupted(stopped[0], out_dir, summary)
     summary.attrs["out_dir"] = out_dir
     return summary
+
+
+def _execute(i: int, nb: str, nb_params: dict, *, profile: str, out_dir: Path,
+             progress: bool, total: int) -> dict:
+    """Run notebook ``nb`` (the ``i``-th of ``total``) with papermill into ``out_dir``; its
+    row of ``run``'s summary (``status``, ``seconds``, ``error``), also recorded in its
+    executed copy. Not run once Ctrl-C came."""
+    import papermill as pm
+
+    if _interrupted.is_set():
+        return dict(status="not run")
+    nb_params = {k: str(Path(v).resolve()) if k in PATH_PARAMETERS and v else v
+                 for k, v in nb_params.items()}
+    if "fig_dir" in notebook_parameters(nb) and "fig_dir" not in nb_params:
+        nb_params["fig_dir"] = str((out_dir / "figures").resolve())
+    target = out_dir / f"{nb}.ipynb"
+    start = time.perf_counter()
+    bar = dict(desc=f"[{i + 1}/{total}] {nb}") if progress else False
+    try:
+        pm.execute_notebook(str(NOTEBOOK_DIR / f"{nb}.ipynb"), str(target.resolve()),
+                            parameters=nb_params, progress_bar=bar, kernel_name="python3",
+                            kernel_manager_class=_kernel_manager(
+                                (out_dir / "kernel.log").resolve(), out_dir.resolve()))
+        status, error = "ok", ""
+    except KeyboardInterrupt:
+        status, error = "interrupted", "KeyboardInterrupt (Ctrl-C)"
+        _interrupted.set()
+    except Exception as err:  # papermill raises PapermillExecutionError; keep going
+        status, error = "failed", failing_cell(target) or f"{type(err).__name__}: {err}"
+        error = error.strip().splitlines()[0]  # the CLI's table: one line per notebook
+        if getattr(err, "ename", None) == "KeyboardInterrupt" or (
+                type(err).__name__ == "DeadKernelError" and _interrupted.is_set()):
+            status = "interrupted"  # Ctrl-C reached the kernel (and may have killed it)
+            _interrupted.set()
+            # the kernel client's orphaned task would print a traceback when collected
+            logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    with _sigint_ignored() if status == "interrupted" else contextlib.nullcontext():
+        record_status(target, status, profile, nb_params)  # a 2nd Ctrl-C must not lose it
+    return dict(status=status, seconds=round(time.perf_counter() - start, 1), error=error)

@@ -170,6 +170,17 @@ def data_message(notebook: str, missing: list[tuple[str | None, studies.Study]])
             + (f", or give each store's folder ({', '.join(own)})" if own else "") + ".")
 
 
+def kept_folder(measured_dir: str, model_name: str = models.EMBEDDED_NAME) -> Path | None:
+    """Where a notebook keeps its measurements of the embedded model (``cached.kept_table``'s
+    ``root``): ``measured_dir`` as a folder, else the shipped store of that name
+    (``models.results_root``: a checkout's ``data/``); None (the user's cache) for another
+    model, an empty ``measured_dir``, or a folder that is not there (an installed copy)."""
+    if model_name != models.EMBEDDED_NAME or not measured_dir:
+        return None
+    return next((p for p in (Path(measured_dir), models.results_root(measured_dir))
+                 if p.is_dir()), None)
+
+
 def setup(notebook: str, namespace: dict) -> None:
     """A notebook's first code cell: check and coerce its parameters in ``namespace`` (its
     globals, as papermill or the kit left them), check the tasks they name, give a timm

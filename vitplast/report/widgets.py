@@ -26,10 +26,10 @@ import torch
 from vitplast import models
 from vitplast.datasets import data
 from vitplast.experiments import results
-from vitplast.measure import bounds, empirical, pairs, plasticity
+from vitplast.measure import empirical, pairs
 from vitplast.measure.components import COMPONENTS
 from vitplast.paper import PROPOSITIONS
-from vitplast.report import plots
+from vitplast.report import explored, plots
 from vitplast.train import ablations
 
 
@@ -120,15 +120,6 @@ def pair_tensors(task: str, source: str = empirical.SOURCE, n_pairs: int = 128):
                                 test_size=n_pairs).tensors()
 
 
-def _measured(model, x, y, **kwargs) -> tuple:
-    """One pass over the pairs (x, y) (``plasticity.measurement``): the per-pair rates, and
-    ``{(layer, component): bound}``, the valid bounds (Props. 1-3) of ``bounds.model_bounds``
-    for the statistics of those pairs."""
-    m = plasticity.measurement(model, x, y, progress=False, **kwargs)
-    return m.rates, {(int(r.layer), str(r.component)): r.bound
-                     for r in bounds.model_bounds(model, m.statistics).itertuples()}
-
-
 #: Pair sources offered by the plasticity explorer: label -> ``source`` of ``pair_tensors``.
 SOURCES = {"Fashion-MNIST x, task y (the paper's pairing)": empirical.SOURCE,
            "both images from the task": ""}
@@ -146,8 +137,8 @@ def _scale_slider(name: str, value: float = 1.0, lo: int = -1, hi: int = 1):
 
 
 def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str = "digits",
-                        source: str = empirical.SOURCE, n_pairs: int = 128, batch_size: int = 64
-                        ) -> Explorer:
+                        source: str = empirical.SOURCE, n_pairs: int = 128, batch_size: int = 64,
+                        root=None) -> Explorer:
     """Per-pair rates of one component (histogram), its plasticity (their mean), its bound.
 
     Controls ``checkpoint``, ``task``, ``source`` (the paper's pairing or pairs within the
@@ -163,6 +154,8 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
         model: explore this ViT (checkpoint "given") instead of the embedded checkpoints.
         checkpoint: the first checkpoint shown (default the last shipped; "random" if none).
         task, source, n_pairs: the first pairs shown (``pair_tensors``).
+        root: a study's folder where the measurements of embedded checkpoints are kept
+            (``explored.measured``): read there when kept, else measured and kept.
 
     Paper: Definition 1, Props. 1-3, objection 1.
     """
@@ -173,15 +166,19 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
 
     def compute(checkpoint, task, protocol, source=source, n_pairs=n_pairs, embedding_scale=1.0):
         key = (checkpoint, task, protocol, source, n_pairs, float(embedding_scale))
-        if key not in cache:
+        def get():
             if (checkpoint, embedding_scale) not in loaded:
                 m = _load(model, checkpoint)
                 if embedding_scale != 1.0:
                     m = gauge.scale_embedding(copy.deepcopy(m), float(embedding_scale))
                 loaded[(checkpoint, embedding_scale)] = m
-            m, (x, y) = loaded[(checkpoint, embedding_scale)], pair_tensors(task, source,
-                                                                             n_pairs)
-            cache[key] = _measured(m, x, y, protocol=protocol, batch_size=batch_size)
+            return loaded[(checkpoint, embedding_scale)], *pair_tensors(task, source, n_pairs)
+
+        if key not in cache:
+            kept = explored.kept_key(model, checkpoint, task=task, source=source, n_pairs=n_pairs,
+                             embedding_scale=float(embedding_scale))
+            cache[key] = explored.measured(get, key=kept, root=root, protocol=protocol,
+                                           batch_size=batch_size)
         return cache[key]
 
     def draw(checkpoint, task, source, n_pairs, embedding_scale, protocol, layer, component):
@@ -211,7 +208,7 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
 
 
 def gamma_explorer(model=None, *, checkpoint: str | None = None, task: str = "digits",
-                   source: str = empirical.SOURCE, n_pairs: int = 32) -> Explorer:
+                   source: str = empirical.SOURCE, n_pairs: int = 32, root=None) -> Explorer:
     """A LayerNorm's gamma and beta times c, in every block (``ablations.rescale_layernorm``).
 
     Controls ``ln`` (LN1 / LN2), ``layer``, ``c`` (log slider, 0.1 to 10). For the layer's LN,
@@ -225,29 +222,27 @@ def gamma_explorer(model=None, *, checkpoint: str | None = None, task: str = "di
         model: rescale copies of this ViT instead of an embedded checkpoint.
         checkpoint: embedded checkpoint (default the last shipped; "random" if none).
         task, source, n_pairs: the pairs (``pair_tensors``).
+        root: a study's folder where the measurements of an embedded checkpoint are kept
+            (``explored.rescaled``): read there when kept, else measured and kept.
 
     Paper: Prop. 1, objections 3-4 (plasticity vs parameter scale).
     """
     base = _load(model, checkpoint)
-    x, y = pair_tensors(task, source, n_pairs)
-    images = torch.cat([x, y]).to(next(base.parameters()).device)
     cache: dict = {}
+    kept_key = explored.kept_key(model, checkpoint or (available_checkpoints() or ["random"])[-1],
+                         task=task, source=source, n_pairs=n_pairs)
 
-    logits = torch.no_grad()(lambda m: m(images))
-    reference = logits(base)
+    @functools.cache
+    def get():  # the pairs and the original logits, made at the first measurement
+        x, y = pair_tensors(task, source, n_pairs)
+        images = torch.cat([x, y]).to(next(base.parameters()).device)
+        logits = torch.no_grad()(lambda m: m(images))
+        return base, x, y, logits, logits(base)
 
     def compute(ln, c):
         key = (ln, float(c))
         if key not in cache:
-            kept = ablations.rescale_layernorm(copy.deepcopy(base), ln, c, preserve=True)
-            raw = ablations.rescale_layernorm(copy.deepcopy(base), ln, c, preserve=False)
-            rates, bound = _measured(kept, x, y)
-            cache[key] = dict(
-                plasticity=rates[rates["component"] == ln].groupby("layer")["rate"].mean()
-                .to_dict(),
-                bound={k[0]: b for k, b in bound.items() if k[1] == ln},
-                diff_preserved=(logits(kept) - reference).abs().max().item(),
-                diff_raw=(logits(raw) - reference).abs().max().item())
+            cache[key] = explored.rescaled(get, ln, c, key=kept_key, root=root)
         return cache[key]
 
     def draw(ln, layer, c):

@@ -17,7 +17,6 @@ from vitplast import models
 from vitplast.cached import kept_table
 from vitplast.datasets import tasks
 from vitplast.measure import gauge
-from vitplast.measure.relative import weights_id
 from vitplast.train import finetune
 
 
@@ -64,5 +63,5 @@ def finetuning_invariance(model_name: str = "", task: str = "digits",
         return pd.DataFrame(rows)
 
     key = dict(model_name=model_name, task=task, configs=list(configs), c=c, steps=steps,
-               batch_size=batch_size, lr=lr, seed=seed, weights=weights_id(model_name))
+               batch_size=batch_size, lr=lr, seed=seed, weights=models.weights_id(model_name))
     return kept_table("gauge-finetuning", key, compute, root)

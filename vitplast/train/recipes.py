@@ -33,13 +33,11 @@ def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source:
     ``cached.kept_table``): ``plasticity.ranking`` with a ``recipe`` column ("shipped", or the
     folder's name)."""
     from vitplast import models
-    from vitplast.measure.relative import weights_id
-
     folder = Path(folder)
     final = json.loads((folder / "checkpoints.json").read_text())["checkpoints"]["final"]
     key = dict(folder=folder.name, sha256=final["sha256"], tasks=list(tasks),
                protocols=list(protocols), source=source, data_root=data_root, n_pairs=n_pairs,
-               weights=weights_id(models.EMBEDDED_NAME))
+               weights=models.weights_id(models.EMBEDDED_NAME))
 
     def compute():  # value 1: the embedded model (its cached rates); 2: the folder's model
         ranked = changed_rankings(models.EMBEDDED_NAME, tasks, (1.0, 2.0),
