@@ -18,7 +18,8 @@ def _share_the_cores() -> None:
     the embedded model took 2.5x longer with 2 threads than with 1 beside another process)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
-        threads = max(1, (os.cpu_count() or 1) // workers)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        threads = max(1, (cores or os.cpu_count() or 1) // workers)
         os.environ["OMP_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
 
