@@ -536,3 +536,31 @@ def test_every_shipped_file_passes_its_schema():
     for root in roots:  # an empty audit: every record and companion passes (about 3 ms each)
         audit = Store(root).audit()
         assert audit.empty, audit.head().to_dict("records")
+
+
+def test_wait_for_returns_once_a_live_claim_on_the_runs_is_released(tmp_path):
+    """Another holder of a run's claim (here a thread of this process: a live owner) keeps
+    ``wait_for`` waiting until it lets go; runs nobody holds are not waited for."""
+    import threading
+    import time
+
+    store, run = Store(tmp_path), make_run("digits", lr=0.1, seed=0)
+    other = make_run("digits", lr=0.01, seed=0)
+    held, released = threading.Event(), threading.Event()
+
+    def train_elsewhere():
+        with store.claim(run) as mine:
+            assert mine
+            held.set()
+            time.sleep(0.5)
+        released.set()
+
+    thread = threading.Thread(target=train_elsewhere)
+    thread.start()
+    held.wait()
+    start = time.perf_counter()
+    store.wait_for([other], poll=0.05)
+    assert time.perf_counter() - start < 0.3 and not released.is_set()
+    store.wait_for([run, other], poll=0.05)
+    assert released.is_set()
+    thread.join()

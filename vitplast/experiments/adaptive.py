@@ -78,6 +78,7 @@ class ConfoundStudy(Study):
             sweep,
         )
         from vitplast.experiments.runs import run_hash
+        from vitplast.experiments.store import Store
 
         spec = self.spec
         root = str(root or self.root(recompute))
@@ -85,9 +86,11 @@ class ConfoundStudy(Study):
         if recompute:  # its runs are listed from its LayerNorm scales: measured first
             self.prepare(root)
         expected, baselines = confounds.study_runs(spec, root), self.baseline_runs()
-        if recompute:
+        if recompute:  # then wait for the runs another process was training meanwhile
             sweep.run_sweep(baselines, main_root)
             sweep.run_sweep(expected, root)
+            Store(main_root).wait_for(baselines)
+            Store(root).wait_for(expected)
         df = results.records_table(root, main_root)
         hashes = {run_hash(c) for c in expected + baselines}
         df = confound_variants.with_variant(df[df["run"].isin(hashes)] if len(df) else df)

@@ -203,12 +203,14 @@ class GridStudy(Study):
         ``root`` if given, else its own (``root(recompute)``: a shipped store is read only,
         its cache copy recomputed)."""
         from vitplast.experiments import results
+        from vitplast.experiments.store import Store
 
         root = str(root or self.root(recompute))
+        expected = grid_runs(self.spec)
         if recompute:
             self.run(root, Runtime(progress=False))
+            Store(root).wait_for(expected)  # runs another process was training meanwhile
         stored = results.records_table(root)
-        expected = grid_runs(self.spec)
         mine, budget = _rows(stored, expected), stored.iloc[:0]
         if self.budget and len(mine):
             spec = self.budget if not isinstance(self.budget, str) else getattr(

@@ -208,6 +208,16 @@ class Store:
                          heartbeat=heartbeat) as mine:
             yield mine
 
+    def wait_for(self, runs: list[dict], poll: float = 0.5) -> None:
+        """Return once no live process (``claims.alive``) holds the claim on any of ``runs``:
+        each is then stored, or its owner died. A reader that needs them all (a study loaded
+        with ``recompute`` beside another process sweeping the same runs, as notebooks 04
+        and 05 side by side) reads them whole, not whatever was stored when it looked."""
+        wanted = {self.root / f"{run_hash(run)}.claim" for run in runs}
+        while any(path in wanted and claims.alive(owner, age, claims.CLAIM_TIMEOUT_S)
+                  for path, owner, age in claims.present(self.root)):
+            time.sleep(poll)
+
     def companion(self, name: str, compute=None) -> dict | None:
         """``cached.companion`` of this store's folder: the file ``root/name`` kept beside the
         records, read (``None`` when absent) or with ``compute`` measured once and written."""
