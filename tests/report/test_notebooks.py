@@ -259,11 +259,15 @@ def test_a_real_ctrl_c_stops_the_run_with_one_line(tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     out = tmp_path / "run"
+    # Settings whose measurements no kept table holds, into an empty cache: seconds of work
+    # after the first cell (the smoke profile's own settings are read, done in a second)
     proc = subprocess.Popen(
         [sys.executable, "-m", "vitplast", "notebooks", "run", "--profile", "smoke", "--only",
-         "01", "--out", "run"],  # a relative output folder, like the default runs/...
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": str(root)},
+         "01", "--out", "run",  # a relative output folder, like the default runs/...
+         "-p", "n_pairs", "4096", "-p", "n_samples", "200000", "-p", "measured_dir", '""'],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, env={**os.environ, "PYTHONPATH": str(root),
+                                     "VITPLAST_CACHE": str(tmp_path / "cache")},
         # as a terminal starts a foreground job: Ctrl-C at its default, even when these tests
         # run as a shell's background job (which ignores SIGINT and hands that on)
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -104,7 +104,7 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
 def gauged(model: nn.Module, c: float, x, y: torch.Tensor | None = None, *,
            protocol: str = "hidden", batch_size: int = 64, workers: int = 0) -> pd.DataFrame:
     """``intervals`` of a copy of ``model`` with its residual stream times ``c``
-    (``gauge.gauge``: the same network function), for the bounds and plasticity only: the
+    (``gauge.rescale_stream``: the same network function), for the bounds and plasticity only: the
     local Lipschitz probe is skipped (``local_lipschitz`` of one input, no power iteration),
     so ``lipschitz_lower`` is about the largest rate. ``model`` is left as it is.
 

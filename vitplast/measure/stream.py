@@ -165,7 +165,7 @@ def changed_rankings(model_name: str, tasks, values, change, column: str, protoc
 def gauge_rankings(model_name: str, tasks, cs=(1.0, 8.0), *, protocols=("embedding", "hidden"),
                    source: str = SOURCE, data_root: str = "", n_pairs: int = 256,
                    root=None) -> pd.DataFrame:
-    """The ranking of the same network at each gauge c (``gauge.gauge``: same function),
+    """The ranking of the same network at each gauge c (``gauge.rescale_stream``: same function),
     per task and protocol (load-or-compute; with ``root``, kept beside a study there:
     ``cached.kept_table``): ``plasticity.ranking`` with a ``c`` column.
 
@@ -177,8 +177,8 @@ def gauge_rankings(model_name: str, tasks, cs=(1.0, 8.0), *, protocols=("embeddi
                source=source, data_root=data_root, n_pairs=n_pairs,
                weights=models.weights_id(model_name))
     return cached.kept_table("gauge-rankings", key, lambda: changed_rankings(
-        model_name, tasks, cs, gauge.gauge, "c", protocols, source=source, data_root=data_root,
-        n_pairs=n_pairs), root)
+        model_name, tasks, cs, gauge.rescale_stream, "c", protocols, source=source,
+        data_root=data_root, n_pairs=n_pairs), root)
 
 
 def embedding_scale_rankings(model_name: str, tasks, scales=(1.0, 2.0, 4.0, 8.0), *,

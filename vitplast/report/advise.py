@@ -151,7 +151,7 @@ def rank(model_name: str, task: str, *, rules=RULES, n_pairs: int = 64, batch_si
             loss-drop rule (twice as many in the one batch the gradient rules and the loss drop
             are measured on); steps: SGD steps of the loss-drop rule; source: the pretraining
             domain of the pairs.
-        c: the residual-stream gauge applied after the new head (``gauge.gauge``; 1: none):
+        c: the residual-stream gauge applied after the new head (``gauge.rescale_stream``; 1: none):
             the same function, so a rule whose pick moves with ``c`` reads a parametrisation.
         threads: torch's CPU threads while ranking, restored after (None: as set). One is
             the fastest for a small model on a shared CPU (measured: 6 s against 50 s for two

@@ -232,6 +232,19 @@ def kernel_threads(jobs: int) -> int | None:
     return max(1, (cores or 1) // jobs)
 
 
+#: The process ids of the kernels running now (``_kernel_manager``'s): Ctrl-C interrupts each
+#: (``_interrupt_kernels``), since a kernel runs in its own session, out of the terminal's
+#: reach, and a notebook run side by side is not in the main thread, where Ctrl-C lands.
+_kernels: set[int] = set()
+
+
+def _interrupt_kernels() -> None:
+    """Send every running kernel the interrupt Ctrl-C would: its cell stops (KeyboardInterrupt)."""
+    for pid in list(_kernels):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
+
+
 def _kernel_manager(log: Path, cwd: Path, threads: int | None = None):
     """A Jupyter kernel manager whose kernels start in ``cwd`` (set here rather than by
     papermill's process-wide ``chdir``, which notebooks run side by side would race on), with
@@ -248,7 +261,14 @@ def _kernel_manager(log: Path, cwd: Path, threads: int | None = None):
             with open(log, "ab") as stderr:  # the kernel holds its own copy of the file
                 kw.setdefault("stderr", stderr)
                 kw["cwd"] = str(cwd)
-                return await super().start_kernel(**kw)
+                started = await super().start_kernel(**kw)
+            self._pid = getattr(getattr(self.provisioner, "process", None), "pid", None)
+            _kernels.add(self._pid)
+            return started
+
+        async def shutdown_kernel(self, *args, **kw):
+            _kernels.discard(getattr(self, "_pid", None))
+            return await super().shutdown_kernel(*args, **kw)
 
     return KernelManager
 
@@ -323,8 +343,9 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
                        for i, (nb, nb_params) in enumerate(todo)]
             try:
                 wait(futures)
-            except KeyboardInterrupt:  # here in the main thread; the kernels got it too
+            except KeyboardInterrupt:  # here in the main thread: the kernels are told
                 _interrupted.set()
+                _interrupt_kernels()
                 with _sigint_ignored():
                     wait(futures)
             for row, future in zip(rows, futures):
