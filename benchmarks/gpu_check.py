@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
 
     per_minute = {mode: runs_per_minute(mode, procs=args.procs, k=args.k, steps=120 if not
                                         args.dry else args.steps, reps=args.reps, device=device,
-                                        warmup_s=20 if args.dry else 60)
+                                        warmup_s=10 if args.dry else 60)
                   for mode in ("separate", "batched")}
     for mode, v in per_minute.items():
         print(f"{mode:>8}: {v:8.0f} runs per minute ({args.procs} processes"
