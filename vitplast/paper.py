@@ -2,7 +2,7 @@
 
 Paper: Odonnat et al., *Vision Transformer Finetuning Benefits from Non-Smooth Components*
 (arXiv 2602.06883). One place for every number the kit compares with; the findings tables
-(``vitplast.report.plasticity_findings``) put them in their ``paper`` column.
+(``vitplast.report``'s ``*_findings`` modules) put them in their ``paper`` column.
 """
 
 from __future__ import annotations
