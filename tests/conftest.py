@@ -7,19 +7,17 @@ import pytest
 import torch
 from helpers import FakeTrain, tiny_vit, write_idx
 
+from vitplast.report.notebooks import kernel_threads
 from vitplast.train import finetune
 
 
 def _share_the_cores() -> None:
-    """Under pytest-xdist, each worker computes on its share of the cores (and so do the
-    notebook kernels and command lines it starts, through OMP_NUM_THREADS): N workers each
-    running torch's default of one thread per core would put N threads on every core, and
-    torch's threads wait for each other inside every operation (on 2 cores, a training step of
-    the embedded model took 2.5x longer with 2 threads than with 1 beside another process)."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if workers > 1:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        threads = max(1, (cores or os.cpu_count() or 1) // workers)
+    """Under pytest-xdist, each worker computes on its share of the cores, as notebooks run
+    side by side do (``notebooks.kernel_threads``), and so do the kernels and command lines it
+    starts (OMP_NUM_THREADS): N workers each running torch's default of one thread per core
+    would put N threads on every core, waiting for each other inside every operation."""
+    threads = kernel_threads(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    if threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
 

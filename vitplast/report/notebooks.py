@@ -224,8 +224,8 @@ class Interrupted(KeyboardInterrupt):
 def kernel_threads(jobs: int) -> int | None:
     """The compute threads of each of ``jobs`` kernels side by side: their share of the cores
     this process may use (torch's default, a thread per core in every kernel, puts ``jobs``
-    threads on each core, and they wait for each other inside every operation: 2.5x slower on
-    2 cores). None for one kernel, or where ``OMP_NUM_THREADS`` is set already (the user's)."""
+    threads on each core, and they wait for each other inside every operation). None for one
+    kernel, or where ``OMP_NUM_THREADS`` is set already (the user's)."""
     if jobs == 1 or "OMP_NUM_THREADS" in os.environ:
         return None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -263,7 +263,8 @@ def _kernel_manager(log: Path, cwd: Path, threads: int | None = None):
                 kw["cwd"] = str(cwd)
                 started = await super().start_kernel(**kw)
             self._pid = getattr(getattr(self.provisioner, "process", None), "pid", None)
-            _kernels.add(self._pid)
+            if self._pid is not None:  # a local kernel (another provisioner: not reachable)
+                _kernels.add(self._pid)
             return started
 
         async def shutdown_kernel(self, *args, **kw):
