@@ -7,16 +7,16 @@ import pytest
 import torch
 from helpers import FakeTrain, tiny_vit, write_idx
 
-from vitplast.report.notebooks import kernel_threads
+from vitplast.report.kernels import threads_each
 from vitplast.train import finetune
 
 
 def _share_the_cores() -> None:
     """Under pytest-xdist, each worker computes on its share of the cores, as notebooks run
-    side by side do (``notebooks.kernel_threads``), and so do the kernels and command lines it
+    side by side do (``kernels.threads_each``), and so do the kernels and command lines it
     starts (OMP_NUM_THREADS): N workers each running torch's default of one thread per core
     would put N threads on every core, waiting for each other inside every operation."""
-    threads = kernel_threads(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    threads = threads_each(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     if threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from vitplast.__main__ import main
-from vitplast.report import notebooks
+from vitplast.report import kernels, notebooks
 
 
 @pytest.mark.parametrize("name", notebooks.available())
@@ -339,7 +339,7 @@ def test_a_kernel_that_died_is_interrupted_only_after_ctrl_c(tmp_path, monkeypat
 
     def dies(source, target, parameters, **kwargs):
         if ctrl_c:
-            notebooks._interrupted.set()  # what the run's SIGINT handler does
+            kernels.INTERRUPTED.set()  # what the run's SIGINT handler does
         raise DeadKernelError("Kernel died")
 
     monkeypatch.setattr(papermill, "execute_notebook", dies)
@@ -350,27 +350,3 @@ def test_a_kernel_that_died_is_interrupted_only_after_ctrl_c(tmp_path, monkeypat
         summary = notebooks.run("smoke", only=["01"], out_dir=tmp_path, progress=False)
         assert summary.status.tolist() == ["failed"]
 
-
-def test_kernels_side_by_side_compute_on_their_share_of_the_cores(tmp_path, monkeypatch):
-    """Two kernels at once get half the cores each (OMP_NUM_THREADS in their environment, read
-    by torch in the kernel); one kernel, or a user's own OMP_NUM_THREADS, is left as it is."""
-    import os
-
-    import nbformat
-    import papermill
-
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    cores = len(os.sched_getaffinity(0))
-    assert notebooks.kernel_threads(1) is None
-    assert notebooks.kernel_threads(2) == max(1, cores // 2)
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert notebooks.kernel_threads(2) is None
-    monkeypatch.delenv("OMP_NUM_THREADS")
-    source, target = tmp_path / "threads.ipynb", tmp_path / "out.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import torch\nprint(torch.get_num_threads())")]), source)
-    papermill.execute_notebook(str(source), str(target), kernel_name="python3",
-                               progress_bar=False, kernel_manager_class=notebooks._kernel_manager(
-                                   tmp_path / "kernel.log", tmp_path, threads=1))
-    cell = nbformat.read(target, as_version=4).cells[0]
-    assert cell.outputs[0]["text"].strip() == "1"

@@ -18,10 +18,11 @@ papermill gets the same messages.
 
 ``copy_to`` copies them out of the package (``vitplast notebooks copy DEST``) for JupyterLab.
 ``run`` executes them, two at a time by default (``JOBS``; they are independent), into
-``runs/<timestamp>-<profile>/`` (figures into its
-``figures/``, the kernels' stderr into its ``kernel.log``), continues past a failing notebook,
-stops at Ctrl-C (recording the notebook as interrupted), and returns a summary table
-(notebook, status, seconds, where and why it failed: ``reading_copy.failing_cell``);
+``runs/<timestamp>-<profile>/`` (figures into its ``figures/``, the kernels' stderr into its
+``kernel.log``; how kernels start and stop: ``vitplast.report.kernels``), continues past a
+failing notebook, stops at Ctrl-C (recording the notebook as interrupted), and returns a
+summary table (notebook, status, seconds, where and why it failed:
+``reading_copy.failing_cell``);
 ``reading_copy.write_site`` renders the run's folder as a static HTML site.
 """
 
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import threading
 import time
@@ -40,6 +40,7 @@ import pandas as pd
 
 from vitplast.datasets.paper_datasets import PAPER_DATASETS, PAPER_MODEL
 from vitplast.models import EMBEDDED_NAME
+from vitplast.report import kernels
 from vitplast.report.parameters import NOTEBOOK_DIR, check, check_task_names, declared
 from vitplast.report.reading_copy import failing_cell, record_status
 
@@ -221,82 +222,6 @@ class Interrupted(KeyboardInterrupt):
         self.notebook, self.out_dir, self.summary = notebook, out_dir, summary
 
 
-def kernel_threads(jobs: int) -> int | None:
-    """The compute threads of each of ``jobs`` kernels side by side: their share of the cores
-    this process may use (torch's default, a thread per core in every kernel, puts ``jobs``
-    threads on each core, and they wait for each other inside every operation). None for one
-    kernel, or where ``OMP_NUM_THREADS`` is set already (the user's)."""
-    if jobs == 1 or "OMP_NUM_THREADS" in os.environ:
-        return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // jobs)
-
-
-#: The process ids of the kernels running now (``_kernel_manager``'s): Ctrl-C interrupts each
-#: (``_interrupt_kernels``), since a kernel runs in its own session, out of the terminal's
-#: reach, and a notebook run side by side is not in the main thread, where Ctrl-C lands.
-_kernels: set[int] = set()
-
-
-def _interrupt_kernels() -> None:
-    """Send every running kernel the interrupt Ctrl-C would: its cell stops (KeyboardInterrupt)."""
-    for pid in list(_kernels):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGINT)
-
-
-def _kernel_manager(log: Path, cwd: Path, threads: int | None = None):
-    """A Jupyter kernel manager whose kernels start in ``cwd`` (set here rather than by
-    papermill's process-wide ``chdir``, which notebooks run side by side would race on), with
-    ``threads`` compute threads (``kernel_threads``; None: torch's default), and write their
-    stderr (startup warnings, the traceback of the interrupt sent at shutdown after Ctrl-C,
-    crashes) to ``log``, not to the terminal; cell errors are in the executed notebook either
-    way."""
-    from jupyter_client.manager import AsyncKernelManager
-
-    class KernelManager(AsyncKernelManager):
-        async def start_kernel(self, **kw):
-            if threads is not None:
-                kw["env"] = {**kw.get("env", os.environ), "OMP_NUM_THREADS": str(threads)}
-            with open(log, "ab") as stderr:  # the kernel holds its own copy of the file
-                kw.setdefault("stderr", stderr)
-                kw["cwd"] = str(cwd)
-                started = await super().start_kernel(**kw)
-            self._pid = getattr(getattr(self.provisioner, "process", None), "pid", None)
-            if self._pid is not None:  # a local kernel (another provisioner: not reachable)
-                _kernels.add(self._pid)
-            return started
-
-        async def shutdown_kernel(self, *args, **kw):
-            _kernels.discard(getattr(self, "_pid", None))
-            return await super().shutdown_kernel(*args, **kw)
-
-    return KernelManager
-
-
-#: Set when this process receives Ctrl-C during ``run`` (a kernel that Ctrl-C killed is
-#: recorded as interrupted, not failed).
-_interrupted = threading.Event()
-
-
-def _note_sigint(signum, frame):
-    _interrupted.set()
-    raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _sigint_ignored():
-    """Ignore Ctrl-C inside the block (main thread only; elsewhere signals never arrive)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 #: Notebooks run side by side by default (``run``'s ``jobs``): the targets' 2 cores.
 JOBS = 2
 
@@ -327,12 +252,12 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
     out_dir = Path(out_dir) if out_dir else Path("runs") / f"{stamp}-{profile}"
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [dict(notebook=nb, status="not run", seconds=0.0, error="") for nb, _ in todo]
-    _interrupted.clear()
+    kernels.INTERRUPTED.clear()
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-        signal.signal(signal.SIGINT, _note_sigint)  # the same, noting that it came
+        signal.signal(signal.SIGINT, kernels.note_sigint)  # the same, noting that it came
     one = dict(profile=profile, out_dir=out_dir, progress=progress, total=len(todo),
-               threads=kernel_threads(min(jobs, len(todo))))
+               threads=kernels.threads_each(min(jobs, len(todo))))
     if jobs == 1:
         for i, (nb, nb_params) in enumerate(todo):
             rows[i].update(_execute(i, nb, nb_params, **one))
@@ -345,15 +270,15 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
             try:
                 wait(futures)
             except KeyboardInterrupt:  # here in the main thread: the kernels are told
-                _interrupted.set()
-                _interrupt_kernels()
-                with _sigint_ignored():
+                kernels.INTERRUPTED.set()
+                kernels.interrupt_all()
+                with kernels.sigint_ignored():
                     wait(futures)
             for row, future in zip(rows, futures):
                 row.update(future.result())
     summary = pd.DataFrame(rows)
     stopped = [r["notebook"] for r in rows if r["status"] == "interrupted"]
-    with _sigint_ignored() if stopped else contextlib.nullcontext():
+    with kernels.sigint_ignored() if stopped else contextlib.nullcontext():
         summary.to_csv(out_dir / "summary.csv", index=False)  # a 2nd Ctrl-C must not lose it
     if stopped:
         raise Interrupted(stopped[0], out_dir, summary)
@@ -368,7 +293,7 @@ def _execute(i: int, nb: str, nb_params: dict, *, profile: str, out_dir: Path,
     executed copy. Not run once Ctrl-C came."""
     import papermill as pm
 
-    if _interrupted.is_set():
+    if kernels.INTERRUPTED.is_set():
         return dict(status="not run")
     nb_params = {k: str(Path(v).resolve()) if k in PATH_PARAMETERS and v else v
                  for k, v in nb_params.items()}
@@ -380,22 +305,22 @@ def _execute(i: int, nb: str, nb_params: dict, *, profile: str, out_dir: Path,
     try:
         pm.execute_notebook(str(NOTEBOOK_DIR / f"{nb}.ipynb"), str(target.resolve()),
                             parameters=nb_params, progress_bar=bar, kernel_name="python3",
-                            kernel_manager_class=_kernel_manager(
+                            kernel_manager_class=kernels.manager(
                                 (out_dir / "kernel.log").resolve(), out_dir.resolve(),
                                 threads))
         status, error = "ok", ""
     except KeyboardInterrupt:
         status, error = "interrupted", "KeyboardInterrupt (Ctrl-C)"
-        _interrupted.set()
+        kernels.INTERRUPTED.set()
     except Exception as err:  # papermill raises PapermillExecutionError; keep going
         status, error = "failed", failing_cell(target) or f"{type(err).__name__}: {err}"
         error = error.strip().splitlines()[0]  # the CLI's table: one line per notebook
         if getattr(err, "ename", None) == "KeyboardInterrupt" or (
-                type(err).__name__ == "DeadKernelError" and _interrupted.is_set()):
+                type(err).__name__ == "DeadKernelError" and kernels.INTERRUPTED.is_set()):
             status = "interrupted"  # Ctrl-C reached the kernel (and may have killed it)
-            _interrupted.set()
+            kernels.INTERRUPTED.set()
             # the kernel client's orphaned task would print a traceback when collected
             logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-    with _sigint_ignored() if status == "interrupted" else contextlib.nullcontext():
+    with kernels.sigint_ignored() if status == "interrupted" else contextlib.nullcontext():
         record_status(target, status, profile, nb_params)  # a 2nd Ctrl-C must not lose it
     return dict(status=status, seconds=round(time.perf_counter() - start, 1), error=error)
