@@ -167,3 +167,103 @@ def test_expected_words_a_schema_from_the_document_itself():
         "an integer >= 1 and <= 5")
     assert schema.expected({"$ref": "urn:vitplast:schema:plasticity#/$defs/protocol"}) == (
         "one of ['hidden', 'embedding']")
+
+
+def _shipped_files() -> dict[str, list]:
+    """Kind -> the contents of shipped files of that kind: every companion, a few records of
+    each store (a record's ``run`` is a run)."""
+    from pathlib import Path
+
+    import fnmatch
+    import json
+
+    out: dict[str, list] = {kind: [] for kind in schema.KINDS}
+    for folder in sorted(Path(__file__).resolve().parents[1].joinpath("data").iterdir()):
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.json")):
+            kinds = [k for pattern, k in cached.COMPANIONS.items()
+                     if fnmatch.fnmatch(path.name, pattern)]
+            if kinds:
+                out[kinds[0]].append(json.loads(path.read_text()))
+        for path in sorted(folder.glob("*.json"))[:4]:
+            if re.fullmatch(r"[0-9a-f]{16}", path.stem):
+                record = json.loads(path.read_text())
+                out["record"].append(record)
+                out["run"].append(record["run"])
+    return out
+
+
+def _damaged(value, rng) -> list:
+    """Copies of ``value`` each with one damage: a leaf replaced (wrong type, out of range,
+    1.0 for an integer, NaN, a tuple), a key dropped or one added."""
+    import copy
+    import random
+
+    assert isinstance(rng, random.Random)
+    leaves = []
+
+    def walk(node, path):
+        items = node.items() if isinstance(node, dict) else (
+            enumerate(node) if isinstance(node, list) else ())
+        for key, child in items:
+            leaves.append((*path, key))
+            walk(child, (*path, key))
+
+    walk(value, ())
+    swaps = (None, -1, 0, 1.0, 0.5, 2.0, 1e9, "", "x", True, [], {}, math.nan, (1, 2))
+    out = []
+    for path in rng.sample(leaves, min(len(leaves), 25)):
+        for swap in (*rng.sample(swaps, 4), "drop"):
+            damaged = copy.deepcopy(value)
+            node = damaged
+            for key in path[:-1]:
+                node = node[key]
+            if swap == "drop":
+                node.pop(path[-1]) if isinstance(node, dict) else node.pop()
+            else:
+                node[path[-1]] = swap
+            out.append(damaged)
+    if isinstance(value, dict):
+        out.append({**value, "not_a_key": 1})
+    return out
+
+
+def test_the_compiled_check_decides_as_the_reference_on_shipped_and_damaged_files():
+    """The fast engine accepts exactly what ``jsonschema`` accepts on plain JSON, and leaves
+    everything else (NaN, tuples) to it: ``problems`` is the reference's verdict, faster."""
+    import random
+
+    rng = random.Random(0)
+    compared = accepted = 0
+    for kind, values in _shipped_files().items():
+        for value in values:
+            assert schema._compiled_accepts(kind, value), kind  # every shipped file: the fast path
+            for damaged in _damaged(value, rng):
+                reference = not any(schema._validator(kind).iter_errors(damaged))
+                fast = schema._compiled_accepts(kind, damaged)
+                assert fast == reference or (not fast and _not_plain_json(damaged)), (
+                    kind, damaged)
+                compared, accepted = compared + 1, accepted + fast
+    assert compared > 2000 and 0 < accepted < compared  # both verdicts met, many times
+
+
+def _not_plain_json(value) -> bool:
+    import json
+
+    try:
+        return json.loads(json.dumps(value, allow_nan=False)) != value
+    except ValueError:
+        return True
+
+
+def test_a_run_inside_a_record_is_held_to_the_same_types():
+    """A ``$ref`` to another document keeps the kit's types (an integer is not a float, a
+    number is finite) in both engines."""
+    record = {"run": RUN, "status": "ok", "test_acc": 0.9, "best_val_acc": 0.8,
+              "history": [{"step": 0, "loss": 1.0}]}
+    assert schema.problems("record", {**record, "run": {**RUN, "steps": 120.0}}) == [
+        "run.steps=120.0 is not valid: expected an integer >= 1 (optimisation steps)"]
+    assert schema.problems("record", {**record, "run": {**RUN, "lr": math.inf}}) == [
+        "run.lr=inf is not valid: expected a number > 0 (the peak learning rate)"]
+    assert not schema._compiled_accepts("record", {**record, "run": {**RUN, "steps": 120.0}})

@@ -29,9 +29,13 @@ def test_the_registry_holds_the_specs_and_their_primaries():
     assert studies.get("main").spec is study_specs.MAIN
     assert studies.get("suite").primaries == study_specs.SUITE_PRIMARIES
     assert studies.get("main-smoke").spec is study_specs.MAIN_SMOKE
-    assert study_specs.MAIN_SMOKE == replace(study_specs.MAIN, tasks=("digits",), seeds=(0,),
-                                             lrs=study_specs.MAIN_SMOKE.lrs,
+    assert study_specs.MAIN_SMOKE == replace(study_specs.MAIN, tasks=("fmnist_contrast",),
+                                             seeds=(0,), lrs=study_specs.MAIN_SMOKE.lrs,
                                              fixed=study_specs.SMOKE_RUN)
+    # the smoke study's runs, and its probe, build the task's small splits; the main study's
+    # keep the defaults (its shipped probes are read as they are)
+    assert studies.get("main-smoke").task_options == dict(train_size=160, test_size=64)
+    assert studies.get("main").task_options == {}
     assert study_specs.ladder(0.03, 3.0) == [0.03, 0.1, 0.3, 1.0, 3.0]
 
 

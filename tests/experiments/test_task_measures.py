@@ -15,7 +15,7 @@ def test_a_task_s_probe_is_computed_once_and_stored_as_a_companion(tmp_path, mon
 
     calls = []
 
-    def fake(model_name, tasks):
+    def fake(model_name, tasks, options=None):
         calls.append(tasks)
         return pd.DataFrame([dict(task=tasks[0], train_acc=99.0, val_acc=90.0, test_acc=89.5,
                                   n_train=4000, n_features=128)])

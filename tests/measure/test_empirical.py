@@ -61,8 +61,8 @@ def test_notebook_04_inputs_are_stored_beside_the_study_and_recomputed_when_an_i
                                   plasticity=float(b + i + (protocol == "hidden")))
                              for b in range(2) for i, c in enumerate(["LN1", "MHA"])])
 
-    def linear_probes(model_name, tasks):
-        probed.append(tuple(tasks))
+    def linear_probes(model_name, tasks, options=None):
+        probed.append((*tasks, *(options or {}).items()))
         return pd.DataFrame([dict(task=tasks[0], train_acc=99.0, val_acc=90.0, test_acc=88.0,
                                   n_train=10, n_features=4)])
 
@@ -79,6 +79,9 @@ def test_notebook_04_inputs_are_stored_beside_the_study_and_recomputed_when_an_i
     pd.testing.assert_frame_equal(again[0], rates)
     probes.finetuning_inputs(["digits"], tmp_path, protocols=["hidden"], n_pairs=8)
     assert measured[-1] == (("digits",), "hidden", 8) and len(probed) == 2
+    # a study whose runs build smaller splits has its probe on those, in a file of its own
+    probes.finetuning_inputs(["fmnist_snow"], tmp_path, n_pairs=4, options=dict(train_size=160))
+    assert probed[-1] == ("fmnist_snow", ("train_size", 160)) and len(probed) == 3
     assert Store(tmp_path).audit().empty  # companions, not foreign files
 
 

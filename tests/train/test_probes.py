@@ -16,3 +16,12 @@ def test_linear_probe_is_deterministic(vit28):
         assert 0.0 <= first[split] <= 1.0
     assert first["test_acc"] > 0.5  # random ViT features of digits are far above chance (0.1)
     assert all(torch.equal(p, before[n]) for n, p in model.state_dict().items())
+
+
+def test_linear_probes_build_each_task_with_the_options_given():
+    """A study's probe is fitted on the splits its runs train on (``options``)."""
+    from vitplast import models
+
+    small = probes.linear_probes(models.EMBEDDED_NAME, ["fmnist_contrast"],
+                                 options=dict(train_size=160, test_size=64))
+    assert small["n_train"].tolist() == [128]  # 80% of 160; the rest validates

@@ -198,6 +198,12 @@ class GridStudy(Study):
     def _runs(self, root, runtime) -> list[dict]:
         return grid_runs(self.spec)
 
+    @property
+    def task_options(self) -> dict:
+        """The ``tasks.load`` options its spec fixes for every run (the smoke study's small
+        splits: ``train_size``, ``test_size``); empty where its runs keep the defaults."""
+        return {k: self.spec.fixed[k] for k in ("train_size", "test_size") if k in self.spec.fixed}
+
     def load(self, root=None, *, recompute: bool = False) -> StudyResults:
         """Read (or, with ``recompute``, first run or resume) the study: its store is
         ``root`` if given, else its own (``root(recompute)``: a shipped store is read only,

@@ -64,10 +64,12 @@ def linear_probe(model: nn.Module, task, *, max_iter: int = 1000, C: float = 1.0
                 n_features=int(xtr.shape[1]))
 
 
-def linear_probes(model_name: str, tasks: list[str], **probe_kwargs):
-    """``linear_probe`` of the pretrained ``model_name`` on each embedded task: the paper's
-    linear-probe column. Returns a table: ``task``, ``train_acc``, ``val_acc``, ``test_acc``
-    (in %), ``n_train``, ``n_features``."""
+def linear_probes(model_name: str, tasks: list[str], *, options: dict | None = None,
+                  **probe_kwargs):
+    """``linear_probe`` of the pretrained ``model_name`` on each embedded task (built with
+    ``tasks.load``'s ``options``, e.g. ``train_size``): the paper's linear-probe column.
+    Returns a table: ``task``, ``train_acc``, ``val_acc``, ``test_acc`` (in %), ``n_train``,
+    ``n_features``."""
     import pandas as pd
 
     from vitplast import models
@@ -76,41 +78,46 @@ def linear_probes(model_name: str, tasks: list[str], **probe_kwargs):
     model = models.load_model(model_name)
     rows = []
     for name in tasks:
-        r = linear_probe(model, registry.load(name), **probe_kwargs)
+        r = linear_probe(model, registry.load(name, **(options or {})), **probe_kwargs)
         rows.append(dict(task=name, **{k: 100 * v if k.endswith("_acc") else v
                                        for k, v in r.items()}))
     return pd.DataFrame(rows)
 
 
-def stored_probe(root, task: str, *, compute: bool = True) -> dict | None:
+def stored_probe(root, task: str, *, options: dict | None = None, compute: bool = True
+                 ) -> dict | None:
     """The embedded model's ``linear_probe`` on ``task`` (``train_acc``, ``val_acc``,
-    ``test_acc`` in %, ``n_train``, ``n_features``), computed once (about 20-40 s on a CPU core)
-    and kept beside a study's runs in ``root/probe-<hash of the settings>.json`` (a store
-    companion); ``None`` when not stored and ``compute`` is False."""
+    ``test_acc`` in %, ``n_train``, ``n_features``), computed once (about 20-40 s on a CPU core
+    for a task of the default size) and kept beside a study's runs in
+    ``root/probe-<hash of the settings>.json`` (a store companion); ``None`` when not stored and
+    ``compute`` is False. ``options``: the task's ``tasks.load`` options where the study's runs
+    set them (its settings hold them then)."""
     from vitplast import models
-    settings = dict(task=task, model=models.EMBEDDED_NAME, probe="logistic, C=1, L-BFGS")
+    settings = dict(task=task, model=models.EMBEDDED_NAME, probe="logistic, C=1, L-BFGS",
+                    **({"options": options} if options else {}))
 
     def probe() -> dict:
-        row = linear_probes(models.EMBEDDED_NAME, [task]).iloc[0].to_dict()
+        row = linear_probes(models.EMBEDDED_NAME, [task], options=options).iloc[0].to_dict()
         return dict(settings, **{k: v for k, v in row.items() if k != "task"})
 
     return cached.companion(root, f"probe-{cached.config_hash(settings)}.json",
                            compute=probe if compute else None)
 
 
-def finetuning_inputs(tasks: list[str], root, *, protocols=empirical.PROTOCOLS, n_pairs: int = 256
-                      ) -> tuple[pd.DataFrame, pd.Series]:
+def finetuning_inputs(tasks: list[str], root, *, protocols=empirical.PROTOCOLS, n_pairs: int = 256,
+                      options: dict | None = None) -> tuple[pd.DataFrame, pd.Series]:
     """What notebook 04 needs besides its runs, kept beside them in the store ``root`` (computed
     once, then read: ``empirical.stored_layers``, ``stored_probe``): the embedded model's
     plasticity on each task under each of ``protocols``, one row per block and component with
     its ``rate`` the block's plasticity (the mean over pairs: what ``plasticity.ranking``
-    averages over blocks), and the linear probe's test accuracy (%) per task.
+    averages over blocks), and the linear probe's test accuracy (%) per task, on the tasks as
+    the study's runs build them (``options``: ``Study.task_options``).
 
     Paper: Takeaway 3 (plasticity vs gain), Table 1's linear-probe column.
     """
     layers = pd.concat([empirical.stored_layers(root, t, n_pairs=n_pairs, protocol=p)
                         for p in protocols for t in tasks], ignore_index=True)
     rates = layers.rename(columns={"plasticity": "rate"}).drop(columns="ci95")
-    probe = pd.Series({t: stored_probe(root, t)["test_acc"] for t in tasks},
+    probe = pd.Series({t: stored_probe(root, t, options=options)["test_acc"] for t in tasks},
                       name="test_acc").rename_axis("task")
     return rates, probe
