@@ -303,9 +303,11 @@ def _execute(i: int, nb: str, nb_params: dict, *, profile: str, out_dir: Path,
     start = time.perf_counter()
     bar = dict(desc=f"[{i + 1}/{total}] {nb}") if progress else False
     try:
+        # shutdown_kernel: once its last cell is done the kernel is stopped at once, not
+        # asked to exit (a kernel holding torch takes about 2 s to, a notebook's share)
         pm.execute_notebook(str(NOTEBOOK_DIR / f"{nb}.ipynb"), str(target.resolve()),
                             parameters=nb_params, progress_bar=bar, kernel_name="python3",
-                            kernel_manager_class=kernels.manager(
+                            shutdown_kernel="immediate", kernel_manager_class=kernels.manager(
                                 (out_dir / "kernel.log").resolve(), out_dir.resolve(),
                                 threads))
         status, error = "ok", ""
