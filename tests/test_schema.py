@@ -2,8 +2,13 @@
 in step with the code; every range of the run schema holds at its edges; a value that fails is
 worded with its key, the value found and what is expected."""
 
+import copy
+import fnmatch
+import json
 import math
+import random
 import re
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -170,37 +175,25 @@ def test_expected_words_a_schema_from_the_document_itself():
 
 
 def _shipped_files() -> dict[str, list]:
-    """Kind -> the contents of shipped files of that kind: every companion, a few records of
-    each store (a record's ``run`` is a run)."""
-    from pathlib import Path
-
-    import fnmatch
-    import json
-
+    """Kind -> the contents of shipped files of that kind: two of each kind per store (a
+    record's ``run`` is a run)."""
     out: dict[str, list] = {kind: [] for kind in schema.KINDS}
     for folder in sorted(Path(__file__).resolve().parents[1].joinpath("data").iterdir()):
-        if not folder.is_dir():
-            continue
-        for path in sorted(folder.glob("*.json")):
-            kinds = [k for pattern, k in cached.COMPANIONS.items()
-                     if fnmatch.fnmatch(path.name, pattern)]
-            if kinds:
+        taken: dict[str, int] = {}  # two files of each kind per folder
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            kinds = ["record"] if re.fullmatch(r"[0-9a-f]{16}", path.stem) else [
+                k for pattern, k in cached.COMPANIONS.items()
+                if fnmatch.fnmatch(path.name, pattern)]
+            if kinds and taken.get(kinds[0], 0) < 2:
+                taken[kinds[0]] = taken.get(kinds[0], 0) + 1
                 out[kinds[0]].append(json.loads(path.read_text()))
-        for path in sorted(folder.glob("*.json"))[:4]:
-            if re.fullmatch(r"[0-9a-f]{16}", path.stem):
-                record = json.loads(path.read_text())
-                out["record"].append(record)
-                out["run"].append(record["run"])
+    out["run"] = [record["run"] for record in out["record"]]
     return out
 
 
 def _damaged(value, rng) -> list:
     """Copies of ``value`` each with one damage: a leaf replaced (wrong type, out of range,
     1.0 for an integer, NaN, a tuple), a key dropped or one added."""
-    import copy
-    import random
-
-    assert isinstance(rng, random.Random)
     leaves = []
 
     def walk(node, path):
@@ -213,8 +206,8 @@ def _damaged(value, rng) -> list:
     walk(value, ())
     swaps = (None, -1, 0, 1.0, 0.5, 2.0, 1e9, "", "x", True, [], {}, math.nan, (1, 2))
     out = []
-    for path in rng.sample(leaves, min(len(leaves), 25)):
-        for swap in (*rng.sample(swaps, 4), "drop"):
+    for path in rng.sample(leaves, min(len(leaves), 12)):
+        for swap in (*rng.sample(swaps, 3), "drop"):
             damaged = copy.deepcopy(value)
             node = damaged
             for key in path[:-1]:
@@ -232,8 +225,6 @@ def _damaged(value, rng) -> list:
 def test_the_compiled_check_decides_as_the_reference_on_shipped_and_damaged_files():
     """The fast engine accepts exactly what ``jsonschema`` accepts on plain JSON, and leaves
     everything else (NaN, tuples) to it: ``problems`` is the reference's verdict, faster."""
-    import random
-
     rng = random.Random(0)
     compared = accepted = 0
     for kind, values in _shipped_files().items():
@@ -245,12 +236,10 @@ def test_the_compiled_check_decides_as_the_reference_on_shipped_and_damaged_file
                 assert fast == reference or (not fast and _not_plain_json(damaged)), (
                     kind, damaged)
                 compared, accepted = compared + 1, accepted + fast
-    assert compared > 2000 and 0 < accepted < compared  # both verdicts met, many times
+    assert compared > 1000 and 0 < accepted < compared  # both verdicts met, many times
 
 
 def _not_plain_json(value) -> bool:
-    import json
-
     try:
         return json.loads(json.dumps(value, allow_nan=False)) != value
     except ValueError:
