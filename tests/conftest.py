@@ -2,6 +2,8 @@
 Fashion-MNIST files, and a fake training loop. Plain helpers: ``helpers.py``."""
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +25,22 @@ def _share_the_cores() -> None:
 
 
 _share_the_cores()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shipped_results(tmp_path_factory):
+    """The shipped results as the tests read them: a copy of the checkout's ``data/``
+    (``VITPLAST_DATA``), so that what a test computes beside them (a notebook's kept tables at
+    a test's tiny settings) lands in the copy, never in the checkout. A ``VITPLAST_DATA`` set
+    by the user is kept."""
+    if "VITPLAST_DATA" in os.environ:
+        yield Path(os.environ["VITPLAST_DATA"])
+        return
+    copy = shutil.copytree(Path(__file__).resolve().parents[1] / "data",
+                           tmp_path_factory.mktemp("shipped") / "data")
+    os.environ["VITPLAST_DATA"] = str(copy)
+    yield copy
+    del os.environ["VITPLAST_DATA"]
 
 
 @pytest.fixture
