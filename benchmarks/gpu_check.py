@@ -127,16 +127,22 @@ def training_loop(name: str, *, batch: int, steps: int, device: torch.device, sh
 
 
 def runs_per_minute(mode: str, *, procs: int, k: int, steps: int, reps: int,
-                    device: torch.device, warmup_s: float) -> float:
+                    device: torch.device, dry: bool) -> float:
     """Runs per minute of ``procs`` processes on ``device``, each training ``reps`` units:
-    one run (``mode="separate"``) or ``k`` LRs batched (``"batched"``), after a warm-up, all
-    starting at one moment (now + ``warmup_s``)."""
+    one run (``mode="separate"``) or ``k`` LRs batched (``"batched"``), after a warm-up unit,
+    all starting at one moment (when the last one is ready)."""
     import subprocess
 
-    start_at = time.time() + warmup_s
     cmd = [sys.executable, __file__, "--worker", mode, "--k", str(k), "--steps", str(steps),
-           "--reps", str(reps), "--device", str(device), "--start-at", str(start_at)]
-    workers = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+           "--reps", str(reps), "--device", str(device), *(["--dry"] if dry else [])]
+    workers = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+               for _ in range(procs)]
+    for w in workers:  # each has loaded its task and trained its warm-up unit
+        if w.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"a {mode} worker failed before its warm-up ended")
+    for w in workers:
+        w.stdin.write("go\n")
+        w.stdin.flush()
     spans = []
     for w in workers:
         out, _ = w.communicate()
@@ -144,19 +150,20 @@ def runs_per_minute(mode: str, *, procs: int, k: int, steps: int, reps: int,
             raise RuntimeError(f"a {mode} worker failed (exit {w.returncode})")
         spans.append([float(v) for v in out.split()[-2:]])
     wall = max(end for _, end in spans) - min(begin for begin, _ in spans)
-    if min(begin for begin, _ in spans) < start_at:
-        print(f"warning: a worker was not ready at the common start (warm-up > {warmup_s} s)")
     runs = procs * reps * (k if mode == "batched" else 1)
     return 60 * runs / wall
 
 
-def _worker(mode: str, k: int, steps: int, reps: int, device: str, start_at: float) -> None:
-    """One process of ``runs_per_minute``: warm up, wait for the common start, train; print
-    the (begin, end) wall-clock times of the timed part."""
+def _worker(mode: str, k: int, steps: int, reps: int, device: str, dry: bool) -> None:
+    """One process of ``runs_per_minute``: warm up, say ``ready``, wait for ``go`` on stdin,
+    train; print the (begin, end) wall-clock times of the timed part. The task: digits, as
+    the embedded study's runs (dry: the smoke studies' 160 images, as their runs)."""
     from vitplast.datasets import tasks
+    from vitplast.experiments.study_specs import SMOKE_RUN, SMOKE_TASKS
     from vitplast.train import batched
 
-    task = tasks.load("digits")
+    task = tasks.load(SMOKE_TASKS[0], train_size=SMOKE_RUN["train_size"],
+                      test_size=SMOKE_RUN["test_size"]) if dry else tasks.load("digits")
     device = torch.device(device)
     recipe = {**finetune.RECIPES["embedded"], "steps": steps, "warmup_steps": 1,
               "precision": "fp32", "device": device, "progress": False}
@@ -172,7 +179,8 @@ def _worker(mode: str, k: int, steps: int, reps: int, device: str, start_at: flo
             finetune.train(model, task.train, task.val, task.test, lr=lrs[0], **recipe)
 
     unit()
-    time.sleep(max(0.0, start_at - time.time()))
+    print("ready", flush=True)
+    sys.stdin.readline()
     begin = time.time()
     for _ in range(reps):
         unit()
@@ -210,10 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry", action="store_true", help="rehearse on the CPU at toy sizes")
     ap.add_argument("--worker", choices=("separate", "batched"), help=argparse.SUPPRESS)
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
-    ap.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        _worker(args.worker, args.k, args.steps, args.reps, args.device, args.start_at)
+        _worker(args.worker, args.k, args.steps, args.reps, args.device, args.dry)
         return 0
     start = time.perf_counter()
     if args.dry:
@@ -248,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
 
     per_minute = {mode: runs_per_minute(mode, procs=args.procs, k=args.k, steps=120 if not
                                         args.dry else args.steps, reps=args.reps, device=device,
-                                        warmup_s=10 if args.dry else 60)
+                                        dry=args.dry)
                   for mode in ("separate", "batched")}
     for mode, v in per_minute.items():
         print(f"{mode:>8}: {v:8.0f} runs per minute ({args.procs} processes"
