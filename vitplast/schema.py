@@ -16,10 +16,9 @@ worded from the schema itself), e.g. ``clip_grad_norm=-1.0 is not valid: expecte
 them. As in JSON, a number is finite (no NaN or infinity) and an integer is not a float.
 
 Two engines read the documents. ``fastjsonschema`` compiles each one to Python and decides
-first: a value it accepts is accepted (a few hundred microseconds for a run record, about 30
-times faster than ``jsonschema``, which matters to a store of thousands of records read in
-every notebook). Any other value goes to ``jsonschema``, the reference, which decides and
-words the problems. The compiled check never accepts what the reference refuses: every keyword
+first: a value it accepts is accepted (many times faster than ``jsonschema``, which matters
+to a store of thousands of records read in every notebook). Any other value goes to
+``jsonschema``, the reference, which decides and words the problems. The compiled check never accepts what the reference refuses: every keyword
 the documents use means the same to both; integers are ints (``fastjsonschema`` would take 1.0)
 and a value that is not plain JSON (NaN, a tuple, a key that is not a string) is left to the
 reference (``tests/test_schema.py`` compares the two on every shipped file and on damaged

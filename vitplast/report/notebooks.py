@@ -304,7 +304,7 @@ def _execute(i: int, nb: str, nb_params: dict, *, profile: str, out_dir: Path,
     bar = dict(desc=f"[{i + 1}/{total}] {nb}") if progress else False
     try:
         # shutdown_kernel: once its last cell is done the kernel is stopped at once, not
-        # asked to exit (a kernel holding torch takes about 2 s to, a notebook's share)
+        # asked to exit (a kernel holding torch spends seconds of CPU exiting)
         pm.execute_notebook(str(NOTEBOOK_DIR / f"{nb}.ipynb"), str(target.resolve()),
                             parameters=nb_params, progress_bar=bar, kernel_name="python3",
                             shutdown_kernel="immediate", kernel_manager_class=kernels.manager(
