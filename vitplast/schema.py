@@ -18,11 +18,11 @@ them. As in JSON, a number is finite (no NaN or infinity) and an integer is not 
 Two engines read the documents. ``fastjsonschema`` compiles each one to Python and decides
 first: a value it accepts is accepted (many times faster than ``jsonschema``, which matters
 to a store of thousands of records read in every notebook). Any other value goes to
-``jsonschema``, the reference, which decides and words the problems. The compiled check never accepts what the reference refuses: every keyword
-the documents use means the same to both; integers are ints (``fastjsonschema`` would take 1.0)
-and a value that is not plain JSON (NaN, a tuple, a key that is not a string) is left to the
-reference (``tests/test_schema.py`` compares the two on every shipped file and on damaged
-copies).
+``jsonschema``, the reference, which decides and words the problems. The compiled check never
+accepts what the reference refuses: every keyword the documents use means the same to both;
+integers are ints (``fastjsonschema`` would take 1.0) and a value that is not plain JSON (NaN,
+a tuple, a key that is not a string) is left to the reference (``tests/test_schema.py``
+compares the two on shipped files of every kind and on damaged copies of them).
 
 A new kind is one document in ``vitplast/schemas/`` (its stem is its kind); a new companion
 kind of a store is that plus one line of ``cached.COMPANIONS`` (and, in its tests, a valid
