@@ -137,18 +137,22 @@ def runs_per_minute(mode: str, *, procs: int, k: int, steps: int, reps: int,
            "--reps", str(reps), "--device", str(device), *(["--dry"] if dry else [])]
     workers = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                for _ in range(procs)]
-    for w in workers:  # each has loaded its task and trained its warm-up unit
-        if w.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"a {mode} worker failed before its warm-up ended")
-    for w in workers:
-        w.stdin.write("go\n")
-        w.stdin.flush()
-    spans = []
-    for w in workers:
-        out, _ = w.communicate()
-        if w.returncode:
-            raise RuntimeError(f"a {mode} worker failed (exit {w.returncode})")
-        spans.append([float(v) for v in out.split()[-2:]])
+    try:
+        for w in workers:  # each has loaded its task and trained its warm-up unit
+            if not any(line.strip() == "ready" for line in iter(w.stdout.readline, "")):
+                raise RuntimeError(f"a {mode} worker failed before its warm-up ended")
+        for w in workers:
+            w.stdin.write("go\n")
+            w.stdin.flush()
+        spans = []
+        for w in workers:
+            out, _ = w.communicate()
+            if w.returncode:
+                raise RuntimeError(f"a {mode} worker failed (exit {w.returncode})")
+            spans.append([float(v) for v in out.split()[-2:]])
+    finally:  # no worker outlives a failed measurement
+        for w in workers:
+            w.kill()
     wall = max(end for _, end in spans) - min(begin for begin, _ in spans)
     runs = procs * reps * (k if mode == "batched" else 1)
     return 60 * runs / wall
@@ -156,14 +160,15 @@ def runs_per_minute(mode: str, *, procs: int, k: int, steps: int, reps: int,
 
 def _worker(mode: str, k: int, steps: int, reps: int, device: str, dry: bool) -> None:
     """One process of ``runs_per_minute``: warm up, say ``ready``, wait for ``go`` on stdin,
-    train; print the (begin, end) wall-clock times of the timed part. The task: digits, as
-    the embedded study's runs (dry: the smoke studies' 160 images, as their runs)."""
-    from vitplast.datasets import tasks
+    train; print the (begin, end) wall-clock times of the timed part. Each unit follows the
+    embedded study's recipe on digits (dry: on the smoke studies' task and splits, 160 images).
+    """
+    from vitplast.experiments import runs
     from vitplast.experiments.study_specs import SMOKE_RUN, SMOKE_TASKS
     from vitplast.train import batched
 
-    task = tasks.load(SMOKE_TASKS[0], train_size=SMOKE_RUN["train_size"],
-                      test_size=SMOKE_RUN["test_size"]) if dry else tasks.load("digits")
+    task = runs.task_of(runs.make_run(SMOKE_TASKS[0], lr=0.01, **SMOKE_RUN) if dry else
+                        runs.make_run("digits", lr=0.01))
     device = torch.device(device)
     recipe = {**finetune.RECIPES["embedded"], "steps": steps, "warmup_steps": 1,
               "precision": "fp32", "device": device, "progress": False}

@@ -140,12 +140,12 @@ def test_device_none_picks_cuda_when_present(monkeypatch):
 
 
 def test_results_root_from_a_checkout_or_the_environment(tmp_path, monkeypatch):
-    from vitplast.experiments import confounds, studies
+    from vitplast.experiments import studies
 
     monkeypatch.delenv(models.DATA_ENV, raising=False)
     checkout = models.Path(models.__file__).resolve().parents[1] / "data"
     assert models.results_root("finetune") == checkout / "finetune"
-    assert (studies.get("main").root(), confounds.EMBEDDED_RESULTS) == (
+    assert (studies.get("main").root(), studies.get("confounds").root()) == (
         checkout / "finetune", checkout / "confounds")
     monkeypatch.setenv(models.DATA_ENV, str(tmp_path))
     assert models.results_root("confounds") == tmp_path / "confounds"

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 
 from vitplast import cached, schema
@@ -176,7 +177,7 @@ def test_expected_words_a_schema_from_the_document_itself():
 
 def _shipped_files() -> dict[str, list]:
     """Kind -> the contents of shipped files of that kind: two of each kind per store (a
-    record's ``run`` is a run)."""
+    record's ``run`` is a run, a kept ``.npz`` table's index a cache index)."""
     out: dict[str, list] = {kind: [] for kind in schema.KINDS}
     for folder in sorted(Path(__file__).resolve().parents[1].joinpath("data").iterdir()):
         taken: dict[str, int] = {}  # two files of each kind per folder
@@ -187,6 +188,9 @@ def _shipped_files() -> dict[str, list]:
             if kinds and taken.get(kinds[0], 0) < 2:
                 taken[kinds[0]] = taken.get(kinds[0], 0) + 1
                 out[kinds[0]].append(json.loads(path.read_text()))
+        for path in sorted(folder.glob("*.npz"))[:2] if folder.is_dir() else ():
+            with np.load(path, allow_pickle=False) as z:
+                out["cache-index"].append(json.loads(str(z["schema"])))
     out["run"] = [record["run"] for record in out["record"]]
     return out
 
@@ -227,7 +231,9 @@ def test_the_compiled_check_decides_as_the_reference_on_shipped_and_damaged_file
     everything else (NaN, tuples) to it: ``problems`` is the reference's verdict, faster."""
     rng = random.Random(0)
     compared = accepted = 0
-    for kind, values in _shipped_files().items():
+    shipped = _shipped_files()
+    assert all(shipped.values()), [k for k, v in shipped.items() if not v]  # every kind
+    for kind, values in shipped.items():
         for value in values:
             assert schema._compiled_accepts(kind, value), kind  # every shipped file: the fast path
             for damaged in _damaged(value, rng):

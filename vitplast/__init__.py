@@ -33,7 +33,7 @@ checkpoint      a stage of the embedded model's pretraining (``models``, ``pretr
 profile         how large the notebooks run: smoke, default, paper (``notebooks``)
 finding         one conclusion as a row: claim, paper, measured, CI, p, power, verdict
                 (``*_findings``; the machinery in ``verdicts``, power in ``power``)
-primary         a question a study declares before its runs (``primaries.Primary``); the
+primary         a question a study declares in its preset (``primaries.Primary``); the
                 other tested findings are exploratory
 ==============  ==========================================================================
 

@@ -385,6 +385,7 @@ def weights_id(model_name: str, checkpoints=("final",)) -> str:
         if not chosen["weights_file"] and not chosen["model_args"]:
             return model_name
         return json.dumps(dict(model_name=model_name, model_args=chosen["model_args"],
-                               weights_file=str(chosen["weights_file"] or "")), sort_keys=True)
+                               weights_file=str(chosen["weights_file"] or "")), sort_keys=True,
+                          default=str)  # model_args may hold a class, e.g. act_layer
     known = embedded_checkpoints()
     return ",".join(known[c]["sha256"] for c in checkpoints)

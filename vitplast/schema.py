@@ -235,13 +235,25 @@ def _validator(kind: str):
 def _compiled_accepts(kind: str, value) -> bool:
     """Whether ``kind``'s compiled check accepts ``value``: never when the reference refuses it
     (module docstring); False leaves the decision to the reference."""
+    if not _plain_json(value):
+        return False
     try:
-        if json.loads(json.dumps(value, allow_nan=False)) != value:
-            return False  # not plain JSON: a tuple, a key that is not a string
         _compiled(kind)(value)
-    except (TypeError, ValueError):  # not JSON at all, NaN, or refused (JsonSchemaException)
+    except ValueError:  # refused (JsonSchemaException)
         return False
     return True
+
+
+def _plain_json(value) -> bool:
+    """Whether ``value`` is JSON as ``json.loads`` makes it, finite: dicts with string keys,
+    lists, strings, ints, finite floats, booleans, None (no tuple, no NaN)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain_json(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain_json(v) for v in value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, (str, int))  # a bool is an int
 
 
 def _absolute_refs(node, doc_id: str):

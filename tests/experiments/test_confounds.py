@@ -143,7 +143,7 @@ def test_shipped_confound_results_are_the_complete_study(monkeypatch):
     from vitplast.measure import empirical
 
     monkeypatch.setattr(empirical, "measure_tasks", lambda *a, **k: pytest.fail("re-measured"))
-    shipped = results.records_table(confounds.EMBEDDED_RESULTS)
+    shipped = results.records_table(studies.get("confounds").root())
     study = confounds.study_runs(studies.get("confounds").spec)
     expected = {run_hash(c) for c in study}
     assert set(shipped["run"]) == expected and len(shipped) == len(expected)

@@ -137,3 +137,13 @@ def test_a_batch_no_larger_than_the_training_split_passes_and_one_image_more_is_
         runs.check_batches([runs.make_run("digits", lr=0.1, batch_size=2302, accum_steps=2)])
     with pytest.raises(ValueError, match=r"batch_size=65 is not divisible by accum_steps=2"):
         runs.check_batches([runs.make_run("digits", lr=0.1, batch_size=65, accum_steps=2)])
+
+
+def test_task_options_are_the_options_a_run_builds_its_task_with():
+    """``task_options`` names what ``task_of`` loads (a study's probe is fitted on the same
+    splits: ``GridStudy.task_options``)."""
+    assert runs.task_options(dict(data_seed=3, train_size=160, lr=0.1, steps=4)) == dict(
+        seed=3, train_size=160)
+    run = runs.make_run("fmnist_contrast", lr=0.1, train_size=160, test_size=64)
+    task = runs.task_of(run)
+    assert (len(task.train), len(task.val), len(task.test)) == (128, 32, 64)

@@ -552,15 +552,14 @@ def test_wait_for_returns_once_a_live_claim_on_the_runs_is_released(tmp_path):
         with store.claim(run) as mine:
             assert mine
             held.set()
-            time.sleep(0.5)
+            time.sleep(2.0)
         released.set()
 
     thread = threading.Thread(target=train_elsewhere)
     thread.start()
     held.wait()
-    start = time.perf_counter()
     store.wait_for([other], poll=0.05)
-    assert time.perf_counter() - start < 0.3 and not released.is_set()
+    assert not released.is_set()  # it did not wait for the claim it does not need
     store.wait_for([run, other], poll=0.05)
     assert released.is_set()
     thread.join()

@@ -151,10 +151,9 @@ def test_shipped_results_are_the_complete_study():
 def test_shipped_runs_table_agrees_with_the_shipped_records(study):
     """``runs.csv``, written at the end of each sweep session, lists only stored runs, with
     their stored status and accuracies (it may lag the records of a session cut short)."""
-    from vitplast.experiments import confounds
 
     root = {"finetune": studies.get("main").root(),
-            "confounds": confounds.EMBEDDED_RESULTS}[study]
+            "confounds": studies.get("confounds").root()}[study]
     stored = results.records_table(root).set_index("run")
     if not (root / "runs.csv").exists():  # a store no session has filled yet
         assert stored.empty

@@ -349,4 +349,3 @@ def test_a_kernel_that_died_is_interrupted_only_after_ctrl_c(tmp_path, monkeypat
     else:
         summary = notebooks.run("smoke", only=["01"], out_dir=tmp_path, progress=False)
         assert summary.status.tolist() == ["failed"]
-

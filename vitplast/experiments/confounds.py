@@ -36,13 +36,11 @@ from vitplast.measure import rates
 from vitplast.measure.components import NORMS, trainable_names
 from vitplast.train.ablations import PREPARE, matching_scale, rescale_layernorm
 
-#: Where the embedded confound study is shipped (one JSON per run, and its scales).
-EMBEDDED_RESULTS = models.results_root("confounds")
 
-
-def part_runs(spec: Confound, root: str | Path = EMBEDDED_RESULTS) -> dict[str, list[dict]]:
+def part_runs(spec: Confound, root: str | Path | None = None) -> dict[str, list[dict]]:
     """The runs of each part of a confound study's spec (``studies.get("confounds").spec``),
-    in its order, with the LayerNorm scales stored under ``root`` (read, never measured:
+    in its order, with the LayerNorm scales stored under ``root`` (default: where the confound
+    study is shipped, ``models.results_root``, as it is when called; read, never measured:
     ``study_scales``). The variants' counts come from the embedded architecture (random
     weights: no checkpoint is read).
 
@@ -52,8 +50,8 @@ def part_runs(spec: Confound, root: str | Path = EMBEDDED_RESULTS) -> dict[str, 
     """
     from vitplast.experiments import runs
 
-    scales = study_scales(root, spec.scale_tasks, target=spec.target,
-                          n_pairs=spec.n_pairs)["scales"]
+    scales = study_scales(root or models.results_root("confounds"), spec.scale_tasks,
+                          target=spec.target, n_pairs=spec.n_pairs)["scales"]
     table = all_variants(models.load_model(models.EMBEDDED_NAME, pretrained=False,
                                            num_classes=10, device="cpu"), scales)
     out = {}
@@ -70,12 +68,12 @@ def part_runs(spec: Confound, root: str | Path = EMBEDDED_RESULTS) -> dict[str, 
     return out
 
 
-def study_runs(spec: Confound, root: str | Path = EMBEDDED_RESULTS) -> list[dict]:
+def study_runs(spec: Confound, root: str | Path | None = None) -> list[dict]:
     """Every run of a confound study preset, part by part (``part_runs``)."""
     return [run for part in part_runs(spec, root).values() for run in part]
 
 
-def part_coverage(spec: Confound, df: pd.DataFrame, root: str | Path = EMBEDDED_RESULTS
+def part_coverage(spec: Confound, df: pd.DataFrame, root: str | Path | None = None
                   ) -> pd.DataFrame:
     """Per part of the study: its expected runs by status in ``results`` table ``df``."""
     from vitplast.experiments import results

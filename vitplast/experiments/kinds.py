@@ -200,9 +200,11 @@ class GridStudy(Study):
 
     @property
     def task_options(self) -> dict:
-        """The ``tasks.load`` options its spec fixes for every run (the smoke study's small
-        splits: ``train_size``, ``test_size``); empty where its runs keep the defaults."""
-        return {k: self.spec.fixed[k] for k in ("train_size", "test_size") if k in self.spec.fixed}
+        """The ``tasks.load`` options its spec fixes for every run (``runs.task_options``: the
+        smoke study's small splits); empty where its runs keep the defaults."""
+        from vitplast.experiments import runs
+
+        return runs.task_options(self.spec.fixed)
 
     def load(self, root=None, *, recompute: bool = False) -> StudyResults:
         """Read (or, with ``recompute``, first run or resume) the study: its store is

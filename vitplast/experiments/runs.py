@@ -171,16 +171,27 @@ def describe(run: dict) -> str:
             f"seed {run.get('seed')!r}")
 
 
+#: Run key -> the ``tasks.load`` option of an embedded task it sets.
+_EMBEDDED_OPTIONS = {"severity": "severity", "data_seed": "seed", "train_size": "train_size",
+                     "test_size": "test_size"}
+
+
+def task_options(settings: dict) -> dict:
+    """The ``tasks.load`` options of an embedded task that run ``settings`` set (those of its
+    keys ``severity``, ``data_seed``, ``train_size``, ``test_size`` it holds)."""
+    return {_EMBEDDED_OPTIONS[k]: v for k, v in settings.items() if k in _EMBEDDED_OPTIONS}
+
+
 def task_of(run: dict):
     """The run's task (``tasks.load``), with the options its keys set. A paper dataset is
     transformed as the paper's model expects, at ``img_size`` (default 224)."""
     from vitplast.datasets import tasks
 
-    options = dict(severity=run["severity"], seed=run["data_seed"])
     if tasks.check(run["task"], run.get("data_root")) == "paper":
-        options["img_size"] = run.get("img_size") or 224
+        options = dict(severity=run["severity"], seed=run["data_seed"],
+                       img_size=run.get("img_size") or 224)
     else:
-        options.update(train_size=run["train_size"], test_size=run["test_size"])
+        options = task_options(run)
     return tasks.load(run["task"], run.get("data_root"), **options)
 
 

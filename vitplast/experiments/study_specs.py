@@ -30,10 +30,10 @@ def ladder(low: float, high: float) -> list[float]:
 #: The task pair every study runs first: the hardest shift of the pretraining domain, and the
 #: new domain.
 PAIR = ("fmnist_contrast", "digits")
-#: The run settings of every smoke study: 4 steps of 32 images and one evaluation, on a task
-#: of 160 images (128 to train, 32 to validate) and 64 to test (evaluating on the hundreds of
-#: images of digits' splits took most of a run), so that every path of a run is exercised in
-#: moments.
+#: The run settings of every smoke study: 4 steps of 32 images, validated before the first and
+#: after the last, on a task of 160 images (128 to train, 32 to validate) and 64 to test
+#: (digits' splits hold hundreds of images to evaluate), so that every path of a run is
+#: exercised in moments.
 SMOKE_RUN = dict(steps=4, warmup_steps=1, eval_every=4, batch_size=32, train_size=160,
                  test_size=64)
 #: The task of every smoke study: a Fashion-MNIST shift (``train_size`` and ``test_size`` set

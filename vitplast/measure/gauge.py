@@ -12,7 +12,7 @@ through a LayerNorm, and LayerNorm removes a positive scale. Multiply by c > 0
   stream stays c x_{l+1};
 
 and the final norm (``norm``, or ``fc_norm`` after a positively homogeneous pooling) removes c
-before the head. This is ``gauge``.
+before the head. This is ``rescale_stream``.
 
 **Why it is exact only up to eps.** LayerNorm divides by sqrt(var + eps):
 ``LN(c x; eps) = (x - mean) / sqrt(var + eps / c^2) = LN(x; eps / c^2)``. So the gauged model

@@ -230,8 +230,9 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
         out_dir: str | Path | None = None, progress: bool = True,
         jobs: int = JOBS) -> pd.DataFrame:
     """Execute the notebooks with papermill, ``jobs`` at a time (they are independent: each
-    reads the shipped stores and shares only the load-or-compute cache, whose writes are
-    atomic), started in order; return the summary table, in the notebooks' order.
+    reads the shipped stores; what they write beside them, kept tables and smoke studies' runs,
+    and the load-or-compute cache they share are written atomically), started in order; return
+    the summary table, in the notebooks' order.
 
     Columns: ``notebook``, ``status`` (``STATUSES``: ok, failed, interrupted, not run),
     ``seconds``, ``error`` (where and why it failed: ``In [N]: ValueError: <its message's

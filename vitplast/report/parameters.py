@@ -136,7 +136,9 @@ def check_task_names(notebook: str, params: dict) -> None:
 def shipped_stores() -> list[str]:
     """The folders ``VITPLAST_DATA`` holds for an installed copy: the store of every shipped
     study of the registry (``Study.shipped``), in registry order."""
-    return list(dict.fromkeys(s.folder for s in studies.STUDIES.values() if s.shipped))
+    from vitplast.experiments import archive
+
+    return list(archive.shipped_stores())
 
 
 def missing_stores(notebook: str, params: dict) -> list[tuple[str | None, studies.Study]]:

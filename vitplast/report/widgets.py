@@ -101,10 +101,15 @@ def available_checkpoints() -> list[str]:
     return [c for c, entry in shipped.items() if (models.DATA_DIR / entry["file"]).exists()]
 
 
+def _checkpoint(checkpoint: str | None) -> str:
+    """``checkpoint``, else the last one on disk ("random" where none is)."""
+    return checkpoint or (available_checkpoints() or ["random"])[-1]
+
+
 def _load(model, checkpoint: str | None):
     if model is not None:
         return model
-    checkpoint = checkpoint or (available_checkpoints() or ["random"])[-1]
+    checkpoint = _checkpoint(checkpoint)
     return models.load_model(pretrained=checkpoint != "random", checkpoint=checkpoint)
 
 
@@ -229,8 +234,8 @@ def gamma_explorer(model=None, *, checkpoint: str | None = None, task: str = "di
     """
     base = _load(model, checkpoint)
     cache: dict = {}
-    kept_key = explored.kept_key(model, checkpoint or (available_checkpoints() or ["random"])[-1],
-                         task=task, source=source, n_pairs=n_pairs)
+    kept_key = explored.kept_key(model, _checkpoint(checkpoint), task=task, source=source,
+                                 n_pairs=n_pairs)
 
     @functools.cache
     def get():  # the pairs and the original logits, made at the first measurement

@@ -1,7 +1,9 @@
-"""Primaries: the questions a study declares before its runs, and how they read.
+"""Primaries: the questions a study declares, and how they read.
 
 A study preset (``vitplast.experiments.study_specs``) declares at most
-``verdicts.MAX_PRIMARIES`` ``Primary`` questions before any of its runs exist; each becomes one
+``verdicts.MAX_PRIMARIES`` ``Primary`` questions (before any of its runs existed for the
+searched studies; the main and confound studies declared theirs after, as the questions they
+were built to answer: their presets say so); each becomes one
 findings row of family "primary" (``Primary.row``: ``verdicts.mean_test`` over tasks, Holm over
 the primaries only). ``primaries_table`` and ``described`` show what was declared, as a table
 and in words, before the results.
@@ -20,8 +22,8 @@ from vitplast.stats.verdicts import mean_test
 
 @dataclass(frozen=True)
 class Primary:
-    """A primary question, declared in a study preset before any of its runs exist
-    (``vitplast.experiments.studies``): at most ``verdicts.MAX_PRIMARIES`` per study, tested at
+    """A primary question, declared in a study preset (``vitplast.experiments.studies``; when,
+    its preset says): at most ``verdicts.MAX_PRIMARIES`` per study, tested at
     ``verdicts.ALPHA`` with Holm over the primaries only.
 
     Either a difference of configuration groups, per task: the mean accuracy of the

@@ -5,7 +5,7 @@ A finding is a row: ``claim``; ``paper``, the paper's value or statement with it
 two-sided, and ``p_holm``, Holm-corrected within the row's ``family``; ``n`` and its ``unit``
 (the independent unit: tasks, never seeds of one task); ``verdict``. Extra columns:
 
-- ``family``: "primary" (a question the study declared before its runs:
+- ``family``: "primary" (a question the study declared in its preset:
   ``vitplast.stats.primaries``),
   "secondary" (the primaries asked again another declared way, e.g. with the paper's fixed LR
   grid), "sensitivity" (a declared row recomputed another way, e.g. under the other

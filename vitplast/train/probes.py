@@ -87,8 +87,7 @@ def linear_probes(model_name: str, tasks: list[str], *, options: dict | None = N
 def stored_probe(root, task: str, *, options: dict | None = None, compute: bool = True
                  ) -> dict | None:
     """The embedded model's ``linear_probe`` on ``task`` (``train_acc``, ``val_acc``,
-    ``test_acc`` in %, ``n_train``, ``n_features``), computed once (about 20-40 s on a CPU core
-    for a task of the default size) and kept beside a study's runs in
+    ``test_acc`` in %, ``n_train``, ``n_features``), computed once and kept beside a study's runs in
     ``root/probe-<hash of the settings>.json`` (a store companion); ``None`` when not stored and
     ``compute`` is False. ``options``: the task's ``tasks.load`` options where the study's runs
     set them (its settings hold them then)."""
