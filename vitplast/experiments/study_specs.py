@@ -30,11 +30,11 @@ def ladder(low: float, high: float) -> list[float]:
 #: The task pair every study runs first: the hardest shift of the pretraining domain, and the
 #: new domain.
 PAIR = ("fmnist_contrast", "digits")
-#: The run settings of every smoke study: 4 steps of 32 images, validated before the first and
+#: The run settings of every smoke study: 4 steps of 16 images, validated before the first and
 #: after the last, on a task of 160 images (128 to train, 32 to validate) and 64 to test
 #: (digits' splits hold hundreds of images to evaluate), so that every path of a run is
 #: exercised in moments.
-SMOKE_RUN = dict(steps=4, warmup_steps=1, eval_every=4, batch_size=32, train_size=160,
+SMOKE_RUN = dict(steps=4, warmup_steps=1, eval_every=4, batch_size=16, train_size=160,
                  test_size=64)
 #: The task of every smoke study: a Fashion-MNIST shift (``train_size`` and ``test_size`` set
 #: its splits; scikit-learn's digits keep theirs).
