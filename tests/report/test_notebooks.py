@@ -286,15 +286,17 @@ def test_a_real_ctrl_c_stops_the_run_with_one_line(tmp_path):
 
 
 def _running_a_cell(path) -> bool:
-    """Whether papermill's copy of a notebook shows a cell running (the kernel is up)."""
+    """Whether papermill's copy of a notebook shows a cell running after its setup cell (the
+    kernel is up and has imported the kit: a Ctrl-C lands in the notebook's own work)."""
     import json
 
     try:
         cells = json.loads(path.read_text())["cells"]
     except (OSError, ValueError, KeyError):
         return False
-    return any(c.get("metadata", {}).get("papermill", {}).get("status") == "running"
-               for c in cells)
+    status = [c.get("metadata", {}).get("papermill", {}).get("status") for c in cells]
+    setup = next(i for i, c in enumerate(cells) if "setup(" in "".join(c["source"]))
+    return status[setup] == "completed" and "running" in status[setup + 1:]
 
 
 def test_a_misspelled_task_is_an_unknown_task_before_any_kernel(capsys):
