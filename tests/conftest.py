@@ -27,6 +27,51 @@ def _share_the_cores() -> None:
 _share_the_cores()
 
 
+def pytest_configure(config):
+    """Where the tests' one-node Slurm lives (``slurm`` fixture): a folder named once per test
+    session by the controlling process and inherited by the xdist workers; started by the
+    first test that needs it, stopped here at the end (``pytest_unconfigure``)."""
+    if not hasattr(config, "workerinput") and "VITPLAST_TEST_SLURM" not in os.environ:
+        import tempfile
+
+        os.environ["VITPLAST_TEST_SLURM"] = tempfile.mkdtemp(prefix="vitplast-slurm-")
+        config._vitplast_slurm = os.environ["VITPLAST_TEST_SLURM"]
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_vitplast_slurm", None)
+    if folder:
+        from vitplast.experiments import local_slurm
+
+        local_slurm.down(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """A Slurm that answers: the user's (``SLURM_CONF`` set and ``sinfo`` answering), else a
+    one-node cluster started for this test session (``local_slurm.up``); the test is skipped,
+    with the reason, where neither is possible (Slurm or munge not installed, not root)."""
+    import subprocess
+
+    from vitplast.experiments import local_slurm
+    from vitplast.files import locked
+
+    if os.environ.get("SLURM_CONF") and subprocess.run(
+            ["sinfo"], capture_output=True).returncode == 0:
+        yield os.environ["SLURM_CONF"]
+        return
+    why = local_slurm.missing()
+    if why:
+        pytest.skip(f"no Slurm for the cluster tests: {why}; make slurm-up says what to install")
+    folder = os.environ["VITPLAST_TEST_SLURM"]
+    with locked(Path(folder) / "up"):  # xdist workers: one starts it, the others find it
+        conf = local_slurm.up(folder)
+    os.environ["SLURM_CONF"] = str(conf)
+    yield str(conf)
+    del os.environ["SLURM_CONF"]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shipped_results(tmp_path_factory):
     """The shipped results as the tests read them: a copy of the checkout's ``data/``

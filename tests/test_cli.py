@@ -162,8 +162,8 @@ def test_the_smoke_study_starts_on_a_fresh_cache(tmp_path, fake_train, monkeypat
     assert studies.get("main-smoke").root() == root and not studies.get("main-smoke").shipped
     main(["sweep", "--study", "main-smoke", "--status"])
     n = len(studies.get("main-smoke").runs())
-    assert capsys.readouterr().out.splitlines()[-1].split()[:6] == ["all", str(n), "0", "0",
-                                                                   "0", str(n)]
+    assert capsys.readouterr().out.splitlines()[-1].split()[:7] == ["all", str(n), "0", "0",
+                                                                   "0", "0", str(n)]
     main(["sweep", "--study", "main-smoke", "--limit", "1"])
     assert len(fake_train.calls) == 1 and len(results.records_table(root)) == 1
     assert len(Store(root).companion("study.json")["sessions"]) == 1
@@ -210,8 +210,8 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
     main(["sweep", "--root", str(tmp_path), "--status"])  # runs nothing, logs nothing
     assert len(fake_train.calls) == 6
     assert len(Store(tmp_path).companion("study.json")["sessions"]) == 2
-    total = capsys.readouterr().out.splitlines()[-1].split()  # task, expected, ok, ..., missing
-    assert total[:6] == ["all", str(len(expected)), "6", "0", "0", str(len(expected) - 6)]
+    total = capsys.readouterr().out.splitlines()[-1].split()  # task, expected, ok, ..., pending
+    assert total[:7] == ["all", str(len(expected)), "6", "0", "0", "0", str(len(expected) - 6)]
     for bad in (["--shard", "2/2"], ["--shard", "half"], ["--study", "finetune"],
                 ["--precision", "fp8"]):
         with pytest.raises(SystemExit):

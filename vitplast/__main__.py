@@ -16,7 +16,8 @@ from vitplast import cli_files, cli_notebooks
 #: ``sweep --executor submitit`` options -> submitit ``update_parameters`` keys.
 SUBMITIT_OPTIONS = {"timeout_min": "timeout_min", "gpus_per_node": "gpus_per_node",
                     "cpus_per_task": "cpus_per_task", "partition": "slurm_partition",
-                    "array_parallelism": "slurm_array_parallelism"}
+                    "array_parallelism": "slurm_array_parallelism",
+                    "runs_per_job": "runs_per_job"}
 PAPER_SLURM_EXAMPLE = (
     "vitplast sweep --study paper --data-root data/paper --weights-file vit_b16_in21k.safetensors "
     "--root results/paper --executor submitit --cluster slurm --partition gpu --gpus-per-node 1 "
@@ -102,6 +103,11 @@ def _add_sweep(sub) -> None:
     sw.add_argument("--partition", default=None, help="submitit: SLURM partition")
     sw.add_argument("--array-parallelism", type=int, default=None,
                     help="submitit: at most N jobs of the array running at once (SLURM)")
+    sw.add_argument("--runs-per-job", type=_at_least(1), default=None, help="submitit: runs "
+                    "trained one after another in each job, which pays its start-up once "
+                    "(default: the runs dealt over as many jobs as can run at once: "
+                    "--array-parallelism, else the partition's idle CPUs / --cpus-per-task); "
+                    "a setting's LRs stay in one job")
     sw.add_argument("--slurm-param", action="append", default=[], metavar="KEY=VALUE",
                     help="another SLURM setting, repeatable: a submitit SlurmExecutor parameter "
                     "(qos, account, mem, constraint, ...) or any sbatch option "

@@ -37,7 +37,7 @@ def git_state() -> tuple[str | None, bool | None]:
 def provenance(device: torch.device) -> dict:
     """Where and with what a result was made: ``machine`` (e.g. "x86_64, 2 cores", plus the
     GPU), ``vitplast``, ``torch``, ``timm``, ``python``, ``git_commit``, ``git_dirty``,
-    ``date`` (UTC)."""
+    ``date`` (UTC), and in a Slurm job ``slurm_job`` (``slurm_job``)."""
     import timm
 
     import vitplast
@@ -47,9 +47,19 @@ def provenance(device: torch.device) -> dict:
     if device.type == "cuda":
         machine += f", {torch.cuda.get_device_name(device)}"
     commit, dirty = git_state()
+    job = slurm_job()
     return dict(machine=machine, vitplast=vitplast.__version__, torch=torch.__version__,
                 timm=timm.__version__, python=platform.python_version(), git_commit=commit,
-                git_dirty=dirty, date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                git_dirty=dirty, date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                **({"slurm_job": job} if job else {}))
+
+
+def slurm_job() -> str | None:
+    """The Slurm job this process runs in (``<array>_<task>`` for an array's task), or None
+    outside Slurm: a record names the job that made it, whose log is
+    ``<submitit folder>/<job>_0_log.err``."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
 
 
 def shipped_command(command: str) -> str:

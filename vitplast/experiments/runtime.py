@@ -94,7 +94,8 @@ class Runtime:
 class Executor:
     """Where runs execute: ``name`` (``EXECUTORS``: ``serial``, here one after another, or
     ``submitit``, a job array) and its ``options`` (submitit's ``folder``, ``cluster`` and
-    ``update_parameters`` keywords; the serial executor takes none)."""
+    ``update_parameters`` keywords, and ``runs_per_job``: ``vitplast.experiments.jobs``;
+    the serial executor takes none)."""
 
     name: str = "serial"
     options: dict = field(default_factory=dict)
@@ -104,6 +105,9 @@ class Executor:
             raise ValueError(f"unknown executor {self.name!r}; valid: {list(EXECUTORS)}")
         if self.name == "serial" and self.options:
             raise TypeError(f"the serial executor takes no options, got {sorted(self.options)}")
+        per_job = self.options.get("runs_per_job")
+        if per_job is not None and (not isinstance(per_job, int) or per_job < 1):
+            raise ValueError(f"runs_per_job takes N >= 1 (runs per job), got {per_job!r}")
         if self.options.get("cluster") not in (None, *CLUSTERS):
             raise ValueError(f"unknown cluster {self.options['cluster']!r}; valid: "
                              f"{list(CLUSTERS)}")

@@ -218,6 +218,12 @@ class Store:
                   for path, owner, age in claims.present(self.root)):
             time.sleep(poll)
 
+    def claimed(self) -> set[str]:
+        """The hashes of the runs a live process holds the claim on (``claims.alive``): in
+        flight now."""
+        return {path.stem for path, owner, age in claims.present(self.root)
+                if claims.alive(owner, age, claims.CLAIM_TIMEOUT_S)}
+
     def companion(self, name: str, compute=None) -> dict | None:
         """``cached.companion`` of this store's folder: the file ``root/name`` kept beside the
         records, read (``None`` when absent) or with ``compute`` measured once and written."""

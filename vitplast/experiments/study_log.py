@@ -67,27 +67,35 @@ def restart_log(root: str | Path) -> Path:
 
 
 def study_progress(runs: list[dict], root: str | Path) -> pd.DataFrame:
-    """How far a study has got, per task and seed: runs ``expected``, by status (``ok``,
-    ``diverged``, ``failed``, ``missing``), and ``hours_left``, the CPU time the missing runs
-    should take at the mean time of the stored ok runs of the same configuration (of every
-    stored ok run where that configuration has none). A last row, ``all``, sums them.
+    """How far a study has got, per task and seed: runs ``expected``; stored, by status
+    (``ok``, ``diverged``, ``failed``); not stored: ``running`` (a live process, e.g. a
+    cluster job, holds its claim: ``Store.claimed``) and ``pending``; and ``hours_left``, the
+    CPU time the runs not stored should take at the mean time of the stored ok runs of the
+    same configuration (of every stored ok run where that configuration has none). A last
+    row, ``all``, sums them.
 
     Args:
         runs: the study's run dicts (``vitplast.experiments.studies``).
         root: its results store.
     """
+    from vitplast.experiments.runs import run_hash
+
     stored = stored_runs(root)
     ok = stored[stored["status"] == "ok"] if len(stored) else stored
     seconds = ok.groupby("config")["seconds"].mean() if len(ok) else pd.Series(dtype=float)
     fallback = ok["seconds"].mean() if len(ok) else math.nan
     key = [r["config"] if isinstance(r["config"], str) else json.dumps(r["config"])
            for r in runs]
+    held = store.Store(root).claimed()
+    status = [("running" if run_hash(r) in held else "pending") if s == "missing" else s
+              for r, s in zip(runs, expected_status(stored, runs))]
     table = pd.DataFrame(dict(task=[r["task"] for r in runs], seed=[r["seed"] for r in runs],
-                              status=expected_status(stored, runs).to_numpy(),
+                              status=status,
                               hours=pd.Series(key).map(seconds).fillna(fallback) / 3600))
-    table.loc[table["status"] != "missing", "hours"] = 0.0
+    table.loc[~table["status"].isin(["running", "pending"]), "hours"] = 0.0
     counts = pd.crosstab([table["task"], table["seed"]], table["status"])
-    counts = counts.reindex(columns=["ok", "diverged", "failed", "missing"], fill_value=0)
+    counts = counts.reindex(columns=["ok", "diverged", "failed", "running", "pending"],
+                            fill_value=0)
     counts.insert(0, "expected", counts.sum(axis=1))
     counts["hours_left"] = table.groupby(["task", "seed"])["hours"].sum().round(2)
     counts = counts.reset_index()

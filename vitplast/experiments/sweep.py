@@ -15,6 +15,7 @@ progress: ``vitplast.provenance``; tables: ``vitplast.experiments.results``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -28,6 +29,7 @@ import torch
 
 from vitplast import models, provenance
 from vitplast.datasets import tasks
+from vitplast.experiments import jobs
 from vitplast.experiments.results import runs_table
 from vitplast.experiments.runs import (
     TRAIN_KEYS,
@@ -209,7 +211,11 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
             submitit.
         **executor_kwargs: submitit's ``folder`` (default ``root/submitit``), ``cluster``
             ("slurm", "local", "debug"; default detected) and ``update_parameters`` keywords
-            (``timeout_min``, ``gpus_per_node``, ``slurm_array_parallelism``, ...).
+            (``timeout_min``, ``gpus_per_node``, ``slurm_array_parallelism``, ...), and
+            ``runs_per_job``: the runs are packed into jobs (``vitplast.experiments.jobs``:
+            by default as many jobs as can run at once), each training its pack one group
+            after another (``run_pack``); runs a live process holds the claim on are left
+            to it and waited for.
 
     Returns:
         ``results`` rows of ``runs``, in order; a run without a record (its job died) has
@@ -244,8 +250,19 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
         for group in groups:
             _run_and_save(group, store, device, progress=progress)
             done(group)
-    elif groups:
-        _submit(groups, store, device, done, **executor_kwargs)
+    elif groups:  # runs another process holds are left to it, and waited for
+        held = store.claimed()
+        theirs = [g for g in groups if any(run_hash(c) in held for c, _ in g)]
+        if theirs:
+            jobs.say(f"{sum(map(len, theirs))} run(s) are being trained by other processes "
+                     "(their claims): waiting for them too")
+        job = functools.partial(run_pack, store=store, device=device,
+                                registry=dict(ablations.PREPARE))
+        jobs.submit(job, [g for g in groups if g not in theirs], lambda pair: done([pair]),
+                    store=store, **executor_kwargs)
+        for group in theirs:
+            store.wait_for([c for c, _ in group])
+            done(group)
     bar.close()
     records = {run_hash(c): store.record(c) or {"run": c, "status": "missing"}
                for c in runs}
@@ -323,24 +340,37 @@ def _run_and_save(group: list[tuple[dict, int | None]], store: Store, device,
     return statuses
 
 
-def _submit(groups, store: Store, device, done, folder=None, cluster=None, **parameters
-            ) -> None:
-    """One submitit job array, a job per group of (run, stale) pairs; wait for every job
-    (``done(group)`` as each ends), warn about those that died."""
-    import submitit
-
-    executor = submitit.AutoExecutor(folder=folder or store.root / "submitit", cluster=cluster)
-    executor.update_parameters(**parameters)
-    n = len(groups)
-    jobs = executor.map_array(_run_and_save, groups, [store] * n, [device] * n,
-                              [dict(ablations.PREPARE)] * n)
-    for job, group in zip(jobs, groups):
-        try:
-            job.result()
-        except Exception as err:  # killed (time limit, preemption...): no record, re-run later
-            warnings.warn(f"job {job.job_id} died without a record: {err}", stacklevel=3)
-        done(group)
+class JobStopped(BaseException):
+    """Slurm stopped the job (SIGTERM: its time limit, or ``scancel``): the run in flight is
+    dropped, its claim released, and nothing is recorded for it (a ``BaseException``, so
+    that ``run_lrs`` does not record the run as failed)."""
 
 
-__all__ = ["build", "default_workers", "lr_groups", "run_lrs", "run_one",
-           "run_sweep"]
+def run_pack(pack: list[list[tuple[dict, int | None]]], store: Store, device,
+             registry: dict | None = None) -> list[str]:
+    """A cluster job (``vitplast.experiments.jobs``): ``_run_and_save`` for each group of
+    ``pack`` in turn; return every run's status, "stopped" for those of the groups it did not
+    start because Slurm warned that its time limit is near (submitit's signal, ``USR2``
+    ``signal_delay_s`` seconds before it). ``SIGTERM`` (the time limit reached, ``scancel``)
+    raises ``JobStopped``. Torch computes on the job's cores (``SLURM_CPUS_PER_TASK``)."""
+    import signal
+
+    near = []
+    signal.signal(signal.SIGUSR2, lambda *_: near.append(True))
+
+    def stop(signum, frame):
+        raise JobStopped(f"stopped by {signal.Signals(signum).name} (time limit or scancel)")
+
+    signal.signal(signal.SIGTERM, stop)
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    if cpus.isdigit():
+        torch.set_num_threads(int(cpus))
+    statuses = []
+    for group in pack:
+        statuses += (["stopped"] * len(group) if near else
+                     _run_and_save(group, store, device, registry))
+    return statuses
+
+
+__all__ = ["JobStopped", "build", "default_workers", "lr_groups", "run_lrs", "run_one",
+           "run_pack", "run_sweep"]

@@ -1,0 +1,213 @@
+"""The cluster path on a real Slurm (the ``slurm`` fixture: a one-node cluster on this
+machine, ``vitplast.experiments.local_slurm``): ``vitplast sweep --executor submitit --cluster
+slurm`` stores what a serial sweep stores, for a grid and a searched study; survives a job
+cancelled while it trains and a submitting process killed mid-array; names a job that hits
+its time limit and re-runs its run; and ``--status`` counts the runs jobs are training.
+Every run trains for real, at the smoke studies' settings (under a second a run)."""
+
+import contextlib
+import io
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from vitplast.__main__ import main
+from vitplast.experiments import kinds, runs, studies
+from vitplast.experiments.adaptive import SearchedStudy
+from vitplast.experiments.spec_types import Grid, Search
+from vitplast.experiments.store import Store
+from vitplast.experiments.study_specs import SMOKE_RUN
+
+pytestmark = pytest.mark.slow
+SLURM = ["--executor", "submitit", "--cluster", "slurm", "--cpus-per-task", "1"]
+#: What a run computes the same way wherever it trains (one thread a process: the test's
+#: serial sweep and the jobs alike): its outcome and every number of its history.
+SAME = ("status", "test_acc", "test_loss", "best_val_acc", "best_step", "initial_val_acc",
+        "trainable", "history")
+
+
+@pytest.fixture
+def one_thread():
+    """The serial arm computes on one thread, as a job with one CPU does (``run_pack``): the
+    same reduction order, so the same floating-point numbers."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _records(root) -> dict[str, dict]:
+    return {runs.run_hash(r["run"]): r for r in Store(root).records()}
+
+
+def _same(serial: dict, slurm: dict) -> None:
+    assert sorted(serial) == sorted(slurm)  # the same run hashes
+    for key, record in serial.items():
+        assert {k: record.get(k) for k in SAME} == {k: slurm[key].get(k) for k in SAME}, key
+
+
+def _sweep(study: str, root, *flags) -> int:
+    return main(["sweep", "--study", study, "--root", str(root), *flags])
+
+
+def test_a_grid_study_on_slurm_stores_what_a_serial_sweep_stores(slurm, tmp_path, one_thread,
+                                                                  capfd):
+    """main-smoke's 14 runs: the same hashes, statuses and numbers as here, one after another;
+    the jobs' records name their job; one line says where job states come from."""
+    assert _sweep("main-smoke", tmp_path / "serial") == 0
+    assert _sweep("main-smoke", tmp_path / "slurm", *SLURM, "--timeout-min", "10") == 0
+    serial, on_slurm = _records(tmp_path / "serial"), _records(tmp_path / "slurm")
+    assert len(serial) == 14
+    _same(serial, on_slurm)
+    assert all(r["slurm_job"] for r in on_slurm.values())
+    assert not any("slurm_job" in r for r in serial.values())
+    err = capfd.readouterr().err
+    assert err.count("job states: read from squeue and the job folders") == 1
+    assert "sacct" not in err.replace("so sacct is not used", "")  # no warning flood
+
+
+def test_a_searched_study_on_slurm_stores_what_a_serial_search_stores(slurm, tmp_path,
+                                                                       monkeypatch, one_thread):
+    """A search (three LRs, then one more while the best is at an edge) asks for the same
+    runs and gets the same outcomes on Slurm, one job array per rung."""
+    study = SearchedStudy("t-search", "a tiny search", "t-search", Search(
+        tasks=("fmnist_contrast",), seeds=(0,), configs={"head": 1.0, "LN1": 0.3},
+        fixed=SMOKE_RUN), place=".")
+    monkeypatch.setitem(studies.STUDIES, study.name, study)
+    assert _sweep(study.name, tmp_path / "serial") == 0
+    assert _sweep(study.name, tmp_path / "slurm", *SLURM) == 0
+    serial, on_slurm = _records(tmp_path / "serial"), _records(tmp_path / "slurm")
+    assert len(serial) >= 6
+    _same(serial, on_slurm)
+
+
+def _squeue(array: str) -> dict[str, str]:
+    out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", array],
+                         capture_output=True, text=True).stdout
+    return dict(line.split("|") for line in out.split())
+
+
+def _wait(condition, timeout: float, what: str):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"waited {timeout:.0f} s for {what}")
+
+
+class Writes:
+    """Every record file's inode as first seen: a record written again (``os.replace`` makes
+    a new file) is a run stored twice."""
+
+    def __init__(self, root: Path):
+        self.root, self.first, self.rewritten = root, {}, set()
+
+    def look(self):
+        for path in self.root.glob("*.json"):
+            try:
+                inode = path.stat().st_ino
+            except FileNotFoundError:
+                continue
+            if self.first.setdefault(path.name, inode) != inode:
+                self.rewritten.add(path.name)
+        return self
+
+
+def test_a_cancelled_job_and_a_killed_submitter_lose_nothing(slurm, tmp_path):
+    """A job cancelled (scancel) while it trains, then the submitting process killed
+    (SIGKILL) mid-array, the rest of the array left running; then the same command: every
+    run stored exactly once, no claim left. `--status` meanwhile accounts for every run."""
+    root = tmp_path / "store"
+    command = [sys.executable, "-m", "vitplast", "sweep", "--study", "main-smoke", "--root",
+               str(root), *SLURM, "--runs-per-job", "3"]
+    writes = Writes(root)
+    first = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    claim = _wait(lambda: writes.look() and next(root.glob("*.claim"), None), 120,
+                  "a job training a run")
+    task = _job_of(json.loads(claim.read_text())["pid"])  # the job training that run
+    subprocess.run(["scancel", task], check=True)
+    status = subprocess.run([sys.executable, "-m", "vitplast", "sweep", "--study",
+                             "main-smoke", "--root", str(root), "--status"],
+                            capture_output=True, text=True, check=True).stdout
+    counts = _all_row(status)
+    assert counts["expected"] == 14
+    assert counts["ok"] + counts["diverged"] + counts["failed"] + counts["running"] + counts[
+        "pending"] == 14
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    array = task.split("_")[0]
+    _wait(lambda: _squeue(array).get(task) == "CANCELLED", 30, f"job {task} cancelled")
+    assert not any(p.name.startswith(f"{task}_0_result") for p in (root / "submitit").iterdir())
+    # the same command, the old array's other jobs still running beside it
+    second = subprocess.run(command, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr
+    _wait(lambda: writes.look() and not any(s in ("PENDING", "RUNNING", "COMPLETING")
+                                             for s in _squeue(array).values()), 120,
+          "the first array's jobs to end")
+    writes.look()
+    expected = studies.get("main-smoke").runs(root)
+    assert all(Store(root).has(run) for run in expected)
+    assert len(writes.first) == 14 + 1  # the records and the study log
+    assert not writes.rewritten - {"study.json"}  # each record written once
+    assert not list(root.glob("*.claim"))
+
+
+def _job_of(pid: int) -> str:
+    """The array task (``<array>_<task>``) whose process is ``pid``: Slurm's variables in its
+    environment (one node: the job runs on this machine)."""
+    env = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text(
+        errors="replace").split("\0") if "=" in item)
+    return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+
+
+def _all_row(status: str) -> dict[str, int]:
+    header, *rows = [line.split() for line in status.strip().splitlines()]
+    row = next(r for r in rows if r[0] == "all")
+    return dict(zip(header[2:], [int(float(v)) for v in row[1:]]))  # its seed is blank
+
+
+def test_a_job_at_its_time_limit_is_named_and_its_run_runs_again(slurm, tmp_path, monkeypatch,
+                                                                  capfd):
+    """A run longer than its job's time limit: `--status`
+    counts it running while its job trains; the sweep names the job by its id, with why it
+    ended and its log; its claim is released; the next sweep trains the run."""
+    long = kinds.GridStudy("t-long", "one long run", "t-long", Grid(
+        tasks=("fmnist_contrast",), lrs={"LN1": (0.3,)}, seeds=(0,),
+        fixed=dict(SMOKE_RUN, steps=600, eval_every=600)), place=".")
+    monkeypatch.setitem(studies.STUDIES, long.name, long)
+    root = tmp_path / "store"
+    status = {}
+
+    def look():  # `--status` while the job trains: 1 run running, none stored or pending
+        _wait(lambda: next(root.glob("*.claim"), None), 120, "the job training its run")
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            main(["sweep", "--study", long.name, "--root", str(root), "--status"])
+        status.update(_all_row(out.getvalue()))
+
+    reader = threading.Thread(target=look)
+    reader.start()
+    # Slurm's shortest limit is a minute, enforced within 30 s: micro-batches of one image
+    # (--accum-steps, a runtime key: the same run) make the run outlast it; the next sweep
+    # trains it at full batches
+    assert _sweep(long.name, root, *SLURM, "--timeout-min", "1", "--accum-steps", "16") == 0
+    reader.join()
+    assert status == dict(expected=1, ok=0, diverged=0, failed=0, running=1, pending=0,
+                          hours_left=0)
+    err = capfd.readouterr().err
+    job = next(p.name.rsplit("_", 2)[0] for p in (root / "submitit").glob("*_0_log.err"))
+    assert (f"job {job} hit its time limit (--timeout-min) with 1 of its 1 runs not stored"
+            in err), err
+    assert f"its log: {root / 'submitit' / f'{job}_0_log.err'}" in err
+    assert not Store(root).records() and not list(root.glob("*.claim"))
+    assert _sweep(long.name, root, *SLURM, "--timeout-min", "10") == 0
+    assert [r["status"] for r in Store(root).records()] == ["ok"]

@@ -1,0 +1,233 @@
+"""Cluster jobs of a sweep: its runs packed into jobs, submitted as one submitit job array,
+and watched through the store and the job folders until every job has ended.
+
+Paper: none (the machinery of section 2's grids on a cluster).
+
+**Packs.** A job pays its start-up once (a fresh Python, torch, timm and its task: seconds
+to tens of seconds) and then trains the groups of its pack one after another (a group: one
+run, or a setting's LRs with ``--batch-lrs``), storing each record as it finishes, so a job
+that dies leaves only its unfinished runs. ``packs`` deals the groups round-robin over as
+many jobs as can run at once (``slots``: ``--array-parallelism`` if given, else the
+partition's idle CPUs over ``--cpus-per-task``; a local cluster's cores), so that no slot
+idles while another has runs queued and no job pays a start-up a running job could have
+spared; ``runs_per_job`` (``--runs-per-job N``) sets the pack size instead (more, shorter
+jobs: e.g. a cluster whose queue favours short jobs).
+
+**Watching.** A job has ended when its result file is in its folder (it returned, or raised
+and submitit recorded why) or when Slurm no longer runs it (``squeue``: time limit,
+cancelled, node failure; or gone from the queue). Job states come from ``squeue`` and the
+job folders, never ``sacct``, which small clusters often run without (accounting off:
+submitit's own watcher would warn on every poll). The progress bar counts runs as their
+records appear. A job that ends without storing all its runs is named once, with its job
+id, why it ended (its state, or the line Slurm wrote in its log) and the path of its log;
+its runs are missing and the same command runs them again.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: Slurm states of a job that still runs or will (``squeue``'s ``%T``).
+LIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING",
+        "SUSPENDED", "STAGE_OUT", "SIGNALING", "REQUEUE_HOLD", "REQUEUE_FED")
+#: What a user reads for the states of a job that ended without its result.
+WHY = {"TIMEOUT": "hit its time limit (--timeout-min)", "CANCELLED": "was cancelled (scancel)",
+       "OUT_OF_MEMORY": "ran out of memory", "NODE_FAIL": "lost its node",
+       "PREEMPTED": "was preempted", "FAILED": "failed", "BOOT_FAIL": "failed to boot",
+       "DEADLINE": "passed its deadline"}
+#: Seconds between two reads of the job folders; ``squeue`` is asked every ``SQUEUE_S``.
+POLL_S = 0.5
+SQUEUE_S = 2.0
+#: Seconds a job gone from the queue may take to show its result file (a shared file
+#: system's lag) before it counts as dead.
+GRACE_S = 10.0
+
+
+def slots(cluster: str, parameters: dict) -> int:
+    """How many jobs of an array can run at once: ``slurm_array_parallelism`` if set; else on
+    Slurm the partition's idle CPUs (``sinfo``) over ``cpus_per_task``; else (local) this
+    machine's cores over ``cpus_per_task``; at least 1."""
+    if parameters.get("slurm_array_parallelism"):
+        return int(parameters["slurm_array_parallelism"])
+    cpus_per_task = int(parameters.get("cpus_per_task") or 1)
+    if cluster == "debug":
+        return 1
+    if cluster == "slurm":
+        command = ["sinfo", "-h", "-o", "%C"]
+        if parameters.get("slurm_partition"):
+            command += ["-p", str(parameters["slurm_partition"])]
+        done = subprocess.run(command, capture_output=True, text=True)
+        idle = sum(int(line.split("/")[1]) for line in done.stdout.split()
+                   if line.count("/") == 3)
+        return max(idle // cpus_per_task, 1)
+    return max((os.cpu_count() or 1) // cpus_per_task, 1)
+
+
+def packs(groups: list[list], n_jobs: int | None = None, runs_per_job: int | None = None
+          ) -> list[list[list]]:
+    """``groups`` dealt round-robin into packs: ``n_jobs`` of them, or as many as hold
+    ``runs_per_job`` runs each (a group is never split, so a pack may hold more). Each pack
+    keeps its groups in their given order."""
+    n_runs = sum(len(g) for g in groups)
+    if runs_per_job is not None:
+        n_jobs = math.ceil(n_runs / runs_per_job)
+    n_jobs = max(min(n_jobs or 1, len(groups)), 1)
+    return [p for p in (groups[i::n_jobs] for i in range(n_jobs)) if p]
+
+
+def submit(job, groups: list[list], settled, *, store, folder=None, cluster=None,
+           runs_per_job: int | None = None, **parameters) -> None:
+    """Run ``job(pack)`` for every pack of ``groups`` as one submitit job array and wait until
+    every job has ended (module docstring).
+
+    Args:
+        job: the job's function, called with one pack (a list of groups); it returns one
+            status per run, "stopped" for a run it did not start (its time limit was near).
+        groups: lists of (run, stale) pairs (``sweep.run_sweep``); a group stays in one job.
+        settled: called with each pair once its record is stored or its job has ended
+            without it.
+        store: the ``Store`` the jobs write to (its folder holds the job folders by default).
+        folder: submitit's folder (default ``<store>/submitit``).
+        cluster: ``slurm``, ``local`` or ``debug`` (default: what submitit detects).
+        runs_per_job: the pack size (default: one pack per ``slots``).
+        **parameters: submitit's ``update_parameters`` keywords.
+    """
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=folder or store.root / "submitit", cluster=cluster)
+    executor.update_parameters(**parameters)
+    chosen = packs(groups, slots(executor.cluster, parameters), runs_per_job)
+    jobs = executor.map_array(job, chosen)
+    slurm = executor.cluster == "slurm"
+    if slurm and not _accounting():
+        say("job states: read from squeue and the job folders (Slurm accounting is off here, "
+             "so sacct is not used)")
+    try:
+        watch(jobs, chosen, store, settled, slurm=slurm)
+    except KeyboardInterrupt:
+        arrays = sorted({str(j.job_id).split("_")[0] for j in jobs})
+        say(f"the job array {' '.join(arrays)} still runs"
+             + (f" (scancel {' '.join(arrays)} stops it)" if slurm else ""))
+        raise
+
+
+def watch(jobs: list, chosen: list[list[list]], store, settled, *, slurm: bool) -> None:
+    """Wait for ``jobs`` (one per pack of ``chosen``): settle each run as its record appears,
+    a job's other runs when it ends, and name a job that ended without them (``submit``)."""
+    left = {job: [pair for group in pack for pair in group] for job, pack in zip(jobs, chosen)}
+    size = {job: len(runs) for job, runs in left.items()}
+    states, asked, gone = {}, -math.inf, {}
+    while left:
+        if slurm and time.monotonic() - asked > SQUEUE_S:
+            states, asked = _squeue([j.job_id for j in left]), time.monotonic()
+        for job in list(left):
+            state = _ended(job, states, gone, slurm)
+            still = []
+            for pair in left[job]:
+                (still.append if _wanted(store, pair) else settled)(pair)
+            left[job] = still
+            if state is None:
+                continue
+            for pair in still:
+                settled(pair)
+            if still and state == "COMPLETED":  # the job skipped runs held by others
+                say(f"job {job.job_id} left {len(still)} of its {size[job]} runs to other "
+                     "processes that held their claims (missing until those store them)")
+            elif still:
+                why = WHY.get(state, state if state.startswith(("raised", "stopped")) else
+                              f"ended ({state})")
+                say(f"job {job.job_id} {why} with {len(still)} of its {size[job]} runs not "
+                     f"stored (the same command runs them again); its log: {job.paths.stderr}")
+            del left[job]
+        if left:
+            time.sleep(POLL_S)
+
+
+def _ended(job, states: dict, gone: dict, slurm: bool) -> str | None:
+    """Why ``job`` has ended (``COMPLETED``, a Slurm state, "raised ...", "stopped ..."), or
+    None while it runs. A debug job runs here, now."""
+    if job.paths.result_pickle.exists() or not slurm and job.done():
+        return _outcome(job)
+    if not slurm or states.get(job.job_id) in LIVE:
+        return None
+    seen = gone.setdefault(job.job_id, time.monotonic())
+    if states.get(job.job_id) in WHY or time.monotonic() - seen > GRACE_S:
+        return states.get(job.job_id) or _state_in_log(job) or "left the queue"
+    return None
+
+
+def _wanted(store, pair) -> bool:
+    """Whether the run of ``pair`` (run, mtime of the failed record a retry replaces, or
+    None) still needs its record."""
+    run, stale = pair
+    if stale is None and not store.path(run).exists():
+        return True
+    record = store.record(run)
+    if record is None:
+        return True
+    return (stale is not None and record["status"] == "failed"
+            and store.path(run).stat().st_mtime_ns == stale)
+
+
+def _outcome(job) -> str:
+    """``COMPLETED`` when ``job`` returned having started every run, "stopped ..." when it
+    left runs unstarted (its time limit near), "raised ..." with the last line of its error."""
+    try:
+        statuses = job.result()
+    except Exception as err:  # the job raised: submitit's error holds its traceback
+        lines = [line for line in str(err).splitlines() if line.strip()]
+        return "raised " + (lines[-1].strip() if lines else type(err).__name__)
+    if "stopped" in (statuses or []):
+        return "stopped early (its time limit was near)"
+    return "COMPLETED"
+
+
+def _squeue(job_ids: list[str]) -> dict[str, str]:
+    """Job id -> Slurm state for ``job_ids`` still known to ``squeue`` (array tasks one by
+    one, finished ones too while Slurm keeps them)."""
+    arrays = sorted({str(j).split("_")[0] for j in job_ids})
+    done = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j",
+                           ",".join(arrays)], capture_output=True, text=True)
+    out = {}
+    for line in done.stdout.splitlines():
+        job_id, _, state = line.strip().partition("|")
+        out[job_id] = state.split()[0] if state else ""
+    return out
+
+
+def _state_in_log(job) -> str | None:
+    """The state Slurm wrote into a job's log when it killed it (``*** JOB ... CANCELLED AT
+    ... DUE TO TIME LIMIT ***``), if any."""
+    try:
+        text = Path(job.paths.stderr).read_text(errors="replace")
+    except OSError:
+        return None
+    if "DUE TO TIME LIMIT" in text:
+        return "TIMEOUT"
+    if "CANCELLED AT" in text:
+        return "CANCELLED"
+    return None
+
+
+def _accounting() -> bool:
+    """Whether ``sacct`` answers (Slurm accounting on)."""
+    try:
+        return subprocess.run(["sacct", "-n", "-X", "-j", "1"], capture_output=True,
+                              timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def say(line: str) -> None:
+    """One line on stderr, above a progress bar if one is drawn."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(line, file=sys.stderr)
+
+
+__all__ = ["LIVE", "WHY", "packs", "say", "slots", "submit", "watch"]
