@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 PROFILE ?= default
 FMNIST  := /usr/share/datasets/fashion-mnist
 
-.PHONY: install data run test test-fast lint benchmarks notebook-times browser-test pretrain wheel data-pack clean
+.PHONY: install data run test test-fast lint benchmarks notebook-times browser-test slurm-up slurm-down pretrain wheel data-pack clean
 
 install: $(VENV)/.installed
 
@@ -50,6 +50,17 @@ notebook-times: data
 browser-test: data
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
 	$(PY) -m pytest -m browser tests/test_browser.py
+
+# A one-node Slurm on localhost (munge, slurmctld, slurmd; every file of theirs in .slurm/),
+# to try `vitplast sweep --executor submitit --cluster slurm` here: needs root and Debian's
+# slurm-wlm and munge (the target says so where they are missing). Then, in your shell:
+# export SLURM_CONF=$(pwd)/.slurm/slurm.conf. `make slurm-down` stops exactly those daemons.
+# (`make test` starts its own, in a temporary folder, when it can.)
+slurm-up: install
+	$(PY) -m vitplast.experiments.local_slurm up .slurm
+
+slurm-down: install
+	$(PY) -m vitplast.experiments.local_slurm down .slurm
 
 pretrain: data
 	$(PY) -m vitplast pretrain

@@ -100,6 +100,9 @@ def submit(job, groups: list[list], settled, *, store, folder=None, cluster=None
     import submitit
 
     executor = submitit.AutoExecutor(folder=folder or store.root / "submitit", cluster=cluster)
+    if parameters.get("timeout_min") and "slurm_signal_delay_s" not in parameters:
+        # submitit warns a job 90 s before its limit; of a short limit, the last quarter
+        parameters["slurm_signal_delay_s"] = min(90, 15 * parameters["timeout_min"])
     executor.update_parameters(**parameters)
     chosen = packs(groups, slots(executor.cluster, parameters), runs_per_job)
     jobs = executor.map_array(job, chosen)

@@ -1,0 +1,75 @@
+"""Cluster jobs without a cluster: how runs are packed into jobs, and what a job does when
+Slurm signals it (``sweep.run_pack``: USR2 = its time limit is near, SIGTERM = reached or
+scancel). The real Slurm: ``test_slurm.py``."""
+
+import os
+import signal
+
+import pytest
+from helpers import TINY
+
+from vitplast.experiments import jobs, runs, sweep
+from vitplast.experiments.store import Store
+
+
+def _groups(*sizes):
+    return [[(f"g{i}r{j}", None) for j in range(n)] for i, n in enumerate(sizes)]
+
+
+def test_groups_are_dealt_round_robin_over_the_jobs_and_never_split():
+    groups = _groups(1, 1, 1, 1, 1)
+    assert jobs.packs(groups, n_jobs=2) == [groups[0::2], groups[1::2]]
+    assert jobs.packs(groups, n_jobs=9) == [[g] for g in groups]  # no empty job
+    assert len(jobs.packs(groups, runs_per_job=2)) == 3
+    big = _groups(3, 3, 3)
+    assert jobs.packs(big, runs_per_job=2) == [[g] for g in big]  # a group stays whole
+    assert jobs.packs(big, runs_per_job=6) == [big[0::2], big[1::2]]
+
+
+def test_slots_are_the_array_parallelism_when_given():
+    assert jobs.slots("slurm", dict(slurm_array_parallelism=3)) == 3
+    assert jobs.slots("debug", {}) == 1
+    assert jobs.slots("local", dict(cpus_per_task=os.cpu_count())) == 1
+
+
+def _two(tmp_path):
+    todo = runs.grid(["digits"], ["head"], [0.1, 1.0], [0], **TINY)
+    return todo, Store(tmp_path)
+
+
+def test_a_job_warned_of_its_time_limit_starts_no_further_run(tmp_path, monkeypatch):
+    todo, store = _two(tmp_path)
+
+    def train(group, device=None, progress=False):
+        os.kill(os.getpid(), signal.SIGUSR2)  # submitit's warning, during the first run
+        return [dict(status="ok") for _ in group]
+
+    monkeypatch.setattr(sweep, "run_lrs", train)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR2)
+    try:
+        statuses = sweep.run_pack([[(todo[0], None)], [(todo[1], None)]], store, "cpu")
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGUSR2, before[1])
+    assert statuses == ["ok", "stopped"]
+    assert store.path(todo[0]).exists() and not store.path(todo[1]).exists()
+
+
+def test_sigterm_drops_the_run_in_flight_and_releases_its_claim(tmp_path, monkeypatch):
+    """Not recorded as failed (a ``BaseException``), its claim gone, nothing stored."""
+    todo, store = _two(tmp_path)
+
+    def train(group, device=None, progress=False):
+        assert list(tmp_path.glob("*.claim"))  # held while it trains
+        os.kill(os.getpid(), signal.SIGTERM)  # the time limit reached, or scancel
+        return [dict(status="ok") for _ in group]
+
+    monkeypatch.setattr(sweep, "run_lrs", train)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR2)
+    try:
+        with pytest.raises(sweep.JobStopped, match="SIGTERM"):
+            sweep.run_pack([[(todo[0], None)], [(todo[1], None)]], store, "cpu")
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGUSR2, before[1])
+    assert not list(tmp_path.glob("*.json")) and not list(tmp_path.glob("*.claim"))
