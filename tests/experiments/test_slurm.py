@@ -176,38 +176,77 @@ def _all_row(status: str) -> dict[str, int]:
     return dict(zip(header[2:], [int(float(v)) for v in row[1:]]))  # its seed is blank
 
 
-def test_a_job_at_its_time_limit_is_named_and_its_run_runs_again(slurm, tmp_path, monkeypatch,
+def test_a_job_at_its_time_limit_is_named_and_its_runs_run_again(slurm, tmp_path, monkeypatch,
                                                                   capfd):
-    """A run longer than its job's time limit: `--status`
-    counts it running while its job trains; the sweep names the job by its id, with why it
-    ended and its log; its claim is released; the next sweep trains the run."""
-    long = kinds.GridStudy("t-long", "one long run", "t-long", Grid(
-        tasks=("fmnist_contrast",), lrs={"LN1": (0.3,)}, seeds=(0,),
-        fixed=dict(SMOKE_RUN, steps=600, eval_every=600)), place=".")
-    monkeypatch.setitem(studies.STUDIES, long.name, long)
+    """One job packing 160 smoke runs (minutes of work) under a one-minute limit (Slurm's
+    shortest; it warns the job 15 s before, and enforces limits every 30 s): `--status`
+    counts its run in flight while it trains; the sweep names the job by its id, why it
+    ended and its log; no claim is left; the next sweep trains only the runs not stored."""
+    many = kinds.GridStudy("t-many", "160 smoke runs", "t-many", Grid(
+        tasks=("fmnist_contrast",), lrs={c: (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
+                                          for c in ("head", "LN1", "LN2", "FC2")},
+        seeds=(0, 1, 2, 3, 4), fixed=SMOKE_RUN), place=".")
+    monkeypatch.setitem(studies.STUDIES, many.name, many)
     root = tmp_path / "store"
     status = {}
 
-    def look():  # `--status` while the job trains: 1 run running, none stored or pending
-        _wait(lambda: next(root.glob("*.claim"), None), 120, "the job training its run")
+    def look():  # `--status` while the job trains
+        _wait(lambda: next(root.glob("*.claim"), None), 120, "the job training a run")
         with contextlib.redirect_stdout(io.StringIO()) as out:
-            main(["sweep", "--study", long.name, "--root", str(root), "--status"])
+            main(["sweep", "--study", many.name, "--root", str(root), "--status"])
         status.update(_all_row(out.getvalue()))
 
     reader = threading.Thread(target=look)
     reader.start()
-    # Slurm's shortest limit is a minute, enforced within 30 s: micro-batches of one image
-    # (--accum-steps, a runtime key: the same run) make the run outlast it; the next sweep
-    # trains it at full batches
-    assert _sweep(long.name, root, *SLURM, "--timeout-min", "1", "--accum-steps", "16") == 0
+    assert _sweep(many.name, root, *SLURM, "--timeout-min", "1", "--runs-per-job", "160") == 0
     reader.join()
-    assert status == dict(expected=1, ok=0, diverged=0, failed=0, running=1, pending=0,
-                          hours_left=0)
+    assert status["expected"] == 160 and status["running"] == 1 and status["pending"] >= 1
+    assert sum(status[k] for k in ("ok", "diverged", "failed", "running", "pending")) == 160
     err = capfd.readouterr().err
     job = next(p.name.rsplit("_", 2)[0] for p in (root / "submitit").glob("*_0_log.err"))
-    assert (f"job {job} hit its time limit (--timeout-min) with 1 of its 1 runs not stored"
-            in err), err
-    assert f"its log: {root / 'submitit' / f'{job}_0_log.err'}" in err
-    assert not Store(root).records() and not list(root.glob("*.claim"))
-    assert _sweep(long.name, root, *SLURM, "--timeout-min", "10") == 0
-    assert [r["status"] for r in Store(root).records()] == ["ok"]
+    stored = len(Store(root).records())
+    named = [line for line in err.replace("\r", "\n").splitlines() if f"job {job} " in line]
+    assert len(named) == 1 and "time limit" in named[0], err  # killed at it, or warned of it
+    assert f"with {160 - stored} of its 160 runs not stored" in named[0]
+    assert named[0].endswith(f"its log: {root / 'submitit' / f'{job}_0_log.err'}")
+    assert 0 < stored < 160 and not list(root.glob("*.claim"))
+    before = {p.name: p.stat().st_ino for p in root.glob("*.json")}
+    assert _sweep(many.name, root, *SLURM, "--timeout-min", "10") == 0
+    assert len(Store(root).records()) == 160
+    assert all(root.joinpath(name).stat().st_ino == inode for name, inode in before.items()
+               if name != "study.json")  # the stored runs were not trained again
+
+
+def test_slurm_up_and_down_start_and_stop_exactly_their_own_daemons(slurm, tmp_path):
+    """A second one-node cluster beside the tests' own: ``down`` stops its three daemons,
+    by their pid files, and the other cluster keeps answering."""
+    from vitplast.experiments import local_slurm
+
+    conf = local_slurm.up(tmp_path / "other")
+    assert conf != Path(slurm) and local_slurm.running(tmp_path / "other") == list(
+        local_slurm.DAEMONS)
+    pids = [int((tmp_path / "other" / f"{d}.pid").read_text()) for d in local_slurm.DAEMONS]
+    assert local_slurm.down(tmp_path / "other") == list(reversed(local_slurm.DAEMONS))
+    assert local_slurm.running(tmp_path / "other") == []
+    assert all(_gone(pid) for pid in pids)
+    assert subprocess.run(["sinfo"], capture_output=True).returncode == 0  # ours still up
+    assert local_slurm.down(tmp_path / "other") == []
+
+
+def _gone(pid: int) -> bool:
+    """The process ``pid`` has exited (a zombie not yet reaped by init counts)."""
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+
+
+def test_a_missing_package_is_named_with_its_install_line(monkeypatch):
+    from vitplast.experiments import local_slurm
+
+    monkeypatch.setattr(local_slurm.shutil, "which",
+                        lambda name: None if name == "munged" else f"/usr/bin/{name}")
+    assert local_slurm.missing() == ("munged not installed (Debian packages munge: "
+                                     "apt-get install -y slurm-wlm munge)")
+    with pytest.raises(RuntimeError, match="cannot start a local Slurm: munged not installed"):
+        local_slurm.up("unused")
