@@ -109,13 +109,13 @@ def submit(job, groups: list[list], settled, *, store, folder=None, cluster=None
     slurm = executor.cluster == "slurm"
     if slurm and not _accounting():
         say("job states: read from squeue and the job folders (Slurm accounting is off here, "
-             "so sacct is not used)")
+            "so sacct is not used)")
     try:
         watch(jobs, chosen, store, settled, slurm=slurm)
     except KeyboardInterrupt:
         arrays = sorted({str(j.job_id).split("_")[0] for j in jobs})
         say(f"the job array {' '.join(arrays)} still runs"
-             + (f" (scancel {' '.join(arrays)} stops it)" if slurm else ""))
+            + (f" (scancel {' '.join(arrays)} stops it)" if slurm else ""))
         raise
 
 
@@ -132,7 +132,10 @@ def watch(jobs: list, chosen: list[list[list]], store, settled, *, slurm: bool) 
             state = _ended(job, states, gone, slurm)
             still = []
             for pair in left[job]:
-                (still.append if _wanted(store, pair) else settled)(pair)
+                if store.needs(*pair):
+                    still.append(pair)
+                else:
+                    settled(pair)
             left[job] = still
             if state is None:
                 continue
@@ -140,12 +143,12 @@ def watch(jobs: list, chosen: list[list[list]], store, settled, *, slurm: bool) 
                 settled(pair)
             if still and state == "COMPLETED":  # the job skipped runs held by others
                 say(f"job {job.job_id} left {len(still)} of its {size[job]} runs to other "
-                     "processes that held their claims (missing until those store them)")
+                    "processes that held their claims (missing until those store them)")
             elif still:
                 why = WHY.get(state, state if state.startswith(("raised", "stopped")) else
                               f"ended ({state})")
                 say(f"job {job.job_id} {why} with {len(still)} of its {size[job]} runs not "
-                     f"stored (the same command runs them again); its log: {job.paths.stderr}")
+                    f"stored (the same command runs them again); its log: {job.paths.stderr}")
             del left[job]
         if left:
             time.sleep(POLL_S)
@@ -162,19 +165,6 @@ def _ended(job, states: dict, gone: dict, slurm: bool) -> str | None:
     if states.get(job.job_id) in WHY or time.monotonic() - seen > GRACE_S:
         return states.get(job.job_id) or _state_in_log(job) or "left the queue"
     return None
-
-
-def _wanted(store, pair) -> bool:
-    """Whether the run of ``pair`` (run, mtime of the failed record a retry replaces, or
-    None) still needs its record."""
-    run, stale = pair
-    if stale is None and not store.path(run).exists():
-        return True
-    record = store.record(run)
-    if record is None:
-        return True
-    return (stale is not None and record["status"] == "failed"
-            and store.path(run).stat().st_mtime_ns == stale)
 
 
 def _outcome(job) -> str:

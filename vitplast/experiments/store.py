@@ -126,6 +126,18 @@ class Store:
         running, so it resumes."""
         return self.record(run) is not None
 
+    def needs(self, run: dict, stale: int | None = None) -> bool:
+        """Whether ``run`` still needs training: no complete record (``record``), or
+        (``stale``: the modification time, in ns, of the failed record a retry replaces)
+        that failed record is still there, unchanged (no other sweep re-ran it)."""
+        if stale is None and not self.path(run).exists():
+            return True
+        record = self.record(run)
+        if record is None:
+            return True
+        return (stale is not None and record["status"] == "failed"
+                and self.path(run).stat().st_mtime_ns == stale)
+
     def save(self, run: dict, record: dict) -> Path:
         """Store ``record`` with ``run`` inside (a ``run`` key of ``record`` wins) at
         ``path(run)``, atomically; return that path. Not validated: a record that is not

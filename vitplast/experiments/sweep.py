@@ -308,16 +308,6 @@ def _tidy(store: Store) -> Store:
     return store
 
 
-def _wanted(store: Store, run: dict, stale: int | None) -> bool:
-    """Whether ``run`` still needs running: no complete record, or (``stale``) the
-    failed record seen when the sweep began is still there (no other sweep re-ran it)."""
-    record = store.record(run)
-    if record is None:
-        return True
-    return (stale is not None and record["status"] == "failed"
-            and store.path(run).stat().st_mtime_ns == stale)
-
-
 def _run_and_save(group: list[tuple[dict, int | None]], store: Store, device,
                   registry: dict | None = None, progress: bool = False) -> list[str]:
     """The job: claim the runs of ``group`` ((run, stale) pairs differing only in LR), train
@@ -327,7 +317,7 @@ def _run_and_save(group: list[tuple[dict, int | None]], store: Store, device,
 
     ablations.PREPARE.update(registry or {})  # a fresh job process has what its pickle brings
     with contextlib.ExitStack() as claims:
-        mine = [claims.enter_context(store.claim(run)) and _wanted(store, run, stale)
+        mine = [claims.enter_context(store.claim(run)) and store.needs(run, stale)
                 for run, stale in group]
         todo = [run for (run, _), m in zip(group, mine) if m]
         records = iter(run_lrs(todo, device=device, progress=progress) if todo else [])
