@@ -215,38 +215,3 @@ def test_a_job_at_its_time_limit_is_named_and_its_runs_run_again(slurm, tmp_path
     assert len(Store(root).records()) == 160
     assert all(root.joinpath(name).stat().st_ino == inode for name, inode in before.items()
                if name != "study.json")  # the stored runs were not trained again
-
-
-def test_slurm_up_and_down_start_and_stop_exactly_their_own_daemons(slurm, tmp_path):
-    """A second one-node cluster beside the tests' own: ``down`` stops its three daemons,
-    by their pid files, and the other cluster keeps answering."""
-    from vitplast.experiments import local_slurm
-
-    conf = local_slurm.up(tmp_path / "other")
-    assert conf != Path(slurm) and local_slurm.running(tmp_path / "other") == list(
-        local_slurm.DAEMONS)
-    pids = [int((tmp_path / "other" / f"{d}.pid").read_text()) for d in local_slurm.DAEMONS]
-    assert local_slurm.down(tmp_path / "other") == list(reversed(local_slurm.DAEMONS))
-    assert local_slurm.running(tmp_path / "other") == []
-    assert all(_gone(pid) for pid in pids)
-    assert subprocess.run(["sinfo"], capture_output=True).returncode == 0  # ours still up
-    assert local_slurm.down(tmp_path / "other") == []
-
-
-def _gone(pid: int) -> bool:
-    """The process ``pid`` has exited (a zombie not yet reaped by init counts)."""
-    try:
-        return "zombie" in Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return True
-
-
-def test_a_missing_package_is_named_with_its_install_line(monkeypatch):
-    from vitplast.experiments import local_slurm
-
-    monkeypatch.setattr(local_slurm.shutil, "which",
-                        lambda name: None if name == "munged" else f"/usr/bin/{name}")
-    assert local_slurm.missing() == ("munged not installed (Debian packages munge: "
-                                     "apt-get install -y slurm-wlm munge)")
-    with pytest.raises(RuntimeError, match="cannot start a local Slurm: munged not installed"):
-        local_slurm.up("unused")

@@ -2,7 +2,9 @@
 
 ``runs`` (a run's keys, checks and hash) · ``store`` (records, companions, the audit) with
 ``claims`` (a run held while it trains) and ``migrate`` (older record layouts) · ``sweep``
-(running what a store lacks) and ``search`` (LRs bracketed on validation) · ``runtime`` (a
+(running what a store lacks) and ``search`` (LRs bracketed on validation), on a cluster through
+``jobs`` (runs packed per job, watched through the store) and, to try that on one machine,
+``local_slurm`` (a one-node Slurm on localhost) · ``runtime`` (a
 sweep's settings and which runs it takes) · ``studies`` (the one registry) of the study
 kinds, ``kinds`` and ``adaptive``, with their specs' types, ``spec_types``, and values,
 ``study_specs`` · ``study_log`` (sessions, progress) · ``results`` (one records table per

@@ -250,23 +250,31 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
         for group in groups:
             _run_and_save(group, store, device, progress=progress)
             done(group)
-    elif groups:  # runs another process holds are left to it, and waited for
-        held = store.claimed()
-        theirs = [g for g in groups if any(run_hash(c) in held for c, _ in g)]
-        if theirs:
-            jobs.say(f"{sum(map(len, theirs))} run(s) are being trained by other processes "
-                     "(their claims): waiting for them too")
-        job = functools.partial(run_pack, store=store, device=device,
-                                registry=dict(ablations.PREPARE))
-        jobs.submit(job, [g for g in groups if g not in theirs], lambda pair: done([pair]),
-                    store=store, **executor_kwargs)
-        for group in theirs:
-            store.wait_for([c for c, _ in group])
-            done(group)
+    elif groups:
+        _submit(groups, store, device, done, executor_kwargs)
     bar.close()
     records = {run_hash(c): store.record(c) or {"run": c, "status": "missing"}
                for c in runs}
     return runs_table(list(records.values()))
+
+
+def _submit(groups: list[list[tuple[dict, int | None]]], store: Store, device, done,
+            executor_kwargs: dict) -> None:
+    """The groups as packs of a job array (``jobs.submit``, each job ``run_pack``); groups
+    whose runs another live process holds the claim on (a killed sweep's jobs still
+    running) are left to it and waited for (``Store.wait_for``)."""
+    held = store.claimed()
+    theirs = [g for g in groups if any(run_hash(c) in held for c, _ in g)]
+    if theirs:
+        jobs.say(f"{sum(map(len, theirs))} run(s) are being trained by other processes "
+                 "(their claims): waiting for them too")
+    job = functools.partial(run_pack, store=store, device=device,
+                            registry=dict(ablations.PREPARE))
+    jobs.submit(job, [g for g in groups if g not in theirs], lambda pair: done([pair]),
+                store=store, **executor_kwargs)
+    for group in theirs:
+        store.wait_for([c for c, _ in group])
+        done(group)
 
 
 def _check_sweep(runs, root, executor, executor_kwargs) -> None:
