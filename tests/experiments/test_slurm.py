@@ -26,8 +26,11 @@ from vitplast.experiments.study_specs import SMOKE_RUN
 
 pytestmark = pytest.mark.slow
 SLURM = ["--executor", "submitit", "--cluster", "slurm", "--cpus-per-task", "1"]
-#: What a run computes the same way wherever it trains (one thread a process: the test's
-#: serial sweep and the jobs alike): its outcome and every number of its history.
+#: What a run computes the same way wherever it trains: its outcome and every number of its
+#: history, bit for bit, when both sides compute on one thread (the jobs' one CPU, the serial
+#: sweep's ``one_thread``; another thread count sums in another order, and the losses move in
+#: their last digits). Not the same, by nature: ``seconds``, ``train_seconds``, ``date`` and
+#: ``slurm_job`` (a record made in a job names it).
 SAME = ("status", "test_acc", "test_loss", "best_val_acc", "best_step", "initial_val_acc",
         "trainable", "history")
 
