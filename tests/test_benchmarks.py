@@ -134,11 +134,13 @@ def test_the_check_fails_when_the_exit_disagrees_with_the_printed_comparison():
     pytest.param(s, marks=[pytest.mark.slow] if q.slow else []) for s, q in QUICK.items()
     if not q.run_by])
 def test_the_benchmark_runs_in_its_quick_mode(script, tmp_path):
-    """The script in its quick mode, from an unrelated folder, with the checkout importable."""
+    """The script in its quick mode, from an unrelated folder, with the checkout importable;
+    one intra-op thread unless OMP_NUM_THREADS says otherwise (on a loaded machine torch's
+    default of one per core turns a second of toy steps into tens)."""
     quick = QUICK[script]
     out = subprocess.run([sys.executable, str(BENCHMARKS / script), *quick.args],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         env={"OMP_NUM_THREADS": "1", **os.environ, "PYTHONPATH": str(ROOT)})
     print(out.stdout)
     check_output(out.stdout, out.returncode, quick)
     assert out.returncode in (0, 1), out.stderr[-2000:]
