@@ -20,8 +20,8 @@ run fails or the target is missed.
 
 Run: ``python benchmarks/vitb_dry_run.py [--datasets all] [--pairs 2] [--steps 2]
 [--batch-size 4] [--quick]`` (about 5 minutes on 2 CPU cores with the defaults). ``--quick``
-takes two dataset layouts, 2 pairs, 1 step of batch 2 (``QUICK``; about 1.5 minutes: ViT-B at
-full size all the same), the settings tests/datasets/test_paper_datasets.py runs.
+takes two dataset layouts, 2 pairs, 1 step of batch 2 (``QUICK``; about a minute: ViT-B at full
+size all the same), the settings tests/datasets/test_paper_datasets.py runs.
 """
 
 import argparse
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-tflops", type=float, default=150.0, help="assumed effective GPU "
                     "throughput for the projection (bf16; measure it with gpu_check.py)")
     ap.add_argument("--target", type=float, default=TARGET, help="seconds allowed")
-    ap.add_argument("--quick", action="store_true", help=f"{QUICK} (about 1.5 minutes)")
+    ap.add_argument("--quick", action="store_true", help=f"{QUICK} (about a minute)")
     args = ap.parse_args(argv)
     if args.quick:
         vars(args).update(QUICK)
