@@ -29,7 +29,7 @@ class Quick:
     """How a benchmark's quick mode is run and what it prints.
 
     Attributes:
-        args: the script's arguments in its quick mode.
+        args: the script's arguments in its quick mode (as ``run_by`` passes them).
         results: (name, op, target) of every RESULT line, in order (op and target ``None`` for
             a figure with no target): the quick mode keeps the full run's targets.
         meets: the quick measurement must meet its targets (exit 0); otherwise the exit code
@@ -37,7 +37,8 @@ class Quick:
             their targets as the machine's load decides).
         slow: over ~20 s (``@pytest.mark.slow``).
         run_by: ``path::test`` of the test elsewhere that runs the quick mode (this module
-            then only checks that the test exists and names the script).
+            then only checks that the test exists, its module names the script and the test
+            passes ``args``).
     """
 
     args: tuple[str, ...]
@@ -66,8 +67,11 @@ QUICK = {
         slow=True),
     "plasticity_overhead.py": Quick(("--quick",), (("plasticity_floor_ratio_w128", "<=", 1.05),
                                                    ("plasticity_floor_ratio_w768", "<=", 1.05))),
+    # its --quick settings (QUICK in the script), spelled out, with a tighter target
     "vitb_dry_run.py": Quick(
-        ("--quick",), (("vitb_dry_run_seconds", "<=", 900.0),), slow=True,
+        ("--datasets", "cifar10c_snow,domainnet_sketch", "--pairs", "2", "--steps", "1",
+         "--batch-size", "2", "--target", "600"), (("vitb_dry_run_seconds", "<=", 600.0),),
+        slow=True,
         run_by="tests/datasets/test_paper_datasets.py::"
                "test_vitb_dry_run_at_full_size_on_fake_files"),
 }
@@ -103,9 +107,11 @@ def test_every_benchmark_has_a_quick_mode():
 def test_the_test_running_a_quick_mode_elsewhere_exists(script):
     path, name = QUICK[script].run_by.split("::")
     text = (ROOT / path).read_text()
-    assert [f for f in ast.walk(ast.parse(text)) if isinstance(f, ast.FunctionDef)
-            and f.name == name and f.name.startswith("test_")]
+    test, = [f for f in ast.walk(ast.parse(text)) if isinstance(f, ast.FunctionDef)
+             and f.name == name and f.name.startswith("test_")]
     assert re.search(rf"benchmarks\W+{re.escape(script)}", text)  # "benchmarks" / "x.py" too
+    strings = {c.value for c in ast.walk(test) if isinstance(c, ast.Constant)}
+    assert set(QUICK[script].args) <= strings, set(QUICK[script].args) - strings
 
 
 def test_the_check_fails_when_the_exit_disagrees_with_the_printed_comparison():
