@@ -9,8 +9,11 @@ printed per configuration and over the whole mix. On a GPU the batched path turn
 kernels into one large one; on a CPU core it runs head-only settings once through the frozen
 backbone and otherwise does the same arithmetic, so the mix's target here is no regression
 beyond timing noise (>= 0.9); ``benchmarks/gpu_check.py`` holds the GPU's target.
+``--quick``: 2 LRs x 2 steps of batch 16 on the smoke studies' task (160 training images;
+seconds): the same path and target, at a size where timing noise decides.
 
-Run: ``python benchmarks/batched_runs.py [--lrs 0.01 0.03 0.1 0.3] [--steps 30]``.
+Run: ``python benchmarks/batched_runs.py [--lrs 0.01 0.03 0.1 0.3] [--steps 30] [--quick]``.
+Last line: ``RESULT batched_runs_ratio_cpu_mix <ratio> target >= 0.9``; exits 1 on a miss.
 """
 
 import argparse
@@ -21,6 +24,8 @@ import torch
 
 from vitplast import models
 from vitplast.datasets import tasks
+from vitplast.experiments import runs
+from vitplast.experiments.study_specs import SMOKE_RUN, SMOKE_TASKS
 from vitplast.train import batched, finetune
 
 CONFIGS = ("head", "MHA", "FC1", "FC2", "LN1", "LN2")
@@ -33,11 +38,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--task", default="digits")
     ap.add_argument("--device", default=None)
+    ap.add_argument("--quick", action="store_true",
+                    help="2 LRs x 2 steps on the smoke studies' task (seconds)")
     args = ap.parse_args(argv)
     device = models.pick_device(args.device)
-    task = tasks.load(args.task)
     recipe = {**finetune.RECIPES["embedded"], "steps": args.steps, "warmup_steps": 3,
               "eval_every": 10, "device": device, "progress": False}
+    if args.quick:
+        args.lrs, args.steps, args.task = args.lrs[:2], 2, SMOKE_TASKS[0]
+        recipe.update(steps=2, warmup_steps=1, batch_size=SMOKE_RUN["batch_size"])
+        task = runs.task_of(runs.make_run(args.task, lr=0.01, **SMOKE_RUN))
+    else:
+        task = tasks.load(args.task)
 
     def model():
         m = models.load_model(models.EMBEDDED_NAME, num_classes=task.num_classes, device=device)

@@ -6,9 +6,11 @@ loader, (a) a bare loop: forward, cross-entropy, backward, clip, SGD step; (b)
 ``vitplast.train.finetune.train`` (schedule, logging of global and per-component gradient norms,
 no evaluation). Target: (b) / (a) <= 1.05 per step, for full finetuning. Then ``train``'s
 step time per configuration relative to full (frozen weights skip their weight gradients:
-below 1 is expected, no target).
+below 1 is expected, no target). ``--quick``: 3 steps of batch 16, one repetition (seconds):
+the same path and target, at a size where timing noise decides.
 
-Run: ``python benchmarks/finetune_step.py [--steps 40] [--batch 64] [--reps 3]``.
+Run: ``python benchmarks/finetune_step.py [--steps 40] [--batch 64] [--reps 3] [--quick]``.
+Last line: ``RESULT finetune_step_overhead_ratio <ratio> target <= 1.05``; exits 1 on a miss.
 """
 
 import argparse
@@ -55,19 +57,22 @@ def loop(model, dataset, config, steps, batch, device):
     return r.seconds / steps
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--device", default=None)
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="3 steps of batch 16, once (seconds)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.steps, args.batch, args.reps = 3, 16, 1
     device = models.pick_device(args.device)
     task = tasks.load("fmnist")  # 4,000 training images: no epoch ends mid-measurement
     model = models.load_model(models.EMBEDDED_NAME, num_classes=task.num_classes, device=device)
     run = dict(dataset=task.train, steps=args.steps, batch=args.batch, device=device)
     for fn in (bare, loop):  # warm-up
-        fn(model, config="full", **{**run, "steps": 5})
+        fn(model, config="full", **{**run, "steps": min(5, args.steps)})
     times = {"bare": [], **{config: [] for config in components.CONFIGS}}
     for _ in range(args.reps):  # interleaved, so that drift hits every measurement alike
         times["bare"].append(bare(model, config="full", **run))

@@ -20,8 +20,12 @@ Prints a table of seconds per notebook and, as its last lines,
 ``RESULT default_run_seconds <v> target <= 120`` and ``RESULT smoke_run_seconds <v> target <= 60``
 (after ``RESULT <profile>_cpu_seconds <v>``); exits 1 on a miss or a failed notebook.
 
-Run: ``python benchmarks/notebook_times.py [--profiles smoke default] [--keep DIR]``
-(``make notebook-times``).
+``--only 01 02`` runs those notebooks alone (a part of the sequence: the targets, stated for
+the whole of it, are then loose); ``--quick`` is ``--profiles smoke --only 01`` (seconds to a
+minute): the same path and lines.
+
+Run: ``python benchmarks/notebook_times.py [--profiles smoke default] [--only 01 ...]
+[--keep DIR] [--quick]`` (``make notebook-times``).
 """
 
 import argparse
@@ -71,16 +75,17 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_profile(profile: str, work: Path) -> tuple[float, float, pd.DataFrame]:
+def run_profile(profile: str, work: Path, only: list[str] | None = None
+                ) -> tuple[float, float, pd.DataFrame]:
     """(wall seconds, CPU seconds, summary table) of one profile run from an empty cache
-    under ``work``."""
+    under ``work`` (of the notebooks ``only`` names by number, when given)."""
     cache, out = work / f"cache-{profile}", work / f"runs-{profile}"
     cache.mkdir(parents=True)
     _seed_fashion_mnist(cache)
     env = dict(os.environ, VITPLAST_CACHE=str(cache),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     cmd = [sys.executable, "-m", "vitplast", "notebooks", "run", "--profile", profile,
-           "--out", str(out)]
+           "--out", str(out), *(["--only", *only] if only else [])]
     start, cpu = time.perf_counter(), _children_cpu()
     with open(work / f"{profile}.log", "w") as log:
         rc = subprocess.call(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -92,18 +97,22 @@ def run_profile(profile: str, work: Path) -> tuple[float, float, pd.DataFrame]:
     return seconds, cpu, summary
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profiles", nargs="+", default=["smoke", "default"], choices=list(TARGETS))
+    ap.add_argument("--only", nargs="+", default=None, help="notebook numbers (default: all)")
     ap.add_argument("--keep", default="", help="folder to keep caches, runs and logs in")
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="--profiles smoke --only 01")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.profiles, args.only = ["smoke"], ["01"]
     work = Path(args.keep or tempfile.mkdtemp(prefix="vitplast-times-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"cores: {os.cpu_count()} on this machine; the notebooks run on "
           f"{min(CORES, os.cpu_count())}", flush=True)
     totals, cpus, summaries = {}, {}, {}
     for profile in args.profiles:
-        totals[profile], cpus[profile], summaries[profile] = run_profile(profile, work)
+        totals[profile], cpus[profile], summaries[profile] = run_profile(profile, work, args.only)
         print(f"{profile}: {totals[profile]:.0f} s wall, {cpus[profile]:.0f} s CPU", flush=True)
     print(pd.concat([t.set_index("notebook")[["seconds", "status"]].add_prefix(f"{p} ")
                      for p, t in summaries.items()], axis=1).to_string())

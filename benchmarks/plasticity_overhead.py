@@ -30,8 +30,11 @@ otherwise); on a 2-core machine shared with other sessions the five-run spread a
 stayed wider than +-3% all the same (sets of five runs: 1.04-1.17 under glibc's policy; 1.06-1.09
 and 1.05-1.13 with the steady heap; width 768: 1.01-1.04, 1.02-1.04 and 1.02-1.06).
 
+``--quick``: 32 pairs in batches of 16 at width 128, 8 in one batch at 768, 4 repetitions
+(seconds): the same path and target, at a size where timing noise decides.
+
 Run: ``python benchmarks/plasticity_overhead.py [--widths 128 768] [--reps 12] [--threads 1]
-[--glibc-heap]``.
+[--glibc-heap] [--quick]``.
 Last line: ``RESULT plasticity_floor_ratio_w<width> <ratio> target <= 1.05`` (one per width);
 exits 1 when a ratio misses the target.
 """
@@ -56,6 +59,7 @@ from vitplast.measure import plasticity, rates
 
 TARGET = 1.05
 BLOCKS = {128: (256, 64), 768: (32, 32)}  # width: (pairs, batch size)
+QUICK_BLOCKS, QUICK_REPS = {128: (32, 16), 768: (8, 8)}, 4
 
 
 def steady_heap() -> None:
@@ -120,10 +124,11 @@ def spread(values: list[float]) -> str:
     return f"range {min(values):.3f}-{max(values):.3f}, IQR {q[0]:.3f}-{q[2]:.3f}"
 
 
-def run_width(width: int, reps: int) -> float:
-    """Print one width's figures; return its CPU-time ratio estimator / floor."""
+def run_width(width: int, reps: int, blocks: dict = BLOCKS) -> float:
+    """Print one width's figures (``blocks``: width -> (pairs, batch size)); return its
+    CPU-time ratio estimator / floor."""
     label, model = build(width)
-    n_pairs, batch = BLOCKS[width]
+    n_pairs, batch = blocks[width]
     images = torch.randn(4096, 1, 28, 28, generator=torch.Generator().manual_seed(0))
     fns = arms(model, vpairs.make_pairs(images, n_pairs=n_pairs), batch)
     for fn in fns.values():  # warm-up
@@ -149,22 +154,27 @@ def run_width(width: int, reps: int) -> float:
     return ratios["CPU", "estimator", "floor"]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--widths", type=int, nargs="+", default=sorted(BLOCKS),
                     choices=sorted(BLOCKS))
     ap.add_argument("--reps", type=int, default=12)
     ap.add_argument("--glibc-heap", action="store_true",
                     help="glibc's own heap policy (default: steady_heap, for every arm)")
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads (0: torch's)")
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true",
+                    help=f"{QUICK_BLOCKS} pairs and batches, {QUICK_REPS} reps (seconds)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.reps = QUICK_REPS
     if args.reps < 4:
         ap.error(f"--reps {args.reps}: at least 4 (quartiles of the paired ratios)")
     if not args.glibc_heap:
         steady_heap()
     if args.threads:
         torch.set_num_threads(args.threads)
-    results = {w: run_width(w, args.reps) for w in args.widths}
+    blocks = QUICK_BLOCKS if args.quick else BLOCKS
+    results = {w: run_width(w, args.reps, blocks) for w in args.widths}
     for w, r in results.items():
         print(f"RESULT plasticity_floor_ratio_w{w} {r:.3f} target <= {TARGET}")
     return 0 if all(r <= TARGET for r in results.values()) else 1

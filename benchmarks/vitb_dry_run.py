@@ -19,7 +19,9 @@ GPU), and as its last line ``RESULT vitb_dry_run_seconds <s> target <= <n>``; ex
 run fails or the target is missed.
 
 Run: ``python benchmarks/vitb_dry_run.py [--datasets all] [--pairs 2] [--steps 2]
-[--batch-size 4]`` (about 5 minutes on 2 CPU cores with the defaults).
+[--batch-size 4] [--quick]`` (about 5 minutes on 2 CPU cores with the defaults). ``--quick``
+takes two dataset layouts, 2 pairs, 1 step of batch 2 (``QUICK``; about a minute: ViT-B at full
+size all the same), the settings tests/datasets/test_paper_datasets.py runs.
 """
 
 import argparse
@@ -43,6 +45,8 @@ CONFIGS = ["full", "head", "LN1", "MHA", "LN2", "FC1", "FC2"]  # the paper's, cy
 PAPER_PAIRS, PAPER_BATCH = 12_800, 512
 PAPER_GRID = studies.get("paper").spec
 PAPER_RUNS_PER_DATASET = len(CONFIGS) * len(PAPER_GRID.lrs) * len(PAPER_GRID.seeds)
+#: ``--quick``: two dataset layouts (folders of images and a split file), 2 pairs, 1 step.
+QUICK = dict(datasets="cifar10c_snow,domainnet_sketch", pairs=2, steps=1, batch_size=2)
 
 
 def forward_flops(model: torch.nn.Module, img_size: int = 224) -> int:
@@ -55,7 +59,7 @@ def forward_flops(model: torch.nn.Module, img_size: int = 224) -> int:
     return counter.get_total_flops()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", default="all", help="comma-separated paper datasets, or all")
     ap.add_argument("--pairs", type=int, default=2, help="plasticity pairs per dataset")
@@ -65,7 +69,10 @@ def main() -> int:
     ap.add_argument("--gpu-tflops", type=float, default=150.0, help="assumed effective GPU "
                     "throughput for the projection (bf16; measure it with gpu_check.py)")
     ap.add_argument("--target", type=float, default=TARGET, help="seconds allowed")
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help=f"{QUICK} (about a minute)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        vars(args).update(QUICK)
     names = list(paper_datasets.PAPER_DATASETS) if args.datasets == "all" else \
         args.datasets.split(",")
     torch.set_num_threads(torch.get_num_threads())

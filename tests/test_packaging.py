@@ -4,6 +4,7 @@ folder (console script, embedded model, notebooks), and runs the course: every n
 smoke profile runs, or stops in its first cell naming VITPLAST_DATA, without the shipped
 results; all run with them."""
 
+import ast
 import hashlib
 import json
 import os
@@ -131,17 +132,107 @@ def _resolves(dotted: str) -> bool:
     return False
 
 
+def _references(text: str) -> list[str]:
+    """Every ``from vitplast... import name`` (as ``vitplast....name``) and dotted
+    ``vitplast.module.name`` in ``text``."""
+    refs = [f"{m[1]}.{name.strip()}"
+            for m in re.finditer(r"from (vitplast[\w.]*) import ([\w, ]+)", text)
+            for name in m[2].split(",") if name.strip()]
+    return refs + re.findall(r"(?<![\w.])(vitplast(?:\.\w+)+)", text)
+
+
 @pytest.mark.parametrize("document", DOCUMENTS)
 def test_every_code_reference_in_the_documents_resolves(document):
     """``make data`` once ran ``from vitplast import data`` after the module had moved: every
     ``from vitplast... import name`` and dotted ``vitplast.module.name`` in the documents names
     something that exists (``metadata.vitplast...`` keys of an executed notebook excepted)."""
-    text = (ROOT / document).read_text()
-    refs = [f"{m[1]}.{name.strip()}"
-            for m in re.finditer(r"from (vitplast[\w.]*) import ([\w, ]+)", text)
-            for name in m[2].split(",") if name.strip()]
-    refs += re.findall(r"(?<![\w.])(vitplast(?:\.\w+)+)", text)
-    assert [ref for ref in refs if not _resolves(ref)] == []
+    assert [ref for ref in _references((ROOT / document).read_text()) if not _resolves(ref)] == []
+
+
+def _python_sources():
+    """(where, source) of every module of the package, the tests and the benchmarks, and of
+    every notebook's code cell (IPython's ``%`` and ``!`` lines read as ``pass``)."""
+    for path in [*(ROOT / "vitplast").rglob("*.py"), *(ROOT / "tests").rglob("*.py"),
+                 *(ROOT / "benchmarks").glob("*.py")]:
+        yield str(path.relative_to(ROOT)), path.read_text()
+    for path in (ROOT / "vitplast" / "notebooks").glob("*.ipynb"):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] == "code":
+                yield (f"{path.relative_to(ROOT)} cell {i}",
+                       re.sub(r"(?m)^(\s*)[%!].*$", r"\1pass", "".join(cell["source"])))
+
+
+def _child_code(tree: ast.Module) -> list[tuple[int, str | None]]:
+    """(line, code) of every ``"-c", CODE`` among a call's arguments or in a list or tuple:
+    CODE a string literal, or a name assigned one string literal in the enclosing function
+    (else in the module); ``None`` for any other CODE."""
+    parents = {c: node for node in ast.walk(tree) for c in ast.iter_child_nodes(node)}
+
+    def assigned(name: str, node: ast.AST) -> str | None:
+        while node in parents and not isinstance(node, ast.FunctionDef):
+            node = parents[node]
+        for scope in (node, tree):
+            values = [a.value.value for a in ast.walk(scope) if isinstance(a, ast.Assign)
+                      and isinstance(a.value, ast.Constant) and isinstance(a.value.value, str)
+                      and any(isinstance(t, ast.Name) and t.id == name for t in a.targets)]
+            if values:
+                return values[0] if len(values) == 1 else None
+        return None
+
+    found = []
+    for node in ast.walk(tree):
+        items = (node.args if isinstance(node, ast.Call) else
+                 node.elts if isinstance(node, (ast.List, ast.Tuple)) else [])
+        for flag, code in zip(items, items[1:]):
+            if isinstance(flag, ast.Constant) and flag.value == "-c":
+                found.append((code.lineno, code.value if isinstance(code, ast.Constant)
+                              and isinstance(code.value, str) else
+                              assigned(code.id, code) if isinstance(code, ast.Name) else None))
+    return sorted(found, key=lambda f: f[0])
+
+
+def _child_code_problems(where: str, source: str) -> list[str]:
+    """What is wrong with each ``-c`` string of ``source``: not a string literal, not
+    Python, or a vitplast reference that does not resolve."""
+    problems = []
+    for line, code in _child_code(ast.parse(source)):
+        if code is None:
+            problems.append(f"{where}:{line}: not a string literal (move the code into an "
+                            "importable function, or hold it in one string)")
+            continue
+        try:
+            compile(code, f"{where}:{line}", "exec")
+        except SyntaxError as e:
+            problems.append(f"{where}:{line}: {e}")
+            continue
+        problems += [f"{where}:{line}: {ref}" for ref in _references(code) if not _resolves(ref)]
+    return problems
+
+
+def test_every_code_string_for_a_child_process_compiles_and_its_references_resolve():
+    """``benchmarks/plasticity_memory.py``'s child process once ran ``from vitplast import
+    plasticity`` long after the module had moved: every ``python -c CODE`` held in the package,
+    the tests, the benchmarks and the notebooks compiles, and its vitplast references resolve."""
+    found, problems = 0, []
+    for where, source in _python_sources():
+        found += len(_child_code(ast.parse(source)))
+        problems += _child_code_problems(where, source)
+    # at least the 8 of test_cli, test_studies, test_claims, test_store and this module
+    assert found >= 8 and problems == []
+
+
+def test_the_child_code_check_reads_names_and_fails_on_a_moved_module():
+    source = ("import subprocess, sys\nCHILD = 'from vitplast import models, plasticity'\n"
+              "def child(n):\n    code = 'import vitplast.measure.plasticity'\n"
+              "    subprocess.run([sys.executable, '-c', CHILD, str(n)])\n"
+              "    subprocess.run([sys.executable, '-c', code])\n"
+              "    subprocess.run((sys.executable, '-c', 'x = (1'))\n"
+              "    subprocess.run([sys.executable, '-c', f'print({n})'])\n")
+    assert _child_code_problems("x.py", source) == [
+        "x.py:5: vitplast.plasticity",
+        "x.py:7: '(' was never closed (x.py:7, line 1)",
+        "x.py:8: not a string literal (move the code into an importable function, or hold it "
+        "in one string)"]
 
 
 def _installed_venv(wheel, folder: Path) -> Path:
