@@ -67,6 +67,12 @@ QUICK = {
         slow=True),
     "plasticity_overhead.py": Quick(("--quick",), (("plasticity_floor_ratio_w128", "<=", 1.05),
                                                    ("plasticity_floor_ratio_w768", "<=", 1.05))),
+    # a Slurm is needed (the test's ``slurm`` fixture): the smoke study's first 6 runs, where
+    # the jobs' start-up is most of the time
+    "slurm_throughput.py": Quick(
+        ("--quick",), (("slurm_throughput_ratio_smoke", ">=", 0.8),), slow=True,
+        run_by="tests/experiments/test_slurm.py::"
+               "test_the_throughput_benchmark_runs_in_its_quick_mode"),
     # its --quick settings (QUICK in the script), spelled out, with a tighter target
     "vitb_dry_run.py": Quick(
         ("--datasets", "cifar10c_snow,domainnet_sketch", "--pairs", "2", "--steps", "1",

@@ -8,6 +8,7 @@ Every run trains for real, at the smoke studies' settings (under a second a run)
 import contextlib
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -218,3 +219,15 @@ def test_a_job_at_its_time_limit_is_named_and_its_runs_run_again(slurm, tmp_path
     assert len(Store(root).records()) == 160
     assert all(root.joinpath(name).stat().st_ino == inode for name, inode in before.items()
                if name != "study.json")  # the stored runs were not trained again
+
+
+def test_the_throughput_benchmark_runs_in_its_quick_mode(slurm, tmp_path):
+    """``benchmarks/slurm_throughput.py --quick`` on the tests' Slurm: its RESULT line in the
+    declared form, its exit code as the printed comparison says (``test_benchmarks``)."""
+    from test_benchmarks import BENCHMARKS, QUICK, ROOT, check_output
+
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "slurm_throughput.py"), "--quick"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    print(out.stdout)
+    check_output(out.stdout, out.returncode, QUICK["slurm_throughput.py"])
