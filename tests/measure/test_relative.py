@@ -152,6 +152,10 @@ def test_gauge_findings_say_what_moved_and_change_with_the_data():
     ratio = rows.loc["plasticity, gauge c = 8 over c = 1, median over layers [hidden]"]
     assert ratio["measured"].startswith("LN1 x0.125, MHA x8") and ratio["verdict"].startswith(
         "as derived")
+    embedding = rows.loc["plasticity, gauge c = 8 over c = 1, median over layers [embedding]"]
+    assert "MHA x30 (no factor derived)" in embedding["measured"]  # never read "as derived"
+    assert embedding["verdict"] == ("as derived for LN1, LN2, FC1, FC2 (largest deviation 0); "
+                                    "MHA: no factor derived, measured only")
     moved = verdicts.table(relative.gauge_findings(_check(0.05, 0.9))).set_index("claim")
     assert moved["verdict"].iloc[0].startswith("moved: LN1 0.05")
 

@@ -91,7 +91,8 @@ def test_paper_profile_fails_early_without_gpu_or_data(monkeypatch, tmp_path):
                                                for n, p in todo])
 
 
-TYPED = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "06_explorer"]
+TYPED = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "03b_intervals",
+         "06_explorer"]
 
 
 @pytest.mark.parametrize("name", TYPED)
