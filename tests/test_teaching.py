@@ -297,3 +297,20 @@ def test_each_notebook_lists_its_sections_with_minutes_and_fits_a_lecture(name):
     assert [f"{k}. {t}" if k else t for k, t, _ in listed] == heads
     minutes = sum(int(n) for *_, n in listed)
     assert minutes == int(m.group(1)) and minutes <= 60
+
+
+def test_a_parameter_listing_the_embedded_checkpoints_lists_them_all():
+    """A parameter comment naming the embedded checkpoints ("embedded checkpoint: init, ...")
+    lists every checkpoint the manifest ships, in its order (03's once omitted epoch12)."""
+    from vitplast import models
+
+    shipped = list(models.embedded_checkpoints())
+    seen = 0
+    for name in notebooks.available():
+        for line in text(next(c for c in cells(name) if "parameters" in c["metadata"].get(
+                "tags", []))).splitlines():
+            listed = re.search(r"embedded checkpoint: ([\w, ]+)$", line)
+            if listed:
+                assert listed.group(1).split(", ") == shipped, f"{name}: {line}"
+                seen += 1
+    assert seen >= 2  # 03 and 03b

@@ -69,7 +69,8 @@ def test_notebook_defaults_are_the_shipped_studies():
 
     assert notebooks.notebook_parameters("04_finetuning")["study"] == "main"
     assert notebooks.notebook_parameters("05_confounds")["study"] == "confounds"
-    for nb, full in (("04_finetuning", "main"), ("05_confounds", "confounds")):
+    for nb, full in (("04_finetuning", "main"), ("04b_advise", "main"),
+                     ("05_confounds", "confounds")):
         # the smoke studies are derived from the full ones, not copies
         assert studies.get(notebooks.PROFILES["smoke"][nb]["study"]) == studies.smoke(
             studies.get(full))

@@ -295,9 +295,12 @@ def _against_trained(ranked: pd.DataFrame, trained: str = "embedded (final)") ->
                 continue
             other = means[protocol][model][ref.index]
             tau = stats.kendalltau(ref, other).statistic
-            rank_ref, rank_other = ref.rank(ascending=False), other.rank(ascending=False)
-            moved = [f"{c} {int(rank_ref[c])} -> {int(rank_other[c])}" for c in ref.index
-                     if rank_ref[c] != rank_other[c]]
+            # equal values share the best place (LN1 and LN2 read the same input at init)
+            rank_ref, rank_other = (v.rank(ascending=False, method="min").astype(int)
+                                    for v in (ref, other))
+            tied = rank_other.duplicated(keep=False)
+            moved = [f"{c} {rank_ref[c]} -> {rank_other[c]}" + (" (tied)" if tied[c] else "")
+                     for c in ref.index if rank_ref[c] != rank_other[c]]
             rows.append(descriptive(
                 f"order of relative plasticity, {model} vs {trained} [{protocol}]",
                 f"Kendall tau {tau:.2f}", paper="not in the paper",
