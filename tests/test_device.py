@@ -177,7 +177,9 @@ SMALLER = {"01_definitions": dict(n_pairs=16, n_samples=100),
            "02b_gauge": dict(n_pairs=8, gauge_tasks=["digits"], embedding_scales=[1.0],
                              invariance_steps=2, relative_pairs=8, measured_dir=""),
            "03_bounds": dict(n_pairs=8, n_seeds=1, power_iters=2, n_lipschitz=2),
-           "04_finetuning": {}, "05_confounds": {}, "06_explorer": dict(n_pairs=8),
+           "03b_intervals": dict(n_pairs=8, power_iters=2, n_lipschitz=2),
+           "04_finetuning": {}, "04b_advise": {}, "05_confounds": {},
+           "06_explorer": dict(n_pairs=8),
            "07_suite": {}}
 
 

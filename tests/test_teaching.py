@@ -89,7 +89,7 @@ def test_the_findings_table_is_printed_once(name):
     assert not early, f"{name} renders its findings table whole before the end: cells {early}"
     # the table's name(s); suite_findings also makes the per-task tables its rows read
     per_task = r"(?:by_distance|by_length|distance|spearman_plasticity_gain)\("
-    built = rf"^(\w+) = (?:verdicts\.table|\w*findings\.(?!{per_task})\w+)\("
+    built = rf"^(\w+) = (?:verdicts\.table|regret\.findings|\w*findings\.(?!{per_task})\w+)\("
     held = set(re.findall(built, "\n".join(code), flags=re.M))
     assert held, "the findings table has a name"
     for source in code[:-1]:
@@ -186,3 +186,131 @@ def test_paper_values_beside_the_measured_ones_come_from_one_place():
             value = str(FIG2_PLASTICITY[comp])
             assert not re.search(rf"(?<![\d.]){re.escape(value)}(?![\d])", prose), value
     assert math.isfinite(sum(FIG2_PLASTICITY.values()))
+
+
+# -- the course hangs together: pointers resolve, no internal numbers, sections listed ------
+
+def _sections(name: str) -> dict[int, str]:
+    """A notebook's numbered sections (``## K. Title``): number -> title."""
+    return {int(k): t for c in cells(name) if c["cell_type"] == "markdown"
+            for k, t in re.findall(r"^## (\d+)\. (.+)$", text(c), flags=re.M)}
+
+
+def _notebook(number: str) -> str:
+    named = [nb for nb in notebooks.available() if nb.split("_")[0] == number]
+    assert named, f"no notebook {number}: the notebooks are {notebooks.available()}"
+    return named[0]
+
+
+#: "notebook 02, section 7", "notebook 02b (sections 1-5)", "Notebook 07 (section 6)",
+#: "notebook 02's section 8", "notebook 03b, section 1,"; "02b section 5"; "section 3" (own).
+_OTHER = re.compile(r"[Nn]otebooks?\s+(\d\d[a-z]?)(?:'s)?,?\s+\(?sections?\s+(\d+)"
+                    r"(?:\s*(?:-|and|to)\s*(\d+))?|\b(\d\d[a-z]?) sections?\s+(\d+)")
+_TITLED = re.compile(r"[Nn]otebook\s+(\d\d[a-z]?),\s+((?:\"[^\"]+\"(?:,?\s+and\s+)?)+)")
+_OWN = re.compile(r"\b[Ss]ections?\s+(\d+)(?:\s*(?:-|and|to)\s*(\d+))?")
+_PAPER = re.compile(r"(?:paper(?:'s)?|Takeaway \d),? section \d+|section \d+ of the paper"
+                    r"|PAPER\.md section \d+")
+
+
+def _pointers(body: str, own: str | None) -> list[tuple[str, int, str]]:
+    """(notebook, section, the words) of every pointer to a section in ``body``; ``own``: the
+    notebook a bare "section K" points into (None: a bare one is not a pointer)."""
+    found = []
+    for m in _OTHER.finditer(body):
+        nb, a, b = ((m.group(1), m.group(2), m.group(3)) if m.group(1)
+                    else (m.group(4), m.group(5), None))
+        found += [(_notebook(nb), k, m.group(0)) for k in range(int(a), int(b or a) + 1)]
+    rest = _PAPER.sub("", _OTHER.sub("", body))
+    if own:
+        for m in _OWN.finditer(rest):
+            found += [(own, k, m.group(0)) for k in range(int(m.group(1)),
+                                                          int(m.group(2) or m.group(1)) + 1)]
+    return found
+
+
+def _markdown_sources() -> list[tuple[str, str | None, str]]:
+    """(where, the notebook a bare "section K" means, text) for every notebook's markdown,
+    each notebook's part of the solutions, and the READMEs and docs that point into them."""
+    out = [(f"{nb} markdown", nb, "\n".join(text(c) for c in cells(nb)
+                                             if c["cell_type"] == "markdown"))
+           for nb in notebooks.available()]
+    for part in SOLUTIONS.read_text().split("\n## ")[1:]:
+        name, body = part.split("\n", 1)
+        out.append((f"solutions.md {name}", name.strip(), body))
+    for path in [ROOT / "README.md", notebooks.NOTEBOOK_DIR / "README.md",
+                 *sorted((ROOT / "docs").glob("*.md"))]:
+        out.append((str(path.relative_to(ROOT)), None, path.read_text()))
+    return out
+
+
+def test_every_pointer_to_a_section_names_one_that_exists():
+    """"notebook 02, section 10" where 02 has eight sections, or a pointer into a notebook
+    that was split, fails here; a pointer by title ("notebook 02, "What sets the ranking"")
+    must name a section's title."""
+    checked = 0
+    for where, own, body in _markdown_sources():
+        for nb, k, words in _pointers(body, own):
+            assert k in _sections(nb), f"{where}: {words!r} points to section {k} of {nb}, " \
+                f"which has sections {sorted(_sections(nb))}"
+            checked += 1
+        for m in _TITLED.finditer(body):
+            titles = [" ".join(t.split()) for t in _sections(_notebook(m.group(1))).values()]
+            for quoted in re.findall(r"\"([^\"]+)\"", m.group(2)):
+                quoted = " ".join(quoted.split())
+                assert any(t.startswith(quoted) for t in titles), f"{where}: {m.group(0)!r}"
+                checked += 1
+    assert checked > 30  # the course points across notebooks: the parser sees the pointers
+
+
+def test_the_pointer_parser_reads_each_form():
+    assert _pointers("see notebook 02, section 7, and 02b section 5", None) == [
+        ("02_plasticity", 7, "notebook 02, section 7"), ("02b_gauge", 5, "02b section 5")]
+    assert [k for _, k, _ in _pointers("notebook 02b (sections 1-3)", None)] == [1, 2, 3]
+    assert _pointers("(paper, section 4) and section 2's table", "03_bounds") == [
+        ("03_bounds", 2, "section 2")]
+    assert _pointers("section 2", None) == []
+
+
+def test_no_markdown_names_an_internal_issue_number():
+    """A student reads the course, not its tracker: no "#48", "issue 49" or "issues 28 and
+    38" in any notebook's markdown, the solutions or the notebooks' README."""
+    internal = re.compile(r"(?<![\w&])#\d+\b|\bissues? \d+", flags=re.I)
+    for where, _, body in _markdown_sources()[:len(notebooks.available())] + [
+            ("solutions.md", None, SOLUTIONS.read_text()),
+            ("notebooks/README.md", None, (notebooks.NOTEBOOK_DIR / "README.md").read_text())]:
+        hits = internal.findall(body)
+        assert not hits, f"{where} names internal issue numbers: {hits}"
+
+
+@pytest.mark.parametrize("name", notebooks.available())
+def test_each_notebook_lists_its_sections_with_minutes_and_fits_a_lecture(name):
+    """The first cell lists every section (``K. Title (N min)``, the unnumbered ones as
+    ``- Title (N min)``) in the notebook's order, with the total stated; one lecture: at most
+    60 minutes."""
+    first = text(cells(name)[0])
+    m = re.search(r"\*\*Sections\*\* \(about (\d+) minutes[^)]*\):\n\n((?:.+\n?)+)", first)
+    assert m, f"{name}: its first cell lists its sections"
+    listed = re.findall(r"^(?:(\d+)\.|-) (.+) \((\d+) min\)$", m.group(2), flags=re.M)
+    skip = ("Learning goals", "Exercises", "How to use this notebook")
+    heads = [h for c in cells(name) if c["cell_type"] == "markdown"
+             for h in re.findall(r"^## (.+)$", text(c), flags=re.M) if h not in skip]
+    assert [f"{k}. {t}" if k else t for k, t, _ in listed] == heads
+    minutes = sum(int(n) for *_, n in listed)
+    assert minutes == int(m.group(1)) and minutes <= 60
+
+
+def test_a_parameter_listing_the_embedded_checkpoints_lists_them_all():
+    """A parameter comment naming the embedded checkpoints ("embedded checkpoint: init, ...")
+    lists every checkpoint the manifest ships, in its order (03's once omitted epoch12)."""
+    from vitplast import models
+
+    shipped = list(models.embedded_checkpoints())
+    seen = 0
+    for name in notebooks.available():
+        for line in text(next(c for c in cells(name) if "parameters" in c["metadata"].get(
+                "tags", []))).splitlines():
+            listed = re.search(r"embedded checkpoint: ([\w, ]+)$", line)
+            if listed:
+                assert listed.group(1).split(", ") == shipped, f"{name}: {line}"
+                seen += 1
+    assert seen >= 2  # 03 and 03b

@@ -2,6 +2,7 @@
 rates (layers pooled over tasks, along pretraining, precision, per-task orders), and measurements
 cached per checkpoint, task and protocol."""
 
+import numpy as np
 import pandas as pd
 import pytest
 from helpers import tiny_vit
@@ -101,14 +102,34 @@ def test_notebook_04_and_the_suite_study_keep_plasticity_in_one_file(tmp_path, m
 
 
 def test_layer_summary_puts_median_and_mean_without_layer_0_beside_the_mean():
-    pooled = pd.DataFrame([dict(protocol="hidden", layer=layer, component=c, plasticity=v)
-                           for layer, vals in enumerate([(0.1, 1.0), (3.0, 1.1), (2.0, 1.2)])
-                           for c, v in zip(("MHA", "FC1"), vals)])
-    table = empirical.layer_summary(pooled)
-    assert table.loc["MHA", ("mean", "hidden")] == pytest.approx(5.1 / 3)
-    assert table.loc["MHA", ("median", "hidden")] == 2.0
-    assert table.loc["MHA", ("mean without layer 0", "hidden")] == 2.5
-    assert table.loc["FC1", ("median", "hidden")] == 1.1
+    per_layer = pd.DataFrame([dict(protocol="hidden", task=t, layer=layer, component=c,
+                                   plasticity=v + shift)
+                              for t, shift in (("a", 0.0), ("b", 1.0))
+                              for layer, vals in enumerate([(0.1, 1.0), (3.0, 1.1), (2.0, 1.2)])
+                              for c, v in zip(("MHA", "FC1"), vals)])
+    table = empirical.layer_summary(per_layer)
+    assert table.loc["MHA", ("layer mean", "hidden")] == pytest.approx(5.1 / 3 + 0.5)
+    assert table.loc["MHA", ("layer median", "hidden")] == 2.5
+    assert table.loc["MHA", ("layer mean without layer 0", "hidden")] == 3.0
+    assert table.loc["FC1", ("layer median", "hidden")] == pytest.approx(1.6)
+
+
+def test_the_medians_of_the_table_are_those_of_the_findings_rows():
+    """Notebook 02's table of layer medians and its order rows come from one computation
+    (a median per task, then the mean over tasks), so their numbers are the same."""
+    from vitplast.report import plasticity_findings
+
+    rng = np.random.default_rng(0)
+    per_layer = pd.DataFrame([dict(protocol=p, task=t, layer=layer, component=c,
+                                   plasticity=float(rng.lognormal()))
+                              for p in ("hidden", "embedding") for t in "abcd"
+                              for layer in range(5) for c in ("MHA", "FC1", "LN1")])
+    table = empirical.layer_summary(per_layer).round(3)
+    for row in plasticity_findings.layer_summaries(per_layer):
+        name, protocol = row["claim"].removeprefix("order by the ").rstrip("]").split(" [")
+        for part in row["measured"].split(" > "):
+            component, value = part.split()
+            assert table.loc[component, (name, protocol)] == pytest.approx(float(value), abs=1e-3)
 
 
 def _profile_params(notebook: str, profile: str) -> dict:

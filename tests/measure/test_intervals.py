@@ -121,10 +121,10 @@ def test_cached_tables_are_computed_once_per_key(tmp_path, monkeypatch):
     assert len(calls) == 2
 
 
-def test_notebook_03_reads_its_tables_of_the_embedded_model_from_data(monkeypatch):
-    """A fresh clone computes none of 03's tables (random checks, intervals, the gauged
-    intervals) in the default and smoke profiles: each is kept in data/finetune for exactly
-    the key the notebook builds, read without computing."""
+def test_notebooks_03_and_03b_read_their_tables_of_the_embedded_model_from_data(monkeypatch):
+    """A fresh clone computes none of 03's and 03b's tables (random checks and intervals in
+    03; the same intervals and the gauged ones in 03b) in the default and smoke profiles: each
+    is kept in data/finetune for exactly the key the notebook builds, read without computing."""
     from vitplast import cached
     from vitplast.report import notebooks
     from vitplast.report.parameters import kept_folder
@@ -134,16 +134,21 @@ def test_notebook_03_reads_its_tables_of_the_embedded_model_from_data(monkeypatc
 
     monkeypatch.setattr(cached, "_computed", computed)
     for profile in ("default", "smoke"):
-        p = {**notebooks.notebook_parameters("03_bounds"),
-             **notebooks.PROFILES[profile].get("03_bounds", {})}
-        kept = kept_folder(p["measured_dir"], p["model_name"])
-        measured = dict(model=p["model_name"], checkpoint=p["checkpoint"],
-                        weights_file=p["weights_file"], task=p["task"], source=p["source"],
-                        data_root=p["data_root"], n_pairs=p["n_pairs"], protocol=p["protocol"])
-        checks = intervals.cached("random-checks", dict(n_seeds=p["n_seeds"],
-                                                        power_iters=p["power_iters"]),
-                                  None, root=kept)
-        df = intervals.cached("intervals", dict(measured, n_lipschitz=p["n_lipschitz"],
-                                                power_iters=p["power_iters"]), None, root=kept)
-        gauged = intervals.cached("gauged", dict(measured, c=p["gauge_c"]), None, root=kept)
-        assert checks.seed.nunique() == p["n_seeds"] and len(df) and len(gauged)
+        for name in ("03_bounds", "03b_intervals"):
+            p = {**notebooks.notebook_parameters(name), **notebooks.PROFILES[profile].get(name, {})}
+            kept = kept_folder(p["measured_dir"], p["model_name"])
+            measured = dict(model=p["model_name"], checkpoint=p["checkpoint"],
+                            weights_file=p["weights_file"], task=p["task"], source=p["source"],
+                            data_root=p["data_root"], n_pairs=p["n_pairs"],
+                            protocol=p["protocol"])
+            df = intervals.cached("intervals", dict(measured, n_lipschitz=p["n_lipschitz"],
+                                                    power_iters=p["power_iters"]), None, root=kept)
+            assert len(df)
+            if name == "03_bounds":
+                checks = intervals.cached("random-checks", dict(
+                    n_seeds=p["n_seeds"], power_iters=p["power_iters"]), None, root=kept)
+                assert checks.seed.nunique() == p["n_seeds"]
+            else:
+                gauged = intervals.cached("gauged", dict(measured, c=p["gauge_c"]), None,
+                                          root=kept)
+                assert len(gauged)

@@ -176,3 +176,16 @@ def test_the_read_cells_words_follow_the_bounds():
                  for a in (True, False))
     assert "holds in all 2 cases." in good and "above every observed rate." in good
     assert "violated in 2 of 2 cases." in bad and "not a bound" in bad
+
+
+def test_notebook_03_and_03b_tables_split_the_rows_of_one():
+    """``propositions`` (03) and ``intervals`` (03b) together are ``bounds``, each row in one
+    of them only: the proofs' checks in 03, the intervals, orders and gauge in 03b."""
+    df, checks = synthetic(agree=True)
+    props, spans = bound_findings.propositions(df, checks), bound_findings.intervals(df)
+    both = bound_findings.bounds(df, checks)
+    assert props["claim"].tolist() + spans["claim"].tolist() == both["claim"].tolist()
+    assert props["claim"].str.contains("Prop. 1 >=|random weights").any()
+    assert spans["claim"].str.contains("width of the interval").any()
+    assert not spans["claim"].str.contains("random weights").any()
+    assert not props["claim"].str.contains("order of|width|gauge").any()

@@ -69,7 +69,8 @@ def test_notebook_defaults_are_the_shipped_studies():
 
     assert notebooks.notebook_parameters("04_finetuning")["study"] == "main"
     assert notebooks.notebook_parameters("05_confounds")["study"] == "confounds"
-    for nb, full in (("04_finetuning", "main"), ("05_confounds", "confounds")):
+    for nb, full in (("04_finetuning", "main"), ("04b_advise", "main"),
+                     ("05_confounds", "confounds")):
         # the smoke studies are derived from the full ones, not copies
         assert studies.get(notebooks.PROFILES["smoke"][nb]["study"]) == studies.smoke(
             studies.get(full))
@@ -91,7 +92,8 @@ def test_paper_profile_fails_early_without_gpu_or_data(monkeypatch, tmp_path):
                                                for n, p in todo])
 
 
-TYPED = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "06_explorer"]
+TYPED = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "03b_intervals",
+         "06_explorer"]
 
 
 @pytest.mark.parametrize("name", TYPED)

@@ -79,9 +79,12 @@ def test_a_missing_shipped_store_stops_setup_with_one_message(tmp_path, monkeypa
     (tmp_path / "suite").mkdir()  # a store of one's own replaces the shipped one
     ns.update(length_dir=str(tmp_path), gauge_dir=str(tmp_path))
     parameters.setup("07_suite", ns)
-    # 04 recomputing a smoke study reads its cache copy, but still the suite and gauge stores
-    missing = parameters.missing_stores("04_finetuning", dict(study="main-smoke", recompute=True))
+    # 04b recomputing a smoke study reads its cache copy, but still the suite and gauge stores;
+    # 04 then reads nothing shipped
+    missing = parameters.missing_stores("04b_advise", dict(study="main-smoke", recompute=True))
     assert [s.name for _, s in missing] == ["gauge"]
+    assert parameters.missing_stores("04_finetuning", dict(study="main-smoke",
+                                                           recompute=True)) == []
     missing = parameters.missing_stores("05_confounds", dict(study="confounds", recompute=False))
     assert [(p, s.folder) for p, s in missing] == [("results_dir", "confounds"),
                                                    ("main_results_dir", "finetune")]

@@ -130,3 +130,22 @@ def test_the_distance_trend_is_a_correlation_row_and_the_families_a_descriptive_
     assert trend["measured"] < -0.9 and trend["n"] == 4 and trend["family"] == "exploratory"
     assert families["measured"].startswith("drawn +8.0 (1), shift +3.0 (2)")
     assert families["verdict"] == "largest on drawn, smallest on digits"
+
+
+def test_the_count_row_reads_how_the_trainable_count_goes_with_the_gain():
+    """P3's confound, computed: on a tiny ViT the linears train far more entries than a
+    LayerNorm (MHA = FC1 > FC2 > LN1 = LN2), so a gain in that order gives rho = +1 on every
+    task, and the reverse order -1 on every task."""
+    from helpers import tiny_vit
+
+    from vitplast.stats import verdicts
+
+    model = tiny_vit()
+    up = {"head": 50, "MHA": 60, "FC1": 60, "FC2": 58, "LN1": 52, "LN2": 52}
+    down = {"head": 50, **{c: 110 - v for c, v in up.items() if c != "head"}}
+    for acc, sign in ((up, 1.0), (down, -1.0)):
+        picked = pd.DataFrame(_picked("t", acc) + _picked("u", acc) + _picked("v", acc))
+        row = verdicts.table(suite_findings.count_findings(picked, model)).iloc[0]
+        assert row["measured"] == pytest.approx(sign) and row["n"] == 3
+        assert row["claim"].startswith("Spearman(trainable count, gain over head-only)")
+        assert row["family"] == "exploratory"

@@ -259,16 +259,31 @@ def stored_layers(root, task: str, *, n_pairs: int = 256, protocol: str = "embed
     return pd.DataFrame(saved["rows"]).assign(task=task, protocol=protocol)
 
 
-def layer_summary(pooled: pd.DataFrame) -> pd.DataFrame:
-    """Per (component; protocol as columns): the layer ``median`` and the ``mean without layer
-    0`` (the layer that reads the raw embedding) of ``pooled_layers``' per-layer plasticity,
-    beside the means of the ranking: whether one layer decides a component's place.
-    ``plasticity_findings.layer_summaries`` states the orders they give."""
-    per = pooled.groupby(["protocol", "component"], observed=True)["plasticity"]
-    later = (pooled[pooled["layer"] > 0].groupby(["protocol", "component"], observed=True)
-             ["plasticity"].mean())
-    return pd.DataFrame({"mean": per.mean(), "median": per.median(),
-                         "mean without layer 0": later}).unstack("protocol")
+#: How notebook 02 summarises a component's layers into one number per task (each a function
+#: of one task's per-layer rows of ``plasticity.summarize``).
+LAYER_SUMMARIES = {"layer mean": lambda g: g["plasticity"].mean(),
+                   "layer median": lambda g: g["plasticity"].median(),
+                   "layer mean without layer 0": lambda g: g.loc[g["layer"] > 0,
+                                                                 "plasticity"].mean()}
+
+
+def task_summaries(per_layer: pd.DataFrame) -> pd.DataFrame:
+    """Per (protocol, task, component) of ``per_layer`` (``plasticity.summarize``, per task,
+    layer and component): each of ``LAYER_SUMMARIES`` over its layers, one column each. The
+    one computation behind ``layer_summary``'s table and the orders
+    ``plasticity_findings.layer_summaries`` states, so that both give the same numbers."""
+    groups = per_layer.groupby(["protocol", "task", "component"], observed=True)
+    return pd.DataFrame({name: groups.apply(summary, include_groups=False)
+                         for name, summary in LAYER_SUMMARIES.items()})
+
+
+def layer_summary(per_layer: pd.DataFrame) -> pd.DataFrame:
+    """Per (component; protocol as columns): each of ``LAYER_SUMMARIES`` (the layer mean, the
+    layer median and the mean without layer 0, the layer that reads the raw embedding), taken
+    per task by ``task_summaries`` and averaged over tasks: whether one layer decides a
+    component's place. ``plasticity_findings.layer_summaries`` states the orders they give."""
+    return (task_summaries(per_layer).groupby(["protocol", "component"], observed=True).mean()
+            .unstack("protocol"))
 
 
 def mha_scale_curve(model_name: str, task: str, scales, *, source: str | None = SOURCE,

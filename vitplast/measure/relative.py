@@ -236,14 +236,18 @@ def gauge_findings(check: pd.DataFrame) -> list[dict]:
             n=len(g), unit="(components; relative)"))
         factors = {k: f(c) for k, f in RATE_FACTORS[protocol].items() if f is not None}
         off = max(abs(g.loc[k, "plasticity_ratio"] / f - 1) for k, f in factors.items())
+        free = [k for k in g.index if k not in factors]  # no factor derived (MHA, embedding)
+        derived = ", ".join(k for k in g.index if k in factors)
         rows.append(descriptive(
             f"plasticity, gauge c = {c:g} over c = 1, median over layers [{protocol}]",
-            ", ".join(f"{k} x{v:.3g}" for k, v in g["plasticity_ratio"].items()),
+            ", ".join(f"{k} x{v:.3g}" + (" (no factor derived)" if k in free else "")
+                      for k, v in g["plasticity_ratio"].items()),
             paper="not in the paper (derived: LN / c, FC1 x 1, FC2 x c"
             + (", MHA x c)" if protocol == "hidden" else "; MHA not derived)"),
-            verdict=f"as derived (largest deviation {off:.1g})" if off < 0.02
-            else f"not as derived (largest deviation {off:.2g})", n=len(g),
-            unit="(components)"))
+            verdict=(f"as derived for {derived} (largest deviation {off:.1g})" if off < 0.02
+                     else f"not as derived for {derived} (largest deviation {off:.2g})")
+            + (f"; {', '.join(free)}: no factor derived, measured only" if free else ""),
+            n=len(g), unit="(components)"))
     return rows
 
 
@@ -268,4 +272,39 @@ def ranking_findings(models_: pd.DataFrame) -> list[dict]:
             verdict="the paper's order of plasticity" if same
             else "not the paper's order of plasticity", n=g["task"].nunique(),
             unit="(tasks; values: mean over tasks)"))
+    return rows + _against_trained(ranked)
+
+
+def _against_trained(ranked: pd.DataFrame, trained: str = "embedded (final)") -> list[dict]:
+    """Per protocol and every other network: Kendall's tau between its order of relative
+    plasticity (mean over tasks) and the trained embedded model's, and which components
+    change place: does pretraining (random init vs trained) or the recipe move the order?"""
+    from scipy import stats
+
+    from vitplast.stats.verdicts import descriptive
+
+    means = ranked.groupby(["protocol", "model", "component"], observed=True, sort=False)[
+        "relative_plasticity"].mean()
+    rows = []
+    for protocol in ranked["protocol"].unique():
+        if trained not in means[protocol].index.get_level_values("model"):
+            continue
+        ref = means[protocol][trained]
+        for model in ranked["model"].unique():
+            if model == trained or model not in means[protocol].index.get_level_values("model"):
+                continue
+            other = means[protocol][model][ref.index]
+            tau = stats.kendalltau(ref, other).statistic
+            # equal values share the best place (LN1 and LN2 read the same input at init)
+            rank_ref, rank_other = (v.rank(ascending=False, method="min").astype(int)
+                                    for v in (ref, other))
+            tied = rank_other.duplicated(keep=False)
+            moved = [f"{c} {rank_ref[c]} -> {rank_other[c]}" + (" (tied)" if tied[c] else "")
+                     for c in ref.index if rank_ref[c] != rank_other[c]]
+            rows.append(descriptive(
+                f"order of relative plasticity, {model} vs {trained} [{protocol}]",
+                f"Kendall tau {tau:.2f}", paper="not in the paper",
+                verdict="the same order" if not moved else
+                "another order (place in the trained model -> in this one): " + ", ".join(moved),
+                n=len(ref), unit="(components; orders of the means over tasks)"))
     return rows

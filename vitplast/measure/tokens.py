@@ -68,12 +68,13 @@ def token_findings(token: dict) -> dict:
     """The row on the model's token scale (``token_scale``) against the paper's r: how many
     times larger ViT-B's tokens are. Paper: ``paper.VITB_RMS_TOKEN_NORM``.
     """
+    from vitplast.paper import SOURCES
     from vitplast.stats.verdicts import descriptive
 
     r, ratio = token["r"], token["ratio"]
     return descriptive(
         f"token scale r: RMS token norm of the embedding on {token['n_images']} test images of "
-        "the pretraining domain", r, paper=f"{token['paper_r']} (ViT-B, CIFAR-10 test images)",
+        "the pretraining domain", r, paper=f"{token['paper_r']} ({SOURCES['token_norm']})",
         verdict=f"ViT-B's tokens are {ratio:.2f} times larger" if ratio > 1
         else f"{1 / ratio:.2f} times larger than ViT-B's", n=token["n_images"],
         unit="(RMS token norm; n: images)")

@@ -1,5 +1,6 @@
-"""Notebook 03's findings: do Props. 1-4 bracket the Lipschitz constant, and does the order of
-the bounds give the order of plasticity?
+"""Notebooks 03 and 03b's findings: do Props. 1-4 bracket the Lipschitz constant
+(``propositions``, notebook 03), and how wide is the interval, does the order of the bounds give
+the order of plasticity, and how do the bounds move under the gauge (``intervals``, 03b)?
 
 Every row is descriptive (the layers of one model are not independent units), its verdict
 computed from the numbers (``intervals.holds``: the one definition of a bound holding).
@@ -44,21 +45,45 @@ def _in_takeaway1_order(order: list[str]) -> bool:
 
 def bounds(df: pd.DataFrame, checks: pd.DataFrame, gauged: pd.DataFrame | None = None,
            c: float = 8.0, heads_diff: float | None = None) -> pd.DataFrame:
-    """Notebook 03's findings table: do Props. 1-4 bracket the Lipschitz constant, and does the
-    order of the bounds give the order of plasticity? Every row is descriptive (the layers of one
-    model are not independent units), its verdict computed from the numbers.
+    """Both notebooks' findings in one table: ``propositions`` (notebook 03) and then
+    ``intervals`` (notebook 03b), with the arguments of each."""
+    return table(_proposition_rows(df, checks, heads_diff) + _interval_rows(df, gauged, c))
+
+
+def propositions(df: pd.DataFrame, checks: pd.DataFrame,
+                 heads_diff: float | None = None) -> pd.DataFrame:
+    """Notebook 03's findings table: does each of Props. 1-4 hold where its assumption holds
+    exactly (random weights) and on the model, how close does it come, and do the paper's
+    plug-in values bound? Every row is descriptive (the layers of one model are not
+    independent units), its verdict computed from the numbers.
 
     Args:
         df: ``intervals.intervals`` of one model, task and protocol.
         checks: ``intervals.random_checks``.
-        gauged: ``intervals.gauged`` of the same model at gauge ``c`` (the same pairs and
-            protocol), or None (the gauge rows then say it was not run): with it, the rows of
-            the gauge (``gauge_ratios``) follow.
         heads_diff: the largest difference between attention recomputed head by head from
             row blocks (``bounds.attention_by_heads``) and the module's output (None: no row).
     """
-    from vitplast.measure.intervals import compare_rankings
+    return table(_proposition_rows(df, checks, heads_diff))
 
+
+def intervals(df: pd.DataFrame, gauged: pd.DataFrame | None = None,
+              c: float = 8.0) -> pd.DataFrame:
+    """Notebook 03b's findings table: how wide is the interval around each component's
+    Lipschitz constant, does the order of the bounds give the order of plasticity (by layer
+    means and by layer medians), and how do the bounds move under the gauge? Descriptive
+    rows, verdicts computed from the numbers.
+
+    Args:
+        df: ``intervals.intervals`` of one model, task and protocol.
+        gauged: ``intervals.gauged`` of the same model at gauge ``c`` (the same pairs and
+            protocol), or None (the gauge rows then say it was not run): with it, the rows of
+            the gauge (``gauge_ratios``) follow.
+    """
+    return table(_interval_rows(df, gauged, c))
+
+
+def _proposition_rows(df: pd.DataFrame, checks: pd.DataFrame,
+                      heads_diff: float | None) -> list[dict]:
     ratio = checks["bound"] / checks["lipschitz_lower"]
     rows = [descriptive("every bound >= the lower end of Lip(f), on random weights where its "
                         "assumption holds exactly", float(ratio.min()), paper="Props. 1-4",
@@ -81,8 +106,13 @@ def bounds(df: pd.DataFrame, checks: pd.DataFrame, gauged: pd.DataFrame | None =
                                 paper=f"{name}: {statement}",
                                 verdict=_holds(g[col], g["lipschitz_lower"]), n=len(g),
                                 unit="x, min of bound / lower end over (component, layer) cases"))
-    rows += _plugin_rows(df)
-    rows += _median_rows(df)
+    return rows + _plugin_rows(df)
+
+
+def _interval_rows(df: pd.DataFrame, gauged: pd.DataFrame | None, c: float) -> list[dict]:
+    from vitplast.measure.intervals import compare_rankings
+
+    rows = [_width_row(df)] + _median_rows(df)
     for col, what in (("bound", "proven bounds (Props. 1-3)"),
                       ("plugin", "paper's plug-in values")):
         cmp = compare_rankings(df, col)
@@ -105,7 +135,7 @@ def bounds(df: pd.DataFrame, checks: pd.DataFrame, gauged: pd.DataFrame | None =
         verdict="not run (gauge_c = 0)", n=0, unit="(components)") for claim in (
         "bounds and plasticity move by the derived factors under the gauge",
         "order of the proven bounds under the gauge vs Takeaway 1")]
-    return table(rows)
+    return rows
 
 
 #: Largest difference of the head-by-head recomputation from the module that reads "the same"
@@ -158,8 +188,6 @@ def _plugin_rows(df: pd.DataFrame) -> list[dict]:
     mha, ln = df[df["component"] == "MHA"], df[df["component"].isin(NORMS)]
     p4 = mha["bound_p4"] / mha["bound"]
     cv = ln["sigma_cv"]
-    width = df.groupby("component", observed=True)["width"].median()
-    narrow = [c for c, w in width.items() if w <= TIGHT]
     rows = []
     for name, g, at, paper in (
             ("Prop. 1", ln, "the mean sigma", "Prop. 1 at a typical token's sigma"),
@@ -184,12 +212,19 @@ def _plugin_rows(df: pd.DataFrame) -> list[dict]:
                     verdict=f"assumption holds (cv < {SHARED_SIGMA_CV} in every layer)"
                     if (cv < SHARED_SIGMA_CV).all() else f"assumption fails (cv >= "
                     f"{SHARED_SIGMA_CV} in {int((cv >= SHARED_SIGMA_CV).sum())} of {len(cv)})",
-                    n=len(cv), unit="median per-token cv of sigma (0 = shared) over LN layers"),
-        descriptive("width of the interval around Lip(f), upper / lower end",
-                    ", ".join(f"{c} {w:.3g}" for c, w in width.items()),
-                    paper="not reported (objection 2)",
-                    verdict=f"Lip(f) known within {TIGHT:g}x for: {', '.join(narrow) or 'none'}",
-                    n=len(df), unit="(x, median per component) over (component, layer) cases")]
+                    n=len(cv), unit="median per-token cv of sigma (0 = shared) over LN layers")]
+
+
+def _width_row(df: pd.DataFrame) -> dict:
+    """How wide the interval around each component's Lipschitz constant is (median over
+    layers of upper / lower end)."""
+    width = df.groupby("component", observed=True)["width"].median()
+    narrow = [c for c, w in width.items() if w <= TIGHT]
+    return descriptive("width of the interval around Lip(f), upper / lower end",
+                       ", ".join(f"{c} {w:.3g}" for c, w in width.items()),
+                       paper="not reported (objection 2)",
+                       verdict=f"Lip(f) known within {TIGHT:g}x for: {', '.join(narrow) or 'none'}",
+                       n=len(df), unit="(x, median per component) over (component, layer) cases")
 
 
 #: Relative departure from a derived factor that float32 alone explains (layer means of

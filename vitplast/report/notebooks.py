@@ -45,8 +45,8 @@ from vitplast.report.parameters import NOTEBOOK_DIR, check, check_task_names, de
 from vitplast.report.reading_copy import failing_cell, record_status
 
 #: The notebook sequence, in order.
-NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "04_finetuning",
-             "05_confounds", "06_explorer", "07_suite"]
+NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "03b_intervals",
+             "04_finetuning", "04b_advise", "05_confounds", "06_explorer", "07_suite"]
 #: The parameters that make a timm ``model_name`` one's own model (dropped for the embedded one).
 OWN_MODEL = ("weights_file", "model_args")
 #: Profile -> notebook -> parameters overriding the notebook's defaults.
@@ -58,7 +58,9 @@ PROFILES: dict[str, dict[str, dict]] = {
         "02b_gauge": dict(n_pairs=32, gauge_tasks=["fmnist_contrast", "digits"],
                           embedding_scales=[1.0, 8.0], invariance_steps=3, relative_pairs=16),
         "03_bounds": dict(n_pairs=32, n_seeds=2, power_iters=5, n_lipschitz=4),
+        "03b_intervals": dict(n_pairs=32, power_iters=5, n_lipschitz=4),
         "04_finetuning": dict(study="main-smoke", recompute=True, n_pairs=16),
+        "04b_advise": dict(study="main-smoke", recompute=True),
         "05_confounds": dict(study="confounds-smoke", recompute=True),
         "06_explorer": dict(n_pairs=16, scales=[0.5, 2.0]),
     },

@@ -29,8 +29,8 @@ from vitplast.stats.verdicts import (
     table,
 )
 
-__all__ = ["RELATIVE_SUITE", "SUMMARIES", "correlation_row", "explorer", "layer_summaries",
-           "plasticity_ranking", "relative_suite"]
+__all__ = ["RELATIVE_SUITE", "correlation_row", "explorer", "layer_summaries",
+           "plasticity_ranking", "relative_suite", "relative_suite_orders"]
 
 
 # notebook 02 ---------------------------------------------------------------------------------
@@ -153,12 +153,6 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
     return table(rows)
 
 
-#: How notebook 02 summarises a component's layers into one number per task.
-SUMMARIES = {"layer mean": lambda g: g["plasticity"].mean(),
-             "layer median": lambda g: g["plasticity"].median(),
-             "layer mean without layer 0": lambda g: g.loc[g["layer"] > 0, "plasticity"].mean()}
-
-
 def _order_values(means: pd.Series) -> str:
     """``"FC1 0.712 > MHA 0.590 > ..."``: the order of ``means`` with its values."""
     return " > ".join(f"{c} {v:.3f}" for c, v in means.sort_values(ascending=False).items())
@@ -166,22 +160,23 @@ def _order_values(means: pd.Series) -> str:
 
 def layer_summaries(per_layer: pd.DataFrame) -> list[dict]:
     """Notebook 02's rows on how a component's layers are summarised, per protocol and
-    summary (``SUMMARIES``): the order of the components by it (its mean over tasks, values
-    shown) beside the paper's, and which neighbours in that order the tasks do not separate:
-    the 95% t interval over tasks of their paired difference contains 0 (noise, at this
-    many tasks). Descriptive rows: the paired differences of the paper's order are tested in
-    ``plasticity_ranking``.
+    summary (``empirical.LAYER_SUMMARIES``, taken per task by ``empirical.task_summaries``, as
+    in ``empirical.layer_summary``'s table): the order of the components by it (its mean over
+    tasks, values shown) beside the paper's, and which neighbours in that order the tasks do not
+    separate: the 95% t interval over tasks of their paired difference contains 0 (noise, at
+    this many tasks). Descriptive rows: the paired differences of the paper's order are tested
+    in ``plasticity_ranking``.
 
     Paper: Takeaway 2 and Fig. 2 (a per-layer mean)."""
     from scipy import stats
 
+    from vitplast.measure.empirical import task_summaries
     from vitplast.paper import PLASTICITY_ORDER
 
     paper_order, rows = " > ".join(PLASTICITY_ORDER), []
-    for protocol, g in per_layer.groupby("protocol"):
-        for name, summary in SUMMARIES.items():
-            per_task = g.groupby(["task", "component"], observed=True).apply(
-                summary, include_groups=False).unstack("component")  # (tasks, components)
+    for protocol, g in task_summaries(per_layer).groupby("protocol"):
+        for name in g.columns:
+            per_task = g[name].droplevel("protocol").unstack("component")  # (tasks, components)
             means = per_task.mean().sort_values(ascending=False)
             noise = []
             for a, b in zip(means.index, means.index[1:]):
@@ -247,6 +242,34 @@ def relative_suite(root, picked: pd.DataFrame, n_pairs: int = 256, *,
         rows.append(mean_test(claim, rho, paper="not in the paper (relative plasticity: issue "
                               "38); asked after the suite's runs existed", expected=math.nan,
                               unit="rho, per task"))
+    return table(rows)
+
+
+def relative_suite_orders(root, picked: pd.DataFrame, n_pairs: int = 256, *,
+                          compute: bool = True) -> pd.DataFrame:
+    """What explains the sign of each ``RELATIVE_SUITE`` row: per protocol, the components'
+    order of relative plasticity over the complete tasks of ``picked`` (mean rank, 1 = the
+    largest in a task), and their order of gain over head-only, each beside the paper's
+    (``suite_findings.order_row``). Descriptive rows, its own table (notebook 02b, section 7).
+
+    Paper: none; Takeaway 3 makes its claim for plasticity (Fig. 2, Table 1)."""
+    from vitplast import paper
+    from vitplast.experiments.task_measures import component_plasticity
+    from vitplast.measure.components import COMPONENTS
+    from vitplast.report.suite_findings import accuracy, order_row
+
+    tasks, rows = list(picked["task"].unique()), []
+    for protocol in RELATIVE_SUITE:
+        rel = component_plasticity(root, tasks, n_pairs, protocol, quantity="relative",
+                                   compute=compute).dropna(subset=["relative_plasticity"])
+        wide = rel.pivot(index="task", columns="component", values="relative_plasticity")
+        rows.append(order_row(f"relative plasticity before finetuning, {protocol} protocol, "
+                              "mean over blocks", wide[list(COMPONENTS)],
+                              paper.PLASTICITY_ORDER, "plasticity: " + SOURCES["fig2"]))
+    acc = accuracy(picked)
+    rows.append(order_row("gain over head-only (test points)",
+                          acc[list(COMPONENTS)].sub(acc["head"], axis=0),
+                          paper.FINETUNING_ORDER, "Table 1 average (ViT-B/16)"))
     return table(rows)
 
 

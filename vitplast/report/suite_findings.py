@@ -15,7 +15,8 @@ their mean over tasks. Every table here reads ``picked``, a searched study's cho
   counts) from ``accuracy``; P3 (Spearman's rho, over the five full-count components, of
   plasticity before finetuning against gain over head-only) from ``spearman_plasticity_gain``.
   ``secondary_rows``: the same primaries with each LR chosen from the study's fixed grid.
-- ``protocol_findings``: P3 under the other plasticity protocol, and what explains its sign.
+- ``protocol_findings``: P3 under the other plasticity protocol, and what explains its sign;
+  ``count_findings``: the trainable count against the gain, P3's confound.
 - ``distance``, ``by_distance`` and ``distance_findings``: head-only and linear-probe accuracy
   per task (how far it lies from what pretraining learned) against MHA - LN1.
 - ``by_length`` and ``length_rule``: the recipe-length check (``studies.get("length")``): P1
@@ -99,7 +100,7 @@ def _order(values: pd.DataFrame) -> tuple[list[str], pd.Series, int]:
     return order, mean, same
 
 
-def _order_row(what: str, values: pd.DataFrame, paper_order, source: str) -> dict:
+def order_row(what: str, values: pd.DataFrame, paper_order, source: str) -> dict:
     order, mean, same = _order(values)
     return verdicts.descriptive(
         f"{what}: components by their mean rank over tasks (1 = highest in a task)",
@@ -142,13 +143,36 @@ def protocol_findings(study: Study, picked: pd.DataFrame, root: str | Path) -> l
             paper=p3.source, expected=p3.expected, unit="rho, per task"))
     for pr in PROTOCOLS:
         wide = plastic[pr].pivot(index="task", columns="component", values="plasticity")
-        rows.append(_order_row(f"plasticity before finetuning, {pr} protocol, mean over "
+        rows.append(order_row(f"plasticity before finetuning, {pr} protocol, mean over "
                                "blocks", wide[list(COMPONENTS)], paper.PLASTICITY_ORDER,
                                paper.SOURCES["fig2"]))
     gain = acc[list(COMPONENTS)].sub(acc["head"], axis=0)
-    rows.append(_order_row("gain over head-only (test points)", gain, paper.FINETUNING_ORDER,
+    rows.append(order_row("gain over head-only (test points)", gain, paper.FINETUNING_ORDER,
                            "Table 1 average (ViT-B/16)"))
     return rows
+
+
+def count_findings(picked: pd.DataFrame, model) -> list[dict]:
+    """P3's confound: within a task, Spearman's rho over the five components between their
+    trainable count (``components.count_parameters`` of ``model``, the study's pretrained
+    model: the same on every task) and their gain over head-only. A rho as
+    large as P3's under a protocol says that protocol's plasticity order cannot be told from
+    the count order on these tasks (P1 compares the components at matched counts).
+    Exploratory (its own Holm family); the paper makes no claim on it."""
+    from scipy import stats
+
+    from vitplast.measure.components import count_parameters
+
+    acc = accuracy(picked)
+    gain = acc[list(COMPONENTS)].sub(acc["head"], axis=0)
+    count = pd.Series({c: count_parameters(model, c) for c in COMPONENTS})
+    rho = pd.Series({t: stats.spearmanr(count, gain.loc[t]).statistic for t in gain.index})
+    return [verdicts.mean_test(
+        "Spearman(trainable count, gain over head-only) over the five components, within a "
+        "task (" + ", ".join(f"{c} {n:,}" for c, n in count.sort_values(ascending=False)
+                             .items()) + " entries)", rho,
+        paper="not in the paper (Table 1 compares components at their full counts)",
+        expected=float("nan"), unit="rho, per task")]
 
 
 def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.DataFrame:
