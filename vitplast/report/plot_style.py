@@ -17,6 +17,7 @@ import functools
 import math
 import numbers
 import re
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -91,18 +92,17 @@ def is_words(text: str) -> bool:
 def _label(name: str | None, given=None, panel=None) -> str:
     """An axis label: ``given`` (a string, or a mapping from panel value to label: one label
     per panel), else ``LABELS``'s for the column ``name``, else the column name when it is
-    words (``is_words``); otherwise a ValueError asking for the label."""
+    words (``is_words``); otherwise a ValueError asking for the label. Wrapped past 42
+    characters, so that the labels of panels side by side do not run into each other."""
     if isinstance(given, Mapping):
         if panel not in given:
             raise ValueError(f"no axis label for the panel {panel!r}; the labels given are "
                              f"for {list(given)}")
-        return given[panel]
-    if given or name in LABELS:
-        return given or LABELS[name]
-    if not is_words(name or ""):
+        given = given[panel]
+    if not (given or name in LABELS or is_words(name or "")):
         raise ValueError(f"the column {name!r} does not name its axis in words: pass xlabel= "
                          f"or ylabel= (known names: {sorted(LABELS)})")
-    return str(name)
+    return textwrap.fill(str(given or LABELS.get(name, name)), 42, break_long_words=False)
 
 
 def legend_beside(fig, ax, title: str | None = None, **kw) -> None:

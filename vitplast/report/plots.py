@@ -334,26 +334,24 @@ def layernorm_rescale(visited, c: float, title: str = ""):
     one = v[v["c"] == 1.0].iloc[0]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
     grid = np.geomspace(0.1, 10, 50)
-    measured, bound = OTHERS[3], OTHERS[2]  # never a component's colour
-    left.plot(grid, grid * one["plasticity"], "-", color=measured, lw=0.8,
-              label="c x plasticity at c = 1")
-    left.plot(grid, grid * one["bound"], "--", color=bound, lw=0.8, label="c x bound at c = 1")
-    left.plot(v["c"], v["plasticity"], "o", color=measured, ms=4, label="plasticity")
-    left.plot(v["c"], v["bound"], "v", color=bound, ms=4, label="bound (Prop. 1)")
+    for col, mark, ls, colour, label in (("plasticity", "o", "-", OTHERS[3], "plasticity"),
+                                         ("bound", "v", "--", OTHERS[2], "bound (Prop. 1)")):
+        left.plot(grid, grid * one[col], ls, color=colour, lw=0.8, label=f"c x {col} at c = 1")
+        left.plot(v["c"], v[col], mark, color=colour, ms=4, label=label)
     now = v[v["c"] == c]
     left.plot(now["c"], now["plasticity"], "ko", ms=7, label=f"c = {c:.3g}")
-    right.plot(v["c"], v["diff_preserved"].clip(lower=1e-12), "o-", color=OTHERS[1],
-               label="function-preserving")
-    right.plot(v["c"], v["diff_raw"].clip(lower=1e-12), "s-", color=OTHERS[0],
-               label="raw (not preserving)")
+    for col, fmt, colour, label in (("diff_preserved", "o-", OTHERS[1], "function-preserving"),
+                                    ("diff_raw", "s-", OTHERS[0], "raw (not preserving)")):
+        right.plot(v["c"], v[col].clip(lower=1e-12), fmt, color=colour, label=label)
     left.set(title=title, ylabel="plasticity and bound")
     right.set(title="the network's output (0 drawn at 1e-12)", ylabel="max |logit difference|")
     for ax in (left, right):
         ax.set(xlabel="scale c of gamma and beta", xlim=(0.09, 11))
         log_axis(ax, "x")
         ax.set_yscale("log")
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.5), ncol=2)  # below
-    fig.tight_layout()
+    fig.tight_layout()  # before the legends, which go below the panels, past the figure's edge
+    for ax in (left, right):
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2)
     return fig
 
 
