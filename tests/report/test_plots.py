@@ -1,16 +1,22 @@
 """Figures (pure functions, axes named in words, no global theme) and the findings builders of
 notebooks 01, 02 and 06: verdicts from synthetic tables, one agreeing case and one not."""
 
+import inspect
+import re
+
 import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from matplotlib.patches import Rectangle
 
 from vitplast.measure import definitions
+from vitplast.measure.components import COMPONENTS
 from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
 from vitplast.report import definition_findings, plasticity_findings, plot_style, plots
+from vitplast.report.colour_vision import closest_pair
 from vitplast.stats import verdicts
 
 TASKS = [f"t{i}" for i in range(8)]
@@ -136,7 +142,8 @@ def test_notebook_06_findings_agree_and_disagree():
 
 def test_importing_and_drawing_leaves_the_global_style_alone():
     before = dict(matplotlib.rcParams)
-    fig = plots.lines(pd.DataFrame(dict(x=[1, 2], y=[1.0, 2.0], h="a")), x="x", y="y", hue="h")
+    fig = plots.lines(pd.DataFrame(dict(x=[1, 2], y=[1.0, 2.0], h="a")), x="x", y="y", hue="h",
+                      xlabel="input", ylabel="output")
     plt.close(fig)
     assert dict(matplotlib.rcParams) == before
     with plot_style.theme():
@@ -225,7 +232,7 @@ def test_findings_forest_plot_names_family_and_n_and_marks_descriptive_rows():
 def test_a_log_axis_labels_each_plotted_value_when_there_are_few():
     df = pd.DataFrame([dict(c=c, plasticity=c * k, component=comp) for k, comp in
                        ((1, "MHA"), (2, "LN1")) for c in (1, 2, 4, 8)])
-    fig = plots.lines(df, x="c", y="plasticity", hue="component", logx=True)
+    fig = plots.lines(df, x="c", y="plasticity", hue="component", logx=True, xlabel="scale c")
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8"]
     assert [line.get_color() for line in ax.get_lines()] == [plot_style.PALETTE["MHA"],
@@ -239,3 +246,141 @@ def test_run_curves_draw_the_global_gradient_norm_in_no_component_s_colour():
     colours = {line.get_label(): line.get_color() for line in ax.get_lines()}
     assert colours["MHA"] == plot_style.PALETTE["MHA"]
     assert colours["global, run r"] not in plot_style.PALETTE.values()
+
+
+# -- every figure: axes in words, bars from zero, one colour per parameter group ------------
+
+def _summary(rng) -> pd.DataFrame:
+    return pd.DataFrame([dict(protocol=p, layer=layer, component=c, plasticity=rng.uniform(0.3, 2),
+                              ci95=0.05, task=t)
+                         for p in ("embedding", "hidden") for layer in range(3)
+                         for c in COMPONENTS for t in ("t0", "t1")])
+
+
+def _history() -> pd.DataFrame:
+    groups = [*COMPONENTS, "head", "norm", "embedding", "other"]
+    return pd.DataFrame([dict(run="r1", step=s, metric=m, value=0.5 + 0.1 * s)
+                         for s in range(3) for m in ("loss", "val_acc", "grad_norm",
+                                                     *(f"grad_norm/{g}" for g in groups))])
+
+
+def _figures() -> dict:
+    """One call of every figure function of ``plots`` on a small synthetic table, as the
+    notebooks call them (only the labels the tables' columns cannot give passed)."""
+    rng = np.random.default_rng(0)
+    summary = _summary(rng)
+    rates = pd.DataFrame(dict(protocol="hidden", component=list(COMPONENTS) * 20,
+                              rate=rng.uniform(0.1, 3, 100)))
+    steps = pd.DataFrame([dict(step=s, plasticity=1.0 + s, config=c, task=t)
+                          for s in range(3) for c in ("full", "head", "MHA") for t in "ab"])
+    bars = pd.DataFrame([dict(component=c, plasticity=v, budget=b, task=t)
+                         for c, v in (("MHA", 91.0), ("LN1", 88.5)) for b in ("1x", "4x")
+                         for t in ("t0", "t1", "t2", "t3", "t4")])
+    forest = pd.DataFrame(dict(label=["MHA - LN1", "FC1 - FC2"], diff_pp=[1.0, -0.5],
+                               ci95_pp=[0.5, 0.4], significant=[True, False]))
+    rows = [verdicts.mean_test("MHA - LN1", [3.0, 3.1, 2.9, 3.2], paper="x", expected=1,
+                               unit="points")]
+    bounds = pd.DataFrame([dict(component=c, layer=layer, lipschitz_lower=1.0, lipschitz_upper=3.0,
+                                bound=3.0, bound_p4=4.0, plugin=2.0, plasticity=0.5)
+                           for c in COMPONENTS for layer in range(3)])
+    visited = pd.DataFrame(dict(c=[0.5, 1.0, 2.0], plasticity=[0.5, 1.0, 2.0], bound=[1, 2, 4.0],
+                                diff_preserved=0.0, diff_raw=[0.1, 0.0, 0.2]))
+    return {
+        "plasticity_box": plots.plasticity_box(summary),
+        "plasticity_by_layer": plots.plasticity_by_layer(summary),
+        "rate_distributions": plots.rate_distributions(rates),
+        "lines": plots.lines(steps, x="step", y="plasticity", hue="config", col="task"),
+        "scatter": plots.scatter(summary, x="plasticity", y="layer", hue="component", col="task"),
+        "differences": plots.differences(forest, "label", significant="significant"),
+        "intervals": plots.intervals(bounds),
+        "findings": plots.findings(verdicts.table(rows)),
+        "paired_bars": plots.paired_bars(bars, x="component", y="plasticity", hue="budget",
+                                         col="task"),
+        "message": plots.message("nothing to draw"),
+        "rate_histogram": plots.rate_histogram(rng.uniform(0.5, 2, 50), 3.0, "Prop. 1",
+                                               component="LN1"),
+        "layernorm_rescale": plots.layernorm_rescale(visited, 2.0),
+        "run_curves": plots.run_curves(_history()),
+    }
+
+
+@pytest.fixture(scope="module")
+def figures():
+    drawn = _figures()
+    yield drawn
+    plt.close("all")
+
+
+def _labelled(ax, which: str) -> bool:
+    """An axis names itself in words, or needs no name: its ticks are words (rows of a
+    forest plot), or it shares its scale with a panel that names it."""
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    text = axis.get_label().get_text()
+    if text:
+        return plot_style.is_words(text)
+    ticks = [t.get_text() for t in axis.get_ticklabels() if t.get_text()]
+    if ticks and all(re.search("[A-Za-z]", t) and not t.startswith("$") for t in ticks):
+        return True  # names, not numbers (a number in mathtext starts with $)
+    shared = (ax.get_shared_y_axes() if which == "y" else ax.get_shared_x_axes())
+    return any((o.get_ylabel() if which == "y" else o.get_xlabel())
+               for o in shared.get_siblings(ax) if o is not ax)
+
+
+def test_every_figure_function_is_drawn_here(figures):
+    public = {name for name, fn in inspect.getmembers(plots, inspect.isfunction)
+              if fn.__module__ == plots.__name__ and not name.startswith("_")}
+    assert set(figures) == public  # a new figure function gets its case in ``_figures``
+
+
+def test_every_axis_of_every_figure_is_named_in_words(figures):
+    for name, fig in figures.items():
+        fig.canvas.draw()
+        for ax in fig.axes:
+            if not ax.get_visible() or not ax.axison:
+                continue
+            for which in "xy":
+                assert _labelled(ax, which), (name, which, ax.get_xlabel(), ax.get_ylabel())
+
+
+def test_every_bar_starts_at_zero(figures):
+    drawn = 0
+    for name, fig in figures.items():
+        for ax in fig.axes:
+            bars = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_height()]
+            if ax.get_visible() and bars:
+                drawn += 1
+                assert ax.get_ylim()[0] <= 0 <= ax.get_ylim()[1], (name, ax.get_ylim())
+    assert drawn >= 6  # paired_bars' five panels and the histogram
+
+
+def test_a_column_not_in_words_needs_its_label():
+    bars = pd.DataFrame(dict(config=["MHA", "LN1"], test_acc_mean=[90.0, 88.0], budget="1x"))
+    with pytest.raises(ValueError, match="ylabel="):
+        plots.paired_bars(bars, x="config", y="test_acc_mean", hue="budget")
+    plt.close("all")
+
+
+def test_run_curves_show_accuracy_in_percent_and_every_group_in_its_own_colour(figures):
+    fig = figures["run_curves"]
+    acc = fig.axes[1]
+    assert acc.get_ylabel() == "validation accuracy (%)"
+    assert acc.lines[0].get_ydata().tolist() == pytest.approx([50.0, 60.0, 70.0])
+    lines = {line.get_label(): line.get_color() for line in fig.axes[2].get_lines()}
+    assert set(lines) == {*COMPONENTS, "head", "norm", "embedding", "other", "global, run r1"}
+    closest = closest_pair(lines)
+    assert closest[0] >= 15, closest  # norm once took MHA's blue (delta E 1.7)
+    assert lines["MHA"] == plot_style.PALETTE["MHA"] and lines["norm"] == plot_style.PALETTE["norm"]
+
+
+def test_panels_of_different_quantities_each_name_their_own():
+    from vitplast.measure import stream
+
+    stats = pd.DataFrame([dict(checkpoint=f"epoch{e}", epoch=e, layer=layer,
+                               **{c: 1.0 + e + layer for c in stream.STATISTICS})
+                          for e in (0, 1) for layer in (0, 1)])
+    long = stream.long_statistics(stats)
+    fig = plots.lines(long, x="epoch", y="value", hue="layer", col="statistic", title="",
+                      ylabel=stream.STATISTIC_LABELS)
+    shown = {ax.get_title(): ax.get_ylabel() for ax in fig.axes if ax.get_visible()}
+    assert shown == stream.STATISTIC_LABELS and all(map(plot_style.is_words, shown.values()))
+    plt.close(fig)

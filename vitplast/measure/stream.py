@@ -107,16 +107,28 @@ def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = 
     return cached.kept_table("stream-statistics", key, compute, root)
 
 
+#: The statistics ``long_statistics`` keeps: column -> (its name in a figure, what its axis
+#: shows, in words).
+STATISTICS = {
+    "r_embedding": ("embedding token norm r", "RMS norm of an embedded token"),
+    "sigma_ln1": ("stream sigma (LN1 input)", "per-token std of LN1's input"),
+    "ln1_bound": ("LN1 bound max|gamma| / sigma", "bound on LN1's rate (Prop. 1)"),
+    "entropy_hidden": ("attention entropy / log n (hidden)",
+                       "entropy / log n (0 one-hot, 1 uniform)"),
+    "entropy_embedding": ("attention entropy / log n (embedding)",
+                          "entropy / log n (0 one-hot, 1 uniform)"),
+}
+#: A statistic's name in a figure -> its axis label: ``plots.lines(..., col="statistic",
+#: ylabel=STATISTIC_LABELS)`` gives each panel its own.
+STATISTIC_LABELS = dict(STATISTICS.values())
+
+
 def long_statistics(stats: pd.DataFrame) -> pd.DataFrame:
     """``stream_statistics`` in long form (``statistic``, ``value``; one row per checkpoint,
-    layer and statistic), for one figure panel per statistic."""
-    names = {"r_embedding": "embedding token norm r", "sigma_ln1": "stream sigma (LN1 input)",
-             "ln1_bound": "LN1 bound max|gamma| / sigma",
-             "entropy_hidden": "attention entropy / log n (hidden)",
-             "entropy_embedding": "attention entropy / log n (embedding)"}
-    long = stats.melt(id_vars=["checkpoint", "epoch", "layer"], value_vars=list(names),
+    layer and statistic, named as in ``STATISTICS``), for one figure panel per statistic."""
+    long = stats.melt(id_vars=["checkpoint", "epoch", "layer"], value_vars=list(STATISTICS),
                       var_name="statistic", value_name="value")
-    long["statistic"] = long["statistic"].map(names)
+    long["statistic"] = long["statistic"].map({c: name for c, (name, _) in STATISTICS.items()})
     return long
 
 
@@ -240,6 +252,6 @@ def spearman_fig2(g: pd.DataFrame) -> pd.Series:
         [FIG2_PLASTICITY[c] for c in PLASTICITY_ORDER]).statistic, include_groups=False)
 
 
-__all__ = ["attention_entropy", "model_statistics", "stream_statistics", "gauge_rankings",
-           "embedding_scale_rankings", "beside_fig2", "orders", "spearman_fig2", "long_statistics",
-           "by_checkpoint"]
+__all__ = ["STATISTICS", "STATISTIC_LABELS", "attention_entropy", "model_statistics",
+           "stream_statistics", "gauge_rankings", "embedding_scale_rankings", "beside_fig2",
+           "orders", "spearman_fig2", "long_statistics", "by_checkpoint"]

@@ -1,8 +1,10 @@
 """Plot style: how every figure looks, whatever it shows.
 
-One colour per configuration and component in every notebook (``PALETTE``; a variant takes
-its component's colour, dashed: ``style``; other lines ``OTHERS``: ``colours``), axes named in
-words (``LABELS``), log axes with plain, non-overlapping ticks (``log_axis``), one panel per
+One colour per configuration and component in every notebook (``PALETTE``, colour-blind safe
+and checked with ``colour_vision``; a variant takes its component's colour, dashed: ``style``;
+other lines ``OTHERS``: ``colours``), axes named in words (``LABELS``; a figure asks for a
+label when a column's name is not words: ``is_words``), legends beside the panels
+(``legend_beside``), log axes with plain, non-overlapping ticks (``log_axis``), one panel per
 value of a column (``_grid``), figures drawn inside ``theme()`` and saved by ``save``. Importing
 it sets no global style. ``vitplast.report.plots`` draws its figures with these; notebooks
 import them from here (``plot_style.PALETTE``, ``plot_style.save``, ...).
@@ -14,6 +16,9 @@ import contextlib
 import functools
 import math
 import numbers
+import re
+import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -23,14 +28,28 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 
 from vitplast.measure.components import CONFIG_ORDER
 
-#: One colour per configuration and component, the same in every notebook (seaborn's
-#: colour-blind-safe "colorblind" colours; head-only grey, the linear probe near black).
-_CB = sns.color_palette("colorblind", 10).as_hex()
-PALETTE = {"MHA": _CB[0], "FC1": _CB[1], "FC2": _CB[2], "LN2": _CB[3], "LN1": _CB[4],
-           "full": _CB[5], "head": _CB[7], "embedding": _CB[9], "linear probe": "#333333"}
-#: Colours for lines that are not configurations (functions, modules, runs), none of them a
-#: ``PALETTE`` colour, so that no such line passes for a component.
-OTHERS = ("#000000", "#5a3e8e", "#2f7f6f", "#8c8c8c", _CB[8])
+#: One colour per configuration, component and parameter group, the same in every notebook.
+#: The five components take colours of Okabe & Ito's and Paul Tol's colour-blind-safe schemes
+#: chosen to stay apart as a deuteranope or a protanope sees them, full finetuning black,
+#: head-only grey: any two of these seven differ by a CIEDE2000 delta E of at least 20 in
+#: normal vision and under simulated deuteranopia and protanopia (``colour_vision``; seaborn's
+#: "colorblind" orange and vermillion, FC1 and LN2 before, differ by 17, and by 9 to a
+#: deuteranope). The other groups of ``components.component_of`` (the final ``norm``, the
+#: ``embedding``), drawn beside them in a run's gradient norms, differ from every colour here
+#: by at least 15 in normal vision and under deuteranopia.
+PALETTE = {"MHA": "#0072B2",  # blue (Okabe-Ito)
+           "FC1": "#CCBB44",  # yellow (Tol bright)
+           "FC2": "#66CCEE",  # cyan (Tol bright)
+           "LN2": "#CC3311",  # red (Tol vibrant)
+           "LN1": "#882255",  # wine (Tol muted)
+           "full": "#000000", "head": "#949494",  # black, grey
+           "norm": "#332288",  # indigo (Tol muted)
+           "embedding": "#8C564B"}  # brown
+#: Colours for lines and bars that are not configurations (functions, modules, runs, budgets),
+#: in the order they are handed out: each differs from the others and from every ``PALETTE``
+#: colour by a delta E of at least 20 (normal vision), so that no such line passes for a
+#: component.
+OTHERS = ("#555555", "#117733", "#EE3377", "#44AA99", "#CA9161")
 #: At most this many panels per row; more wrap onto new rows.
 MAX_COLS = 4
 #: Axis labels in words for the column names the figures plot most.
@@ -57,8 +76,41 @@ def _themed(fn):
     return wrapper
 
 
-def _label(name: str | None, given: str | None = None) -> str:
-    return given or LABELS.get(name, name or "")
+#: Axis labels that say nothing of what is plotted.
+GENERIC = {"value", "values", "x", "y", "data", "metric", "statistic", "number", "count",
+           "value of the panel's statistic"}
+
+
+def is_words(text: str) -> bool:
+    """True for an axis label in words: a word of three letters or more, no column-name
+    underscores, and not a ``GENERIC`` label."""
+    text = str(text).strip()
+    return (bool(re.search(r"[A-Za-z]{3}", text)) and "_" not in text
+            and text.lower() not in GENERIC)
+
+
+def _label(name: str | None, given=None, panel=None) -> str:
+    """An axis label: ``given`` (a string, or a mapping from panel value to label: one label
+    per panel), else ``LABELS``'s for the column ``name``, else the column name when it is
+    words (``is_words``); otherwise a ValueError asking for the label. Wrapped past 42
+    characters, so that the labels of panels side by side do not run into each other."""
+    if isinstance(given, Mapping):
+        if panel not in given:
+            raise ValueError(f"no axis label for the panel {panel!r}; the labels given are "
+                             f"for {list(given)}")
+        given = given[panel]
+    if not (given or name in LABELS or is_words(name or "")):
+        raise ValueError(f"the column {name!r} does not name its axis in words: pass xlabel= "
+                         f"or ylabel= (known names: {sorted(LABELS)})")
+    return textwrap.fill(str(given or LABELS.get(name, name)), 42, break_long_words=False)
+
+
+def legend_beside(fig, ax, title: str | None = None, **kw) -> None:
+    """Lay ``fig`` out, then put ``ax``'s legend beside it, to the right. Laid out first, so
+    that the legend does not widen the gaps between every column of panels (it lands in an
+    unused panel, or past the figure's edge, which ``save`` keeps)."""
+    fig.tight_layout()
+    ax.legend(title=title, bbox_to_anchor=(1.02, 1), loc="upper left", **kw)
 
 
 def log_axis(ax, which: str = "y", values=None) -> None:

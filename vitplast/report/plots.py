@@ -25,6 +25,7 @@ from vitplast.report.plot_style import (
     _label,
     _themed,
     colours,
+    legend_beside,
     log_axis,
     robust_ylim,
     style,
@@ -44,7 +45,8 @@ def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None
     fig, axes, cols = _grid(summary, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = summary if value is None else summary[summary[col] == value]
-        colour = dict(hue=hue) if hue else dict(hue="component", palette=PALETTE, legend=False)
+        colour = (dict(hue=hue, palette=colours(summary[hue])) if hue else
+                  dict(hue="component", palette=PALETTE, legend=False))
         sns.boxplot(sub, x="component", y="plasticity", order=list(COMPONENTS), ax=ax, **colour)
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
         ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
@@ -68,8 +70,7 @@ def plasticity_by_layer(summary, col: str | None = "protocol"):
         ax.set(xlabel=_label("layer"), ylabel=_label("plasticity"),
                title=f"{col} = {value}" if value is not None else "")
         log_axis(ax)
-    axes[-1].legend(title="component", bbox_to_anchor=(1.02, 1), loc="upper left")
-    fig.tight_layout()
+    legend_beside(fig, axes[-1], "component")
     return fig
 
 
@@ -92,10 +93,12 @@ def rate_distributions(df, col: str | None = "protocol"):
 @_themed
 def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = False,
           logy: bool = False, band: str | None = None, title: str = "",
-          xlabel: str | None = None, ylabel: str | None = None, robust: bool = False):
+          xlabel: str | None = None, ylabel=None, robust: bool = False):
     """Line plot of ``y`` against ``x`` per ``hue`` (optionally ``band`` = +- column), one panel
     per ``col`` value; ``xlabel``/``ylabel`` name the axes in words (default: ``LABELS``, else
-    the column name). ``robust``: y limits from the 2-98% quantiles (``robust_ylim``).
+    the column name when it is words); ``ylabel`` may map each ``col`` value to its panel's own
+    label (panels of different quantities). ``robust``: y limits from the 2-98% quantiles
+    (``robust_ylim``).
     """
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
@@ -117,14 +120,14 @@ def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = Fal
             robust_ylim(ax, np.concatenate(shown), log=logy)
         if logy:
             log_axis(ax, "y")
-        ax.set(xlabel=_label(x, xlabel), ylabel=_label(y, ylabel),
+        ax.set(xlabel=_label(x, xlabel), ylabel=_label(y, ylabel, value),
                title=f"{title}{value}" if value is not None else title)
     if len(df):
-        axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
+        legend_beside(fig, axes[-1], hue)
     else:
         axes[0].text(0.5, 0.5, "no data yet", ha="center", va="center",
                      transform=axes[0].transAxes)
-    fig.tight_layout()
+        fig.tight_layout()
     return fig
 
 
@@ -135,17 +138,18 @@ def scatter(df, x: str, y: str, hue: str, logx: bool = False, title: str = "",
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
-        palette = {k: PALETTE.get(str(k)) for k in df[hue].unique()}
+        order = sorted(df[hue].unique(), key=lambda v: _config_rank((v, None)))
         sns.scatterplot(sub, x=x, y=y, hue=hue, ax=ax, legend=ax is axes[-1], s=60,
-                        palette=palette if all(palette.values()) else None)
+                        hue_order=order, palette=colours(order))
         if logx:
             log_axis(ax, "x")
         ax.axhline(0, color="k", lw=0.8, ls="--")
         ax.set(title=f"{title}{value}" if value is not None else title, xlabel=_label(x, xlabel),
                ylabel=_label(y, ylabel))
     if axes[-1].get_legend() is not None:
-        axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
-    fig.tight_layout()
+        legend_beside(fig, axes[-1], hue)
+    else:
+        fig.tight_layout()
     return fig
 
 
@@ -262,7 +266,8 @@ def findings(table, unit: str | None = None, title: str = "", xlabel: str | None
 def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: str | None = None,
                 title: str = "", xlabel: str | None = None):
     """Bars of ``y`` per ``x`` and ``hue``, one panel per ``col`` value (e.g. accuracy per
-    configuration at two budgets)."""
+    configuration at two budgets), each bar from zero, so that its length is its value; hue
+    colours from ``colours`` (a configuration's own, else ``OTHERS``)."""
     fig, axes, cols = _grid(df, col, aspect=1.5, sharey=False)  # each panel its own range
     if not len(df):
         axes[0].text(0.5, 0.5, "no data", ha="center", va="center", transform=axes[0].transAxes)
@@ -270,14 +275,15 @@ def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: st
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
         order = sorted(sub[x].unique(), key=lambda v: _config_rank((v, None)))
-        sns.barplot(sub, x=x, y=y, hue=hue, ax=ax, legend=ax is axes[-1], order=order)
-        lo = sub[y].min()
-        ax.set(ylim=(lo - 0.1 * (sub[y].max() - lo) - 1, None), ylabel=ylabel or y,
-               xlabel=xlabel or x,
+        hues = list(dict.fromkeys(df[hue]))
+        sns.barplot(sub, x=x, y=y, hue=hue, ax=ax, legend=ax is axes[-1], order=order,
+                    hue_order=hues, palette=colours(hues))
+        ax.set(ylabel=_label(y, ylabel), xlabel=_label(x, xlabel),
                title=f"{title}{value}" if value is not None else title)
     if axes[-1].get_legend() is not None:
-        axes[-1].legend(title=hue, bbox_to_anchor=(1.02, 1), loc="upper left")
-    fig.tight_layout()
+        legend_beside(fig, axes[-1], hue)
+    else:
+        fig.tight_layout()
     return fig
 
 
@@ -291,16 +297,19 @@ def message(text: str):
 
 
 @_themed
-def rate_histogram(rates, bound: float, bound_name: str, title: str = ""):
-    """Per-pair rates of one component (log-spaced bins), their mean (the plasticity) and the
-    bound of ``bound_name`` (e.g. "Prop. 1"). Paper: Definition 1, Props. 1-3."""
+def rate_histogram(rates, bound: float, bound_name: str, title: str = "",
+                   component: str | None = None):
+    """Per-pair rates of one component (log-spaced bins, in ``component``'s colour), their mean
+    (the plasticity) and the bound of ``bound_name`` (e.g. "Prop. 1").
+    Paper: Definition 1, Props. 1-3."""
     r = np.asarray(rates, dtype=float)
     p = float(r.mean())
     fig, ax = plt.subplots(figsize=(6.5, 3))
     lo = r[r > 0].min() if (r > 0).any() else 1e-6
-    ax.hist(r, bins=np.geomspace(lo, max(r.max(), bound) * 1.05, 50), color="C0", alpha=0.8)
+    ax.hist(r, bins=np.geomspace(lo, max(r.max(), bound) * 1.05, 50), alpha=0.8,
+            color=PALETTE.get(component, OTHERS[0]))
     ax.axvline(p, color="k", label=f"plasticity {p:.3g}")
-    ax.axvline(bound, color="C3", ls="--", label=f"bound ({bound_name}) {bound:.3g}")
+    ax.axvline(bound, color=OTHERS[2], ls="--", label=f"bound ({bound_name}) {bound:.3g}")
     ax.set(xlabel=_label("rate"), ylabel="number of pairs", title=title)
     log_axis(ax, "x")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside, not on, the bars
@@ -325,34 +334,39 @@ def layernorm_rescale(visited, c: float, title: str = ""):
     one = v[v["c"] == 1.0].iloc[0]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
     grid = np.geomspace(0.1, 10, 50)
-    left.plot(grid, grid * one["plasticity"], "C0-", lw=0.8, label="c x plasticity at c = 1")
-    left.plot(grid, grid * one["bound"], "C3--", lw=0.8, label="c x bound at c = 1")
-    left.plot(v["c"], v["plasticity"], "C0o", ms=4, label="plasticity")
-    left.plot(v["c"], v["bound"], "C3v", ms=4, label="bound (Prop. 1)")
+    for col, mark, ls, colour, label in (("plasticity", "o", "-", OTHERS[3], "plasticity"),
+                                         ("bound", "v", "--", OTHERS[2], "bound (Prop. 1)")):
+        left.plot(grid, grid * one[col], ls, color=colour, lw=0.8, label=f"c x {col} at c = 1")
+        left.plot(v["c"], v[col], mark, color=colour, ms=4, label=label)
     now = v[v["c"] == c]
     left.plot(now["c"], now["plasticity"], "ko", ms=7, label=f"c = {c:.3g}")
-    right.plot(v["c"], v["diff_preserved"].clip(lower=1e-12), "C2o-", label="function-preserving")
-    right.plot(v["c"], v["diff_raw"].clip(lower=1e-12), "C1s-", label="raw (not preserving)")
+    for col, fmt, colour, label in (("diff_preserved", "o-", OTHERS[1], "function-preserving"),
+                                    ("diff_raw", "s-", OTHERS[0], "raw (not preserving)")):
+        right.plot(v["c"], v[col].clip(lower=1e-12), fmt, color=colour, label=label)
     left.set(title=title, ylabel="plasticity and bound")
     right.set(title="the network's output (0 drawn at 1e-12)", ylabel="max |logit difference|")
     for ax in (left, right):
         ax.set(xlabel="scale c of gamma and beta", xlim=(0.09, 11))
         log_axis(ax, "x")
         ax.set_yscale("log")
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.5), ncol=2)  # below
-    fig.tight_layout()
+    fig.tight_layout()  # before the legends, which go below the panels, past the figure's edge
+    for ax in (left, right):
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2)
     return fig
 
 
-#: Finetuning curves of ``run_curves``: metric -> axis label.
-RUN_CURVES = {"loss": "training loss", "val_acc": "validation accuracy (fraction)",
+#: Finetuning curves of ``run_curves``: metric -> axis label (accuracy, stored as a fraction,
+#: drawn in percent: ``PERCENT``).
+RUN_CURVES = {"loss": "training loss", "val_acc": "validation accuracy (%)",
               "grad_norm": "gradient norm"}
+PERCENT = ("val_acc",)
 
 
 @_themed
 def run_curves(history, title: str = ""):
     """The training loss, validation accuracy and gradient norms (global, and per component:
-    ``grad_norm/<component>``) of finetuning runs along their steps, one line per run.
+    ``grad_norm/<component>``) of finetuning runs along their steps, one line per run;
+    accuracy in percent; each parameter group in its ``PALETTE`` colour (``colours``).
 
     Args:
         history: ``results.history`` rows of the runs: ``run``, ``step``, ``metric``, ``value``.
@@ -361,14 +375,19 @@ def run_curves(history, title: str = ""):
     """
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
     h = history.dropna(subset=["value"])
-    for i, (run, part) in enumerate(h.groupby("run", sort=False)):
+    groups = sorted(sorted({m[len("grad_norm/"):] for m in h["metric"]
+                            if m.startswith("grad_norm/")}), key=lambda g: _config_rank((g, None)))
+    runs = {run: f"global, run {str(run)[:8]}" for run in h["run"].unique()}
+    colour = colours([*runs.values(), *groups])  # a group that is no configuration: OTHERS
+    for run, part in h.groupby("run", sort=False):
         for ax, metric in zip(axes, RUN_CURVES):
             m = part[part["metric"] == metric]
-            ax.plot(m["step"], m["value"], marker=".", label=f"global, run {str(run)[:8]}",
-                    color=OTHERS[i % len(OTHERS)], zorder=1)  # behind the components' lines
-        for metric in sorted(m for m in set(part["metric"]) if m.startswith("grad_norm/")):
-            m, name = part[part["metric"] == metric], metric[len("grad_norm/"):]
-            axes[2].plot(m["step"], m["value"], lw=0.8, label=name, **style(name))
+            ax.plot(m["step"], m["value"] * (100 if metric in PERCENT else 1), marker=".",
+                    label=runs[run], color=colour[runs[run]], zorder=1)  # behind the groups
+        for name in groups:
+            m = part[part["metric"] == f"grad_norm/{name}"]
+            axes[2].plot(m["step"], m["value"], lw=0.8, label=name,
+                         **dict(style(name), color=colour[name]))
     for ax, (metric, name) in zip(axes, RUN_CURVES.items()):
         ax.set(xlabel=_label("step"), ylabel=name, title=metric.replace("_", " "))
         if metric == "grad_norm":

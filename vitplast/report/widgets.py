@@ -195,7 +195,8 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
         pairs = f"{source} x {task}" if source else f"pairs within {task}"
         scaled = f" · embedding x {embedding_scale:.3g}" if embedding_scale != 1.0 else ""
         fig = plots.rate_histogram(r, b, PROPOSITIONS[component], title=f"{component}, layer "
-                                   f"{layer} · {checkpoint} · {pairs} · {protocol}{scaled}")
+                                   f"{layer} · {checkpoint} · {pairs} · {protocol}{scaled}",
+                                   component=component)
         return values, _fmt(values), fig
 
     depth = len(model.blocks) if model is not None else models.EMBEDDED_ARCH["depth"]
@@ -310,7 +311,7 @@ def results_browser(root: str | Path | None = None) -> Explorer:
                       status=", ".join(sel["status"].astype(str)))
         fig = plots.run_curves(curves[curves["run"].isin(sel["run"])],
                                title=f"{task} · {config} · lr {lr:g} · seed {seed}{budget} · "
-                                     f"test acc {values['test_acc']:.4f}")
+                                     f"test accuracy {100 * values['test_acc']:.2f}%")
         return values, _fmt(values), fig
 
     first = opening_run(runs)
