@@ -52,7 +52,8 @@ def test_the_read_sentences_change_with_the_numbers():
     assert "differs from the paper (exact check)" in words["up"]
     assert "plasticity falls with the input scale" in words["down"]
     assert "plasticity rises with the input scale" in words["up"]
-    assert "attention: slope of log plasticity against log input scale: +0.01" in words["flat"]
+    assert "attention: slope of log plasticity against log input scale: scale-invariant (fit " \
+        "over scales: 0.01)" in words["flat"]
     assert "scale-invariant" in words["flat"]
 
 
