@@ -50,8 +50,8 @@ def test_bounds_findings_follow_from_the_numbers():
         "no: the bound was below the lower end in 1 of 4 cases")
     for claim in good.index:
         if "Takeaway 1" in claim and "under the gauge" not in claim:
-            assert good[claim].startswith("same as the paper (untested)")
-            assert bad[claim].startswith("differs from the paper (untested)")
+            assert good[claim].startswith("same as the paper")
+            assert bad[claim].startswith("differs from the paper")
         elif "vs order of measured plasticity" in claim:
             assert (good[claim], bad[claim]) == ("same order", "different order")
     # a question for a label: the answer, yes or no, cannot contradict it
@@ -136,7 +136,7 @@ def test_gauge_rows_read_the_derived_factors_and_the_order():
     assert moved.tolist() == ["yes, as derived (exact check)"]
     order = rows.loc["order of the proven bounds under the gauge (c = 8) vs Takeaway 1"]
     assert order["measured"] == "FC2 > LN1 > LN2 > FC1 > MHA"  # 64, 12.5, 6.25, 3, 0.8
-    assert order["verdict"] == ("differs from the paper (untested); plasticity "
+    assert order["verdict"] == ("differs from the paper; plasticity "
                                 "MHA > FC2 > FC1 > LN2 > LN1")  # 56, 16, 4, .0625, .0375
     off = gauged.assign(bound=gauged["bound"].where(gauged["component"] != "FC1", 3.03))
     rows = bound_findings.bounds(df, checks, gauged=off, c=8.0)

@@ -92,7 +92,7 @@ def test_finetuning_findings_use_tasks_as_units():
     assert grad["measured"].iloc[0] == pytest.approx(-1.0)
     assert grad["verdict"].iloc[0] == "resolved: negative"
     mha = by_claim.filter(like="where MHA sits", axis=0)
-    assert mha["verdict"].iloc[0] == "same as the paper (untested)"
+    assert mha["verdict"].iloc[0] == "same as the paper"
     primary = table[table["family"] == "primary"].set_index("claim")
     assert len(primary) == 3 and primary.index[1] == "MHA - LN1, test accuracy"
     assert primary["measured"].iloc[0] == pytest.approx((3 + 2 + 1) / 3 - 0.25)

@@ -73,7 +73,7 @@ def test_notebook_02_findings_agree_with_the_papers_order():
     # rho = +1 on every task: no spread to test, and it is the paper's value
     assert all(v.startswith("agrees with the paper: rho = +1 on every one of the 8 tasks")
                for v in verdicts_of(table, "Spearman"))
-    assert set(verdicts_of(table, "above 1")) == {"same as the paper (untested)"}
+    assert set(verdicts_of(table, "above 1")) == {"same as the paper"}
     assert (table["p_holm"].dropna() >= table["p"].dropna()).all()
 
 
@@ -85,7 +85,7 @@ def test_notebook_02_findings_disagree_with_a_reversed_order():
     assert all(v.startswith("disagrees with the paper: rho = -1")
                for v in verdicts_of(table, "Spearman"))
     assert tested.set_index("claim").loc["MHA - FC1, plasticity [hidden]", "measured"] < 0
-    assert set(verdicts_of(table, "above 1")) == {"differs from the paper (untested)"}
+    assert set(verdicts_of(table, "above 1")) == {"differs from the paper"}
 
 
 def test_notebook_02_pretraining_and_scale_rows():

@@ -204,6 +204,52 @@ def test_descriptive_rows_read_as_observations_without_signs_or_n():
     _words_ok("\n".join(said))
 
 
+@pytest.mark.parametrize("line, problem", [
+    ("- x: +1 x, min of bound / lower end (n = 20): holds in all 20 cases.", "signed"),
+    ("- y: none (n = 0): cannot be told from depth (untested).", "n = 0"),
+    ("- z: +17 tasks (n = 17): fragile", "signed"),
+    ("- t: +0.81 tau, mean over tasks: measured (untested).", "signed"),
+    ("- r: +0.176 partial rho, per task (95% CI -0.94 to +1.5, n = 3).", "outside [-1, 1]"),
+    ("- d: +2.06 points (95% CI +0.77 to +3.4, n = 7). Positive, but not resolved.", "without why"),
+    ("- d: a above b (99.5% CI +0.1 to +3 at the level Holm's step used for it; 95% CI +0.7 to "
+     "+3). Not resolved: the difference from zero could be chance.", "without why")])
+def test_problems_finds_what_the_issue_found_in_the_old_sentences(line, problem):
+    assert any(problem in p for p in sentences.problems(line))
+
+
+def test_rows_of_every_kind_render_without_problems():
+    """Tested (resolved, not resolved, underpowered, Holm-stopped), correlations (a mean over
+    tasks, one over tasks), too few tasks, n = 0, descriptive counts, ratios and taus: no
+    rendered line has a ``problems``."""
+    rng = np.random.default_rng(9)
+    rows = [
+        verdicts.mean_test("up", 2 + rng.normal(0, 1, 12), paper="x", expected=1, unit="points",
+                           sides=("A", "B")),
+        verdicts.mean_test("almost", 0.7 + rng.normal(0, 1, 12), paper="x", expected=1,
+                           unit="points", effect=0.37, sides=("A", "B")),
+        verdicts.mean_test("noise", rng.normal(0, 1, 12), paper="x", expected=math.nan,
+                           unit="points"),
+        verdicts.mean_test("rho", [0.9, 0.2, 0.99], paper="x", expected=1, unit="partial rho",
+                           bounded=True),
+        verdicts.mean_test("rho2", [-1.0, -0.9, -0.8, -1.0], paper="x", expected=1, unit="rho",
+                           bounded=True),
+        verdicts.correlation_test("r", rng.normal(0, 1, 9), rng.normal(0, 1, 9), paper="x",
+                                  expected=math.nan, unit="r, over tasks"),
+        verdicts.correlation_test("r3", [1, 2, 3], [2, 1, 3], paper="x", expected=math.nan,
+                                  unit="r, over tasks"),
+        verdicts.mean_test("two", [1.0, 2.0], paper="x", expected=1, unit="points"),
+        verdicts.mean_test("none", [], paper="x", expected=1, unit="points"),
+        verdicts.descriptive("count", 17, paper="x", n=17, unit="tasks", verdict="fragile"),
+        verdicts.descriptive("ratio", 1.0, paper="x", n=20, unit="x, smallest bound / lower end",
+                             verdict="yes"),
+        verdicts.descriptive("tau", 0.0, paper="x", n=2, unit="tau, mean over tasks",
+                             verdict="the order changed"),
+        verdicts.descriptive("order", "A > B", paper="x", n=0, unit="(components)",
+                             verdict=verdicts.same(False))]
+    said = sentences.text(verdicts.table(rows))
+    assert len(said.splitlines()) == len(rows) and sentences.problems(said) == []
+
+
 def test_fragile_rows_say_so():
     fragile = dict(claim="c", measured=1.0, n=9, unit="points", p_holm=0.01,
                    family="primary", verdict="resolved: positive", fragile=True)

@@ -108,7 +108,7 @@ def test_p3_under_the_other_protocol_is_a_sensitivity_row_with_what_explains_its
     assert by["plasticity before finetuning, embedding"]["measured"].startswith(
         "LN2 (1.0) > LN1 (2.0) > FC1 (3.0)")
     assert by["plasticity before finetuning, hidden"]["verdict"] == (
-        "same as the paper (untested); this exact order on 4 of 4 tasks")
+        "same as the paper; this exact order on 4 of 4 tasks")
     assert by["gain over head-only"]["measured"] == (  # FC2 ties FC1 on t2, passes it on t3
         "MHA (1.0) > FC1 (2.4) > FC2 (2.6) > LN1 (4.0) > LN2 (5.0)")
     assert (by["gain over head-only"]["family"], by["gain over head-only"]["n"]) == (

