@@ -222,6 +222,18 @@ def test_findings_forest_plot_names_family_and_n_and_marks_descriptive_rows():
     plt.close("all")
 
 
+def test_findings_forest_plot_draws_no_interval_below_three_tasks():
+    """A row on 2 tasks has no interval (its t interval, +-12.7 sd, once set the plot's
+    range): only its diamond is drawn, and the axis spans the tested row's interval."""
+    rows = [verdicts.mean_test("big", [3.0, 3.1, 2.9, 3.2, 3.0], paper="x", expected=1,
+                               unit="points"),
+            verdicts.mean_test("two", [0.0, 10.0], paper="x", expected=1, unit="points")]
+    ax = plots.findings(verdicts.table(rows)).axes[0]
+    lo, hi = ax.get_xlim()
+    assert -3 < lo and hi < 12  # the t interval on two values would run from -59 to +69
+    plt.close("all")
+
+
 def test_a_log_axis_labels_each_plotted_value_when_there_are_few():
     df = pd.DataFrame([dict(c=c, plasticity=c * k, component=comp) for k, comp in
                        ((1, "MHA"), (2, "LN1")) for c in (1, 2, 4, 8)])
