@@ -87,7 +87,7 @@ def _interval(row: Mapping) -> str:
         return ""
     level = row["level_step"]
     ends = [e for e, x in (("-1", lo), ("+1", hi)) if _is_correlation(row) and abs(x) >= 1]
-    cut = f" (cut at {' and '.join(ends)}, where a correlation ends)" if ends else ""
+    cut = f", cut at {' and '.join(ends)}, where a correlation ends" if ends else ""
     if math.isclose(level, 0.05):
         return f"95% CI {_ends(lo, hi)}{cut}"
     return (f"{100 * (1 - level):.4g}% CI {_ends(lo, hi)} at the level Holm's step used for "
