@@ -185,9 +185,9 @@ def fragility(changes: pd.DataFrame) -> pd.DataFrame:
         rows.append(descriptive(
             f"the rule {rule!r}: its first choice changes between c = 1 and c = 8 (the "
             "residual-stream gauge, the same function)", k, paper="not in the paper",
-            n=len(c), unit="tasks", verdict=(f"fragile: changes on {k} of {len(c)} tasks "
-                                             f"({moves})" if k else
-                                             f"stable: the same choice on all {len(c)} tasks")))
+            n=len(c), unit="tasks whose first choice changed",
+            verdict=(f"fragile: changes on {k} of {len(c)} tasks ({moves})" if k else
+                     f"stable: the same choice on all {len(c)} tasks")))
     return findings_table(rows)
 
 
