@@ -165,8 +165,8 @@ def test_one_correlation_over_tasks_reads_its_r_and_fisher_interval():
                                                   unit="r, over tasks")])
     r = t.iloc[0]
     said = sentences.text(t)
-    assert said.startswith(f"- r row: r = {r['measured']:.2f} over 30 tasks (below zero: where "
-                           "one was larger, the other tended to be smaller) (95% CI "
+    assert said.startswith(f"- r row: r = {r['measured']:.2f} over 30 tasks: where one was "
+                           "larger, the other tended to be smaller (95% CI "
                            f"{r['ci_low']:+.2g} to {r['ci_high']:+.2g}; n = 30 tasks")
 
 

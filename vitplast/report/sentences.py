@@ -30,6 +30,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from vitplast.stats import power as power_
 from vitplast.stats import verdicts
 
 
@@ -58,8 +59,8 @@ def opening(row: Mapping) -> str:
     above, below, word = _count(row.get("above")), _count(row.get("below")), _word(row["unit"])
     if row.get("interval") == verdicts.INTERVALS[2]:  # one correlation over the tasks
         return (f"{word} = {m:.2f} over {n} tasks" + (
-            " (above zero: where one was larger, the other tended to be larger too)" if m > 0
-            else " (below zero: where one was larger, the other tended to be smaller)" if m < 0
+            ": where one was larger, the other tended to be larger too" if m > 0
+            else ": where one was larger, the other tended to be smaller" if m < 0
             else ""))
     if _is_correlation(row):  # a correlation per task
         return (f"positive on {above} of {n} tasks and negative on {below}, mean {word} "
@@ -88,7 +89,7 @@ def _interval(row: Mapping) -> str:
     level = row["level_step"]
     ends = [e for e, x in (("-1", lo), ("+1", hi)) if _is_correlation(row) and abs(x) >= 1]
     cut = f", cut at {' and '.join(ends)}, where a correlation ends" if ends else ""
-    if math.isclose(level, 0.05):
+    if math.isclose(level, verdicts.ALPHA):
         return f"95% CI {_ends(lo, hi)}{cut}"
     return (f"{100 * (1 - level):.4g}% CI {_ends(lo, hi)} at the level Holm's step used for "
             f"it{cut}; 95% CI {_ends(row['ci_low'], row['ci_high'])}")
@@ -123,7 +124,7 @@ def _settles(row: Mapping) -> str:
             power = row.get("power_paper")
             power = power if _finite(power) else row.get("power_observed")
             need = (f"about {row['n_needed']:.0f}" if _finite(row.get("n_needed")) else
-                    f"more than {verdicts._power.MAX_N}")
+                    f"more than {power_.MAX_N}")
             return (f"Not resolved: {why}these data could not have decided it, since to detect "
                     f"{verdicts.effect_named(row)} would take {need} tasks"
                     + (f" (power {power:.2f} with these {row['n']})" if _finite(power) else "")
