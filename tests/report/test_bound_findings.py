@@ -42,30 +42,34 @@ def test_bounds_findings_follow_from_the_numbers():
     good = bound_findings.bounds(*synthetic(agree=True)).set_index("claim")["verdict"]
     bad = bound_findings.bounds(*synthetic(agree=False)).set_index("claim")["verdict"]
     assert list(good.index) == list(bad.index) and len(good) == 19
-    assert good.str.startswith("holds in all").sum() == 5
-    violated = bad[bad.str.startswith("violated in")].index
-    assert [c.split(" >=")[0] for c in violated] == ["every bound", "Prop. 2", "Prop. 3", "Prop. 4"]
-    assert bad[bad.index.str.startswith("every bound")].iloc[0] == "violated in 1 of 4 cases"
+    assert good.str.startswith("yes: the bound was at least the lower end in all").sum() == 5
+    violated = bad[bad.str.startswith("no: the bound was below the lower end in")].index
+    assert [c.split(" >=")[0] for c in violated] == ["is every bound", "is Prop. 2", "is Prop. 3",
+                                                     "is Prop. 4"]
+    assert bad[bad.index.str.startswith("is every bound")].iloc[0] == (
+        "no: the bound was below the lower end in 1 of 4 cases")
     for claim in good.index:
         if "Takeaway 1" in claim and "under the gauge" not in claim:
-            assert good[claim].startswith("same as the paper (untested)")
-            assert bad[claim].startswith("differs from the paper (untested)")
+            assert good[claim].startswith("same as the paper")
+            assert bad[claim].startswith("differs from the paper")
         elif "vs order of measured plasticity" in claim:
             assert (good[claim], bad[claim]) == ("same order", "different order")
-    assert good["Prop. 4 below Prop. 3 for MHA"] == "Prop. 4 smaller in every layer"
-    assert bad["Prop. 4 below Prop. 3 for MHA"] == "Prop. 4 larger in 2 of 2 layers"
-    assert good["tokens of a LayerNorm's input share sigma"].startswith("assumption holds")
-    assert bad["tokens of a LayerNorm's input share sigma"].startswith("assumption fails")
+    # a question for a label: the answer, yes or no, cannot contradict it
+    assert good["is Prop. 4 below Prop. 3 for MHA?"] == "yes: Prop. 4 smaller in every layer"
+    assert bad["is Prop. 4 below Prop. 3 for MHA?"] == "no: Prop. 4 larger in 2 of 2 layers"
+    share = "do the tokens of a LayerNorm's input share sigma?"
+    assert good[share].startswith("yes: the assumption holds")
+    assert bad[share].startswith("no: the assumption fails")
     plug = [c for c in good.index if "plug-in value)" in c]
-    assert [c.split(" at ")[0] for c in plug] == ["Prop. 1", "Prop. 3"]
-    assert (good[plug] == "above every observed rate").all()
+    assert [c.split(" at ")[0] for c in plug] == ["is Prop. 1", "is Prop. 3"]
+    assert (good[plug] == "yes: above every observed rate").all()
     # bad: LN plug-in 10 and 5 above rates 0.36 and 0.6; MHA's 0.01 below 8.4
-    assert bad[plug].tolist() == ["above every observed rate",
-                                  "below an observed rate in 2 of 2 cases: not a bound"]
+    assert bad[plug].tolist() == ["yes: above every observed rate",
+                                  "no: below an observed rate in 2 of 2 cases, so not a bound"]
     attained = "lower end of Lip(f) / bound on random weights, per proposition"
     assert good[attained] == "attained within 2x: Prop. 1, Prop. 2"  # 0.95, 1, 0.11, 0.2
     assert bad[attained] == "attained within 2x: Prop. 1, Prop. 2, Prop. 4"  # 6 / 5
-    assert good["bounds and plasticity move by the derived factors under the gauge"] == \
+    assert good["do bounds and plasticity move by the derived factors under the gauge?"] == \
         "not run (gauge_c = 0)"
 
 
@@ -85,7 +89,7 @@ def test_bounds_findings_on_a_model_render(images):
     table = bound_findings.bounds(df, intervals.random_checks(1, n_pairs=8, power_iters=2))
     assert table.test.eq("none").all() and len(verdicts.render(table).splitlines()) == len(table)
     proven = table[table.claim.str.contains(">= the lower end")]
-    assert (proven.verdict.str.startswith("holds in all")).all()
+    assert (proven.verdict.str.startswith("yes: the bound was at least the lower end")).all()
     assert list(proven.n) == [4, 4, 4, 2, 2]
 
 
@@ -128,15 +132,15 @@ def test_gauge_rows_read_the_derived_factors_and_the_order():
     assert ratios["derived"].to_dict() == {"FC1": 1.0, "FC2": 8.0, "LN1": 0.125, "LN2": 0.125,
                                            "MHA": 8.0}
     rows = bound_findings.bounds(df, checks, gauged=gauged, c=8.0).set_index("claim")
-    moved = rows.loc[rows.index.str.startswith("bounds and plasticity move"), "verdict"]
-    assert moved.tolist() == ["as derived (exact check)"]
+    moved = rows.loc[rows.index.str.startswith("do bounds and plasticity move"), "verdict"]
+    assert moved.tolist() == ["yes, as derived (exact check)"]
     order = rows.loc["order of the proven bounds under the gauge (c = 8) vs Takeaway 1"]
     assert order["measured"] == "FC2 > LN1 > LN2 > FC1 > MHA"  # 64, 12.5, 6.25, 3, 0.8
-    assert order["verdict"] == ("differs from the paper (untested); plasticity "
+    assert order["verdict"] == ("differs from the paper; plasticity "
                                 "MHA > FC2 > FC1 > LN2 > LN1")  # 56, 16, 4, .0625, .0375
     off = gauged.assign(bound=gauged["bound"].where(gauged["component"] != "FC1", 3.03))
     rows = bound_findings.bounds(df, checks, gauged=off, c=8.0)
-    assert rows["verdict"].str.startswith("not as derived (exact check)").sum() == 1
+    assert rows["verdict"].str.startswith("no, not as derived (exact check)").sum() == 1
     assert len(bound_findings.bounds(df, checks)) == len(rows)  # two "not run" rows instead
 
 
@@ -174,8 +178,11 @@ def test_the_read_cells_words_follow_the_bounds():
     claims = ("Prop. 3 >=", "Prop. 3 at the RMS token norm")
     good, bad = (sentences.text(bound_findings.bounds(*synthetic(agree=a)), *claims)
                  for a in (True, False))
-    assert "holds in all 2 cases." in good and "above every observed rate." in good
-    assert "violated in 2 of 2 cases." in bad and "not a bound" in bad
+    assert "? Yes: the bound was at least the lower end in all 2 cases (smallest bound / lower " \
+        "end, over the (component, layer) cases: " in good
+    assert "? Yes: above every observed rate" in good
+    assert "? No: the bound was below the lower end in 2 of 2 cases" in bad
+    assert "so not a bound" in bad and "+" not in bad  # no sign on a ratio
 
 
 def test_notebook_03_and_03b_tables_split_the_rows_of_one():

@@ -130,7 +130,12 @@ def test_monotone_plasticity_leaves_the_per_layer_row_descriptive():
                        grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]),
                        fields=_fields())
     row = confound_findings.confounds(t).set_index("claim").filter(like="LN1 of one block", axis=0)
-    assert row["verdict"].iloc[0] == "cannot be told from depth (untested)"
+    assert row["verdict"].iloc[0] == ("plasticity is monotone in depth on all 3 tasks: it cannot "
+                                      "be told from depth, so there is nothing to test")
+    from vitplast.report import sentences  # an observation: no "n = 0", no "untested"
+
+    said = sentences.text(row.reset_index())
+    assert "n = 0" not in said and "untested" not in said and said.endswith("nothing to test.")
 
 
 def test_findings_find_their_variants_by_fields_not_names():
@@ -177,7 +182,10 @@ def test_the_read_cells_words_follow_the_matched_count_numbers():
         words[sign] = sentences.text(table, *claims)
     # the matched-count primary cites no claim (Table 1 compares full counts only): it reads as
     # a result; its sign beside the paper's full-count gap is the descriptive row's
-    assert "Positive, and resolved (the paper makes no claim on it)" in words[1]
+    assert words[1].startswith("- MHA at LN1's count (sparse) - LN1, test accuracy: MHA sparse "
+                               "came out above LN1 on 5 of 5 tasks, by 5 points on average")
+    assert "Resolved (the paper makes no claim on it)" in words[1]
     assert "the same sign as the paper's gap" in words[1]
-    assert "Negative, and resolved (the paper makes no claim on it)" in words[-1]
+    assert "LN1 came out above MHA sparse on 5 of 5 tasks, by 5 points" in words[-1]
+    assert "Resolved (the paper makes no claim on it)" in words[-1]
     assert "reversed: the other sign" in words[-1]

@@ -52,7 +52,8 @@ def test_the_read_sentences_change_with_the_numbers():
     assert "differs from the paper (exact check)" in words["up"]
     assert "plasticity falls with the input scale" in words["down"]
     assert "plasticity rises with the input scale" in words["up"]
-    assert "attention: slope of log plasticity against log input scale: +0.01" in words["flat"]
+    assert "attention: slope of log plasticity against log input scale: scale-invariant (fit " \
+        "over scales: 0.01)" in words["flat"]
     assert "scale-invariant" in words["flat"]
 
 
@@ -66,7 +67,7 @@ def test_prop1_by_hand_and_the_order_rows():
     assert largest["measured"] == 0.75 and largest["verdict"] == "same as the paper (exact check)"
     order = rows.filter(like="order of the components", axis=0).iloc[0]
     assert order["measured"] == "MHA > FC1 > FC2 > LN2 > LN1"
-    assert order["verdict"] == "same as the paper (untested)"
+    assert order["verdict"] == "same as the paper"
     rows = definition_findings.definitions(prop1=(2.0, 1.0, [3.0]))
     assert rows["verdict"].tolist() == ["fails (exact check)",
                                         "differs from the paper (exact check)"]

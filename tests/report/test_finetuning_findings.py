@@ -92,7 +92,7 @@ def test_finetuning_findings_use_tasks_as_units():
     assert grad["measured"].iloc[0] == pytest.approx(-1.0)
     assert grad["verdict"].iloc[0] == "resolved: negative"
     mha = by_claim.filter(like="where MHA sits", axis=0)
-    assert mha["verdict"].iloc[0] == "same as the paper (untested)"
+    assert mha["verdict"].iloc[0] == "same as the paper"
     primary = table[table["family"] == "primary"].set_index("claim")
     assert len(primary) == 3 and primary.index[1] == "MHA - LN1, test accuracy"
     assert primary["measured"].iloc[0] == pytest.approx((3 + 2 + 1) / 3 - 0.25)
@@ -120,7 +120,8 @@ def test_a_row_is_fragile_when_the_other_tied_lr_flips_it(alt_test, fragile):
     assert ties["n"].iloc[0] == 1 and ties["family"].iloc[0] == "descriptive"
 
 
-@pytest.mark.parametrize("rho, word", [(0.5, "Positive"), (-0.8, "Negative")])
+@pytest.mark.parametrize("rho, word", [(0.5, "positive on 7 of 7 tasks"),
+                                       (-0.8, "positive on 0 of 7 tasks and negative on 7")])
 def test_notebook_04_read_cells_say_what_the_rows_measured(rho, word):
     """The Read cells render rows (``sentences``): flip the data and the words follow; a study
     without a budget check still has the budget rows its Read cell names (measured on 0 tasks)."""
@@ -129,10 +130,13 @@ def test_notebook_04_read_cells_say_what_the_rows_measured(rho, word):
     t, probe = _tables({"hidden": rho, "embedding": -rho})
     found = finetuning_findings.finetuning(t, probe, studies.get("main").primaries)
     primary = sentences.text(found, studies.get("main").primaries[2].claim)
-    assert f"{rho + 0.03:+.3g} rho" in primary and f"{word}, " in primary
+    assert f"mean rho {rho + 0.03:.2f}" in primary and word in primary
+    assert ("Resolved, and it agrees" if rho > 0 else "Resolved, and it disagrees") in primary
     other = sentences.text(found, "gain over head-only) over the five components, within a task [")
-    assert ("Negative" if rho > 0 else "Positive") in other and "sensitivity rows" in other
+    assert ("positive on 0 of 7" if rho > 0 else "positive on 7 of 7") in other
+    assert "sensitivity rows" in other
     where = sentences.text(found, "where MHA sits among the five [hidden]")
     assert "plasticity rank 5.0, gain rank 1.0" in where
     budget = sentences.text(found, "order of the seven configurations at 4x", "MHA - LN1 at 4x")
-    assert "measured on 0 task(s)" in budget and "n = 0" in budget
+    assert "not measured: no task has runs at 4x the steps" in budget and "n = 0" not in budget
+    assert "nothing measured yet (no task)" in budget

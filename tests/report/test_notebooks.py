@@ -28,9 +28,18 @@ def test_notebook_source_is_clean_and_parametrised(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", notebooks.available())
 def test_notebook_runs_in_the_smoke_profile(name, tmp_path):
+    from vitplast.report import sentences
+
     summary = notebooks.run("smoke", only=[name.split("_")[0]], out_dir=tmp_path, progress=False)
     assert summary.status.tolist() == ["ok"], summary.error.tolist()
     assert (tmp_path / f"{name}.ipynb").exists()
+    # what the executed notebook says in words: no correlation interval outside [-1, 1], no
+    # "not resolved" beside an interval excluding 0 without why, no n = 0, no signed count
+    nb = json.loads((tmp_path / f"{name}.ipynb").read_text())
+    said = "\n".join("".join(o.get("data", {}).get("text/markdown", []))
+                     + "".join(o.get("text", []))
+                     for c in nb["cells"] for o in c.get("outputs", []))
+    assert sentences.problems(said) == []
 
 
 def test_plan_rejects_unknown_names_before_running():

@@ -79,7 +79,7 @@ def test_notebook_02_findings_agree_with_the_papers_order():
     # rho = +1 on every task: no spread to test, and it is the paper's value
     assert all(v.startswith("agrees with the paper: rho = +1 on every one of the 8 tasks")
                for v in verdicts_of(table, "Spearman"))
-    assert set(verdicts_of(table, "above 1")) == {"same as the paper (untested)"}
+    assert set(verdicts_of(table, "above 1")) == {"same as the paper"}
     assert (table["p_holm"].dropna() >= table["p"].dropna()).all()
 
 
@@ -91,7 +91,7 @@ def test_notebook_02_findings_disagree_with_a_reversed_order():
     assert all(v.startswith("disagrees with the paper: rho = -1")
                for v in verdicts_of(table, "Spearman"))
     assert tested.set_index("claim").loc["MHA - FC1, plasticity [hidden]", "measured"] < 0
-    assert set(verdicts_of(table, "above 1")) == {"differs from the paper (untested)"}
+    assert set(verdicts_of(table, "above 1")) == {"differs from the paper"}
 
 
 def test_notebook_02_pretraining_and_scale_rows():
@@ -226,6 +226,18 @@ def test_findings_forest_plot_names_family_and_n_and_marks_descriptive_rows():
     plt.close("all")
     only = plots.findings(verdicts.table([rows[1]]))  # nothing tested: still drawn
     assert "[descriptive] two" in only.axes[0].get_yticklabels()[0].get_text()
+    plt.close("all")
+
+
+def test_findings_forest_plot_draws_no_interval_below_three_tasks():
+    """A row on 2 tasks has no interval (its t interval, +-12.7 sd, once set the plot's
+    range): only its diamond is drawn, and the axis spans the tested row's interval."""
+    rows = [verdicts.mean_test("big", [3.0, 3.1, 2.9, 3.2, 3.0], paper="x", expected=1,
+                               unit="points"),
+            verdicts.mean_test("two", [0.0, 10.0], paper="x", expected=1, unit="points")]
+    ax = plots.findings(verdicts.table(rows)).axes[0]
+    lo, hi = ax.get_xlim()
+    assert -3 < lo and hi < 12  # the t interval on two values would run from -59 to +69
     plt.close("all")
 
 

@@ -21,7 +21,7 @@ def test_ranking_findings_state_each_order_and_check_the_factors():
               .rename(columns={"c": "scale"}))
     table = verdicts.table(scale_findings.ranking_findings(gauged, scaled))
     verdict = table.set_index("claim")["verdict"]
-    assert verdict["order at gauge c = 1 [hidden]"] == "differs from the paper (untested)"
+    assert verdict["order at gauge c = 1 [hidden]"] == "differs from the paper"
     assert table.set_index("claim").loc["order at gauge c = 1 [hidden]", "measured"] == \
         " > ".join(reversed(PLASTICITY_ORDER))
     assert verdict["rate factors of the gauge (LN / c, FC1 x 1, FC2 x c, MHA x c): largest "

@@ -69,7 +69,7 @@ def test_the_length_check_reads_p1_and_p2_at_each_length_and_applies_its_rule():
     assert set(values["task"]) == {"t", "u"} and set(values["steps"]) == {1, 2, 4}
     p2_means = values[values["primary"] == "P2"].groupby("steps")["value"].mean()
     assert p2_means.to_dict() == {1: 6.0, 2: 7.0, 4: -2.0}
-    rule = {r["claim"][:2]: r for r in suite_findings.length_rule(values)}
+    rule = {r["claim"].removeprefix("does ")[:2]: r for r in suite_findings.length_rule(values)}
     assert rule["P2"]["verdict"].startswith("changed") and rule["P2"]["n"] == 2
     assert rule["P2"]["measured"] == "+6.00 (1x), +7.00 (2x), -2.00 (4x)"
     assert rule["P1"]["verdict"].startswith("kept")  # P1's configurations did not move
@@ -108,7 +108,7 @@ def test_p3_under_the_other_protocol_is_a_sensitivity_row_with_what_explains_its
     assert by["plasticity before finetuning, embedding"]["measured"].startswith(
         "LN2 (1.0) > LN1 (2.0) > FC1 (3.0)")
     assert by["plasticity before finetuning, hidden"]["verdict"] == (
-        "same as the paper (untested); this exact order on 4 of 4 tasks")
+        "same as the paper; this exact order on 4 of 4 tasks")
     assert by["gain over head-only"]["measured"] == (  # FC2 ties FC1 on t2, passes it on t3
         "MHA (1.0) > FC1 (2.4) > FC2 (2.6) > LN1 (4.0) > LN2 (5.0)")
     assert (by["gain over head-only"]["family"], by["gain over head-only"]["n"]) == (

@@ -53,7 +53,7 @@ def test_holm_turns_a_lone_significance_into_not_resolved():
 
 def test_too_few_units_are_never_resolved():
     row = verdicts.mean_test("tiny", [5.0, 5.1], paper="x", expected=1, unit="points")
-    assert verdicts.table([row]).loc[0, "verdict"] == "descriptive (n = 2 < 3, untested)"
+    assert verdicts.table([row]).loc[0, "verdict"] == "too few tasks to test (2; a test needs 3)"
     row = verdicts.mean_test("none", [], paper="x", expected=1, unit="points")
     assert math.isnan(row["measured"]) and row["n"] == 0
 
@@ -64,6 +64,7 @@ def test_render_is_one_line_per_row_from_the_table():
                                  unit="mean over tasks")]
     text = verdicts.render(verdicts.table(rows)).splitlines()
     assert len(text) == 2 and text[1].endswith("Verdict: differs (untested).")
+    assert "95% CI +0.45 to +4.6, at Holm's level 0.05: +0.45 to +4.6;" in text[0]
     assert "; power 0.73 at the observed one" in text[0]  # the paper gives no effect here
     with_paper = dict(rows[0], effect_paper=2.5)
     assert "; power 0.73 at the paper's effect, 0.73 at the observed one" in verdicts.render(
@@ -157,38 +158,99 @@ def test_an_underpowered_row_says_how_many_tasks_it_needs():
     assert r["power_paper"] == pytest.approx(power.power(0.93, values.std(ddof=1), 7, 0.05))
     assert r["power_paper"] < 0.5 and r["verdict"] == (
         f"not resolved: underpowered (about {power.n_needed(0.93, values.std(ddof=1)):.0f} "
-        "tasks needed)")
+        "tasks needed to detect the paper's 0.93 points)")
 
 
 def test_rows_with_fewer_than_three_units_are_descriptive():
     rows = _rows({"two": [5.0, 5.1], "big": [3.0, 3.1, 2.9, 3.2], "noise": [0.1, -0.2, 0.3, 0.0]})
     table = verdicts.table(rows).set_index("claim")
     assert table.loc["two", "family"] == "descriptive" and math.isnan(table.loc["two", "p"])
-    assert table.loc["two", "verdict"].startswith("descriptive (n = 2")
+    assert table.loc["two", "verdict"].startswith("too few tasks to test (2")
+    assert table.loc["two", ["ci95", "ci_low", "ci_high"]].isna().all()  # no interval below 3
     assert (table.loc[["big", "noise"], "level"] == 0.025).all()  # m = 2: "two" is not counted
 
 
 def test_untested_and_exact_comparisons_say_which_they_are():
-    assert verdicts.same(True) == "same as the paper (untested)"
-    assert verdicts.same(False) == "differs from the paper (untested)"
+    assert verdicts.same(True) == "same as the paper"
+    assert verdicts.same(False) == "differs from the paper"
     assert verdicts.exact(True) == "same as the paper (exact check)"
     assert verdicts.exact(False) == "differs from the paper (exact check)"
 
 
-def test_a_correlation_row_has_r_its_t_test_p_and_a_fisher_interval():
+def test_a_correlation_row_has_r_its_fisher_z_p_and_the_interval_that_p_inverts():
     from scipy import stats
 
     rng = np.random.default_rng(6)
     x = rng.normal(0, 1, 30)
     y = -0.5 * x + rng.normal(0, 1, 30)
     row = verdicts.correlation_test("r", x, y, paper="none", expected=math.nan, unit="r")
-    r, p = stats.pearsonr(x, y)
+    r = stats.pearsonr(x, y).statistic
+    p = 2 * stats.norm.sf(abs(np.arctanh(r)) * np.sqrt(27))
     lo, hi = np.tanh(np.arctanh(r) + np.array([-1, 1]) * 1.959964 / np.sqrt(27))
     assert (row["measured"], row["p"], row["n"]) == (pytest.approx(r), pytest.approx(p), 30)
     assert row["ci95"] == pytest.approx((hi - lo) / 2, rel=1e-5)
     assert row["test"] == f"Pearson r, Fisher-z 95% CI [{lo:+.2f}, {hi:+.2f}]"
-    assert verdicts.table([row]).loc[0, "verdict"] == "resolved: negative"
-    flat = verdicts.correlation_test("r", [1.0, 1.0, 1.0], [1.0, 2.0, 3.0], paper="none",
-                                     expected=math.nan, unit="r")
-    assert math.isnan(flat["measured"]) and flat["n"] == 3
+    t = verdicts.table([row])
+    assert t.loc[0, "verdict"] == "resolved: negative"
+    assert (t.loc[0, "ci_low"], t.loc[0, "ci_high"]) == (pytest.approx(lo), pytest.approx(hi))
+    flat = verdicts.correlation_test("r", [1.0, 1.0, 1.0, 1.0], [1.0, 2.0, 3.0, 4.0],
+                                     paper="none", expected=math.nan, unit="r")
+    assert math.isnan(flat["measured"]) and flat["n"] == 4
+
+
+@pytest.mark.parametrize("r_true", [0.999, -0.999, 0.0])
+def test_correlation_intervals_stay_inside_minus_one_to_one_at_every_level(r_true):
+    """Near +-1, at n = 4 (the fewest Fisher's z takes) and at Holm's smallest levels, both
+    the 95% and the Holm-step interval lie in [-1, 1], and exclude 0 exactly where p < level."""
+    rng = np.random.default_rng(7)
+    for n in (4, 5, 30):
+        x = rng.normal(0, 1, n)
+        y = r_true * x + np.sqrt(1 - r_true**2) * rng.normal(0, 1, n)
+        row = verdicts.correlation_test("r", x, y, paper="x", expected=math.nan, unit="r")
+        for level in (0.05, 0.05 / 3, 0.05 / 20):
+            lo, hi = verdicts.interval({**row, "family": "exploratory"}, level)
+            assert -1 <= lo <= row["measured"] <= hi <= 1
+            assert (lo > 0 or hi < 0) == (row["p"] < level)
+
+
+def test_correlations_on_three_or_fewer_tasks_are_not_tested():
+    """Fisher's z needs n > 3: three pairs give a descriptive row, no interval, no p."""
+    row = verdicts.correlation_test("r", [1.0, 2.0, 3.0], [1.0, 3.0, 2.0], paper="x",
+                                    expected=math.nan, unit="r")
+    t = verdicts.table([row]).iloc[0]
+    assert t["family"] == "descriptive" and math.isnan(t["p"]) and math.isnan(t["ci_low"])
+    assert t["verdict"] == "too few tasks to test a correlation (3; it needs 4)"
+
+
+@pytest.mark.parametrize("values", [[0.9, 0.2, 0.99], [-1.0, -0.9, -0.2], [1.0, 1.0, 0.5, 0.9]])
+def test_a_mean_of_correlations_has_its_intervals_inside_minus_one_to_one(values):
+    """05's per-block partial rho: the t interval on 3 values ran past +1 (-0.94 to +1.5);
+    bounded, it is cut to [-1, 1], which leaves whether it excludes 0 (the t test's verdict)
+    unchanged."""
+    row = verdicts.mean_test("rho", values, paper="x", expected=1, unit="rho", bounded=True)
+    plain = verdicts.mean_test("rho", values, paper="x", expected=1, unit="rho")
+    for level in (0.05, 0.05 / 3):
+        lo, hi = verdicts.interval({**row, "family": "primary"}, level)
+        plo, phi = verdicts.interval({**plain, "family": "primary"}, level)
+        assert -1 <= lo <= hi <= 1 and (lo, hi) == (max(plo, -1), min(phi, 1))
+        assert (lo > 0 or hi < 0) == (plo > 0 or phi < 0) == (row["p"] < level)
+
+
+def test_the_interval_at_a_rows_holm_step_agrees_with_its_verdict():
+    """Holm level vs 95%: a row with p between its step's level and 0.05 has a 95% interval
+    that excludes 0 and a step interval that does not, and reads not resolved."""
+    rng = np.random.default_rng(8)
+    rows = [verdicts.mean_test("a", 1 + rng.normal(0, 1, 12), paper="x", expected=math.nan,
+                               unit="points"),
+            verdicts.mean_test("b", 0.8 + rng.normal(0, 1.3, 12), paper="x", expected=math.nan,
+                               unit="points"),
+            verdicts.mean_test("c", rng.normal(0, 1, 12), paper="x", expected=math.nan,
+                               unit="points")]
+    t = verdicts.table(rows).set_index("claim")
+    levels = sorted(t["level_step"].dropna())
+    assert levels == pytest.approx([0.05 / 3, 0.05 / 2, 0.05])
+    for claim, r in t.iterrows():
+        assert (r["step_low"] > 0 or r["step_high"] < 0) == (r["p"] < r["level_step"])
+        assert (r["ci_low"] > 0 or r["ci_high"] < 0) == (r["p"] < 0.05)
+        assert r["verdict"].startswith("resolved") == (r["p_holm"] < 0.05)
 

@@ -3,7 +3,9 @@
 the order of plasticity, and how do the bounds move under the gauge (``intervals``, 03b)?
 
 Every row is descriptive (the layers of one model are not independent units), its verdict
-computed from the numbers (``intervals.holds``: the one definition of a bound holding).
+computed from the numbers (``intervals.holds``: the one definition of a bound holding). A row
+that checks a statement is labelled as its question ("is Prop. 4 below Prop. 3 for MHA?"), so
+its label cannot contradict its answer ("no: Prop. 4 larger in 6 of 6 layers").
 
 Paper: Propositions 1-4 and Takeaway 1.
 """
@@ -34,8 +36,8 @@ def _holds(bound: pd.Series, lipschitz_lower: pd.Series) -> str:
     from vitplast.measure.intervals import holds  # the one definition of a bound holding
 
     bad = int((~holds(bound, lipschitz_lower)).sum())
-    return f"holds in all {len(bound)} cases" if bad == 0 else \
-        f"violated in {bad} of {len(bound)} cases"
+    return f"yes: the bound was at least the lower end in all {len(bound)} cases" if bad == 0 \
+        else f"no: the bound was below the lower end in {bad} of {len(bound)} cases"
 
 
 def _in_takeaway1_order(order: list[str]) -> bool:
@@ -85,11 +87,11 @@ def intervals(df: pd.DataFrame, gauged: pd.DataFrame | None = None,
 def _proposition_rows(df: pd.DataFrame, checks: pd.DataFrame,
                       heads_diff: float | None) -> list[dict]:
     ratio = checks["bound"] / checks["lipschitz_lower"]
-    rows = [descriptive("every bound >= the lower end of Lip(f), on random weights where its "
-                        "assumption holds exactly", float(ratio.min()), paper="Props. 1-4",
+    rows = [descriptive("is every bound >= the lower end of Lip(f), on random weights where "
+                        "its assumption holds exactly?", float(ratio.min()), paper="Props. 1-4",
                         verdict=_holds(checks["bound"], checks["lipschitz_lower"]),
-                        n=len(checks),
-                        unit="x, min of bound / lower end over seed x proposition cases"),
+                        n=len(checks), unit="smallest bound / lower end, over the seed x "
+                        "proposition cases"),
             _attained(checks)]
     if heads_diff is not None:
         rows.append(descriptive(
@@ -101,11 +103,12 @@ def _proposition_rows(df: pd.DataFrame, checks: pd.DataFrame,
         comps = _bounded_by(name)
         g = df[df["component"].isin(comps)]
         ratio = g[col] / g["lipschitz_lower"]
-        rows.append(descriptive(f"{name} >= the lower end of Lip(f) on the model "
-                                f"({' and '.join(comps)})", float(ratio.min()),
+        rows.append(descriptive(f"is {name} >= the lower end of Lip(f) on the model "
+                                f"({' and '.join(comps)})?", float(ratio.min()),
                                 paper=f"{name}: {statement}",
                                 verdict=_holds(g[col], g["lipschitz_lower"]), n=len(g),
-                                unit="x, min of bound / lower end over (component, layer) cases"))
+                                unit="smallest bound / lower end, over the (component, layer) "
+                                "cases"))
     return rows + _plugin_rows(df)
 
 
@@ -133,7 +136,7 @@ def _interval_rows(df: pd.DataFrame, gauged: pd.DataFrame | None, c: float) -> l
         claim, "not run",
         paper="not in the paper (vitplast.measure.gauge: the same network function)",
         verdict="not run (gauge_c = 0)", n=0, unit="(components)") for claim in (
-        "bounds and plasticity move by the derived factors under the gauge",
+        "do bounds and plasticity move by the derived factors under the gauge?",
         "order of the proven bounds under the gauge vs Takeaway 1")]
     return rows
 
@@ -184,7 +187,7 @@ def _median_rows(df: pd.DataFrame) -> list[dict]:
 
 
 def _plugin_rows(df: pd.DataFrame) -> list[dict]:
-    """The paper's plug-in statistics, Prop. 4 vs Prop. 3, Prop. 1's assumption, widths."""
+    """The paper's plug-in statistics, Prop. 4 vs Prop. 3, Prop. 1's assumption."""
     mha, ln = df[df["component"] == "MHA"], df[df["component"].isin(NORMS)]
     p4 = mha["bound_p4"] / mha["bound"]
     cv = ln["sigma_cv"]
@@ -195,24 +198,25 @@ def _plugin_rows(df: pd.DataFrame) -> list[dict]:
              f"Prop. 3 at r = RMS token norm ({VITB_RMS_TOKEN_NORM} on ViT-B)")):
         ratio = g["plugin"] / g["max_rate"]
         rows.append(descriptive(
-            f"{name} at {at} (the paper's plug-in value) >= the largest observed rate "
-            f"({' and '.join(_bounded_by(name))})", float(ratio.min()), paper=paper,
-            verdict="above every observed rate" if (ratio >= 1).all() else
-            f"below an observed rate in {int((ratio < 1).sum())} of {len(ratio)} cases: "
-            "not a bound", n=len(ratio),
-            unit="x, min of plug-in / largest rate over (component, layer) cases"))
+            f"is {name} at {at} (the paper's plug-in value) >= the largest observed rate "
+            f"({' and '.join(_bounded_by(name))})?", float(ratio.min()), paper=paper,
+            verdict="yes: above every observed rate" if (ratio >= 1).all() else
+            f"no: below an observed rate in {int((ratio < 1).sum())} of {len(ratio)} cases, "
+            "so not a bound", n=len(ratio),
+            unit="smallest plug-in / largest rate, over the (component, layer) cases"))
     return rows + [
-        descriptive("Prop. 4 below Prop. 3 for MHA", float(p4.median()),
+        descriptive("is Prop. 4 below Prop. 3 for MHA?", float(p4.median()),
                     paper="Prop. 4: the tighter MHA bound",
-                    verdict="Prop. 4 smaller in every layer" if (p4 < 1).all() else
-                    f"Prop. 4 larger in {int((p4 >= 1).sum())} of {len(p4)} layers",
-                    n=len(p4), unit="x, median of Prop. 4 / Prop. 3 over MHA layers"),
-        descriptive("tokens of a LayerNorm's input share sigma",
+                    verdict="yes: Prop. 4 smaller in every layer" if (p4 < 1).all() else
+                    f"no: Prop. 4 larger in {int((p4 >= 1).sum())} of {len(p4)} layers",
+                    n=len(p4), unit="median Prop. 4 / Prop. 3, over the MHA layers"),
+        descriptive("do the tokens of a LayerNorm's input share sigma?",
                     float(cv.median()), paper="Prop. 1 assumes tokens share sigma",
-                    verdict=f"assumption holds (cv < {SHARED_SIGMA_CV} in every layer)"
-                    if (cv < SHARED_SIGMA_CV).all() else f"assumption fails (cv >= "
-                    f"{SHARED_SIGMA_CV} in {int((cv >= SHARED_SIGMA_CV).sum())} of {len(cv)})",
-                    n=len(cv), unit="median per-token cv of sigma (0 = shared) over LN layers")]
+                    verdict=f"yes: the assumption holds (cv < {SHARED_SIGMA_CV} in every layer)"
+                    if (cv < SHARED_SIGMA_CV).all() else f"no: the assumption fails (cv >= "
+                    f"{SHARED_SIGMA_CV} in {int((cv >= SHARED_SIGMA_CV).sum())} of {len(cv)} "
+                    "layers)", n=len(cv),
+                    unit="median per-token cv of sigma over the LN layers, 0 when shared")]
 
 
 def _width_row(df: pd.DataFrame) -> dict:
@@ -224,7 +228,8 @@ def _width_row(df: pd.DataFrame) -> dict:
                        ", ".join(f"{c} {w:.3g}" for c, w in width.items()),
                        paper="not reported (objection 2)",
                        verdict=f"Lip(f) known within {TIGHT:g}x for: {', '.join(narrow) or 'none'}",
-                       n=len(df), unit="(x, median per component) over (component, layer) cases")
+                       n=len(df), unit="upper / lower end, median per component over the "
+                       "(component, layer) cases")
 
 
 #: Relative departure from a derived factor that float32 alone explains (layer means of
@@ -269,11 +274,11 @@ def _gauge_rows(df: pd.DataFrame, gauged: pd.DataFrame, c: float) -> list[dict]:
     off = (ratios[["bound_ratio", "plasticity_ratio"]].div(ratios["derived"], axis=0) - 1).abs()
     worst = float(off.to_numpy().max())
     rows = [descriptive(
-        f"bounds and plasticity move by the derived factors under the gauge (c = {c:g}: "
-        + ", ".join(f"{r.component} x{r.derived:.3g}" for r in ratios.itertuples()) + ")",
+        f"do bounds and plasticity move by the derived factors under the gauge (c = {c:g}: "
+        + ", ".join(f"{r.component} x{r.derived:.3g}" for r in ratios.itertuples()) + ")?",
         worst, paper="not in the paper (vitplast.measure.gauge: the same network function)",
-        verdict=("as derived (exact check)" if worst <= gauge_tolerance(df, c) else
-                 "not as derived (exact check): the derivation or the code is wrong"),
+        verdict=("yes, as derived (exact check)" if worst <= gauge_tolerance(df, c) else
+                 "no, not as derived (exact check): the derivation or the code is wrong"),
         n=len(ratios), unit="largest relative departure of a layer mean, over components")]
     cmp = compare_rankings(gauged)
     order = cmp.sort_values("rank_bound")["component"].astype(str).tolist()

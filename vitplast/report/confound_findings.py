@@ -48,7 +48,8 @@ def _matched(acc: pd.DataFrame, fields: pd.DataFrame, a: dict, b: dict, counts: 
     gap = table1_average(a["component"]) - table1_average(b["component"])
     a, b = name_of(fields, **a), name_of(fields, **b)
     row = paired_test(claim, _col(acc, a), _col(acc, b), expected=1, unit=_TASKS, effect=gap,
-                      paper=f"{gap:+.2f} points (Table 1 average) at full counts")
+                      paper=f"{gap:+.2f} points (Table 1 average) at full counts",
+                      sides=(str(a), str(b)))
     return {**row, "counts": f"{counts.get(a, math.nan):,} vs {counts.get(b, math.nan):,}"}
 
 
@@ -107,7 +108,8 @@ def _confounds(t: ConfoundTables, after, primaries) -> pd.DataFrame:
     full, masked = name_of(fields, **plain["MHA"]), name_of(fields, **sparse["MHA"])
     count_effect = paired_test("MHA at its full count - MHA at LN1's count: what the count adds",
                                _col(acc, full), _col(acc, masked), paper="not studied",
-                               expected=math.nan, unit=_TASKS)
+                               expected=math.nan, unit=_TASKS,
+                               sides=("MHA at its full count", "MHA at LN1's count"))
     rows.append({**count_effect, "counts": f"{counts.get(full, 0):,} vs "
                  f"{counts.get(masked, 0):,}"})
     rows += _signs(primaries, acc)
@@ -119,11 +121,11 @@ def _confounds(t: ConfoundTables, after, primaries) -> pd.DataFrame:
                    for recipe in (dict(optimizer="adamw"), dict(checkpoint="init")))
     rows.append(paired_test("MHA - LN1 under AdamW", _col(acc, adamw["MHA"]),
                             _col(acc, adamw["LN1"]), paper=SOURCES["adamw"], expected=1,
-                            unit=_TASKS, effect=gap))
+                            unit=_TASKS, effect=gap, sides=("MHA", "LN1")))
     rows.append(paired_test("MHA - LN1 finetuned from the random init checkpoint",
                             _col(acc, init["MHA"]), _col(acc, init["LN1"]),
                             paper="not studied (architecture vs pretraining)",
-                            expected=math.nan, unit=_TASKS))
+                            expected=math.nan, unit=_TASKS, sides=("MHA", "LN1")))
     rows += _rescale_rows(acc, fields, t.rescale)
     rows += grad_rows(t.grads, SOURCES["grad_norms"])
     own = (after[after["variant"] == after["component"]] if after is not None and len(after)
@@ -132,8 +134,9 @@ def _confounds(t: ConfoundTables, after, primaries) -> pd.DataFrame:
     rows.append(descriptive(
         f"a component's own plasticity after / before finetuning it (best run per task) "
         f"[{PROTOCOL}]", ", ".join(f"{c} x{r:.2f}" for c, r in ratios.items()) or "none",
-        paper="not studied", verdict="measured (untested)" if len(own) else
-        "not measured (no stored measurement)", n=own["task"].nunique(),
+        paper="not studied", verdict=f"measured on {own['task'].nunique()} task(s), not "
+        "tested" if len(own) else "not measured (no stored measurement)",
+        n=own["task"].nunique(),
         unit="mean over tasks"))
     return table(rows)
 
@@ -154,21 +157,22 @@ def _layer_rows(corr: pd.DataFrame, counts: dict, fields: pd.DataFrame, declared
         per_block = sorted({counts[name] for name in names_of(fields, family="block",
                                                               component=comp) if name in counts})
         if monotone == len(c):
-            row = descriptive(claim, "none: plasticity is monotone in depth on every task",
-                              paper=source, n=0, unit="rho, per task",
-                              verdict="cannot be told from depth (untested)")
+            row = descriptive(claim, "none", paper=source, n=0, unit="rho, per task",
+                              verdict=f"plasticity is monotone in depth on all {len(c)} tasks: "
+                              "it cannot be told from depth, so there is nothing to test")
         else:
             left = int(c["partial"].isna().sum())
             row = {**mean_test(claim, c.set_index("task")["partial"], paper=source, expected=1,
                                unit=f"partial rho, per task ({left} of {len(c)} tasks left out: "
                                f"plasticity ({monotone}) or accuracy ({flat}) monotone in "
-                               "depth)"), "family": family}
+                               "depth)", bounded=True), "family": family}
         rows.append({**row, "counts": " vs ".join(f"{n:,}" for n in per_block) + " per block"})
     if protocol != PROTOCOL or LAYER_STATISTIC not in declared:
         rows.append({**mean_test(f"one block at a time, mean over components: Spearman("
                                  f"plasticity, test accuracy) over the blocks, partial on the "
                                  f"block index [{protocol}]", layer_statistic(corr, protocol),
-                                 paper=source, expected=1, unit="partial rho, per task"),
+                                 paper=source, expected=1, unit="partial rho, per task",
+                                 bounded=True),
                      "family": family})
     return rows
 
@@ -182,7 +186,7 @@ def _depth_row(corr: pd.DataFrame) -> dict:
     return mean_test("one block at a time, mean over components: Spearman(earlier block, "
                      "test accuracy) over the blocks", depth, expected=math.nan,
                      paper="not studied (depth, which plasticity may follow)",
-                     unit="rho, per task")
+                     unit="rho, per task", bounded=True)
 
 
 def _signs(primaries, acc: pd.DataFrame) -> list[dict]:
@@ -219,10 +223,12 @@ def _rescale_rows(acc: pd.DataFrame, fields: pd.DataFrame, pairs: pd.DataFrame |
         control = name_of(fields, family="lr/c^2", component=ln, c=c)
         rows.append(paired_test(f"{ln} x {c:.3g} (preserved) - plain {ln}: plasticity x "
                                 f"{c:.3g}, same count", acc[pres], _col(acc, plain),
-                                paper="not studied", expected=math.nan, unit=_TASKS))
+                                paper="not studied", expected=math.nan, unit=_TASKS,
+                                sides=(f"{ln} x {c:.3g}", f"plain {ln}")))
         rows.append(paired_test(f"{ln} x {c:.3g} (preserved) - its lr/c^2 control, gradient "
                                 "clipping on", acc[pres], _col(acc, control),
-                                paper="not studied", expected=math.nan, unit=_TASKS))
+                                paper="not studied", expected=math.nan, unit=_TASKS,
+                                sides=(f"{ln} x {c:.3g}", "its lr/c^2 control")))
     for r in (pairs.itertuples() if pairs is not None else []):
         equal = r.identical == r.pairs
         if r.pairs == 0:

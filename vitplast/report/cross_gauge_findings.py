@@ -48,8 +48,8 @@ def _trajectory_row(pairs: pd.DataFrame) -> dict:
                    f"of at most {above['first_diff'].max():.1g}: large steps amplify rounding "
                    f"(the pairs ran on {devices})")
     return verdicts.descriptive(
-        f"{' and '.join(GAUGE_INVARIANT)} follow the same loss history at c = 8 as at c = 1 "
-        "(derived: the gauge scales nothing they train)",
+        f"do {' and '.join(GAUGE_INVARIANT)} follow the same loss history at c = 8 as at c = 1 "
+        "(derived: the gauge scales nothing they train)?",
         measured=", ".join(f"{d:.1g} (LR {lr:g})" for lr, d in worst.items()),
         paper="not in the paper (vitplast.measure.gauge, derived and tested)", verdict=verdict,
         n=len(pairs), unit="largest loss difference per LR, over run pairs")
@@ -72,8 +72,8 @@ def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame) -> list[dict]:
     else:
         first = float(pairs["first_diff"].max())
         rows = [verdicts.descriptive(
-            f"{' and '.join(GAUGE_INVARIANT)} compute the same first loss at c = 8 as at c = 1 "
-            "(derived: the gauge keeps the network's function)", measured=first,
+            f"do {' and '.join(GAUGE_INVARIANT)} compute the same first loss at c = 8 as at "
+            "c = 1 (derived: the gauge keeps the network's function)?", measured=first,
             paper="not in the paper (vitplast.measure.gauge, derived and tested)",
             verdict=("the same, as derived" if first <= verdicts.SAME_TRAJECTORY else
                      "not the same: the derivation or the code is wrong"),
@@ -88,7 +88,8 @@ def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame) -> list[dict]:
             rows.append(verdicts.paired_test(
                 f"{config} at c = 8 - at c = 1, each at its chosen LR (zero in exact arithmetic: "
                 "what rounding alone does to one run)", acc[f"{config} c=8"], acc[config],
-                paper="not in the paper", expected=math.nan, unit="points, per task (seed 0)"))
+                paper="not in the paper", expected=math.nan, unit="points, per task (seed 0)",
+                sides=(f"{config} at c = 8", f"{config} at c = 1")))
     return rows
 
 
@@ -138,13 +139,13 @@ def identity_findings(ident: pd.DataFrame) -> list[dict]:
     derived = "not in the paper (vitplast.measure.gauge, derived and tested)"
     return [
         verdicts.descriptive(
-            f"{what} at c = 8 with one shared LR follow c = 1 with the gauged parameters' LR "
-            f"divided by c^2, no clipping ({where})", noclip,
+            f"do {what} at c = 8 with one shared LR follow c = 1 with the gauged parameters' "
+            f"LR divided by c^2, no clipping ({where})?", noclip,
             paper=derived, n=n, unit=unit,
             verdict=(f"the same trajectory (within {verdicts.SAME_TRAJECTORY:g}), as derived"
                      if same else _parted(ident))),
         verdicts.descriptive(
-            f"the same with the recipe's gradient clip in both runs ({where})", clip,
+            f"and with the recipe's gradient clip in both runs ({where})?", clip,
             paper=derived, n=n, unit=unit,
             verdict=("the same: the clip did not act" if clip <= verdicts.SAME_TRAJECTORY else
                      "not the same: the clip acts on the two runs differently")),

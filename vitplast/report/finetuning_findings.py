@@ -22,12 +22,21 @@ import pandas as pd
 
 from vitplast.measure.components import NORMS
 from vitplast.paper import FIG2_PLASTICITY, FINETUNING_ORDER, SOURCES, group_gap, table1_average
-from vitplast.stats.verdicts import TOP_RANK, descriptive, mean_test, paired_test, same, table
+from vitplast.stats.verdicts import (
+    ORDER_HELD_TAU,
+    TOP_RANK,
+    descriptive,
+    mean_test,
+    paired_test,
+    same,
+    table,
+)
 
 if TYPE_CHECKING:  # for annotations only
     from vitplast.report.finetuning_tables import FinetuningTables
 
-#: Per-task statistics a primary may name, and what each is.
+#: Per-task statistics a primary may name, and what each is: rank correlations, in [-1, 1]
+#: (``primaries.Primary.row`` cuts their intervals there).
 STATISTICS = {
     "spearman(plasticity, gain)": "Spearman's rho over the five components, within a task, "
     "between measured plasticity and the gain of finetuning the component alone over "
@@ -136,17 +145,24 @@ def _finetuning(t: FinetuningTables, probe: pd.Series, primaries, protocol: str
             paper, gap = _paper_diff(a, b)
             rows.append(paired_test(f"{a} - {b}, test accuracy", acc[a], acc[b], unit=_TASKS,
                                     paper=paper + (", about equal" if b == "full" else ""),
-                                    expected=0 if b == "full" else 1, effect=gap))
+                                    expected=0 if b == "full" else 1, effect=gap,
+                                    sides=(_alone(a), _alone(b))))
     if "LN1" in acc:
         paper, gap = _paper_diff("LN1", "linear probe")
         rows.append(paired_test("LN1 - linear probe, test accuracy", acc["LN1"], probe,
-                                paper=paper, expected=1, unit=_TASKS, effect=gap))
+                                paper=paper, expected=1, unit=_TASKS, effect=gap,
+                                sides=(_alone("LN1"), "the linear probe")))
     rows += _measured_groups(t.link, protocol)
     rows += _stability_rows(t.bands, SOURCES["lr_stability"])
     rows += _plasticity_rows(t.corr, SOURCES["plasticity_gain"], protocol, declared)
     rows += grad_rows(t.grads, SOURCES["grad_norms"])
     rows += _budget_rows(t.main, t.budget)  # rows without values: no budget check
     return table(rows)
+
+
+def _alone(config: str) -> str:
+    """A configuration in words, for a sentence: "MHA alone", "full finetuning"."""
+    return "full finetuning" if config == "full" else f"{config} alone"
 
 
 def _measured_groups(link: pd.DataFrame | None, declared: str, k: int = 2) -> list[dict]:
@@ -167,7 +183,8 @@ def _measured_groups(link: pd.DataFrame | None, declared: str, k: int = 2) -> li
             f"the {k} components measured most plastic on a task - the {k} least plastic, "
             f"test accuracy [{protocol}]", diff, paper=f"{group_gap(top, bottom):+.2f} points "
             f"({', '.join(top)} - {', '.join(bottom)}; Fig. 2 order, Table 1 average)",
-            expected=1, unit=_TASKS, effect=group_gap(top, bottom)), protocol, declared))
+            expected=1, unit=_TASKS, effect=group_gap(top, bottom),
+            sides=(f"the {k} most plastic", f"the {k} least plastic")), protocol, declared))
         mode = order.mode().iloc[0] if len(order) else ()
         rows.append(descriptive(f"measured plasticity order, most common over tasks [{protocol}]",
                                 " > ".join(mode), paper=" > ".join(FIG2_PLASTICITY) + " (Fig. 2)",
@@ -189,12 +206,14 @@ def _stability_rows(bands: pd.DataFrame, source: str) -> list[dict]:
         rows.append(paired_test(
             f"MHA - LayerNorms, width of the LR band within {delta:g} point(s) of the best",
             mha["width"], _ln_mean(b, "width"), paper=source, expected=1,
-            unit="decades of LR, per task (bracketed bands only)"))
+            unit="decades of LR, per task (bracketed bands only)",
+            sides=("MHA", "the LayerNorms")))
     b = bands[bands["delta"] == bands["delta"].min()]
     mha = b[b["config"] == "MHA"].set_index("task")
     rows.append(paired_test("MHA - LayerNorms, accuracy drop at 3x the best LR", mha["drop_x3"],
                             _ln_mean(b, "drop_x3"), paper=source + ": smaller drop", expected=-1,
-                            unit="points of validation accuracy, per task"))
+                            unit="points of validation accuracy, per task",
+                            sides=("MHA's drop", "the LayerNorms' drop")))
     return rows
 
 
@@ -209,7 +228,7 @@ def _plasticity_rows(corr: pd.DataFrame, source: str, protocol: str, declared=()
             rows.append(_family(mean_test(
                 f"Spearman(plasticity, gain over head-only) over the five components, within a "
                 f"task [{p}]", per_task, paper=source + ": positive", expected=1,
-                unit="rho, per task"), p, protocol))
+                unit="rho, per task", bounded=True), p, protocol))
         mha = c[c["component"] == "MHA"]
         ranks = f"plasticity rank {mha['rank_x'].mean():.1f}, gain rank {mha['rank_y'].mean():.1f}"
         top = mha["rank_x"].mean() <= TOP_RANK and mha["rank_y"].mean() <= TOP_RANK
@@ -228,7 +247,8 @@ def grad_rows(grads: pd.DataFrame, source: str) -> list[dict]:
         rows.append(paired_test(f"MHA / LayerNorms, gradient norm on its own component "
                                 f"({kind}), log10 ratio", g[g["config"] == "MHA"]
                                 .set_index("task")["log"], _ln_mean(g, "log"), paper=paper,
-                                expected=expected, unit="decades, per task"))
+                                expected=expected, unit="decades, per task",
+                                sides=("MHA", "the LayerNorms")))
     return rows
 
 
@@ -250,9 +270,13 @@ def _budget_rows(main: pd.DataFrame, budget: pd.DataFrame) -> list[dict]:
     tau = float(np.mean(taus)) if taus else math.nan
     acc4 = _wide(budget)
     paper, gap = _paper_diff("MHA", "LN1")
+    held = (f"the order mostly held (tau >= {ORDER_HELD_TAU:g})" if tau >= ORDER_HELD_TAU else
+            f"the order changed (tau < {ORDER_HELD_TAU:g})")
     return [descriptive("order of the seven configurations at 4x vs 1x the steps (Kendall tau)",
-                        tau, paper="not studied", n=len(taus), unit="tau, mean over tasks",
-                        verdict=f"measured on {len(taus)} task(s) (untested)"),
+                        tau, paper="not studied", n=len(taus), unit="Kendall tau, mean over tasks",
+                        verdict=f"{held}, on {len(taus)} task(s) with runs at 4x the steps"
+                        if taus else "not measured: no task has runs at 4x the steps"),
             paired_test("MHA - LN1 at 4x the steps, test accuracy", acc4.get("MHA", pd.Series(
                 dtype=float)), acc4.get("LN1", pd.Series(dtype=float)),
-                paper=paper + " at the paper's budget", expected=1, unit=_TASKS, effect=gap)]
+                paper=paper + " at the paper's budget", expected=1, unit=_TASKS, effect=gap,
+                sides=(_alone("MHA"), _alone("LN1")))]

@@ -53,7 +53,7 @@ def correlation_row(claim: str, rho, *, paper: str, unit: str = "rho, per task",
         return descriptive(claim, value, paper=paper, n=len(v), unit=unit,
                            verdict=f"{word} the paper: rho = {value:+.2g} on every one of the "
                            f"{len(v)} tasks (no spread, so no test is needed{near})")
-    return mean_test(claim, v, paper=paper, expected=1, unit=unit)
+    return mean_test(claim, v, paper=paper, expected=1, unit=unit, bounded=True)
 
 
 def _per_task(ranked: pd.DataFrame, component: str) -> pd.Series:
@@ -112,7 +112,7 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
             rows.append(paired_test(
                 f"{a} - {b}, plasticity [{protocol}]", _per_task(g, a), _per_task(g, b),
                 paper=f"{FIG2_PLASTICITY[a] - FIG2_PLASTICITY[b]:+.2f}, {fig2}", expected=1,
-                unit="plasticity, per task (layer-mean)"))
+                unit="plasticity, per task (layer-mean)", sides=(a, b)))
         rho = g.groupby("task").apply(lambda t: stats.spearmanr(
             t.set_index("component").loc[list(PLASTICITY_ORDER), "plasticity"],
             [FIG2_PLASTICITY[c] for c in PLASTICITY_ORDER]).statistic, include_groups=False)
@@ -241,7 +241,7 @@ def relative_suite(root, picked: pd.DataFrame, n_pairs: int = 256, *,
         rho = spearman_plasticity_gain(picked, rel, value="relative_plasticity")
         rows.append(mean_test(claim, rho, paper="not in the paper (relative plasticity: issue "
                               "38); asked after the suite's runs existed", expected=math.nan,
-                              unit="rho, per task"))
+                              unit="rho, per task", bounded=True))
     return table(rows)
 
 

@@ -117,7 +117,9 @@ def findings(per_task: pd.DataFrame) -> pd.DataFrame:
             rows.append(paired_test(f"regret of the rule {rule!r} - regret of a random pick",
                                     regret, by[RANDOM]["regret"], unit=_UNIT,
                                     paper=PAPER.get(rule, "not in the paper"),
-                                    expected=-1 if rule in PAPER else math.nan))
+                                    expected=-1 if rule in PAPER else math.nan,
+                                    sides=(f"the regret of {rule!r}",
+                                           "a random pick's regret")))
         chance = (f" (a random pick: {100 * by[RANDOM]['hit'].mean():.0f}%)"
                   if RANDOM in by else "")
         rows.append(descriptive(f"top-1 hit rate of the rule {rule!r}", 100 * by[rule][
@@ -183,9 +185,9 @@ def fragility(changes: pd.DataFrame) -> pd.DataFrame:
         rows.append(descriptive(
             f"the rule {rule!r}: its first choice changes between c = 1 and c = 8 (the "
             "residual-stream gauge, the same function)", k, paper="not in the paper",
-            n=len(c), unit="tasks", verdict=(f"fragile: changes on {k} of {len(c)} tasks "
-                                             f"({moves})" if k else
-                                             f"stable: the same choice on all {len(c)} tasks")))
+            n=len(c), unit="tasks whose first choice changed",
+            verdict=(f"fragile: changes on {k} of {len(c)} tasks ({moves})" if k else
+                     f"stable: the same choice on all {len(c)} tasks")))
     return findings_table(rows)
 
 

@@ -2,85 +2,207 @@
 
 A Read cell shows ``read(findings, claim, ...)``: one sentence per row, made from the row's own
 numbers and verdict only (``vitplast.stats.verdicts``), so the words change when the data change.
-A tested row says its value with sign and unit, its 95% CI, its n, its Holm p within its family,
-and what that settles: whether the sign is resolved, whether that agrees with a claim the paper
-makes (only where the row cites one), or, when it is not resolved, whether the data could have
-decided it (its power). A descriptive row says its value and its verdict.
 
-Example: a primary row with ``measured`` +1.2, ``ci95`` 0.5, ``n`` 33, ``p_holm`` 0.001 and
-the verdict "resolved: positive" reads "MHA - LN1, test accuracy: +1.2 points, per task (95% CI
-+0.7 to +1.7, n = 33, Holm p = 0.001 among the primary rows). Positive, and resolved (the paper
-makes no claim on it)."
+A tested row opens with its label and a plain clause saying what happened (which side came
+out above, on how many tasks, by how much on average; for a correlation, on how many tasks it
+was positive), then its statistics: the interval at the level Holm's step tested it at (its
+95% interval beside it when that level is not 95%), n and the Holm p within its family; then
+what that settles: whether it is resolved, whether that agrees with a claim the paper makes
+(only where the row cites one), or, when it is not resolved, why: Holm stopped before it, or
+the data could not have decided (the tasks needed to detect a named effect), or chance.
+A descriptive row reads as an observation: its label, its verdict, and its value in words;
+counts, ratios and taus carry no sign. A row with fewer than ``verdicts.MIN_N`` tasks gets
+no interval.
+
+Example: a primary row comparing MHA with LN1 over 33 tasks, 27 of them above, with mean
++3.34, 95% interval +1.9 to +4.8 (one primary, so Holm's level is 95%), Holm p = 0.001 and
+the verdict "resolved: positive" reads "MHA - LN1, test accuracy: MHA came out above LN1 on 27
+of 33 tasks, by 3.3 points on average (mean +3.34; 95% CI +1.9 to +4.8; n = 33 tasks; Holm
+p = 0.001 among the primary rows). Resolved (the paper makes no claim on it)."
 """
 
 from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Mapping
 
 import pandas as pd
+
+from vitplast.stats import power as power_
+from vitplast.stats import verdicts
 
 
 def _finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _value(x) -> str:
-    return format(x, "+.3g") if _finite(x) else str(x)
+def _count(x) -> int:
+    return int(x) if _finite(x) else 0
 
 
-def _sign(x) -> str:
-    return "positive" if x > 0 else "negative" if x < 0 else "zero"
+def _word(unit) -> str:
+    """A unit's first words ("points, per task (seed-mean)" -> "points")."""
+    return str(unit or "").split(",")[0].split(" (")[0].strip()
+
+
+def _is_correlation(row: Mapping) -> bool:
+    return row.get("interval") in verdicts.INTERVALS[1:]
+
+
+def opening(row: Mapping) -> str:
+    """The plain clause a tested row opens with: what was compared and what happened."""
+    m, n = row.get("measured"), _count(row.get("n"))
+    if not _finite(m):
+        return f"no value over {n} tasks"
+    above, below, word = _count(row.get("above")), _count(row.get("below")), _word(row["unit"])
+    if row.get("interval") == verdicts.INTERVALS[2]:  # one correlation over the tasks
+        return (f"{word} = {m:.2f} over {n} tasks" + (
+            ": where one was larger, the other tended to be larger too" if m > 0
+            else ": where one was larger, the other tended to be smaller" if m < 0
+            else ""))
+    if _is_correlation(row):  # a correlation per task
+        return (f"positive on {above} of {n} tasks and negative on {below}, mean {word} "
+                f"{m:.2f}")
+    a, b = row.get("side_a") or "", row.get("side_b") or ""
+    if m == 0:
+        return (f"{a} and {b} level on average over {n} tasks" if a else
+                f"zero on average over {n} tasks")
+    k, rest = (above, b) if m > 0 else (below, a)
+    by = f"by {abs(m):.2g} {word} on average"
+    if a and b:
+        return f"{a if m > 0 else b} came out above {rest} on {k} of {n} tasks, {by}"
+    return f"{'above' if m > 0 else 'below'} zero on {k} of {n} tasks, {by}"
+
+
+def _ends(lo, hi) -> str:
+    return f"{lo:+.2g} to {hi:+.2g}"
+
+
+def _interval(row: Mapping) -> str:
+    """The interval at the level Holm's step used (and the 95% one beside it when that
+    level is not 95%); "" without one (fewer than ``MIN_N`` tasks)."""
+    lo, hi = row.get("step_low"), row.get("step_high")
+    if not (_finite(lo) and _finite(hi)):
+        return ""
+    level = row["level_step"]
+    ends = [e for e, x in (("-1", lo), ("+1", hi)) if _is_correlation(row) and abs(x) >= 1]
+    cut = f", cut at {' and '.join(ends)}, where a correlation ends" if ends else ""
+    if math.isclose(level, verdicts.ALPHA):
+        return f"95% CI {_ends(lo, hi)}{cut}"
+    return (f"{100 * (1 - level):.4g}% CI {_ends(lo, hi)} at the level Holm's step used for "
+            f"it{cut}; 95% CI {_ends(row['ci_low'], row['ci_high'])}")
 
 
 def _stats(row: Mapping) -> str:
-    parts = []
-    if _finite(row.get("ci95")) and _finite(row.get("measured")):
-        lo, hi = row["measured"] - row["ci95"], row["measured"] + row["ci95"]
-        parts.append(f"95% CI {lo:+.2g} to {hi:+.2g}")
-    parts.append(f"n = {row.get('n')}")
+    parts = [] if _is_correlation(row) or row.get("interval") == verdicts.INTERVALS[2] else [
+        f"mean {row['measured']:+.3g}"] if _finite(row.get("measured")) else []
+    parts += [p for p in (_interval(row),) if p]
+    parts.append(f"n = {row.get('n')} tasks")
     if _finite(row.get("p_holm")):
         parts.append(f"Holm p = {row['p_holm']:.2g} among the {row.get('family')} rows")
-    return ", ".join(parts)
+    return "; ".join(parts)
 
 
 def _settles(row: Mapping) -> str:
     """What the row's verdict settles, in words (the verdict words of ``verdicts``)."""
     verdict = str(row.get("verdict", ""))
-    measured = row.get("measured")
-    sign = _sign(measured).capitalize() if _finite(measured) else "The value"
     if verdict.startswith("not resolved"):
         rest = verdict[len("not resolved"):].lstrip(": ")
+        if rest.startswith("Holm stopped"):
+            return ("Not resolved, although its own interval excludes 0: Holm's step-down "
+                    "stopped at a row of its family with a smaller p, which was not resolved.")
+        why = ""
+        lo, hi = row.get("ci_low"), row.get("ci_high")
+        if _finite(lo) and _finite(hi) and (lo > 0 or hi < 0):  # 95% alone would decide
+            m = round(verdicts.ALPHA / row["level"]) if _finite(row.get("level")) else 0
+            why = (f"its 95% CI excludes 0, but Holm's correction for the {m} "
+                   f"{row.get('family')} rows tests it at level {row['level_step']:.2g}, where "
+                   "its interval includes 0; and ")
         if rest.startswith("underpowered"):
-            return (f"{sign}, but not resolved, and these data could not have resolved it: "
-                    f"{rest}.")
-        return f"{sign}, but not resolved: the difference from zero could be chance."
+            power = row.get("power_paper")
+            power = power if _finite(power) else row.get("power_observed")
+            need = (f"about {row['n_needed']:.0f}" if _finite(row.get("n_needed")) else
+                    f"more than {power_.MAX_N}")
+            return (f"Not resolved: {why}these data could not have decided it, since to detect "
+                    f"{verdicts.effect_named(row)} would take {need} tasks"
+                    + (f" (power {power:.2f} with these {row['n']})" if _finite(power) else "")
+                    + ".")
+        return f"Not resolved: {why}the difference from zero could be chance."
     if verdict in ("agrees with the paper", "disagrees with the paper"):
         agrees = verdict.split(" ")[0]
-        return f"{sign}, resolved, and it {agrees} with the paper ({row.get('paper')})."
+        return f"Resolved, and it {agrees} with the paper ({row.get('paper')})."
     if verdict.startswith("resolved: "):
-        sign = verdict[len("resolved: "):].capitalize()
-        return f"{sign}, and resolved (the paper makes no claim on it)."
+        return "Resolved (the paper makes no claim on it)."
     return f"{verdict[:1].upper()}{verdict[1:]}." if verdict else ""
+
+
+def _plain(x) -> str:
+    """A descriptive value without a sign on a positive number (counts, ratios, taus)."""
+    if _finite(x):
+        return format(x, ".3g")
+    return str(x)
+
+
+def _observation(row: Mapping) -> str:
+    """A descriptive row as an observation: its verdict, then its value in words."""
+    verdict = str(row.get("verdict", "")).strip()
+    value, unit = row.get("measured"), str(row.get("unit") or "").strip()
+    shown = "" if value is None or (isinstance(value, float) and math.isnan(value)) or str(
+        value) in ("", "none", "not run") else _plain(value)
+    if unit.startswith("(") and ")" in unit:  # "(orders), over components": drop the brackets
+        close = unit.index(")")
+        unit = unit[1:close] + unit[close + 1:]
+    what = unit
+    detail = f" ({what}: {shown})" if shown and what else f" ({shown})" if shown else ""
+    return f"{verdict}{detail}" if verdict else shown
 
 
 def sentence(row: Mapping) -> str:
     """One plain sentence from a findings row (a ``verdicts.table`` row, as a dict or a Series):
-    the claim, its value with sign and unit, and what its test settles.
-
-    Descriptive rows (no test) give their value and their verdict; tested rows add the 95% CI,
-    n, the Holm p within their family and the verdict in words (see the module docstring).
-    """
+    the row's label, what happened in a plain clause, the statistics, what its test settles
+    (see the module docstring). Descriptive rows read as observations."""
     row = dict(row)
-    head = f"{row['claim']}: {_value(row.get('measured'))} {row.get('unit', '')}".rstrip()
+    label = str(row["claim"])
     if row.get("family") == "descriptive":
-        verdict = str(row.get("verdict", ""))
-        return f"{head} (n = {row.get('n')}): {verdict}." if verdict else f"{head}."
-    text = f"{head} ({_stats(row)}). {_settles(row)}"
+        if row.get("test") not in (None, "", "none") and _finite(row.get("measured")) and (
+                row.get("side_a") or _is_correlation(row) or _finite(row.get("above"))):
+            return f"{label}: {opening(row)}; {row.get('verdict')}."  # too few units to test
+        said = _observation(row)
+        if label.endswith("?"):  # a question: its answer follows
+            return f"{label} {said[:1].upper()}{said[1:]}."
+        return f"{label}: {said}."
+    text = f"{label}: {opening(row)} ({_stats(row)}). {_settles(row)}"
     if row.get("fragile") is True:
         text += " Fragile: another LR choice tied on validation flips this verdict."
     return text
+
+
+#: A sign before a count, a ratio or a tau ("+17 tasks", "+1 x", "+0 tau").
+_SIGNED = re.compile(r"[+-]\d[\d.]*(?:e[+-]?\d+)? (?:tasks?|cases|layers|x\b|tau\b)")
+_CI = re.compile(r"(\d+(?:\.\d+)?)% CI ([+-]?[\d.]+(?:e[+-]?\d+)?) to ([+-]?[\d.]+(?:e[+-]?\d+)?)")
+_CORRELATION = re.compile(r"\brho\b|\br = |\br, over\b")
+
+
+def problems(text: str) -> list[str]:
+    """What rendered findings text must never say, one message per offending line: "n = 0",
+    "(untested)", a sign on a count, ratio or tau, a correlation's interval outside [-1, 1],
+    or "not resolved" beside an interval that excludes 0 without saying why (Holm's stricter
+    level, or Holm stopping before the row). What the tests read executed notebooks with."""
+    found = []
+    for line in text.splitlines():
+        what = [w for w, bad in (
+            ("n = 0", "n = 0" in line), ("(untested)", "(untested)" in line),
+            ("a signed count, ratio or tau", bool(_SIGNED.search(line)))) if bad]
+        cis = [(float(lo), float(hi)) for _, lo, hi in _CI.findall(line)]
+        if _CORRELATION.search(line) and any(abs(e) > 1 for ci in cis for e in ci):
+            what.append("a correlation's interval outside [-1, 1]")
+        if "not resolved" in line.lower() and any(lo > 0 or hi < 0 for lo, hi in cis) and not (
+                "Holm's correction" in line or "Holm's step-down" in line):
+            what.append("not resolved beside an interval that excludes 0, without why")
+        found += [f"{w}: {line.strip()[:160]}" for w in what]
+    return found
 
 
 def select(findings: pd.DataFrame, *claims: str) -> pd.DataFrame:

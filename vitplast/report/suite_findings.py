@@ -140,7 +140,7 @@ def protocol_findings(study: Study, picked: pd.DataFrame, root: str | Path) -> l
         rows.append(verdicts.mean_test(
             f"Spearman(plasticity, gain over head-only) over the three linears alone (MHA, "
             f"FC1, FC2), within a task (plasticity: {pr} protocol)", rho,
-            paper=p3.source, expected=p3.expected, unit="rho, per task"))
+            paper=p3.source, expected=p3.expected, unit="rho, per task", bounded=True))
     for pr in PROTOCOLS:
         wide = plastic[pr].pivot(index="task", columns="component", values="plasticity")
         rows.append(order_row(f"plasticity before finetuning, {pr} protocol, mean over "
@@ -258,8 +258,8 @@ def length_rule(values: pd.DataFrame) -> list[dict]:
         mean = v.groupby("steps")["value"].mean()
         kept = np.sign(mean[LENGTHS[0]]) == np.sign(mean[LENGTHS[-1]])
         rows.append(verdicts.descriptive(
-            f"{primary} ({what}) keeps its sign from 1x to 4x the recipe's steps (the rule "
-            "declared with the check: a change lengthens the suite study)",
+            f"does {primary} ({what}) keep its sign from 1x to 4x the recipe's steps (the rule "
+            "declared with the check: a change lengthens the suite study)?",
             measured=", ".join(f"{m:+.2f} ({k}x)" for k, m in mean.items()),
             paper="not in the paper (it trains one length per dataset)",
             verdict="kept: the 120-step recipe stands" if kept else

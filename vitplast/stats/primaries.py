@@ -93,13 +93,24 @@ class Primary:
             axis=1, skipna=False)
         return diff.dropna()
 
+    @property
+    def sides(self) -> tuple[str, str] | None:
+        """What a difference of groups compares, in words ("MHA", "the mean of LN1 and LN2");
+        None for a statistic."""
+        if self.statistic:
+            return None
+        return tuple(g[0] if len(g) == 1 else "the mean of " + ", ".join(g[:-1]) + f" and {g[-1]}"
+                     for g in (self.a, self.b))
+
     def row(self, acc: pd.DataFrame, statistics: dict | None = None) -> dict:
         """The primary's findings row (family "primary"): ``paper`` is the cited claim with
-        the paper's value, or "no claim in the paper" and the note."""
+        the paper's value, or "no claim in the paper" and the note. A statistic (a rank
+        correlation: ``finetuning_findings.STATISTICS``) has its intervals cut to [-1, 1]."""
         paper = (f"{self.paper:+.2f}, {self.source}" if math.isfinite(self.paper)
                  else self.source)
         r = mean_test(self.claim, self.values(acc, statistics), paper=paper,
-                      expected=self.expected, unit=self.unit, effect=self.paper)
+                      expected=self.expected, unit=self.unit, effect=self.paper,
+                      sides=self.sides, bounded=bool(self.statistic))
         return {**r, "family": "primary"}
 
 
