@@ -86,7 +86,7 @@ ORDER_HELD_TAU = 0.7
 #: |log(ratio)| below this reads "scale-invariant" (notebook 02, MHA at two input scales).
 SCALE_INVARIANT = 0.1
 #: A bound within this factor of plasticity reads "tight" (notebook 06), and an interval around
-#: Lip(f) whose ends are within this factor reads "known" (notebook 03).
+#: Lip(f) whose ends are within this factor reads "known" (notebook 03b).
 TIGHT = 2.0
 #: Prop. 1 assumes tokens share sigma: read as holding while the per-token cv of sigma is below
 #: this in every layer (notebook 03).
