@@ -5,7 +5,9 @@ serial sweep of the same runs in one process, side by side in one run, on the sa
 Each arm is the command a user types, timed from its start to its end in a fresh store
 (Python, torch and timm imported in each, the Slurm arm's jobs importing them again): the
 smoke study (``main-smoke``: 14 runs of under a second), then the main study's runs on one
-task (``--limit``: its first task's runs of one seed, 66 runs of a few seconds). The ratio
+task (``--main-runs N``: the first N runs a sweep takes, all on its first task up to 66, that
+task's runs of its first seed; default 12, about 15 s each here, so that a job's start-up is
+the small share of it that it is in the whole study; 66 take about 17 minutes an arm). The ratio
 is Slurm's runs per minute over the serial sweep's; the target (>= 0.8) says a job's
 start-up no longer eats the cluster's throughput. The Slurm jobs take one CPU each
 (``--cpus-per-task 1``), the serial sweep every core.
@@ -26,8 +28,7 @@ import time
 from pathlib import Path
 
 TARGET = 0.8
-#: name -> (study, --limit): the arms' runs.
-ARMS = {"smoke": ("main-smoke", None), "main": ("main", 66)}
+#: The smoke arm's runs (study, --limit) in the quick mode.
 QUICK = {"smoke": ("main-smoke", 6)}
 
 
@@ -51,7 +52,11 @@ def sweep_seconds(study: str, limit: int | None, root: Path, *flags: str) -> tup
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the smoke study's first 6 runs")
+    ap.add_argument("--main-runs", type=int, default=12, help="the main study's first N runs "
+                    "(its first task's, up to 66)")
     args = ap.parse_args(argv)
+    arms = QUICK if args.quick else {"smoke": ("main-smoke", None),
+                                     "main": ("main", args.main_runs)}
     from vitplast.experiments import local_slurm
 
     folder = None
@@ -67,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            for name, (study, limit) in (QUICK if args.quick else ARMS).items():
+            for name, (study, limit) in arms.items():
                 serial, n = sweep_seconds(study, limit, Path(tmp) / f"{name}-serial")
                 slurm, m = sweep_seconds(study, limit, Path(tmp) / f"{name}-slurm",
                                          "--executor", "submitit", "--cluster", "slurm",

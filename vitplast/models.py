@@ -31,10 +31,9 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import timm
 import torch
-from timm.models.vision_transformer import VisionTransformer
 
 from vitplast import weights
 from vitplast.hub import (
@@ -42,6 +41,9 @@ from vitplast.hub import (
     hub_reachable,
     maybe_cached,
 )
+
+if TYPE_CHECKING:  # timm is imported where a model is built: a sweep submits its cluster
+    from timm.models.vision_transformer import VisionTransformer  # jobs before paying for it
 
 #: Folder holding the embedded checkpoints, their manifest and model card (package data).
 DATA_DIR = Path(__file__).resolve().parent / "checkpoints"
@@ -104,6 +106,8 @@ def build_embedded(num_classes: int | None = None, arch: dict | None = None
                    ) -> VisionTransformer:
     """The embedded architecture (``arch``: ``VisionTransformer`` keywords, default
     ``EMBEDDED_ARCH``) with random weights (timm's default init)."""
+    from timm.models.vision_transformer import VisionTransformer
+
     arch = dict(arch or EMBEDDED_ARCH)
     if num_classes is not None:
         arch["num_classes"] = num_classes
@@ -348,6 +352,9 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
             raise FileNotFoundError(f"weights_file {weights_file} does not exist")
         timm_kwargs["pretrained_cfg_overlay"] = dict(file=str(weights_file))
         pretrained = True
+    import timm
+    from timm.models.vision_transformer import VisionTransformer
+
     source = name.split(":", 1)[0] if ":" in name else None  # hf-hub, local-dir (check_name)
     hub = weights_file is None and source != "local-dir" and (pretrained or source == "hf-hub")
     offline = hub and not hub_reachable()

@@ -72,6 +72,8 @@ def test_a_grid_study_on_slurm_stores_what_a_serial_sweep_stores(slurm, tmp_path
     assert len(serial) == 14
     _same(serial, on_slurm)
     assert all(r["slurm_job"] for r in on_slurm.values())
+    print("grid:", len(on_slurm), "records, jobs", sorted({r["slurm_job"] for r in
+                                                           on_slurm.values()}))
     assert not any("slurm_job" in r for r in serial.values())
     err = capfd.readouterr().err
     assert err.count("job states: read from squeue and the job folders") == 1
@@ -91,6 +93,8 @@ def test_a_searched_study_on_slurm_stores_what_a_serial_search_stores(slurm, tmp
     serial, on_slurm = _records(tmp_path / "serial"), _records(tmp_path / "slurm")
     assert len(serial) >= 6
     _same(serial, on_slurm)
+    print("search:", len(on_slurm), "records, jobs", sorted({r["slurm_job"] for r in
+                                                             on_slurm.values()}))
 
 
 def _squeue(array: str) -> dict[str, str]:
@@ -140,6 +144,8 @@ def test_a_cancelled_job_and_a_killed_submitter_lose_nothing(slurm, tmp_path):
                   "a job training a run")
     task = _job_of(json.loads(claim.read_text())["pid"])  # the job training that run
     subprocess.run(["scancel", task], check=True)
+    print("cancel: job", task, "cancelled while it trained", claim.stem, "; records then:",
+          len(Writes(root).look().first))
     status = subprocess.run([sys.executable, "-m", "vitplast", "sweep", "--study",
                              "main-smoke", "--root", str(root), "--status"],
                             capture_output=True, text=True, check=True).stdout
@@ -164,6 +170,9 @@ def test_a_cancelled_job_and_a_killed_submitter_lose_nothing(slurm, tmp_path):
     assert len(writes.first) == 14 + 1  # the records and the study log
     assert not writes.rewritten - {"study.json"}  # each record written once
     assert not list(root.glob("*.claim"))
+    print("cancel: --status then", counts, "; the same command:", second.stderr.replace(
+        "\r", "\n").splitlines()[-1:], "; records", len(writes.first) - 1, "each written once,",
+        "claims left: 0")
 
 
 def _job_of(pid: int) -> str:
@@ -214,6 +223,7 @@ def test_a_job_at_its_time_limit_is_named_and_its_runs_run_again(slurm, tmp_path
     assert f"with {160 - stored} of its 160 runs not stored" in named[0]
     assert named[0].endswith(f"its log: {root / 'submitit' / f'{job}_0_log.err'}")
     assert 0 < stored < 160 and not list(root.glob("*.claim"))
+    print("time limit: --status while it trained", status, "; the sweep said:", named[0])
     before = {p.name: p.stat().st_ino for p in root.glob("*.json")}
     assert _sweep(many.name, root, *SLURM, "--timeout-min", "10") == 0
     assert len(Store(root).records()) == 160

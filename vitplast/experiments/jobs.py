@@ -41,7 +41,7 @@ WHY = {"TIMEOUT": "hit its time limit (--timeout-min)", "CANCELLED": "was cancel
        "PREEMPTED": "was preempted", "FAILED": "failed", "BOOT_FAIL": "failed to boot",
        "DEADLINE": "passed its deadline"}
 #: Seconds between two reads of the job folders; ``squeue`` is asked every ``SQUEUE_S``.
-POLL_S = 0.5
+POLL_S = 0.2
 SQUEUE_S = 2.0
 #: Seconds a job gone from the queue may take to show its result file (a shared file
 #: system's lag) before it counts as dead.
@@ -100,9 +100,10 @@ def submit(job, groups: list[list], settled, *, store, folder=None, cluster=None
     import submitit
 
     executor = submitit.AutoExecutor(folder=folder or store.root / "submitit", cluster=cluster)
-    if parameters.get("timeout_min") and "slurm_signal_delay_s" not in parameters:
-        # submitit warns a job 90 s before its limit; of a short limit, the last quarter
-        parameters["slurm_signal_delay_s"] = min(90, 15 * parameters["timeout_min"])
+    short = parameters.get("timeout_min") and 15 * parameters["timeout_min"] < 90
+    if short and "slurm_signal_delay_s" not in parameters:
+        # submitit warns a job 90 s before its limit; of a limit under 6 min, its last quarter
+        parameters["slurm_signal_delay_s"] = 15 * parameters["timeout_min"]
     executor.update_parameters(**parameters)
     chosen = packs(groups, slots(executor.cluster, parameters), runs_per_job)
     jobs = executor.map_array(job, chosen)
