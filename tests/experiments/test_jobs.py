@@ -32,6 +32,13 @@ def test_slots_are_the_array_parallelism_when_given():
     assert jobs.slots("local", dict(cpus_per_task=os.cpu_count())) == 1
 
 
+def test_a_time_limit_reads_as_slurm_writes_it():
+    assert [jobs._minutes(t) for t in ("infinite", "UNLIMITED", "30", "45:00", "2:30:00",
+                                        "1-00:00:00", "2-12:00:00")] == [
+        0, 0, 30, 45, 150, 1440, 3600]
+    assert jobs.default_minutes("local", {}) == 7 * 24 * 60
+
+
 def _two(tmp_path):
     todo = runs.grid(["digits"], ["head"], [0.1, 1.0], [0], **TINY)
     return todo, Store(tmp_path)

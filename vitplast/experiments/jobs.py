@@ -68,6 +68,32 @@ def slots(cluster: str, parameters: dict) -> int:
     return max((os.cpu_count() or 1) // cpus_per_task, 1)
 
 
+def default_minutes(cluster: str, parameters: dict) -> int:
+    """A job's time limit when ``--timeout-min`` is not given: on Slurm its partition's limit
+    (``sinfo``; 0, no limit, where the partition has none), elsewhere a week. submitit's own
+    default, 5 minutes, is shorter than most packs of runs."""
+    if cluster != "slurm":
+        return 7 * 24 * 60
+    command = ["sinfo", "-h", "-o", "%P %l"]
+    if parameters.get("slurm_partition"):
+        command += ["-p", str(parameters["slurm_partition"])]
+    lines = subprocess.run(command, capture_output=True, text=True).stdout.split("\n")
+    limits = [line.split()[1] for line in lines if len(line.split()) == 2
+              and (parameters.get("slurm_partition") or line.split()[0].endswith("*"))]
+    return _minutes(limits[0]) if limits else 7 * 24 * 60
+
+
+def _minutes(limit: str) -> int:
+    """Slurm's time limit text (``infinite``, ``D-HH:MM:SS``, ``HH:MM:SS``, ``MM:SS``) in
+    minutes, rounded down; 0 for no limit."""
+    if limit.lower() in ("infinite", "unlimited"):
+        return 0
+    days, _, clock = limit.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    hours, minutes = (parts[0], parts[1]) if len(parts) == 3 else (0, parts[0])
+    return int(days or 0) * 24 * 60 + hours * 60 + minutes
+
+
 def packs(groups: list[list], n_jobs: int | None = None, runs_per_job: int | None = None
           ) -> list[list[list]]:
     """``groups`` dealt round-robin into packs: ``n_jobs`` of them, or as many as hold
@@ -100,6 +126,8 @@ def submit(job, groups: list[list], settled, *, store, folder=None, cluster=None
     import submitit
 
     executor = submitit.AutoExecutor(folder=folder or store.root / "submitit", cluster=cluster)
+    if "timeout_min" not in parameters and "slurm_time" not in parameters:
+        parameters["timeout_min"] = default_minutes(executor.cluster, parameters)
     short = parameters.get("timeout_min") and 15 * parameters["timeout_min"] < 90
     if short and "slurm_signal_delay_s" not in parameters:
         # submitit warns a job 90 s before its limit; of a limit under 6 min, its last quarter
@@ -224,4 +252,4 @@ def say(line: str) -> None:
     tqdm.write(line, file=sys.stderr)
 
 
-__all__ = ["LIVE", "WHY", "packs", "say", "slots", "submit", "watch"]
+__all__ = ["LIVE", "WHY", "default_minutes", "packs", "say", "slots", "submit", "watch"]
