@@ -97,8 +97,9 @@ def _add_sweep(sub) -> None:
                     help="serial | submitit")
     sw.add_argument("--cluster", default=None, choices=CLUSTERS,
                     help="submitit cluster: slurm | local | debug")
-    sw.add_argument("--timeout-min", type=int, default=None, help="submitit: time limit per job (default: the SLURM partition's; a week on "
-                    "--cluster local)")
+    sw.add_argument("--timeout-min", type=int, default=None,
+                    help="submitit: time limit per job (default: the SLURM partition's; a "
+                    "week on --cluster local)")
     sw.add_argument("--gpus-per-node", type=int, default=None, help="submitit: GPUs per job")
     sw.add_argument("--cpus-per-task", type=int, default=None, help="submitit: CPU cores per job")
     sw.add_argument("--partition", default=None, help="submitit: SLURM partition")
