@@ -205,7 +205,8 @@ def _precision_rows(precision: pd.DataFrame) -> list[dict]:
                         verdict=f"largest {r['max_relative_ci95']:.1%}: " + (
                             f"precise (<= {PRECISE:.0%})" if r["max_relative_ci95"] <= PRECISE
                             else f"imprecise somewhere (> {PRECISE:.0%})"),
-                        n=int(r["pairs"]), unit="(relative; pairs per estimate as n)")
+                        n=int(r["pairs"]), unit=f"median relative half-width, over the "
+                        f"estimates of {int(r['pairs'])} pairs each")
             for _, r in precision.iterrows()]
 
 
