@@ -10,6 +10,7 @@ import shutil
 import signal
 import sys
 import time
+from pathlib import Path
 
 from vitplast import cli_files, cli_notebooks
 
@@ -177,7 +178,6 @@ def _pretrain(args, parser, argv) -> int:
 def _sweep(args, parser, argv) -> int:
     """Run (or, with --status, only count) the study's runs the store lacks; log the session."""
     from vitplast.experiments import studies
-    from vitplast.experiments.runtime import Executor, Runtime
 
     kwargs = _submitit_parameters(args, parser)
     if kwargs.get("cluster") == "slurm" and not shutil.which("srun"):
@@ -187,6 +187,23 @@ def _sweep(args, parser, argv) -> int:
               file=sys.stderr)
         return 2
     study = studies.get(args.study)
+    early = None
+    if args.executor == "submitit" and not args.status:  # jobs start while the runs are listed
+        from vitplast.experiments import jobs
+
+        folder = kwargs.get("folder") or Path(args.root or study.root()) / "submitit"
+        early = jobs.prestart(folder, **kwargs)
+    try:
+        return _sweep_with(args, parser, argv, study, kwargs, early)
+    finally:
+        if early is not None:
+            early.release()
+
+
+def _sweep_with(args, parser, argv, study, kwargs, early) -> int:
+    """``_sweep`` once its cluster jobs, if any, are waiting (``jobs.prestart``)."""
+    from vitplast.experiments.runtime import Executor, Runtime
+
     _check_sweep_args(args, parser)
     try:  # also with --status, so that no bad option passes unnoticed
         runtime = Runtime(
@@ -209,7 +226,8 @@ def _sweep(args, parser, argv) -> int:
     start, command = time.perf_counter(), "python -m vitplast " + " ".join(argv or sys.argv[1:])
     interrupted = False
     try:
-        study.run(root, runtime, Executor(args.executor, kwargs))
+        study.run(root, runtime, Executor(args.executor, {**kwargs, **(
+            {"early": early} if early else {})}))
     except KeyboardInterrupt:
         interrupted = True
     finally:  # also when interrupted: what the store holds now is logged

@@ -80,3 +80,22 @@ def test_sigterm_drops_the_run_in_flight_and_releases_its_claim(tmp_path, monkey
         signal.signal(signal.SIGTERM, before[0])
         signal.signal(signal.SIGUSR2, before[1])
     assert not list(tmp_path.glob("*.json")) and not list(tmp_path.glob("*.claim"))
+
+
+def _statuses(pack):
+    return [f"ran {run}" for group in pack for run, _ in group]
+
+
+def test_prestarted_jobs_run_the_pack_handed_to_them_and_the_others_end(tmp_path):
+    """``jobs.Early``: the i-th waiting job runs ``job(chosen[i])``; a job handed nothing, or
+    released, returns at once with no run."""
+    early = jobs.Early(jobs=["first", "second", "third"], inbox=tmp_path)
+    chosen = jobs.packs(_groups(1, 1, 1), n_jobs=2)
+    assert early.hand(_statuses, chosen) == ["first", "second"] and early.used
+    assert jobs._waiting(0, str(tmp_path)) == ["ran g0r0", "ran g2r0"]
+    assert jobs._waiting(1, str(tmp_path)) == ["ran g1r0"]
+    assert jobs._waiting(2, str(tmp_path)) == []
+    idle = jobs.Early(jobs=["a"], inbox=tmp_path / "idle")
+    idle.inbox.mkdir()
+    idle.release()
+    assert jobs._waiting(0, str(idle.inbox)) == []

@@ -11,7 +11,9 @@ many jobs as can run at once (``slots``: ``--array-parallelism`` if given, else 
 partition's idle CPUs over ``--cpus-per-task``; a local cluster's cores), so that no slot
 idles while another has runs queued and no job pays a start-up a running job could have
 spared; ``runs_per_job`` (``--runs-per-job N``) sets the pack size instead (more, shorter
-jobs: e.g. a cluster whose queue favours short jobs).
+jobs: e.g. a cluster whose queue favours short jobs). ``vitplast sweep`` on Slurm submits its
+jobs before it lists its runs (``prestart``): while it does, they import what training needs,
+then wait for their packs (``Early``), so their start-up costs no time of its own.
 
 **Watching.** A job has ended when its result file is in its folder (it returned, or raised
 and submitit recorded why) or when Slurm no longer runs it (``squeue``: time limit,
@@ -25,11 +27,15 @@ its runs are missing and the same command runs them again.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import pickle
 import subprocess
 import sys
 import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 #: Slurm states of a job that still runs or will (``squeue``'s ``%T``).
@@ -106,8 +112,88 @@ def packs(groups: list[list], n_jobs: int | None = None, runs_per_job: int | Non
     return [p for p in (groups[i::n_jobs] for i in range(n_jobs)) if p]
 
 
+def executor_for(folder, cluster: str | None, parameters: dict):
+    """submitit's executor writing into ``folder``, with ``parameters`` and the defaults of a
+    pack's job: its partition's time limit (``default_minutes``), and of a limit under 6
+    minutes the warning in its last quarter (submitit's: 90 s before it)."""
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
+    if "timeout_min" not in parameters and "slurm_time" not in parameters:
+        parameters["timeout_min"] = default_minutes(executor.cluster, parameters)
+    short = parameters.get("timeout_min") and 15 * parameters["timeout_min"] < 90
+    if short and "slurm_signal_delay_s" not in parameters:
+        parameters["slurm_signal_delay_s"] = 15 * parameters["timeout_min"]
+    executor.update_parameters(**parameters)
+    return executor
+
+
+@dataclass
+class Early:
+    """Jobs submitted before a sweep knows its runs (``prestart``): each imports what training
+    needs, then waits for its pack in ``inbox/<i>.pkl``; the sweep's first array hands them
+    their packs (``submit``), and ``release`` ends those it did not need."""
+
+    jobs: list
+    inbox: Path
+    used: bool = False
+
+    def hand(self, job, chosen: list[list[list]]) -> list:
+        """Give the i-th waiting job ``job(chosen[i])``, the others nothing; return the jobs
+        that got a pack."""
+        import cloudpickle
+
+        self.used = True
+        for i, one in enumerate(self.jobs):
+            content = (job, chosen[i]) if i < len(chosen) else None
+            tmp = self.inbox / f".{i}.pkl.tmp"
+            tmp.write_bytes(cloudpickle.dumps(content))
+            os.replace(tmp, self.inbox / f"{i}.pkl")
+        return self.jobs[:len(chosen)]
+
+    def release(self) -> None:
+        """End the waiting jobs no sweep handed a pack to."""
+        for i in range(len(self.jobs)):
+            path = self.inbox / f"{i}.pkl"
+            if not path.exists():
+                path.write_bytes(pickle.dumps(None))
+
+
+def prestart(folder, cluster: str | None = None, **parameters) -> Early | None:
+    """As many waiting jobs (``Early``) as can run at once, submitted now, so that their
+    start-up (Python, torch, timm: seconds) overlaps the sweep's own listing of its runs; None
+    where packs are sized by ``runs_per_job`` or the cluster is not Slurm."""
+    import submitit
+
+    if parameters.get("runs_per_job") or (cluster or submitit.AutoExecutor.which()) != "slurm":
+        return None
+    executor = executor_for(folder, cluster, dict(parameters))
+    inbox = Path(folder) / f"inbox-{uuid.uuid4().hex[:8]}"
+    inbox.mkdir(parents=True)
+    n = slots(executor.cluster, parameters)
+    return Early(executor.map_array(functools.partial(_waiting, inbox=str(inbox)),
+                                    list(range(n))), inbox)
+
+
+#: How long a waiting job waits for its pack (a sweep killed before handing them out).
+WAIT_S = 1800.0
+
+
+def _waiting(i: int, inbox: str) -> list[str]:
+    """A prestarted job: import the training code, wait for pack ``i`` and run it."""
+    from vitplast.experiments import sweep  # noqa: F401  the imports, while the runs are listed
+
+    path, end = Path(inbox) / f"{i}.pkl", time.monotonic() + WAIT_S
+    while not path.exists():
+        if time.monotonic() > end:
+            return []
+        time.sleep(0.05)
+    content = pickle.loads(path.read_bytes())
+    return [] if content is None else content[0](content[1])
+
+
 def submit(job, groups: list[list], settled, *, store, folder=None, cluster=None,
-           runs_per_job: int | None = None, **parameters) -> None:
+           runs_per_job: int | None = None, early: Early | None = None, **parameters) -> None:
     """Run ``job(pack)`` for every pack of ``groups`` as one submitit job array and wait until
     every job has ended (module docstring).
 
@@ -121,21 +207,16 @@ def submit(job, groups: list[list], settled, *, store, folder=None, cluster=None
         folder: submitit's folder (default ``<store>/submitit``).
         cluster: ``slurm``, ``local`` or ``debug`` (default: what submitit detects).
         runs_per_job: the pack size (default: one pack per ``slots``).
+        early: jobs already waiting (``prestart``): the first array's packs go to them.
         **parameters: submitit's ``update_parameters`` keywords.
     """
-    import submitit
-
-    executor = submitit.AutoExecutor(folder=folder or store.root / "submitit", cluster=cluster)
-    if "timeout_min" not in parameters and "slurm_time" not in parameters:
-        parameters["timeout_min"] = default_minutes(executor.cluster, parameters)
-    short = parameters.get("timeout_min") and 15 * parameters["timeout_min"] < 90
-    if short and "slurm_signal_delay_s" not in parameters:
-        # submitit warns a job 90 s before its limit; of a limit under 6 min, its last quarter
-        parameters["slurm_signal_delay_s"] = 15 * parameters["timeout_min"]
-    executor.update_parameters(**parameters)
-    chosen = packs(groups, slots(executor.cluster, parameters), runs_per_job)
-    jobs = executor.map_array(job, chosen)
-    slurm = executor.cluster == "slurm"
+    if early is not None and not early.used and runs_per_job is None:
+        chosen = packs(groups, len(early.jobs))
+        jobs, slurm = early.hand(job, chosen), True
+    else:
+        executor = executor_for(folder or store.root / "submitit", cluster, parameters)
+        chosen = packs(groups, slots(executor.cluster, parameters), runs_per_job)
+        jobs, slurm = executor.map_array(job, chosen), executor.cluster == "slurm"
     if slurm and not _accounting():
         say("job states: read from squeue and the job folders (Slurm accounting is off here, "
             "so sacct is not used)")
@@ -252,4 +333,5 @@ def say(line: str) -> None:
     tqdm.write(line, file=sys.stderr)
 
 
-__all__ = ["LIVE", "WHY", "default_minutes", "packs", "say", "slots", "submit", "watch"]
+__all__ = ["LIVE", "WHY", "Early", "default_minutes", "executor_for", "packs", "prestart", "say",
+           "slots", "submit", "watch"]
