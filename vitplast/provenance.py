@@ -38,7 +38,7 @@ def provenance(device: torch.device) -> dict:
     """Where and with what a result was made: ``machine`` (e.g. "x86_64, 2 cores", plus the
     GPU), ``vitplast``, ``torch``, ``timm``, ``python``, ``git_commit``, ``git_dirty``,
     ``date`` (UTC), and in a Slurm job ``slurm_job`` (``slurm_job``)."""
-    import timm
+    from importlib.metadata import version  # timm's, without importing it (about a second)
 
     import vitplast
 
@@ -49,7 +49,7 @@ def provenance(device: torch.device) -> dict:
     commit, dirty = git_state()
     job = slurm_job()
     return dict(machine=machine, vitplast=vitplast.__version__, torch=torch.__version__,
-                timm=timm.__version__, python=platform.python_version(), git_commit=commit,
+                timm=version("timm"), python=platform.python_version(), git_commit=commit,
                 git_dirty=dirty, date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 **({"slurm_job": job} if job else {}))
 

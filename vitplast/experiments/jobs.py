@@ -181,7 +181,9 @@ WAIT_S = 1800.0
 
 def _waiting(i: int, inbox: str) -> list[str]:
     """A prestarted job: import the training code, wait for pack ``i`` and run it."""
-    from vitplast.experiments import sweep  # noqa: F401  the imports, while the runs are listed
+    import timm  # noqa: F401  what training imports, while the sweep lists the runs
+
+    from vitplast.experiments import sweep  # noqa: F401
 
     path, end = Path(inbox) / f"{i}.pkl", time.monotonic() + WAIT_S
     while not path.exists():
