@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 #: Slurm states of a job that still runs or will (``squeue``'s ``%T``).
@@ -137,6 +137,12 @@ class Early:
     jobs: list
     inbox: Path
     used: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+    def waiting(self) -> bool:
+        """Whether its jobs still wait for packs: none handed yet, and well within ``WAIT_S``
+        of their submission (a sweep that took longer to list its runs submits anew)."""
+        return not self.used and time.monotonic() - self.started < WAIT_S - 120
 
     def hand(self, job, chosen: list[list[list]]) -> list:
         """Give the i-th waiting job ``job(chosen[i])``, the others nothing; return the jobs
@@ -212,7 +218,7 @@ def submit(job, groups: list[list], settled, *, store, folder=None, cluster=None
         early: jobs already waiting (``prestart``): the first array's packs go to them.
         **parameters: submitit's ``update_parameters`` keywords.
     """
-    if early is not None and not early.used and runs_per_job is None:
+    if early is not None and early.waiting() and runs_per_job is None:
         chosen = packs(groups, len(early.jobs))
         jobs, slurm = early.hand(job, chosen), True
     else:
