@@ -149,20 +149,23 @@ class Early:
         that got a pack."""
         import cloudpickle
 
+        from vitplast.files import atomic_path
+
         self.used = True
-        for i, one in enumerate(self.jobs):
-            content = (job, chosen[i]) if i < len(chosen) else None
-            tmp = self.inbox / f".{i}.pkl.tmp"
-            tmp.write_bytes(cloudpickle.dumps(content))
-            os.replace(tmp, self.inbox / f"{i}.pkl")
+        for i in range(len(self.jobs)):
+            with atomic_path(self.inbox / f"{i}.pkl") as tmp:  # never read half-written
+                tmp.write_bytes(cloudpickle.dumps((job, chosen[i]) if i < len(chosen) else None))
         return self.jobs[:len(chosen)]
 
     def release(self) -> None:
         """End the waiting jobs no sweep handed a pack to."""
+        from vitplast.files import atomic_path
+
         for i in range(len(self.jobs)):
             path = self.inbox / f"{i}.pkl"
             if not path.exists():
-                path.write_bytes(pickle.dumps(None))
+                with atomic_path(path) as tmp:
+                    tmp.write_bytes(pickle.dumps(None))
 
 
 def prestart(folder, cluster: str | None = None, **parameters) -> Early | None:
@@ -189,7 +192,7 @@ def _waiting(i: int, inbox: str) -> list[str]:
     """A prestarted job: import the training code, wait for pack ``i`` and run it."""
     import timm  # noqa: F401  what training imports, while the sweep lists the runs
 
-    from vitplast.experiments import sweep  # noqa: F401
+    from vitplast.train import batched, finetune  # noqa: F401
 
     path, end = Path(inbox) / f"{i}.pkl", time.monotonic() + WAIT_S
     while not path.exists():
