@@ -149,9 +149,14 @@ def idle(folder: str | Path) -> bool:
 
 
 def down(folder: str | Path, timeout: float = 20.0) -> list[str]:
-    """Stop the daemons of ``folder`` that run (SIGTERM, by their pid files, slurmd first);
-    return their names. Nothing else is signalled."""
+    """Stop the daemons of ``folder`` that run (SIGTERM, by their pid files, slurmd first),
+    after cancelling the jobs of its cluster; return their names. Nothing else is
+    signalled."""
     f, stopped = Path(folder), []
+    if _pid(f, "slurmctld") is not None:  # its jobs first: their steps would outlive slurmd
+        subprocess.run(["scancel", "--user", str(os.getuid())], env=env(f), capture_output=True)
+        _wait(lambda: not subprocess.run(["squeue", "-h"], env=env(f), capture_output=True,
+                                         text=True).stdout.strip(), timeout)
     for daemon in reversed(DAEMONS):
         pid = _pid(f, daemon)
         if pid is None:
