@@ -60,8 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from vitplast.experiments import local_slurm
 
     folder = None
-    if not (os.environ.get("SLURM_CONF") and subprocess.run(
-            ["sinfo"], capture_output=True).returncode == 0):
+    if not local_slurm.answers():
         why = local_slurm.missing()
         if why:
             print(f"no Slurm to measure: {why}", file=sys.stderr)

@@ -52,13 +52,10 @@ def slurm():
     """A Slurm that answers: the user's (``SLURM_CONF`` set and ``sinfo`` answering), else a
     one-node cluster started for this test session (``local_slurm.up``); the test is skipped,
     with the reason, where neither is possible (Slurm or munge not installed, not root)."""
-    import subprocess
-
     from vitplast.experiments import local_slurm
     from vitplast.files import locked
 
-    if os.environ.get("SLURM_CONF") and subprocess.run(
-            ["sinfo"], capture_output=True).returncode == 0:
+    if local_slurm.answers():
         yield os.environ["SLURM_CONF"]
         return
     why = local_slurm.missing()

@@ -40,3 +40,15 @@ def test_a_missing_package_is_named_with_its_install_line(monkeypatch):
                                      "apt-get install -y slurm-wlm munge)")
     with pytest.raises(RuntimeError, match="cannot start a local Slurm: munged not installed"):
         local_slurm.up("unused")
+
+
+def test_the_jobs_read_their_partition_from_sinfo(slurm):
+    """The cluster's one partition has no time limit (a job's default limit: none) and at most
+    this machine's CPUs idle; a partition named explicitly reads the same."""
+    import os
+
+    from vitplast.experiments import jobs
+
+    for parameters in ({}, {"slurm_partition": local_slurm.PARTITION}):
+        assert jobs.default_minutes("slurm", parameters) == 0
+        assert 1 <= jobs.slots("slurm", parameters) <= os.cpu_count()

@@ -63,13 +63,8 @@ def slots(cluster: str, parameters: dict) -> int:
     cpus_per_task = int(parameters.get("cpus_per_task") or 1)
     if cluster == "debug":
         return 1
-    if cluster == "slurm":
-        command = ["sinfo", "-h", "-o", "%C"]
-        if parameters.get("slurm_partition"):
-            command += ["-p", str(parameters["slurm_partition"])]
-        done = subprocess.run(command, capture_output=True, text=True)
-        idle = sum(int(line.split("/")[1]) for line in done.stdout.split()
-                   if line.count("/") == 3)
+    if cluster == "slurm":  # %C: allocated/idle/other/total CPUs
+        idle = sum(int(v.split("/")[1]) for v in _partition("%C", parameters) if v.count("/") == 3)
         return max(idle // cpus_per_task, 1)
     return max((os.cpu_count() or 1) // cpus_per_task, 1)
 
@@ -78,15 +73,18 @@ def default_minutes(cluster: str, parameters: dict) -> int:
     """A job's time limit when ``--timeout-min`` is not given: on Slurm its partition's limit
     (``sinfo``; 0, no limit, where the partition has none), elsewhere a week. submitit's own
     default, 5 minutes, is shorter than most packs of runs."""
-    if cluster != "slurm":
-        return 7 * 24 * 60
-    command = ["sinfo", "-h", "-o", "%P %l"]
-    if parameters.get("slurm_partition"):
-        command += ["-p", str(parameters["slurm_partition"])]
-    lines = subprocess.run(command, capture_output=True, text=True).stdout.split("\n")
-    limits = [line.split()[1] for line in lines if len(line.split()) == 2
-              and (parameters.get("slurm_partition") or line.split()[0].endswith("*"))]
+    limits = _partition("%l", parameters) if cluster == "slurm" else []
     return _minutes(limits[0]) if limits else 7 * 24 * 60
+
+
+def _partition(field: str, parameters: dict) -> list[str]:
+    """``sinfo``'s ``field`` of the jobs' partition: ``slurm_partition``, else the default one
+    (marked ``*``)."""
+    partition = parameters.get("slurm_partition")
+    command = ["sinfo", "-h", "-o", f"%P|{field}"] + (["-p", str(partition)] if partition else [])
+    lines = subprocess.run(command, capture_output=True, text=True).stdout.splitlines()
+    return [value for name, _, value in (line.partition("|") for line in lines)
+            if partition or name.endswith("*")]
 
 
 def _minutes(limit: str) -> int:

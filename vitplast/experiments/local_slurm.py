@@ -81,6 +81,12 @@ def missing() -> str | None:
     return None
 
 
+def answers() -> bool:
+    """Whether a Slurm answers here now: ``SLURM_CONF`` names one and ``sinfo`` reaches it."""
+    return bool(os.environ.get("SLURM_CONF")) and subprocess.run(
+        ["sinfo"], capture_output=True).returncode == 0
+
+
 def env(folder: str | Path) -> dict:
     """The environment Slurm's commands need to reach the cluster of ``folder``."""
     return {**os.environ, "SLURM_CONF": str(Path(folder).resolve() / "slurm.conf")}

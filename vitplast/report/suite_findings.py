@@ -172,7 +172,7 @@ def count_findings(picked: pd.DataFrame, model) -> list[dict]:
         "task (" + ", ".join(f"{c} {n:,}" for c, n in count.sort_values(ascending=False)
                              .items()) + " entries)", rho,
         paper="not in the paper (Table 1 compares components at their full counts)",
-        expected=float("nan"), unit="rho, per task")]
+        expected=float("nan"), unit="rho, per task", bounded=True)]
 
 
 def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.DataFrame:
