@@ -14,8 +14,8 @@ def add_parser(sub) -> None:
     """The ``notebooks`` subcommand and its actions, on the CLI's subparsers ``sub``."""
     nb = sub.add_parser("notebooks", help="run the notebook sequence headlessly (papermill)",
                         description="The notebook sequence (package data, vitplast/notebooks/): "
-                        "list it, copy it out, execute it with papermill under a profile, or "
-                        "render an executed run as static HTML.")
+                        "list it, copy it out, execute it with papermill under a profile, "
+                        "render an executed run as static HTML, or compare two runs.")
     nb_sub = nb.add_subparsers(dest="action", required=True)
     r = nb_sub.add_parser("run", help="execute the notebooks into runs/<timestamp>/",
                           description="Execute the notebooks with papermill, --jobs at a time, "
@@ -53,6 +53,12 @@ def add_parser(sub) -> None:
                           "with their status; each page embeds its figures.")
     h.add_argument("run_dir", metavar="RUN_DIR", help="runs/<timestamp>-<profile>/")
     h.add_argument("--out", default=None, help="folder for the site (default RUN_DIR/html)")
+    d = nb_sub.add_parser("diff", help="compare what two executed runs printed",
+                          description="Compare the texts, tables and findings two executed runs "
+                          "printed, cell by cell (not figures, stderr or timings): one line per "
+                          "difference; exit 1 when there is any.")
+    d.add_argument("run_a", metavar="RUN_A", help="a folder `notebooks run` wrote")
+    d.add_argument("run_b", metavar="RUN_B", help="another one")
 
 
 def command(args, parser, argv) -> int:
@@ -76,6 +82,15 @@ def command(args, parser, argv) -> int:
         return 0
     if args.action == "html":
         return _html(args.run_dir, args.out, parser)
+    if args.action == "diff":
+        from vitplast.report import run_diff
+
+        try:
+            found = run_diff.diff(args.run_a, args.run_b)
+        except FileNotFoundError as err:
+            parser.error(str(err))
+        print("\n".join(found) or "the two runs printed the same texts, tables and findings")
+        return 1 if found else 0
     return _run(args, parser)
 
 
