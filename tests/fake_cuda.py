@@ -88,7 +88,7 @@ class FakeCuda(TorchFunctionMode):
             return grad.as_subclass(OnDevice) if grad is not None and _on(args[0]) else grad
         if func is torch.Tensor.cpu:
             return args[0].as_subclass(torch.Tensor) if _on(args[0]) else args[0]
-        if func is torch.Tensor.numpy and _on(args[0]):
+        if func in (torch.Tensor.numpy, torch.Tensor.__array__) and _on(args[0]):  # np.asarray too
             raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() "
                             "to copy the tensor to host memory first.")
         if func in FACTORIES and _cuda(kwargs.get("device")):

@@ -142,7 +142,10 @@ def _scale_rows(scale: pd.DataFrame, tol: float) -> list[dict]:
 
 def _prop1_rows(prop1: tuple) -> list[dict]:
     by_hand, bound, rates = prop1
-    largest = float(pd.Series(np.asarray(rates, dtype=float).ravel()).max())
+    if hasattr(rates, "cpu"):  # a tensor, on the model's device
+        rates = rates.detach().cpu()
+    rates = np.asarray(rates, dtype=float).ravel()
+    largest = float(rates.max())
     return [
         descriptive("Prop. 1's bound by hand (smallest token sigma) / bounds.layernorm_bound",
                     by_hand / bound, paper="not in the paper (the same formula, computed twice)",
@@ -150,7 +153,7 @@ def _prop1_rows(prop1: tuple) -> list[dict]:
                     unit="(ratio; one LayerNorm)"),
         descriptive("the LayerNorm's largest rate over the pairs / Prop. 1's bound",
                     largest / bound, paper="Prop. 1: at most 1", verdict=exact(largest <= bound),
-                    n=len(np.asarray(rates).ravel()), unit="(ratio) over pairs")]
+                    n=len(rates), unit="(ratio) over pairs")]
 
 
 def _conv_rows(conv: pd.DataFrame) -> list[dict]:
