@@ -14,7 +14,7 @@ Side by side in one run on one GPU:
    the embedded study's recipe (fp32) one by one, against the same processes each training
    groups of ``--k`` LRs batched (``vitplast.train.batched``, ``vitplast sweep --batch-lrs``); each
    process warms up, then all start at one moment;
-4. the notebooks: every one in the ``default`` profile (``vitplast.report.notebooks.run``), each in
+4. the notebooks: every one in the ``default`` profile (``vitplast.course.notebooks.run``), each in
    a papermill kernel that loads its models on the GPU.
 
 Last lines, one per target (``RESULT <name> <value> target <op> <value>``; the values below are
@@ -47,9 +47,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from vitplast import models
+from vitplast.course import notebooks
 from vitplast.measure import plasticity
 from vitplast.measure.pairs import make_pairs
-from vitplast.report import notebooks
 from vitplast.train import finetune, passes
 
 VIT_B = "vit_base_patch16_224.orig_in21k"

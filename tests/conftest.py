@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import FakeTrain, tiny_vit, write_idx
 
-from vitplast.report.kernels import threads_each
+from vitplast.course.kernels import threads_each
 from vitplast.train import finetune
 
 

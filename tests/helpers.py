@@ -71,7 +71,7 @@ def notebook_cells(name: str) -> list[tuple[str, bool]]:
     whether it is the cell tagged ``parameters``."""
     import json
 
-    from vitplast.report import notebooks
+    from vitplast.course import notebooks
 
     nb = json.loads((notebooks.NOTEBOOK_DIR / f"{name}.ipynb").read_text())
     return [("\n".join(line for line in "".join(c["source"]).splitlines()
@@ -87,7 +87,7 @@ def exec_notebook(name: str, profile: str = "smoke", params: dict | None = None)
     backend."""
     import matplotlib
 
-    from vitplast.report import notebooks
+    from vitplast.course import notebooks
 
     matplotlib.use("Agg")
     (_, chosen), = notebooks.plan(profile, [name.split("_")[0]], params)
@@ -151,11 +151,11 @@ TINY_ERROR = "the value 3 is not valid: give 1 or 2\nsecond line of the message"
 
 def tiny_course(folder, monkeypatch=None) -> list[str]:
     """Write ``TINY_COURSE`` (source notebooks, each with a typed ``parameters`` cell) into
-    ``folder``; with ``monkeypatch``, make it the sequence ``vitplast.report.notebooks`` runs."""
+    ``folder``; with ``monkeypatch``, make it the sequence ``vitplast.course.notebooks`` runs."""
     import nbformat
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-    from vitplast.report import notebooks
+    from vitplast.course import notebooks
 
     params = new_code_cell("value: int = 3  # a number", metadata=dict(tags=["parameters"]))
     figure = new_code_cell("import matplotlib.pyplot as plt\n"
@@ -201,7 +201,7 @@ def executed_run(folder, png: bytes):
     import base64
     import json
 
-    from vitplast.report import reading_copy
+    from vitplast.course import reading_copy
 
     source = folder.parent / f"{folder.name}-source"
     tiny_course(source)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY_COURSE, tiny_course
 
-from vitplast.report import notebooks, reading_copy
+from vitplast.course import notebooks, reading_copy
 
 CHROMIUM = shutil.which("chromium")
 REPO = Path(__file__).resolve().parents[1]

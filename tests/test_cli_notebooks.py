@@ -10,7 +10,7 @@ from helpers import TINY_COURSE, TINY_ERROR, executed_run, png_figure, tiny_cour
 
 from vitplast.__main__ import main
 from vitplast.cli_notebooks import literal
-from vitplast.report import notebooks
+from vitplast.course import notebooks
 
 
 @pytest.mark.slow

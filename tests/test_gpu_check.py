@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitplast.report import notebooks
+from vitplast.course import notebooks
 
 LINE = re.compile(r"^RESULT (\S+) (\S+) target (<=|>=|==) (\S+)( \(dry: not enforced\))?$")
 

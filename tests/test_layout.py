@@ -1,8 +1,9 @@
 """The package's layout rules: modules sit in layers (``vitplast.LAYERS``) and import only from
 their own layer and the layers below it, on the real import graph (at module level and inside
-functions), without a cycle; every import names the module's real path (there are no short
-names); no function is longer than ``MAX_LINES`` lines and no module longer than
-``MAX_MODULE_LINES``; and every module has its own test file, in the folder of its subpackage."""
+functions; by import statements and by ``import_module`` calls), without a cycle; every import
+names the module's real path (there are no short names); no function is longer than
+``MAX_LINES`` lines and no module longer than ``MAX_MODULE_LINES``; and every module has its own
+test file, in the folder of its subpackage."""
 
 import ast
 import importlib
@@ -23,26 +24,28 @@ MAX_MODULE_LINES = 400
 TESTS = Path(__file__).parent
 
 
-def _module_level(tree: ast.Module):
-    """The statements run on import: the module's body, into ``if`` / ``try`` / ``with``
-    blocks but not into functions or classes."""
+def _run_on_import(tree: ast.Module):
+    """The nodes run on import: the module's body with everything in it (``if`` / ``try`` /
+    ``with`` blocks, class bodies, the expressions of its statements) but not what is inside
+    functions."""
     todo = list(tree.body)
     while todo:
         node = todo.pop()
         yield node
-        if isinstance(node, (ast.If, ast.Try, ast.With)):
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                todo += getattr(node, field, [])
-        if isinstance(node, ast.ExceptHandler):
-            todo += node.body
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo += ast.iter_child_nodes(node)
 
 
-def imports_of(name: str, anywhere: bool = False) -> set[str]:
-    """The ``vitplast`` modules that module ``name`` imports at module level (``anywhere``:
-    also inside functions)."""
-    tree = ast.parse(FILES[name].read_text())
+#: The calls that import a module by its name, ``importlib.import_module("vitplast.x.y")``.
+IMPORT_CALLS = ("import_module", "importlib.import_module")
+
+
+def imports_in(tree: ast.Module, anywhere: bool = False) -> set[str]:
+    """The ``vitplast`` modules that the module parsed as ``tree`` imports on import
+    (``anywhere``: also inside functions): by import statements and by ``import_module`` calls
+    naming the module in a string."""
     out = set()
-    for node in (ast.walk(tree) if anywhere else _module_level(tree)):
+    for node in (ast.walk(tree) if anywhere else _run_on_import(tree)):
         if isinstance(node, ast.ImportFrom) and node.module in ("vitplast", *(
                 f"vitplast.{p}" for p in vitplast.LAYERS)):
             out |= {a.name for a in node.names if a.name in MODULES}
@@ -50,7 +53,17 @@ def imports_of(name: str, anywhere: bool = False) -> set[str]:
             out.add(node.module.split(".")[-1])
         elif isinstance(node, ast.Import):
             out |= {a.name.split(".")[-1] for a in node.names if a.name.startswith("vitplast.")}
+        elif (isinstance(node, ast.Call) and ast.unparse(node.func) in IMPORT_CALLS
+              and node.args and isinstance(node.args[0], ast.Constant)
+              and str(node.args[0].value).startswith("vitplast.")):
+            out.add(node.args[0].value.split(".")[-1])
     return out & set(MODULES)
+
+
+def imports_of(name: str, anywhere: bool = False) -> set[str]:
+    """The ``vitplast`` modules that module ``name`` imports at module level (``anywhere``:
+    also inside functions)."""
+    return imports_in(ast.parse(FILES[name].read_text()), anywhere)
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -124,6 +137,29 @@ def test_upward_finds_an_import_that_climbs():
     layer = {"paper": "base", "verdicts": "stats", "plasticity": "measure",
              "store": "experiments"}.get
     assert upward(graph, layer) == ["plasticity (measure) -> store (experiments)"]
+
+
+def test_upward_finds_an_import_module_call_that_climbs():
+    """An edge written as ``import_module("vitplast....")`` counts as an import: planted in a
+    module of ``measure``, one to ``report`` at module level and one to ``experiments`` inside
+    a function are both caught going up."""
+    planted = ast.parse(
+        "import importlib\n"
+        "from importlib import import_module\n"
+        "PLOTS = import_module('vitplast.report.plots')\n"
+        "def late():\n"
+        "    return importlib.import_module('vitplast.experiments.store')\n")
+    assert imports_in(planted) == {"plots"}
+    assert imports_in(planted, anywhere=True) == {"plots", "store"}
+    graph = {"plasticity": imports_in(planted, anywhere=True)}
+    assert upward(graph, layer_of) == ["plasticity (measure) -> plots (report)",
+                                       "plasticity (measure) -> store (experiments)"]
+
+
+def test_the_import_graph_reads_import_module_calls():
+    """The real graph holds the package's own ``import_module`` edges (``kinds`` reads the
+    study specs by name)."""
+    assert "study_specs" in imports_of("kinds", anywhere=True)
 
 
 def test_every_module_imports_only_its_own_layer_and_those_below():

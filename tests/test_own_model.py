@@ -14,10 +14,11 @@ from safetensors.torch import save_file
 from vitplast import models
 from vitplast import weights as chosen_weights
 from vitplast.__main__ import main
+from vitplast.course import notebooks
 from vitplast.datasets import fake_datasets
 from vitplast.inputs import Fitted, native_input
 from vitplast.measure import empirical
-from vitplast.report import advise, notebooks
+from vitplast.report import advise
 
 
 @pytest.fixture

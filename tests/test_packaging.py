@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 import vitplast
-from vitplast.report import notebooks, parameters
+from vitplast.course import notebooks, parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "03b_intervals",
@@ -271,7 +271,7 @@ def test_installed_wheel_works_from_any_folder(wheel, tmp_path):
     listing = run(venv / "bin" / "vitplast", "notebooks", "list")
     assert all(nb in listing for nb in NOTEBOOKS) and "n_pairs: int = 512" in listing
     where = run(python, "-c", "from vitplast import models; "
-                "from vitplast.report import notebooks; m = models.load_model('vitplast_fmnist'); "
+                "from vitplast.course import notebooks; m = models.load_model('vitplast_fmnist'); "
                 "print(models.__file__, notebooks.NOTEBOOK_DIR, sum(p.numel() for p in "
                 "m.parameters()))").split()
     assert Path(where[0]).is_relative_to(venv) and Path(where[1]).is_relative_to(venv)
@@ -309,7 +309,7 @@ def test_an_installed_copy_runs_the_course_with_and_without_the_shipped_results(
     elsewhere.mkdir()
     env = dict(_env(), VITPLAST_CACHE=str(tmp_path / "cache"))
     start = time.perf_counter()  # how long this machine takes to import the kit, cold
-    subprocess.run([str(venv / "bin" / "python"), "-c", "from vitplast.report.parameters import "
+    subprocess.run([str(venv / "bin" / "python"), "-c", "from vitplast.course.parameters import "
                     "setup"], check=True, cwd=elsewhere, env=env, timeout=300)
     limit = STOP_SECONDS * max(1.0, (time.perf_counter() - start) / STOP_BASELINE)
     bare = _course(venv, elsewhere, "no-data", env)

@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from vitplast.course import notebooks
 from vitplast.measure import definitions
 from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
-from vitplast.report import definition_findings, notebooks, plasticity_findings
+from vitplast.report import definition_findings, plasticity_findings
 from vitplast.report.plasticity_findings import correlation_row
 from vitplast.stats import verdicts
 

@@ -30,7 +30,7 @@ store           a results folder of records, resumable (``store.Store``, ``study
 study           a named set of runs and its store (``studies``); a ``sweep`` runs what
                 its store lacks
 checkpoint      a stage of the embedded model's pretraining (``models``, ``pretrain``)
-profile         how large the notebooks run: smoke, default, paper (``notebooks``)
+profile         how large the notebooks run: smoke, default, paper (``course.notebooks``)
 finding         one conclusion as a row: claim, paper, measured, CI, p, power, verdict
                 (``*_findings``; the machinery in ``verdicts``, power in ``power``)
 primary         a question a study declares in its preset (``primaries.Primary``); the
@@ -56,7 +56,9 @@ its modules. Within a module, names without a leading ``_`` are public (a module
 - ``train``: the one training loop and what runs on it (finetuning, probes, ablations,
   pretraining, other pretraining recipes, the gauge's finetuning invariance);
 - ``experiments``: runs, their store, the studies and the tables read from them;
-- ``report``: conclusions as rows, in words and figures, the explorers, the notebook runner;
+- ``report``: conclusions as rows, in words and figures, the explorers;
+- ``course``: the notebooks run (papermill, their kernels, their parameters checked), read
+  (the reading copy) and compared (two runs' printed results);
 - the command line: ``__main__`` (``vitplast ...``) with ``cli_notebooks`` (``vitplast
   notebooks``) and ``cli_files`` (``vitplast data``, ``cache``).
 
@@ -69,6 +71,7 @@ __version__ = "0.1.0"
 #: The layers, bottom to top: a module imports only from its own layer and those below it.
 #: ``base`` is every top-level module but the command line's (``CLI``); the others are the
 #: subpackages of those names.
-LAYERS = ("base", "stats", "datasets", "measure", "train", "experiments", "report", "cli")
+LAYERS = ("base", "stats", "datasets", "measure", "train", "experiments", "report", "course",
+          "cli")
 #: The command line's modules, the top layer.
 CLI = ("__main__", "cli_files", "cli_notebooks")

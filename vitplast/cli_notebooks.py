@@ -1,5 +1,5 @@
 """The ``vitplast notebooks`` command: list, copy, run the notebook sequence, and render a run
-as a reading copy (``vitplast.report.notebooks``, ``vitplast.report.reading_copy``).
+as a reading copy (``vitplast.course.notebooks``, ``vitplast.course.reading_copy``).
 
 Building its parser imports nothing heavy (``--help`` answers at once); each action imports
 what it needs.
@@ -63,7 +63,7 @@ def add_parser(sub) -> None:
 
 def command(args, parser, argv) -> int:
     """Do the ``notebooks`` action ``args.action``; bad input ends in ``parser.error``."""
-    from vitplast.report import notebooks
+    from vitplast.course import notebooks
 
     if args.action == "copy":
         try:
@@ -83,7 +83,7 @@ def command(args, parser, argv) -> int:
     if args.action == "html":
         return _html(args.run_dir, args.out, parser)
     if args.action == "diff":
-        from vitplast.report import run_diff
+        from vitplast.course import run_diff
 
         try:
             found = run_diff.diff(args.run_a, args.run_b)
@@ -95,7 +95,7 @@ def command(args, parser, argv) -> int:
 
 
 def _run(args, parser) -> int:
-    from vitplast.report import notebooks
+    from vitplast.course import notebooks
 
     params = {k: literal(v) for k, v in args.param}
     if args.jobs < 1:
@@ -119,7 +119,7 @@ def _run(args, parser) -> int:
 
 
 def _html(run_dir, out, parser) -> int:
-    from vitplast.report import notebooks, reading_copy
+    from vitplast.course import notebooks, reading_copy
 
     try:
         index = reading_copy.write_site(run_dir, notebooks.NOTEBOOKS, out)

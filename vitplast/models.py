@@ -248,7 +248,7 @@ def use_model(name: str, weights_file: str | Path | None = "",
     init (in that architecture). Empty values forget what was set for ``name``.
 
     The notebooks' ``weights_file`` and ``model_args`` parameters: their setup cell
-    (``report.parameters.setup``) calls it, so that every model the notebook's functions load
+    (``course.parameters.setup``) calls it, so that every model the notebook's functions load
     (e.g. ``empirical.measure_tasks``) is your model, not timm's default or the hub's.
 
     Raises:

@@ -115,8 +115,8 @@ def test_notebook_07s_identity_is_read_from_the_shipped_companions(monkeypatch):
     """A fresh clone does not train 07's identity runs: the shipped gauge study holds them
     for the notebook's tasks, steps and chosen LRs (computing here fails the test)."""
     from vitplast import cached, models
+    from vitplast.course import notebooks
     from vitplast.experiments import studies
-    from vitplast.report import notebooks
 
     def computed(*args, **kwargs):
         raise AssertionError("not stored: notebook 07 would train it on a fresh clone")

@@ -133,7 +133,7 @@ def test_the_medians_of_the_table_are_those_of_the_findings_rows():
 
 
 def _profile_params(notebook: str, profile: str) -> dict:
-    from vitplast.report import notebooks
+    from vitplast.course import notebooks
 
     return {**notebooks.notebook_parameters(notebook),
             **notebooks.PROFILES[profile].get(notebook, {})}
@@ -153,8 +153,8 @@ def test_notebook_02_reads_its_measurements_of_the_embedded_model_from_data(monk
     """A fresh clone measures none of 02's tables in the default and smoke profiles: each is
     kept in data/finetune (``cached.kept_table``; the per-pair rates as arrays) for exactly
     the settings the notebook asks for, read without computing."""
+    from vitplast.course.parameters import kept_folder
     from vitplast.measure import stream
-    from vitplast.report.parameters import kept_folder
 
     _never_computed(monkeypatch)
     for profile in ("default", "smoke"):
@@ -181,7 +181,7 @@ def test_notebook_01_reads_its_rates_of_the_embedded_model_from_data(monkeypatch
     default and smoke profiles and read without measuring; another checkpoint is another
     table (its weights in the key)."""
     from vitplast import cached
-    from vitplast.report.parameters import kept_folder
+    from vitplast.course.parameters import kept_folder
 
     _never_computed(monkeypatch)
     for profile in ("default", "smoke"):

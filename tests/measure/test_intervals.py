@@ -127,8 +127,8 @@ def test_notebooks_03_and_03b_read_their_tables_of_the_embedded_model_from_data(
     03; the same intervals and the gauged ones in 03b) in the default and smoke profiles: each
     is kept in data/finetune for exactly the key the notebook builds, read without computing."""
     from vitplast import cached
-    from vitplast.report import notebooks
-    from vitplast.report.parameters import kept_folder
+    from vitplast.course import notebooks
+    from vitplast.course.parameters import kept_folder
 
     def computed(*args, **kwargs):
         raise AssertionError("not stored: the notebook would compute it on a fresh clone")

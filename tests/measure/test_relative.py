@@ -206,8 +206,8 @@ def test_notebook_02b_reads_every_measurement_of_its_profiles_from_the_shipped_c
     from pathlib import Path
 
     from vitplast import cached
+    from vitplast.course import notebooks
     from vitplast.measure import stream
-    from vitplast.report import notebooks
     from vitplast.train import invariance, recipes
 
     def computed(*args, **kwargs):

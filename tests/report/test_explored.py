@@ -52,8 +52,8 @@ def test_notebook_06_opens_its_explorers_on_views_kept_in_data(monkeypatch):
     """The views notebook 06 measures in its default and smoke profiles (the plasticity
     explorer's first view, the LayerNorm explorer at c = 1 and at each of ``scales``) are read
     from data/finetune, not measured."""
-    from vitplast.report import notebooks
-    from vitplast.report.parameters import kept_folder
+    from vitplast.course import notebooks
+    from vitplast.course.parameters import kept_folder
 
     def computed(*args, **kwargs):
         raise AssertionError("not stored: the notebook would measure it on a fresh clone")

@@ -7,8 +7,6 @@ for 02, 02b's suite and 06, ``scale_findings``, ``bound_findings``, ``finetuning
 ``sentences`` (a row in plain words, for the Read cells) · ``plots`` (figures as pure
 functions; the look in ``plot_style``, its colours checked by ``colour_vision``) · ``widgets``
 (notebook 06) with ``explored`` (its measurements kept) · ``advise`` (which component to
-finetune) and ``regret`` (its rules scored) · ``notebooks`` (papermill runs of the sequence;
-their kernels in ``kernels``) with ``reading_copy`` (an executed run as static HTML) and
-``parameters`` (a notebook's parameters checked where it runs, the shipped stores it reads, and
-where it keeps its measurements: ``kept_folder``).
+finetune) and ``regret`` (its rules scored). The notebooks' runtime (running them, their
+parameters, the reading copy) is ``vitplast.course``.
 """

@@ -3,7 +3,7 @@
 import json
 
 from vitplast.__main__ import main
-from vitplast.report import run_diff
+from vitplast.course import run_diff
 
 
 def _write(run, name, outputs):

@@ -1,4 +1,4 @@
-"""The reading copy (``vitplast.report.reading_copy``): where an executed notebook failed, its
+"""The reading copy (``vitplast.course.reading_copy``): where an executed notebook failed, its
 status in its metadata, and a run folder rendered as a static HTML site (index in the course order,
 pages with their figures embedded), on a small executed run written here."""
 
@@ -9,7 +9,7 @@ import re
 import pytest
 from helpers import TINY_COURSE, executed_run, png_figure
 
-from vitplast.report import reading_copy
+from vitplast.course import reading_copy
 
 
 def test_failing_cell_names_the_cell_and_the_exception_s_own_first_line(tmp_path):

@@ -7,7 +7,7 @@ failed (the line the CLI and ``summary.csv`` show). ``write_site`` renders such 
 static HTML site a student opens in any browser:
 
 - ``index.html``: the notebooks in the course order (the order ``write_site`` is given:
-  ``vitplast.report.notebooks.NOTEBOOKS``), each with its title (its first heading), status, wall
+  ``vitplast.course.notebooks.NOTEBOOKS``), each with its title (its first heading), status, wall
   time and, for a failed one, where and why it failed; a notebook of the order that the run lacks is
   listed as not in this run;
 - ``NN_name.html``: the executed notebook (nbconvert's ``lab`` template), code, printed tables
@@ -81,7 +81,7 @@ def write_site(run_dir: str | Path, order: list[str], out: str | Path | None = N
 
     Args:
         run_dir: a folder ``vitplast notebooks run`` wrote.
-        order: the course order of the notebooks (``vitplast.report.notebooks.NOTEBOOKS``); executed
+        order: the course order of the notebooks (``vitplast.course.notebooks.NOTEBOOKS``); executed
             notebooks it does not name follow it, by name.
 
     Raises:

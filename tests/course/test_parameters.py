@@ -9,8 +9,8 @@ import time
 import pytest
 
 from vitplast import models, weights
+from vitplast.course import notebooks, parameters
 from vitplast.experiments import archive, studies
-from vitplast.report import notebooks, parameters
 
 
 def _kinds(name):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from vitplast.__main__ import main
-from vitplast.report import kernels, notebooks
+from vitplast.course import kernels, notebooks
 
 
 @pytest.mark.parametrize("name", notebooks.available())

@@ -19,7 +19,7 @@ papermill gets the same messages.
 ``copy_to`` copies them out of the package (``vitplast notebooks copy DEST``) for JupyterLab.
 ``run`` executes them, two at a time by default (``JOBS``; they are independent), into
 ``runs/<timestamp>-<profile>/`` (figures into its ``figures/``, the kernels' stderr into its
-``kernel.log``; how kernels start and stop: ``vitplast.report.kernels``), continues past a
+``kernel.log``; how kernels start and stop: ``vitplast.course.kernels``), continues past a
 failing notebook, stops at Ctrl-C (recording the notebook as interrupted), and returns a
 summary table (notebook, status, seconds, where and why it failed:
 ``reading_copy.failing_cell``);
@@ -38,11 +38,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from vitplast.course import kernels
+from vitplast.course.parameters import NOTEBOOK_DIR, check, check_task_names, declared
+from vitplast.course.reading_copy import failing_cell, record_status
 from vitplast.datasets.paper_datasets import PAPER_DATASETS, PAPER_MODEL
 from vitplast.models import EMBEDDED_NAME
-from vitplast.report import kernels
-from vitplast.report.parameters import NOTEBOOK_DIR, check, check_task_names, declared
-from vitplast.report.reading_copy import failing_cell, record_status
 
 #: The notebook sequence, in order.
 NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "03b_intervals",

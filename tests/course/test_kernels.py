@@ -1,4 +1,4 @@
-"""The notebooks' kernels (``vitplast.report.kernels``): side by side they compute on their
+"""The notebooks' kernels (``vitplast.course.kernels``): side by side they compute on their
 share of the cores, read by torch inside a real kernel; a user's own OMP_NUM_THREADS stands."""
 
 import os
@@ -6,7 +6,7 @@ import os
 import nbformat
 import papermill
 
-from vitplast.report import kernels
+from vitplast.course import kernels
 
 
 def test_kernels_side_by_side_compute_on_their_share_of_the_cores(tmp_path, monkeypatch):
