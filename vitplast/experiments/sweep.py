@@ -75,9 +75,10 @@ def run_one(run: dict, *, device: str | torch.device | None = None, progress: bo
 def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
             progress: bool = False, preparations: Mapping = ablations.PREPARE) -> list[dict]:
     """Train runs that differ only in their ``lr``; return their records, as ``run_one``
-    would (``preparations``: its). Two or more train as one batched computation (``vitplast.train.batched``; their records
-    say ``batched``: how many, and ``seconds`` is the shared time divided among them), unless
-    the batched path refuses them (``batched.check_batchable``): then one by one.
+    would (with its ``preparations``). Two or more train as one batched computation
+    (``vitplast.train.batched``; their records say ``batched``: how many, and ``seconds`` is
+    the shared time divided among them), unless the batched path refuses them
+    (``batched.check_batchable``): then one by one.
 
     Raises:
         ValueError: the runs differ in more than their ``lr``.
