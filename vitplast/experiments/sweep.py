@@ -213,10 +213,8 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
         retry_failed: also re-run stored runs whose status is "failed" (once: a failed record
             another sweep re-ran meanwhile is not re-run again).
         batch_lrs: train the runs that differ only in their LR as one batched computation
-            (``run_lrs``): many runs per device-minute on a GPU; a job per group with
-            submitit.
-        preparations: name -> ``prepare(model, run)``, where a run's ``prepare`` is looked up
-            (default ``ablations.PREPARE``); the jobs receive them with their runs.
+            (``run_lrs``; a job per group with submitit): many runs per device-minute on a GPU.
+        preparations: where a run's ``prepare`` is looked up (``build``); its jobs get them too.
         **executor_kwargs: submitit's ``folder`` (default ``root/submitit``), ``cluster``
             ("slurm", "local", "debug"; default detected) and ``update_parameters`` keywords
             (``timeout_min``, ``gpus_per_node``, ``slurm_array_parallelism``, ...), and
