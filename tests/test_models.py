@@ -161,37 +161,45 @@ def test_manifest_lists_sha256_of_each_file():
         assert models.sha256(models.DATA_DIR / entry["file"]) == entry["sha256"]
 
 
-def test_use_model_reaches_every_later_load(tmp_path, monkeypatch):
-    """The notebooks' ``weights_file`` and ``model_args`` parameters: set once in the setup
-    cell, read by every ``load_model(name)`` the notebook's functions make."""
-    from vitplast import weights
+def test_a_model_spec_carries_its_weights_to_every_load(tmp_path):
+    """The notebooks' ``weights_file`` and ``model_args`` parameters: a value the setup cell
+    returns (``model_spec``), read by every ``load_model(spec)``; the plain name is untouched
+    (no state kept anywhere)."""
+    import copy
+    import pickle
 
-    monkeypatch.setattr(weights, "CHOSEN", {})
     source = models.load_model("test_vit", pretrained=False, img_size=32, patch_size=8)
     path = tmp_path / "w.safetensors"
     save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(path))
-    models.use_model("test_vit", path, {"img_size": 32, "patch_size": 8})
-    model = models.load_model("test_vit")  # no hub access: the local file, its architecture
+    spec = models.model_spec("test_vit", path, {"img_size": 32, "patch_size": 8})
+    assert spec == "test_vit" and json.dumps({"model": spec}) == '{"model": "test_vit"}'
+    model = models.load_model(spec)  # no hub access: the local file, its architecture
     assert torch.equal(model.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight)
     assert model.patch_embed.img_size == (32, 32)
-    random = models.load_model("test_vit", pretrained=False)  # random init, same architecture
+    random = models.load_model(spec, pretrained=False)  # random init, same architecture
     assert random.patch_embed.img_size == (32, 32)
     assert not torch.equal(random.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight)
-    assert models.load_model("test_vit", pretrained=False, img_size=64).patch_embed.img_size == (
+    assert models.load_model(spec, pretrained=False, img_size=64).patch_embed.img_size == (
         64, 64)  # an explicit argument wins
-    models.use_model("test_vit", "", {})  # empty: forget it
-    assert weights.CHOSEN == {}
     assert models.load_model("test_vit", pretrained=False).patch_embed.img_size == (160, 160)
+    for same in (pickle.loads(pickle.dumps(spec)), copy.deepcopy(spec)):
+        assert (same, same.weights_file, same.model_args) == (spec, path, spec.model_args)
+    with pytest.raises(AttributeError, match="immutable"):
+        spec.weights_file = None
+    spec.model_args["img_size"] = 64  # a copy: the spec keeps its own
+    assert spec.model_args == {"img_size": 32, "patch_size": 8}
+    assert models.weights_id(spec) != models.weights_id("test_vit") == "test_vit"
+    plain = models.model_spec("test_vit", "", {})  # empty: the name's own weights
+    assert models.weights_id(plain) == "test_vit" and plain.weights_file is None
     with pytest.raises(ValueError, match="ship with vitplast"):
-        models.use_model("vitplast_fmnist", path)
+        models.model_spec("vitplast_fmnist", path)
     with pytest.raises(ValueError, match="model_args was given for 'vitplast_fmnist'"):
-        models.use_model("vitplast_fmnist", "", {"img_size": 32})
+        models.model_spec("vitplast_fmnist", "", {"img_size": 32})
     with pytest.raises(ValueError, match="model_args takes a dict of timm keyword arguments"):
-        models.use_model("test_vit", "", [("img_size", 32)])
+        models.model_spec("test_vit", "", [("img_size", 32)])
     with pytest.raises(FileNotFoundError):
-        models.use_model("test_vit", tmp_path / "missing.safetensors")
-    models.use_model("vitplast_fmnist", "", {})  # the notebooks' default: a no-op
-    assert weights.CHOSEN == {}
+        models.model_spec("test_vit", tmp_path / "missing.safetensors")
+    assert models.model_spec("vitplast_fmnist", "", {}) == models.EMBEDDED_NAME  # the default
 
 
 def test_the_no_weight_decay_model_ships_beside_the_embedded_one():

@@ -12,7 +12,6 @@ from helpers import exec_notebook
 from safetensors.torch import save_file
 
 from vitplast import models
-from vitplast import weights as chosen_weights
 from vitplast.__main__ import main
 from vitplast.course import notebooks
 from vitplast.datasets import fake_datasets
@@ -30,7 +29,6 @@ def weights(tmp_path, monkeypatch):
 
     monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(chosen_weights, "CHOSEN", {})
     source = models.load_model("test_vit", pretrained=False, device="cpu")
     save_file({k: v.contiguous() for k, v in source.state_dict().items()},
               str(tmp_path / "test_vit.safetensors"))
@@ -96,7 +94,6 @@ def tiny32(tmp_path, monkeypatch):
     tmp_path."""
     monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(chosen_weights, "CHOSEN", {})
     torch.manual_seed(0)
     source = models.load_model("vit_tiny_patch16_224", pretrained=False, device="cpu", **TINY32)
     path = tmp_path / "tiny32.safetensors"

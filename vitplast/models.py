@@ -36,11 +36,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from vitplast import weights
-from vitplast.hub import (
-    cache_only,
-    hub_reachable,
-    maybe_cached,
-)
+from vitplast.hub import cache_only, hub_reachable, maybe_cached
 
 if TYPE_CHECKING:  # timm is imported where a model is built: a sweep submits its cluster
     from timm.models.vision_transformer import VisionTransformer  # jobs before paying for it
@@ -240,16 +236,19 @@ def new_head(model: VisionTransformer, num_classes: int, *, seed: int) -> Vision
     return model
 
 
-def use_model(name: str, weights_file: str | Path | None = "",
-              model_args: dict | None = None) -> None:
-    """From now on, ``load_model(name)`` reads its weights from ``weights_file`` and builds
-    the architecture with ``model_args`` (timm keyword arguments, e.g. ``img_size=32,
-    patch_size=4``); an explicit argument still wins, ``pretrained=False`` still gives a random
-    init (in that architecture). Empty values forget what was set for ``name``.
+def model_spec(name: str, weights_file: str | Path | None = "",
+               model_args: dict | None = None) -> weights.ModelSpec:
+    """``name`` with the weights file and architecture it loads with, checked: a
+    ``weights.ModelSpec``, a value that reads as ``name``. ``load_model(spec)`` reads its
+    weights from ``weights_file`` and builds the architecture with ``model_args`` (timm keyword
+    arguments, e.g. ``img_size=32, patch_size=4``); an explicit argument still wins,
+    ``pretrained=False`` still gives a random init (in that architecture). Empty values: the
+    name's own weights and architecture.
 
     The notebooks' ``weights_file`` and ``model_args`` parameters: their setup cell
-    (``course.parameters.setup``) calls it, so that every model the notebook's functions load
-    (e.g. ``empirical.measure_tasks``) is your model, not timm's default or the hub's.
+    (``course.parameters.setup``) returns this spec and passes it as the model name to every
+    function that loads the model (e.g. ``empirical.plasticity_study(spec, ...)``), so that
+    each loads your model, not timm's default or the hub's.
 
     Raises:
         ValueError: a weights file or model_args for the embedded model (its weights and
@@ -268,7 +267,7 @@ def use_model(name: str, weights_file: str | Path | None = "",
         check_name(name)
     if weights_file and not Path(weights_file).is_file():
         raise FileNotFoundError(f"weights_file {weights_file} does not exist")
-    weights.choose(name, weights_file, model_args)
+    return weights.ModelSpec(name, weights_file, model_args)
 
 
 def check_name(name: str) -> None:
@@ -306,20 +305,21 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
     Args:
         name: ``"vitplast_fmnist"`` (the embedded model), any timm model name, e.g.
             ``"vit_base_patch16_224.orig_in21k"`` (the paper's ViT-B/16), or a timm source name
-            ``"hf-hub:ORG/REPO"`` / ``"local-dir:PATH"`` (checked by ``check_name``).
+            ``"hf-hub:ORG/REPO"`` / ``"local-dir:PATH"`` (checked by ``check_name``); or a
+            ``weights.ModelSpec`` of one (``model_spec``), with its weights and architecture.
         pretrained: load weights; ``False`` gives timm's random initialisation.
         checkpoint: for the embedded model, which checkpoint along pretraining
             (``"init"``, ``"epoch1"``, ..., ``"final"``; see ``embedded_checkpoints()``).
         weights_file: a local weights file for a timm name (safetensors or a torch file); an
-            empty string means none (the notebooks' default). Default: the file
-            ``use_model`` set for ``name``, if any.
+            empty string means none (the notebooks' default). Default: the file of ``name``
+            when it is a ``weights.ModelSpec``, if any.
         num_classes: the classifier's size. For the embedded model the pretrained head is
             kept when it already has this size; finetuning always replaces it (``new_head``).
         device: where to put the model; ``None`` (the default) picks CUDA when available.
         **timm_kwargs: passed to ``timm.create_model``, e.g. the architecture of your own
             weights: ``load_model("vit_tiny_patch16_224", weights_file="tiny32.safetensors",
-            img_size=32, patch_size=4, num_classes=10)``; default: the ``model_args``
-            ``use_model`` set for ``name``, if any.
+            img_size=32, patch_size=4, num_classes=10)``; default: the ``model_args`` of
+            ``name`` when it is a ``weights.ModelSpec``.
 
     Raises:
         ValueError: unknown name, pretrained tag or checkpoint, a checksum mismatch, or a
@@ -332,9 +332,9 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
         FileNotFoundError: a missing weights file or ``local-dir`` folder.
         RuntimeError: hub weights requested but unreachable (with what to do instead).
     """
-    chosen = weights.chosen(name)
-    weights_file = weights_file or (chosen["weights_file"] if pretrained else None)
-    timm_kwargs = {**chosen["model_args"], **timm_kwargs}
+    own, name = weights.own(name), str(name)
+    weights_file = weights_file or (own["weights_file"] if pretrained else None)
+    timm_kwargs = {**own["model_args"], **timm_kwargs}
     check_name(name)
     if name == EMBEDDED_NAME:
         if timm_kwargs or weights_file is not None:
@@ -384,15 +384,16 @@ def weights_id(model_name: str, checkpoints=("final",)) -> str:
     kept beside a study (``cached.kept_table``): the sha256 of each of the embedded model's
     ``checkpoints`` (its manifest's, which ``load_model`` verifies), else the name
     (a timm model's weights are its name's), with the ``weights_file`` and ``model_args`` it
-    loads with (``use_model``; issue 43: one's own model never reads the tables of
-    another) when any is set (a weights file changed in place under its name is not noticed).
+    loads with when it is a ``weights.ModelSpec`` holding any (``model_spec``; issue 43: one's
+    own model never reads the tables of another; a weights file changed in place under its
+    name is not noticed).
     """
     if model_name != EMBEDDED_NAME:
-        chosen = weights.chosen(model_name)
-        if not chosen["weights_file"] and not chosen["model_args"]:
+        own, model_name = weights.own(model_name), str(model_name)
+        if not own["weights_file"] and not own["model_args"]:
             return model_name
-        return json.dumps(dict(model_name=model_name, model_args=chosen["model_args"],
-                               weights_file=str(chosen["weights_file"] or "")), sort_keys=True,
+        return json.dumps(dict(model_name=model_name, model_args=own["model_args"],
+                               weights_file=str(own["weights_file"] or "")), sort_keys=True,
                           default=str)  # model_args may hold a class, e.g. act_layer
     known = embedded_checkpoints()
     return ",".join(known[c]["sha256"] for c in checkpoints)

@@ -9,10 +9,10 @@ size or image size is refused (naming the arguments that would fit), a saved hea
 asked is loaded, and a head replaced by a new one is announced (classes saved vs asked). A file
 that does not load at all is explained by the keys whose shapes differ.
 
-``choose`` / ``chosen`` keep, per timm name, the weights file and timm keyword arguments
-(``model_args``) that ``models.load_model(name)`` uses when given none (``models.use_model``
-sets them); ``check_model_args`` checks such a dict; ``check_timm_name`` checks a name with
-timm's own parser before anything is built.
+A ``ModelSpec`` is a model name with the weights file and timm keyword arguments
+(``model_args``) it loads with: a value a notebook's setup returns (``models.model_spec``) and
+passes wherever a model is loaded by name (``own`` reads them); ``check_model_args`` checks such
+a dict; ``check_timm_name`` checks a name with timm's own parser before anything is built.
 """
 
 from __future__ import annotations
@@ -24,10 +24,6 @@ import warnings
 from pathlib import Path
 
 import torch
-
-#: timm name -> the weights file and timm keyword arguments ``models.load_model(name)`` uses
-#: when given none (``choose``; ``models.use_model``).
-CHOSEN: dict[str, dict] = {}
 
 
 def check_model_args(model_args) -> dict:
@@ -42,24 +38,47 @@ def check_model_args(model_args) -> dict:
     return dict(model_args)
 
 
-def choose(name: str, weights_file: str | Path | None = "", model_args: dict | None = None
-           ) -> None:
-    """Keep ``weights_file`` and ``model_args`` as what ``name`` loads with when given none;
-    both empty: forget ``name``'s. Checks are ``models.use_model``'s."""
-    model_args = check_model_args(model_args)
-    if not weights_file and not model_args:
-        CHOSEN.pop(name, None)
-        return
-    CHOSEN[name] = dict(weights_file=Path(weights_file) if weights_file else None,
-                        model_args=model_args)
+class ModelSpec(str):
+    """A model name with the ``weights_file`` (a path or None) and ``model_args`` (timm keyword
+    arguments, a dict, maybe empty) it loads with: what a notebook's setup returns
+    (``models.model_spec`` checks it) and passes wherever its model is loaded by name, e.g.
+    ``models.load_model(spec)``, ``models.weights_id(spec)`` or the ``model_name`` of
+    ``measure.empirical.plasticity_study``.
+
+    It reads as its name, in tables, cache keys and ``spec == "vitplast_fmnist"``, so a
+    function that takes a name takes a spec as it is; two specs of one name compare equal
+    (``models.weights_id`` tells their weights apart). Immutable, as its name is.
+    """
+
+    def __new__(cls, name: str, weights_file: str | Path | None = None,
+                model_args: dict | None = None) -> ModelSpec:
+        spec = super().__new__(cls, name)
+        vars(spec).update(weights_file=Path(weights_file) if weights_file else None,
+                          _model_args=tuple(check_model_args(model_args).items()))
+        return spec
+
+    @property
+    def model_args(self) -> dict:
+        """The timm keyword arguments of the architecture (a new dict each time)."""
+        return dict(self._model_args)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"a ModelSpec is immutable: make another (models.model_spec), not "
+                             f"{name}={value!r}")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"a ModelSpec is immutable: {name} stays")
+
+    def __reduce__(self):
+        return ModelSpec, (str(self), self.weights_file, self.model_args)
 
 
-def chosen(name: str) -> dict:
-    """What ``name`` loads with when given nothing else: ``weights_file`` (a path or None) and
-    ``model_args`` (a dict, maybe empty)."""
-    entry = CHOSEN.get(name, {})
-    return dict(weights_file=entry.get("weights_file"), model_args=dict(entry.get(
-        "model_args", {})))
+def own(name: str) -> dict:
+    """What ``name`` loads with when given nothing else: a ``ModelSpec``'s ``weights_file``
+    (a path or None) and ``model_args`` (a dict, maybe empty); a plain name's are none."""
+    if isinstance(name, ModelSpec):
+        return dict(weights_file=name.weights_file, model_args=name.model_args)
+    return dict(weights_file=None, model_args={})
 
 
 def check_timm_name(name: str, embedded: str) -> None:

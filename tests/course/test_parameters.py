@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from vitplast import models, weights
+from vitplast import models
 from vitplast.course import notebooks, parameters
 from vitplast.experiments import archive, studies
 
@@ -40,15 +40,14 @@ def test_a_value_of_another_type_is_refused_naming_the_parameter(key, value, kin
 
 
 def test_setup_coerces_in_the_notebook_namespace_and_chooses_the_model(tmp_path, monkeypatch):
-    monkeypatch.setattr(weights, "CHOSEN", {})
     ns = {k: v for k, (v, _) in _kinds("02_plasticity").items()}
     ns.update(model_name="test_vit", model_args='{"img_size": 32, "patch_size": 8}',
               tasks='["digits"]')
-    parameters.setup("02_plasticity", ns)
+    spec = parameters.setup("02_plasticity", ns)
     assert ns["tasks"] == ["digits"] and ns["model_args"] == {"img_size": 32, "patch_size": 8}
     assert ns["checkpoints"] == ["final"]  # a timm model has one, as notebooks.plan gives it
-    assert weights.chosen("test_vit")["model_args"] == {"img_size": 32, "patch_size": 8}
-    assert models.load_model("test_vit", pretrained=False).patch_embed.img_size == (32, 32)
+    assert spec == "test_vit" and spec.model_args == {"img_size": 32, "patch_size": 8}
+    assert models.load_model(spec, pretrained=False).patch_embed.img_size == (32, 32)
     ns.update(tasks=["no_such_task"])
     with pytest.raises(ValueError, match="02_plasticity: tasks: unknown task 'no_such_task'"):
         parameters.setup("02_plasticity", ns)

@@ -47,7 +47,7 @@ def _two(tmp_path):
 def test_a_job_warned_of_its_time_limit_starts_no_further_run(tmp_path, monkeypatch):
     todo, store = _two(tmp_path)
 
-    def train(group, device=None, progress=False):
+    def train(group, device=None, progress=False, preparations=None):
         os.kill(os.getpid(), signal.SIGUSR2)  # submitit's warning, during the first run
         return [dict(status="ok") for _ in group]
 
@@ -66,7 +66,7 @@ def test_sigterm_drops_the_run_in_flight_and_releases_its_claim(tmp_path, monkey
     """Not recorded as failed (a ``BaseException``), its claim gone, nothing stored."""
     todo, store = _two(tmp_path)
 
-    def train(group, device=None, progress=False):
+    def train(group, device=None, progress=False, preparations=None):
         assert list(tmp_path.glob("*.claim"))  # held while it trains
         os.kill(os.getpid(), signal.SIGTERM)  # the time limit reached, or scancel
         return [dict(status="ok") for _ in group]

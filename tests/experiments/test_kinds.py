@@ -53,7 +53,7 @@ def sweep_kind(monkeypatch, tmp_path):
     temporary store; returns the calls of the fake training step (each: runs, device)."""
     calls = []
 
-    def fake(todo, device=None, progress=False):
+    def fake(todo, device=None, progress=False, preparations=None):
         calls.append(([dict(r) for r in todo], device))
         return [_record(r) for r in todo]
 

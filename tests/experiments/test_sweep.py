@@ -86,15 +86,33 @@ def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatc
     assert not torch.allclose(fake_train.calls[0][0].head.bias, pretrained.head.bias)
     assert torch.equal(fake_train.calls[0][0].norm.weight, pretrained.norm.weight)
 
-    monkeypatch.setitem(ablations.PREPARE, "mark", lambda m, c: setattr(m, "mark", c["ablation"]))
-    sweep.run_one({**config, "prepare": "mark", "ablation": {"c": 3}})
+    marked = {**ablations.PREPARE, "mark": lambda m, c: setattr(m, "mark", c["ablation"])}
+    sweep.run_one({**config, "prepare": "mark", "ablation": {"c": 3}}, preparations=marked)
     assert fake_train.calls[-1][0].mark == {"c": 3}
-    failed = sweep.run_one({**config, "prepare": "nope"})
+    failed = sweep.run_one({**config, "prepare": "nope"}, preparations=marked)
     assert failed["status"] == "failed" and "valid: [" in failed["error"]
     assert "'mark'" in failed["error"] and "'rescale_ln'" in failed["error"]
     with pytest.raises(ValueError,
                        match="unknown prepare \\['nope'\\]; valid: \\['gauge', 'lora', 'mark'"):
-        sweep.run_sweep([{**config, "prepare": "nope"}], "unused", progress=False)
+        sweep.run_sweep([{**config, "prepare": "nope"}], "unused", progress=False,
+                        preparations=marked)
+    assert sweep.run_one({**config, "prepare": "mark"})["status"] == "failed"  # not by default
+
+
+def test_the_preparations_are_read_only_and_a_job_uses_those_it_is_given(tmp_path, fake_train):
+    """``ablations.PREPARE`` cannot be patched; a job (``run_pack``, what a cluster runs) uses
+    the preparations it receives with its pack, nothing set in another process."""
+    with pytest.raises(TypeError):
+        ablations.PREPARE["mark"] = lambda m, c: None
+    with pytest.raises(TypeError):
+        del ablations.PREPARE["gauge"]
+    config = runs.make_run("digits", "LN2", lr=0.5, seed=3, prepare="mark",
+                           ablation={"c": 2}, **TINY)
+    marked = {**ablations.PREPARE, "mark": lambda m, c: setattr(m, "mark", c["ablation"])}
+    store = Store(tmp_path)
+    assert sweep.run_pack([[(config, None)]], store, "cpu", preparations=marked) == ["ok"]
+    assert fake_train.calls[-1][0].mark == {"c": 2}
+    assert "mark" not in ablations.PREPARE
 
 
 def test_no_clipping_means_no_clipping_end_to_end(fake_train):

@@ -247,12 +247,11 @@ def test_two_model_args_of_one_timm_name_give_two_keys_to_every_measured_table(m
     from vitplast.measure import empirical, intervals, stream
 
     keys = []
-    monkeypatch.setattr(weights, "CHOSEN", {})
     monkeypatch.setattr(cached, "kept_table",
                         lambda name, key, compute, root=None, **kw: keys.append((name, key)))
     name = "vit_tiny_patch16_224"
 
-    def tables():
+    def tables(name):
         keys.clear()
         stream.stream_statistics(name, "digits", ["final"])
         stream.gauge_rankings(name, ["digits"])
@@ -262,12 +261,10 @@ def test_two_model_args_of_one_timm_name_give_two_keys_to_every_measured_table(m
         intervals.cached("intervals", dict(model=name, checkpoint="final"), None)
         return list(keys)
 
-    plain = tables()
+    plain = tables(name)
     assert all(key["weights"] == name for _, key in plain)
-    weights.choose(name, "", {"img_size": 32, "patch_size": 4})
-    small = tables()
-    weights.choose(name, "", {"img_size": 64, "patch_size": 8})
-    large = tables()
+    small = tables(weights.ModelSpec(name, "", {"img_size": 32, "patch_size": 4}))
+    large = tables(weights.ModelSpec(name, "", {"img_size": 64, "patch_size": 8}))
     assert len(plain) == len(small) == len(large) == 6
     for (table, a), (_, b), (_, c) in zip(plain, small, large):
         hashes = {cached.config_hash(k) for k in (a, b, c)}

@@ -9,8 +9,9 @@ string ``'["digits"]'``, which becomes the list ``["digits"]``.
 
 ``setup(name, namespace)`` is every notebook's first code cell, so that papermill, JupyterLab
 and ``vitplast notebooks run`` give the same messages: it checks and coerces the parameters in
-the notebook's namespace, checks the task names they hold, gives a timm ``model_name`` its
-``weights_file`` and ``model_args`` (``models.use_model``), and stops at once when the notebook
+the notebook's namespace, checks the task names they hold, returns the notebook's model as a
+value (``model_name`` with its ``weights_file`` and ``model_args``: ``models.model_spec``), which
+the notebook passes to every function that loads it, and stops at once when the notebook
 would read a shipped study store that is not there, with one message naming ``VITPLAST_DATA``
 and the folders it needs (``missing_stores``, from ``READS`` and the study registry).
 """
@@ -22,7 +23,7 @@ import json
 import os
 from pathlib import Path
 
-from vitplast import models
+from vitplast import models, weights
 from vitplast.experiments import studies
 
 #: The notebooks' folder (package data): the parameters cells ``setup`` reads.
@@ -184,11 +185,12 @@ def kept_folder(measured_dir: str, model_name: str = models.EMBEDDED_NAME) -> Pa
                  if p.is_dir()), None)
 
 
-def setup(notebook: str, namespace: dict) -> None:
+def setup(notebook: str, namespace: dict) -> weights.ModelSpec | None:
     """A notebook's first code cell: check and coerce its parameters in ``namespace`` (its
-    globals, as papermill or the kit left them), check the tasks they name, give a timm
-    ``model_name`` its ``weights_file`` and ``model_args`` (``models.use_model``), and stop
-    before anything is computed when a shipped store it reads is missing.
+    globals, as papermill or the kit left them), check the tasks they name, and stop before
+    anything is computed when a shipped store it reads is missing; return its model: its
+    ``model_name`` with its ``weights_file`` and ``model_args`` (``models.model_spec``), which
+    the notebook passes wherever the model is loaded (None: a notebook without ``model_name``).
 
     Raises:
         ValueError: a parameter of another type (naming it), an unknown task, ``model_args``
@@ -205,8 +207,8 @@ def setup(notebook: str, namespace: dict) -> None:
     if "checkpoints" in kinds and params.get("model_name") != models.EMBEDDED_NAME and params[
             "checkpoints"] == kinds["checkpoints"][0]:  # a timm model has one: its weights
         namespace["checkpoints"] = ["final"]  # as ``notebooks.plan`` gives it
-    if "model_name" in params:
-        models.use_model(params["model_name"], params.get("weights_file", ""),
-                         params.get("model_args", {}))
+    spec = models.model_spec(params["model_name"], params.get("weights_file", ""), params.get(
+        "model_args", {})) if "model_name" in params else None
     if missing := missing_stores(notebook, params):
         raise FileNotFoundError(data_message(notebook, missing))
+    return spec

@@ -22,6 +22,7 @@ import os
 import time
 import traceback
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -44,8 +45,8 @@ from vitplast.experiments.store import Store
 from vitplast.train import ablations, batched, finetune
 
 
-def run_one(run: dict, *, device: str | torch.device | None = None,
-            progress: bool = False) -> dict:
+def run_one(run: dict, *, device: str | torch.device | None = None, progress: bool = False,
+            preparations: Mapping = ablations.PREPARE) -> dict:
     """Train one run; return its record. A failing run is recorded, not raised.
 
     The model is loaded, its classifier replaced by a new one seeded by the run's seed
@@ -65,16 +66,19 @@ def run_one(run: dict, *, device: str | torch.device | None = None,
         run: from ``make_run``.
         device: where to train; ``None`` picks CUDA when available.
         progress: show the training loop's progress bar.
+        preparations: name -> ``prepare(model, run)``, where the run's ``prepare`` is looked
+            up (``build``).
     """
-    return run_lrs([run], device=device, progress=progress)[0]
+    return run_lrs([run], device=device, progress=progress, preparations=preparations)[0]
 
 
 def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
-            progress: bool = False) -> list[dict]:
+            progress: bool = False, preparations: Mapping = ablations.PREPARE) -> list[dict]:
     """Train runs that differ only in their ``lr``; return their records, as ``run_one``
-    would. Two or more train as one batched computation (``vitplast.train.batched``; their records
-    say ``batched``: how many, and ``seconds`` is the shared time divided among them), unless
-    the batched path refuses them (``batched.check_batchable``): then one by one.
+    would (with its ``preparations``). Two or more train as one batched computation
+    (``vitplast.train.batched``; their records say ``batched``: how many, and ``seconds`` is
+    the shared time divided among them), unless the batched path refuses them
+    (``batched.check_batchable``): then one by one.
 
     Raises:
         ValueError: the runs differ in more than their ``lr``.
@@ -85,15 +89,15 @@ def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
     device = models.pick_device(device)
     records = [dict(status="failed", error=None, traceback=None, history=[]) for _ in runs]
     try:
-        model, task, kwargs = build(runs[0], device)
+        model, task, kwargs = build(runs[0], device, preparations)
         kwargs.pop("lr")
         if len(runs) > 1:
             try:
                 batched.check_batchable(model, device=device, **kwargs)
             except ValueError:
                 del model
-                return [r for run in runs for r in run_lrs([run], device=device,
-                                                           progress=progress)]
+                return [r for run in runs for r in run_lrs(
+                    [run], device=device, progress=progress, preparations=preparations)]
             results = batched.train_lrs(model, task.train, task.val, task.test,
                                         lrs=[r["lr"] for r in runs], device=device,
                                         progress=progress, **kwargs)
@@ -133,12 +137,14 @@ def _but_lr(run: dict) -> str:
     return json.dumps({**run, "lr": None}, sort_keys=True, default=str)
 
 
-def build(run: dict, device: torch.device) -> tuple[torch.nn.Module, tasks.Task, dict]:
-    """What a run trains: its model (loaded, with a new head, prepared by its ablation), its
-    task, and the ``finetune.train`` keywords it passes."""
+def build(run: dict, device: torch.device, preparations: Mapping = ablations.PREPARE
+          ) -> tuple[torch.nn.Module, tasks.Task, dict]:
+    """What a run trains: its model (loaded, with a new head, prepared by its ablation: the
+    run's ``prepare`` named in ``preparations``), its task, and the ``finetune.train``
+    keywords it passes."""
     prepare = run.get("prepare")
-    if prepare is not None and prepare not in ablations.PREPARE:
-        raise ValueError(f"unknown prepare {prepare!r}; valid: {sorted(ablations.PREPARE)}")
+    if prepare is not None and prepare not in preparations:
+        raise ValueError(f"unknown prepare {prepare!r}; valid: {sorted(preparations)}")
     task = task_of(run)
     finetune.seed_everything(run["seed"])  # a random model's init
     model = models.load_model(run["model"], pretrained=run["pretrained"],
@@ -151,7 +157,7 @@ def build(run: dict, device: torch.device) -> tuple[torch.nn.Module, tasks.Task,
         kwargs["clip_grad_norm"] = run["clip_grad_norm"]
     kwargs.setdefault("workers", default_workers())
     if prepare is not None:
-        kwargs.update(ablations.PREPARE[prepare](model, run) or {})
+        kwargs.update(preparations[prepare](model, run) or {})
     if "betas" in kwargs:
         kwargs["betas"] = tuple(kwargs["betas"])
     return model, task, kwargs
@@ -179,7 +185,7 @@ def _finite(obj):
 def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
               device: str | torch.device | None = None, progress: bool = True,
               retry_failed: bool = False, batch_lrs: bool = False,
-              **executor_kwargs) -> pd.DataFrame:
+              preparations: Mapping = ablations.PREPARE, **executor_kwargs) -> pd.DataFrame:
     """Run the runs the store under ``root`` lacks; each record is saved atomically by
     whoever ran it (this process or the cluster job) as soon as it finishes.
 
@@ -207,8 +213,8 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
         retry_failed: also re-run stored runs whose status is "failed" (once: a failed record
             another sweep re-ran meanwhile is not re-run again).
         batch_lrs: train the runs that differ only in their LR as one batched computation
-            (``run_lrs``): many runs per device-minute on a GPU; a job per group with
-            submitit.
+            (``run_lrs``; a job per group with submitit): many runs per device-minute on a GPU.
+        preparations: where a run's ``prepare`` is looked up (``build``); its jobs get them too.
         **executor_kwargs: submitit's ``folder`` (default ``root/submitit``), ``cluster``
             ("slurm", "local", "debug"; default detected) and ``update_parameters`` keywords
             (``timeout_min``, ``gpus_per_node``, ``slurm_array_parallelism``, ...), and
@@ -221,7 +227,7 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
         ``results`` rows of ``runs``, in order; a run without a record (its job died) has
         status "missing" and runs again next time.
     """
-    _check_sweep(runs, root, executor, executor_kwargs)
+    _check_sweep(runs, root, executor, executor_kwargs, preparations)
     store = _tidy(Store(root))
     todo = {}  # hash -> (run, the modification time of the failed record to retry)
     for c in runs:
@@ -248,10 +254,10 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
         [[c] for c, _ in todo.values()])]
     if executor == "serial":
         for group in groups:
-            _run_and_save(group, store, device, progress=progress)
+            _run_and_save(group, store, device, preparations, progress=progress)
             done(group)
     elif groups:
-        _submit(groups, store, device, done, executor_kwargs)
+        _submit(groups, store, device, done, executor_kwargs, preparations)
     bar.close()
     records = {run_hash(c): store.record(c) or {"run": c, "status": "missing"}
                for c in runs}
@@ -259,7 +265,7 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
 
 
 def _submit(groups: list[list[tuple[dict, int | None]]], store: Store, device, done,
-            executor_kwargs: dict) -> None:
+            executor_kwargs: dict, preparations: Mapping) -> None:
     """The groups as packs of a job array (``jobs.submit``, each job ``run_pack``); groups
     whose runs another live process holds the claim on (a killed sweep's jobs still
     running) are left to it and waited for (``Store.wait_for``)."""
@@ -269,7 +275,7 @@ def _submit(groups: list[list[tuple[dict, int | None]]], store: Store, device, d
         jobs.say(f"{sum(map(len, theirs))} run(s) are being trained by other processes "
                  "(their claims): waiting for them too")
     job = functools.partial(run_pack, store=store, device=device,
-                            registry=dict(ablations.PREPARE))
+                            preparations=dict(preparations))  # a plain dict pickles anywhere
     jobs.submit(job, [g for g in groups if g not in theirs], lambda pair: done([pair]),
                 store=store, **executor_kwargs)
     for group in theirs:
@@ -277,7 +283,7 @@ def _submit(groups: list[list[tuple[dict, int | None]]], store: Store, device, d
         done(group)
 
 
-def _check_sweep(runs, root, executor, executor_kwargs) -> None:
+def _check_sweep(runs, root, executor, executor_kwargs, preparations) -> None:
     """``run_sweep``'s arguments, before anything is loaded or run."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; valid: {list(EXECUTORS)}")
@@ -291,9 +297,9 @@ def _check_sweep(runs, root, executor, executor_kwargs) -> None:
         except ValueError as err:
             raise ValueError(f"run {i} of {len(runs)} ({describe(c)}) is refused before the sweep "
                              f"starts: {err}") from None
-    unknown = {c["prepare"] for c in runs if c.get("prepare")} - set(ablations.PREPARE)
+    unknown = {c["prepare"] for c in runs if c.get("prepare")} - set(preparations)
     if unknown:
-        raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(ablations.PREPARE)}")
+        raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(preparations)}")
 
 
 def _tidy(store: Store) -> Store:
@@ -317,18 +323,19 @@ def _tidy(store: Store) -> Store:
 
 
 def _run_and_save(group: list[tuple[dict, int | None]], store: Store, device,
-                  registry: dict | None = None, progress: bool = False) -> list[str]:
+                  preparations: Mapping = ablations.PREPARE, progress: bool = False
+                  ) -> list[str]:
     """The job: claim the runs of ``group`` ((run, stale) pairs differing only in LR), train
     those still wanted (``run_lrs``), store each record, release the claims; return each
     run's status, or "skipped" when another process holds its claim or has stored it."""
     import contextlib
 
-    ablations.PREPARE.update(registry or {})  # a fresh job process has what its pickle brings
     with contextlib.ExitStack() as claims:
         mine = [claims.enter_context(store.claim(run)) and store.needs(run, stale)
                 for run, stale in group]
         todo = [run for (run, _), m in zip(group, mine) if m]
-        records = iter(run_lrs(todo, device=device, progress=progress) if todo else [])
+        records = iter(run_lrs(todo, device=device, progress=progress,
+                               preparations=preparations) if todo else [])
         statuses = []
         for (run, _), m in zip(group, mine):
             if m:
@@ -345,9 +352,10 @@ class JobStopped(BaseException):
 
 
 def run_pack(pack: list[list[tuple[dict, int | None]]], store: Store, device,
-             registry: dict | None = None) -> list[str]:
+             preparations: Mapping = ablations.PREPARE) -> list[str]:
     """A cluster job (``vitplast.experiments.jobs``): ``_run_and_save`` for each group of
-    ``pack`` in turn; return every run's status, "stopped" for those of the groups it did not
+    ``pack`` in turn (a run's ``prepare`` looked up in ``preparations``, which the job receives
+    with its pack); return every run's status, "stopped" for those of the groups it did not
     start because Slurm warned that its time limit is near (submitit's signal, ``USR2``
     ``signal_delay_s`` seconds before it). ``SIGTERM`` (the time limit reached, ``scancel``)
     raises ``JobStopped``. Torch computes on the job's cores (``SLURM_CPUS_PER_TASK``)."""
@@ -366,7 +374,7 @@ def run_pack(pack: list[list[tuple[dict, int | None]]], store: Store, device,
     statuses = []
     for group in pack:
         statuses += (["stopped"] * len(group) if near else
-                     _run_and_save(group, store, device, registry))
+                     _run_and_save(group, store, device, preparations))
     return statuses
 
 

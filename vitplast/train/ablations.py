@@ -2,7 +2,7 @@
 
 Paper: objections 3 and 4, docs/objections.md (the cross-group comparison puts 28M-parameter
 configurations against 18K-parameter LayerNorms). Each ablation is a model change applied
-before the one training loop (registered in ``PREPARE``), so every
+before the one training loop (named in ``PREPARE``), so every
 experiment differs from the main study only in arguments.
 
 - ``rescale_layernorm``: LayerNorm gamma and beta times c. ``preserve=True`` also divides the
@@ -32,6 +32,7 @@ experiment differs from the main study only in arguments.
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 import torch
 from torch import nn
@@ -221,8 +222,10 @@ def _prepare_lora(model: nn.Module, run: dict) -> dict | None:
 
 
 #: Name -> ``prepare(model, run)``, applied after loading and before training; a run names one
-#: with its key ``prepare`` (a new ablation registers here). ``"gauge"``: the residual-stream
-#: gauge (``vitplast.measure.gauge``; ``ablation=dict(c=8.0)``).
-PREPARE = {"rescale_ln": _prepare_rescale, "sparse": _prepare_sparse, "lora": _prepare_lora,
-           "gauge": gauge.prepare}
+#: with its key ``prepare`` (a new ablation is added here). ``"gauge"``: the residual-stream
+#: gauge (``vitplast.measure.gauge``; ``ablation=dict(c=8.0)``). Read-only: a sweep given other
+#: preparations takes them as an argument (``sweep.run_sweep(..., preparations=...)``), and its
+#: jobs receive them with their runs.
+PREPARE = MappingProxyType({"rescale_ln": _prepare_rescale, "sparse": _prepare_sparse,
+                            "lora": _prepare_lora, "gauge": gauge.prepare})
 
