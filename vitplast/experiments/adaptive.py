@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from vitplast.experiments.kinds import TAKES, Study, grid_runs
+from vitplast.experiments.kinds import Study, grid_runs
 from vitplast.experiments.runtime import Executor, Runtime
 
 
@@ -114,7 +114,6 @@ class SearchedStudy(Study):
     ``--shard`` takes every n-th setting, each searched to its end in one process."""
 
     KIND: ClassVar[str] = "searched"
-    TAKES: ClassVar[frozenset] = TAKES - {"order"}
 
     def _why(self, name: str) -> str:
         return ": its search orders its runs (task by task, an LR at a time)"

@@ -17,7 +17,7 @@ read:
 Each has ``runs(root)`` (its runs known now), ``run(root, runtime, executor)`` (run or resume
 what its store lacks) and ``load(root)`` (read it back: ``StudyResults``, ``ConfoundResults``
 or, searched, the chosen LR per task and configuration). Every ``Runtime`` setting is honoured
-by every kind (``TAKES``) or refused by ``check``, naming the kinds it applies to. Importing
+by every kind or refused by ``check``, naming the kinds it applies to (``runtime.Flag.kinds``). Importing
 this module imports no torch (the CLI builds its help from the registry,
 ``vitplast.experiments.studies``).
 """
@@ -29,15 +29,11 @@ from importlib import import_module
 from pathlib import Path
 from typing import ClassVar
 
-from vitplast.experiments.runtime import Executor, Runtime, select
+from vitplast.experiments.runtime import FLAG, Executor, Runtime, select
 
 #: Where a study's store is: ``data`` (shipped: ``models.results_root``), ``cache``
 #: (``models.cache_dir``) or ``.`` (relative to the working directory).
 PLACES = ("data", "cache", ".")
-#: The ``Runtime`` settings every kind honours (``PaperStudy`` also takes ``data_root`` and
-#: ``weights_file``; ``SearchedStudy`` takes no ``order``: its search orders its runs).
-TAKES = frozenset({"precision", "workers", "accum_steps", "eval_every", "order", "shard",
-                   "limit", "retry_failed", "batch_lrs"})
 
 
 @dataclass(frozen=True)
@@ -67,8 +63,8 @@ class Study:
     baselines: Study | None = None
     smoke: object = ""
 
+    #: Its kind's name: what ``runtime.Flag.kinds`` name.
     KIND: ClassVar[str] = ""
-    TAKES: ClassVar[frozenset] = TAKES
     #: Its runs are made from what its store holds: the store must exist to list them.
     READS_STORE: ClassVar[bool] = False
 
@@ -113,11 +109,11 @@ class Study:
         """Refuse (``ValueError``) a ``runtime`` setting this kind does not honour, naming the
         kinds it applies to, and a precision other than the one its spec declares."""
         for name in runtime.given():
-            if name not in self.TAKES:
-                takers = [k.KIND for k in kinds() if name in k.TAKES]
-                raise ValueError(f"{name} (--{name.replace('_', '-')}) applies to "
-                                 f"{', '.join(takers)} studies only; study {self.name!r} is a "
-                                 f"{self.KIND} study{self._why(name)}")
+            flag = FLAG[name]
+            if flag.kinds and self.KIND not in flag.kinds:
+                raise ValueError(f"{name} ({flag.option}) applies to {', '.join(flag.kinds)} "
+                                 f"studies only; study {self.name!r} is a {self.KIND} "
+                                 f"study{self._why(name)}")
         declared = getattr(self.spec, "precision", None)
         if runtime.precision not in (None, declared or runtime.precision):
             raise ValueError(f"precision {runtime.precision}: study {self.name!r} declares "
@@ -153,9 +149,7 @@ class Study:
         self.prepare(root)
         runs = select(self.runs(root, runtime), root, order=runtime.order,
                       shard=runtime.shard, limit=runtime.limit)
-        sweep.run_sweep(runs, root, executor=executor.name, device=runtime.device,
-                        progress=runtime.progress, retry_failed=runtime.retry_failed,
-                        batch_lrs=runtime.batch_lrs, **executor.options)
+        sweep.run_as(runs, root, runtime, executor)
 
     def progress(self, root=None, runtime: Runtime = Runtime()):
         """How much of the study its store holds, per task and seed
@@ -286,7 +280,6 @@ class PaperStudy(GridStudy):
     recipe; ``Runtime.weights_file``: local weights of the model (default: the hub)."""
 
     KIND: ClassVar[str] = "paper"
-    TAKES: ClassVar[frozenset] = TAKES | {"data_root", "weights_file"}
 
     def check(self, runtime: Runtime) -> None:
         """``Study.check``, and ``runtime.data_root`` is required."""
