@@ -12,7 +12,7 @@ from vitplast.__main__ import main
 from vitplast.experiments import confounds, runs, studies, sweep
 from vitplast.experiments.adaptive import ConfoundStudy, SearchedStudy
 from vitplast.experiments.kinds import BudgetStudy, GridStudy, PaperStudy
-from vitplast.experiments.runtime import setting
+from vitplast.experiments.runtime import FLAGS, setting
 from vitplast.experiments.spec_types import Budget, Grid, PaperGrid, Search, Spec
 from vitplast.experiments.store import Store
 
@@ -94,6 +94,7 @@ def test_every_kind_is_tested_and_takes_one_spec_type():
     assert all(studies.KINDS[type(s.spec)] is type(s) for s in STUDIES.values())
     with pytest.raises(TypeError, match="a grid study, which takes a Grid spec; got a Search"):
         GridStudy("t", "wrong", "t", STUDIES["searched"].spec).spec
+    assert {k for f in FLAGS for k in f.kinds} <= set(KINDS)  # a flag names real kinds only
 
 
 @pytest.mark.parametrize("kind", KINDS)
