@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from vitplast import cached, schema
-from vitplast.experiments import runs, store
+from vitplast.experiments import runs, runtime, store
 from vitplast.measure.components import COMPONENTS
 from vitplast.train import finetune
 from vitplast.train.passes import PRECISIONS
@@ -42,6 +42,8 @@ def test_the_schemas_are_in_step_with_the_code():
     assert list(run["properties"]) == [*runs.RUN_KEYS, *runs.RUNTIME_KEYS]
     assert run["properties"]["optimizer"]["enum"] == list(finetune.OPTIMIZERS)
     assert run["properties"]["precision"]["enum"] == [*PRECISIONS, None]
+    flags = runtime.schema_properties()  # the runtime's flags, declared once (runtime.FLAGS)
+    assert {k: run["properties"][k] for k in flags} == flags
     assert set(run["required"]) == set(RUN) - {"lr_scales", "prepare", "ablation"}
     assert schema.document("plasticity")["$defs"]["component"]["enum"] == list(COMPONENTS)
     assert schema.document("record")["properties"]["status"]["enum"] == list(store.STATUSES)

@@ -55,29 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _at_least(low: int):
-    """An argparse type: an integer N >= ``low``."""
-    def parse(text: str) -> int:
-        if int(text) < low:
-            raise argparse.ArgumentTypeError(f"takes N >= {low}, got {int(text)}")
-        return int(text)
-    return parse
-
-
-def _only(setting: str) -> str:
-    """`` (KINDS studies only)`` when a ``Runtime`` setting applies to some study kinds only
-    (``kinds.Study.TAKES``), else nothing."""
-    from vitplast.experiments.kinds import kinds
-
-    takers = [k.KIND for k in kinds() if setting in k.TAKES]
-    return "" if len(takers) == len(kinds()) else f" ({', '.join(takers)} studies only)"
-
-
 def _add_sweep(sub) -> None:
     """The ``sweep`` command's arguments (every choice listed, so a bad one fails here), from
     the study registry and the runtime's choices (neither imports torch)."""
     from vitplast.experiments import studies
-    from vitplast.experiments.runtime import CLUSTERS, EXECUTORS, ORDERS, PRECISIONS
+    from vitplast.experiments.runtime import CLUSTERS, EXECUTORS, add_arguments, at_least
 
     sw = sub.add_parser("sweep", help="run (or resume) a finetuning study",
                         description="Run the runs of a study that its results store lacks, "
@@ -90,10 +72,7 @@ def _add_sweep(sub) -> None:
                     "data/<store> of a checkout, or $VITPLAST_DATA/<store>; smoke: "
                     ".cache/finetune-smoke, or $VITPLAST_CACHE/finetune-smoke; paper: "
                     "results/paper)")
-    sw.add_argument("--data-root", default=None, help="folder of the paper datasets "
-                    f"(layouts: vitplast.datasets.paper_datasets){_only('data_root')}")
-    sw.add_argument("--weights-file", default=None, help="local weights of ViT-B/16 in21k "
-                    f"(default: the hub){_only('weights_file')}")
+    add_arguments(sw)  # the runtime's flags (runtime.FLAGS)
     sw.add_argument("--executor", default="serial", choices=EXECUTORS,
                     help="serial | submitit")
     sw.add_argument("--cluster", default=None, choices=CLUSTERS,
@@ -106,7 +85,7 @@ def _add_sweep(sub) -> None:
     sw.add_argument("--partition", default=None, help="submitit: SLURM partition")
     sw.add_argument("--array-parallelism", type=int, default=None,
                     help="submitit: at most N jobs of the array running at once (SLURM)")
-    sw.add_argument("--runs-per-job", type=_at_least(1), default=None, help="submitit: runs "
+    sw.add_argument("--runs-per-job", type=at_least(1), default=None, help="submitit: runs "
                     "trained one after another in each job, which pays its start-up once "
                     "(default: the runs dealt over as many jobs as can run at once: "
                     "--array-parallelism, else the partition's idle CPUs / --cpus-per-task); "
@@ -115,38 +94,8 @@ def _add_sweep(sub) -> None:
                     help="another SLURM setting, repeatable: a submitit SlurmExecutor parameter "
                     "(qos, account, mem, constraint, ...) or any sbatch option "
                     "(slurm_additional_parameters)")
-    sw.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
-    sw.add_argument("--precision", default=None, choices=PRECISIONS, help="auto | fp32 | "
-                    "bf16 | fp16: autocast on CUDA (default auto: bf16 where supported, else "
-                    "fp16 with a gradient scaler); a runtime setting, not in run hashes; a "
-                    "study whose spec declares one keeps it")
-    sw.add_argument("--workers", type=_at_least(0), default=None, help="DataLoader worker "
-                    "processes per run (default 0; in a SLURM job, its cpus-per-task - 1); a "
-                    "runtime setting, not in run hashes")
-    sw.add_argument("--accum-steps", type=_at_least(1), default=None, help="split each batch "
-                    "into N equal micro-batches (same gradient, less memory); a runtime "
-                    "setting, not in run hashes")
-    sw.add_argument("--eval-every", type=_at_least(1), default=None, help="validate every N "
-                    "steps instead of the study's period. It chooses the kept checkpoint, so it "
-                    "IS in run hashes: runs with another period are other runs, stored beside "
-                    "the study's (whose hashes stay as they are)")
-    sw.add_argument("--order", default=None, choices=ORDERS, help="seed-first (default): "
-                    "every (task, config, lr) once before the next seed, so a partial sweep "
-                    f"covers the grid | grid{_only('order')}")
-    sw.add_argument("--limit", type=_at_least(1), default=None,
-                    help="train at most N missing runs")
-    sw.add_argument("--shard", default=None, metavar="I/N", help="every study kind: take only "
-                    "every N-th setting (a run without its LR: task, configuration, seed...) "
-                    "from the I-th (0-based), so N processes or machines share one store; a "
-                    "setting's LRs, and a searched setting's whole search, stay in one process")
     sw.add_argument("--status", action="store_true", help="run nothing: print how much of "
                     "the study the store holds, per task and seed, and the CPU hours left")
-    sw.add_argument("--batch-lrs", action="store_true", help="train the runs that differ only "
-                    "in their LR as one batched computation (vitplast.train.batched): many "
-                    "runs per device-minute on a GPU; the same results as one by one")
-    sw.add_argument("--retry-failed", action="store_true", help="also re-run the stored runs "
-                    "whose status is failed (once per call; without it a searched setting waits "
-                    "at a failed run)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,15 +151,12 @@ def _sweep(args, parser, argv) -> int:
 
 def _sweep_with(args, parser, argv, study, kwargs, early) -> int:
     """``_sweep`` once its cluster jobs, if any, are waiting (``jobs.prestart``)."""
-    from vitplast.experiments.runtime import Executor, Runtime
+    from vitplast.experiments.runtime import FLAGS, Executor, Runtime
 
     _check_sweep_args(args, parser)
     try:  # also with --status, so that no bad option passes unnoticed
-        runtime = Runtime(
-            device=args.device, precision=args.precision, workers=_workers(args),
-            accum_steps=args.accum_steps, eval_every=args.eval_every, data_root=args.data_root,
-            weights_file=args.weights_file, order=args.order, shard=args.shard,
-            limit=args.limit, retry_failed=args.retry_failed, batch_lrs=args.batch_lrs)
+        runtime = Runtime(**{**{f.name: getattr(args, f.name) for f in FLAGS if f.cli},
+                             "workers": _workers(args)})
         study.check(runtime)
     except ValueError as err:
         parser.error(f"--study {args.study}: {err}")

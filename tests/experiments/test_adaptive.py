@@ -20,7 +20,7 @@ def test_a_searched_study_loads_its_complete_tasks_only(tmp_path, monkeypatch):
     reads = []
     real = Store.records
     monkeypatch.setattr(Store, "records", lambda self: reads.append(1) or real(self))
-    chosen = study.load(tmp_path)
+    chosen = study.load(tmp_path).runs
     assert chosen["task"].tolist() == ["digits"] and chosen["lr"].tolist() == [0.3]
     assert chosen["val_acc"].tolist() == [70.0] and len(reads) == 1  # the store read once
     assert search.complete_tasks(search.state(spec, tmp_path)) == ["digits"]

@@ -125,6 +125,6 @@ def test_notebook_07s_identity_is_read_from_the_shipped_companions(monkeypatch):
     p = notebooks.notebook_parameters("07_suite")
     gauge = studies.get("gauge")
     root = models.require_results(gauge.root())
-    ident = cross_gauge.identity(gauge.load(root), p["identity_tasks"],
+    ident = cross_gauge.identity(gauge.load(root).runs, p["identity_tasks"],
                                  steps=p["identity_steps"], root=root)
     assert len(ident) == len(p["identity_tasks"]) * len(cross_gauge.GAUGE_CHANGED)

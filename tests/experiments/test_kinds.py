@@ -11,9 +11,9 @@ import pytest
 from vitplast.__main__ import main
 from vitplast.experiments import confounds, runs, studies, sweep
 from vitplast.experiments.adaptive import ConfoundStudy, SearchedStudy
-from vitplast.experiments.kinds import BudgetStudy, GridStudy, PaperStudy, kinds
-from vitplast.experiments.runtime import setting
-from vitplast.experiments.spec_types import Budget, Grid, PaperGrid, Search
+from vitplast.experiments.kinds import BudgetStudy, GridStudy, PaperStudy
+from vitplast.experiments.runtime import FLAGS, setting
+from vitplast.experiments.spec_types import Budget, Grid, PaperGrid, Search, Spec
 from vitplast.experiments.store import Store
 
 TINY = dict(steps=2, warmup_steps=1, eval_every=1, batch_size=8)
@@ -86,8 +86,15 @@ def _trained(calls) -> list[dict]:
 KINDS = list(STUDIES)
 
 
-def test_every_kind_is_tested():
-    assert {k.KIND for k in kinds()} == set(KINDS)
+def test_every_kind_is_tested_and_takes_one_spec_type():
+    """``studies.KINDS`` holds every kind, each by the spec type it takes; a spec of another
+    type is refused when read."""
+    assert {k.KIND for k in studies.KINDS.values()} == set(KINDS)
+    assert set(studies.KINDS) == set(Spec.__args__)
+    assert all(studies.KINDS[type(s.spec)] is type(s) for s in STUDIES.values())
+    with pytest.raises(TypeError, match="a grid study, which takes a Grid spec; got a Search"):
+        GridStudy("t", "wrong", "t", STUDIES["searched"].spec).spec
+    assert {k for f in FLAGS for k in f.kinds} <= set(KINDS)  # a flag names real kinds only
 
 
 @pytest.mark.parametrize("kind", KINDS)

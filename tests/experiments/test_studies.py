@@ -225,4 +225,4 @@ def test_shipped_searched_results_are_the_complete_study(name):
     assert len(state) == SEARCHED[name]
     assert (state["next"].map(len) == 0).all() and state["bracketed"].all()
     assert all(Store(study.root()).has(r) for r in study.runs())
-    assert len(study.load()) == SEARCHED[name]  # every task complete: every row chosen
+    assert len(study.load().runs) == SEARCHED[name]  # every task complete: every row chosen

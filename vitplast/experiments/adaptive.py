@@ -9,29 +9,11 @@ and the ones whose runs are fixed by their spec: ``vitplast.experiments.kinds``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from vitplast.experiments.kinds import TAKES, Study, grid_runs
+from vitplast.experiments.kinds import GridStudy, Loaded, Study, grid_runs
 from vitplast.experiments.runtime import Executor, Runtime
-
-
-@dataclass
-class ConfoundResults:
-    """What a confound study's store holds: ``runs`` (``results.records_table`` rows of the study's
-    runs and of its plain SGD baselines, with ``confound_variants.with_variant``'s ``variant``; only
-    the (task, variant) settings whose every run is stored: ``confounds.complete_settings``),
-    ``coverage`` (expected runs by status), ``scales`` (``confounds.study_scales``),
-    ``layers`` (``confound_plasticity.layer_plasticity`` of the per-layer tasks), ``after``
-    (``confound_plasticity.plasticity_after`` of the runs it measures) and the two stores."""
-
-    runs: object
-    coverage: dict
-    scales: dict
-    layers: object
-    after: object
-    root: str
-    main_root: str
 
 
 @dataclass(frozen=True)
@@ -54,15 +36,21 @@ class ConfoundStudy(Study):
 
         return confounds.study_runs(self.spec, root)
 
+    def baseline_study(self) -> GridStudy:
+        """What it compares with: its baselines study (a ``GridStudy``) on the tasks of its
+        parts only."""
+        tasks, spec = {t for part in self.spec.parts for t in part.tasks}, self.baselines.spec
+        return replace(self.baselines, definition=replace(
+            spec, tasks=tuple(t for t in spec.tasks if t in tasks)), smoke="", budget="")
+
     def baseline_runs(self) -> list[dict]:
         """The plain SGD runs it compares with: its baselines study's runs on the tasks of its
-        parts."""
-        tasks = {t for part in self.spec.parts for t in part.tasks}
-        return [r for r in grid_runs(self.baselines.spec) if r["task"] in tasks]
+        parts (``baseline_study``)."""
+        return grid_runs(self.baseline_study().spec)
 
-    def load(self, root=None, baselines_root=None, *, recompute: bool = False
-             ) -> ConfoundResults:
-        """Read (or, with ``recompute``, first run or resume) the study and its baselines.
+    def load(self, root=None, baselines_root=None, *, recompute: bool = False) -> Loaded:
+        """Read (or, with ``recompute``, first run or resume: ``Study.run`` of its baselines,
+        then of itself) the study and its baselines.
 
         The stores are ``root`` / ``baselines_root`` if given, else the study's and its
         baselines' (``Study.root(recompute)``: the shipped ``data/confounds`` and
@@ -70,25 +58,18 @@ class ConfoundStudy(Study):
         """
         import pandas as pd
 
-        from vitplast.experiments import (
-            confound_plasticity,
-            confound_variants,
-            confounds,
-            results,
-            sweep,
-        )
+        from vitplast.experiments import confound_plasticity, confound_variants, confounds, results
         from vitplast.experiments.runs import run_hash
         from vitplast.experiments.store import Store
 
         spec = self.spec
         root = str(root or self.root(recompute))
         main_root = str(baselines_root or self.baselines.root(recompute))
-        if recompute:  # its runs are listed from its LayerNorm scales: measured first
-            self.prepare(root)
+        if recompute:  # its runs are listed from its LayerNorm scales: measured by its run
+            self.baseline_study().run(main_root)
+            self.run(root)
         expected, baselines = confounds.study_runs(spec, root), self.baseline_runs()
-        if recompute:  # then wait for the runs another process was training meanwhile
-            sweep.run_sweep(baselines, main_root)
-            sweep.run_sweep(expected, root)
+        if recompute:  # wait for the runs another process was training meanwhile
             Store(main_root).wait_for(baselines)
             Store(root).wait_for(expected)
         df = results.records_table(root, main_root)
@@ -98,13 +79,13 @@ class ConfoundStudy(Study):
                                                       compute=recompute)  # df holds the baselines
                  for r in confound_plasticity.after_runs(df, spec, baselines)]
         layer_tasks = [p for p in spec.parts if p.name == "per layer"][0].tasks
-        return ConfoundResults(
+        return Loaded(
             confounds.complete_settings(df, expected + baselines),
-            results.coverage(df, expected), confounds.study_scales(
+            results.coverage(df, expected), root, scales=confounds.study_scales(
                 root, spec.scale_tasks, target=spec.target, n_pairs=spec.n_pairs),
-            confound_plasticity.layer_plasticity(root, layer_tasks, spec.n_pairs),
-            pd.concat(after, ignore_index=True) if after
-            else pd.DataFrame(columns=confound_plasticity.AFTER_COLUMNS), root, main_root)
+            layers=confound_plasticity.layer_plasticity(root, layer_tasks, spec.n_pairs),
+            after=pd.concat(after, ignore_index=True) if after
+            else pd.DataFrame(columns=confound_plasticity.AFTER_COLUMNS), main_root=main_root)
 
 
 @dataclass(frozen=True)
@@ -114,7 +95,6 @@ class SearchedStudy(Study):
     ``--shard`` takes every n-th setting, each searched to its end in one process."""
 
     KIND: ClassVar[str] = "searched"
-    TAKES: ClassVar[frozenset] = TAKES - {"order"}
 
     def _why(self, name: str) -> str:
         return ": its search orders its runs (task by task, an LR at a time)"
@@ -135,14 +115,15 @@ class SearchedStudy(Study):
         search.run_search(self.spec, self._root(root), runtime=runtime, executor=executor,
                           sources=[models.results_root(s) for s in self.spec.reuse])
 
-    def load(self, root=None, *, grid: bool = False):
-        """Per complete task (every search ended) and configuration: the chosen ``lr``
-        (``search.state``'s ``best``), ``bracketed``, and that run's ``val_acc`` and
+    def load(self, root=None, *, grid: bool = False) -> Loaded:
+        """Its ``runs``: per complete task (every search ended) and configuration, the chosen
+        ``lr`` (``search.state``'s ``best``), ``bracketed``, and that run's ``val_acc`` and
         ``test_acc`` (in %) and ``trainable`` count. ``grid``: the LR chosen on validation
         from the spec's fixed grid instead (a task is complete when every grid run is
         stored)."""
         from vitplast.experiments import search
 
-        state = search.state(self.spec, self._root(root), grid=grid)
-        return state[state["task"].isin(search.complete_tasks(state))].rename(
-            columns={"best": "lr"}).reset_index(drop=True)
+        root = self._root(root)
+        state = search.state(self.spec, root, grid=grid)
+        return Loaded(state[state["task"].isin(search.complete_tasks(state))].rename(
+            columns={"best": "lr"}).reset_index(drop=True), {}, str(root))

@@ -15,11 +15,11 @@ read:
   as its LR search has gone (``vitplast.experiments.search``).
 
 Each has ``runs(root)`` (its runs known now), ``run(root, runtime, executor)`` (run or resume
-what its store lacks) and ``load(root)`` (read it back: ``StudyResults``, ``ConfoundResults``
-or, searched, the chosen LR per task and configuration). Every ``Runtime`` setting is honoured
-by every kind (``TAKES``) or refused by ``check``, naming the kinds it applies to. Importing
-this module imports no torch (the CLI builds its help from the registry,
-``vitplast.experiments.studies``).
+what its store lacks: every study runs through ``Study.run``) and ``load(root)`` (read it back:
+a ``Loaded``, whatever the kind). Every ``Runtime`` setting is honoured by every kind or
+refused by ``check``, naming the kinds it applies to (``runtime.Flag.kinds``). Which kind
+takes which spec type is ``studies.KINDS``, the one registry of kinds. Importing this module
+imports no torch (the CLI builds its help from the registry, ``vitplast.experiments.studies``).
 """
 
 from __future__ import annotations
@@ -29,15 +29,12 @@ from importlib import import_module
 from pathlib import Path
 from typing import ClassVar
 
-from vitplast.experiments.runtime import Executor, Runtime, select
+from vitplast.experiments.runtime import FLAG, Executor, Runtime, select
+from vitplast.experiments.spec_types import Budget, Spec
 
 #: Where a study's store is: ``data`` (shipped: ``models.results_root``), ``cache``
 #: (``models.cache_dir``) or ``.`` (relative to the working directory).
 PLACES = ("data", "cache", ".")
-#: The ``Runtime`` settings every kind honours (``PaperStudy`` also takes ``data_root`` and
-#: ``weights_file``; ``SearchedStudy`` takes no ``order``: its search orders its runs).
-TAKES = frozenset({"precision", "workers", "accum_steps", "eval_every", "order", "shard",
-                   "limit", "retry_failed", "batch_lrs"})
 
 
 @dataclass(frozen=True)
@@ -48,9 +45,9 @@ class Study:
         name: its name in ``studies.STUDIES`` (``--study``, the notebooks' ``study``).
         purpose: one line: what it is, for the CLI's help.
         folder: its results store's folder, under ``place``.
-        definition: its spec (a ``spec_types`` value), or the name of one in
-            ``study_specs``, read on first use (``spec``) so that the registry imports no
-            torch.
+        definition: its spec (a ``spec_types.Spec`` of its kind's type, ``studies.KINDS``),
+            or the name of one in ``study_specs``, read on first use (``spec``) so that the
+            registry imports no torch.
         place: where ``folder`` is (``PLACES``); ``data`` stores are shipped (a checkout's
             ``data/``), which the CLI writes into only where their parent folder exists.
         baselines: the study whose runs it is compared with or builds on (the confound
@@ -62,13 +59,13 @@ class Study:
     name: str
     purpose: str
     folder: str
-    definition: object
+    definition: Spec | str
     place: str = "data"
     baselines: Study | None = None
-    smoke: object = ""
+    smoke: Spec | str = ""
 
+    #: Its kind's name: what ``runtime.Flag.kinds`` name.
     KIND: ClassVar[str] = ""
-    TAKES: ClassVar[frozenset] = TAKES
     #: Its runs are made from what its store holds: the store must exist to list them.
     READS_STORE: ClassVar[bool] = False
 
@@ -77,11 +74,17 @@ class Study:
             raise ValueError(f"study {self.name!r}: place {self.place!r}; valid: {list(PLACES)}")
 
     @property
-    def spec(self):
-        """Its spec (``definition``, read from ``study_specs`` when named)."""
-        if isinstance(self.definition, str):
-            return getattr(import_module("vitplast.experiments.study_specs"), self.definition)
-        return self.definition
+    def spec(self) -> Spec:
+        """Its spec (``definition``, read from ``study_specs`` when named); ``TypeError``
+        unless its type is its kind's (``studies.KINDS``)."""
+        from vitplast.experiments.studies import KINDS
+
+        spec = named(self.definition)
+        if KINDS.get(type(spec)) is not type(self):
+            takes = [t.__name__ for t, k in KINDS.items() if k is type(self)]
+            raise TypeError(f"study {self.name!r} is a {self.KIND} study, which takes a "
+                            f"{' or '.join(takes)} spec; got a {type(spec).__name__}")
+        return spec
 
     @property
     def primaries(self) -> tuple:
@@ -113,11 +116,11 @@ class Study:
         """Refuse (``ValueError``) a ``runtime`` setting this kind does not honour, naming the
         kinds it applies to, and a precision other than the one its spec declares."""
         for name in runtime.given():
-            if name not in self.TAKES:
-                takers = [k.KIND for k in kinds() if name in k.TAKES]
-                raise ValueError(f"{name} (--{name.replace('_', '-')}) applies to "
-                                 f"{', '.join(takers)} studies only; study {self.name!r} is a "
-                                 f"{self.KIND} study{self._why(name)}")
+            flag = FLAG[name]
+            if flag.kinds and self.KIND not in flag.kinds:
+                raise ValueError(f"{name} ({flag.option}) applies to {', '.join(flag.kinds)} "
+                                 f"studies only; study {self.name!r} is a {self.KIND} "
+                                 f"study{self._why(name)}")
         declared = getattr(self.spec, "precision", None)
         if runtime.precision not in (None, declared or runtime.precision):
             raise ValueError(f"precision {runtime.precision}: study {self.name!r} declares "
@@ -153,9 +156,18 @@ class Study:
         self.prepare(root)
         runs = select(self.runs(root, runtime), root, order=runtime.order,
                       shard=runtime.shard, limit=runtime.limit)
-        sweep.run_sweep(runs, root, executor=executor.name, device=runtime.device,
-                        progress=runtime.progress, retry_failed=runtime.retry_failed,
-                        batch_lrs=runtime.batch_lrs, **executor.options)
+        sweep.run_as(runs, root, runtime, executor)
+
+    def _read(self, root, runtime: Runtime = Runtime()) -> Loaded:
+        """Its runs' rows in its store (``root``, default its own), its runs listed as
+        ``runtime`` says; ``budget`` empty."""
+        from vitplast.experiments import results
+
+        root = str(self._root(root))
+        stored = results.records_table(root)
+        expected = self._runs(Path(root), runtime)
+        mine = _rows(stored, expected)
+        return Loaded(mine, results.coverage(mine, expected), root, stored.iloc[:0])
 
     def progress(self, root=None, runtime: Runtime = Runtime()):
         """How much of the study its store holds, per task and seed
@@ -168,16 +180,42 @@ class Study:
         return study_log.study_progress(self.runs(root, runtime), root)
 
 
-@dataclass
-class StudyResults:
-    """What a finetuning study's store holds: ``runs`` (``results.records_table`` rows of the
-    study's runs), ``budget`` (rows of its budget check; empty for studies without one),
-    ``coverage`` (expected runs by status) and the store's ``root``."""
+def named(spec: Spec | str) -> Spec:
+    """``spec``, or the spec of ``study_specs`` it names (imported on first use: torch)."""
+    if isinstance(spec, str):
+        return getattr(import_module("vitplast.experiments.study_specs"), spec)
+    return spec
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What every kind's ``load`` reads back from a study's store.
+
+    Attributes:
+        runs: the study's rows: ``results.records_table`` rows of its runs (a confound study's
+            with its baselines', each with its ``variant``, only settings stored whole); a
+            searched study's chosen run per complete task and configuration
+            (``SearchedStudy.load``).
+        coverage: its expected runs by status (empty for a searched study: its runs are
+            known only as far as its search has gone).
+        root: its store.
+        budget: rows of its budget check (empty for a grid study without one); ``None`` for
+            kinds that have none.
+        scales, layers, after: a confound study's LayerNorm scales
+            (``confounds.study_scales``), per-layer plasticity
+            (``confound_plasticity.layer_plasticity``) and plasticity after finetuning
+            (``confound_plasticity.plasticity_after``); ``None`` for other kinds.
+        main_root: a confound study's baselines' store; empty for other kinds.
+    """
 
     runs: object
-    budget: object
     coverage: dict
     root: str
+    budget: object = None
+    scales: dict | None = None
+    layers: object = None
+    after: object = None
+    main_root: str = ""
 
 
 def _rows(table, runs: list[dict]):
@@ -192,7 +230,7 @@ class GridStudy(Study):
     """Runs fixed by its spec (a ``spec_types.Grid``): per configuration its LRs x tasks x
     seeds. ``budget``: the spec (or its name) of its budget check, loaded with it."""
 
-    budget: object = ""
+    budget: Budget | str = ""
     KIND: ClassVar[str] = "grid"
 
     def _runs(self, root, runtime) -> list[dict]:
@@ -206,7 +244,7 @@ class GridStudy(Study):
 
         return runs.task_options(self.spec.fixed)
 
-    def load(self, root=None, *, recompute: bool = False) -> StudyResults:
+    def load(self, root=None, *, recompute: bool = False) -> Loaded:
         """Read (or, with ``recompute``, first run or resume) the study: its store is
         ``root`` if given, else its own (``root(recompute)``: a shipped store is read only,
         its cache copy recomputed)."""
@@ -221,10 +259,8 @@ class GridStudy(Study):
         stored = results.records_table(root)
         mine, budget = _rows(stored, expected), stored.iloc[:0]
         if self.budget and len(mine):
-            spec = self.budget if not isinstance(self.budget, str) else getattr(
-                import_module("vitplast.experiments.study_specs"), self.budget)
-            budget = _rows(stored, budget_runs(stored, self, spec))
-        return StudyResults(mine, budget, results.coverage(mine, expected), root)
+            budget = _rows(stored, budget_runs(stored, self, named(self.budget)))
+        return Loaded(mine, results.coverage(mine, expected), root, budget)
 
 
 def grid_runs(spec) -> list[dict]:
@@ -268,15 +304,9 @@ class BudgetStudy(Study):
 
         return budget_runs(results.records_table(root), self.baselines, self.spec)
 
-    def load(self, root=None) -> StudyResults:
+    def load(self, root=None) -> Loaded:
         """Its runs' rows in its store (``root``, default its own); ``budget`` empty."""
-        from vitplast.experiments import results
-
-        root = str(self._root(root))
-        stored = results.records_table(root)
-        expected = self._runs(root, Runtime())
-        mine = _rows(stored, expected)
-        return StudyResults(mine, stored.iloc[:0], results.coverage(mine, expected), root)
+        return self._read(root)
 
 
 @dataclass(frozen=True)
@@ -286,7 +316,6 @@ class PaperStudy(GridStudy):
     recipe; ``Runtime.weights_file``: local weights of the model (default: the hub)."""
 
     KIND: ClassVar[str] = "paper"
-    TAKES: ClassVar[frozenset] = TAKES | {"data_root", "weights_file"}
 
     def check(self, runtime: Runtime) -> None:
         """``Study.check``, and ``runtime.data_root`` is required."""
@@ -308,23 +337,7 @@ class PaperStudy(GridStudy):
             out += runs.grid([task], spec.configs, lrs, spec.seeds, **fixed)
         return out
 
-    def load(self, root=None, *, data_root: str = "") -> StudyResults:
+    def load(self, root=None, *, data_root: str = "") -> Loaded:
         """Its runs' rows in its store (``root``, default its own); its runs are listed from
         the datasets under ``data_root``."""
-        from vitplast.experiments import results
-
-        root = str(self._root(root))
-        stored = results.records_table(root)
-        expected = self._runs(root, Runtime(data_root=data_root))
-        mine = _rows(stored, expected)
-        return StudyResults(mine, stored.iloc[:0], results.coverage(mine, expected), root)
-
-
-def kinds() -> list[type[Study]]:
-    """Every kind of study: the subclasses of ``Study`` (``adaptive``'s too, once imported)."""
-    out, todo = [], [Study]
-    while todo:
-        for k in todo.pop(0).__subclasses__():
-            out.append(k)
-            todo.append(k)
-    return out
+        return self._read(root, Runtime(data_root=data_root))

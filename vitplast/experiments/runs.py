@@ -25,6 +25,8 @@ import functools
 import hashlib
 import json
 
+from vitplast.experiments.runtime import FLAGS
+
 #: The keys that define a run (and its hash). See ``make_run`` for each one's meaning.
 RUN_KEYS = (
     # what is finetuned, on what
@@ -36,10 +38,10 @@ RUN_KEYS = (
     "lr_scales",
     # ablations (``vitplast.train.ablations``): a model change before training, and its arguments
     "prepare", "ablation")
-#: Keys that change how a run executes, never what it computes: stored, not hashed.
-#: ``accum_steps`` splits a batch into equal micro-batches (the same gradient, less memory).
-RUNTIME_KEYS = ("device", "workers", "log_every", "precision", "accum_steps", "data_root",
-                "weights_file")
+#: Keys that change how a run executes, never what it computes: stored, not hashed. The
+#: runtime's flags that runs carry (``runtime.FLAGS``: device, workers, precision, accum_steps,
+#: data_root, weights_file), and ``log_every``, the training log's period.
+RUNTIME_KEYS = (*(f.name for f in FLAGS if f.run in ("key", "allowed")), "log_every")
 #: ``finetune.train`` keywords a run passes on (the rest of its keys choose task and model).
 TRAIN_KEYS = ("config", "train_head", "lr", "seed", "optimizer", "momentum", "weight_decay",
               "betas", "clip_grad_norm", "warmup_steps", "steps", "batch_size", "eval_every",

@@ -263,7 +263,7 @@ def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> int:
     ``runtime`` (a ``runtime.Runtime``): its run keys go to every run; ``limit``: at most
     that many runs trained; ``retry_failed``: a failed record (the run raised) is run again,
     once per call (else its search waits at it); device, ``batch_lrs`` and ``progress`` go to
-    ``sweep.run_sweep``, as does ``executor`` (a ``runtime.Executor``).
+    ``sweep.run_as``, as does ``executor`` (a ``runtime.Executor``).
 
     Returns:
         The number of runs this call trained.
@@ -294,9 +294,7 @@ def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> int:
             if runtime.limit is not None:
                 missing = missing[:runtime.limit - trained]
             retried |= {run_hash(r) for r in missing}
-            done = sweep.run_sweep(missing, root, executor=executor.name, device=runtime.device,
-                                   progress=runtime.progress, retry_failed=runtime.retry_failed,
-                                   batch_lrs=runtime.batch_lrs, **executor.options)
+            done = sweep.run_as(missing, root, runtime, executor)
             stored = int((done["status"] != "missing").sum())
             trained += stored
             if not stored:  # another process holds the claims: wait for its records

@@ -21,7 +21,7 @@ module imports no torch. Sequences are tuples; a run's hash is of its run dict
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Union
 
 
 @dataclass(frozen=True)
@@ -136,3 +136,7 @@ class PaperGrid(_Spec):
     lrs_domainnet: tuple[float, ...]
     seeds: tuple[int, ...]
     primaries: tuple = ()
+
+
+#: A study's spec: one of the types above (``studies.KINDS`` maps each to its study kind).
+Spec = Union[Grid, Budget, Confound, Search, PaperGrid]

@@ -1,15 +1,16 @@
 """Studies: the named sets of finetuning runs that the notebooks read and the CLI runs.
 
 Paper: section 5 (the main table, Fig. 18) on the embedded default, and the paper's own grid.
-A study is a value of its kind (``vitplast.experiments.kinds``: ``GridStudy``,
-``BudgetStudy``, ``PaperStudy``; ``vitplast.experiments.adaptive``: ``ConfoundStudy``,
-``SearchedStudy``): its name, a one-line purpose, its results store, its spec (a value of
-``vitplast.experiments.study_specs``, named here and read on first use) and the study its runs
-are compared with. ``STUDIES`` is the one registry, looked up by ``get(name)`` (the CLI's
-``vitplast sweep --study NAME``, its help and choices; the notebooks' ``study`` parameter);
-unknown names fail naming the valid ones. Importing it imports no torch. A study with a
-``smoke`` spec has a seconds-long version, ``smoke(study)``, registered as ``<name>-smoke``
-(the smoke profile). The LR-tuning diary of each study is prose in its store's ``README.md``.
+A study is a value of its kind (``vitplast.experiments.kinds``: ``GridStudy``, ``BudgetStudy``,
+``PaperStudy``; ``vitplast.experiments.adaptive``: ``ConfoundStudy``, ``SearchedStudy``;
+``KINDS``: each by the spec type it takes): its name, a one-line purpose, its results store,
+its spec (a value of ``vitplast.experiments.study_specs``, named here and read on first use)
+and the study its runs are compared with. ``STUDIES`` is the one registry, looked up by
+``get(name)`` (the CLI's ``vitplast sweep --study NAME``, its help and choices; the notebooks'
+``study`` parameter); unknown names fail naming the valid ones. Importing it imports no torch.
+A study with a ``smoke`` spec has a seconds-long version, ``smoke(study)``, registered as
+``<name>-smoke`` (the smoke profile). The LR-tuning diary of each study is prose in its
+store's ``README.md``.
 
 - ``main``: notebook 04's main study, stored in ``data/finetune/``.
 - ``budget``: the budget-sensitivity check of notebook 04 (every configuration at 4x the
@@ -30,6 +31,12 @@ from dataclasses import replace
 
 from vitplast.experiments.adaptive import ConfoundStudy, SearchedStudy
 from vitplast.experiments.kinds import BudgetStudy, GridStudy, PaperStudy, Study
+from vitplast.experiments.spec_types import Budget, Confound, Grid, PaperGrid, Search
+
+#: The kinds of study, by the type of spec each takes: the one registry of kinds (a study's
+#: spec is refused unless of its kind's type, ``Study.spec``).
+KINDS: dict[type, type[Study]] = {Grid: GridStudy, Budget: BudgetStudy, PaperGrid: PaperStudy,
+                                  Confound: ConfoundStudy, Search: SearchedStudy}
 
 
 def smoke(study: Study) -> Study:

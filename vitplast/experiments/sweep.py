@@ -264,6 +264,14 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
     return runs_table(list(records.values()))
 
 
+def run_as(runs: list[dict], root: str | Path, runtime, executor) -> pd.DataFrame:
+    """``run_sweep`` as a ``runtime.Runtime`` (device, progress, retry_failed, batch_lrs) and
+    a ``runtime.Executor`` say: every study kind's sweep (``Study.run``, ``search.run_search``)."""
+    return run_sweep(runs, root, executor=executor.name, device=runtime.device,
+                     progress=runtime.progress, retry_failed=runtime.retry_failed,
+                     batch_lrs=runtime.batch_lrs, **executor.options)
+
+
 def _submit(groups: list[list[tuple[dict, int | None]]], store: Store, device, done,
             executor_kwargs: dict, preparations: Mapping) -> None:
     """The groups as packs of a job array (``jobs.submit``, each job ``run_pack``); groups
@@ -378,5 +386,5 @@ def run_pack(pack: list[list[tuple[dict, int | None]]], store: Store, device,
     return statuses
 
 
-__all__ = ["JobStopped", "build", "default_workers", "lr_groups", "run_lrs", "run_one",
-           "run_pack", "run_sweep"]
+__all__ = ["JobStopped", "build", "default_workers", "lr_groups", "run_as", "run_lrs",
+           "run_one", "run_pack", "run_sweep"]

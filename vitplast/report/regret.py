@@ -201,7 +201,7 @@ def on_study(study: str = "suite", root=None) -> pd.DataFrame:
 
     s = studies.get(study)
     root = root or models.results_root(study)
-    o = oracle_of(s.load(root))
+    o = oracle_of(s.load(root).runs)
     return regret(rank_tasks(models.EMBEDDED_NAME, list(dict.fromkeys(o["task"])), root=root), o)
 
 
