@@ -13,6 +13,14 @@ Each ``.npz`` holds an index (its ``schema`` entry, JSON) saying which arrays ma
 the index passes the published ``cache-index`` schema (``vitplast/schemas/``) and names arrays
 that are there, of one length, or the file is not used: ``table_problems`` says why, a warning
 names it, and it is computed again. ``audit`` lists every such file of a cache folder.
+
+Every table made here carries the fingerprint of the measuring code that made it
+(``measure.fingerprint.measuring``: the estimator's version and the component table's hash):
+an ``.npz`` in its ``measured_by`` entry, a kept JSON table in its ``measured_by`` field. It is
+stored in the file and compared on load, not hashed into the file's name: a table made by
+other code is then recomputed with one line saying why (``fingerprint.stale``, on stderr: a
+warning filter cannot hide it), never served, and shipped tables keep their names when
+``fingerprint.restamp`` writes the current fingerprint into them.
 """
 
 from __future__ import annotations
@@ -20,11 +28,13 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import sys
 import warnings
 from pathlib import Path
 
 from vitplast import frames, schema
 from vitplast.files import atomic_path, read_checked, read_json, set_aside, write_json
+from vitplast.measure.fingerprint import measuring, stale
 
 
 def config_hash(config: dict) -> str:
@@ -42,7 +52,8 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     of params>.npz``, one array per column (``numpy.load(allow_pickle=False)`` reads it), its
     dtypes, categories and ``attrs`` as JSON inside (its index), the params beside it in a
     ``.json``. A file that is unreadable or whose index fails (``table_problems``) is
-    computed again, with a warning naming it and why.
+    computed again, with a warning naming it and why; one made by other measuring code (its
+    ``measured_by``, module docstring) is computed again with one line saying so.
     """
     import pandas as pd
 
@@ -52,16 +63,20 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
         problems = table_problems(path)
         try:
             if not problems:
-                return frames.read_frame(path)
+                if _outdated(path, npz_entries(path).get("measured_by")):
+                    problems = None
+                else:
+                    return frames.read_frame(path)
         except Exception as err:  # readable index, unreadable table: recompute
             problems = [f"unreadable: {type(err).__name__}: {err}"]
-        warnings.warn(f"{path} is not used ({'; '.join(problems)}): computed again",
-                      stacklevel=2)
+        if problems:
+            warnings.warn(f"{path} is not used ({'; '.join(problems)}): computed again",
+                          stacklevel=2)
     result = compute()
     if not isinstance(result, pd.DataFrame):
         raise TypeError(f"load_or_compute caches tables (DataFrames), got {type(result)}")
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        frames.write_frame(result, f)
+        frames.write_frame(result, f, measured_by=json.dumps(measuring()))
     write_json(path.with_suffix(".json"), params)
     return result
 
@@ -97,12 +112,34 @@ def table_problems(path: str | Path) -> list[str]:
 
 def audit(folder: str | Path | None = None):
     """Every cached table in ``folder`` (default: the cache's) that ``load_or_compute`` would
-    not use, and why: a DataFrame with ``file``, ``kind`` ("invalid table") and ``problem``."""
+    not use, and why: a DataFrame with ``file``, ``kind`` ("invalid table", or "stale table":
+    made by other measuring code) and ``problem``."""
     import pandas as pd
 
-    rows = [dict(file=p.name, kind="invalid table", problem="; ".join(found))
-            for p in sorted(_folder(folder).glob("*.npz")) if (found := table_problems(p))]
+    rows = []
+    for p in sorted(_folder(folder).glob("*.npz")):
+        if found := table_problems(p):
+            rows.append(dict(file=p.name, kind="invalid table", problem="; ".join(found)))
+        elif line := stale(p.name, npz_entries(p).get("measured_by")):
+            rows.append(dict(file=p.name, kind="stale table", problem=line))
     return pd.DataFrame(rows, columns=["file", "kind", "problem"])
+
+
+def _outdated(path: Path, made_by: str | None) -> bool:
+    """Whether the table at ``path`` was made by other measuring code than this; if so, one
+    line on stderr says so (``fingerprint.stale``)."""
+    line = stale(path, made_by)
+    if line:
+        print(line, file=sys.stderr)
+    return line is not None
+
+
+def npz_entries(path: str | Path) -> dict:
+    """The JSON entries an ``.npz`` holds beside its arrays (``kept``, ``measured_by``)."""
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as z:
+        return {k: json.loads(str(z[k])) for k in ("kept", "measured_by") if k in z.files}
 
 
 def _folder(folder: str | Path | None) -> Path:
@@ -218,15 +255,18 @@ def kept_table(name: str, params: dict, compute, root: str | Path | None = None,
 
     Read through ``companion``, so validated: a file that fails its schema is set aside
     and computed again; one whose ``table`` or ``params`` are not the ones asked for (stale),
-    or whose rows do not fit its columns, is computed again and replaced (with a warning).
-    Written with the provenance of the computation (``provenance.provenance``: machine,
-    versions, git commit, date) and its wall ``seconds``. Columns keep their dtypes
-    (categoricals their categories and order); a missing value is stored as null.
+    or whose rows do not fit its columns, is computed again and replaced (with a warning);
+    one made by other measuring code (``measured_by``) too, with one line saying so.
+    Written with the fingerprint of the measuring code (``measured_by``), the provenance of
+    the computation (``provenance.provenance``: machine, versions, git commit, date) and its
+    wall ``seconds``. Columns keep their dtypes (categoricals their categories and order); a
+    missing value is stored as null.
 
     ``arrays``: a large table (per-pair rates) kept as compressed arrays instead,
     ``root/table-<hash>.npz`` (``load_or_compute``'s format, its index checked by
     ``table_problems``; ``table``, ``params`` and ``provenance`` in its ``kept`` entry); one
-    that fails its index or was kept for other parameters is computed again and replaced.
+    that fails its index, was kept for other parameters or by other measuring code is computed
+    again and replaced.
     """
     if root is None:
         return load_or_compute(name, params, compute)
@@ -236,10 +276,11 @@ def kept_table(name: str, params: dict, compute, root: str | Path | None = None,
         return _kept_arrays(Path(root) / file.replace(".json", ".npz"), asked, compute)
     saved = companion(root, file, compute=lambda: _as_kept(name, params, compute))
     problems = kept_problems(saved, asked)
-    if not problems:
+    if not problems and not _outdated(Path(root) / file, saved.get("measured_by")):
         return _from_kept(saved)
-    warnings.warn(f"{Path(root) / file} is not used ({'; '.join(problems)}): computed again",
-                  stacklevel=2)
+    if problems:
+        warnings.warn(f"{Path(root) / file} is not used ({'; '.join(problems)}): computed "
+                      "again", stacklevel=2)
     saved = _as_kept(name, params, compute)
     write_companion(root, file, saved)
     return _from_kept(json.loads(json.dumps(saved, default=str)))
@@ -249,8 +290,8 @@ def kept_problems(saved: dict, asked: dict) -> list[str]:
     """Why a ``kept_table`` companion (schema-valid) is not the table ``asked`` for
     (``table`` and ``params`` as JSON): other parameters, or rows that do not fit its
     columns or their dtypes; empty when it is."""
-    if stale := _stale(saved, asked):
-        return stale
+    if moved := _stale(saved, asked):
+        return moved
     width = len(saved["columns"])
     if any(len(row) != width for row in saved["rows"]):
         return [f"rows that do not have one value per column ({width})"]
@@ -274,17 +315,18 @@ def _kept_arrays(path: Path, asked: dict, compute):
     if path.exists():
         problems = table_problems(path)
         if not problems:
-            with np.load(path, allow_pickle=False) as z:
-                saved = json.loads(str(z["kept"])) if "kept" in z.files else {}
-            problems = _stale(saved, asked)
-        if not problems:
+            saved = npz_entries(path)
+            problems = _stale(saved.get("kept", {}), asked)
+        if not problems and not _outdated(path, saved.get("measured_by")):
             return frames.read_frame(path)
-        warnings.warn(f"{path} is not used ({'; '.join(problems)}): computed again",
-                      stacklevel=3)
+        if problems:
+            warnings.warn(f"{path} is not used ({'; '.join(problems)}): computed again",
+                          stacklevel=3)
     df, made = _computed(compute)
     kept = json.dumps(dict(asked, provenance=made), default=str)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        frames.write_frame(df, f, compressed=True, kept=kept)
+        frames.write_frame(df, f, compressed=True, kept=kept,
+                           measured_by=json.dumps(measuring()))
     return df
 
 
@@ -320,7 +362,7 @@ def _as_kept(name: str, params: dict, compute) -> dict:
         values.append([None if pd.isna(v) else v for v in col.astype(object).tolist()])
     kept = dict(table=name, params=params, columns=columns,
                 rows=[list(r) for r in zip(*values)] if values else [],
-                attrs=dict(df.attrs), provenance=made)
+                attrs=dict(df.attrs), provenance=made, measured_by=measuring())
     return json.loads(json.dumps(kept, default=lambda v: v.item() if hasattr(v, "item")
                                  else str(v)))  # numpy scalars as numbers, not text
 
