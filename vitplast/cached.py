@@ -14,13 +14,10 @@ the index passes the published ``cache-index`` schema (``vitplast/schemas/``) an
 that are there, of one length, or the file is not used: ``table_problems`` says why, a warning
 names it, and it is computed again. ``audit`` lists every such file of a cache folder.
 
-Every table made here carries the fingerprint of the measuring code that made it
-(``measure.fingerprint.measuring``: the estimator's version and the component table's hash):
-an ``.npz`` in its ``measured_by`` entry, a kept JSON table in its ``measured_by`` field. It is
-stored in the file and compared on load, not hashed into the file's name: a table made by
-other code is then recomputed with one line saying why (``fingerprint.stale``, on stderr: a
-warning filter cannot hide it), never served, and shipped tables keep their names when
-``fingerprint.restamp`` writes the current fingerprint into them.
+Every table made here carries the fingerprint of the code that measured it (``made_by``,
+``measure.fingerprint``; ``measured_by`` in the file), compared on load rather than hashed into
+its name: a table made by other code is recomputed with one line on stderr saying why
+(``stale``), and shipped tables keep their names when ``fingerprint.restamp`` re-stamps them.
 """
 
 from __future__ import annotations
@@ -34,7 +31,24 @@ from pathlib import Path
 
 from vitplast import frames, schema
 from vitplast.files import atomic_path, read_checked, read_json, set_aside, write_json
-from vitplast.measure.fingerprint import measuring, stale
+
+#: ``measure.fingerprint.measuring``, registered by ``vitplast.measure`` (the layer above, which
+#: this one does not import); unset, tables carry none and every stamped one reads as stale.
+MEASURING = None
+
+
+def made_by() -> str | None:
+    """The fingerprint of the measuring code that a table made now carries (``MEASURING``)."""
+    return MEASURING() if MEASURING is not None else None
+
+
+def stale(what, made: str | None, then: str = "recomputing") -> str | None:
+    """The line saying why the table ``what``, made by the measuring code ``made`` (``None``:
+    before fingerprints), is not served, and what ``then``; ``None`` if ``made_by()`` made it."""
+    now = made_by()
+    if made == now:
+        return None
+    return f"{what}: made by measuring code {made or '(none recorded)'}, this is {now}: {then}"
 
 
 def config_hash(config: dict) -> str:
@@ -52,8 +66,8 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     of params>.npz``, one array per column (``numpy.load(allow_pickle=False)`` reads it), its
     dtypes, categories and ``attrs`` as JSON inside (its index), the params beside it in a
     ``.json``. A file that is unreadable or whose index fails (``table_problems``) is
-    computed again, with a warning naming it and why; one made by other measuring code (its
-    ``measured_by``, module docstring) is computed again with one line saying so.
+    computed again, with a warning naming it and why; one made by other measuring code
+    (module docstring) with one line saying so.
     """
     import pandas as pd
 
@@ -62,11 +76,8 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     if path.exists():
         problems = table_problems(path)
         try:
-            if not problems:
-                if _outdated(path, npz_entries(path).get("measured_by")):
-                    problems = None
-                else:
-                    return frames.read_frame(path)
+            if not problems and not _outdated(path, frames.entries(path).get("measured_by")):
+                return frames.read_frame(path)
         except Exception as err:  # readable index, unreadable table: recompute
             problems = [f"unreadable: {type(err).__name__}: {err}"]
         if problems:
@@ -76,7 +87,7 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     if not isinstance(result, pd.DataFrame):
         raise TypeError(f"load_or_compute caches tables (DataFrames), got {type(result)}")
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        frames.write_frame(result, f, measured_by=json.dumps(measuring()))
+        frames.write_frame(result, f, measured_by=json.dumps(made_by()))
     write_json(path.with_suffix(".json"), params)
     return result
 
@@ -120,26 +131,17 @@ def audit(folder: str | Path | None = None):
     for p in sorted(_folder(folder).glob("*.npz")):
         if found := table_problems(p):
             rows.append(dict(file=p.name, kind="invalid table", problem="; ".join(found)))
-        elif line := stale(p.name, npz_entries(p).get("measured_by")):
+        elif line := stale(p.name, frames.entries(p).get("measured_by")):
             rows.append(dict(file=p.name, kind="stale table", problem=line))
     return pd.DataFrame(rows, columns=["file", "kind", "problem"])
 
 
-def _outdated(path: Path, made_by: str | None) -> bool:
-    """Whether the table at ``path`` was made by other measuring code than this; if so, one
-    line on stderr says so (``fingerprint.stale``)."""
-    line = stale(path, made_by)
+def _outdated(path: Path, made: str | None, then: str = "recomputing") -> bool:
+    """Whether other measuring code made the table at ``path``, said on stderr (``stale``)."""
+    line = stale(path, made, then)
     if line:
         print(line, file=sys.stderr)
     return line is not None
-
-
-def npz_entries(path: str | Path) -> dict:
-    """The JSON entries an ``.npz`` holds beside its arrays (``kept``, ``measured_by``)."""
-    import numpy as np
-
-    with np.load(path, allow_pickle=False) as z:
-        return {k: json.loads(str(z[k])) for k in ("kept", "measured_by") if k in z.files}
 
 
 def _folder(folder: str | Path | None) -> Path:
@@ -163,6 +165,8 @@ COMPANIONS = {"study.json": "study",
               "probe-*.json": "probe",
               "advise-*.json": "advise",
               "table-*.json": "table"}
+#: Companion kinds that are measurements (``measured_by``; not the log, nor linear probes).
+MEASURED = ("table", "plasticity", "layers", "scales", "after", "advise")
 
 
 def companion_problems(path: str | Path) -> list[str]:
@@ -197,7 +201,8 @@ def companion(root: str | Path, name: str, compute=None) -> dict | None:
     ``None``, or with ``compute`` (a function of no argument returning its content) its content
     computed once and written (``write_companion``): a measurement kept beside the runs.
     A file there that fails its schema is never used: with ``compute`` it is set aside
-    (``files.set_aside``, with a warning naming it and its problems) and computed again.
+    (``files.set_aside``, with a warning naming it and its problems) and computed again; a
+    measurement (``MEASURED``) made by other code too, one line saying so (``stale``).
 
     Raises:
         ValueError: ``name`` is not a companion kind's (naming the kinds), or the file
@@ -220,17 +225,19 @@ def companion(root: str | Path, name: str, compute=None) -> dict | None:
         aside = set_aside(path)
         warnings.warn(f"{path} does not pass the {kind} schema: {'; '.join(problems)}; set "
                       f"aside as {aside.name} and computed again", stacklevel=2)
-    if not path.exists():
+    outdated = kind in MEASURED and path.exists() and _outdated(
+        path, (saved or {}).get("measured_by"), "recomputing" if compute else "not used")
+    if not path.exists() or outdated:
         if compute is None:
             return None
         content = compute()
-        write_companion(root, name, content)
-        return json.loads(json.dumps(content, default=str))
+        return read_json(write_companion(root, name, content))
     return saved if saved is not None and not problems else read_json(path)
 
 
 def write_companion(root: str | Path, name: str, content: dict) -> Path:
-    """Store ``content`` as the companion file ``root/name``, atomically; return its path.
+    """Store ``content`` as the companion file ``root/name``, atomically (a measurement
+    stamped ``measured_by``: ``made_by``); return its path.
 
     Raises:
         ValueError: ``name`` is not a companion kind's (naming the kinds), or ``content``
@@ -239,6 +246,8 @@ def write_companion(root: str | Path, name: str, content: dict) -> Path:
     """
     kind = companion_kind(name)
     stored = json.loads(json.dumps(content, default=str))
+    if kind in MEASURED and made_by() is not None:
+        stored["measured_by"] = made_by()
     schema.check(kind, stored, f"{name}: not a complete {kind} file; not written")
     return write_json(Path(root) / name, stored)
 
@@ -255,18 +264,16 @@ def kept_table(name: str, params: dict, compute, root: str | Path | None = None,
 
     Read through ``companion``, so validated: a file that fails its schema is set aside
     and computed again; one whose ``table`` or ``params`` are not the ones asked for (stale),
-    or whose rows do not fit its columns, is computed again and replaced (with a warning);
-    one made by other measuring code (``measured_by``) too, with one line saying so.
-    Written with the fingerprint of the measuring code (``measured_by``), the provenance of
-    the computation (``provenance.provenance``: machine, versions, git commit, date) and its
-    wall ``seconds``. Columns keep their dtypes (categoricals their categories and order); a
-    missing value is stored as null.
+    or whose rows do not fit its columns, is computed again and replaced (with a warning),
+    as is one made by other measuring code (with one line). Written with that fingerprint,
+    the provenance of the computation (``provenance.provenance``: machine, versions, git
+    commit, date) and its wall ``seconds``. Columns keep their dtypes (categoricals their
+    categories and order); a missing value is stored as null.
 
     ``arrays``: a large table (per-pair rates) kept as compressed arrays instead,
     ``root/table-<hash>.npz`` (``load_or_compute``'s format, its index checked by
     ``table_problems``; ``table``, ``params`` and ``provenance`` in its ``kept`` entry); one
-    that fails its index, was kept for other parameters or by other measuring code is computed
-    again and replaced.
+    that fails its index, or kept for other parameters or code, is computed again.
     """
     if root is None:
         return load_or_compute(name, params, compute)
@@ -276,11 +283,10 @@ def kept_table(name: str, params: dict, compute, root: str | Path | None = None,
         return _kept_arrays(Path(root) / file.replace(".json", ".npz"), asked, compute)
     saved = companion(root, file, compute=lambda: _as_kept(name, params, compute))
     problems = kept_problems(saved, asked)
-    if not problems and not _outdated(Path(root) / file, saved.get("measured_by")):
+    if not problems:
         return _from_kept(saved)
-    if problems:
-        warnings.warn(f"{Path(root) / file} is not used ({'; '.join(problems)}): computed "
-                      "again", stacklevel=2)
+    warnings.warn(f"{Path(root) / file} is not used ({'; '.join(problems)}): computed again",
+                  stacklevel=2)
     saved = _as_kept(name, params, compute)
     write_companion(root, file, saved)
     return _from_kept(json.loads(json.dumps(saved, default=str)))
@@ -315,7 +321,7 @@ def _kept_arrays(path: Path, asked: dict, compute):
     if path.exists():
         problems = table_problems(path)
         if not problems:
-            saved = npz_entries(path)
+            saved = frames.entries(path)
             problems = _stale(saved.get("kept", {}), asked)
         if not problems and not _outdated(path, saved.get("measured_by")):
             return frames.read_frame(path)
@@ -326,7 +332,7 @@ def _kept_arrays(path: Path, asked: dict, compute):
     kept = json.dumps(dict(asked, provenance=made), default=str)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         frames.write_frame(df, f, compressed=True, kept=kept,
-                           measured_by=json.dumps(measuring()))
+                           measured_by=json.dumps(made_by()))
     return df
 
 
@@ -362,7 +368,7 @@ def _as_kept(name: str, params: dict, compute) -> dict:
         values.append([None if pd.isna(v) else v for v in col.astype(object).tolist()])
     kept = dict(table=name, params=params, columns=columns,
                 rows=[list(r) for r in zip(*values)] if values else [],
-                attrs=dict(df.attrs), provenance=made, measured_by=measuring())
+                attrs=dict(df.attrs), provenance=made)
     return json.loads(json.dumps(kept, default=lambda v: v.item() if hasattr(v, "item")
                                  else str(v)))  # numpy scalars as numbers, not text
 

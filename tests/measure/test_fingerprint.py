@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vitplast import cached
+from vitplast import cached, frames
 from vitplast.files import read_json
 from vitplast.measure import components, fingerprint
 
@@ -34,7 +34,7 @@ def test_the_fingerprint_is_stable_short_and_moves_with_the_version_and_the_comp
         monkeypatch):
     now = fingerprint.measuring()
     assert now == fingerprint.measuring() and now.startswith(f"m{fingerprint.MEASURE_VERSION}-")
-    assert len(now) <= 20 and fingerprint.stale("t", now) is None
+    assert len(now) <= 20 and cached.stale("t", now) is None
     monkeypatch.setattr(fingerprint, "MEASURE_VERSION", fingerprint.MEASURE_VERSION + 1)
     assert fingerprint.measuring() != now
     monkeypatch.undo()
@@ -145,17 +145,56 @@ def test_a_table_from_before_fingerprints_is_recomputed_and_a_restamped_one_is_s
     assert calls == [1] * 4 and capsys.readouterr().err == ""
 
 
+def _measured(path: Path) -> bool:
+    try:
+        return cached.companion_kind(path.name) in cached.MEASURED
+    except ValueError:  # a run record, the runs table
+        return False
+
+
 def test_every_shipped_table_carries_this_code_s_fingerprint():
-    """The shipped tables were made (or re-stamped) by this measuring code: a fresh clone
-    serves them. Failing after a bump: remake them, or ``fingerprint.restamp(folder)`` each
-    folder once one recomputed table gives the same numbers."""
+    """The shipped tables (kept tables, arrays, every measured companion: plasticity, advise,
+    ...) were made (or re-stamped) by this measuring code: a fresh clone serves them. Failing
+    after a bump: remake them, or ``fingerprint.restamp(folder)`` each folder once one
+    recomputed table gives the same numbers."""
     now = fingerprint.measuring()
-    tables = sorted(DATA.glob("*/table-*.*"))
-    assert len(tables) >= 40
+    tables = sorted([*DATA.glob("*/*.npz"), *filter(_measured, DATA.glob("*/*.json"))])
+    assert len(tables) >= 250
     made_by = {p.relative_to(DATA).as_posix(): read_json(p).get("measured_by")
-               if p.suffix == ".json" else cached.npz_entries(p).get("measured_by")
+               if p.suffix == ".json" else frames.entries(p).get("measured_by")
                for p in tables}
     assert {k: v for k, v in made_by.items() if v != now} == {}
+
+
+def test_a_measured_companion_made_by_other_code_is_measured_again_or_not_used(
+        tmp_path, monkeypatch, capsys):
+    """A store's measurement (``cached.MEASURED``, here a per-block plasticity file) is stamped
+    when written; under other measuring code it is measured again with one line, and a call
+    that only reads gets ``None`` (not measured by this code), with the line; a companion that
+    is no measurement (a linear probe) carries no fingerprint."""
+    from vitplast.experiments.store import Store
+
+    content = dict(task="digits", n_pairs=8, protocol="hidden",
+                   rows=[dict(layer=0, component="MHA", plasticity=1.5, ci95=0.1)])
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return content
+
+    store, name = Store(tmp_path), "plasticity-0123.json"
+    old = store.companion(name, compute=compute)["measured_by"]
+    assert old == fingerprint.measuring() == read_json(tmp_path / name)["measured_by"]
+    monkeypatch.setattr(fingerprint, "MEASURE_VERSION", fingerprint.MEASURE_VERSION + 1)
+    new = fingerprint.measuring()
+    assert store.companion(name) is None and calls == [1]
+    assert capsys.readouterr().err.splitlines() == [
+        f"{tmp_path / name}: made by measuring code {old}, this is {new}: not used"]
+    assert store.companion(name, compute=compute) == dict(content, measured_by=new)
+    assert calls == [1, 1] and capsys.readouterr().err.splitlines() == [
+        f"{tmp_path / name}: made by measuring code {old}, this is {new}: recomputing"]
+    assert store.companion(name, compute=compute)["measured_by"] == new and calls == [1, 1]
+    assert "probe" not in cached.MEASURED and "study" not in cached.MEASURED
 
 
 def test_run_hashes_do_not_carry_the_fingerprint(monkeypatch):
@@ -169,3 +208,16 @@ def test_run_hashes_do_not_carry_the_fingerprint(monkeypatch):
     before = runs.run_hash(run)
     monkeypatch.setattr(fingerprint, "MEASURE_VERSION", fingerprint.MEASURE_VERSION + 1)
     assert runs.run_hash(run) == before and record.stem == before
+
+
+def test_the_measure_layer_registers_the_fingerprint_with_the_cache_below_it():
+    """``cached`` (base layer) does not import the measuring code; ``vitplast.measure``
+    registers its fingerprint there when imported, as every caller of a table does."""
+    import subprocess
+    import sys
+
+    code = ("import vitplast.cached as c; assert c.MEASURING is None and c.made_by() is None; "
+            "import vitplast.experiments.store, vitplast.measure.fingerprint as f; "
+            "assert c.MEASURING is f.measuring and c.made_by() == f.measuring()")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+    assert cached.MEASURING is fingerprint.measuring

@@ -16,8 +16,8 @@ shipped table carries, so that a table made by other code is recomputed, never s
   for another set of components are stale without any estimator edit.
 
 The fingerprint is stored in the tables (``cached``), not in the hash that names them, so that a
-stale table can be named with one line saying why (``stale``) and shipped tables keep their
-names when re-stamped (``cached.restamp``). Run dicts (``experiments.runs.run_hash``) do not
+stale table can be named with one line saying why (``cached.stale``) and shipped tables keep their
+names when re-stamped (``restamp``). Run dicts (``experiments.runs.run_hash``) do not
 carry it: a run is what was trained, the fingerprint is how it was measured.
 """
 
@@ -32,7 +32,7 @@ import textwrap
 
 #: The version of the measuring code: bump it when a change to the estimator (``ESTIMATOR``)
 #: changes the numbers it gives, then remake or re-stamp the shipped tables
-#: (``cached.restamp``).
+#: (``restamp``).
 MEASURE_VERSION = 1
 
 #: The estimator: the functions a measured rate or plasticity passes through (module ->
@@ -47,7 +47,8 @@ ESTIMATOR = {"vitplast.measure.rates": ["rate", "_pair_distance", "_pair_rate", 
 
 def measuring() -> str:
     """The fingerprint of the measuring code: ``m<MEASURE_VERSION>-<components'>``, e.g.
-    ``m1-3fa2c9d01b2e``; what ``cached`` stores in each table it makes."""
+    ``m1-3fa2c9d01b2e``; what ``cached`` stores in each table it makes (``cached.MEASURING``,
+    registered by ``vitplast.measure``)."""
     return f"m{MEASURE_VERSION}-{components_fingerprint()}"
 
 
@@ -88,42 +89,36 @@ def estimator_hash() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def stale(what, made_by: str | None) -> str | None:
-    """The one line saying why the table ``what`` (its file), made by the measuring code
-    ``made_by`` (``None``: a table from before fingerprints), is recomputed; ``None`` when it
-    was made by this code (``measuring()``)."""
-    now = measuring()
-    if made_by == now:
-        return None
-    return f"{what}: made by measuring code {made_by or '(none recorded)'}, this is {now}: " \
-           "recomputing"
-
-
 def restamp(folder) -> list:
-    """Write this code's fingerprint (``measuring()``) into every table of ``folder``: kept
-    ``table-*.json`` (its ``measured_by`` field) and every ``.npz`` whose index passes (its
-    ``measured_by`` entry), values untouched; return the paths changed. Only for tables this
+    """Write this code's fingerprint (``measuring()``) into every table of ``folder``: each
+    measured companion (``cached.MEASURED``: kept ``table-*.json``, ``plasticity-*.json``...;
+    its ``measured_by`` field) and every ``.npz`` whose index passes (its ``measured_by``
+    entry), values untouched; return the paths changed. Only for tables this
     code computes the same (recompute one and compare first): those made before fingerprints,
     or after a change of the fingerprint that changes no number."""
     from pathlib import Path
 
     import numpy as np
 
-    from vitplast import cached
+    from vitplast import cached, frames
     from vitplast.files import atomic_path, read_json
 
     now, changed = measuring(), []
     for path in sorted(Path(folder).glob("*.npz")):
-        if cached.table_problems(path) or cached.npz_entries(path).get("measured_by") == now:
+        if cached.table_problems(path) or frames.entries(path).get("measured_by") == now:
             continue
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files if k != "measured_by"}
         with atomic_path(path) as tmp, open(tmp, "wb") as f:
             np.savez_compressed(f, measured_by=np.asarray(json.dumps(now)), **arrays)
         changed.append(path)
-    for path in sorted(Path(folder).glob("table-*.json")):
-        saved = read_json(path)
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            kind = cached.companion_kind(path.name)
+        except ValueError:  # a run record or another file: not a measurement
+            continue
+        saved = read_json(path) if kind in cached.MEASURED else None
         if saved is not None and saved.get("measured_by") != now:
-            cached.write_companion(folder, path.name, dict(saved, measured_by=now))
+            cached.write_companion(folder, path.name, saved)  # stamped there
             changed.append(path)
     return changed
