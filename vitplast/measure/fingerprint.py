@@ -15,9 +15,9 @@ shipped table carries, so that a table made by other code is recomputed, never s
   (``components.COMPONENTS``, ``components.CONFIGS``, ``gauge.RATE_FACTORS``): tables measured
   for another set of components are stale without any estimator edit.
 
-The fingerprint is stored in the tables (``cached``), not in the hash that names them, so that a
-stale table can be named with one line saying why (``cached.stale``) and shipped tables keep their
-names when re-stamped (``restamp``). Run dicts (``experiments.runs.run_hash``) do not
+The fingerprint is stored in the tables (``cached``), not in the hash that names them, so that
+a stale table can be named with one line saying why (``cached.stale``) and shipped tables keep
+their names when re-stamped (``restamp``). Run dicts (``experiments.runs.run_hash``) do not
 carry it: a run is what was trained, the fingerprint is how it was measured.
 """
 
@@ -31,8 +31,7 @@ import json
 import textwrap
 
 #: The version of the measuring code: bump it when a change to the estimator (``ESTIMATOR``)
-#: changes the numbers it gives, then remake or re-stamp the shipped tables
-#: (``restamp``).
+#: changes the numbers it gives, then remake the shipped tables (or ``restamp`` them).
 MEASURE_VERSION = 1
 
 #: The estimator: the functions a measured rate or plasticity passes through (module ->
@@ -54,7 +53,7 @@ def measuring() -> str:
 
 def components_fingerprint() -> str:
     """A short stable hash of the component table: the components' modules, the finetuning
-    configurations' parameters and the gauge's rate factors (each evaluated at c = 2, as
+    configurations' parameters and the gauge's rate factors (each evaluated at c = 2 and 3:
     functions have no stable text). ``components.fingerprint()`` replaces it where it exists.
 
     Paper: section 3 (the components)."""
@@ -62,7 +61,8 @@ def components_fingerprint() -> str:
 
     if hasattr(components, "fingerprint"):  # the component table's own, where it has one
         return components.fingerprint()
-    factors = {p: {c: None if f is None else float(f(2.0)) for c, f in table.items()}
+    factors = {p: {c: None if f is None else [float(f(2.0)), float(f(3.0))]
+                   for c, f in table.items()}
                for p, table in gauge.RATE_FACTORS.items()}
     table = dict(components=components.COMPONENTS, configs=components.CONFIGS,
                  rate_factors=factors)
@@ -93,9 +93,9 @@ def restamp(folder) -> list:
     """Write this code's fingerprint (``measuring()``) into every table of ``folder``: each
     measured companion (``cached.MEASURED``: kept ``table-*.json``, ``plasticity-*.json``...;
     its ``measured_by`` field) and every ``.npz`` whose index passes (its ``measured_by``
-    entry), values untouched; return the paths changed. Only for tables this
-    code computes the same (recompute one and compare first): those made before fingerprints,
-    or after a change of the fingerprint that changes no number."""
+    entry), values untouched; return the paths changed. Only for tables this code computes the
+    same (recompute one and compare first): those made before fingerprints, or after a change
+    of the fingerprint that changes no number."""
     from pathlib import Path
 
     import numpy as np
