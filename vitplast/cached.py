@@ -316,8 +316,6 @@ def _stale(saved: dict, asked: dict) -> list[str]:
 def _kept_arrays(path: Path, asked: dict, compute):
     """``kept_table(..., arrays=True)``: the table of ``path`` when its index passes and its
     ``kept`` entry names ``asked``, else ``compute()``'s, written there with its provenance."""
-    import numpy as np
-
     if path.exists():
         problems = table_problems(path)
         if not problems:

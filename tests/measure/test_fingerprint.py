@@ -38,7 +38,8 @@ def test_the_fingerprint_is_stable_short_and_moves_with_the_version_and_the_comp
     monkeypatch.setattr(fingerprint, "MEASURE_VERSION", fingerprint.MEASURE_VERSION + 1)
     assert fingerprint.measuring() != now
     monkeypatch.undo()
-    monkeypatch.setattr(components, "CONFIGS", dict(components.CONFIGS, MHA=["blocks.*.attn.qkv.*"]))
+    monkeypatch.setattr(components, "CONFIGS",
+                        dict(components.CONFIGS, MHA=["blocks.*.attn.qkv.*"]))
     assert fingerprint.measuring() != now
     monkeypatch.undo()
     monkeypatch.setattr(components, "fingerprint", lambda: "table0", raising=False)
@@ -46,7 +47,8 @@ def test_the_fingerprint_is_stable_short_and_moves_with_the_version_and_the_comp
 
 
 _CODE = {"as shipped": 'def f(x):\n    """Rate."""\n    return x / 2  # half\n',
-         "prose edited": 'def f(x):\n    """The rate, reworded."""\n\n    return (x\n            / 2)\n',
+         "prose edited": ('def f(x):\n    """The rate, reworded."""\n\n'
+                          '    return (x\n            / 2)\n'),
          "code edited": 'def f(x):\n    """Rate."""\n    return x / 3  # half\n'}
 
 
