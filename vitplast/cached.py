@@ -13,6 +13,11 @@ Each ``.npz`` holds an index (its ``schema`` entry, JSON) saying which arrays ma
 the index passes the published ``cache-index`` schema (``vitplast/schemas/``) and names arrays
 that are there, of one length, or the file is not used: ``table_problems`` says why, a warning
 names it, and it is computed again. ``audit`` lists every such file of a cache folder.
+
+Every table made here carries the fingerprint of the code that measured it (``made_by``,
+``measure.fingerprint``; ``measured_by`` in the file), compared on load rather than hashed into
+its name: a table made by other code is recomputed with one line on stderr saying why
+(``stale``), and shipped tables keep their names when ``fingerprint.restamp`` re-stamps them.
 """
 
 from __future__ import annotations
@@ -20,11 +25,30 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import sys
 import warnings
 from pathlib import Path
 
 from vitplast import frames, schema
 from vitplast.files import atomic_path, read_checked, read_json, set_aside, write_json
+
+#: ``measure.fingerprint.measuring``, registered by ``vitplast.measure`` (the layer above, which
+#: this one does not import); unset, tables carry none and every stamped one reads as stale.
+MEASURING = None
+
+
+def made_by() -> str | None:
+    """The fingerprint of the measuring code that a table made now carries (``MEASURING``)."""
+    return MEASURING() if MEASURING is not None else None
+
+
+def stale(what, made: str | None, then: str = "recomputing") -> str | None:
+    """The line saying why the table ``what``, made by the measuring code ``made`` (``None``:
+    before fingerprints), is not served, and what ``then``; ``None`` if ``made_by()`` made it."""
+    now = made_by()
+    if made == now:
+        return None
+    return f"{what}: made by measuring code {made or '(none recorded)'}, this is {now}: {then}"
 
 
 def config_hash(config: dict) -> str:
@@ -42,7 +66,8 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     of params>.npz``, one array per column (``numpy.load(allow_pickle=False)`` reads it), its
     dtypes, categories and ``attrs`` as JSON inside (its index), the params beside it in a
     ``.json``. A file that is unreadable or whose index fails (``table_problems``) is
-    computed again, with a warning naming it and why.
+    computed again, with a warning naming it and why; one made by other measuring code
+    (module docstring) with one line saying so.
     """
     import pandas as pd
 
@@ -51,17 +76,18 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     if path.exists():
         problems = table_problems(path)
         try:
-            if not problems:
+            if not problems and not _outdated(path, frames.entries(path).get("measured_by")):
                 return frames.read_frame(path)
         except Exception as err:  # readable index, unreadable table: recompute
             problems = [f"unreadable: {type(err).__name__}: {err}"]
-        warnings.warn(f"{path} is not used ({'; '.join(problems)}): computed again",
-                      stacklevel=2)
+        if problems:
+            warnings.warn(f"{path} is not used ({'; '.join(problems)}): computed again",
+                          stacklevel=2)
     result = compute()
     if not isinstance(result, pd.DataFrame):
         raise TypeError(f"load_or_compute caches tables (DataFrames), got {type(result)}")
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        frames.write_frame(result, f)
+        frames.write_frame(result, f, measured_by=json.dumps(made_by()))
     write_json(path.with_suffix(".json"), params)
     return result
 
@@ -97,12 +123,25 @@ def table_problems(path: str | Path) -> list[str]:
 
 def audit(folder: str | Path | None = None):
     """Every cached table in ``folder`` (default: the cache's) that ``load_or_compute`` would
-    not use, and why: a DataFrame with ``file``, ``kind`` ("invalid table") and ``problem``."""
+    not use, and why: a DataFrame with ``file``, ``kind`` ("invalid table", or "stale table":
+    made by other measuring code) and ``problem``."""
     import pandas as pd
 
-    rows = [dict(file=p.name, kind="invalid table", problem="; ".join(found))
-            for p in sorted(_folder(folder).glob("*.npz")) if (found := table_problems(p))]
+    rows = []
+    for p in sorted(_folder(folder).glob("*.npz")):
+        if found := table_problems(p):
+            rows.append(dict(file=p.name, kind="invalid table", problem="; ".join(found)))
+        elif line := stale(p.name, frames.entries(p).get("measured_by")):
+            rows.append(dict(file=p.name, kind="stale table", problem=line))
     return pd.DataFrame(rows, columns=["file", "kind", "problem"])
+
+
+def _outdated(path: Path, made: str | None, then: str = "recomputing") -> bool:
+    """Whether other measuring code made the table at ``path``, said on stderr (``stale``)."""
+    line = stale(path, made, then)
+    if line:
+        print(line, file=sys.stderr)
+    return line is not None
 
 
 def _folder(folder: str | Path | None) -> Path:
@@ -126,6 +165,8 @@ COMPANIONS = {"study.json": "study",
               "probe-*.json": "probe",
               "advise-*.json": "advise",
               "table-*.json": "table"}
+#: Companion kinds that are measurements (``measured_by``; not the log, nor linear probes).
+MEASURED = ("table", "plasticity", "layers", "scales", "after", "advise")
 
 
 def companion_problems(path: str | Path) -> list[str]:
@@ -160,7 +201,8 @@ def companion(root: str | Path, name: str, compute=None) -> dict | None:
     ``None``, or with ``compute`` (a function of no argument returning its content) its content
     computed once and written (``write_companion``): a measurement kept beside the runs.
     A file there that fails its schema is never used: with ``compute`` it is set aside
-    (``files.set_aside``, with a warning naming it and its problems) and computed again.
+    (``files.set_aside``, with a warning naming it and its problems) and computed again; a
+    measurement (``MEASURED``) made by other code too, one line saying so (``stale``).
 
     Raises:
         ValueError: ``name`` is not a companion kind's (naming the kinds), or the file
@@ -183,17 +225,19 @@ def companion(root: str | Path, name: str, compute=None) -> dict | None:
         aside = set_aside(path)
         warnings.warn(f"{path} does not pass the {kind} schema: {'; '.join(problems)}; set "
                       f"aside as {aside.name} and computed again", stacklevel=2)
-    if not path.exists():
+    outdated = kind in MEASURED and path.exists() and _outdated(
+        path, (saved or {}).get("measured_by"), "recomputing" if compute else "not used")
+    if not path.exists() or outdated:
         if compute is None:
             return None
         content = compute()
-        write_companion(root, name, content)
-        return json.loads(json.dumps(content, default=str))
+        return read_json(write_companion(root, name, content))
     return saved if saved is not None and not problems else read_json(path)
 
 
 def write_companion(root: str | Path, name: str, content: dict) -> Path:
-    """Store ``content`` as the companion file ``root/name``, atomically; return its path.
+    """Store ``content`` as the companion file ``root/name``, atomically (a measurement
+    stamped ``measured_by``: ``made_by``); return its path.
 
     Raises:
         ValueError: ``name`` is not a companion kind's (naming the kinds), or ``content``
@@ -202,6 +246,8 @@ def write_companion(root: str | Path, name: str, content: dict) -> Path:
     """
     kind = companion_kind(name)
     stored = json.loads(json.dumps(content, default=str))
+    if kind in MEASURED and made_by() is not None:
+        stored["measured_by"] = made_by()
     schema.check(kind, stored, f"{name}: not a complete {kind} file; not written")
     return write_json(Path(root) / name, stored)
 
@@ -218,15 +264,16 @@ def kept_table(name: str, params: dict, compute, root: str | Path | None = None,
 
     Read through ``companion``, so validated: a file that fails its schema is set aside
     and computed again; one whose ``table`` or ``params`` are not the ones asked for (stale),
-    or whose rows do not fit its columns, is computed again and replaced (with a warning).
-    Written with the provenance of the computation (``provenance.provenance``: machine,
-    versions, git commit, date) and its wall ``seconds``. Columns keep their dtypes
-    (categoricals their categories and order); a missing value is stored as null.
+    or whose rows do not fit its columns, is computed again and replaced (with a warning),
+    as is one made by other measuring code (with one line). Written with that fingerprint,
+    the provenance of the computation (``provenance.provenance``: machine, versions, git
+    commit, date) and its wall ``seconds``. Columns keep their dtypes (categoricals their
+    categories and order); a missing value is stored as null.
 
     ``arrays``: a large table (per-pair rates) kept as compressed arrays instead,
     ``root/table-<hash>.npz`` (``load_or_compute``'s format, its index checked by
     ``table_problems``; ``table``, ``params`` and ``provenance`` in its ``kept`` entry); one
-    that fails its index or was kept for other parameters is computed again and replaced.
+    that fails its index, or kept for other parameters or code, is computed again.
     """
     if root is None:
         return load_or_compute(name, params, compute)
@@ -249,8 +296,8 @@ def kept_problems(saved: dict, asked: dict) -> list[str]:
     """Why a ``kept_table`` companion (schema-valid) is not the table ``asked`` for
     (``table`` and ``params`` as JSON): other parameters, or rows that do not fit its
     columns or their dtypes; empty when it is."""
-    if stale := _stale(saved, asked):
-        return stale
+    if moved := _stale(saved, asked):
+        return moved
     width = len(saved["columns"])
     if any(len(row) != width for row in saved["rows"]):
         return [f"rows that do not have one value per column ({width})"]
@@ -269,22 +316,21 @@ def _stale(saved: dict, asked: dict) -> list[str]:
 def _kept_arrays(path: Path, asked: dict, compute):
     """``kept_table(..., arrays=True)``: the table of ``path`` when its index passes and its
     ``kept`` entry names ``asked``, else ``compute()``'s, written there with its provenance."""
-    import numpy as np
-
     if path.exists():
         problems = table_problems(path)
         if not problems:
-            with np.load(path, allow_pickle=False) as z:
-                saved = json.loads(str(z["kept"])) if "kept" in z.files else {}
-            problems = _stale(saved, asked)
-        if not problems:
+            saved = frames.entries(path)
+            problems = _stale(saved.get("kept", {}), asked)
+        if not problems and not _outdated(path, saved.get("measured_by")):
             return frames.read_frame(path)
-        warnings.warn(f"{path} is not used ({'; '.join(problems)}): computed again",
-                      stacklevel=3)
+        if problems:
+            warnings.warn(f"{path} is not used ({'; '.join(problems)}): computed again",
+                          stacklevel=3)
     df, made = _computed(compute)
     kept = json.dumps(dict(asked, provenance=made), default=str)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        frames.write_frame(df, f, compressed=True, kept=kept)
+        frames.write_frame(df, f, compressed=True, kept=kept,
+                           measured_by=json.dumps(made_by()))
     return df
 
 

@@ -54,6 +54,15 @@ def write_frame(df, f, compressed: bool = False, **extra) -> None:
          **{k: np.asarray(v) for k, v in extra.items()}, **arrays)
 
 
+def entries(path: str | Path) -> dict:
+    """The JSON entries ``write_frame`` stored beside the table at ``path`` (its ``extra``:
+    ``cached.kept_table``'s ``kept``, the ``measured_by`` of every cached table)."""
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as z:
+        return {k: json.loads(str(z[k])) for k in ("kept", "measured_by") if k in z.files}
+
+
 def read_frame(path: str | Path):
     """The table ``write_frame`` stored at ``path``."""
     import numpy as np

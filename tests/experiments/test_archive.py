@@ -13,6 +13,7 @@ from helpers import TINY
 from vitplast import models
 from vitplast.experiments import archive, results, runs, studies, sweep
 from vitplast.experiments.store import Store
+from vitplast.measure.fingerprint import measuring
 
 COMPANION = dict(tasks=["digits"], target="LN1", n_pairs=8, plasticity={"LN1": 0.5, "FC1": 1.2},
                  scales={"LN1": 2.4})
@@ -70,7 +71,8 @@ def test_pack_unpack_and_read_back(data, tmp_path, monkeypatch):
     assert studies.get("main").root() == dest / "finetune"
     assert len(after) == 2 and after["run"].tolist() == before["run"].tolist()
     assert after["test_acc"].tolist() == before["test_acc"].tolist() == [0.25, 0.25]
-    assert Store(dest / "finetune").companion("scales-0123456789abcdef.json") == COMPANION
+    read = Store(dest / "finetune").companion("scales-0123456789abcdef.json")
+    assert read == dict(COMPANION, measured_by=measuring())  # stamped: a measurement
 
 
 def test_unpack_refuses_a_damaged_archive_and_moves_nothing(data, tmp_path):

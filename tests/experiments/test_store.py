@@ -23,6 +23,7 @@ from vitplast.experiments import claims as claims_
 from vitplast.experiments import results, store, study_log, sweep
 from vitplast.experiments.runs import make_run, run_hash
 from vitplast.experiments.store import Store
+from vitplast.measure.fingerprint import measuring
 from vitplast.train import finetune
 
 TINY = dict(pretrained=False, steps=2, batch_size=16, eval_every=100)
@@ -411,7 +412,10 @@ def test_a_companion_that_fails_its_schema_is_named_and_never_used(tmp_path, nam
         return
     with pytest.warns(UserWarning, match=f"{name} does not pass .*set aside as {name}.invalid-"):
         got = Store(tmp_path).companion(name, compute=lambda: COMPANIONS[name])
-    assert got == json.loads(json.dumps(COMPANIONS[name])) and Store(tmp_path).audit().empty
+    stamp = dict(measured_by=measuring()) if cached.companion_kind(name) in cached.MEASURED \
+        else {}  # a measurement carries the measuring code's fingerprint
+    assert got == dict(json.loads(json.dumps(COMPANIONS[name])), **stamp)
+    assert Store(tmp_path).audit().empty
     (aside,) = tmp_path.glob(f"{name}.invalid-*")  # kept whole for inspection
     assert json.loads(aside.read_text()) == change(COMPANIONS[name])
 

@@ -152,8 +152,9 @@ def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int =
     them (read only: nothing is measured here).
 
     Raises:
-        FileNotFoundError: they are not measured yet (naming the file and the call that
-            measures them).
+        FileNotFoundError: they are not measured yet, or were by other measuring code
+            (``cached.companion``: a line says so), naming the file and the call that measures
+            them.
         ValueError: the file is there but incomplete (``store.Store.companion``).
     """
     name = _scales_name(tasks, target, n_pairs)
@@ -161,7 +162,8 @@ def study_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int =
     if saved is None:
         raise FileNotFoundError(
             f"{Path(root) / name} is missing: the LayerNorm scales of this confound study are "
-            f"not measured yet. Measure them first: vitplast.experiments.confounds.measure_scales("
+            f"not measured yet (by this measuring code). Measure them first: "
+            f"vitplast.experiments.confounds.measure_scales("
             f"{str(root)!r}, {list(tasks)!r}, target={target!r}, n_pairs={n_pairs}) (`python "
             "-m vitplast sweep --study <confound study>` and ConfoundStudy.load(..., "
             "recompute=True) do it before listing the runs)")
