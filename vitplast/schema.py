@@ -55,12 +55,12 @@ def document(kind: str) -> dict:
     return json.loads(json.dumps(_documents()[_kind(kind)]))
 
 
-def problems(kind: str, value, components=None) -> list[str]:
+def problems(kind: str, value, components: tuple[str, ...] | None = None) -> list[str]:
     """Every way ``value`` fails the schema of ``kind``, worded (module docstring); empty when
-    it passes. At most ``MAX_PROBLEMS``, then a line saying how many more. ``components``: a
-    table of components (``vitplast.measure.components.extended``) whose names a component
-    may take (None: ``components.TABLE``'s, those of the published documents)."""
-    names = _names(components)
+    it passes. At most ``MAX_PROBLEMS``, then a line saying how many more. ``components``: the
+    names a component may take, e.g. ``components.names(components.extended(row))`` (None:
+    the published documents' ``components.TABLE``)."""
+    names = None if components is None else tuple(components)
     if _compiled_accepts(_kind(kind), value, names):
         return []
     lines = sorted({line for e in _validator(kind, names).iter_errors(value)
@@ -70,7 +70,7 @@ def problems(kind: str, value, components=None) -> list[str]:
     return lines
 
 
-def check(kind: str, value, what: str = "", components=None):
+def check(kind: str, value, what: str = "", components: tuple[str, ...] | None = None):
     """``value`` if it passes the schema of ``kind``, else ``ValueError`` with its
     ``problems`` (after ``what``, e.g. the file's name; ``components`` as ``problems``)."""
     found = problems(kind, value, components)
@@ -188,13 +188,6 @@ def _kind(kind: str) -> str:
         raise ValueError(f"unknown schema {kind!r}; valid: {list(KINDS)} "
                          f"(the documents in vitplast/{FOLDER.name}/)")
     return kind
-
-
-def _names(components) -> tuple[str, ...] | None:
-    """The component names of a table (None for None: the published documents)."""
-    from vitplast.measure.components import names
-
-    return None if components is None else names(components)
 
 
 @functools.lru_cache(maxsize=None)

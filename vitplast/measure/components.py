@@ -140,7 +140,7 @@ def _checked_table(table) -> tuple[Component, ...]:
 def extended(*rows: Component, table=TABLE) -> tuple[Component, ...]:
     """A new table: ``table``'s rows, then ``rows`` (``table`` itself is unchanged). Pass it as
     ``components=`` to the measuring functions, e.g. ``plasticity.measure(..., components=
-    extended(row))``, and to ``vitplast.schema.check`` for its stored tables."""
+    extended(row))``, and its ``names`` to ``vitplast.schema.check`` for its stored tables."""
     return _checked_table(tuple(table) + rows)
 
 
