@@ -5,7 +5,7 @@ Glossary: one word per thing, in the paper's words where it has one.
 ==============  ==========================================================================
 word            what it is (where it lives)
 ==============  ==========================================================================
-component       one of LN1, MHA, LN2, FC1, FC2 of a block (``components.COMPONENTS``)
+component       one of LN1, MHA, LN2, FC1, FC2 of a block: a row of ``components.TABLE``
 plasticity      a component's rate of change, ||f(x) - f(y)|| / ||x - y|| (Definition 1);
                 one measured value is a ``rate`` (``plasticity``)
 relative        plasticity times s_in / s_out, the RMS norms of the component's inputs and

@@ -55,22 +55,25 @@ def document(kind: str) -> dict:
     return json.loads(json.dumps(_documents()[_kind(kind)]))
 
 
-def problems(kind: str, value) -> list[str]:
+def problems(kind: str, value, components: tuple[str, ...] | None = None) -> list[str]:
     """Every way ``value`` fails the schema of ``kind``, worded (module docstring); empty when
-    it passes. At most ``MAX_PROBLEMS``, then a line saying how many more."""
-    if _compiled_accepts(_kind(kind), value):
+    it passes. At most ``MAX_PROBLEMS``, then a line saying how many more. ``components``: the
+    names a component may take, e.g. ``components.names(components.extended(row))`` (None:
+    the published documents' ``components.TABLE``)."""
+    names = None if components is None else tuple(components)
+    if _compiled_accepts(_kind(kind), value, names):
         return []
-    lines = sorted({line for e in _validator(kind).iter_errors(value)
+    lines = sorted({line for e in _validator(kind, names).iter_errors(value)
                     for line in _words(e)})  # in the order of the keys they name
     if len(lines) > MAX_PROBLEMS:
         lines = lines[:MAX_PROBLEMS] + [f"... and {len(lines) - MAX_PROBLEMS} more"]
     return lines
 
 
-def check(kind: str, value, what: str = ""):
+def check(kind: str, value, what: str = "", components: tuple[str, ...] | None = None):
     """``value`` if it passes the schema of ``kind``, else ``ValueError`` with its
-    ``problems`` (after ``what``, e.g. the file's name)."""
-    found = problems(kind, value)
+    ``problems`` (after ``what``, e.g. the file's name; ``components`` as ``problems``)."""
+    found = problems(kind, value, components)
     if found:
         raise ValueError(f"{what}{': ' if what else ''}{'; '.join(found)} "
                          f"(schema: {FOLDER.name}/{_kind(kind)}.schema.json)")
@@ -187,9 +190,15 @@ def _kind(kind: str) -> str:
     return kind
 
 
-@functools.lru_cache(maxsize=1)
-def _documents() -> dict[str, dict]:
-    return {k: json.loads((FOLDER / f"{k}.schema.json").read_text()) for k in KINDS}
+@functools.lru_cache(maxsize=None)
+def _documents(names: tuple[str, ...] | None = None) -> dict[str, dict]:
+    """The documents; with ``names``, the component enum (``plasticity``'s ``$defs``, which the
+    others refer to) holds those names (the published one holds ``components.TABLE``'s:
+    tested)."""
+    docs = {k: json.loads((FOLDER / f"{k}.schema.json").read_text()) for k in KINDS}
+    if names is not None:
+        docs["plasticity"]["$defs"]["component"]["enum"] = list(names)
+    return docs
 
 
 def _resolve(ref: str) -> dict:
@@ -211,7 +220,7 @@ def _resolve(ref: str) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _validator(kind: str):
+def _validator(kind: str, names: tuple[str, ...] | None = None):
     """A draft 2020-12 validator of ``kind``, its documents registered by ``$id``, with JSON's
     numbers (finite) and integers (no floats, no booleans)."""
     import jsonschema
@@ -222,23 +231,24 @@ def _validator(kind: str):
     # (with it, jsonschema would read them with its stock draft 2020-12 types)
     registry = Registry().with_resources(
         (doc["$id"], DRAFT202012.create_resource(
-            {k: v for k, v in doc.items() if k != "$schema"})) for doc in _documents().values())
+            {k: v for k, v in doc.items() if k != "$schema"}))
+        for doc in _documents(names).values())
     base = jsonschema.Draft202012Validator
     checker = base.TYPE_CHECKER.redefine_many({
         "number": lambda _, v: (isinstance(v, numbers.Real) and not isinstance(v, bool)
                                 and math.isfinite(v)),
         "integer": lambda _, v: isinstance(v, numbers.Integral) and not isinstance(v, bool)})
     strict = jsonschema.validators.extend(base, type_checker=checker)
-    return strict(_documents()[kind], registry=registry)
+    return strict(_documents(names)[kind], registry=registry)
 
 
-def _compiled_accepts(kind: str, value) -> bool:
+def _compiled_accepts(kind: str, value, names: tuple[str, ...] | None = None) -> bool:
     """Whether ``kind``'s compiled check accepts ``value``: never when the reference refuses it
     (module docstring); False leaves the decision to the reference."""
     if not _plain_json(value):
         return False
     try:
-        _compiled(kind)(value)
+        _compiled(kind, names)(value)
     except ValueError:  # refused (JsonSchemaException)
         return False
     return True
@@ -266,7 +276,7 @@ def _absolute_refs(node, doc_id: str):
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(kind: str):
+def _compiled(kind: str, names: tuple[str, ...] | None = None):
     """``kind``'s document compiled to Python by ``fastjsonschema`` (the other documents
     reached through their ``$id``), its integers ints: draft 4's type check, not the later
     drafts' that takes a float without a fraction for an integer."""
@@ -277,7 +287,8 @@ def _compiled(kind: str):
     class Generator(CodeGeneratorDraft2019):
         generate_type = CodeGeneratorDraft04.generate_type
 
-    documents = {doc["$id"]: _absolute_refs(doc, doc["$id"]) for doc in _documents().values()}
+    documents = {doc["$id"]: _absolute_refs(doc, doc["$id"])
+                 for doc in _documents(names).values()}
     document = documents[ID_PREFIX + kind]
     resolver = RefResolver.from_schema(document, handlers={"urn": documents.__getitem__},
                                        store={})

@@ -39,7 +39,19 @@ import torch
 from torch import nn
 
 from vitplast.inputs import check_count, check_positive, to_model
-from vitplast.measure.components import check_component, component_modules, unfused_attention
+from vitplast.measure.components import (
+    TABLE,
+    by_name,
+    check_component,
+    component_modules,
+    unfused_attention,
+)
+
+#: A bound (``Component.bound``, the name of its function here) -> the statistics of the
+#: component's inputs it reads, gathered in the measuring pass (``plasticity.measurement``):
+#: ``sigma`` (per-token sigma, Prop. 1), ``tokens`` (token norms and sequence energies,
+#: Props. 3-4), None (Prop. 2 reads the weights alone).
+STATISTICS = {"layernorm_bound": "sigma", "mha_bound": "tokens", "linear_bound": None}
 
 
 def _spec(m: torch.Tensor) -> torch.Tensor:
@@ -229,12 +241,13 @@ def local_lipschitz(f, x: torch.Tensor, iters: int = 20, seed: int = 0) -> torch
 
 
 # Every component of a model
-def component_bounds(module: nn.Module, component: str, stats: dict) -> dict:
+def component_bounds(module: nn.Module, component: str, stats: dict, components=TABLE) -> dict:
     """The propositions for one component, from the statistics of its inputs.
 
     Args:
         module: the component's module (LayerNorm, Linear, timm Attention).
-        component: its name (``vitplast.measure.components.COMPONENTS``).
+        component: its name in ``components`` (``vitplast.measure.components.TABLE``), whose
+            ``bound`` names the proposition (``STATISTICS``'s keys).
         stats: ``n`` and, for LN, ``sigma``, ``sigma_mean``; for MHA, ``r_max``, ``r_rms``,
             ``energy``, ``alpha`` (``plasticity.Measurement.statistics``, or ``sigma_fit``,
             ``radius``, ``energy_fit`` of the inputs).
@@ -246,11 +259,14 @@ def component_bounds(module: nn.Module, component: str, stats: dict) -> dict:
 
     Paper: Props. 1-4 on one component.
     """
-    check_component(component)
-    if component.startswith("LN"):
+    bound = by_name(components)[check_component(component, components)].bound
+    if bound not in STATISTICS:
+        raise ValueError(f"{component} has no bound here (bound={bound!r}); bounded: "
+                         f"{[c.name for c in components if c.bound in STATISTICS]}")
+    if bound == "layernorm_bound":
         return dict(bound=layernorm_bound(module, stats["sigma"]), bound_p4=math.nan,
                     plugin=layernorm_bound(module, stats["sigma_mean"]))
-    if component == "MHA":
+    if bound == "mha_bound":
         heads = _head_norms(module)  # the spectral norms once: seconds per layer on ViT-B
         n = int(stats["n"])
         return dict(bound=_prop3(heads, n, stats["r_max"]),
@@ -260,13 +276,15 @@ def component_bounds(module: nn.Module, component: str, stats: dict) -> dict:
     return dict(bound=b, bound_p4=math.nan, plugin=b)
 
 
-def model_bounds(model: nn.Module, statistics: pd.DataFrame) -> pd.DataFrame:
-    """``component_bounds`` of every component of every block: a pure function of the model's
-    weights and the statistics of its inputs (no data is read here).
+def model_bounds(model: nn.Module, statistics: pd.DataFrame, components=TABLE) -> pd.DataFrame:
+    """``component_bounds`` of every bounded component of every block: a pure function of the
+    model's weights and the statistics of its inputs (no data is read here).
 
     Args:
         statistics: one row per (layer, component) with the columns ``component_bounds``
             reads, e.g. ``plasticity.measurement(...).statistics``.
+        components: the table (``vitplast.measure.components.TABLE``); its components with
+            no bound (``Component.bound`` None) are left out.
 
     Returns:
         ``statistics`` with ``bound``, ``bound_p4``, ``plugin`` added.
@@ -278,9 +296,10 @@ def model_bounds(model: nn.Module, statistics: pd.DataFrame) -> pd.DataFrame:
     """
     rows = {(int(r["layer"]), str(r["component"])): r for r in statistics.to_dict("records")}
     out = []
-    for key, module in component_modules(model).items():
+    bounded = [c for c in components if c.bound is not None]
+    for key, module in component_modules(model, bounded).items():
         if key not in rows:
             raise ValueError(f"no statistics for layer {key[0]} {key[1]}: statistics has "
                              f"{sorted(rows)}; measure them with plasticity.measurement")
-        out.append(dict(rows[key], **component_bounds(module, key[1], rows[key])))
+        out.append(dict(rows[key], **component_bounds(module, key[1], rows[key], components)))
     return pd.DataFrame(out)

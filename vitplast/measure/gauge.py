@@ -64,6 +64,8 @@ import math
 import torch
 from torch import nn
 
+from vitplast.measure.components import rate_factors
+
 #: Parameter-name patterns the gauge multiplies by c (those present in a model).
 GAUGED = ["patch_embed.proj.weight", "patch_embed.proj.bias", "pos_embed", "cls_token",
           "reg_token", "dist_token", "blocks.*.attn.proj.weight", "blocks.*.attn.proj.bias",
@@ -71,13 +73,8 @@ GAUGED = ["patch_embed.proj.weight", "patch_embed.proj.bias", "pos_embed", "cls_
 #: The embedding's parameters among ``GAUGED`` (``scale_embedding``).
 EMBEDDING = GAUGED[:6]
 #: Derived factor of each component's rate under the gauge, per protocol, as a function of c
-#: (None: not derived).
-RATE_FACTORS = {
-    "hidden": {"LN1": lambda c: 1 / c, "MHA": lambda c: c, "LN2": lambda c: 1 / c,
-               "FC1": lambda c: 1.0, "FC2": lambda c: c},
-    "embedding": {"LN1": lambda c: 1 / c, "MHA": None, "LN2": lambda c: 1 / c,
-                  "FC1": lambda c: 1.0, "FC2": lambda c: c},
-}
+#: (None: not derived): a view of ``components.TABLE`` (``Component.gauge``).
+RATE_FACTORS = rate_factors()
 #: Pooling of the final tokens that commutes with a positive scale (needed when the final
 #: norm comes after it, as ``fc_norm``).
 _HOMOGENEOUS_POOLS = ("token", "avg", "max", "avgmax")

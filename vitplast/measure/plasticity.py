@@ -43,8 +43,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from vitplast.inputs import check_count, model_device, to_model
-from vitplast.measure.bounds import token_sigma
-from vitplast.measure.components import COMPONENTS, check_component, component_modules
+from vitplast.measure.bounds import STATISTICS, token_sigma
+from vitplast.measure.components import TABLE, check_component, component_modules, names
 from vitplast.measure.pairs import check_batch, check_pairs
 from vitplast.measure.rates import (
     _apply,
@@ -83,19 +83,21 @@ class _Moments:
 
 class _Reduction:
     """What the measuring pass keeps of one component's inputs, besides its rates: the running
-    statistics its bound needs (``vitplast.measure.bounds``: per-token sigma for a LayerNorm; token
-    norms and sequence energies for MHA; none for a linear layer) and the first ``keep`` x
-    inputs (a batch is [x; y], so its first half); only the inputs if not ``gather``."""
+    statistics its bound needs (``vitplast.measure.bounds.STATISTICS``: per-token sigma for a
+    LayerNorm; token norms and sequence energies for MHA; none for a linear layer or a unit
+    without a bound) and the first ``keep`` x inputs (a batch is [x; y], so its first half);
+    only the inputs if not ``gather``."""
 
     def __init__(self, keep: int, gather: bool = True):
         self.keep, self.gather, self.kept, self.n = keep, gather, [], 0
         self.sigma, self.sq_norm, self.energy = _Moments(), _Moments(), _Moments()
 
-    def add(self, module: nn.Module, component: str, inp: torch.Tensor) -> None:
+    def add(self, module: nn.Module | None, needs: str | None, inp: torch.Tensor) -> None:
+        """Reduce one batch's input; ``needs``: the statistics its bound reads (or None)."""
         self.n = inp.shape[1]
-        if self.gather and component.startswith("LN"):
+        if self.gather and needs == "sigma":
             self.sigma.add(token_sigma(inp, module.eps))  # (2B, n)
-        elif self.gather and component == "MHA":
+        elif self.gather and needs == "tokens":
             sq = inp.float().pow(2).sum(dim=-1)  # (2B, n) ||x_i||^2
             self.sq_norm.add(sq)
             self.energy.add(sq.sum(dim=-1))  # (2B,) ||X_b||_F^2
@@ -180,20 +182,22 @@ class Measurement:
 
 def measure(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
             batch_size: int = 64, device: str | torch.device | None = None, workers: int = 0,
-            progress: bool = True, meta: dict | None = None) -> pd.DataFrame:
+            progress: bool = True, meta: dict | None = None, components=TABLE) -> pd.DataFrame:
     """Per-pair rates of every component of every block, streamed over batches of pairs: the
     ``rates`` of ``measurement`` (same arguments, errors and pass; no statistics gathered).
 
     Paper: Definition 1 and section 4 (the empirical plasticity of Fig. 2-3).
     """
     return measurement(model, x, y, protocol=protocol, batch_size=batch_size, device=device,
-                       workers=workers, progress=progress, meta=meta, statistics=False).rates
+                       workers=workers, progress=progress, meta=meta, statistics=False,
+                       components=components).rates
 
 
 def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: str = "hidden",
                 batch_size: int = 64, device: str | torch.device | None = None,
                 workers: int = 0, progress: bool = True, meta: dict | None = None,
-                keep: int = 0, statistics: bool = True, scales: bool = False) -> Measurement:
+                keep: int = 0, statistics: bool = True, scales: bool = False,
+                components=TABLE) -> Measurement:
     """ONE streamed pass over the pairs: every component's per-pair rates, the statistics of
     its inputs that Props. 1-4 need, and its first ``keep`` inputs (``Measurement``).
 
@@ -210,6 +214,8 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
         statistics: gather the statistics of the inputs (False: ``statistics`` is None).
         scales: also sum the squared norms of every component's input and output in the
             same pass (``Measurement.scales``; ``vitplast.measure.relative``).
+        components: the table of components to measure
+            (``vitplast.measure.components.TABLE``; ``components.extended`` adds a row).
 
     Raises:
         ValueError: bad ``protocol``, ``batch_size``, ``workers`` or ``keep``; no pairs; images
@@ -228,10 +234,11 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
     n = len(x)
     pairs, out, reduced, batch = np.empty(n, dtype=np.int64), {}, {}, {}
     done, pass_rates, squares = 0, _Rates(), {}
+    needs = {c.name: STATISTICS.get(c.bound) for c in components}
 
     def reduce(key, module, inp, o):
         if statistics or keep:
-            reduced.setdefault(key, _Reduction(keep, statistics)).add(module, key[1], inp)
+            reduced.setdefault(key, _Reduction(keep, statistics)).add(module, needs[key[1]], inp)
         if scales:  # sum over the 2B images of ||X_b||^2 and ||f(X_b)||^2, on the device
             sq = torch.stack([torch.linalg.vector_norm(t, dtype=torch.float64) for t in (inp, o)])
             squares[key] = squares[key] + sq ** 2 if key in squares else sq ** 2
@@ -243,12 +250,12 @@ def measurement(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol:
         pairs[done:done + len(kept)] = kept
         pass_rates.new_pass()  # this pass's rates overwrite the last one's buffers
         with torch.no_grad():
-            _apply(model, images, protocol, reduce)
+            _apply(model, images, protocol, reduce, components)
         for key, r in zip(batch, torch.stack(list(batch.values())).cpu().numpy()):
             out.setdefault(key, np.empty(n, dtype=np.float32))[done:done + len(kept)] = r
         batch.clear()
         done += len(kept)
-    return Measurement(_rates_table(out, pairs[:done], protocol, meta,
+    return Measurement(_rates_table(out, pairs[:done], protocol, meta, names(components),
                                     excluded=stream.seen - done),
                        pd.DataFrame([dict(layer=k[0], component=k[1], **r.statistics())
                                      for k, r in reduced.items()]) if statistics else None,
@@ -264,7 +271,7 @@ def _scales_table(squares: dict, images: int) -> pd.DataFrame:
 
 
 def _rates_table(out: dict, pairs: np.ndarray, protocol: str, meta: dict | None,
-                 excluded: int) -> pd.DataFrame:
+                 categories, excluded: int) -> pd.DataFrame:
     frames = [pd.DataFrame({"layer": layer, "component": comp, "pair": pairs,
                             "rate": rates[:len(pairs)]})
               for (layer, comp), rates in out.items()]
@@ -272,7 +279,7 @@ def _rates_table(out: dict, pairs: np.ndarray, protocol: str, meta: dict | None,
     df.insert(0, "protocol", protocol)
     for k, v in (meta or {}).items():
         df.insert(0, k, v)
-    df["component"] = pd.Categorical(df["component"], categories=list(COMPONENTS))
+    df["component"] = pd.Categorical(df["component"], categories=list(categories))
     df.attrs["excluded"] = excluded
     return df
 
@@ -344,7 +351,7 @@ def scale_curve(model: nn.Module, x, y: torch.Tensor | None = None,
     for kept, images in stream:
         e = embed(model, images)
         part = torch.stack([torch.stack([_pair_rate(c * e, module(
-            _embedding_input(module, comp, c * e))).double().sum() for c in scales])
+            _embedding_input(module, c * e))).double().sum() for c in scales])
             for (_, comp), module in modules.items()])  # (layers, scales), on the device
         sums += part.cpu()
         count += len(kept)

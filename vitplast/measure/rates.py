@@ -1,9 +1,11 @@
 """Rates: Definition 1's ratio ||f(x) - f(y)|| / ||x - y|| for one batch of pairs, per component.
 
-The one hook scope (``hooks``) and the two input protocols (``hidden``, ``embedding``: the one
-place they differ is ``_apply``) live here; ``batch_rates`` gives every component's rates for a
-batch of pairs in ONE forward pass over [x; y], each tensor's pair distances computed once
-(``_Rates``). ``vitplast.measure.plasticity`` streams pairs through them (``measurement``).
+The one hook scope (``hooks``: forward hooks where each component of a table is read, its
+``components.Tap`` s, so that a unit that is no single module is measured too) and the two
+input protocols (``hidden``, ``embedding``: the one place they differ is ``_apply``) live
+here; ``batch_rates`` gives every component's rates for a batch of pairs in ONE forward pass
+over [x; y], each tensor's pair distances computed once (``_Rates``).
+``vitplast.measure.plasticity`` streams pairs through them (``measurement``).
 
 Paper: Definition 1.
 """
@@ -17,7 +19,7 @@ import torch
 from torch import nn
 
 from vitplast.inputs import check_finite, check_images, to_model
-from vitplast.measure.components import component_modules
+from vitplast.measure.components import TABLE, check_supported, submodule, tap_paths
 from vitplast.measure.pairs import check_batch, check_protocol
 
 __all__ = ["rate", "embed", "hooks", "batch_rates", "component_inputs"]
@@ -136,36 +138,99 @@ def _pad_to(x: torch.Tensor, width: int) -> torch.Tensor:
     return nn.functional.pad(x, (0, width - x.shape[-1]))
 
 
-def _embedding_input(module: nn.Module, component: str, e: torch.Tensor) -> torch.Tensor:
-    return _pad_to(e, module.in_features) if component == "FC2" else e
+def _embedding_input(module: nn.Module, e: torch.Tensor) -> torch.Tensor:
+    """The embedding as ``module`` takes it: zero-padded to a linear's wider input (FC2)."""
+    wide = isinstance(module, nn.Linear) and module.in_features != e.shape[-1]
+    return _pad_to(e, module.in_features) if wide else e
+
+
+class _Taps:
+    """One block's taps during a forward pass: each tapped module's input and output, kept
+    only until every component reading it has been handed to ``reduce`` (a tensor kept longer
+    would stay alive past its use in the network: more memory in use during the pass). A
+    component goes to ``reduce`` in the hook where its last tap is seen; components completed
+    in the same hook go in table order."""
+
+    def __init__(self, layer: int, block: nn.Module, components, reduce):
+        self.layer, self.reduce = layer, reduce
+        self.units = [(c, None if c.module is None else submodule(block, c.module))
+                      for c in components]
+        self.seen: dict[tuple[str, str], torch.Tensor] = {}
+        self.done: set[str] = set()
+
+    def start(self, *_) -> None:
+        """A new pass through the block (a pre-hook: also after an interrupted one)."""
+        self.seen.clear()
+        self.done.clear()
+
+    def __call__(self, path: str, inp: torch.Tensor, out: torch.Tensor) -> None:
+        pending = [(c, m) for c, m in self.units if c.name not in self.done]
+        wanted = {(t.path, t.side) for c, _ in pending for t in c.taps}
+        for side, t in (("input", inp), ("output", out)):
+            if (path, side) in wanted:
+                self.seen[(path, side)] = t
+        for c, module in pending:
+            if all((t.path, t.side) in self.seen for t in c.taps):
+                self.done.add(c.name)
+                self.reduce((self.layer, c.name), module,
+                            *(self.seen[(t.path, t.side)] for t in c.taps))
+        needed = {(t.path, t.side) for c, _ in self.units if c.name not in self.done
+                  for t in c.taps}
+        for key in set(self.seen) - needed:
+            del self.seen[key]
 
 
 @contextmanager
-def hooks(model: nn.Module, reduce):
+def hooks(model: nn.Module, reduce, components=TABLE):
     """The one hook scope: ``reduce(key, module, input, output)`` sees every component's input
-    and output in the forward passes inside it; the handles are removed on exit, also after an
-    exception. ``key`` is ``(layer, component)``."""
-    handles = [module.register_forward_hook(
-        lambda mod, args, out, key=key: reduce(key, mod, args[0], out))
-        for key, module in component_modules(model).items()]
+    and output (read at its ``taps``) in the forward passes inside it; the handles are removed
+    on exit, also after an exception. ``key`` is ``(layer, component)``; ``module`` is the
+    module the component is (None for a unit that is no single module)."""
+    check_supported(model, components)
+    handles = []
     try:
+        for layer, block in enumerate(model.blocks):
+            taps = _Taps(layer, block, components, reduce)
+            handles.append(block.register_forward_pre_hook(taps.start))
+            handles += [submodule(block, path).register_forward_hook(
+                lambda mod, args, out, path=path, taps=taps: taps(path, args[0], out))
+                for path in tap_paths(components)]
         yield
     finally:
         for h in handles:
             h.remove()
 
 
-def _apply(model: nn.Module, images: torch.Tensor, protocol: str, reduce) -> None:
+def _apply(model: nn.Module, images: torch.Tensor, protocol: str, reduce,
+           components=TABLE) -> None:
     """Run every component on its input for ``images`` under ``protocol`` (the one place the
-    protocols differ), handing each (input, output) to ``reduce`` as ``hooks`` does."""
+    protocols differ), handing each (input, output) to ``reduce`` as ``hooks`` does. Under
+    ``embedding`` a component that is a module is applied to the embedding; one that is not
+    is read at its taps in its block run on the embedding."""
     if protocol == "hidden":
-        with hooks(model, reduce):
+        with hooks(model, reduce, components):
             model.forward_features(images)
         return
+    check_supported(model, components)
     e = embed(model, images)
-    for (layer, comp), module in component_modules(model).items():
-        inp = _embedding_input(module, comp, e)
-        reduce((layer, comp), module, inp, module(inp))
+    for layer, block in enumerate(model.blocks):
+        for comp in components:
+            if comp.module is None:
+                with hooks(_OneBlock(block), lambda key, mod, inp, o: reduce(
+                        (layer, key[1]), mod, inp, o), (comp,)):
+                    block(e)
+                continue
+            module = submodule(block, comp.module)
+            inp = _embedding_input(module, e)
+            reduce((layer, comp.name), module, inp, module(inp))
+
+
+class _OneBlock(nn.Module):
+    """A block seen as a model of one block (for ``hooks``)."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.blocks = nn.ModuleList([block])
 
 
 def _checked(model, x, y):
@@ -178,13 +243,15 @@ def _checked(model, x, y):
 
 
 @torch.no_grad()
-def batch_rates(model: nn.Module, x: torch.Tensor, y: torch.Tensor, protocol: str = "hidden"
-                ) -> dict[tuple[int, str], torch.Tensor]:
+def batch_rates(model: nn.Module, x: torch.Tensor, y: torch.Tensor, protocol: str = "hidden",
+                components=TABLE) -> dict[tuple[int, str], torch.Tensor]:
     """Rates of every component of every block for a batch of image pairs.
 
     Args:
         x, y: images (B, C, H, W), pair i is (x[i], y[i]).
         protocol: ``"hidden"`` or ``"embedding"`` (see module docstring).
+        components: the table of components to measure
+            (``vitplast.measure.components.TABLE``).
 
     Returns:
         ``{(layer, component): rates (B,)}`` on the model's device (x and y are moved there).
@@ -197,13 +264,13 @@ def batch_rates(model: nn.Module, x: torch.Tensor, y: torch.Tensor, protocol: st
     x, y = _checked(model, x, y)
     out, rates = {}, _Rates()
     _apply(model, to_model(model, torch.cat([x, y])), protocol,
-           lambda key, mod, inp, o: out.__setitem__(key, rates(inp, o)))
+           lambda key, mod, inp, o: out.__setitem__(key, rates(inp, o)), components)
     return out
 
 
 @torch.no_grad()
-def component_inputs(model: nn.Module, images: torch.Tensor, protocol: str = "hidden"
-                     ) -> dict[tuple[int, str], torch.Tensor]:
+def component_inputs(model: nn.Module, images: torch.Tensor, protocol: str = "hidden",
+                     components=TABLE) -> dict[tuple[int, str], torch.Tensor]:
     """Each component's input for a (small) batch of images under a protocol, (B, n, d_in).
 
     For checks that apply a component to its real input (tests, notebook 03's head-by-head
@@ -214,5 +281,6 @@ def component_inputs(model: nn.Module, images: torch.Tensor, protocol: str = "hi
     check_finite("images", images)
     images = to_model(model, images)
     inputs = {}
-    _apply(model, images, protocol, lambda key, mod, inp, o: inputs.__setitem__(key, inp))
+    _apply(model, images, protocol, lambda key, mod, inp, o: inputs.__setitem__(key, inp),
+           components)
     return inputs

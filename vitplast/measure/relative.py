@@ -49,7 +49,7 @@ import copy
 import pandas as pd
 from torch import nn
 
-from vitplast.measure.components import COMPONENTS
+from vitplast.measure.components import TABLE, names
 from vitplast.measure.empirical import SOURCE
 from vitplast.measure.plasticity import measurement, order
 
@@ -63,7 +63,7 @@ __all__ = ["UNCHANGED", "measure", "ranking", "order", "gauge_check", "embedded_
 
 def measure(model: nn.Module, x, y=None, *, protocol: str = "hidden", batch_size: int = 64,
             device=None, workers: int = 0, progress: bool = False,
-            meta: dict | None = None) -> pd.DataFrame:
+            meta: dict | None = None, components=TABLE) -> pd.DataFrame:
     """Relative plasticity of every component of every block, from ONE streamed pass over the
     pairs (``plasticity.measurement(scales=True)``: the same pass, errors and arguments).
 
@@ -72,6 +72,8 @@ def measure(model: nn.Module, x, y=None, *, protocol: str = "hidden", batch_size
         x, y: aligned image tensors (N, C, H, W); or ``x`` a ``Pairs`` dataset and ``y`` None.
         protocol: ``"hidden"`` or ``"embedding"``.
         meta: constant columns to add, e.g. ``{"model": ..., "task": ...}``.
+        components: the table of components to measure
+            (``vitplast.measure.components.TABLE``).
 
     Returns:
         The tidy table of the module docstring; ``attrs["excluded"]`` counts identical pairs.
@@ -79,7 +81,8 @@ def measure(model: nn.Module, x, y=None, *, protocol: str = "hidden", batch_size
     Paper: Definition 1, in the units of the component's own input and output (issue 38).
     """
     m = measurement(model, x, y, protocol=protocol, batch_size=batch_size, device=device,
-                    workers=workers, progress=progress, statistics=False, scales=True)
+                    workers=workers, progress=progress, statistics=False, scales=True,
+                    components=components)
     per = (m.rates.groupby(["layer", "component"], observed=True)["rate"]
            .agg(plasticity="mean", n="count").reset_index())
     per["component"] = per["component"].astype(str)
@@ -88,7 +91,7 @@ def measure(model: nn.Module, x, y=None, *, protocol: str = "hidden", batch_size
     out.insert(0, "protocol", protocol)
     for k, v in (meta or {}).items():
         out.insert(0, k, v)
-    out["component"] = pd.Categorical(out["component"], categories=list(COMPONENTS))
+    out["component"] = pd.Categorical(out["component"], categories=list(names(components)))
     out.attrs["excluded"] = m.rates.attrs["excluded"]
     return out[[*(meta or {}), "protocol", "layer", "component", "plasticity", "s_in", "s_out",
                 "relative_plasticity", "n"]]
@@ -125,7 +128,7 @@ def gauge_check(model: nn.Module, pairs, c: float = 8.0, *, protocols=("hidden",
         a, b = at[1.0], at[float(c)]
         rel = (b["relative_plasticity"] / a["relative_plasticity"] - 1).abs()
         ratio = b["plasticity"] / a["plasticity"]
-        for comp in COMPONENTS:
+        for comp in names():
             rows.append(dict(protocol=protocol, component=comp, c=float(c),
                              relative_difference=float(rel.xs(comp, level="component").max()),
                              plasticity_difference=float((ratio - 1).abs().xs(

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from vitplast import cached
+from vitplast.measure.components import TABLE, submodule
 from vitplast.measure.empirical import SOURCE
 from vitplast.measure.plasticity import measure, order, ranking
 from vitplast.measure.rates import component_inputs
@@ -60,15 +61,19 @@ def model_statistics(model: nn.Module, images: torch.Tensor,
     model = model.eval()
     inputs = {p: component_inputs(model, images, p) for p in ("hidden", "embedding")}
     r, rows = rms_token_norm(model, images if token_images is None else token_images), []
+    norms = [c for c in TABLE if c.bound == "layernorm_bound"]  # LN1, LN2
+    mha = next(c for c in TABLE if c.bound == "mha_bound")
     for layer, block in enumerate(model.blocks):
-        hid = inputs["hidden"]
-        row = dict(layer=layer, r_embedding=r,
-                   sigma_ln1=token_sigma(hid[(layer, "LN1")], block.norm1.eps).mean().item(),
-                   sigma_ln2=token_sigma(hid[(layer, "LN2")], block.norm2.eps).mean().item())
+        hid, row = inputs["hidden"], dict(layer=layer, r_embedding=r)
+        for c in norms:
+            ln = submodule(block, c.module)
+            row[f"sigma_{c.name.lower()}"] = token_sigma(hid[(layer, c.name)],
+                                                         ln.eps).mean().item()
         row["ln1_bound"] = block.norm1.weight.abs().max().item() / row["sigma_ln1"]
         for p, inp in inputs.items():
-            u = inp[(layer, "MHA")]
-            entropy = attention_entropy(block.attn, u).mean() / math.log(u.shape[1])
+            u = inp[(layer, mha.name)]
+            entropy = attention_entropy(submodule(block, mha.module), u).mean() / math.log(
+                u.shape[1])
             row[f"entropy_{p}"] = float(entropy)
         rows.append(row)
     return pd.DataFrame(rows)

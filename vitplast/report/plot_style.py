@@ -26,7 +26,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
-from vitplast.measure.components import CONFIG_ORDER
+from vitplast.measure.components import CONFIG_ORDER, TABLE
 
 #: One colour per configuration, component and parameter group, the same in every notebook.
 #: The five components take colours of Okabe & Ito's and Paul Tol's colour-blind-safe schemes
@@ -37,11 +37,8 @@ from vitplast.measure.components import CONFIG_ORDER
 #: deuteranope). The other groups of ``components.component_of`` (the final ``norm``, the
 #: ``embedding``), drawn beside them in a run's gradient norms, differ from every colour here
 #: by at least 15 in normal vision and under deuteranopia.
-PALETTE = {"MHA": "#0072B2",  # blue (Okabe-Ito)
-           "FC1": "#CCBB44",  # yellow (Tol bright)
-           "FC2": "#66CCEE",  # cyan (Tol bright)
-           "LN2": "#CC3311",  # red (Tol vibrant)
-           "LN1": "#882255",  # wine (Tol muted)
+#: The components' colours are theirs in ``components.TABLE`` (``Component.colour``).
+PALETTE = {**{c.name: c.colour for c in sorted(TABLE, key=lambda c: CONFIG_ORDER.index(c.name))},
            "full": "#000000", "head": "#949494",  # black, grey
            "norm": "#332288",  # indigo (Tol muted)
            "embedding": "#8C564B"}  # brown

@@ -1,0 +1,171 @@
+"""The component table (``vitplast.measure.components.TABLE``): the views the package reads
+(names, groups, configurations, gauge factors, bounds, colours, the schemas' enum) follow its
+five rows; and a sixth unit that is no single module, the attention branch x -> x + MHA(LN1(x)),
+is ONE row (``ATTN_BRANCH``): measured (hooked rates == a direct recomputation, both
+protocols), ranked, stored and schema-valid, while the table itself stays five rows."""
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+from helpers import tiny_vit
+
+from vitplast import schema
+from vitplast.measure import bounds, components, gauge, plasticity, rates, relative
+from vitplast.measure.components import Component, Tap
+from vitplast.report import plot_style
+
+#: The sixth unit: timm's Block computes x = x + drop_path(ls1(attn(norm1(x)))) and norm2
+#: reads that sum, so the branch's input is norm1's input and its output norm2's input. Under
+#: the gauge its input and output are both the stream (c x): its rate is unchanged under
+#: ``hidden``; under ``embedding`` attention is not scale-invariant: no factor derived.
+ATTN_BRANCH = Component(
+    name="ATTN_BRANCH", group="branch", taps=(Tap("norm1", "input"), Tap("norm2", "input")),
+    module=None, gauge=(("hidden", 0), ("embedding", None)),
+    patterns=("blocks.*.norm1.*", "blocks.*.attn.*", "blocks.*.ls1.*"), bound=None,
+    colour="#117733")
+
+FIVE = ("LN1", "MHA", "LN2", "FC1", "FC2")
+
+
+def _branch(block, h):
+    """The attention branch of a timm Block, written out: h + ls1(attn(norm1(h)))."""
+    return h + block.drop_path1(block.ls1(block.attn(block.norm1(h))))
+
+
+def _direct_branch_rates(model, x, y, protocol):
+    """Per layer, |f(x) - f(y)| / |x - y| of the branch on its input under ``protocol``: the
+    stream entering the block (``hidden``, run block by block) or the embedding."""
+    hx, hy, out = rates.embed(model, x), rates.embed(model, y), {}
+    with torch.no_grad():
+        for layer, block in enumerate(model.blocks):
+            num = (_branch(block, hx) - _branch(block, hy)).flatten(1).norm(dim=1)
+            out[layer] = num / (hx - hy).flatten(1).norm(dim=1)
+            if protocol == "hidden":
+                hx, hy = block(hx), block(hy)
+    return out
+
+
+def test_the_views_are_the_five_rows():
+    table = components.TABLE
+    assert components.names() == FIVE == tuple(components.COMPONENTS)
+    assert components.COMPONENTS == {c.name: c.module for c in table}
+    assert components.LINEARS == ("MHA", "FC1", "FC2") and components.NORMS == ("LN1", "LN2")
+    assert {c: components.CONFIGS[c] for c in FIVE} == {
+        c.name: [f"blocks.*.{c.module}.*"] for c in table}
+    assert all(plot_style.PALETTE[c.name] == c.colour for c in table)
+    assert {c.bound for c in table} == set(bounds.STATISTICS)
+    for protocol, factors in gauge.RATE_FACTORS.items():
+        assert list(factors) == list(FIVE)
+        assert [None if f is None else f(8.0) for f in factors.values()] == {
+            "hidden": [1 / 8.0, 8.0, 1 / 8.0, 1.0, 8.0],
+            "embedding": [1 / 8.0, None, 1 / 8.0, 1.0, 8.0]}[protocol]
+
+
+def test_the_schemas_component_enum_is_the_table():
+    enum = schema.document("plasticity")["$defs"]["component"]["enum"]
+    assert enum == list(components.names())
+
+
+def test_the_fingerprint_is_short_stable_and_follows_the_table():
+    fp = components.fingerprint()
+    assert len(fp) == 12 and int(fp, 16) >= 0
+    assert fp == components.fingerprint(tuple(components.TABLE))
+    assert components.fingerprint(components.extended(ATTN_BRANCH)) != fp
+    moved = components.TABLE[:4] + (components.module_component(
+        "FC2", "linear", "mlp.fc2", hidden=1, embedding=None, bound="linear_bound",
+        colour="#66CCEE"),)
+    assert components.fingerprint(moved) != fp  # one gauge factor changed
+
+
+def test_extended_refuses_a_bad_row_naming_it():
+    with pytest.raises(ValueError, match="twice"):
+        components.extended(components.TABLE[0])
+    with pytest.raises(ValueError, match="ODD"):
+        components.extended(Component("ODD", "branch", (Tap("norm1", "in"), Tap("norm2", "input")),
+                                      None, (("hidden", 0), ("embedding", None)), (), None, "#000"))
+    with pytest.raises(TypeError, match="no `norm3`"):
+        components.check_supported(tiny_vit(), components.extended(Component(
+            "ODD", "branch", (Tap("norm1", "input"), Tap("norm3", "input")), None,
+            (("hidden", 0), ("embedding", None)), (), None, "#000")))
+
+
+@pytest.mark.parametrize("protocol", ["hidden", "embedding"])
+@pytest.mark.parametrize("variant", [{}, dict(init_values=1e-5, reg_tokens=4)])
+def test_a_sixth_unit_is_one_row_measured_ranked_stored_and_valid(images, protocol, variant):
+    model, (x, y) = tiny_vit(**variant), images
+    table = components.extended(ATTN_BRANCH)  # the one row; components.TABLE is unchanged
+
+    # measured: each pair's rate equals the branch recomputed by hand
+    got = plasticity.measure(model, x, y, protocol=protocol, progress=False, components=table)
+    direct = _direct_branch_rates(model, x, y, protocol)
+    for layer, want in direct.items():
+        rows = got[(got["layer"] == layer) & (got["component"] == "ATTN_BRANCH")]
+        torch.testing.assert_close(torch.tensor(rows["rate"].to_numpy()), want,
+                                   rtol=1e-5, atol=1e-6)
+    # ... and the five keep their numbers, bit for bit, in their order
+    five = plasticity.measure(model, x, y, protocol=protocol, progress=False)
+    kept = got[got["component"] != "ATTN_BRANCH"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept.astype({"component": str}),
+                                  five.astype({"component": str}))
+    assert list(got["component"].cat.categories) == [*FIVE, "ATTN_BRANCH"]
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+    # ranked
+    ranked = plasticity.ranking(got)
+    assert set(ranked["component"]) == {*FIVE, "ATTN_BRANCH"}
+    assert sorted(ranked["rank"]) == list(range(1, 7))
+
+    # stored, as the plasticity companion file stores its rows, and schema-valid with the
+    # extended table (the published schema holds the five: it refuses the sixth)
+    summary = plasticity.summarize(got)
+    record = dict(task="digits", n_pairs=len(x), protocol=protocol, rows=[
+        dict(layer=int(r.layer), component=str(r.component), plasticity=float(r.plasticity),
+             ci95=float(r.ci95)) for r in summary.itertuples()])
+    assert "ATTN_BRANCH" in {r["component"] for r in record["rows"]}
+    assert schema.check("plasticity", record, components=components.names(table)) is record
+    assert any("ATTN_BRANCH" in p for p in schema.problems("plasticity", record))
+    rel = relative.measure(model, x, y, protocol=protocol, components=table)
+    stored = dict(task="digits", n_pairs=len(x), protocol=protocol,
+                  quantity="relative plasticity",
+                  rows=rel.drop(columns="protocol").astype({"component": str})
+                  .to_dict("records"))
+    assert not schema.problems("plasticity", stored, components=components.names(table))
+
+    # removed: the table, its views and the published schema are the five again
+    assert components.names() == FIVE and tuple(components.COMPONENTS) == FIVE
+
+
+def test_the_sixth_units_gauge_factor_and_its_missing_bound():
+    """Under the gauge the branch reads and writes the stream: its rate is unchanged
+    (``hidden``, factor 1, up to LayerNorm's eps); it has no bound: its statistics are NaN
+    and ``model_bounds`` leaves it out."""
+    model = tiny_vit()
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(8, 1, 16, 16, generator=g), torch.randn(8, 1, 16, 16, generator=g)
+    table = components.extended(ATTN_BRANCH)
+    c = 8.0
+    at = [plasticity.measure(m, x, y, progress=False, components=table)
+          for m in (model, gauge.rescale_stream(tiny_vit(), c))]
+    branch = [m[m["component"] == "ATTN_BRANCH"]["rate"].to_numpy() for m in at]
+    assert ATTN_BRANCH.factor("hidden")(c) == 1.0 and ATTN_BRANCH.factor("embedding") is None
+    torch.testing.assert_close(torch.tensor(branch[1]), torch.tensor(branch[0]), rtol=1e-3,
+                               atol=0)
+    m = plasticity.measurement(model, x, y, progress=False, components=table)
+    stats = m.statistics.set_index(["layer", "component"])
+    assert math.isnan(stats.loc[(0, "ATTN_BRANCH"), "sigma"])
+    bounded = bounds.model_bounds(model, m.statistics, components=table)
+    assert set(bounded["component"]) == set(FIVE)
+    pd.testing.assert_frame_equal(bounded, bounds.model_bounds(
+        model, m.statistics[m.statistics["component"] != "ATTN_BRANCH"]))
+
+
+def test_the_sixth_unit_trains_its_patterns():
+    model = tiny_vit()
+    table = components.extended(ATTN_BRANCH)
+    assert components.count_parameters(model, "ATTN_BRANCH", table) == sum(
+        components.count_parameters(model, c) for c in ("LN1", "MHA"))  # ls1 is Identity
+    assert components.configs(table)["ATTN_BRANCH"] == list(ATTN_BRANCH.patterns)
+    with pytest.raises(ValueError, match="ATTN_BRANCH"):
+        components.count_parameters(model, "ATTN_BRANCH")  # not in the five
