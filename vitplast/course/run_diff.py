@@ -53,8 +53,10 @@ def cell_texts(notebook: str | Path) -> list[tuple[int, str]]:
 
 def diff(run_a: str | Path, run_b: str | Path) -> list[str]:
     """One line per difference between two runs' executed notebooks: a notebook in one run only,
-    a different number of code cells, or a cell whose texts differ (with the first line that
-    differs on each side). Empty when the runs printed the same."""
+    a different number of code cells, or a code cell whose texts differ (its index in
+    ``run_b``'s notebook, with the first line that differs on each side; code cells are paired
+    in order, so an edited markdown cell moves nothing). Empty when the runs printed the
+    same."""
     a, b = Path(run_a), Path(run_b)
     names_a = {p.name for p in a.glob("*.ipynb")}
     names_b = {p.name for p in b.glob("*.ipynb")}
@@ -64,10 +66,10 @@ def diff(run_a: str | Path, run_b: str | Path) -> list[str]:
     found += [f"{n}: only in {b}" for n in sorted(names_b - names_a)]
     for name in sorted(names_a & names_b):
         cells_a, cells_b = cell_texts(a / name), cell_texts(b / name)
-        if [i for i, _ in cells_a] != [i for i, _ in cells_b]:
-            found.append(f"{name}: code cells differ ({len(cells_a)} against {len(cells_b)})")
+        if len(cells_a) != len(cells_b):
+            found.append(f"{name}: {len(cells_a)} code cells against {len(cells_b)}")
             continue
-        for (i, ta), (_, tb) in zip(cells_a, cells_b):
+        for (_, ta), (i, tb) in zip(cells_a, cells_b):  # code cells in order; b's index named
             if ta != tb:
                 lines = [d for d in difflib.unified_diff(ta.splitlines(), tb.splitlines(),
                                                          lineterm="", n=0)

@@ -10,10 +10,10 @@ shipped table carries, so that a table made by other code is recomputed, never s
   that it is not forgotten, ``estimator_hash`` (the estimator's code without its docstrings,
   comments and layout) is pinned by a test that fails with "the estimator changed: bump
   MEASURE_VERSION and remake or re-stamp the shipped tables" when it moves.
-- the component table's fingerprint (``components_fingerprint``): which modules the components
-  are, which parameters each finetuning configuration trains, how the gauge moves each rate
-  (``components.COMPONENTS``, ``components.CONFIGS``, ``gauge.RATE_FACTORS``): tables measured
-  for another set of components are stale without any estimator edit.
+- the component table's fingerprint (``components.fingerprint``): which units are measured,
+  where each is tapped, which parameters each trains, how the gauge moves each rate and which
+  bound each has: tables measured for another set of components are stale without any
+  estimator edit.
 
 The fingerprint is stored in the tables (``cached``), not in the hash that names them, so that
 a stale table can be named with one line saying why (``cached.stale``) and shipped tables keep
@@ -48,25 +48,9 @@ def measuring() -> str:
     """The fingerprint of the measuring code: ``m<MEASURE_VERSION>-<components'>``, e.g.
     ``m1-3fa2c9d01b2e``; what ``cached`` stores in each table it makes (``cached.MEASURING``,
     registered by ``vitplast.measure``)."""
-    return f"m{MEASURE_VERSION}-{components_fingerprint()}"
+    from vitplast.measure import components
 
-
-def components_fingerprint() -> str:
-    """A short stable hash of the component table: the components' modules, the finetuning
-    configurations' parameters and the gauge's rate factors (each evaluated at c = 2 and 3:
-    functions have no stable text). ``components.fingerprint()`` replaces it where it exists.
-
-    Paper: section 3 (the components)."""
-    from vitplast.measure import components, gauge
-
-    if hasattr(components, "fingerprint"):  # the component table's own, where it has one
-        return components.fingerprint()
-    factors = {p: {c: None if f is None else [float(f(2.0)), float(f(3.0))]
-                   for c, f in table.items()}
-               for p, table in gauge.RATE_FACTORS.items()}
-    table = dict(components=components.COMPONENTS, configs=components.CONFIGS,
-                 rate_factors=factors)
-    return hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()[:12]
+    return f"m{MEASURE_VERSION}-{components.fingerprint()}"
 
 
 def estimator_hash() -> str:
