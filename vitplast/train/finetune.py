@@ -18,12 +18,14 @@ Logged (``TrainResult.history``, one row per logged step): ``step``, ``loss``, `
 ``grad_norm_per_param/<group>`` (= norm / sqrt(#params of the group)), and at evaluation
 steps ``val_loss`` and ``val_acc``.
 
-A pass over data (loader, precision, ``evaluate``) is ``vitplast.train.passes``'s.
+The loop (``run``) trains a trainee (``vitplast.train.trainees``): the model itself
+(``train``), or K stacked copies of its trainable parameters, one run per learning rate
+(``vitplast.train.batched.train_lrs``). A pass over data (loader, precision, ``evaluate``) is
+``vitplast.train.passes``'s.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import math
 import random
@@ -39,16 +41,8 @@ from torch.utils.data import Dataset
 from vitplast.inputs import check_count, check_positive, check_seed
 from vitplast.measure.components import component_of, set_trainable, trainable_names
 from vitplast.models import pick_device
-from vitplast.train.passes import (
-    EVAL_BATCH,
-    PRECISIONS,
-    _amp_dtype,
-    _batches,
-    autocast,
-    evaluate,
-    loader,
-    numerics,
-)
+from vitplast.train import trainees
+from vitplast.train.passes import EVAL_BATCH, PRECISIONS, _batches, loader, numerics
 
 #: Named recipes (keyword arguments of ``train``). ``paper`` is PAPER.md section 2.
 RECIPES = {
@@ -82,24 +76,29 @@ def lr_at(step: int, *, lr: float, steps: int, warmup_steps: int) -> float:
     return 0.5 * lr * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-def _check_args(*, optimizer, precision, steps, batch_size, lr, accum_steps, warmup_steps,
-                eval_every, log_every, workers, seed) -> None:
-    """``train``'s scalar arguments, each error naming the argument and what is valid."""
+def _check_args(args: dict, lrs: list[float]) -> None:
+    """``train``'s scalar arguments (``args``, with one peak LR per run in ``lrs``), each error
+    naming the argument and what is valid."""
+    optimizer, precision, steps, batch_size, accum_steps = (args[k] for k in (
+        "optimizer", "precision", "steps", "batch_size", "accum_steps"))
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid: {list(OPTIMIZERS)}")
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; valid: {list(PRECISIONS)}")
     check_count("steps", steps, hint="optimisation steps, e.g. 120")
     check_count("batch_size", batch_size, hint="images per step, e.g. 64")
-    check_positive("lr", lr, hint="the peak learning rate, e.g. 1e-2")
+    for lr in lrs:
+        check_positive("lr", lr, hint="the peak learning rate, e.g. 1e-2")
     check_count("accum_steps", accum_steps, hint="micro-batches per step, 1 for none")
     if batch_size % accum_steps:
         raise ValueError(f"batch_size {batch_size} is not divisible by accum_steps {accum_steps}")
-    check_count("warmup_steps", warmup_steps, minimum=0, hint="0 for no warm-up")
-    check_count("eval_every", eval_every, hint="steps between evaluations")
-    check_count("log_every", log_every, hint="steps between logged rows")
-    check_count("workers", workers, minimum=0, hint="0 loads batches in this process")
-    check_seed("seed", seed)
+    check_count("warmup_steps", args["warmup_steps"], minimum=0, hint="0 for no warm-up")
+    check_count("eval_every", args["eval_every"], hint="steps between evaluations")
+    check_count("log_every", args["log_every"], hint="steps between logged rows")
+    check_count("workers", args["workers"], minimum=0, hint="0 loads batches in this process")
+    check_seed("seed", args["seed"])
+    if args["grad_masks"] and args["weight_decay"]:
+        raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
 
 
 def _check_splits(train_set, val_set, test_set, micro_batch: int, accum_steps: int) -> None:
@@ -113,12 +112,6 @@ def _check_splits(train_set, val_set, test_set, micro_batch: int, accum_steps: i
         raise ValueError(f"batch_size={micro_batch * accum_steps}{per} is larger than the train "
                          f"split ({len(train_set)} images): no full batch can be drawn; use "
                          f"batch_size <= {len(train_set) * accum_steps} or more training images")
-
-
-def lr_scale(name: str, lr_scales: dict[str, float]) -> float:
-    """The learning-rate multiplier of parameter ``name``: the first pattern of ``lr_scales``
-    it matches, else 1."""
-    return next((s for pat, s in lr_scales.items() if fnmatch.fnmatch(name, pat)), 1.0)
 
 
 def _group_norms(names: list[str], sq: list[float], counts: dict[str, int]) -> dict[str, float]:
@@ -137,10 +130,8 @@ def _group_norms(names: list[str], sq: list[float], counts: dict[str, int]) -> d
     return out
 
 
-def _check_masks(masks: dict, trainable: dict, weight_decay: float) -> dict:
+def _check_masks(masks: dict, trainable: dict) -> dict:
     """Gradient masks, checked against the trainable parameters."""
-    if masks and weight_decay:
-        raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
     for n, m in masks.items():
         if n not in trainable:
             raise ValueError(f"grad_masks names {n!r}, which the configuration does not train")
@@ -217,7 +208,7 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
     args = {k: v for k, v in locals().items() if k not in ("model", "train_set", "val_set",
                                                            "test_set")}  # train's keywords
     desc = f"train {config if isinstance(config, str) else 'custom'}"
-    return run(model, _Model, (train_set, val_set, test_set), args, [lr], desc=desc)[0]
+    return run(model, trainees.Single, (train_set, val_set, test_set), args, [lr], desc=desc)[0]
 
 
 def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], *,
@@ -226,21 +217,18 @@ def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], 
 
     Args:
         model: as ``train``.
-        trainee: the class that trains: ``_Model`` (``model`` itself, one run), or
-            ``batched``'s K stacked copies of its trainable parameters (one run per LR).
+        trainee: the class of what trains: ``trainees.Single`` (``model`` itself, one run),
+            or ``trainees.Stacked`` (K copies of its trainable parameters, one run per LR).
         splits: (train_set, val_set, test_set), as ``train``'s.
         args: ``train``'s keyword arguments (``lr`` is not read).
-        lrs: peak learning rates, one run each (one for ``_Model``).
+        lrs: peak learning rates, one run each (one for ``trainees.Single``).
         desc: the progress bar's label.
 
     Returns:
         One ``TrainResult`` per LR, in order (``seconds``: the loop's time over the runs).
     """
     train_set, val_set, test_set = splits
-    for lr in lrs:
-        _check_args(lr=lr, **{k: args[k] for k in _CHECKED})
-    if args["grad_masks"] and args["weight_decay"]:  # an argument error, told before the splits
-        raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
+    _check_args(args, lrs)
     _check_splits(train_set, val_set, test_set, args["batch_size"] // args["accum_steps"],
                   args["accum_steps"])
     names = trainable_names(model, args["config"], train_head=args["train_head"])
@@ -249,7 +237,7 @@ def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], 
     model.to(device).train()
     count = set_trainable(model, names)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    masks = _check_masks(args["grad_masks"] or {}, dict(named), args["weight_decay"])
+    masks = _check_masks(args["grad_masks"] or {}, dict(named))
     step = _Step(trainee(model, named, args, lrs, device), [n for n, _ in named],
                  [(i, masks[n]) for i, (n, _) in enumerate(named) if n in masks],
                  {n: int(masks[n].sum()) if n in masks else p.numel() for n, p in named},
@@ -272,73 +260,9 @@ def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], 
     return results
 
 
-#: ``train``'s arguments that ``_check_args`` checks, besides ``lr``.
-_CHECKED = ("optimizer", "precision", "steps", "batch_size", "accum_steps", "warmup_steps",
-            "eval_every", "log_every", "workers", "seed")
-
-
-class _Model:
-    """The trainee of one run: the model itself, updated by a torch optimizer (SGD or AdamW)
-    with the fp16 gradient scaler. What the loop asks of a trainee of K runs, for K = 1."""
-
-    k = 1
-
-    def __init__(self, model, named, args, lrs, device):
-        self.model, self.named, self.device = model, named, device
-        self.precision, self.best = args["precision"], None
-        scales = args["lr_scales"] or {}
-        by_scale: dict[float, list] = {}  # optimizer groups by learning-rate multiplier
-        for n, p in named:
-            by_scale.setdefault(lr_scale(n, scales), []).append(p)
-        groups = [{"params": ps, "lr_scale": s} for s, ps in by_scale.items()]
-        kw = dict(lr=lrs[0], weight_decay=args["weight_decay"])
-        self.opt = (torch.optim.SGD(groups, momentum=args["momentum"], **kw)
-                    if args["optimizer"] == "sgd" else
-                    torch.optim.AdamW(groups, betas=args["betas"], **kw))
-        # fp16 needs its loss scaled (bf16 and fp32 do not: disabled, the scaler passes through)
-        self.scaler = torch.amp.GradScaler(
-            "cuda", enabled=_amp_dtype(device, self.precision) == torch.float16)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits, (1, B, classes)."""
-        with autocast(x.device, self.precision):
-            return self.model(x).float().unsqueeze(0)
-
-    def backward(self, loss: torch.Tensor) -> None:
-        self.scaler.scale(loss).backward()
-
-    def grads(self) -> list[torch.Tensor]:
-        """The true (unscaled) gradients, (1, ...) views, in the order of ``named``."""
-        self.scaler.unscale_(self.opt)
-        return [p.grad.unsqueeze(0) for _, p in self.named]
-
-    def apply(self, lrs: list[float]) -> None:
-        """The optimizer's step at the learning rate ``lrs[0]``; the gradients cleared."""
-        for group in self.opt.param_groups:
-            group["lr"] = group["lr_scale"] * lrs[0]
-        self.scaler.step(self.opt)  # opt.step(), skipped by an fp16 scaler on overflow
-        self.scaler.update()
-        self.opt.zero_grad(set_to_none=True)
-
-    def evaluate(self, batches) -> list[tuple[float, float]]:
-        return [evaluate(self.model, batches, device=self.device, precision=self.precision)]
-
-    def stop(self, k: int) -> None:
-        """Nothing to do: the loop ends with its only run."""
-
-    def keep_best(self, k: int) -> None:
-        self.best = {n: p.detach().clone() for n, p in self.named}
-
-    @torch.no_grad()
-    def restore_best(self, runs: list[bool]) -> None:
-        if self.best is not None and runs[0]:
-            for n, p in self.named:
-                p.copy_(self.best[n])
-
-
 @dataclass
 class _Step:
-    """One optimisation step of K runs after their backward passes: the trainee (``_Model``
+    """One optimisation step of K runs after their backward passes: the trainee (``trainees.Single``
     or ``batched``'s stack), the trainable parameters' names, the gradient masks (index in
     ``names``, mask), the trainable entries per parameter and the clipping norm."""
 
