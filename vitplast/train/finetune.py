@@ -262,9 +262,9 @@ def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], 
 
 @dataclass
 class _Step:
-    """One optimisation step of K runs after their backward passes: the trainee (``trainees.Single``
-    or ``batched``'s stack), the trainable parameters' names, the gradient masks (index in
-    ``names``, mask), the trainable entries per parameter and the clipping norm."""
+    """One optimisation step of K runs after their backward passes: the trainee
+    (``trainees.Single`` or ``trainees.Stacked``), the trainable parameters' names, the gradient
+    masks (index in ``names``, mask), the trainable entries per parameter and the clip norm."""
 
     trainee: object
     names: list
