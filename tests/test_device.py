@@ -205,7 +205,7 @@ def test_batched_runs_train_on_the_device(fake_cuda, monkeypatch):
     """``batched.train_lrs`` moves host batches to the device and gives the CPU's numbers.
     (vmap returns plain tensors from the fake device's: its outputs are put back there, as
     CUDA's would be, when its inputs were.)"""
-    from vitplast.train import batched
+    from vitplast.train import batched, trainees
 
     def vmap(fn, **kw):
         def run(*args):
@@ -214,7 +214,7 @@ def test_batched_runs_train_on_the_device(fake_cuda, monkeypatch):
             return out.as_subclass(OnDevice) if on else out
         return run
 
-    monkeypatch.setattr(batched, "vmap", vmap)
+    monkeypatch.setattr(trainees, "vmap", vmap)
 
     kwargs = dict(lrs=[0.01, 0.1], config="MHA", steps=3, batch_size=16, eval_every=2,
                   progress=False)

@@ -53,12 +53,12 @@ def test_a_non_finite_loss_between_logging_steps_still_ends_the_run(log_every):
 def test_precision_picks_the_autocast_dtype(monkeypatch):
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    assert finetune._amp_dtype(cuda, "auto") == torch.float16  # with a GradScaler in train
-    assert finetune._amp_dtype(cuda, "bf16") == torch.bfloat16
+    assert passes._amp_dtype(cuda, "auto") == torch.float16  # with a GradScaler in train
+    assert passes._amp_dtype(cuda, "bf16") == torch.bfloat16
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    assert finetune._amp_dtype(cuda, "auto") == torch.bfloat16
-    assert finetune._amp_dtype(cuda, "fp16") == torch.float16
-    assert finetune._amp_dtype(cuda, "fp32") is None
-    assert all(finetune._amp_dtype(cpu, p) is None for p in passes.PRECISIONS)
+    assert passes._amp_dtype(cuda, "auto") == torch.bfloat16
+    assert passes._amp_dtype(cuda, "fp16") == torch.float16
+    assert passes._amp_dtype(cuda, "fp32") is None
+    assert all(passes._amp_dtype(cpu, p) is None for p in passes.PRECISIONS)
     with pytest.raises(ValueError, match="valid: \\['auto', 'fp32', 'bf16', 'fp16'\\]"):
-        finetune._amp_dtype(cpu, "fp8")
+        passes._amp_dtype(cpu, "fp8")

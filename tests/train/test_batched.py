@@ -15,11 +15,11 @@ SETTINGS = dict(steps=12, batch_size=16, eval_every=4, log_every=2, warmup_steps
                 progress=False, device="cpu")
 
 
-def _separate(lrs, **kwargs):
+def _separate(lrs, val=True, **kwargs):
     out = []
     for lr in lrs:
         model = tiny_vit()
-        out.append(finetune.train(model, toy_task(64), toy_task(32, seed=1),
+        out.append(finetune.train(model, toy_task(64), toy_task(32, seed=1) if val else None,
                                   toy_task(32, seed=2), lr=lr, **{**SETTINGS, **kwargs}))
     return out
 
@@ -77,6 +77,24 @@ def test_a_diverging_lr_stops_alone():
     separate = _separate(lrs, **kwargs)
     assert [r.diverged for r in batch] == [False, True]
     _assert_same(batch, separate)
+
+
+def test_runs_without_validation_test_their_last_weights_as_separate_runs_do():
+    lrs = [0.01, 0.1]
+    batch = batched.train_lrs(tiny_vit(), toy_task(64), None, toy_task(32, seed=2), lrs=lrs,
+                              **SETTINGS, config="MHA")
+    _assert_same(batch, _separate(lrs, val=False, config="MHA"))
+    assert all(r.best_step == -1 and not math.isnan(r.test_acc) for r in batch)
+
+
+def test_one_loop_trains_both():
+    """The batched path is the loop of ``finetune.train`` over another trainee: one step,
+    one host sync, one gradient-norm code path (``finetune.run``), not a copy of it."""
+    import inspect
+
+    source = inspect.getsource(batched)
+    assert "finetune.run(" in source
+    assert not any(word in source for word in ("def _loop", "def _sync", "grad_norm"))
 
 
 @pytest.mark.parametrize("kwargs, match", [

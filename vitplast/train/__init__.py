@@ -1,7 +1,8 @@
 """Training: the one finetuning loop and what runs on it.
 
-``finetune`` (the loop) over ``passes`` (loader, precision, evaluation); ``batched`` (the LRs
-of one setting as one computation); ``probes`` (the linear probe); ``ablations`` (model changes
+``finetune`` (the loop) over ``passes`` (loader, precision, evaluation) and ``trainees`` (what
+it trains: one model, or K stacked copies); ``batched`` (the LRs of one setting as one
+computation, on the same loop); ``probes`` (the linear probe); ``ablations`` (model changes
 before training); ``pretrain`` (the embedded model's pretraining) and ``recipes`` (another
 recipe's ranking); ``invariance`` (finetuning a gauged network beside the original).
 """

@@ -18,7 +18,10 @@ Logged (``TrainResult.history``, one row per logged step): ``step``, ``loss``, `
 ``grad_norm_per_param/<group>`` (= norm / sqrt(#params of the group)), and at evaluation
 steps ``val_loss`` and ``val_acc``.
 
-A pass over data (loader, precision, ``evaluate``) is ``vitplast.train.passes``'s.
+The loop (``run``) trains a trainee (``vitplast.train.trainees``): the model itself
+(``train``), or K stacked copies of its trainable parameters, one run per learning rate
+(``vitplast.train.batched.train_lrs``). A pass over data (loader, precision, ``evaluate``) is
+``vitplast.train.passes``'s.
 """
 
 from __future__ import annotations
@@ -38,16 +41,8 @@ from torch.utils.data import Dataset
 from vitplast.inputs import check_count, check_positive, check_seed
 from vitplast.measure.components import component_of, set_trainable, trainable_names
 from vitplast.models import pick_device
-from vitplast.train.passes import (
-    EVAL_BATCH,
-    PRECISIONS,
-    _amp_dtype,
-    _batches,
-    autocast,
-    evaluate,
-    loader,
-    numerics,
-)
+from vitplast.train import trainees
+from vitplast.train.passes import EVAL_BATCH, PRECISIONS, _batches, loader, numerics
 
 #: Named recipes (keyword arguments of ``train``). ``paper`` is PAPER.md section 2.
 RECIPES = {
@@ -81,24 +76,29 @@ def lr_at(step: int, *, lr: float, steps: int, warmup_steps: int) -> float:
     return 0.5 * lr * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-def _check_args(*, optimizer, precision, steps, batch_size, lr, accum_steps, warmup_steps,
-                eval_every, log_every, workers, seed) -> None:
-    """``train``'s scalar arguments, each error naming the argument and what is valid."""
+def _check_args(args: dict, lrs: list[float]) -> None:
+    """``train``'s scalar arguments (``args``, with one peak LR per run in ``lrs``), each error
+    naming the argument and what is valid."""
+    optimizer, precision, steps, batch_size, accum_steps = (args[k] for k in (
+        "optimizer", "precision", "steps", "batch_size", "accum_steps"))
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid: {list(OPTIMIZERS)}")
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; valid: {list(PRECISIONS)}")
     check_count("steps", steps, hint="optimisation steps, e.g. 120")
     check_count("batch_size", batch_size, hint="images per step, e.g. 64")
-    check_positive("lr", lr, hint="the peak learning rate, e.g. 1e-2")
+    for lr in lrs:
+        check_positive("lr", lr, hint="the peak learning rate, e.g. 1e-2")
     check_count("accum_steps", accum_steps, hint="micro-batches per step, 1 for none")
     if batch_size % accum_steps:
         raise ValueError(f"batch_size {batch_size} is not divisible by accum_steps {accum_steps}")
-    check_count("warmup_steps", warmup_steps, minimum=0, hint="0 for no warm-up")
-    check_count("eval_every", eval_every, hint="steps between evaluations")
-    check_count("log_every", log_every, hint="steps between logged rows")
-    check_count("workers", workers, minimum=0, hint="0 loads batches in this process")
-    check_seed("seed", seed)
+    check_count("warmup_steps", args["warmup_steps"], minimum=0, hint="0 for no warm-up")
+    check_count("eval_every", args["eval_every"], hint="steps between evaluations")
+    check_count("log_every", args["log_every"], hint="steps between logged rows")
+    check_count("workers", args["workers"], minimum=0, hint="0 loads batches in this process")
+    check_seed("seed", args["seed"])
+    if args["grad_masks"] and args["weight_decay"]:
+        raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
 
 
 def _check_splits(train_set, val_set, test_set, micro_batch: int, accum_steps: int) -> None:
@@ -114,39 +114,24 @@ def _check_splits(train_set, val_set, test_set, micro_batch: int, accum_steps: i
                          f"batch_size <= {len(train_set) * accum_steps} or more training images")
 
 
-def _group_norms(named_params: list[tuple[str, nn.Parameter]], trainable: dict[str, int]
-                 ) -> dict[str, float]:
+def _group_norms(names: list[str], sq: list[float], counts: dict[str, int]) -> dict[str, float]:
     """Gradient norm per group (component, head, norm...) and per trainable parameter of the
-    group (``trainable``: name -> count, for the masked parameters)."""
-    groups = [component_of(n) for n, _ in named_params]
-    per_param = torch.stack([p.grad.detach().float().pow(2).sum() for _, p in named_params])
-    sq: dict[str, float] = {}
+    group, from each parameter's squared gradient norm (``sq``) and trainable entries."""
+    total: dict[str, float] = {}
     count: dict[str, int] = {}
-    for g, s, (n, p) in zip(groups, per_param.tolist(), named_params):  # one device sync
-        sq[g] = sq.get(g, 0.0) + s
-        count[g] = count.get(g, 0) + trainable.get(n, p.numel())
+    for n, s in zip(names, sq):
+        g = component_of(n)
+        total[g] = total.get(g, 0.0) + s
+        count[g] = count.get(g, 0) + counts[n]
     out = {}
-    for g in sq:
-        out[f"grad_norm/{g}"] = math.sqrt(sq[g])
-        out[f"grad_norm_per_param/{g}"] = math.sqrt(sq[g] / count[g])
+    for g in total:
+        out[f"grad_norm/{g}"] = math.sqrt(total[g])
+        out[f"grad_norm_per_param/{g}"] = math.sqrt(total[g] / count[g])
     return out
 
 
-def _param_groups(named: list, lr_scales: dict[str, float]) -> list[dict]:
-    """Optimizer groups by learning-rate multiplier (``lr_scale``)."""
-    import fnmatch
-
-    by_scale: dict[float, list] = {}
-    for n, p in named:
-        scale = next((s for pat, s in lr_scales.items() if fnmatch.fnmatch(n, pat)), 1.0)
-        by_scale.setdefault(scale, []).append(p)
-    return [{"params": ps, "lr_scale": s} for s, ps in by_scale.items()]
-
-
-def _check_masks(masks: dict, trainable: dict, weight_decay: float) -> dict:
+def _check_masks(masks: dict, trainable: dict) -> dict:
     """Gradient masks, checked against the trainable parameters."""
-    if masks and weight_decay:
-        raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
     for n, m in masks.items():
         if n not in trainable:
             raise ValueError(f"grad_masks names {n!r}, which the configuration does not train")
@@ -220,174 +205,186 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
             number > 0; an empty split; a (micro-)batch larger than the train split; a
             configuration selecting no parameter (``components.trainable_names``).
     """
-    _check_args(optimizer=optimizer, precision=precision, steps=steps, batch_size=batch_size,
-                lr=lr, accum_steps=accum_steps, warmup_steps=warmup_steps, eval_every=eval_every,
-                log_every=log_every, workers=workers, seed=seed)
-    if grad_masks and weight_decay:  # an argument error, told before any split is read
-        raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
-    _check_splits(train_set, val_set, test_set, batch_size // accum_steps, accum_steps)
-    names = trainable_names(model, config, train_head=train_head)
-    device = pick_device(device)
-    generator = seed_everything(seed)
+    args = {k: v for k, v in locals().items() if k not in ("model", "train_set", "val_set",
+                                                           "test_set")}  # train's keywords
+    desc = f"train {config if isinstance(config, str) else 'custom'}"
+    return run(model, trainees.Single, (train_set, val_set, test_set), args, [lr], desc=desc)[0]
+
+
+def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], *,
+        desc: str) -> list[TrainResult]:
+    """``train``'s run, of one model or of K copies at once: the one setup, loop and test.
+
+    Args:
+        model: as ``train``.
+        trainee: the class of what trains: ``trainees.Single`` (``model`` itself, one run),
+            or ``trainees.Stacked`` (K copies of its trainable parameters, one run per LR).
+        splits: (train_set, val_set, test_set), as ``train``'s.
+        args: ``train``'s keyword arguments (``lr`` is not read).
+        lrs: peak learning rates, one run each (one for ``trainees.Single``).
+        desc: the progress bar's label.
+
+    Returns:
+        One ``TrainResult`` per LR, in order (``seconds``: the loop's time over the runs).
+    """
+    train_set, val_set, test_set = splits
+    _check_args(args, lrs)
+    _check_splits(train_set, val_set, test_set, args["batch_size"] // args["accum_steps"],
+                  args["accum_steps"])
+    names = trainable_names(model, args["config"], train_head=args["train_head"])
+    device = pick_device(args["device"])
+    generator = seed_everything(args["seed"])
     model.to(device).train()
-    result = TrainResult(trainable=set_trainable(model, names), device=str(device))
-    update = _Update.make(model, result, optimizer=optimizer, lr=lr, momentum=momentum,
-                          weight_decay=weight_decay, betas=betas, grad_masks=grad_masks,
-                          lr_scales=lr_scales, clip_grad_norm=clip_grad_norm, device=device,
-                          precision=precision)
-    if val_set is not None:  # one loader for every evaluation of the run
-        val_set = loader(val_set, EVAL_BATCH, device=device, workers=workers)
-        result.initial_val_loss, result.initial_val_acc = evaluate(
-            model, val_set, device=device, precision=precision)
-    start = time.perf_counter()
-    with numerics(device, precision):
-        best = _loop(model, update, result, train_set, val_set, generator=generator,
-                     device=device, precision=precision, steps=steps, batch_size=batch_size,
-                     accum_steps=accum_steps, lr=lr, warmup_steps=warmup_steps,
-                     label_smoothing=label_smoothing, augment=augment, eval_every=eval_every,
-                     log_every=log_every, workers=workers, on_eval=on_eval,
-                     keep_best=keep_best, progress=progress,
-                     desc=f"train {config if isinstance(config, str) else 'custom'}")
-        result.seconds = time.perf_counter() - start
-        _finish(model, result, best, update.named, test_set, device=device,
-                precision=precision)
-    return result
+    count = set_trainable(model, names)
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    masks = _check_masks(args["grad_masks"] or {}, dict(named))
+    step = _Step(trainee(model, named, args, lrs, device), [n for n, _ in named],
+                 [(i, masks[n]) for i, (n, _) in enumerate(named) if n in masks],
+                 {n: int(masks[n].sum()) if n in masks else p.numel() for n, p in named},
+                 args["clip_grad_norm"] or math.inf)
+    trainable = count - sum(m.numel() - int(m.sum()) for m in masks.values())
+    results = [TrainResult(trainable=trainable, device=str(device)) for _ in lrs]
+    with numerics(device, args["precision"]):
+        val = None
+        if val_set is not None:  # one loader for every evaluation of the run
+            val = loader(val_set, EVAL_BATCH, device=device, workers=args["workers"])
+            for r, (loss, acc) in zip(results, step.trainee.evaluate(val)):
+                r.initial_val_loss, r.initial_val_acc = loss, acc
+        start = time.perf_counter()
+        _loop(step, results, train_set, val, generator=generator, device=device, args=args,
+              lrs=lrs, desc=desc)
+        for r in results:
+            r.seconds = (time.perf_counter() - start) / len(lrs)
+        _finish(step.trainee, results, test_set, device=device, keep_best=args["keep_best"])
+    model.eval()
+    return results
 
 
 @dataclass
-class _Update:
-    """One optimisation step after the backward passes: the optimizer, the fp16 gradient
-    scaler, the trainable parameters (by name), the gradient masks and their entry counts,
-    and the clipping norm."""
+class _Step:
+    """One optimisation step of K runs after their backward passes: the trainee
+    (``trainees.Single`` or ``trainees.Stacked``), the trainable parameters' names, the gradient
+    masks (index in ``names``, mask), the trainable entries per parameter and the clip norm."""
 
-    opt: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
-    named: list
-    masked: list
-    masked_counts: dict
-    clip_grad_norm: float | None
+    trainee: object
+    names: list
+    masks: list
+    counts: dict
+    clip: float
 
-    @classmethod
-    def make(cls, model, result: TrainResult, *, optimizer, lr, momentum, weight_decay, betas,
-             grad_masks, lr_scales, clip_grad_norm, device, precision) -> "_Update":
-        """The step of ``train``'s arguments; ``result.trainable`` drops the masked entries."""
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        masks = _check_masks(grad_masks or {}, dict(named), weight_decay)
-        masked_counts = {n: int(m.sum()) for n, m in masks.items()}
-        result.trainable -= sum(m.numel() - masked_counts[n] for n, m in masks.items())
-        groups = _param_groups(named, lr_scales or {})
-        if optimizer == "sgd":
-            opt = torch.optim.SGD(groups, lr=lr, momentum=momentum, weight_decay=weight_decay)
-        else:
-            opt = torch.optim.AdamW(groups, lr=lr, betas=betas, weight_decay=weight_decay)
-        # fp16 needs its loss scaled (bf16 and fp32 do not: disabled, the scaler passes through)
-        scaler = torch.amp.GradScaler("cuda",
-                                      enabled=_amp_dtype(device, precision) == torch.float16)
-        return cls(opt, scaler, named, [(dict(named)[n], m) for n, m in masks.items()],
-                   masked_counts, clip_grad_norm)
-
-    def __call__(self, row: dict | None) -> None:
-        """Unscale, mask, clip and apply the gradients, then clear them; with a ``row``, log
-        the gradient norms (per group, and global before clipping) into it."""
-        self.scaler.unscale_(self.opt)  # true gradients for the masks, norms and clip below
-        for p, m in self.masked:
-            p.grad.mul_(m)
-        if row is not None:
-            row.update(_group_norms(self.named, self.masked_counts))
-        norm = torch.nn.utils.clip_grad_norm_([p for _, p in self.named],
-                                              self.clip_grad_norm or float("inf"))
-        if row is not None:
-            row["grad_norm"] = norm.item()
-        self.scaler.step(self.opt)  # opt.step(), skipped by an fp16 scaler on overflow
-        self.scaler.update()
-        self.opt.zero_grad(set_to_none=True)
+    @torch.no_grad()
+    def __call__(self, lrs: list[float], rows: list[dict] | None) -> None:
+        """Mask and clip each run's gradients (global norm), then apply them (``lrs``: each
+        run's learning rate); with ``rows``, log each run's gradient norms (per group, and
+        global before clipping) into its row."""
+        grads = self.trainee.grads()  # (K, ...) per trainable parameter
+        for i, m in self.masks:
+            grads[i].mul_(m)
+        if rows is not None:
+            sq = torch.stack([g.float().pow(2).flatten(1).sum(1) for g in grads])  # (P, K)
+            for row, column in zip(rows, sq.T.tolist()):  # one device sync
+                row.update(_group_norms(self.names, column, self.counts))
+        # each run's norm as torch.nn.utils.clip_grad_norm_ takes it, and its clip
+        norms = torch.stack([torch.nn.utils.get_total_norm([g[k] for g in grads])
+                             for k in range(self.trainee.k)])
+        coef = (self.clip / (norms + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coef.view((-1,) + (1,) * (g.dim() - 1)).to(g.dtype))
+        if rows is not None:
+            for row, norm in zip(rows, norms.tolist()):
+                row["grad_norm"] = norm
+        self.trainee.apply(lrs)
 
 
-def _loop(model, update: _Update, result: TrainResult, train_set, val_set, *, generator,
-          device, precision, steps, batch_size, accum_steps, lr, warmup_steps, label_smoothing,
-          augment, eval_every, log_every, workers, on_eval, keep_best, desc, progress):
-    """``train``'s steps: history rows into ``result``; the best-validation weights (by
-    name), or ``None`` when none were kept."""
+def _loop(step: _Step, results: list[TrainResult], train_set, val, *, generator, device,
+          args, lrs, desc) -> None:
+    """The steps of K runs: history rows into ``results``, best weights kept by the
+    trainee. A run that diverges stops alone; the loop ends when every run has."""
     from tqdm.auto import tqdm
 
-    best, first_loss = None, None
-    batches = _batches(train_set, batch_size // accum_steps, generator, workers, device)
-    schedule = functools.partial(lr_at, lr=lr, steps=steps, warmup_steps=warmup_steps)
-    # (step, loss, diverged?) of the steps since the last host sync, kept on the device: the
+    trainee, steps = step.trainee, args["steps"]
+    batches = _batches(train_set, args["batch_size"] // args["accum_steps"], generator,
+                       args["workers"], device)
+    schedules = [functools.partial(lr_at, lr=lr, steps=steps,
+                                   warmup_steps=args["warmup_steps"]) for lr in lrs]
+    # (step, losses, diverged?) of the steps since the last host sync, kept on the device: the
     # divergence check of every step is exact, read at logging and evaluation steps and the end
-    pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []
-    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
-    for step in bar:
-        for group in update.opt.param_groups:
-            group["lr"] = group["lr_scale"] * schedule(step)
-        loss_sum = _accumulate(model, batches, update.scaler, accum_steps=accum_steps,
-                               device=device, precision=precision, augment=augment,
-                               generator=generator, label_smoothing=label_smoothing)
-        first_loss = loss_sum if first_loss is None else first_loss
-        pending.append((step, loss_sum, ~torch.isfinite(loss_sum)
-                        | (loss_sum > DIVERGENCE_FACTOR * first_loss)))
-        logged = step % log_every == 0 or step == steps - 1
-        evaluating = val_set is not None and ((step + 1) % eval_every == 0 or step == steps - 1)
-        loss_total = math.nan  # not read unless a row is kept for this step
+    first, pending = None, []
+    bar = tqdm(range(steps), desc=desc, disable=not args["progress"], leave=False)
+    for at in bar:
+        loss_sum = _accumulate(trainee, batches, args=args, device=device, generator=generator)
+        first = loss_sum if first is None else first
+        pending.append((at, loss_sum, ~torch.isfinite(loss_sum)
+                        | (loss_sum > DIVERGENCE_FACTOR * first)))
+        logged = at % args["log_every"] == 0 or at == steps - 1
+        evaluating = val is not None and ((at + 1) % args["eval_every"] == 0 or at == steps - 1)
+        totals = [math.nan] * trainee.k  # not read unless a row is kept for this step
         if logged or evaluating:
-            loss_total = _sync(pending, result, schedule)
-            if loss_total is None:  # diverged: the run stops
+            totals = _sync(pending, trainee, results, schedules)
+            if all(r.diverged for r in results):
                 break
-        row = {"step": step, "loss": loss_total, "lr": schedule(step)}
-        update(row if logged else None)
+        rows = [{"step": at, "loss": total, "lr": s(at)} for total, s in zip(totals, schedules)]
+        step([s(at) for s in schedules], rows if logged else None)
         if evaluating:
-            row["val_loss"], row["val_acc"] = evaluate(model, val_set, device=device,
-                                                       precision=precision)
-            bar.set_postfix(loss=f"{loss_total:.3f}", val_acc=f"{row['val_acc']:.3f}")
-            if not row["val_acc"] <= result.best_val_acc:  # also true for the first (NaN)
-                result.best_val_acc, result.best_step = row["val_acc"], step
-                best = {n: p.detach().clone() for n, p in update.named} if keep_best else None
-            if on_eval is not None:
-                on_eval(step, model, row)
-        if logged or "val_acc" in row:
-            result.history.append(row)
-    return best
+            for k, (r, row, (loss, acc)) in enumerate(zip(results, rows, trainee.evaluate(val))):
+                row["val_loss"], row["val_acc"] = loss, acc
+                if not r.diverged and not acc <= r.best_val_acc:  # true for the first (NaN)
+                    r.best_val_acc, r.best_step = acc, at
+                    if args["keep_best"]:
+                        trainee.keep_best(k)
+            bar.set_postfix(loss=f"{totals[0]:.3f}", val_acc=f"{rows[0]['val_acc']:.3f}")
+            if args["on_eval"] is not None:
+                args["on_eval"](at, trainee.model, rows[0])
+        for r, row in zip(results, rows):
+            if not r.diverged and (logged or "val_acc" in row):
+                r.history.append(row)
 
 
-def _accumulate(model, batches, scaler, *, accum_steps, device, precision, augment, generator,
-                label_smoothing) -> torch.Tensor:
-    """Forward and backward ``accum_steps`` micro-batches; their mean loss, on the device."""
+def _accumulate(trainee, batches, *, args, device, generator) -> torch.Tensor:
+    """Forward and backward ``accum_steps`` micro-batches; each run's mean loss (K,), on the
+    device."""
+    accum = args["accum_steps"]
     # float64, summed as the host did: the logged losses and the divergence test are exact
-    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    for _ in range(accum_steps):
+    loss_sum = torch.zeros(trainee.k, dtype=torch.float64, device=device)
+    for _ in range(accum):
         x, y = next(batches)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        if augment is not None:
-            x = augment(x, generator)
-        with autocast(device, precision):
-            loss = F.cross_entropy(model(x).float(), y, label_smoothing=label_smoothing)
-        scaler.scale(loss / accum_steps).backward()
-        loss_sum += loss.detach().double() / accum_steps
+        if args["augment"] is not None:
+            x = args["augment"](x, generator)
+        logits = trainee.forward(x)  # (K, B, classes)
+        losses = torch.stack([F.cross_entropy(logits[k], y,
+                                              label_smoothing=args["label_smoothing"])
+                              for k in range(trainee.k)])
+        trainee.backward((losses / accum).sum())
+        loss_sum += losses.detach().double() / accum
     return loss_sum
 
 
-def _sync(pending: list, result: TrainResult, schedule) -> float | None:
-    """One host sync for the steps since the last one: the last step's loss, or ``None``
-    when a step diverged (then the first diverged step is the run's last history row)."""
-    losses = torch.stack([v for _, v, _ in pending]).tolist()
-    flags = torch.stack([f for _, _, f in pending]).tolist()
-    bad = flags.index(True) if True in flags else None
-    if bad is not None:
+def _sync(pending: list, trainee, results: list[TrainResult], schedules) -> list[float]:
+    """One host sync for the steps since the last one: a run whose step diverged gets the
+    first diverged step as its last history row and stops. Returns each run's last loss."""
+    losses = torch.stack([v for _, v, _ in pending]).T.tolist()  # (K, steps)
+    flags = torch.stack([f for _, _, f in pending]).T.tolist()
+    for k, (r, run_losses, run_flags) in enumerate(zip(results, losses, flags)):
+        if r.diverged or True not in run_flags:
+            continue
+        bad = run_flags.index(True)
         at = pending[bad][0]
-        result.diverged = True
-        result.history.append({"step": at, "loss": losses[bad], "lr": schedule(at)})
-        return None
+        r.diverged = True
+        r.history.append({"step": at, "loss": run_losses[bad], "lr": schedules[k](at)})
+        trainee.stop(k)
     pending.clear()
-    return losses[-1]
+    return [run_losses[-1] for run_losses in losses]
 
 
-def _finish(model, result: TrainResult, best, named, test_set, *, device, precision) -> None:
-    """Restore the best-validation weights (if kept) and test once, unless diverged."""
-    if best is not None and not result.diverged:
-        with torch.no_grad():
-            for n, p in named:
-                p.copy_(best[n])
-    if test_set is not None and not result.diverged:
-        result.test_loss, result.test_acc = evaluate(model, test_set, device=device,
-                                                     precision=precision)
-    model.eval()
+def _finish(trainee, results: list[TrainResult], test_set, *, device, keep_best) -> None:
+    """Restore each run's best-validation weights (if kept) and test it once, unless it
+    diverged."""
+    finished = [not r.diverged for r in results]
+    if keep_best:
+        trainee.restore_best(finished)
+    if test_set is not None and any(finished):
+        scores = trainee.evaluate(loader(test_set, EVAL_BATCH, device=device))
+        for r, ok, (loss, acc) in zip(results, finished, scores):
+            if ok:
+                r.test_loss, r.test_acc = loss, acc
