@@ -185,7 +185,7 @@ def test_cli_shards_split_the_study_without_overlap(tmp_path, fake_train, monkey
     (a run without its LR: here configuration and seed); a bad shard or study is refused
     naming the valid forms; each session is logged in study.json; ``--status`` runs nothing
     and prints the counts."""
-    from vitplast.experiments.runtime import setting
+    from vitplast.experiments.runs import setting
 
     with_spec(monkeypatch, "main", tasks=("digits",),
               lrs={"head": [1.0, 3.0], "LN1": [0.1, 0.3, 1.0]})

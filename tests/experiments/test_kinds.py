@@ -12,7 +12,8 @@ from vitplast.__main__ import main
 from vitplast.experiments import confounds, runs, studies, sweep
 from vitplast.experiments.adaptive import ConfoundStudy, SearchedStudy
 from vitplast.experiments.kinds import BudgetStudy, GridStudy, PaperStudy
-from vitplast.experiments.runtime import FLAGS, setting
+from vitplast.experiments.runs import setting
+from vitplast.experiments.runtime import FLAGS
 from vitplast.experiments.spec_types import Budget, Grid, PaperGrid, Search, Spec
 from vitplast.experiments.store import Store
 

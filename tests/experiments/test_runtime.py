@@ -4,15 +4,9 @@ takes (order, setting shards, limit)."""
 import pytest
 
 from vitplast.experiments import runs
-from vitplast.experiments.runtime import (
-    PRECISIONS,
-    Executor,
-    Runtime,
-    parse_shard,
-    select,
-    setting,
-)
-from vitplast.experiments.store import Store
+from vitplast.experiments.runs import setting
+from vitplast.experiments.runtime import PRECISIONS, Executor, Runtime, parse_shard
+from vitplast.experiments.store import Store, select
 
 TINY = dict(steps=2, warmup_steps=1, eval_every=1, batch_size=8)
 

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from vitplast.experiments.kinds import GridStudy, Loaded, Study, grid_runs
 from vitplast.experiments.runtime import Executor, Runtime
+from vitplast.experiments.spec_types import Confound, Search
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class ConfoundStudy(Study):
     SGD runs on the same tasks."""
 
     KIND: ClassVar[str] = "confound"
+    SPEC: ClassVar[type] = Confound
 
     def prepare(self, root=None) -> None:
         """Measure its LayerNorm scales into its store, once (``confounds.measure_scales``:
@@ -95,6 +97,7 @@ class SearchedStudy(Study):
     ``--shard`` takes every n-th setting, each searched to its end in one process."""
 
     KIND: ClassVar[str] = "searched"
+    SPEC: ClassVar[type] = Search
 
     def _why(self, name: str) -> str:
         return ": its search orders its runs (task by task, an LR at a time)"

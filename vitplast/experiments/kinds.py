@@ -18,8 +18,9 @@ Each has ``runs(root)`` (its runs known now), ``run(root, runtime, executor)`` (
 what its store lacks: every study runs through ``Study.run``) and ``load(root)`` (read it back:
 a ``Loaded``, whatever the kind). Every ``Runtime`` setting is honoured by every kind or
 refused by ``check``, naming the kinds it applies to (``runtime.Flag.kinds``). Which kind
-takes which spec type is ``studies.KINDS``, the one registry of kinds. Importing this module
-imports no torch (the CLI builds its help from the registry, ``vitplast.experiments.studies``).
+takes which spec type is its ``SPEC``, read by ``studies.KINDS``, the one registry of kinds.
+Importing this module imports no torch (the CLI builds its help from the registry,
+``vitplast.experiments.studies``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from importlib import import_module
 from pathlib import Path
 from typing import ClassVar
 
-from vitplast.experiments.runtime import FLAG, Executor, Runtime, select
-from vitplast.experiments.spec_types import Budget, Spec
+from vitplast.experiments.runtime import FLAG, Executor, Runtime
+from vitplast.experiments.spec_types import Budget, Grid, PaperGrid, Spec
+from vitplast.experiments.store import select
 
 #: Where a study's store is: ``data`` (shipped: ``models.results_root``), ``cache``
 #: (``models.cache_dir``) or ``.`` (relative to the working directory).
@@ -66,6 +68,8 @@ class Study:
 
     #: Its kind's name: what ``runtime.Flag.kinds`` name.
     KIND: ClassVar[str] = ""
+    #: The spec type it takes (``spec_types``): what registers it (``studies.KINDS``).
+    SPEC: ClassVar[type] = type(None)
     #: Its runs are made from what its store holds: the store must exist to list them.
     READS_STORE: ClassVar[bool] = False
 
@@ -76,14 +80,11 @@ class Study:
     @property
     def spec(self) -> Spec:
         """Its spec (``definition``, read from ``study_specs`` when named); ``TypeError``
-        unless its type is its kind's (``studies.KINDS``)."""
-        from vitplast.experiments.studies import KINDS
-
+        unless its type is its kind's (``SPEC``)."""
         spec = named(self.definition)
-        if KINDS.get(type(spec)) is not type(self):
-            takes = [t.__name__ for t, k in KINDS.items() if k is type(self)]
+        if type(spec) is not self.SPEC:
             raise TypeError(f"study {self.name!r} is a {self.KIND} study, which takes a "
-                            f"{' or '.join(takes)} spec; got a {type(spec).__name__}")
+                            f"{self.SPEC.__name__} spec; got a {type(spec).__name__}")
         return spec
 
     @property
@@ -147,7 +148,7 @@ class Study:
     def run(self, root=None, runtime: Runtime = Runtime(),
             executor: Executor = Executor()) -> None:
         """Run (or resume) the runs its store lacks, as ``runtime`` selects them
-        (``runtime.select``: order, shard, limit), on ``executor``; every record is stored as
+        (``store.select``: order, shard, limit), on ``executor``; every record is stored as
         it finishes (``sweep.run_sweep``)."""
         from vitplast.experiments import sweep
 
@@ -232,6 +233,7 @@ class GridStudy(Study):
 
     budget: Budget | str = ""
     KIND: ClassVar[str] = "grid"
+    SPEC: ClassVar[type] = Grid
 
     def _runs(self, root, runtime) -> list[dict]:
         return grid_runs(self.spec)
@@ -297,6 +299,7 @@ class BudgetStudy(Study):
     settings)."""
 
     KIND: ClassVar[str] = "budget"
+    SPEC: ClassVar[type] = Budget
     READS_STORE: ClassVar[bool] = True
 
     def _runs(self, root, runtime) -> list[dict]:
@@ -316,6 +319,7 @@ class PaperStudy(GridStudy):
     recipe; ``Runtime.weights_file``: local weights of the model (default: the hub)."""
 
     KIND: ClassVar[str] = "paper"
+    SPEC: ClassVar[type] = PaperGrid
 
     def check(self, runtime: Runtime) -> None:
         """``Study.check``, and ``runtime.data_root`` is required."""

@@ -65,6 +65,12 @@ def run_hash(run: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def setting(run: dict) -> str:
+    """A run's setting, as a key: its defining keys (``defining``) but its ``lr``."""
+    return json.dumps({k: v for k, v in defining(run).items() if k != "lr"}, sort_keys=True,
+                      default=str)
+
+
 def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: int = 0,
              recipe: str = "embedded", model: str | None = None, checkpoint: str = "final",
              pretrained: bool = True, severity: int = 5, train_size: int = 5000,

@@ -1,6 +1,6 @@
 """How a study runs: the settings of a sweep that are not the study (``Runtime``, one
-``Flag`` each in ``FLAGS``), where its runs execute (``Executor``), and which of its runs one
-process takes (``select``).
+``Flag`` each in ``FLAGS``), where its runs execute (``Executor``), and how a shard is named
+(``parse_shard``; which runs one process takes: ``vitplast.experiments.store.select``).
 
 Paper: none (the machinery of section 2's grids).
 
@@ -12,15 +12,14 @@ sweep``'s arguments (``add_arguments``), the study kinds that honour each
 ``vitplast/schemas/run.schema.json``) are all read from it. Importing this module imports no
 torch.
 
-A *setting* is a run without its LR (``setting``): the unit a shard takes, a search
-searches, and ``--batch-lrs`` batches.
+A *setting* is a run without its LR (``vitplast.experiments.runs.setting``): the unit a shard
+takes, a search searches, and ``--batch-lrs`` batches. This module imports no other module
+of the experiments (they read it).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 EXECUTORS = ("serial", "submitit")
 #: submitit's clusters (``--cluster``): SLURM, its local executor, or in this process.
@@ -218,46 +217,6 @@ class Executor:
         if self.options.get("cluster") not in (None, *CLUSTERS):
             raise ValueError(f"unknown cluster {self.options['cluster']!r}; valid: "
                              f"{list(CLUSTERS)}")
-
-
-def setting(run: dict) -> str:
-    """A run's setting, as a key: its defining keys (``runs.defining``) but its ``lr``."""
-    from vitplast.experiments.runs import defining
-
-    return json.dumps({k: v for k, v in defining(run).items() if k != "lr"}, sort_keys=True,
-                      default=str)
-
-
-def select(runs: list[dict], root: str | Path | None = None, *, order: str | None = None,
-           shard: str | tuple[int, int] | None = None, limit: int | None = None) -> list[dict]:
-    """The runs a sweep should take, in its order: ``order`` (``ORDERS``, default seed-first;
-    seed-first keeps each seed's runs in their given order, seeds in order of first
-    appearance), then every ``n``-th setting (``setting``: a run without its LR, in order of
-    first appearance) from the ``i``-th of ``shard`` = ``(i, n)`` or ``"i/n"``
-    (``parse_shard``; a setting's LRs stay in one process), then at most ``limit`` runs the
-    store under ``root`` lacks.
-
-    Raises:
-        ValueError: unknown order, a shard not ``"i/n"`` or ``(i, n)`` with ``0 <= i < n``,
-            a limit below 1 or without ``root``.
-    """
-    from vitplast.experiments.store import Store
-
-    order = FLAG["order"].check(order) or "seed-first"
-    FLAG["limit"].check(limit)
-    if limit is not None and root is None:
-        raise ValueError("limit needs root: the store whose missing runs it counts")
-    runs = list(runs)
-    if order == "seed-first":
-        seeds = list(dict.fromkeys(r["seed"] for r in runs))
-        runs.sort(key=lambda r: seeds.index(r["seed"]))
-    if shard is not None:
-        i, n = parse_shard(shard)
-        mine = set(list(dict.fromkeys(map(setting, runs)))[i::n])
-        runs = [r for r in runs if setting(r) in mine]
-    if limit is not None:
-        runs = [r for r in runs if not Store(root).has(r)][:limit]
-    return runs
 
 
 def parse_shard(shard: str | tuple[int, int]) -> tuple[int, int]:

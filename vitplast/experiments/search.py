@@ -141,9 +141,9 @@ def _run(setting: dict, lr: float) -> dict:
 
 
 def records(root) -> dict[str, dict[float, dict]]:
-    """The store's records, read once, by setting (``runtime.setting``: a run without its
+    """The store's records, read once, by setting (``runs.setting``: a run without its
     LR) and LR."""
-    from vitplast.experiments.runtime import setting
+    from vitplast.experiments.runs import setting
     from vitplast.experiments.store import Store
 
     out: dict[str, dict[float, dict]] = {}
@@ -154,7 +154,7 @@ def records(root) -> dict[str, dict[float, dict]]:
 
 def _stored(setting: dict, table: dict) -> dict[float, dict]:
     """LR -> record of ``setting``'s runs in ``table`` (``records``)."""
-    from vitplast.experiments.runtime import setting as key
+    from vitplast.experiments.runs import setting as key
 
     return table.get(key(_run(setting, setting["start"])), {})
 
@@ -308,7 +308,7 @@ def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> int:
 
 def _lookup(table: dict, run: dict) -> dict | None:
     """The record of ``run`` in ``table`` (``records``), or None."""
-    from vitplast.experiments.runtime import setting
+    from vitplast.experiments.runs import setting
 
     return table.get(setting(run), {}).get(run["lr"])
 

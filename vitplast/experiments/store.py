@@ -48,7 +48,8 @@ from pathlib import Path
 from vitplast import schema
 from vitplast.cached import COMPANIONS, companion, companion_problems, write_companion
 from vitplast.experiments import claims
-from vitplast.experiments.runs import defining, run_hash
+from vitplast.experiments.runs import defining, run_hash, setting
+from vitplast.experiments.runtime import FLAG, parse_shard
 from vitplast.files import read_checked, write_json
 
 #: The outcomes a complete record may have (``sweep.run_one``; the record schema's ``status``).
@@ -275,3 +276,33 @@ class Store:
             except FileNotFoundError:  # its writer just finished
                 pass
         return out
+
+
+def select(runs: list[dict], root: str | Path | None = None, *, order: str | None = None,
+           shard: str | tuple[int, int] | None = None, limit: int | None = None) -> list[dict]:
+    """The runs a sweep should take, in its order: ``order`` (``ORDERS``, default seed-first;
+    seed-first keeps each seed's runs in their given order, seeds in order of first
+    appearance), then every ``n``-th setting (``runs.setting``: a run without its LR, in order
+    of first appearance) from the ``i``-th of ``shard`` = ``(i, n)`` or ``"i/n"``
+    (``runtime.parse_shard``; a setting's LRs stay in one process), then at most ``limit``
+    runs the store under ``root`` lacks.
+
+    Raises:
+        ValueError: unknown order, a shard not ``"i/n"`` or ``(i, n)`` with ``0 <= i < n``,
+            a limit below 1 or without ``root``.
+    """
+    order = FLAG["order"].check(order) or "seed-first"
+    FLAG["limit"].check(limit)
+    if limit is not None and root is None:
+        raise ValueError("limit needs root: the store whose missing runs it counts")
+    runs = list(runs)
+    if order == "seed-first":
+        seeds = list(dict.fromkeys(r["seed"] for r in runs))
+        runs.sort(key=lambda r: seeds.index(r["seed"]))
+    if shard is not None:
+        i, n = parse_shard(shard)
+        mine = set(list(dict.fromkeys(map(setting, runs)))[i::n])
+        runs = [r for r in runs if setting(r) in mine]
+    if limit is not None:
+        runs = [r for r in runs if not Store(root).has(r)][:limit]
+    return runs

@@ -31,12 +31,11 @@ from dataclasses import replace
 
 from vitplast.experiments.adaptive import ConfoundStudy, SearchedStudy
 from vitplast.experiments.kinds import BudgetStudy, GridStudy, PaperStudy, Study
-from vitplast.experiments.spec_types import Budget, Confound, Grid, PaperGrid, Search
 
 #: The kinds of study, by the type of spec each takes: the one registry of kinds (a study's
 #: spec is refused unless of its kind's type, ``Study.spec``).
-KINDS: dict[type, type[Study]] = {Grid: GridStudy, Budget: BudgetStudy, PaperGrid: PaperStudy,
-                                  Confound: ConfoundStudy, Search: SearchedStudy}
+KINDS: dict[type, type[Study]] = {kind.SPEC: kind for kind in (
+    GridStudy, BudgetStudy, PaperStudy, ConfoundStudy, SearchedStudy)}
 
 
 def smoke(study: Study) -> Study:

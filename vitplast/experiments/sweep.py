@@ -8,7 +8,7 @@ its defining keys (``runs.run_hash``) names its record file.
 a killed sweep resumes losing nothing; a diverged or failed run is recorded as such. Every run
 starts from a new, seeded head (``models.new_head``). Runs that differ only in their LR may
 train as one batched computation (``batch_lrs``, ``vitplast.train.batched``). Which of a study's
-runs a sweep takes (order, shard, limit): ``vitplast.experiments.runtime.select``. Named
+runs a sweep takes (order, shard, limit): ``vitplast.experiments.store.select``. Named
 studies: ``vitplast.experiments.studies``; provenance of records and sessions, and a study's
 progress: ``vitplast.provenance``; tables: ``vitplast.experiments.results``.
 """
