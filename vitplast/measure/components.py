@@ -101,20 +101,20 @@ def module_component(name: str, group: str, path: str, *, hidden: int | None,
                      bound, colour)
 
 
-#: The five components of the paper, in block order. Colours: Okabe & Ito's and Paul Tol's
-#: colour-blind-safe schemes (why: ``vitplast.report.plot_style.PALETTE``). Gauge factors
+#: The five components of the paper, in block order. Colours: two colour-blind-safe
+#: schemes (why: ``vitplast.report.plot_style.PALETTE``). Gauge factors
 #: derived in ``vitplast.measure.gauge``.
 TABLE: tuple[Component, ...] = (
     module_component("LN1", "norm", "norm1", hidden=-1, embedding=-1,
-                     bound="layernorm_bound", colour="#882255"),  # wine (Tol muted)
+                     bound="layernorm_bound", colour="#882255"),  # wine
     module_component("MHA", "linear", "attn", hidden=1, embedding=None,
-                     bound="mha_bound", colour="#0072B2"),  # blue (Okabe-Ito)
+                     bound="mha_bound", colour="#0072B2"),  # blue
     module_component("LN2", "norm", "norm2", hidden=-1, embedding=-1,
-                     bound="layernorm_bound", colour="#CC3311"),  # red (Tol vibrant)
+                     bound="layernorm_bound", colour="#CC3311"),  # red
     module_component("FC1", "linear", "mlp.fc1", hidden=0, embedding=0,
-                     bound="linear_bound", colour="#CCBB44"),  # yellow (Tol bright)
+                     bound="linear_bound", colour="#CCBB44"),  # yellow
     module_component("FC2", "linear", "mlp.fc2", hidden=1, embedding=1,
-                     bound="linear_bound", colour="#66CCEE"),  # cyan (Tol bright)
+                     bound="linear_bound", colour="#66CCEE"),  # cyan
 )
 
 

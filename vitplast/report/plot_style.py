@@ -29,8 +29,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from vitplast.measure.components import CONFIG_ORDER, TABLE
 
 #: One colour per configuration, component and parameter group, the same in every notebook.
-#: The five components take colours of Okabe & Ito's and Paul Tol's colour-blind-safe schemes
-#: chosen to stay apart as a deuteranope or a protanope sees them, full finetuning black,
+#: The five components take colours of two published colour-blind-safe schemes, chosen to stay apart as a deuteranope or a protanope sees them, full finetuning black,
 #: head-only grey: any two of these seven differ by a CIEDE2000 delta E of at least 20 in
 #: normal vision and under simulated deuteranopia and protanopia (``colour_vision``; seaborn's
 #: "colorblind" orange and vermillion, FC1 and LN2 before, differ by 17, and by 9 to a
@@ -40,7 +39,7 @@ from vitplast.measure.components import CONFIG_ORDER, TABLE
 #: The components' colours are theirs in ``components.TABLE`` (``Component.colour``).
 PALETTE = {**{c.name: c.colour for c in sorted(TABLE, key=lambda c: CONFIG_ORDER.index(c.name))},
            "full": "#000000", "head": "#949494",  # black, grey
-           "norm": "#332288",  # indigo (Tol muted)
+           "norm": "#332288",  # indigo
            "embedding": "#8C564B"}  # brown
 #: Colours for lines and bars that are not configurations (functions, modules, runs, budgets),
 #: in the order they are handed out: each differs from the others and from every ``PALETTE``
