@@ -195,11 +195,10 @@ def task_of(run: dict):
     transformed as the paper's model expects, at ``img_size`` (default 224)."""
     from vitplast.datasets import tasks
 
+    options = task_options(run)  # an embedded task's
     if tasks.check(run["task"], run.get("data_root")) == "paper":
         options = dict(severity=run["severity"], seed=run["data_seed"],
                        img_size=run.get("img_size") or 224)
-    else:
-        options = task_options(run)
     return tasks.load(run["task"], run.get("data_root"), **options)
 
 

@@ -271,7 +271,7 @@ def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> int:
     import time
 
     from vitplast.experiments import sweep
-    from vitplast.experiments.runs import run_hash
+    from vitplast.experiments.runs import run_hash, setting
     from vitplast.experiments.runtime import Executor, Runtime
 
     runtime, executor = runtime or Runtime(), executor or Executor()
@@ -286,9 +286,10 @@ def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> int:
             runs = [_run(s, lr) for s in ours for lr in _asked(one, s, _stored(s, table))]
             if reuse(runs, root, sources):  # copied outcomes may move the search: ask again
                 continue
-            missing = [r for r in runs if (record := _lookup(table, r)) is None or (
-                runtime.retry_failed and run_hash(r) not in retried
-                and record["status"] == "failed")]
+            missing = [r for r in runs
+                       if (record := table.get(setting(r), {}).get(r["lr"])) is None or (
+                           runtime.retry_failed and run_hash(r) not in retried
+                           and record["status"] == "failed")]
             if not missing:
                 break
             if runtime.limit is not None:
@@ -304,13 +305,6 @@ def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> int:
                 waited = True
                 time.sleep(30)
     return trained
-
-
-def _lookup(table: dict, run: dict) -> dict | None:
-    """The record of ``run`` in ``table`` (``records``), or None."""
-    from vitplast.experiments.runs import setting
-
-    return table.get(setting(run), {}).get(run["lr"])
 
 
 __all__ += ["complete_tasks", "loss_rose", "losses", "records", "reuse", "run_search",

@@ -3,7 +3,8 @@ named by the hash of its defining keys (``vitplast.experiments.runs.run_hash``),
 every file in it. ``Store(root).path(run)`` is where a run's record is; ``has``, ``record`` and
 ``save`` read and write one run, ``records`` every complete one (``record_files``: the files
 that should be records), ``audit`` names every other file, ``clean_temp`` deletes the debris of
-killed writes and ``clean_dead_claims`` the claims left beside finished runs, ``claim`` holds a
+killed writes and ``clean_dead_claims`` the claims left beside finished runs (``tidy``: all of
+it, before a sweep), ``plan`` says which of a sweep's runs to train, ``claim`` holds a
 run while it trains, and ``companion`` / ``write_companion`` read and write the files kept
 beside the records (``COMPANIONS``).
 
@@ -115,12 +116,30 @@ class Store:
         """The complete record of ``run``, or ``None``: no file at its ``path``, or one that
         is not complete (``record_problems``; ``audit`` says why), or the record of a run
         whose defining keys differ from ``run``'s (its runtime keys may differ)."""
-        path = self.path(run)
+        return self._record_at(self.path(run), run)
+
+    def _record_at(self, path: Path, run: dict) -> dict | None:
+        """``record`` of ``run``, whose ``path`` is known."""
         record, problems = _read_record(path)
         if problems:
             return None
         as_stored = json.loads(json.dumps(defining(run), default=str))
         return record if defining(record["run"]) == as_stored else None
+
+    def plan(self, runs: list[dict], retry_failed: bool = False) -> list[tuple[dict, int | None]]:
+        """What a sweep of ``runs`` trains, each run once (by hash, in order of first
+        appearance): (run, stale) pairs for ``needs``, where ``stale`` is the modification time
+        (ns) of the failed record a retry replaces (``retry_failed``: a stored run whose
+        status is "failed" is planned again), else ``None`` (no complete record)."""
+        todo = {}
+        for run in runs:
+            path = self.path(run)
+            record = self._record_at(path, run)
+            if record is None:
+                todo[path.stem] = (run, None)
+            elif retry_failed and record["status"] == "failed":
+                todo[path.stem] = (run, path.stat().st_mtime_ns)
+        return list(todo.values())
 
     def has(self, run: dict) -> bool:
         """Whether a complete record of ``run`` is stored (``record``): a sweep asks before
@@ -198,6 +217,28 @@ class Store:
             rows.append(dict(file=path.name, kind="claim" if alive else "dead claim", problem=(
                 f"owner {owner.get('host')} pid {owner.get('pid')}, heartbeat {age:.0f} s ago")))
         return pd.DataFrame(rows, columns=["file", "kind", "problem"])
+
+    def tidy(self) -> None:
+        """Make the store ready for a sweep (``sweep.run_sweep``): its study log checked
+        (``companion``: a damaged one is refused before any work), orphan temp files
+        (``clean_temp``) and dead claims of finished runs (``clean_dead_claims``) removed, the
+        latter named in a warning, and every file that fails its schema or is debris named
+        in another (``audit``; a record that fails is re-run). The warnings name the line
+        that called the sweep (``stacklevel=3``)."""
+        self.companion("study.json")
+        self.clean_temp()
+        dead = self.clean_dead_claims()
+        if dead:
+            warnings.warn(f"removed {len(dead)} dead claim(s) under {self.root} whose runs have "
+                          f"complete records (their owners died after storing them): {dead[:5]}"
+                          f"{' ...' if len(dead) > 5 else ''}", stacklevel=3)
+        problems = self.audit()
+        problems = problems[problems["kind"] != "claim"]
+        if len(problems):
+            warnings.warn(f"{len(problems)} file(s) under {self.root} fail their schema or are "
+                          f"debris: {problems['file'].tolist()[:5]}; "
+                          "vitplast.experiments.store.Store(root).audit() says why (a record that "
+                          "fails is re-run)", stacklevel=3)
 
     def clean_temp(self, older_than: float = TEMP_AGE_S) -> list[str]:
         """Delete the orphan temp files (``.<name>.json.<random>.tmp``, left by a write killed

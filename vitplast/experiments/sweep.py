@@ -21,7 +21,6 @@ import math
 import os
 import time
 import traceback
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -119,16 +118,24 @@ def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
         if device.type == "cuda":
             torch.cuda.empty_cache()
     seconds = (time.perf_counter() - start) / len(runs)
-    return [_finite({**record, "seconds": seconds, "device": str(device),
-                     **provenance.provenance(device)}) for record in records]
+    made = provenance.provenance(device)
+    return [_finite({**record, "seconds": seconds, "device": str(device), **made})
+            for record in records]
 
 
 def lr_groups(runs: list[dict]) -> list[list[dict]]:
     """``runs`` grouped by everything but their ``lr`` (groups in order of first
     appearance): the groups ``run_lrs`` can batch."""
-    groups: dict[str, list[dict]] = {}
-    for r in runs:
-        groups.setdefault(_but_lr(r), []).append(r)
+    return [[r for r, _ in group] for group in _groups([(r, None) for r in runs], True)]
+
+
+def _groups(todo: list[tuple[dict, int | None]], batch_lrs: bool
+            ) -> list[list[tuple[dict, int | None]]]:
+    """The (run, stale) pairs of ``todo`` grouped as ``lr_groups`` groups their runs
+    (``batch_lrs``), else one pair a group."""
+    groups: dict = {}
+    for i, (r, stale) in enumerate(todo):
+        groups.setdefault(_but_lr(r) if batch_lrs else i, []).append((r, stale))
     return list(groups.values())
 
 
@@ -192,9 +199,9 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
     Every run is claimed before it trains (``Store.claim``), so concurrent sweeps over one
     store, sharded or not, never train a run twice: a run claimed by a live process is left
     to it (and reads "missing" here until it is stored). Before running, orphan temp files of
-    killed writes are deleted (``Store.clean_temp``), dead claims of finished runs removed
-    (``Store.clean_dead_claims``, one warning naming them) and the files that fail their
-    schema named in a warning (``Store.audit``); a record that fails is re-run.
+    killed writes are deleted (``Store.tidy``: ``Store.clean_temp``), dead claims of finished
+    runs removed (``Store.clean_dead_claims``, one warning naming them) and the files that
+    fail their schema named in a warning (``Store.audit``); a record that fails is re-run.
 
     Refused before any work (``ValueError``, naming the run, the setting and its range): a
     run whose settings fail the run schema (``runs.check_run``), one to run whose batch (or
@@ -227,20 +234,11 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
         ``results`` rows of ``runs``, in order; a run without a record (its job died) has
         status "missing" and runs again next time.
     """
-    _check_sweep(runs, root, executor, executor_kwargs, preparations)
-    store = _tidy(Store(root))
-    todo = {}  # hash -> (run, the modification time of the failed record to retry)
-    for c in runs:
-        record = store.record(c)
-        if record is None:
-            todo[run_hash(c)] = (c, None)
-        elif retry_failed and record["status"] == "failed":
-            todo[run_hash(c)] = (c, store.path(c).stat().st_mtime_ns)
-    check_batches([c for c, _ in todo.values()])
-    from tqdm.auto import tqdm
-
+    hashes = _check_sweep(runs, root, executor, executor_kwargs, preparations)
+    store = Store(root)
+    store.tidy()
+    todo = store.plan(runs, retry_failed)  # (run, the modification time of a failed record)
     stored = len(runs) - len(todo)
-    bar = tqdm(total=len(todo), desc=f"sweep ({stored} stored)", disable=not progress)
 
     def done(group):  # the bar counts the runs now stored, a dead job's not among them
         nonlocal stored
@@ -248,10 +246,11 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
         bar.set_description(f"sweep ({stored} stored)", refresh=False)
         bar.update(len(group))
 
-    stale = {run_hash(c): mtime for c, mtime in todo.values()}
-    groups = [[(c, stale[run_hash(c)]) for c in group] for group in (
-        lr_groups([c for c, _ in todo.values()]) if batch_lrs else
-        [[c] for c, _ in todo.values()])]
+    check_batches([c for c, _ in todo])
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(todo), desc=f"sweep ({stored} stored)", disable=not progress)
+    groups = _groups(todo, batch_lrs)
     if executor == "serial":
         for group in groups:
             _run_and_save(group, store, device, preparations, progress=progress)
@@ -259,8 +258,8 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
     elif groups:
         _submit(groups, store, device, done, executor_kwargs, preparations)
     bar.close()
-    records = {run_hash(c): store.record(c) or {"run": c, "status": "missing"}
-               for c in runs}
+    records = {h: store.record(c) or {"run": c, "status": "missing"}
+               for h, c in zip(hashes, runs)}
     return runs_table(list(records.values()))
 
 
@@ -291,8 +290,9 @@ def _submit(groups: list[list[tuple[dict, int | None]]], store: Store, device, d
         done(group)
 
 
-def _check_sweep(runs, root, executor, executor_kwargs, preparations) -> None:
-    """``run_sweep``'s arguments, before anything is loaded or run."""
+def _check_sweep(runs, root, executor, executor_kwargs, preparations) -> list[str]:
+    """``run_sweep``'s arguments, before anything is loaded or run; return the runs' hashes
+    (``run_hash``)."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; valid: {list(EXECUTORS)}")
     if executor == "serial" and executor_kwargs:
@@ -308,26 +308,7 @@ def _check_sweep(runs, root, executor, executor_kwargs, preparations) -> None:
     unknown = {c["prepare"] for c in runs if c.get("prepare")} - set(preparations)
     if unknown:
         raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(preparations)}")
-
-
-def _tidy(store: Store) -> Store:
-    """``store`` made ready for a sweep (``run_sweep``'s docstring): its study log checked,
-    orphan temp files and dead claims of finished runs removed, the rest named."""
-    store.companion("study.json")  # a damaged study log is refused before any work
-    store.clean_temp()
-    dead = store.clean_dead_claims()
-    if dead:
-        warnings.warn(f"removed {len(dead)} dead claim(s) under {store.root} whose runs have "
-                      f"complete records (their owners died after storing them): {dead[:5]}"
-                      f"{' ...' if len(dead) > 5 else ''}", stacklevel=3)
-    problems = store.audit()
-    problems = problems[problems["kind"] != "claim"]
-    if len(problems):
-        warnings.warn(f"{len(problems)} file(s) under {store.root} fail their schema or are "
-                      f"debris: {problems['file'].tolist()[:5]}; "
-                      "vitplast.experiments.store.Store(root).audit() says why (a record that "
-                      "fails is re-run)", stacklevel=3)
-    return store
+    return [run_hash(c) for c in runs]
 
 
 def _run_and_save(group: list[tuple[dict, int | None]], store: Store, device,
