@@ -9,7 +9,7 @@ What a GPU run of the paper's protocol does, through the same entry points, offl
   ``vitplast.datasets.paper_datasets`` with the model's timm transforms (224 px, bicubic);
 - plasticity: ``empirical.task_pairs`` and ``plasticity.measure`` (both protocols) on a few
   pairs (a CIFAR-10 image, an image of the dataset) of every dataset, as notebook 02;
-- finetuning: ``sweep.run_one`` of paper-recipe run configs (``data_root``, ``weights_file``)
+- finetuning: ``runner.run_one`` of paper-recipe run configs (``data_root``, ``weights_file``)
   for a few steps on every dataset, cycling through the paper's configurations.
 
 Prints the time per pair and per step, the CPU's throughput (FLOPs counted by
@@ -35,7 +35,7 @@ import torch
 
 from vitplast import models
 from vitplast.datasets import fake_datasets, paper_datasets
-from vitplast.experiments import runs, studies, sweep
+from vitplast.experiments import runner, runs, studies
 from vitplast.measure import empirical, plasticity
 from vitplast.measure.pairs import PROTOCOLS
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                 name, CONFIGS[i % len(CONFIGS)], lr=0.01, seed=0, recipe="paper", model=VIT_B,
                 data_root=str(root), weights_file=str(weights), steps=args.steps,
                 warmup_steps=1, batch_size=args.batch_size, eval_every=10**6, log_every=1)
-            record = sweep.run_one(run, device=args.device)
+            record = runner.run_one(run, device=args.device)
             if record["status"] != "ok":
                 failed.append(f"{name}: {record['status']} {record['error']}")
                 print(f"finetune {name}: {record['status']}: {record['error']}")

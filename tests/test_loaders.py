@@ -8,7 +8,7 @@ import torch
 from helpers import tiny_vit, toy_task, with_spec
 
 from vitplast.__main__ import main
-from vitplast.experiments import runs, sweep
+from vitplast.experiments import runner, runs, sweep
 from vitplast.train import finetune, passes
 
 
@@ -25,12 +25,12 @@ def test_loaders_keep_their_workers_and_pin_memory_on_cuda():
 
 def test_a_slurm_job_reads_with_its_cpus_but_one(monkeypatch):
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
-    assert sweep.default_workers() == 0
+    assert runner.default_workers() == 0
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
-    assert sweep.default_workers() == 7
+    assert runner.default_workers() == 7
     run = runs.make_run("digits", "head", lr=0.1, pretrained=False, steps=1)
-    assert sweep.build(run, torch.device("cpu"))[2]["workers"] == 7
-    assert sweep.build({**run, "workers": 2}, torch.device("cpu"))[2]["workers"] == 2
+    assert runner.build(run, torch.device("cpu"))[2]["workers"] == 7
+    assert runner.build({**run, "workers": 2}, torch.device("cpu"))[2]["workers"] == 2
 
 
 @pytest.fixture

@@ -204,7 +204,7 @@ def _log(root: str, command: str, start: float, device):
 def _workers(args) -> int | None:
     """``--workers``, else cpus-per-task - 1 of a submitit job array that sets it (the job
     process itself keeps one core); else None (a SLURM job reads its own allocation:
-    ``sweep.default_workers``)."""
+    ``runner.default_workers``)."""
     if args.workers is not None:
         return args.workers
     if args.executor == "submitit" and args.cpus_per_task:

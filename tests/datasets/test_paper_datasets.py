@@ -177,7 +177,7 @@ def test_domainnet_broken_split_files(fake_root, tmp_path):
 @pytest.mark.slow
 def test_vitb_dry_run_at_full_size_on_fake_files():
     """benchmarks/vitb_dry_run.py with tiny settings: ViT-B/16 through weights_file, two
-    dataset layouts, plasticity pairs and a finetuning step through sweep.run_one (~1.5 min)."""
+    dataset layouts, plasticity pairs and a finetuning step through runner.run_one (~1.5 min)."""
     import os
     import subprocess
     import sys

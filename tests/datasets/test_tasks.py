@@ -44,7 +44,7 @@ def test_unknown_tasks_fail_with_the_valid_names():
         tasks.load("cifar10")
     with pytest.raises(ValueError, match="unknown option.*'size'.*valid: \\['train_size'"):
         tasks.load("digits", size=3)
-    assert tasks.check("cifar10", "/data") == "paper" and tasks.check("digits") == "embedded"
+    assert tasks.source("cifar10", "/data") == "paper" and tasks.source("digits") == "embedded"
 
 
 def test_one_registry_of_embedded_and_paper_tasks():

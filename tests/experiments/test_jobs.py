@@ -8,7 +8,7 @@ import signal
 import pytest
 from helpers import TINY
 
-from vitplast.experiments import jobs, runs, sweep
+from vitplast.experiments import jobs, runner, runs, sweep
 from vitplast.experiments.store import Store
 
 
@@ -51,7 +51,7 @@ def test_a_job_warned_of_its_time_limit_starts_no_further_run(tmp_path, monkeypa
         os.kill(os.getpid(), signal.SIGUSR2)  # submitit's warning, during the first run
         return [dict(status="ok") for _ in group]
 
-    monkeypatch.setattr(sweep, "run_lrs", train)
+    monkeypatch.setattr(runner, "run_lrs", train)
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR2)
     try:
         statuses = sweep.run_pack([[(todo[0], None)], [(todo[1], None)]], store, "cpu")
@@ -71,7 +71,7 @@ def test_sigterm_drops_the_run_in_flight_and_releases_its_claim(tmp_path, monkey
         os.kill(os.getpid(), signal.SIGTERM)  # the time limit reached, or scancel
         return [dict(status="ok") for _ in group]
 
-    monkeypatch.setattr(sweep, "run_lrs", train)
+    monkeypatch.setattr(runner, "run_lrs", train)
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR2)
     try:
         with pytest.raises(sweep.JobStopped, match="SIGTERM"):

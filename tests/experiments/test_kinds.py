@@ -1,6 +1,6 @@
 """Study kinds: every flag of ``vitplast sweep`` is honoured by every kind of study, or refused
 naming the kinds it applies to; nothing is accepted and ignored. One tiny study per kind, a
-temporary store and a fake training step (``sweep.run_lrs``): each flag's effect is read from
+temporary store and a fake training step (``runner.run_lrs``): each flag's effect is read from
 what was trained and stored."""
 
 import math
@@ -9,7 +9,7 @@ import re
 import pytest
 
 from vitplast.__main__ import main
-from vitplast.experiments import confounds, runs, studies, sweep
+from vitplast.experiments import confounds, runner, runs, studies
 from vitplast.experiments.adaptive import ConfoundStudy, SearchedStudy
 from vitplast.experiments.kinds import BudgetStudy, GridStudy, PaperStudy
 from vitplast.experiments.runs import setting
@@ -58,7 +58,7 @@ def sweep_kind(monkeypatch, tmp_path):
         calls.append(([dict(r) for r in todo], device))
         return [_record(r) for r in todo]
 
-    monkeypatch.setattr(sweep, "run_lrs", fake)
+    monkeypatch.setattr(runner, "run_lrs", fake)
     monkeypatch.setattr(runs, "_train_split", lambda key: 5000)  # no task loaded
     confound_runs = runs.grid(["digits"], ["head", "LN1"], [0.1, 1.0], [0, 1], **TINY)
     monkeypatch.setattr(confounds, "study_runs", lambda spec, root: confound_runs)

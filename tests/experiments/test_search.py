@@ -62,7 +62,7 @@ def test_lrs_off_the_ladder_are_refused():
 
 
 def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monkeypatch):
-    from vitplast.experiments import runs, sweep
+    from vitplast.experiments import runner, runs
     from vitplast.experiments.store import Store
 
     study = Search(tasks=("digits",), seeds=(0,), configs={"LN1": 0.3, "MHA sparse": 1.0},
@@ -78,10 +78,13 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
                     history=[dict(step=0, loss=2.0), dict(step=1, loss=rise, val_loss=1.0)],
                     test_acc=acc[run["lr"]])
 
-    monkeypatch.setattr(sweep, "run_lrs", lambda runs, **kwargs: [fake(r) for r in runs])
+    monkeypatch.setattr(runner, "run_lrs", lambda runs, **kwargs: [fake(r) for r in runs])
     Store(tmp_path / "b").save(first[0], fake(first[0]))  # another store holds one run
     Store(tmp_path / "a").save(first[1], dict(fake(first[1]), status="failed"))
-    assert search.reuse(first, tmp_path / "a", [tmp_path / "b"]) == 1
+    todo = Store(tmp_path / "a").plan(first, sources=[tmp_path / "b"])  # copies first[0]
+    assert [r for r, _ in todo] == first[2:] and Store(tmp_path / "a").has(first[0])
+    assert (Store(tmp_path / "a").path(first[0]).read_bytes()
+            == Store(tmp_path / "b").path(first[0]).read_bytes())
     quiet = Runtime(progress=False)
     search.run_search(study, tmp_path / "a", runtime=quiet)  # the failed run waits
     assert search.state(study, tmp_path / "a")["next"].tolist()[0] == [0.3]
@@ -140,7 +143,7 @@ def test_the_cross_gauge_study_is_declared_and_shares_the_suite_runs():
 
 
 def test_a_grid_runs_after_every_task_s_search(tmp_path, monkeypatch):
-    from vitplast.experiments import sweep
+    from vitplast.experiments import runner
 
     study = Search(tasks=("digits", "fmnist_contrast"), seeds=(0,), grid=(1e-3, 0.3),
                    configs={"LN1": 0.3}, fixed=dict(steps=2, warmup_steps=1, eval_every=1))
@@ -152,7 +155,7 @@ def test_a_grid_runs_after_every_task_s_search(tmp_path, monkeypatch):
         return [dict(run=r, status="ok", best_val_acc=acc.get(r["lr"], 0.1), best_step=1,
                      history=[dict(step=1, val_loss=1.0)], test_acc=0.5) for r in runs]
 
-    monkeypatch.setattr(sweep, "run_lrs", fake)
+    monkeypatch.setattr(runner, "run_lrs", fake)
     search.run_search(study, tmp_path, runtime=Runtime(progress=False))
     searched = [(t, lr) for t in study.tasks for lr in (0.1, 0.3, 1.0)]
     assert sorted(trained[:6]) == sorted(searched)  # both searches before any grid run

@@ -1,6 +1,5 @@
-"""Sweeps: the store by hash, resume after a kill, divergence and failure recorded, the run
-body (a new seeded head, the run's keywords), executors, and run selection
-(``vitplast.experiments.sweep``)."""
+"""Sweeps: the store by hash, resume after a kill, divergence and failure recorded, executors,
+and run selection (``vitplast.experiments.sweep``)."""
 
 import json
 import math
@@ -9,9 +8,9 @@ import pytest
 import torch
 from helpers import TINIER, TINY
 
-from vitplast import files, models
-from vitplast.experiments import results, runs, sweep
-from vitplast.experiments.runs import TRAIN_KEYS, run_hash
+from vitplast import files
+from vitplast.experiments import results, runner, runs, sweep
+from vitplast.experiments.runs import run_hash
 from vitplast.experiments.store import Store
 from vitplast.report import finetuning_tables
 from vitplast.train import ablations
@@ -41,7 +40,7 @@ def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch
     val = curves[curves.metric == "val_acc"]
     assert val["value"].tolist() == [record["best_val_acc"]] and val["step"].tolist() == [1]
 
-    monkeypatch.setattr(sweep, "run_lrs", lambda *a, **k: pytest.fail("re-ran a stored run"))
+    monkeypatch.setattr(runner, "run_lrs", lambda *a, **k: pytest.fail("re-ran a stored run"))
     again = sweep.run_sweep([config], tmp_path, progress=False)
     assert again.loc[0, "test_acc"] == record["test_acc"]
 
@@ -66,39 +65,6 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path, fake_train):
     assert summary["lr"].tolist() == [1, 2, 3, 4, 5] and (summary["status"] == "ok").all()
 
 
-def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatch):
-    config = runs.make_run("digits", "LN2", lr=0.5, seed=3, optimizer="adamw",
-                              **{**TINY, "pretrained": True})
-    record = sweep.run_one(config)
-    assert record["status"] == "ok" and record["test_acc"] == 0.25
-    model, kwargs = fake_train.calls[0]
-    expected = {k: config[k] for k in TRAIN_KEYS if k in config}
-    expected["betas"] = (0.9, 0.999)
-    assert {k: kwargs[k] for k in expected} == expected
-    assert kwargs["device"] == torch.device("cpu") and model.head.out_features == 10
-    sweep.run_one(config)
-    sweep.run_one({**config, "seed": 4})
-    heads = [m.head.weight for m, _ in fake_train.calls]
-    assert torch.equal(heads[0], heads[1]) and not torch.equal(heads[0], heads[2])
-    # a new head although the task has as many classes as the pretrained one; norm kept
-    pretrained = models.load_model(models.EMBEDDED_NAME, pretrained=True)
-    assert pretrained.head.out_features == 10 and not torch.equal(heads[0], pretrained.head.weight)
-    assert not torch.allclose(fake_train.calls[0][0].head.bias, pretrained.head.bias)
-    assert torch.equal(fake_train.calls[0][0].norm.weight, pretrained.norm.weight)
-
-    marked = {**ablations.PREPARE, "mark": lambda m, c: setattr(m, "mark", c["ablation"])}
-    sweep.run_one({**config, "prepare": "mark", "ablation": {"c": 3}}, preparations=marked)
-    assert fake_train.calls[-1][0].mark == {"c": 3}
-    failed = sweep.run_one({**config, "prepare": "nope"}, preparations=marked)
-    assert failed["status"] == "failed" and "valid: [" in failed["error"]
-    assert "'mark'" in failed["error"] and "'rescale_ln'" in failed["error"]
-    with pytest.raises(ValueError,
-                       match="unknown prepare \\['nope'\\]; valid: \\['gauge', 'lora', 'mark'"):
-        sweep.run_sweep([{**config, "prepare": "nope"}], "unused", progress=False,
-                        preparations=marked)
-    assert sweep.run_one({**config, "prepare": "mark"})["status"] == "failed"  # not by default
-
-
 def test_the_preparations_are_read_only_and_a_job_uses_those_it_is_given(tmp_path, fake_train):
     """``ablations.PREPARE`` cannot be patched; a job (``run_pack``, what a cluster runs) uses
     the preparations it receives with its pack, nothing set in another process."""
@@ -113,18 +79,6 @@ def test_the_preparations_are_read_only_and_a_job_uses_those_it_is_given(tmp_pat
     assert sweep.run_pack([[(config, None)]], store, "cpu", preparations=marked) == ["ok"]
     assert fake_train.calls[-1][0].mark == {"c": 2}
     assert "mark" not in ablations.PREPARE
-
-
-def test_no_clipping_means_no_clipping_end_to_end(fake_train):
-    """``clip_grad_norm=None`` (or 0) is stored as 0.0 and trains without a clip; a run dict
-    made by hand with None reaches the loop as None (no clip), never the default 1.0."""
-    config = runs.make_run("digits", lr=0.5, clip_grad_norm=None, **TINY)
-    assert config["clip_grad_norm"] == 0.0
-    assert run_hash(config) == run_hash(runs.make_run("digits", lr=0.5, clip_grad_norm=0.0,
-                                                        **TINY))
-    sweep.run_one(config)
-    sweep.run_one({**config, "clip_grad_norm": None})
-    assert [kw["clip_grad_norm"] for _, kw in fake_train.calls] == [0.0, None]
 
 
 def test_diverged_and_failed_runs_are_recorded_and_the_sweep_goes_on(tmp_path):
@@ -213,4 +167,4 @@ def test_a_batched_sweep_stores_what_one_by_one_stores(tmp_path):
     assert files.read_json(Store(tmp_path / "b").path(adamw))["status"] == "ok"
     assert "batched" not in files.read_json(Store(tmp_path / "b").path(adamw))
     with pytest.raises(ValueError, match="differ only in their lr"):
-        sweep.run_lrs([configs[0], adamw])
+        runner.run_lrs([configs[0], adamw])

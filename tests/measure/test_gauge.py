@@ -8,7 +8,7 @@ import torch
 from helpers import tiny_vit, toy_task
 from torch import nn
 
-from vitplast.experiments import runs, sweep
+from vitplast.experiments import runner, runs
 from vitplast.measure import gauge, plasticity
 from vitplast.train import ablations
 
@@ -207,7 +207,7 @@ def test_gauge_runs_through_the_sweep():
     config = runs.make_run("digits", "LN1", lr=0.01, pretrained=False, steps=2,
                               batch_size=16, prepare="gauge", ablation=dict(c=8.0))
     assert ablations.PREPARE["gauge"] is gauge.prepare
-    record = sweep.run_one(config)
+    record = runner.run_one(config)
     assert record["status"] == "ok", record["error"]
     with pytest.raises(ValueError, match="takes c"):
         gauge.prepare(tiny_vit(), dict(ablation=dict(scale=8.0)))

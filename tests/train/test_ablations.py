@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import tiny_vit, toy_task
 
-from vitplast.experiments import runs, sweep
+from vitplast.experiments import runner, runs
 from vitplast.measure import components, rates
 from vitplast.train import ablations, finetune
 
@@ -110,7 +110,7 @@ def test_ablations_run_through_the_sweep(tmp_path):
     config = runs.make_run("digits", "FC2", lr=0.01, pretrained=False, steps=2,
                               batch_size=16, prepare="sparse",
                               ablation=dict(component="FC2", count=100))
-    record = sweep.run_one(config)
+    record = runner.run_one(config)
     assert record["status"] == "ok", record["error"]
     head = 128 * 10 + 10 + 2 * 128
     assert record["trainable"] == 100 + head

@@ -122,7 +122,7 @@ def check(notebook: str, params: dict, kinds: dict[str, tuple]) -> dict:
 
 
 def check_task_names(notebook: str, params: dict) -> None:
-    """Every task a notebook's parameters name is a task (``tasks.check``: "unknown task",
+    """Every task a notebook's parameters name is a task (``tasks.source``: "unknown task",
     naming the valid ones)."""
     from vitplast.datasets import tasks
 
@@ -130,7 +130,7 @@ def check_task_names(notebook: str, params: dict) -> None:
         value = params.get(key)
         for name in value if isinstance(value, list) else [value] if value else []:
             try:
-                tasks.check(name, params.get("data_root"))
+                tasks.source(name, params.get("data_root"))
             except ValueError as err:
                 raise ValueError(f"{notebook}: {key}: {err}") from None
 

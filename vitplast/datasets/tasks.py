@@ -12,7 +12,7 @@ A task is a name of ``TASKS``, from one of two sources:
 
 ``load(name, data_root, **options)`` returns a ``Task`` either way: the source gives a
 train+val set and a test set (or none: then 80/20 train/test first), and ``split`` cuts
-train/val 80/20 with the same seed. ``check`` validates a name without loading anything
+train/val 80/20 with the same seed. ``source`` validates a name without loading anything
 (``vitplast.experiments.runs`` does, for every run).
 """
 
@@ -79,7 +79,7 @@ def stack(dataset: Dataset, limit: int | None = None) -> tuple[torch.Tensor, tor
     return torch.stack([x for x, _ in items]), torch.as_tensor([int(y) for _, y in items])
 
 
-def check(name: str, data_root: str | Path | None = None) -> str:
+def source(name: str, data_root: str | Path | None = None) -> str:
     """The source of task ``name`` (``"embedded"`` or ``"paper"``), or a ``ValueError``
     naming the valid tasks: for an unknown name, or a paper dataset without ``data_root``."""
     if name not in TASKS:
@@ -117,12 +117,12 @@ def load(name: str, data_root: str | Path | None = None, *, model=None, **option
         ValueError: unknown task or option, naming the valid ones.
         FileNotFoundError: a paper dataset's file is missing (the message names its layout).
     """
-    source = check(name, data_root)
-    unknown = sorted(set(options) - set(OPTIONS[source]))
+    origin = source(name, data_root)
+    unknown = sorted(set(options) - set(OPTIONS[origin]))
     if unknown:
-        raise ValueError(f"unknown option(s) {unknown} for the {source} task {name!r}; "
-                         f"valid: {list(OPTIONS[source])}")
-    if source == "embedded":
+        raise ValueError(f"unknown option(s) {unknown} for the {origin} task {name!r}; "
+                         f"valid: {list(OPTIONS[origin])}")
+    if origin == "embedded":
         return _embedded(name, **options)
     return _paper(name, Path(data_root), model=model, **options)
 
@@ -158,4 +158,4 @@ def _split(name, trainval, test, num_classes, seed) -> Task:
     return Task(name, train, val, test, num_classes)
 
 
-__all__ = ["EMBEDDED", "OPTIONS", "PAPER", "TASKS", "Task", "check", "load", "split", "stack"]
+__all__ = ["EMBEDDED", "OPTIONS", "PAPER", "TASKS", "Task", "load", "source", "split", "stack"]

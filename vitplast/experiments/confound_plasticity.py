@@ -61,11 +61,11 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
     Columns: ``task``, ``variant`` (the run's configuration), ``component``, ``before``,
     ``after``, ``ratio`` (after / before).
     """
-    from vitplast.experiments import runs, sweep
+    from vitplast.experiments import runner, runs
     from vitplast.measure import empirical, plasticity
 
     def measure() -> dict:
-        model, task, kwargs = sweep.build(run, models.pick_device("cpu"))
+        model, task, kwargs = runner.build(run, models.pick_device("cpu"))
         pairs = empirical.task_pairs(run["task"], empirical.SOURCE, n_pairs=n_pairs, model=model)
 
         def per_component():

@@ -210,8 +210,8 @@ def submit(job, groups: list[list], settled, *, store, folder=None, cluster=None
         job: the job's function, called with one pack (a list of groups); it returns one
             status per run, "stopped" for a run it did not start (its time limit was near).
         groups: lists of (run, stale) pairs (``sweep.run_sweep``); a group stays in one job.
-        settled: called with each pair once its record is stored or its job has ended
-            without it.
+        settled: called with each pair and whether its record is stored, once it is or its
+            job has ended without it.
         store: the ``Store`` the jobs write to (its folder holds the job folders by default).
         folder: submitit's folder (default ``<store>/submitit``).
         cluster: ``slurm``, ``local`` or ``debug`` (default: what submitit detects).
@@ -254,12 +254,12 @@ def watch(jobs: list, chosen: list[list[list]], store, settled, *, slurm: bool) 
                 if store.needs(*pair):
                     still.append(pair)
                 else:
-                    settled(pair)
+                    settled(pair, True)
             left[job] = still
             if state is None:
                 continue
             for pair in still:
-                settled(pair)
+                settled(pair, False)
             if still and state == "COMPLETED":  # the job skipped runs held by others
                 say(f"job {job.job_id} left {len(still)} of its {size[job]} runs to other "
                     "processes that held their claims (missing until those store them)")

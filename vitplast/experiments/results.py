@@ -39,7 +39,7 @@ _SETTINGS = ("kind", "model", "checkpoint", "pretrained", "task", "config", "opt
 
 
 def runs_table(records: list[dict]) -> pd.DataFrame:
-    """Records (``sweep.run_one`` with their run) as the table ``records_table`` documents."""
+    """Records (``runner.run_one`` with their run) as the table ``records_table`` documents."""
     rows = [{"run": run_hash(r["run"]), **_flat(r["run"]),
              **{k: r.get(k) for k in _OUTCOME}, "best_val_loss": _best_val_loss(r)}
             for r in records]

@@ -100,13 +100,12 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
             its range (``check_run``, naming the key, its value and what is valid).
     """
     from vitplast import models
-    from vitplast.datasets import paper_datasets, tasks
+    from vitplast.datasets import paper_datasets
     from vitplast.measure import components
     from vitplast.train import finetune
 
     if recipe not in finetune.RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; valid: {list(finetune.RECIPES)}")
-    tasks.check(task, settings.get("data_root"))
     if isinstance(config, str) and config not in components.CONFIGS:
         raise ValueError(f"unknown configuration {config!r}; valid: {list(components.CONFIGS)} "
                          "or a list of parameter-name patterns")
@@ -124,19 +123,24 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
 
 def check_run(run: dict) -> dict:
     """``run`` if it passes the published run schema (``vitplast/schemas/run.schema.json``,
-    read by ``vitplast.schema``): every key declared (``RUN_KEYS``, ``RUNTIME_KEYS``), each of
-    its type and range (``lr`` > 0, ``clip_grad_norm`` >= 0 or null, ``momentum`` and
-    ``label_smoothing`` in [0, 1), ``weight_decay`` >= 0, ``steps`` and ``batch_size`` >= 1,
-    ...). Cheap: a sweep checks every run before it loads anything, and the store checks every
-    record's run (``store.record_problems``); what depends on the task (the training split)
+    read by ``vitplast.schema``) and its task is a task (``tasks.source``: a name of
+    ``tasks.TASKS``, a paper dataset with ``data_root``). The schema: every key declared
+    (``RUN_KEYS``, ``RUNTIME_KEYS``), each of its type and range (``lr`` > 0,
+    ``clip_grad_norm`` >= 0 or null, ``momentum`` and ``label_smoothing`` in [0, 1),
+    ``weight_decay`` >= 0, ``steps`` and ``batch_size`` >= 1, ...). Cheap: a sweep checks
+    every run before it loads anything; what depends on the task's data (the training split)
     is ``check_batches``'s.
 
     Raises:
-        ValueError: naming each key that fails, its value and what is valid.
+        ValueError: naming each key that fails, its value and what is valid; or an unknown
+            task, naming the valid ones.
     """
     from vitplast import schema
+    from vitplast.datasets import tasks
 
-    return schema.check("run", run, "a run's settings")
+    checked = schema.check("run", run, "a run's settings")
+    tasks.source(run["task"], run.get("data_root"))
+    return checked
 
 
 def check_batches(runs: list[dict]) -> None:
@@ -196,7 +200,7 @@ def task_of(run: dict):
     from vitplast.datasets import tasks
 
     options = task_options(run)  # an embedded task's
-    if tasks.check(run["task"], run.get("data_root")) == "paper":
+    if tasks.source(run["task"], run.get("data_root")) == "paper":
         options = dict(severity=run["severity"], seed=run["data_seed"],
                        img_size=run.get("img_size") or 224)
     return tasks.load(run["task"], run.get("data_root"), **options)

@@ -171,15 +171,23 @@ def _asked(spec, setting: dict, stored: dict) -> list[float]:
     return sorted(set(outcomes) | set(next_lrs(setting["start"], outcomes)) | set(spec.grid))
 
 
+def _asked_runs(spec, settings: list[dict], table: dict) -> list[tuple[dict, dict | None]]:
+    """(run, its record in ``table`` or ``None``) for every LR each of ``settings`` has
+    tried or asks for next (``_asked``)."""
+    out = []
+    for s in settings:
+        stored = _stored(s, table)
+        out += [(_run(s, lr), stored.get(lr)) for lr in _asked(spec, s, stored)]
+    return out
+
+
 def search_runs(spec, root, **runtime) -> list[dict]:
     """Every run the search of ``spec`` has asked for so far, given the records under
     ``root``: per setting the runs stored on its path of the search, and the ones it asks
     for next (missing from the store), with ``runtime`` keys; and, where the spec names a
     fixed ``grid`` of LRs, every setting's runs at those LRs too (their outcomes join the
     search's). Read-only."""
-    table = records(root)
-    return [_run(s, lr) for s in settings(spec, **runtime)
-            for lr in _asked(spec, s, _stored(s, table))]
+    return [run for run, _ in _asked_runs(spec, settings(spec, **runtime), records(root))]
 
 
 def state(spec, root, *, grid: bool = False) -> "pd.DataFrame":  # noqa: F821
@@ -230,26 +238,6 @@ def loss_rose(record: dict | None) -> float:
     return float(max(seen) > seen[0]) if seen else math.nan
 
 
-def reuse(runs: list[dict], root, sources) -> int:
-    """Copy into ``root`` the records of ``runs`` that another store in ``sources`` holds
-    (same hash: the same run, whatever study made it); return how many were copied."""
-    import shutil
-
-    from vitplast.experiments.store import Store
-
-    into, copied = Store(root), 0
-    for run in runs:
-        if into.has(run):
-            continue
-        for source in map(Store, sources):
-            if source.has(run):
-                into.path(run).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source.path(run), into.path(run))
-                copied += 1
-                break
-    return copied
-
-
 def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> int:
     """Run the search of ``spec`` into ``root`` until every setting of this shard is
     bracketed (or at the ladder's end); resumable at any point. Tasks are taken in the spec's
@@ -258,45 +246,45 @@ def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> int:
     claims). A spec with a fixed ``grid`` runs in two passes: the searches of all its tasks
     first (what the primary questions read), then the grid's runs (which join the searches'
     outcomes, so a search may ask for more after them); the complete store is the same either
-    way. Records of identical runs in ``sources`` (other stores) are copied, not re-run.
+    way. Records of identical runs in ``sources`` (other stores) are copied, not re-run
+    (``Store.plan``).
 
     ``runtime`` (a ``runtime.Runtime``): its run keys go to every run; ``limit``: at most
     that many runs trained; ``retry_failed``: a failed record (the run raised) is run again,
     once per call (else its search waits at it); device, ``batch_lrs`` and ``progress`` go to
-    ``sweep.run_as``, as does ``executor`` (a ``runtime.Executor``).
+    ``sweep.run_plan``, as does ``executor`` (a ``runtime.Executor``).
 
     Returns:
         The number of runs this call trained.
     """
+    import json
     import time
 
     from vitplast.experiments import sweep
-    from vitplast.experiments.runs import run_hash, setting
     from vitplast.experiments.runtime import Executor, Runtime
+    from vitplast.experiments.store import Store
 
     runtime, executor = runtime or Runtime(), executor or Executor()
     i, n = runtime.shard or (0, 1)
     mine = settings(spec, **runtime.run_keys())[i::n]
-    trained, retried, waited = 0, set(), False
+    store, trained, retried, waited = Store(root), 0, set(), False
+    store.tidy()
     passes = [replace(spec, grid=()), spec] if spec.grid else [spec]
     for one, task in ((s, t) for s in passes for t in spec.tasks):
         ours = [s for s in mine if s["task"] == task]
         while ours and (runtime.limit is None or trained < runtime.limit):
-            table = records(root)
-            runs = [_run(s, lr) for s in ours for lr in _asked(one, s, _stored(s, table))]
-            if reuse(runs, root, sources):  # copied outcomes may move the search: ask again
-                continue
-            missing = [r for r in runs
-                       if (record := table.get(setting(r), {}).get(r["lr"])) is None or (
-                           runtime.retry_failed and run_hash(r) not in retried
-                           and record["status"] == "failed")]
-            if not missing:
-                break
+            asked = _asked_runs(one, ours, records(root))
+            todo = [(r, stale) for r, stale in store.plan([r for r, _ in asked],
+                                                          runtime.retry_failed, sources)
+                    if stale is None or json.dumps(r, sort_keys=True) not in retried]
+            if not todo:
+                if all(record is not None for _, record in asked):
+                    break  # every run asked is stored: the searches of this task have ended
+                continue  # records came (copied from sources, or another process's): ask again
             if runtime.limit is not None:
-                missing = missing[:runtime.limit - trained]
-            retried |= {run_hash(r) for r in missing}
-            done = sweep.run_as(missing, root, runtime, executor)
-            stored = int((done["status"] != "missing").sum())
+                todo = todo[:runtime.limit - trained]
+            retried |= {json.dumps(r, sort_keys=True) for r, stale in todo if stale is not None}
+            stored = sweep.run_plan(todo, store, runtime, executor)
             trained += stored
             if not stored:  # another process holds the claims: wait for its records
                 if not waited and runtime.progress:
@@ -307,5 +295,5 @@ def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> int:
     return trained
 
 
-__all__ += ["complete_tasks", "loss_rose", "losses", "records", "reuse", "run_search",
-            "search_runs", "settings", "state"]
+__all__ += ["complete_tasks", "loss_rose", "losses", "records", "run_search", "search_runs",
+            "settings", "state"]

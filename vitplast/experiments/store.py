@@ -4,9 +4,9 @@ every file in it. ``Store(root).path(run)`` is where a run's record is; ``has``,
 ``save`` read and write one run, ``records`` every complete one (``record_files``: the files
 that should be records), ``audit`` names every other file, ``clean_temp`` deletes the debris of
 killed writes and ``clean_dead_claims`` the claims left beside finished runs (``tidy``: all of
-it, before a sweep), ``plan`` says which of a sweep's runs to train, ``claim`` holds a
-run while it trains, and ``companion`` / ``write_companion`` read and write the files kept
-beside the records (``COMPANIONS``).
+it, before a sweep), ``plan`` says which of a sweep's runs to train (copying the records of
+those another store holds), ``claim`` holds a run while it trains, and ``companion`` /
+``write_companion`` read and write the files kept beside the records (``COMPANIONS``).
 
 Files are written atomically (``files.atomic_path``: a temp file in the same folder, then
 ``os.replace``), so a run killed mid-write leaves either the old file or none, never a
@@ -41,6 +41,7 @@ import contextlib
 import fnmatch
 import json
 import re
+import shutil
 import time
 import warnings
 from dataclasses import dataclass
@@ -51,9 +52,9 @@ from vitplast.cached import COMPANIONS, companion, companion_problems, write_com
 from vitplast.experiments import claims
 from vitplast.experiments.runs import defining, run_hash, setting
 from vitplast.experiments.runtime import FLAG, parse_shard
-from vitplast.files import read_checked, write_json
+from vitplast.files import atomic_path, read_checked, write_json
 
-#: The outcomes a complete record may have (``sweep.run_one``; the record schema's ``status``).
+#: The outcomes a complete record may have (``runner.run_one``; the record schema's ``status``).
 STATUSES = ("ok", "diverged", "failed")
 #: An orphan temp file older than this (seconds) is debris of a killed write.
 TEMP_AGE_S = 300.0
@@ -100,7 +101,7 @@ class Store:
         runs = Store("data/finetune")
         with runs.claim(run) as mine:
             if mine and not runs.has(run):
-                runs.save(run, sweep.run_one(run))
+                runs.save(run, runner.run_one(run))
     """
 
     root: Path
@@ -126,20 +127,37 @@ class Store:
         as_stored = json.loads(json.dumps(defining(run), default=str))
         return record if defining(record["run"]) == as_stored else None
 
-    def plan(self, runs: list[dict], retry_failed: bool = False) -> list[tuple[dict, int | None]]:
+    def plan(self, runs: list[dict], retry_failed: bool = False, sources=()
+             ) -> list[tuple[dict, int | None]]:
         """What a sweep of ``runs`` trains, each run once (by hash, in order of first
         appearance): (run, stale) pairs for ``needs``, where ``stale`` is the modification time
         (ns) of the failed record a retry replaces (``retry_failed``: a stored run whose
-        status is "failed" is planned again), else ``None`` (no complete record)."""
+        status is "failed" is planned again), else ``None`` (no complete record).
+
+        ``sources``: other stores' folders. A run without a record here whose identical run
+        (same hash) one of them holds is not trained: its record is copied here (atomically),
+        whatever study made it.
+        """
         todo = {}
         for run in runs:
             path = self.path(run)
-            record = self._record_at(path, run)
+            record = self._record_at(path, run) or self._copy(path, run, sources)
             if record is None:
                 todo[path.stem] = (run, None)
             elif retry_failed and record["status"] == "failed":
                 todo[path.stem] = (run, path.stat().st_mtime_ns)
         return list(todo.values())
+
+    def _copy(self, path: Path, run: dict, sources) -> dict | None:
+        """The record of ``run`` from the first store of ``sources`` that holds it, copied to
+        ``path`` (its file here); ``None`` if none holds it."""
+        for source in map(Store, sources):
+            record = source._record_at(source.root / path.name, run)
+            if record is not None:
+                with atomic_path(path) as tmp:
+                    shutil.copyfile(source.root / path.name, tmp)
+                return record
+        return None
 
     def has(self, run: dict) -> bool:
         """Whether a complete record of ``run`` is stored (``record``): a sweep asks before

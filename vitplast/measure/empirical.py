@@ -157,7 +157,7 @@ def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",
     from vitplast import models
     from vitplast.datasets import tasks as registry
     for name in [*tasks, *(pretraining_tasks or []), *([source] if source else [])]:
-        registry.check(name, data_root)  # "unknown task", naming the valid ones
+        registry.source(name, data_root)  # "unknown task", naming the valid ones
     *early, last = list(checkpoints)
     along = [t for t in tasks if pretraining_tasks is None or t in pretraining_tasks]
     if early and not along:

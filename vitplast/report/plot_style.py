@@ -29,9 +29,10 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from vitplast.measure.components import CONFIG_ORDER, TABLE
 
 #: One colour per configuration, component and parameter group, the same in every notebook.
-#: The five components take colours of two published colour-blind-safe schemes, chosen to stay apart as a deuteranope or a protanope sees them, full finetuning black,
-#: head-only grey: any two of these seven differ by a CIEDE2000 delta E of at least 20 in
-#: normal vision and under simulated deuteranopia and protanopia (``colour_vision``; seaborn's
+#: The five components take colours of two published colour-blind-safe schemes, chosen to
+#: stay apart as a deuteranope or a protanope sees them, full finetuning black, head-only grey:
+#: any two of these seven differ by a CIEDE2000 delta E of at least 20 in normal vision and
+#: under simulated deuteranopia and protanopia (``colour_vision``; seaborn's
 #: "colorblind" orange and vermillion, FC1 and LN2 before, differ by 17, and by 9 to a
 #: deuteranope). The other groups of ``components.component_of`` (the final ``norm``, the
 #: ``embedding``), drawn beside them in a run's gradient norms, differ from every colour here
