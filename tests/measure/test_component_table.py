@@ -2,19 +2,24 @@
 (names, groups, configurations, gauge factors, bounds, colours, the schemas' enum) follow its
 five rows; and a sixth unit that is no single module, the attention branch x -> x + MHA(LN1(x)),
 is ONE row (``ATTN_BRANCH``): measured (hooked rates == a direct recomputation, both
-protocols), ranked, stored and schema-valid, while the table itself stays five rows."""
+protocols), ranked, stored, schema-valid and drawn in its colour, while the table itself stays
+five rows."""
 
 import math
 
+import matplotlib
+import matplotlib.colors
+import matplotlib.pyplot
 import pandas as pd
 import pytest
+import seaborn
 import torch
 from helpers import tiny_vit
 
 from vitplast import schema
 from vitplast.measure import bounds, components, gauge, plasticity, rates, relative
 from vitplast.measure.components import Component, Tap
-from vitplast.report import plot_style
+from vitplast.report import plot_style, plots
 
 #: The sixth unit: timm's Block computes x = x + drop_path(ls1(attn(norm1(x)))) and norm2
 #: reads that sum, so the branch's input is norm1's input and its output norm2's input. Under
@@ -133,8 +138,43 @@ def test_a_sixth_unit_is_one_row_measured_ranked_stored_and_valid(images, protoc
                   .to_dict("records"))
     assert not schema.problems("plasticity", stored, components=components.names(table))
 
+    # drawn, in its row's colour (seaborn's boxes a little desaturated), after the five; the
+    # default figures draw the five
+    branch = matplotlib.colors.to_rgb(ATTN_BRANCH.colour)
+    for figure, colour in ((plots.plasticity_box, seaborn.desaturate(branch, 0.75)),
+                           (plots.plasticity_by_layer, branch)):
+        fig = figure(summary.assign(protocol=protocol), components=table)
+        assert _drawn(fig) == [*FIVE, "ATTN_BRANCH"], figure.__name__
+        drawn = {c for ax in fig.axes for c in _colours(ax)}
+        assert any(math.dist(colour, c) < 1e-6 for c in drawn), figure.__name__
+        five = summary[summary["component"] != "ATTN_BRANCH"].assign(protocol=protocol)
+        assert _drawn(figure(five)) == list(FIVE)
+        matplotlib.pyplot.close("all")
+    fig = plots.rate_distributions(got.assign(protocol=protocol), components=table)
+    assert _drawn(fig) == [*FIVE, "ATTN_BRANCH"]
+    matplotlib.pyplot.close("all")
+
     # removed: the table, its views and the published schema are the five again
     assert components.names() == FIVE and tuple(components.COMPONENTS) == FIVE
+
+
+def _drawn(fig) -> list[str]:
+    """The components a figure draws: its legend's entries, else its x tick labels."""
+    legends = fig.legends or [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    if legends:
+        return [t.get_text() for legend in legends for t in legend.get_texts()]
+    return [t.get_text() for t in fig.axes[0].get_xticklabels()]
+
+
+def _colours(ax) -> set[tuple]:
+    """The RGB colours of an axis's lines and patches (boxes, violins, bands)."""
+    import matplotlib.colors as mcolors
+
+    out = {mcolors.to_rgb(line.get_color()) for line in ax.get_lines()}
+    out |= {tuple(p.get_facecolor()[:3]) for p in ax.patches}
+    for c in ax.collections:
+        out |= {tuple(rgba[:3]) for rgba in c.get_facecolor()}
+    return out
 
 
 def test_the_sixth_units_gauge_factor_and_its_missing_bound():

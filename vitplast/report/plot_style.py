@@ -42,6 +42,14 @@ PALETTE = {**{c.name: c.colour for c in sorted(TABLE, key=lambda c: CONFIG_ORDER
            "full": "#000000", "head": "#949494",  # black, grey
            "norm": "#332288",  # indigo
            "embedding": "#8C564B"}  # brown
+
+
+def component_palette(components=TABLE) -> dict[str, str]:
+    """``PALETTE`` with the colours of the rows of ``components`` (a ``components.extended``
+    table's new rows too)."""
+    return {**PALETTE, **{c.name: c.colour for c in components}}
+
+
 #: Colours for lines and bars that are not configurations (functions, modules, runs, budgets),
 #: in the order they are handed out: each differs from the others and from every ``PALETTE``
 #: colour by a delta E of at least 20 (normal vision), so that no such line passes for a

@@ -4,7 +4,8 @@ Nothing here computes results or holds numbers: callers pass the tables the kit 
 look is ``vitplast.report.plot_style``'s: every figure drawn inside its ``theme()`` (no global
 style set on import), axes named in words (``LABELS``), plain log ticks (``log_axis``), one
 colour per configuration in every notebook (``PALETTE``; a variant such as "MHA sparse" takes
-its component's, dashed: ``style``), figures saved with ``save``. The explorers of
+its component's, dashed: ``style``; a per-component figure draws the rows of ``components``,
+default ``components.TABLE``, in their colours), figures saved with ``save``. The explorers of
 ``vitplast.report.widgets`` redraw ``rate_histogram``, ``layernorm_rescale`` and ``run_curves``.
 """
 
@@ -14,9 +15,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import MaxNLocator, NullFormatter
 
-from vitplast.measure.components import COMPONENTS
+from vitplast.measure.components import TABLE
 from vitplast.report.plot_style import (
     OTHERS,
     PALETTE,
@@ -25,6 +26,7 @@ from vitplast.report.plot_style import (
     _label,
     _themed,
     colours,
+    component_palette,
     legend_beside,
     log_axis,
     robust_ylim,
@@ -33,7 +35,8 @@ from vitplast.report.plot_style import (
 
 
 @_themed
-def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None):
+def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None,
+                   components=TABLE):
     """Fig. 2 analogue: per component, a box over layers of per-layer plasticity.
 
     Args:
@@ -43,11 +46,12 @@ def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None
         hue: a column to colour by (e.g. task or checkpoint), or None.
     """
     fig, axes, cols = _grid(summary, col, sharey=False)
+    names, palette = [c.name for c in components], component_palette(components)
     for ax, value in zip(axes, cols):
         sub = summary if value is None else summary[summary[col] == value]
         colour = (dict(hue=hue, palette=colours(summary[hue])) if hue else
-                  dict(hue="component", palette=PALETTE, legend=False))
-        sns.boxplot(sub, x="component", y="plasticity", order=list(COMPONENTS), ax=ax, **colour)
+                  dict(hue="component", hue_order=names, palette=palette, legend=False))
+        sns.boxplot(sub, x="component", y="plasticity", order=names, ax=ax, **colour)
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
         ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
                ylabel="plasticity per layer (mean rate)")
@@ -56,17 +60,16 @@ def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None
 
 
 @_themed
-def plasticity_by_layer(summary, col: str | None = "protocol"):
+def plasticity_by_layer(summary, col: str | None = "protocol", components=TABLE):
     """Fig. 3 analogue: per-layer plasticity curves per component, with 95% CI bands."""
     fig, axes, cols = _grid(summary, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = summary if value is None else summary[summary[col] == value]
-        for comp in COMPONENTS:
-            part = sub[sub["component"] == comp].groupby("layer")[["plasticity", "ci95"]].mean()
-            line, = ax.plot(part.index, part["plasticity"], marker="o", label=comp,
-                            color=PALETTE[comp])
-            ax.fill_between(part.index, part["plasticity"] - part["ci95"],
-                            part["plasticity"] + part["ci95"], color=line.get_color(), alpha=0.2)
+        for c in components:
+            g = sub[sub["component"] == c.name].groupby("layer")[["plasticity", "ci95"]].mean()
+            line, = ax.plot(g.index, g["plasticity"], marker="o", label=c.name, color=c.colour)
+            ax.fill_between(g.index, g["plasticity"] - g["ci95"], g["plasticity"] + g["ci95"],
+                            color=line.get_color(), alpha=0.2)
         ax.set(xlabel=_label("layer"), ylabel=_label("plasticity"),
                title=f"{col} = {value}" if value is not None else "")
         log_axis(ax)
@@ -75,14 +78,15 @@ def plasticity_by_layer(summary, col: str | None = "protocol"):
 
 
 @_themed
-def rate_distributions(df, col: str | None = "protocol"):
+def rate_distributions(df, col: str | None = "protocol", components=TABLE):
     """Per-pair rate distributions per component (all layers pooled), log scale."""
     fig, axes, cols = _grid(df, col, sharey=False)
     for ax, value in zip(axes, cols):
         sub = df if value is None else df[df[col] == value]
-        sns.violinplot(sub, x="component", y="rate", order=list(COMPONENTS), ax=ax,
-                       log_scale=True, cut=0, hue="component", palette=PALETTE, legend=False,
-                       linewidth=0.6)
+        names = [c.name for c in components]
+        sns.violinplot(sub, x="component", y="rate", order=names, hue="component", ax=ax,
+                       hue_order=names, palette=component_palette(components), legend=False,
+                       log_scale=True, cut=0, linewidth=0.6)
         ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
                ylabel=_label("rate"))
         ax.yaxis.set_minor_formatter(NullFormatter())
@@ -200,16 +204,14 @@ def _forest_key(fig, alpha: float | None, with_diamond: bool) -> None:
 
 
 @_themed
-def intervals(df):
+def intervals(df, components=TABLE):
     """Per component, along depth on a log scale: the interval around the Lipschitz constant
     (shaded, from ``lipschitz_lower`` to ``lipschitz_upper``), the bounds it comes from, the
     paper's plug-in value, and plasticity (the mean rate, below the interval).
 
     Paper: Props. 1-4 next to the measured plasticity; ``df`` from ``intervals.intervals``.
     """
-    from matplotlib.ticker import MaxNLocator
-
-    comps = [c for c in COMPONENTS if c in set(df["component"])]
+    comps = [c.name for c in components if c.name in set(df["component"])]
     fig, axes = plt.subplots(1, len(comps), figsize=(2.8 * len(comps), 3.6), sharey=True,
                              squeeze=False)
     for ax, comp in zip(axes[0], comps):
