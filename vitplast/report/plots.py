@@ -49,8 +49,8 @@ def plasticity_box(summary, col: str | None = "protocol", hue: str | None = None
     names, palette = [c.name for c in components], component_palette(components)
     for ax, value in zip(axes, cols):
         sub = summary if value is None else summary[summary[col] == value]
-        colour = (dict(hue=hue, palette=colours(summary[hue])) if hue else
-                  dict(hue="component", hue_order=names, palette=palette, legend=False))
+        colour = (dict(hue=hue, palette=colours(summary[hue])) if hue else dict(
+            hue="component", hue_order=names, palette=palette, dodge=False, legend=False))
         sns.boxplot(sub, x="component", y="plasticity", order=names, ax=ax, **colour)
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
         ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
@@ -86,7 +86,7 @@ def rate_distributions(df, col: str | None = "protocol", components=TABLE):
         names = [c.name for c in components]
         sns.violinplot(sub, x="component", y="rate", order=names, hue="component", ax=ax,
                        hue_order=names, palette=component_palette(components), legend=False,
-                       log_scale=True, cut=0, linewidth=0.6)
+                       log_scale=True, cut=0, linewidth=0.6, dodge=False)
         ax.set(title=f"{col} = {value}" if value is not None else "", xlabel=_label("component"),
                ylabel=_label("rate"))
         ax.yaxis.set_minor_formatter(NullFormatter())
