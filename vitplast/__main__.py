@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_sweep(sub) -> None:
     """The ``sweep`` command's arguments (every choice listed, so a bad one fails here), from
-    the study registry and the runtime's choices (neither imports torch)."""
+    the study registry and the runtime's flags (``runtime.FLAGS``; neither imports torch)."""
     from vitplast.experiments import studies
     from vitplast.experiments.runtime import CLUSTERS, EXECUTORS, add_arguments, at_least
 

@@ -14,10 +14,11 @@ the index passes the published ``cache-index`` schema (``vitplast/schemas/``) an
 that are there, of one length, or the file is not used: ``table_problems`` says why, a warning
 names it, and it is computed again. ``audit`` lists every such file of a cache folder.
 
-Every table made here carries the fingerprint of the code that measured it (``made_by``,
-``measure.fingerprint``; ``measured_by`` in the file), compared on load rather than hashed into
-its name: a table made by other code is recomputed with one line on stderr saying why
-(``stale``), and shipped tables keep their names when ``fingerprint.restamp`` re-stamps them.
+Every table made here carries the fingerprint of the code that measured it
+(``MEASURING_CODE``, ``measure.fingerprint``; ``measured_by`` in the file), compared on load
+rather than hashed into its name: a table made by other code is recomputed with one line on
+stderr saying why (``stale``), and shipped tables keep their names when
+``fingerprint.restamp`` re-stamps them.
 """
 
 from __future__ import annotations
@@ -32,23 +33,20 @@ from pathlib import Path
 from vitplast import frames, schema
 from vitplast.files import atomic_path, read_checked, read_json, set_aside, write_json
 
-#: ``measure.fingerprint.measuring``, registered by ``vitplast.measure`` (the layer above, which
-#: this one does not import); unset, tables carry none and every stamped one reads as stale.
-MEASURING = None
-
-
-def made_by() -> str | None:
-    """The fingerprint of the measuring code that a table made now carries (``MEASURING``)."""
-    return MEASURING() if MEASURING is not None else None
+#: The fingerprint of the measuring code (``measure.fingerprint.measuring()``, the layer above,
+#: which this one does not import; a test holds the two equal): what every table made here
+#: carries, and what a table must carry to be served.
+MEASURING_CODE = "m1-43d6f8301868"
 
 
 def stale(what, made: str | None, then: str = "recomputing") -> str | None:
     """The line saying why the table ``what``, made by the measuring code ``made`` (``None``:
-    before fingerprints), is not served, and what ``then``; ``None`` if ``made_by()`` made it."""
-    now = made_by()
-    if made == now:
+    before fingerprints), is not served, and what ``then``; ``None`` if this code
+    (``MEASURING_CODE``) made it."""
+    if made == MEASURING_CODE:
         return None
-    return f"{what}: made by measuring code {made or '(none recorded)'}, this is {now}: {then}"
+    return (f"{what}: made by measuring code {made or '(none recorded)'}, this is "
+            f"{MEASURING_CODE}: {then}")
 
 
 def config_hash(config: dict) -> str:
@@ -87,7 +85,7 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     if not isinstance(result, pd.DataFrame):
         raise TypeError(f"load_or_compute caches tables (DataFrames), got {type(result)}")
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        frames.write_frame(result, f, measured_by=json.dumps(made_by()))
+        frames.write_frame(result, f, measured_by=json.dumps(MEASURING_CODE))
     write_json(path.with_suffix(".json"), params)
     return result
 
@@ -237,7 +235,7 @@ def companion(root: str | Path, name: str, compute=None) -> dict | None:
 
 def write_companion(root: str | Path, name: str, content: dict) -> Path:
     """Store ``content`` as the companion file ``root/name``, atomically (a measurement
-    stamped ``measured_by``: ``made_by``); return its path.
+    stamped ``measured_by``: ``MEASURING_CODE``); return its path.
 
     Raises:
         ValueError: ``name`` is not a companion kind's (naming the kinds), or ``content``
@@ -246,8 +244,8 @@ def write_companion(root: str | Path, name: str, content: dict) -> Path:
     """
     kind = companion_kind(name)
     stored = json.loads(json.dumps(content, default=str))
-    if kind in MEASURED and made_by() is not None:
-        stored["measured_by"] = made_by()
+    if kind in MEASURED:
+        stored["measured_by"] = MEASURING_CODE
     schema.check(kind, stored, f"{name}: not a complete {kind} file; not written")
     return write_json(Path(root) / name, stored)
 
@@ -330,7 +328,7 @@ def _kept_arrays(path: Path, asked: dict, compute):
     kept = json.dumps(dict(asked, provenance=made), default=str)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         frames.write_frame(df, f, compressed=True, kept=kept,
-                           measured_by=json.dumps(made_by()))
+                           measured_by=json.dumps(MEASURING_CODE))
     return df
 
 

@@ -1,5 +1,6 @@
-"""The ``vitplast notebooks`` command: list, copy, run the notebook sequence, and render a run
-as a reading copy (``vitplast.course.notebooks``, ``vitplast.course.reading_copy``).
+"""The ``vitplast notebooks`` command: list, copy, run the notebook sequence, render a run as a
+reading copy and compare what two runs printed (``vitplast.course.notebooks``,
+``vitplast.course.reading_copy``, ``vitplast.course.run_diff``).
 
 Building its parser imports nothing heavy (``--help`` answers at once); each action imports
 what it needs.

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from vitplast.__main__ import main
 from vitplast.course import run_diff
 
@@ -38,3 +40,21 @@ def test_a_moved_number_or_a_missing_notebook_is_named(tmp_path, capsys):
                      "01.ipynb, cell 1: -rate 1.5 | +rate 1.6"]
     assert main(["notebooks", "diff", str(a), str(b)]) == 1
     assert "01.ipynb, cell 1" in capsys.readouterr().out
+
+
+def test_the_first_line_each_side_is_named_and_a_missing_run_is_refused(tmp_path):
+    """Two lines in a row that differ: the first of each side is named (not two of one side);
+    papermill's injected parameters cell, there only where parameters were given, pairs no
+    cell; a run folder that is not there is an error, not a list of "only in" lines."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    block = [{"output_type": "stream", "name": "stdout", "text": t} for t in ("a\nx1\nx2\nb",)]
+    _write(a, "01.ipynb", block)
+    _write(b, "01.ipynb", [dict(block[0], text="a\ny1\ny2\nb")])
+    assert run_diff.diff(a, b) == ["01.ipynb, cell 1: -x1 | +y1"]
+    nb = json.loads((b / "01.ipynb").read_text())
+    nb["cells"].insert(1, {"cell_type": "code", "source": "p = 1", "outputs": [],
+                           "metadata": {"tags": ["injected-parameters"]}})
+    (b / "01.ipynb").write_text(json.dumps(nb))
+    assert run_diff.diff(a, b) == ["01.ipynb, cell 2: -x1 | +y1"]
+    with pytest.raises(FileNotFoundError, match="is not a folder"):
+        run_diff.diff(a, tmp_path / "typo")

@@ -20,7 +20,7 @@ DATA = Path(__file__).resolve().parents[2] / "data"
 #: ``fingerprint.estimator_hash()`` of the code that made the shipped tables. Update it with
 #: ``MEASURE_VERSION`` (and the shipped tables) when the estimator's numbers change; alone when
 #: an edit changes no number (a rename, a refactor checked against the shipped tables).
-ESTIMATOR_HASH = "a1879027b71a0c5c"
+ESTIMATOR_HASH = "35e7a6ebbfe396ef"
 
 
 def test_the_estimator_is_the_one_measure_version_names():
@@ -87,11 +87,11 @@ def test_a_table_made_by_other_measuring_code_is_recomputed_with_one_line(
         return cached.kept_table("t", {"a": 1}, compute, root=tmp_path,
                                  arrays=where == "kept arrays")
 
-    old = fingerprint.measuring()
+    old = cached.MEASURING_CODE
     get(), get()
     assert calls == [1] and capsys.readouterr().err == ""
-    monkeypatch.setattr(fingerprint, "MEASURE_VERSION", fingerprint.MEASURE_VERSION + 1)
-    new = fingerprint.measuring()
+    monkeypatch.setattr(cached, "MEASURING_CODE", "m2-other")  # as after a bump
+    new = cached.MEASURING_CODE
     pd.testing.assert_frame_equal(get(), _table())
     lines = capsys.readouterr().err.splitlines()
     path = tmp_path / (f"t-{cached.config_hash({'a': 1})}.npz" if where == "cache" else
@@ -182,9 +182,9 @@ def test_a_measured_companion_made_by_other_code_is_measured_again_or_not_used(
 
     store, name = Store(tmp_path), "plasticity-0123.json"
     old = store.companion(name, compute=compute)["measured_by"]
-    assert old == fingerprint.measuring() == read_json(tmp_path / name)["measured_by"]
-    monkeypatch.setattr(fingerprint, "MEASURE_VERSION", fingerprint.MEASURE_VERSION + 1)
-    new = fingerprint.measuring()
+    assert old == cached.MEASURING_CODE == read_json(tmp_path / name)["measured_by"]
+    monkeypatch.setattr(cached, "MEASURING_CODE", "m2-other")  # as after a bump
+    new = cached.MEASURING_CODE
     assert store.companion(name) is None and calls == [1]
     assert capsys.readouterr().err.splitlines() == [
         f"{tmp_path / name}: made by measuring code {old}, this is {new}: not used"]
@@ -208,14 +208,24 @@ def test_run_hashes_do_not_carry_the_fingerprint(monkeypatch):
     assert runs.run_hash(run) == before and record.stem == before
 
 
-def test_the_measure_layer_registers_the_fingerprint_with_the_cache_below_it():
-    """``cached`` (base layer) does not import the measuring code; ``vitplast.measure``
-    registers its fingerprint there when imported, as every caller of a table does."""
+def test_the_cache_stamps_the_fingerprint_of_this_measuring_code():
+    """``cached`` (base layer) does not import the measuring code: it holds the fingerprint as
+    a constant, which must be this code's (else every table made here is stamped wrong)."""
+    assert cached.MEASURING_CODE == fingerprint.measuring(), (
+        f"the measuring code's fingerprint is {fingerprint.measuring()}: set "
+        "vitplast.cached.MEASURING_CODE to it, and remake or re-stamp the shipped tables")
+
+
+def test_a_process_that_never_imports_the_measuring_code_serves_the_shipped_tables():
+    """Reading a shipped measurement needs no import of ``vitplast.measure`` first: a fresh
+    process that only opens a store reads its plasticity file, and says nothing."""
     import subprocess
     import sys
 
-    code = ("import vitplast.cached as c; assert c.MEASURING is None and c.made_by() is None; "
-            "import vitplast.experiments.store, vitplast.measure.fingerprint as f; "
-            "assert c.MEASURING is f.measuring and c.made_by() == f.measuring()")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
-    assert cached.MEASURING is fingerprint.measuring
+    name = next(p.name for p in sorted((DATA / "finetune").glob("plasticity-*.json")))
+    code = ("import sys; from vitplast.experiments.store import Store; "
+            f"assert Store('data/finetune').companion({name!r}) is not None; "
+            "assert 'vitplast.measure' not in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], cwd=DATA.parent, capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and done.stderr == "", done.stderr

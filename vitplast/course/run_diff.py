@@ -27,14 +27,16 @@ def _text(value) -> str:
 
 
 def cell_texts(notebook: str | Path) -> list[tuple[int, str]]:
-    """``(cell index, text)`` for each code cell of an executed notebook: its stdout and its
-    results' text, in output order, its run folder (the notebook's) written ``<run>``."""
+    """``(cell index, text)`` for each code cell of an executed notebook (papermill's injected
+    parameters cell left out): its stdout and its results' text, in output order, its run
+    folder (the notebook's) written ``<run>``."""
     notebook = Path(notebook)
     cells = json.loads(notebook.read_text())["cells"]
     folders = sorted({str(notebook.parent), str(notebook.parent.resolve())}, key=len, reverse=True)
     out = []
     for i, cell in enumerate(cells):
-        if cell["cell_type"] != "code":
+        if cell["cell_type"] != "code" or "injected-parameters" in cell.get("metadata", {}).get(
+                "tags", []):  # papermill's cell of the parameters given: only where some were
             continue
         parts = []
         for o in cell.get("outputs", []):
@@ -58,6 +60,10 @@ def diff(run_a: str | Path, run_b: str | Path) -> list[str]:
     in order, so an edited markdown cell moves nothing). Empty when the runs printed the
     same."""
     a, b = Path(run_a), Path(run_b)
+    for run in (a, b):
+        if not run.is_dir():
+            raise FileNotFoundError(f"{run} is not a folder: give two folders that `vitplast "
+                                    "notebooks run` wrote")
     names_a = {p.name for p in a.glob("*.ipynb")}
     names_b = {p.name for p in b.glob("*.ipynb")}
     if not names_a and not names_b:
@@ -74,7 +80,8 @@ def diff(run_a: str | Path, run_b: str | Path) -> list[str]:
                 lines = [d for d in difflib.unified_diff(ta.splitlines(), tb.splitlines(),
                                                          lineterm="", n=0)
                          if d[:1] in "+-" and d[:3] not in ("---", "+++")]
-                found.append(f"{name}, cell {i}: " + " | ".join(lines[:2])[:400])
+                first = [next((d for d in lines if d[0] == side), None) for side in "-+"]
+                found.append(f"{name}, cell {i}: " + " | ".join(filter(None, first))[:400])
     return found
 
 

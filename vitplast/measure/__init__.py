@@ -9,12 +9,4 @@ stream's scale and the rankings it sets) · ``gauge`` (the function-preserving r
 ``relative`` (plasticity in units of a component's own input and output scale) · ``tokens``
 (the token scale r, one definition for every notebook) · ``fingerprint`` (which measuring code
 made a stored table: the estimator's version and the component table's hash).
-
-Importing it registers the fingerprint of the measuring code with ``vitplast.cached``
-(``cached.MEASURING``), which sits below this layer: every table cached from then on carries it.
 """
-
-from vitplast import cached as _cached
-from vitplast.measure import fingerprint as _fingerprint
-
-_cached.MEASURING = _fingerprint.measuring

@@ -170,7 +170,7 @@ def rate_factors(table=TABLE) -> dict[str, dict]:
     return {p: {c.name: c.factor(p) for c in table} for p in _PROTOCOLS}
 
 
-#: Paper name -> module path inside a block, in block order (the components that are a module).
+#: Paper name -> module path inside a block, in block order (each row of ``TABLE`` is a module).
 COMPONENTS = {c.name: c.module for c in TABLE}
 #: The two groups the paper's gap is between (Table 1, Takeaway 3): attention and the MLP
 #: linears (~28M parameters each on ViT-B), and the LayerNorms (18K each).

@@ -36,9 +36,12 @@ MEASURE_VERSION = 1
 
 #: The estimator: the functions a measured rate or plasticity passes through (module ->
 #: names), whose code ``estimator_hash`` fingerprints. Definition 1's rate, the hooked pass,
-#: the per-pair table and its summaries.
+#: the per-pair table and its summaries. The other measurements (bounds, stream statistics,
+#: relative plasticity, LayerNorm scales) are not hashed: a change to their numbers bumps
+#: ``MEASURE_VERSION`` by hand.
 ESTIMATOR = {"vitplast.measure.rates": ["rate", "_pair_distance", "_pair_rate", "_Rates",
-                                        "embed", "_embedding_input", "_apply", "batch_rates"],
+                                        "embed", "_pad_to", "_embedding_input", "_Taps",
+                                        "hooks", "_apply", "_OneBlock", "batch_rates"],
              "vitplast.measure.plasticity": ["measurement", "_rates_table", "summarize",
                                              "ranking"],
              "vitplast.measure.pairs": ["make_pairs"]}
@@ -46,8 +49,8 @@ ESTIMATOR = {"vitplast.measure.rates": ["rate", "_pair_distance", "_pair_rate", 
 
 def measuring() -> str:
     """The fingerprint of the measuring code: ``m<MEASURE_VERSION>-<components'>``, e.g.
-    ``m1-3fa2c9d01b2e``; what ``cached`` stores in each table it makes (``cached.MEASURING``,
-    registered by ``vitplast.measure``)."""
+    ``m1-3fa2c9d01b2e``; what ``cached`` stores in each table it makes: its
+    ``MEASURING_CODE``, which a test holds equal to this (``cached`` sits below this layer)."""
     from vitplast.measure import components
 
     return f"m{MEASURE_VERSION}-{components.fingerprint()}"
@@ -74,7 +77,8 @@ def estimator_hash() -> str:
 
 
 def restamp(folder) -> list:
-    """Write this code's fingerprint (``measuring()``) into every table of ``folder``: each
+    """Write this code's fingerprint (``cached.MEASURING_CODE``, which is ``measuring()``)
+    into every table of ``folder``: each
     measured companion (``cached.MEASURED``: kept ``table-*.json``, ``plasticity-*.json``...;
     its ``measured_by`` field) and every ``.npz`` whose index passes (its ``measured_by``
     entry), values untouched; return the paths changed. Only for tables this code computes the
@@ -87,7 +91,7 @@ def restamp(folder) -> list:
     from vitplast import cached, frames
     from vitplast.files import atomic_path, read_json
 
-    now, changed = measuring(), []
+    now, changed = cached.MEASURING_CODE, []
     for path in sorted(Path(folder).glob("*.npz")):
         if cached.table_problems(path) or frames.entries(path).get("measured_by") == now:
             continue

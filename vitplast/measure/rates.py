@@ -140,7 +140,7 @@ def _pad_to(x: torch.Tensor, width: int) -> torch.Tensor:
 
 def _embedding_input(module: nn.Module, e: torch.Tensor) -> torch.Tensor:
     """The embedding as ``module`` takes it: zero-padded to a linear's wider input (FC2)."""
-    wide = isinstance(module, nn.Linear) and module.in_features != e.shape[-1]
+    wide = isinstance(module, nn.Linear) and module.in_features > e.shape[-1]
     return _pad_to(e, module.in_features) if wide else e
 
 
