@@ -147,3 +147,20 @@ def test_task_options_are_the_options_a_run_builds_its_task_with():
     run = runs.make_run("fmnist_contrast", lr=0.1, train_size=160, test_size=64)
     task = runs.task_of(run)
     assert (len(task.train), len(task.val), len(task.test)) == (128, 32, 64)
+
+
+def test_a_model_spec_s_weights_and_architecture_are_run_keys():
+    """A ``weights.ModelSpec`` given as the model sets its run's ``weights_file`` and
+    ``model_kwargs``: its runs are not the stock model's (another hash); the embedded spec's
+    are the plain name's (the same hash, no extra keys)."""
+    from vitplast import models, weights
+
+    plain = runs.make_run("digits", lr=0.1)
+    assert runs.make_run("digits", lr=0.1, model=weights.ModelSpec(models.EMBEDDED_NAME)) == plain
+    own = weights.ModelSpec("vit_tiny_patch16_224", "tiny.safetensors",
+                            {"img_size": 32, "patch_size": 4})
+    run = runs.make_run("digits", lr=0.1, model=own)
+    assert run["model_kwargs"] == {"img_size": 32, "patch_size": 4}
+    assert run["weights_file"] == "tiny.safetensors" and run["model"] == "vit_tiny_patch16_224"
+    stock = runs.make_run("digits", lr=0.1, model="vit_tiny_patch16_224")
+    assert runs.run_hash(run) != runs.run_hash(stock)

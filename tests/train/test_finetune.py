@@ -117,3 +117,17 @@ def test_lr_scales_make_a_parameter_group_move_slower():
     torch.testing.assert_close(b.blocks[0].norm1.weight - start,
                                0.25 * (a.blocks[0].norm1.weight - start))
     torch.testing.assert_close(a.head.weight, b.head.weight)
+
+
+def test_one_model_trains_one_lr(monkeypatch):
+    """``finetune.run`` refuses a trainee given as many LRs as it has not runs (a ``Single``
+    with two LRs would train the first and return an empty second)."""
+    from vitplast.train import trainees
+
+    seen = {}
+    real = finetune.run
+    monkeypatch.setattr(finetune, "run", lambda *a, **k: seen.update(a=a, k=k) or real(*a, **k))
+    finetune.train(tiny_vit(), toy_task(), lr=0.1, steps=1, batch_size=16, progress=False)
+    model, _, splits, args, _ = seen["a"]
+    with pytest.raises(ValueError, match="Single trains 1 run"):
+        real(model, trainees.Single, splits, args, [0.1, 0.3], desc="")

@@ -84,7 +84,7 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
         config: a configuration of ``components.CONFIGS`` or a list of parameter patterns.
         lr, seed: peak learning rate; training seed (data order, the new head's init).
         model, checkpoint, pretrained: what ``models.load_model`` loads (default: the embedded
-            model).
+            model); a ``weights.ModelSpec`` also sets ``weights_file`` and ``model_kwargs``.
         severity, train_size, test_size, data_seed: task options (``tasks.load``); one
             ``data_seed`` fixes the splits for every training seed.
         **settings: any other key of ``RUN_KEYS`` (``finetune.train`` keywords such as steps,
@@ -103,6 +103,7 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
     from vitplast.datasets import paper_datasets
     from vitplast.measure import components
     from vitplast.train import finetune
+    from vitplast.weights import ModelSpec
 
     if recipe not in finetune.RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; valid: {list(finetune.RECIPES)}")
@@ -115,6 +116,9 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
            **TRAIN_DEFAULTS, **finetune.RECIPES[recipe]}
     if recipe == "paper" and task in paper_datasets.PAPER_STEPS:
         out["steps"] = paper_datasets.PAPER_STEPS[task]
+    if isinstance(model, ModelSpec):  # its weights and architecture, which its name drops
+        out.update({k: v for k, v in (("weights_file", str(model.weights_file or "")),
+                                      ("model_kwargs", model.model_args)) if v})
     out.update(config=config, lr=lr, seed=seed, **settings)
     if out["clip_grad_norm"] is None:  # no clipping, spelled as the stores spell it (0.0)
         out["clip_grad_norm"] = 0.0

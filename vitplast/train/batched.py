@@ -3,10 +3,11 @@ rate, trained together as one computation, with the results of separate runs.
 
 Paper: section 2 (the LR grid of every configuration); no counterpart in the paper's code.
 
-``train_lrs`` is ``finetune.train``'s loop (``finetune.run``: the same steps, host syncs,
-gradient masks, norms and clip, divergence checks, best-validation weights and test, each run
-its own) over a trainee of K runs (``trainees.Stacked``): the trainable parameters stacked once
-per LR (a leading dimension of size K), the frozen ones shared; ``torch.func.vmap`` over
+``train_lrs`` is ``finetune.train``'s loop (``finetune.run``: the same steps, host syncs
+(and a copy of the K learning rates to the device per step), gradient masks, norms and clip,
+divergence checks, best-validation weights and test, each run its own) over a trainee of K
+runs (``trainees.Stacked``): the trainable parameters stacked once per LR (a leading
+dimension of size K), the frozen ones shared; ``torch.func.vmap`` over
 ``functional_call`` runs the K models on the same batches (the same seed draws the same data
 order and the same new head), so everything before the first trainable parameter is computed
 once. ``tests/train/test_batched.py`` checks whole loss histories against separate runs. On

@@ -10,8 +10,9 @@ the optimizer sees only trainable ones. The best-validation weights are kept and
 A run is ``diverged`` when its loss is not finite or exceeds ``DIVERGENCE_FACTOR`` times its
 first step's loss (with a new head that is ~ln(#classes), so ~230 on 10 classes: far above the
 transient spikes of a high but working LR, which recover). Every step is checked; the check
-is read at the next logging or evaluation step (no host sync per step), the history ends with
-the first diverged step, and the run stops there and is not tested.
+is read at the next logging or evaluation step (no host sync per step, but a batched run's
+copy of its K learning rates to the device), the history ends with the first diverged step,
+and the run stops there and is not tested.
 
 Logged (``TrainResult.history``, one row per logged step): ``step``, ``loss``, ``lr``,
 ``grad_norm`` (global, before clipping), ``grad_norm/<group>`` and
@@ -238,7 +239,11 @@ def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], 
     count = set_trainable(model, names)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     masks = _check_masks(args["grad_masks"] or {}, dict(named))
-    step = _Step(trainee(model, named, args, lrs, device), [n for n, _ in named],
+    trainee = trainee(model, named, args, lrs, device)
+    if trainee.k != len(lrs):
+        raise ValueError(f"{type(trainee).__name__} trains {trainee.k} run(s), given {len(lrs)} "
+                         "LRs: one LR a run (trainees.Stacked trains several)")
+    step = _Step(trainee, [n for n, _ in named],
                  [(i, masks[n]) for i, (n, _) in enumerate(named) if n in masks],
                  {n: int(masks[n].sum()) if n in masks else p.numel() for n, p in named},
                  args["clip_grad_norm"] or math.inf)
