@@ -294,7 +294,7 @@ def kept_problems(saved: dict, asked: dict) -> list[str]:
     """Why a ``kept_table`` companion (schema-valid) is not the table ``asked`` for
     (``table`` and ``params`` as JSON): other parameters, or rows that do not fit its
     columns or their dtypes; empty when it is."""
-    if moved := _stale(saved, asked):
+    if moved := _other_params(saved, asked):
         return moved
     width = len(saved["columns"])
     if any(len(row) != width for row in saved["rows"]):
@@ -306,7 +306,8 @@ def kept_problems(saved: dict, asked: dict) -> list[str]:
     return []
 
 
-def _stale(saved: dict, asked: dict) -> list[str]:
+def _other_params(saved: dict, asked: dict) -> list[str]:
+    """Why a kept table is not the one asked for: another table name or other parameters."""
     moved = [k for k in ("table", "params") if saved.get(k) != asked[k]]
     return [f"{' and '.join(moved)} differ from the ones asked for (stale)"] if moved else []
 
@@ -318,7 +319,7 @@ def _kept_arrays(path: Path, asked: dict, compute):
         problems = table_problems(path)
         if not problems:
             saved = frames.entries(path)
-            problems = _stale(saved.get("kept", {}), asked)
+            problems = _other_params(saved.get("kept", {}), asked)
         if not problems and not _outdated(path, saved.get("measured_by")):
             return frames.read_frame(path)
         if problems:

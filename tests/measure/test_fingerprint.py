@@ -223,9 +223,12 @@ def test_a_process_that_never_imports_the_measuring_code_serves_the_shipped_tabl
     import sys
 
     name = next(p.name for p in sorted((DATA / "finetune").glob("plasticity-*.json")))
-    code = ("import sys; from vitplast.experiments.store import Store; "
-            f"assert Store('data/finetune').companion({name!r}) is not None; "
-            "assert 'vitplast.measure' not in sys.modules")
-    done = subprocess.run([sys.executable, "-c", code], cwd=DATA.parent, capture_output=True,
-                          text=True)
+    done = subprocess.run([sys.executable, "-c", _READ_ONLY, name], cwd=DATA.parent,
+                          capture_output=True, text=True)
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+#: A process that opens a store and reads a measured companion (its name: argv[1]), no more.
+_READ_ONLY = ("import sys; from vitplast.experiments.store import Store; "
+              "assert Store('data/finetune').companion(sys.argv[1]) is not None; "
+              "assert 'vitplast.measure' not in sys.modules")

@@ -87,14 +87,21 @@ def test_runs_without_validation_test_their_last_weights_as_separate_runs_do():
     assert all(r.best_step == -1 and not math.isnan(r.test_acc) for r in batch)
 
 
-def test_one_loop_trains_both():
+def test_one_loop_trains_both(monkeypatch):
     """The batched path is the loop of ``finetune.train`` over another trainee: one step,
-    one host sync, one gradient-norm code path (``finetune.run``), not a copy of it."""
-    import inspect
+    one host sync, one gradient-norm code path (``finetune.run``), not a copy of it: both
+    train through ``finetune.run``'s one step (``_Step``), a batched run with a Stacked
+    trainee of K runs."""
+    from vitplast.train import trainees
 
-    source = inspect.getsource(batched)
-    assert "finetune.run(" in source
-    assert not any(word in source for word in ("def _loop", "def _sync", "grad_norm"))
+    seen = []
+    real = finetune._Step.__call__
+    monkeypatch.setattr(finetune._Step, "__call__",
+                        lambda self, *a: seen.append(type(self.trainee)) or real(self, *a))
+    batched.train_lrs(tiny_vit(), toy_task(64), None, toy_task(32, seed=2), lrs=[0.01, 0.1],
+                      **{**SETTINGS, "steps": 2})
+    _separate([0.01], val=False, steps=2)
+    assert seen == [trainees.Stacked] * 2 + [trainees.Single] * 2
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -69,7 +69,8 @@ def model_statistics(model: nn.Module, images: torch.Tensor,
             ln = submodule(block, c.module)
             row[f"sigma_{c.name.lower()}"] = token_sigma(hid[(layer, c.name)],
                                                          ln.eps).mean().item()
-        row["ln1_bound"] = block.norm1.weight.abs().max().item() / row["sigma_ln1"]
+        ln1 = submodule(block, next(c.module for c in norms if c.name == "LN1"))
+        row["ln1_bound"] = ln1.weight.abs().max().item() / row["sigma_ln1"]
         for p, inp in inputs.items():
             u = inp[(layer, mha.name)]
             entropy = attention_entropy(submodule(block, mha.module), u).mean() / math.log(
