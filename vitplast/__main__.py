@@ -1,6 +1,6 @@
-"""Command line: ``vitplast {pretrain,sweep,notebooks,data,cache} ...`` (or ``python -m
+"""Command line: ``vitplast {pretrain,sweep,notebooks,data,cache,weights} ...`` (or ``python -m
 vitplast``); ``notebooks`` is ``vitplast.cli_notebooks``'s, ``data`` and ``cache``
-``vitplast.cli_files``'s."""
+``vitplast.cli_files``'s, ``weights`` ``vitplast.fetched.cli``'s."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from vitplast import cli_files, cli_notebooks
+from vitplast.fetched import cli as cli_weights
 
 #: ``sweep --executor submitit`` options -> submitit ``update_parameters`` keys.
 SUBMITIT_OPTIONS = {"timeout_min": "timeout_min", "gpus_per_node": "gpus_per_node",
@@ -52,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
 
     cli_notebooks.add_parser(sub)
     cli_files.add_parsers(sub)
+    cli_weights.add_parser(sub)
     return parser
 
 
@@ -102,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     command = {"pretrain": _pretrain, "sweep": _sweep, "notebooks": cli_notebooks.command,
-               "data": cli_files.command, "cache": cli_files.command}[args.command]
+               "data": cli_files.command, "cache": cli_files.command,
+               "weights": cli_weights.command}[args.command]
     return command(args, parser, argv) or 0
 
 

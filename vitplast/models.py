@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from vitplast import weights
+from vitplast import fetched, weights
 from vitplast.hub import cache_only, hub_reachable, maybe_cached
 
 if TYPE_CHECKING:  # timm is imported where a model is built: a sweep submits its cluster
@@ -281,7 +281,7 @@ def check_name(name: str) -> None:
             without one (timm's message).
         FileNotFoundError: a ``local-dir:`` folder without ``config.json``.
     """
-    if name != EMBEDDED_NAME:
+    if name != EMBEDDED_NAME and name not in fetched.FETCHED:
         weights.check_timm_name(name, EMBEDDED_NAME)
 
 
@@ -335,6 +335,8 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
     own, name = weights.own(name), str(name)
     weights_file = weights_file or (own["weights_file"] if pretrained else None)
     timm_kwargs = {**own["model_args"], **timm_kwargs}
+    if name in fetched.FETCHED and pretrained and weights_file is None:  # `vitplast weights get`
+        return fetched.load(name, num_classes=num_classes, device=device, **timm_kwargs)
     check_name(name)
     if name == EMBEDDED_NAME:
         if timm_kwargs or weights_file is not None:
@@ -388,6 +390,8 @@ def weights_id(model_name: str, checkpoints=("final",)) -> str:
     own model never reads the tables of another; a weights file changed in place under its
     name is not noticed).
     """
+    if model_name in fetched.FETCHED:
+        return fetched.manifest(model_name)["sha256"]
     if model_name != EMBEDDED_NAME:
         own, model_name = weights.own(model_name), str(model_name)
         if not own["weights_file"] and not own["model_args"]:

@@ -149,6 +149,26 @@ def _paper(name: str, root: Path, *, model=None, severity: int = 5, seed: int = 
                 img_size=config["img_size"])
 
 
+def fitted(task: Task, model) -> Task:
+    """``task`` in the format ``model`` takes: an embedded task (1 x 28 x 28) for a model built
+    for other images (a timm ViT, a fetched real model) has its images resized, grayscale
+    repeated to the model's channels and normalised as the model expects
+    (``vitplast.inputs.Fitted``); any other task, or a model it fits, is returned as it is."""
+    from dataclasses import replace
+
+    from torch import nn
+
+    from vitplast import inputs
+
+    if TASKS.get(task.name) != "embedded" or not isinstance(model, nn.Module) or inputs.fits(
+            model, (task.in_chans, task.img_size, task.img_size)):
+        return task
+    mean, std = data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD
+    c, h, _ = inputs.native_input(model)
+    fit = [inputs.Fitted(split, model, mean, std) for split in (task.train, task.val, task.test)]
+    return replace(task, train=fit[0], val=fit[1], test=fit[2], in_chans=c, img_size=h)
+
+
 def _split(name, trainval, test, num_classes, seed) -> Task:
     """The paper's protocol: 80/20 train/test where a source has no test set, then the
     train set 80/20 train/val, both with ``seed``."""

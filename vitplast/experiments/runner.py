@@ -125,6 +125,7 @@ def build(run: dict, device: torch.device, preparations: Mapping = ablations.PRE
                               weights_file=run.get("weights_file"), device=device,
                               **run.get("model_kwargs") or {})
     models.new_head(model, task.num_classes, seed=run["seed"])
+    task = tasks.fitted(task, model)  # an embedded task for another model: resized to its input
     kwargs = {k: run[k] for k in TRAIN_KEYS if run.get(k) is not None}
     if "clip_grad_norm" in run:  # None is meaningful: no clipping (not the default 1.0)
         kwargs["clip_grad_norm"] = run["clip_grad_norm"]

@@ -18,6 +18,8 @@ store's ``README.md``.
   the main study, whose results its runs are made from.
 - ``confounds``: notebook 05's confound study.
 - ``suite``, ``gauge``, ``length``: the searched-LR studies of notebook 07.
+- ``real``, ``real-paper``: the real pretrained ViT (DINOv2 ViT-S/14, fetched) at 56 px on
+  a CPU, and at 224 px on a GPU (notebook 02c).
 - ``paper``: the paper's own grid (ViT-B/16 in21k, its 11 datasets).
 
 A spec declares its primary questions (``primaries``: at most three ``primaries.Primary``, each
@@ -74,6 +76,10 @@ def _studies() -> dict[str, Study]:
         SearchedStudy("length", "the suite study's recipe-length check: P1 and P2's "
                       "configurations at 2x and 4x the steps on 4 tasks, LRs searched",
                       "suite_length", "LENGTH"),
+        SearchedStudy("real", "DINOv2 ViT-S/14 (fetched: vitplast weights get dinov2-small) at "
+                      "56 px on 4 tasks, 7 configurations, LRs searched", "real_vit", "REAL"),
+        SearchedStudy("real-paper", "the real-model study at 224 px, 8 tasks, 3 seeds (GPU)",
+                      "results/real_paper", "REAL_PAPER", place="."),
         PaperStudy("paper", "ViT-B/16 in21k on the 11 paper datasets under --data-root, the "
                    "paper's grid", "results/paper", "PAPER", place="."))
 

@@ -236,3 +236,48 @@ GAUGE = Search(
 PAPER = PaperGrid(model=paper_datasets.PAPER_MODEL, tasks=tuple(paper_datasets.PAPER_DATASETS),
                   configs=tuple(components.PAPER_CONFIGS), lrs=tuple(paper.LRS),
                   lrs_domainnet=tuple(paper.LRS_DOMAINNET), seeds=tuple(paper.SEEDS))
+
+#: The real model: DINOv2 ViT-S/14 weights fetched by ``vitplast weights get dinov2-small``
+#: (``vitplast.fetched``). Its study is sized to a 2-core CPU by ``benchmarks/real_vit_sizing.py``:
+#: 56 px inputs (4 x 4 patches + CLS: the position embedding resampled from 224 px, said in
+#: every record's ``model_kwargs``), 60 SGD steps of 32 images (2 epochs), 1,200 images per
+#: Fashion-MNIST task (960 to train, 240 to validate), 600 to test (digits keep their splits).
+REAL_MODEL = "dinov2-small"
+REAL_RUN = dict(model=REAL_MODEL, model_kwargs={"img_size": 56}, steps=60, warmup_steps=6,
+                batch_size=32, eval_every=20, train_size=1200, test_size=600)
+#: Declared before any of its runs (issue "a real pretrained ViT"), Holm over these three only:
+#: does the gain order follow plasticity's order, measured absolute (embedding protocol, as the
+#: paper's Fig. 2) and gauge-invariant (relative plasticity), and the most against the least
+#: plastic component. "Most" and "least" plastic are the real model's own, measured at 224 px
+#: on natural-image pairs (notebook 02c): MHA and LN1 under the embedding protocol, as in the
+#: paper's Fig. 2 (re-measured by ``vitplast.measure.real``; a test keeps the two equal).
+REAL_PRIMARIES = (
+    Primary("Spearman(plasticity, gain over head-only) over the five components, within a "
+            "task (plasticity: embedding protocol, before finetuning, mean over blocks)",
+            statistic="spearman(plasticity, gain)", cites="plasticity goes with gain",
+            paper=paper.plasticity_gain_spearman(), unit="rho, per task"),
+    Primary("Spearman(relative plasticity, gain over head-only) over the five components, "
+            "within a task (gauge-invariant: rate over the input's relative change)",
+            statistic="spearman(relative plasticity, gain)", unit="rho, per task",
+            note="the paper measures absolute plasticity only"),
+    Primary("MHA - LN1 (most - least plastic on the real model), test accuracy",
+            a=("MHA",), b=("LN1",), cites="MHA over LN1",
+            paper=paper.group_gap(("MHA",), ("LN1",)), unit="points, per task (seed 0)"))
+#: The real-model study: DINOv2 ViT-S/14 finetuned on 4 tasks of 4 families (the hardest shift
+#: of Fashion-MNIST, digits, textures, symmetry), each component alone, full finetuning and the
+#: linear probe (head-only), new head in every run, seed 0 (tasks are the unit), each setting's
+#: LR searched on validation (three LRs around its start, then half-decade steps until the best
+#: is interior). Stored in ``data/real_vit/``.
+REAL = Search(
+    tasks=(*PAIR, "textures", "symmetry"), seeds=(0,), precision="fp32", n_pairs=128,
+    configs={"head": 0.3, "LN1": 0.1, "LN2": 0.1, "MHA": 0.03, "FC1": 0.03, "FC2": 0.03,
+             "full": 0.01},
+    fixed=REAL_RUN, primaries=REAL_PRIMARIES)
+#: Its GPU version (one prepared command: ``vitplast sweep --study real-paper --device cuda``):
+#: the model at its own 224 px, 8 tasks, 3 seeds, the paper's step count per run scaled to the
+#: tasks' size (2,000 steps of 64).
+REAL_PAPER = replace(
+    REAL, tasks=(*PAIR, "textures", "symmetry", "fmnist_gaussian_noise", "fmnist_snow",
+                 "fmnist_rotate90", "fmnist_motion_blur"), seeds=tuple(paper.SEEDS),
+    precision=None, fixed=dict(REAL_RUN, model_kwargs={}, steps=2000, warmup_steps=200,
+                               batch_size=64, eval_every=250, train_size=5000, test_size=2000))

