@@ -248,7 +248,11 @@ def _convert(name: str, entry: Fetched, graph_file: Path, progress) -> Path:
                  depth=len({k.split(".")[1] for k in state if k.startswith("blocks.")}))
     model = timm.create_model(entry.architecture, pretrained=False, img_size=size,
                               num_classes=0, num_heads=entry.num_heads, **shape)
-    model.load_state_dict(state, strict=True)  # every parameter, none left over
+    try:
+        model.load_state_dict(state, strict=True)  # every parameter, none left over
+    except RuntimeError as err:  # shapes that differ: the graph is not this architecture
+        raise ValueError(f"the graph's backbone does not load into {entry.architecture}: "
+                         f"{str(err).splitlines()[0]}") from err
     images = np.random.default_rng(PROOF_SEED).standard_normal(
         (PROOF_IMAGES, c, size, size)).astype(np.float32)
     diff = onnx_vit.verify(graph, model, images, atol=ATOL, prefix=entry.prefix)

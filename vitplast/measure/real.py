@@ -1,0 +1,193 @@
+"""The paper's measurements on a real pretrained ViT: DINOv2 ViT-S/14, fetched by
+``vitplast weights get dinov2-small`` (``vitplast.fetched``).
+
+Paper: section 4 (Fig. 2, Takeaway 2), Props. 1-4 (Takeaway 1), and the gauge (not in the paper:
+``vitplast.measure.gauge``, ``vitplast.measure.relative``).
+
+``measure_model`` measures, at the model's own input size (224 px), on pairs of two sources
+(``SOURCES``: random pairs within each):
+
+- ``layers``: per source, protocol, block and component, the plasticity (Definition 1), its
+  relative form (gauge-invariant), the largest observed rate and local Lipschitz estimate, and
+  the bounds of Props. 1-4 (``intervals.intervals`` and ``relative.measure``, one pass each);
+- ``stream``: per source and block, the statistics the bounds read (``stream.model_statistics``:
+  the RMS token norm r of the embedding, the sigma of the stream each LayerNorm reads, attention
+  entropy);
+- ``gauge``: per block, the mean |gamma| of its two LayerScales (DINOv2's LayerScale multiplies
+  each branch's output: a per-block gauge the model learned);
+- ``check``: the per-pair rates (embedding protocol) of the first ``CHECK_PAIRS`` pairs of each
+  source, which notebook 02c re-measures where the weights are present;
+- ``tasks``: per task of the real-model study, at the study's input size, the plasticity and
+  relative plasticity of each component (mean over blocks, both protocols, random pairs within
+  the task's test set): what the study's primaries correlate with the gains (``task_plasticity``).
+
+``write`` stores them in ``data/real_vit/measurements/`` (CSV, with ``meta.json``: model, its
+weights' sha256, sizes, pairs); ``read`` reads them back, so notebook 02c runs without the weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import torch
+from torch.utils.data import Subset
+
+from vitplast import files
+from vitplast.measure import intervals, plasticity, relative, stream
+from vitplast.measure.pairs import PROTOCOLS, make_pairs
+
+#: The pair sources: random pairs within ``photos`` (crops of scikit-learn's two photographs,
+#: ``vitplast.datasets.photos``: the kind of images DINOv2 was pretrained on) and within
+#: ``fmnist`` (Fashion-MNIST test images upscaled to 224 px, grayscale repeated to 3 channels:
+#: the embedded model's world, far from the real model's).
+SOURCES = ("photos", "fmnist")
+#: The folder of the shipped measurements, under the real-model study's store.
+FOLDER = "measurements"
+TABLES = ("layers", "stream", "gauge", "check", "tasks")
+#: Pairs per source whose per-pair rates are stored (``check``): notebook 02c re-measures them
+#: where the weights are present.
+CHECK_PAIRS = 8
+
+
+def source_images(model: torch.nn.Module, source: str, n: int, *, seed: int = 0) -> torch.Tensor:
+    """``n`` images of ``source`` (``SOURCES``) in ``model``'s input format."""
+    from vitplast.datasets import photos, tasks
+
+    if source == "photos":
+        return photos.crops_for(model, n, seed=seed)
+    if source == "fmnist":
+        test = tasks.fitted(tasks.load("fmnist", seed=seed), model).test
+        return torch.stack([test[i][0] for i in range(min(n, len(test)))])
+    raise ValueError(f"unknown source {source!r}; valid: {list(SOURCES)}")
+
+
+def measure_model(model_name: str = "dinov2-small", *, n_pairs: int = 128,
+                  batch_size: int = 16, n_lipschitz: int = 4, power_iters: int = 10,
+                  stream_images: int = 16, progress: bool = True) -> dict[str, pd.DataFrame]:
+    """The tables of the module docstring, measured on ``model_name`` (module docstring).
+
+    Args:
+        n_pairs: random pairs per source, within it (from ``2 * n_pairs`` images).
+        batch_size: pairs per forward pass.
+        n_lipschitz, power_iters: inputs and power-iteration steps of the local Lipschitz
+            estimate (``intervals.intervals``).
+        stream_images: images per source of the stream statistics.
+    """
+    from vitplast import models
+
+    model = models.load_model(model_name, device="cpu")
+    layers, streams, checks = [], [], []
+    for source in SOURCES:
+        images = source_images(model, source, 2 * n_pairs)
+        pairs = make_pairs(images, n_pairs=n_pairs, seed=0)
+        for protocol in PROTOCOLS:
+            iv = intervals.intervals(model, pairs, protocol=protocol, n_lipschitz=n_lipschitz,
+                                     power_iters=power_iters, batch_size=batch_size,
+                                     progress=progress)
+            rel = relative.measure(model, pairs, protocol=protocol, batch_size=batch_size)
+            iv["component"] = iv["component"].astype(str)
+            rel["component"] = rel["component"].astype(str)
+            table = iv.merge(rel[["layer", "component", "s_in", "s_out",
+                                  "relative_plasticity"]], on=["layer", "component"])
+            table.insert(0, "source", source)
+            layers.append(table)
+        few = images[:stream_images]
+        st = stream.model_statistics(model, few, token_images=few)
+        st.insert(0, "source", source)
+        streams.append(st)
+        check = plasticity.measure(model, Subset(pairs, range(CHECK_PAIRS)),
+                                   protocol="embedding", batch_size=CHECK_PAIRS, progress=False)
+        check.insert(0, "source", source)
+        checks.append(check)
+    gauge = pd.DataFrame([dict(layer=i, ls1_gamma=b.ls1.gamma.abs().mean().item(),
+                               ls2_gamma=b.ls2.gamma.abs().mean().item())
+                          for i, b in enumerate(model.blocks)])
+    return dict(layers=pd.concat(layers, ignore_index=True),
+                stream=pd.concat(streams, ignore_index=True), gauge=gauge,
+                check=pd.concat(checks, ignore_index=True))
+
+
+def task_plasticity(model_name: str, tasks, *, img_size: int, n_pairs: int = 128,
+                    batch_size: int = 32) -> pd.DataFrame:
+    """Per task, protocol and component: plasticity and relative plasticity, each the mean over
+    blocks, at ``img_size``, on ``n_pairs`` random pairs within the task's test set (one
+    ``relative.measure`` pass per task and protocol). What the real-model study's primaries
+    read (``vitplast.experiments.study_specs.REAL_PRIMARIES``)."""
+    from vitplast import models
+    from vitplast.measure import empirical
+
+    model = models.load_model(model_name, img_size=img_size, device="cpu")
+    rows = []
+    for task in tasks:
+        pairs = empirical.task_pairs(task, None, n_pairs=n_pairs, model=model)
+        for protocol in PROTOCOLS:
+            per = relative.measure(model, pairs, protocol=protocol, batch_size=batch_size)
+            per["component"] = per["component"].astype(str)
+            mean = per.groupby("component")[["plasticity", "relative_plasticity"]].mean()
+            rows += [dict(task=task, protocol=protocol, component=c, **v)
+                     for c, v in mean.to_dict("index").items()]
+    return pd.DataFrame(rows)
+
+
+def write(tables: dict[str, pd.DataFrame], root: str | Path, meta: dict) -> Path:
+    """Store ``tables`` (``measure_model``) and ``meta`` under ``root/measurements``, each file
+    written atomically, ``meta.json`` last (its presence means the set is whole)."""
+    folder = Path(root) / FOLDER
+    for name in TABLES:
+        files.write_text(folder / f"{name}.csv", tables[name].to_csv(index=False))
+    files.write_json(folder / "meta.json", meta)
+    return folder
+
+
+def read(root: str | Path) -> dict:
+    """The stored tables and ``meta`` (``write``); ``FileNotFoundError`` naming the command
+    that makes them when they are absent."""
+    folder = Path(root) / FOLDER
+    meta = files.read_json(folder / "meta.json")
+    if meta is None:
+        raise FileNotFoundError(f"no real-model measurements in {folder}: `python -m "
+                                "vitplast.measure.real` makes them (needs `vitplast weights get "
+                                "dinov2-small`)")
+    out = {name: pd.read_csv(folder / f"{name}.csv") for name in TABLES}
+    return dict(out, meta=meta)
+
+
+def means(layers: pd.DataFrame, value: str = "plasticity") -> pd.DataFrame:
+    """Per source, protocol and component: the mean over blocks of ``value`` (the paper's Fig. 2
+    summary of a component), in one wide table (a column per component)."""
+    return (layers.groupby(["source", "protocol", "component"])[value].mean()
+            .unstack("component"))
+
+
+def main(argv=None) -> int:
+    """``python -m vitplast.measure.real [--root R] [--pairs N]``: measure and store."""
+    import argparse
+
+    from vitplast import fetched, models
+
+    p = argparse.ArgumentParser(prog="python -m vitplast.measure.real",
+                                description="Measure the real model (dinov2-small) and store "
+                                "the tables that notebook 02c reads.")
+    p.add_argument("--root", default=str(models.results_root("real_vit")))
+    p.add_argument("--pairs", type=int, default=128, help="pairs per source")
+    args = p.parse_args(argv)
+    torch.manual_seed(0)
+    from vitplast.experiments.study_specs import REAL, REAL_RUN
+
+    info = fetched.manifest("dinov2-small")
+    tables = measure_model("dinov2-small", n_pairs=args.pairs)
+    tables["tasks"] = task_plasticity("dinov2-small", REAL.tasks, n_pairs=REAL.n_pairs,
+                                      img_size=REAL_RUN["model_kwargs"]["img_size"])
+    meta = dict(model="dinov2-small", architecture=info["architecture"], sha256=info["sha256"],
+                img_size=info["img_size"], n_pairs=args.pairs, sources=list(SOURCES),
+                pairs="random pairs within each source (make_pairs, seed 0) of 2 x n_pairs images",
+                n_lipschitz=4, power_iters=10, stream_images=16, check_pairs=CHECK_PAIRS,
+                tasks=list(REAL.tasks), task_pairs=REAL.n_pairs,
+                task_img_size=REAL_RUN["model_kwargs"]["img_size"], torch=torch.__version__)
+    print(write(tables, args.root, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
