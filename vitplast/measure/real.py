@@ -108,6 +108,30 @@ def measure_model(model_name: str = "dinov2-small", *, n_pairs: int = 128,
                 check=pd.concat(checks, ignore_index=True))
 
 
+def recheck(check: pd.DataFrame, n_pairs: int, model_name: str = "dinov2-small"
+            ) -> pd.DataFrame:
+    """The stored per-pair rates ``check`` (``measure_model``'s, made with ``n_pairs`` pairs per
+    source) re-measured now on the same pairs (the first ``CHECK_PAIRS`` of each source, rebuilt
+    from their seeds), with
+    ``rate_now`` and ``rel_diff`` (|now - stored| / stored): what notebook 02c shows where the
+    weights are present."""
+    from vitplast import models
+
+    model = models.load_model(model_name, device="cpu")
+    k = int(check["pair"].max()) + 1
+    frames = []
+    for source, g in check.groupby("source", sort=False):
+        pairs = make_pairs(source_images(model, source, 2 * n_pairs), n_pairs=n_pairs, seed=0)
+        now = plasticity.measure(model, Subset(pairs, range(k)), protocol="embedding",
+                                 batch_size=k, progress=False)
+        now["component"] = now["component"].astype(str)
+        frames.append(g.merge(now[["layer", "component", "pair", "rate"]],
+                              on=["layer", "component", "pair"], suffixes=("", "_now")))
+    out = pd.concat(frames, ignore_index=True)
+    out["rel_diff"] = (out["rate_now"] - out["rate"]).abs() / out["rate"]
+    return out
+
+
 def task_plasticity(model_name: str, tasks, *, img_size: int, n_pairs: int = 128,
                     batch_size: int = 32) -> pd.DataFrame:
     """Per task, protocol and component: plasticity and relative plasticity, each the mean over

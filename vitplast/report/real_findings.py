@@ -1,0 +1,156 @@
+"""Notebook 02c's findings: the paper's measurements on a real pretrained ViT (DINOv2 ViT-S/14,
+``vitplast.measure.real``) as rows, the orders beside the paper's and the embedded model's, and
+the real-model study's declared primaries.
+
+One model is measured, on two pair sources: the ranking rows describe that model (n counts its
+blocks, which are not independent units), so they carry no test; only the study's primaries,
+one value per task, are tested (Holm over the three).
+
+Paper: Fig. 2 and Takeaway 2 (``paper.FIG2_PLASTICITY``, ``paper.PLASTICITY_ORDER``), Takeaway 1
+(the order of the bounds), the token scale of ViT-B (``paper.VITB_RMS_TOKEN_NORM``), Takeaway 3
+and Table 1 (the study's primaries).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from scipy import stats
+
+from vitplast import paper
+from vitplast.stats.verdicts import descriptive
+
+FIG2 = paper.SOURCES["fig2"]
+_ORDER = list(paper.PLASTICITY_ORDER)
+
+
+def order(means: pd.Series) -> str:
+    """Components from the largest value to the smallest, as text ("MHA > FC1 > ...")."""
+    return " > ".join(means.sort_values(ascending=False).index)
+
+
+def fig2_rho(means: pd.Series) -> float:
+    """Spearman's rho of ``means`` (one value per component) with the paper's Fig. 2 values."""
+    return _rank_stat(stats.spearmanr, [means[c] for c in _ORDER],
+                      [paper.FIG2_PLASTICITY[c] for c in _ORDER])
+
+
+def _rank_stat(test, a, b) -> float:
+    """A rank correlation, rounded off at 1e-12 (rho = 1 for the same order, not 0.9999...)."""
+    return round(float(test(a, b).statistic), 12)
+
+
+def orders_beside(models: dict[str, pd.DataFrame], value: str = "plasticity") -> pd.DataFrame:
+    """The order of the five components by the mean over blocks of ``value``, per model, source
+    and protocol, beside the paper's: ``models`` maps a model's label to its per-block table
+    (``layer``, ``component``, ``protocol``, ``value``; a ``source`` column where it has one).
+    Columns: ``model``, ``source``, ``protocol``, ``order``, ``rho_fig2`` (Spearman with Fig. 2),
+    and the five means."""
+    rows = [dict(model="ViT-B (paper)", source="ImageNet val x downstream", protocol="embedding",
+                 order=" > ".join(_ORDER), rho_fig2=1.0, **paper.FIG2_PLASTICITY)]
+    for label, table in models.items():
+        t = table if "source" in table else table.assign(source="")
+        for (source, protocol), g in t.groupby(["source", "protocol"], sort=False):
+            means = g.groupby("component")[value].mean()
+            rows.append(dict(model=label, source=source, protocol=protocol, order=order(means),
+                             rho_fig2=fig2_rho(means), **means[_ORDER].to_dict()))
+    return pd.DataFrame(rows)
+
+
+def _ranking_row(layers: pd.DataFrame, source: str, protocol: str) -> dict:
+    g = layers[(layers["source"] == source) & (layers["protocol"] == protocol)]
+    means = g.groupby("component")["plasticity"].mean()
+    rho = fig2_rho(means)
+    same = order(means) == " > ".join(_ORDER)
+    return descriptive(
+        f"order of the five components by plasticity, mean over the {g['layer'].nunique()} "
+        f"blocks [{source}, {protocol}]", rho, paper=f"+1 ({' > '.join(_ORDER)}), {FIG2}",
+        n=g["layer"].nunique(), unit="Spearman rho with Fig. 2 over the 5 components",
+        verdict=f"{'agrees with' if same else 'disagrees with'} the paper: {order(means)} "
+        f"(rho = {rho:+.2f})")
+
+
+def _threshold_row(layers: pd.DataFrame, source: str, protocol: str) -> dict:
+    g = layers[(layers["source"] == source) & (layers["protocol"] == protocol)]
+    means = g.groupby("component")["plasticity"].mean()
+    side = {c: (means[c] > 1) == (paper.FIG2_PLASTICITY[c] > 1) for c in _ORDER}
+    off = [f"{c} {means[c]:.2g}" for c in _ORDER if not side[c]]
+    return descriptive(
+        f"components on the paper's side of 1 (MHA, FC1, FC2 above; LN2, LN1 below) "
+        f"[{source}, {protocol}]", sum(side.values()),
+        paper="5 of 5, Takeaway 2 (non-smooth: plasticity above 1)", n=5,
+        unit="components of 5", verdict=("agrees with the paper" if all(side.values()) else
+                                         "disagrees with the paper: " + ", ".join(off)
+                                         + " on the other side"))
+
+
+def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
+                     source: str = "photos") -> list[dict]:
+    """The real model's findings rows (at most 8): the order against Fig. 2 on natural images
+    under both protocols and on Fashion-MNIST under the paper's; Takeaway 2's threshold; the
+    bounds against the observed rates; Takeaway 1's order of the bounds against the measured
+    order; the token scale against ViT-B's; relative plasticity's order against the absolute
+    one. ``layers``, ``stream``: ``vitplast.measure.real`` tables."""
+    other = next(s for s in layers["source"].unique() if s != source)
+    rows = [_ranking_row(layers, source, "embedding"), _ranking_row(layers, source, "hidden"),
+            _ranking_row(layers, other, "embedding"),
+            _threshold_row(layers, source, "embedding")]
+    holds = layers["bound_holds"].astype("boolean")
+    rows.append(descriptive(
+        "Props. 1-3 above the observed lower end of Lip(f) (largest rate, local Lipschitz "
+        "estimate), every block, component, protocol and source", int(holds.sum()),
+        paper="always (they are upper bounds), Props. 1-3", n=int(holds.notna().sum()),
+        unit="(block, component, protocol, source) cells",
+        verdict=f"{'holds' if holds.all() else 'FAILS'} in {int(holds.sum())} of "
+        f"{int(holds.notna().sum())}"))
+    g = layers[(layers["source"] == source) & (layers["protocol"] == "hidden")]
+    bound_means = g.groupby("component")["lipschitz_upper"].mean()
+    plast = g.groupby("component")["plasticity"].mean()
+    tau = _rank_stat(stats.kendalltau, bound_means[_ORDER], plast[_ORDER])
+    rows.append(descriptive(
+        f"order of the bounds (Props. 1-4, the tighter of 3 and 4 for MHA) against the order "
+        f"of plasticity [{source}, hidden]", tau, paper="Takeaway 1 ranks the bounds "
+        "MHA > FC1 ~ FC2 > LN2 ~ LN1 and reads it as plasticity's order", n=5,
+        unit="Kendall tau over the 5 components",
+        verdict=f"bounds: {order(bound_means)}; plasticity: {order(plast)}"))
+    r = float(stream.loc[stream["source"] == source, "r_embedding"].mean())
+    rows.append(descriptive(
+        f"token scale r (RMS token norm of the embedding) [{source}]", r,
+        paper=f"{paper.VITB_RMS_TOKEN_NORM} on ViT-B, {paper.SOURCES['token_norm']}", n=1,
+        unit="RMS token norm", verdict=f"ViT-B's tokens are {paper.VITB_RMS_TOKEN_NORM / r:.1f}x "
+        "this model's: the LayerNorms it feeds divide by a small sigma"))
+    rel = g.groupby("component")["relative_plasticity"].mean()
+    rho = _rank_stat(stats.spearmanr, rel[_ORDER], plast[_ORDER])
+    rows.append(descriptive(
+        f"order by relative plasticity (gauge-invariant) against the absolute order "
+        f"[{source}, hidden]", rho, paper="not in the paper (it measures absolute plasticity)",
+        n=5, unit="Spearman rho over the 5 components",
+        verdict=f"relative: {order(rel)}; absolute: {order(plast)}"))
+    return rows
+
+
+def task_statistics(acc: pd.DataFrame, task_plasticity: pd.DataFrame,
+                    protocol: str = "embedding") -> dict[str, pd.Series]:
+    """The per-task statistics the real-model study's primaries read: Spearman's rho over the
+    five components between the gain over head-only (test accuracy, ``acc``: tasks x
+    configurations) and plasticity, absolute and relative (``task_plasticity``:
+    ``vitplast.measure.real.task_plasticity``, mean over blocks, under ``protocol``)."""
+    out = {}
+    for name, column in (("spearman(plasticity, gain)", "plasticity"),
+                         ("spearman(relative plasticity, gain)", "relative_plasticity")):
+        p = task_plasticity[task_plasticity["protocol"] == protocol].pivot(
+            index="task", columns="component", values=column)
+        rho = {}
+        for task in acc.index.intersection(p.index):
+            if all(c in acc.columns for c in (*_ORDER, "head")):
+                gain = acc.loc[task, _ORDER] - acc.loc[task, "head"]
+                rho[task] = _rank_stat(stats.spearmanr, p.loc[task, _ORDER], gain)
+        out[name] = pd.Series(rho, dtype=float)
+    return out
+
+
+def study_rows(primaries, acc: pd.DataFrame, task_plasticity: pd.DataFrame) -> list[dict]:
+    """The real-model study's primaries as rows (family "primary"): ``primaries`` from its spec
+    (``study_specs.REAL_PRIMARIES``), ``acc`` its test accuracy (tasks x configurations, in %),
+    ``task_plasticity`` as ``task_statistics`` reads it."""
+    statistics = task_statistics(acc, task_plasticity)
+    return [p.row(acc, statistics) for p in primaries]
