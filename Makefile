@@ -9,7 +9,7 @@ PROFILE ?= default
 FMNIST  := /usr/share/datasets/fashion-mnist
 
 
-.PHONY: install data weights run test test-fast lint benchmarks notebook-times browser-test slurm-up slurm-down pretrain wheel data-pack clean
+.PHONY: install data weights real-gpu run test test-fast lint benchmarks notebook-times browser-test slurm-up slurm-down pretrain wheel data-pack clean
 
 install: $(VENV)/.installed
 
@@ -29,6 +29,11 @@ data: install
 # line: the course runs without it (notebook 02c reads the shipped measurements).
 weights: install
 	$(PY) -m vitplast weights get dinov2-small --optional
+
+# The real-model study at paper scale on a GPU (224 px, 8 tasks, 3 seeds; its expected time:
+# benchmarks/real_vit_sizing.py): fetch the weights, then sweep (the same command resumes).
+real-gpu: data weights
+	$(PY) -m vitplast sweep --study real-paper --device cuda
 
 run: data weights
 	$(PY) -m vitplast notebooks run --profile $(PROFILE)

@@ -13,7 +13,8 @@
 3. a local folder in the Hugging Face layout (``"local-dir:PATH"``: ``config.json`` and
    ``model.safetensors``, as ``timm.models.push_to_hf_hub`` writes them);
 4. the Hugging Face hub for any timm name when online (``pretrained=True``, or an
-   ``"hf-hub:ORG/REPO"`` name).
+   ``"hf-hub:ORG/REPO"`` name);
+5. real weights the kit fetched and verified (``"dinov2-small"``: ``vitplast.fetched``).
 
 Names are checked with timm's own parser before anything is built: unknown architectures
 and pretrained tags fail at once with the valid ones.
@@ -303,7 +304,8 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
     """Load a ViT by name, in eval mode.
 
     Args:
-        name: ``"vitplast_fmnist"`` (the embedded model), any timm model name, e.g.
+        name: ``"vitplast_fmnist"`` (the embedded model), a fetched model (``"dinov2-small"``,
+            ``fetched.load``: ``img_size`` resamples it), any timm model name, e.g.
             ``"vit_base_patch16_224.orig_in21k"`` (the paper's ViT-B/16), or a timm source name
             ``"hf-hub:ORG/REPO"`` / ``"local-dir:PATH"`` (checked by ``check_name``); or a
             ``weights.ModelSpec`` of one (``model_spec``), with its weights and architecture.
