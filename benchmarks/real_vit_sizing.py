@@ -27,7 +27,9 @@ task's validation split and one over its test split at the forward rate (split s
 tasks loaded with the study's options), and one setup; plus per task the plasticity before
 finetuning (``n_pairs`` pairs, two protocols, absolute and relative: four passes of
 2 x ``n_pairs`` images at the forward rate). Batched LRs (``--batch-lrs``) share set-ups, not
-arithmetic: not counted. The target is read on the ``core`` clock (``--clock``): the study on
+arithmetic: not counted. Where the study's store (``--records``, default ``data/real_vit``)
+already holds runs, their recorded seconds are printed beside what this model expects of them,
+per configuration. The target is read on the ``core`` clock (``--clock``): the study on
 one core to itself; a second core shortens it, other jobs lengthen it (the ``wall`` estimate
 beside it says by how much as loaded now). The GPU study is given as its time here and as that
 divided by an assumed speed-up over one core (``--gpu-speedup``; an assumption, not a
@@ -63,6 +65,8 @@ REAL, ARCHITECTURE, NATIVE = study_specs.REAL_MODEL, "vit_small_patch14_dinov2",
 PLASTICITY_PASSES = 4
 #: The shipped suite study, whose searches follow the real study's rule (LRs per setting).
 SUITE_RUNS = Path(__file__).resolve().parents[1] / "data" / "suite" / "runs.csv"
+#: The real study's shipped store: its recorded runs are set beside their expected time.
+RECORDS = Path(__file__).resolve().parents[1] / "data" / "real_vit"
 STUDIES = {"real": study_specs.REAL, "real-paper": study_specs.REAL_PAPER}
 #: The clocks of an estimate (module docstring).
 CLOCKS = {"core": "one core (1 thread, process CPU time)",
@@ -181,38 +185,77 @@ def evaluations(steps: int, eval_every: int) -> int:
     return 1 + sum((at + 1) % eval_every == 0 or at == steps - 1 for at in range(steps))
 
 
-def study_seconds(spec, per_image: dict, ratios: dict, setup: float, lrs: float) -> dict:
-    """Expected seconds of a study spec, by part (module docstring). ``per_image``: size ->
+def study_size(spec) -> int:
+    return (spec.fixed.get("model_kwargs") or {}).get("img_size", NATIVE)
+
+
+def splits(spec) -> dict:
+    """Task -> (validation, test) images, the tasks loaded with the study's options."""
+    out = {}
+    for task in spec.tasks:
+        t = runs.task_of(runs.make_run(task, "head", lr=0.01, seed=0, **spec.fixed))
+        out[task] = (len(t.val), len(t.test))
+    return out
+
+
+def run_seconds(spec, val: int, test: int, config: str, per_image: dict, ratios: dict,
+                setup: float) -> dict:
+    """One run's expected seconds by part (train, evaluation, setup). ``per_image``: size ->
     (MHA step, forward) seconds per image on one clock; ``ratios``: configuration -> step over
     MHA's; ``setup``: seconds to build a run's model."""
-    fixed = spec.fixed
-    size = (fixed.get("model_kwargs") or {}).get("img_size", NATIVE)
+    f, size = spec.fixed, study_size(spec)
     if size not in per_image:
         raise SystemExit(f"{size} px was not measured (--sizes): the study needs it")
     step, forward = per_image[size]
-    steps, batch = fixed["steps"], fixed["batch_size"]
-    n_eval, per_setting = evaluations(steps, fixed["eval_every"]), len(spec.seeds) * lrs
+    n_eval = evaluations(f["steps"], f["eval_every"])
+    return dict(train=f["steps"] * f["batch_size"] * step * ratios[config],
+                evaluation=(n_eval * val + test) * forward, setup=setup)
+
+
+def study_seconds(spec, sizes: dict, per_image: dict, ratios: dict, setup: float,
+                  lrs: float) -> dict:
+    """Expected seconds of a study spec by part (module docstring), given its ``splits``."""
     parts = dict.fromkeys(PARTS, 0.0)
-    sizes = []
-    for task in spec.tasks:
-        t = runs.task_of(runs.make_run(task, "head", lr=0.01, seed=0, **fixed))
-        sizes.append((len(t.val), len(t.test)))
+    per_setting = len(spec.seeds) * lrs
+    for task, (val, test) in sizes.items():
         for config in spec.configs:
-            parts["train"] += per_setting * steps * batch * step * ratios[config]
-        runs_here = len(spec.configs) * per_setting
-        parts["evaluation"] += runs_here * (n_eval * len(t.val) + len(t.test)) * forward
-        parts["setup"] += runs_here * setup
-        parts["plasticity"] += PLASTICITY_PASSES * 2 * (spec.n_pairs or 0) * forward
-    return dict(parts, size=size, runs=len(spec.tasks) * len(spec.configs) * per_setting,
-                evaluations=n_eval, splits=sizes)
+            one = run_seconds(spec, val, test, config, per_image, ratios, setup)
+            for k, v in one.items():
+                parts[k] += per_setting * v
+        parts["plasticity"] += (PLASTICITY_PASSES * 2 * (spec.n_pairs or 0)
+                                * per_image[study_size(spec)][1])
+    return dict(parts, runs=len(spec.tasks) * len(spec.configs) * per_setting)
 
 
-def describe(name: str, spec, est: dict, lrs: float) -> str:
+def recorded(folder: Path, spec, sizes: dict, per_image: dict, ratios: dict, setup: dict
+             ) -> list[str]:
+    """Lines comparing the runs already recorded in ``folder`` (the study's store: each
+    record's ``seconds``, its share of a batched group's) with their expected seconds on each
+    clock, per configuration: medians over its recorded runs. None when nothing is recorded."""
+    import json
+
+    rows = {}
+    for file in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+        r = json.loads(file.read_text())
+        run = r.get("run") or {}
+        if r.get("status") == "ok" and run.get("task") in sizes and r.get("seconds"):
+            expected = {c: sum(run_seconds(spec, *sizes[run["task"]], run["config"],
+                                           per_image[c], ratios, setup[c]).values())
+                        for c in CLOCKS}
+            rows.setdefault(run["config"], []).append((r["seconds"], expected))
+    return [f"  {config:>5}: {statistics.median(s for s, _ in v):6.1f} s recorded over {len(v)}"
+            " run(s); expected " + ", ".join(
+                f"{c} {statistics.median(e[c] for _, e in v):.1f} s" for c in CLOCKS)
+            for config, v in rows.items()]
+
+
+def describe(name: str, spec, sizes: dict, est: dict, lrs: float) -> str:
     f = spec.fixed
-    val, test = (sorted({s[i] for s in est["splits"]}) for i in range(2))
-    return (f"study {name!r} at {est['size']} px: {len(spec.tasks)} tasks x {len(spec.configs)} "
-            f"configurations x {len(spec.seeds)} seed(s) x {lrs:.2f} LRs = {est['runs']:.0f} "
-            f"runs; a run: {f['steps']} steps of {f['batch_size']}, {est['evaluations']} passes "
+    val, test = (sorted({s[i] for s in sizes.values()}) for i in range(2))
+    return (f"study {name!r} at {study_size(spec)} px: {len(spec.tasks)} tasks x "
+            f"{len(spec.configs)} configurations x {len(spec.seeds)} seed(s) x {lrs:.2f} LRs = "
+            f"{est['runs']:.0f} runs; a run: {f['steps']} steps of {f['batch_size']}, "
+            f"{evaluations(f['steps'], f['eval_every'])} passes "
             f"over validation ({'/'.join(map(str, val))} images) and one over test "
             f"({'/'.join(map(str, test))})")
 
@@ -240,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the clock of the target (both are printed)")
     ap.add_argument("--random", action="store_true",
                     help="a random-init model even where the real weights are")
+    ap.add_argument("--records", type=Path, default=RECORDS,
+                    help="the real study's store, whose recorded runs are compared")
     ap.add_argument("--quick", action="store_true", help=f"{QUICK} (seconds)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -287,16 +332,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  step over MHA's at {study} px (one core): "
           + ", ".join(f"{c} {r:.2f}x" for c, r in ratios.items()))
     print(f"LRs per setting: {lrs:.2f} ({lrs_from})")
-    results = {}
+    results, setup = {}, {c: measured[study]["build"][i] for c, i in zip(CLOCKS, (1, 0))}
+    sizes = {name: splits(spec) for name, spec in STUDIES.items()}
     for name, spec in STUDIES.items():
-        for clock, i in zip(CLOCKS, (1, 0)):
-            setup = measured[study]["build"][i]
-            results[clock, name] = study_seconds(spec, per_image[clock], ratios, setup, lrs)
-        print(describe(name, spec, results[args.clock, name], lrs))
+        for clock in CLOCKS:
+            results[clock, name] = study_seconds(spec, sizes[name], per_image[clock], ratios,
+                                                 setup[clock], lrs)
+        print(describe(name, spec, sizes[name], results[args.clock, name], lrs))
         for clock in CLOCKS:
             est = results[clock, name]
             print(f"  {CLOCKS[clock]}: " + ", ".join(f"{k} {hours(est[k])}" for k in PARTS)
                   + f": {hours(total(est))}")
+    lines = recorded(args.records, study_specs.REAL, sizes["real"], per_image, ratios, setup)
+    if lines:
+        print(f"the real study's runs recorded in {args.records} (wall time, as they ran; "
+              "batched runs: their share), against their expected time:", *lines, sep="\n")
     paper, real = results[args.clock, "real-paper"], total(results[args.clock, "real"])
     paper_gpu = (total(paper) - paper["setup"]) / args.gpu_speedup + paper["setup"]
     print(f"real-paper on a GPU at an ASSUMED {args.gpu_speedup:g}x {CLOCKS[args.clock]} "
