@@ -54,6 +54,7 @@ from pathlib import Path
 import timm
 import torch
 import torch.nn.functional as F
+from plasticity_overhead import timed  # wall, process CPU, page faults of one call
 
 from vitplast import fetched, models
 from vitplast.experiments import runs, study_specs
@@ -93,13 +94,6 @@ def real_model(img_size: int, num_classes: int | None = None, *, random: bool = 
     return model.eval(), f"a RANDOM-INIT timm {ARCHITECTURE} of the same size ({why})"
 
 
-def clocked(fn) -> tuple[float, float]:
-    """Wall seconds and process CPU seconds of one call."""
-    start, cpu = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - start, time.process_time() - cpu
-
-
 def stepper(model, config: str, x, y):
     """One SGD step of ``config`` on the batch (x, y), as a function (the recipe's: momentum
     0.9, global clip 1.0); its trainable set and optimizer made now."""
@@ -134,7 +128,7 @@ def timings(model, size: int, batch: int, reps: int, threads: int) -> dict:
         for name, fn, mode in (("step", step, model.train), ("forward", forward, model.eval)):
             mode()
             fn()  # warm-up
-            times = [clocked(fn) for _ in range(reps)]
+            times = [timed(fn) for _ in range(reps)]
             out[name] = tuple(statistics.median(t[i] for t in times) for i in range(2))
     finally:
         torch.set_num_threads(default)
@@ -157,7 +151,7 @@ def config_ratios(model, size: int, batch: int, reps: int, configs) -> dict:
             for config in order[rep % len(order):] + order[:rep % len(order)]:
                 step = stepper(model, config, x, y)
                 step()  # warm-up
-                times[config].append(clocked(step)[1])
+                times[config].append(timed(step)[1])
     finally:
         torch.set_num_threads(default)
     return {c: statistics.median(a / m for a, m in zip(times[c], times["MHA"]))
