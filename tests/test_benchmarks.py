@@ -67,6 +67,16 @@ QUICK = {
         ("--quick",), (("plasticity_peak_memory_ratio_20k_vs_1k", "<=", 1.1),), slow=True),
     "plasticity_overhead.py": Quick(("--quick",), (("plasticity_floor_ratio_w128", "<=", 1.05),
                                                    ("plasticity_floor_ratio_w768", "<=", 1.05))),
+    # the real ViT (or, without its weights, a random one of its size): at 56 px and 4 pairs
+    # the estimator's fixed costs decide, so only the exit code has to agree (224 px holds it)
+    "real_vit_plasticity.py": Quick(("--quick",), (("real_vit_plasticity_ratio_hidden", "<=", 1.2),
+                                                   ("real_vit_plasticity_ratio_embedding", "<=",
+                                                    1.2))),
+    "real_vit_sizing.py": Quick(("--quick",), (("real_paper_study_cpu_seconds", None, None),
+                                               ("real_paper_study_gpu_seconds", None, None),
+                                               ("real_study_seconds", "<=", 10800.0)), slow=True),
+    "real_vit_step.py": Quick(("--quick",), (("real_vit_step_overhead_ratio", "<=", 1.1),),
+                              slow=True),
     # a Slurm is needed (the test's ``slurm`` fixture): the smoke study's first 6 runs, where
     # the jobs' start-up is most of the time
     "slurm_throughput.py": Quick(
