@@ -23,7 +23,8 @@ def layers_with(values: dict, sources=("photos", "fmnist")) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-STREAM = pd.DataFrame(dict(source=["photos", "fmnist"], layer=[0, 0], r_embedding=[2.0, 3.0]))
+STREAM = pd.DataFrame(dict(source=["photos", "fmnist"], layer=[0, 0], r_embedding=[2.0, 3.0],
+                           sigma_ln1=[0.1, 0.2]))
 
 
 def test_the_paper_order_agrees_and_its_reverse_disagrees():
@@ -42,6 +43,7 @@ def test_bound_token_and_relative_rows_read_the_tables():
     assert rows[4]["measured"] == 2 * 2 * 3 * 5 and rows[4]["verdict"].startswith("holds")
     assert rows[5]["measured"] == 1.0  # bounds twice plasticity: the same order
     assert rows[6]["measured"] == 2.0 and "9.7x" in rows[6]["verdict"]
+    assert "sigma of 0.1 " in rows[6]["verdict"]
     assert rows[7]["measured"] == -1.0  # relative = 1 / absolute: the reverse order
     assert len(rows) <= 8
     verdicts.table(rows)  # a table the notebook renders
@@ -66,3 +68,10 @@ def test_task_statistics_are_per_task_spearman_of_gain_and_plasticity():
     rows = real_findings.study_rows(REAL_PRIMARIES, acc, plast)
     assert [r["family"] for r in rows] == ["primary"] * 3
     assert rows[2]["measured"] == np.mean([55 - 51, 61 - 65])  # MHA - LN1, per task
+
+
+def test_bound_lines_are_long_and_in_words():
+    long = real_findings.bound_lines(layers_with(paper.FIG2_PLASTICITY).assign(max_rate=1.0),
+                                     source="photos", protocol="hidden")
+    assert set(long["quantity"]) == set(real_findings.BOUND_QUANTITIES.values())
+    assert len(long) == 3 * 3 * 3 and long["layer"].dtype.kind == "i"

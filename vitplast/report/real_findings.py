@@ -65,8 +65,7 @@ def _ranking_row(layers: pd.DataFrame, source: str, protocol: str) -> dict:
         f"order of the five components by plasticity, mean over the {g['layer'].nunique()} "
         f"blocks [{source}, {protocol}]", rho, paper=f"+1 ({' > '.join(_ORDER)}), {FIG2}",
         n=g["layer"].nunique(), unit="Spearman rho with Fig. 2 over the 5 components",
-        verdict=f"{'agrees with' if same else 'disagrees with'} the paper: {order(means)} "
-        f"(rho = {rho:+.2f})")
+        verdict=f"{'agrees with' if same else 'disagrees with'} the paper: {order(means)}")
 
 
 def _threshold_row(layers: pd.DataFrame, source: str, protocol: str) -> dict:
@@ -113,11 +112,13 @@ def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
         unit="Kendall tau over the 5 components",
         verdict=f"bounds: {order(bound_means)}; plasticity: {order(plast)}"))
     r = float(stream.loc[stream["source"] == source, "r_embedding"].mean())
+    sigma = float(stream.loc[stream["source"] == source, "sigma_ln1"].mean())
     rows.append(descriptive(
         f"token scale r (RMS token norm of the embedding) [{source}]", r,
         paper=f"{paper.VITB_RMS_TOKEN_NORM} on ViT-B, {paper.SOURCES['token_norm']}", n=1,
         unit="RMS token norm", verdict=f"ViT-B's tokens are {paper.VITB_RMS_TOKEN_NORM / r:.1f}x "
-        "this model's: the LayerNorms it feeds divide by a small sigma"))
+        f"this model's; the stream LN1 reads has a mean per-token sigma of {sigma:.2g} (Prop. 1: "
+        "a LayerNorm's rate is up to max|gamma| / sigma)"))
     rel = g.groupby("component")["relative_plasticity"].mean()
     rho = _rank_stat(stats.spearmanr, rel[_ORDER], plast[_ORDER])
     rows.append(descriptive(
@@ -126,6 +127,23 @@ def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
         n=5, unit="Spearman rho over the 5 components",
         verdict=f"relative: {order(rel)}; absolute: {order(plast)}"))
     return rows
+
+
+#: The quantities ``bound_lines`` draws, in words.
+BOUND_QUANTITIES = {"plasticity": "plasticity (mean rate)", "max_rate": "largest observed rate",
+                    "lipschitz_upper": "upper bound (Props. 1-4)"}
+
+
+def bound_lines(layers: pd.DataFrame, *, source: str, protocol: str,
+                components=("LN1", "MHA", "FC1")) -> pd.DataFrame:
+    """Long table for a figure of each component's plasticity, largest observed rate and bound
+    per block (``quantity`` in words, ``BOUND_QUANTITIES``; ``value``)."""
+    g = layers[(layers["source"] == source) & (layers["protocol"] == protocol)
+               & layers["component"].isin(components)]
+    long = g.melt(id_vars=["layer", "component"], value_vars=list(BOUND_QUANTITIES),
+                  var_name="quantity")
+    return long.assign(quantity=long["quantity"].map(BOUND_QUANTITIES),
+                       layer=long["layer"].astype(int))
 
 
 def task_statistics(acc: pd.DataFrame, task_plasticity: pd.DataFrame,
