@@ -387,7 +387,9 @@ def test_each_bash_block_runs(page, number, block, sandbox):
     script = "set -o pipefail\n" + "\n".join(  # each line stops the script when it fails
         f"{{ {_script_line(c)}\n}} || {{ echo 'failed: command {i + 1}' >&2; exit 1; }}"
         for i, c in enumerate(_commands(block)))
-    done = subprocess.run(["bash", "-c", script], cwd=sandbox["box"], env=env, text=True,
+    path = sandbox["box"] / "block.sh"
+    path.write_text(script)
+    done = subprocess.run(["bash", str(path)], cwd=sandbox["box"], env=env, text=True,
                           capture_output=True, timeout=600)
     assert done.returncode == 0, f"{page} block {number}:\n{script}\n{done.stdout[-3000:]}" \
                                  f"\n{done.stderr[-3000:]}"
