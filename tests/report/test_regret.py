@@ -122,10 +122,11 @@ def test_a_rule_whose_pick_moves_under_the_gauge_reads_fragile():
     assert math.isnan(grad["p"])  # descriptive: no test
 
 
-def test_the_readme_names_the_rules_the_shipped_suite_supports_with_their_numbers():
-    """The own-model page's advise lines (docs/own-model.md) are the shipped suite's: the supported rule (``supported``),
-    its mean regret and CI and a random pick's (``table``), how often its pick moves under the
-    gauge (``fragility``), and the rule supported among those the gauge never moves."""
+def test_the_docs_name_the_rules_the_shipped_suite_supports_with_their_numbers():
+    """The own-model page's advise lines are the shipped suite's: the supported rule
+    (``supported``), its mean regret and CI and a random pick's (``table``), how often its pick
+    moves under the gauge (``fragility``), and the rule supported among those the gauge never
+    moves."""
     from pathlib import Path
 
     per_task = regret.on_study("suite")

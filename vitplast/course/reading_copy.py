@@ -17,9 +17,9 @@ static HTML site a student opens in any browser:
 Math is typeset offline: ``write_site`` copies MathJax 2 (the files the
 ``jupyter-server-mathjax`` package ships, a dependency made to serve them) into the site's
 ``mathjax/`` folder, and every page loads it from there by a relative link, so the site typesets
-its formulas with no network and still does when moved or copied whole. Widgets (notebook 06's explorers) are drawn only by the widget manager the page loads
-from its CDN, and never respond without a kernel; the static figure the notebook draws of each
-is in the page either way.
+its formulas with no network and still does when moved or copied whole. Widgets (notebook 06's
+explorers) are drawn only by the widget manager the page loads from its CDN, and never respond
+without a kernel; the static figure the notebook draws of each is in the page either way.
 """
 
 from __future__ import annotations
@@ -219,4 +219,5 @@ def _index(run_dir: Path, entries: list[dict], missing: list[str]) -> str:
             f"</thead><tbody>{rows}</tbody></table></body></html>")
 
 
-__all__ = ["INDEX", "MATHJAX", "MATHJAX_URL", "copy_mathjax", "failing_cell", "record_status", "title", "write_site"]
+__all__ = ["INDEX", "MATHJAX", "MATHJAX_URL", "copy_mathjax", "failing_cell", "record_status",
+           "title", "write_site"]
