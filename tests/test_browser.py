@@ -1,5 +1,6 @@
 """In a real browser (headless Chromium): notebook 06 in JupyterLab, run all, move the slider;
-and the reading copy of an executed run (``vitplast notebooks html``), opened from its files.
+the reading copy of an executed run (``vitplast notebooks html``), opened from its files; and
+notebook 01's page of a reading copy, offline, its math typeset by the site's own MathJax.
 
 Needs Debian's ``chromium`` (``apt-get install -y chromium chromium-driver``) and the
 ``playwright`` wheel (``pip install playwright``: its bundled driver, never ``playwright
