@@ -1,5 +1,6 @@
 """In a real browser (headless Chromium): notebook 06 in JupyterLab, run all, move the slider;
-and the reading copy of an executed run (``vitplast notebooks html``), opened from its files.
+the reading copy of an executed run (``vitplast notebooks html``), opened from its files; and
+notebook 01's page of a reading copy, offline, its math typeset by the site's own MathJax.
 
 Needs Debian's ``chromium`` (``apt-get install -y chromium chromium-driver``) and the
 ``playwright`` wheel (``pip install playwright``: its bundled driver, never ``playwright
@@ -160,7 +161,7 @@ def test_the_reading_copy_shows_its_headings_and_figures_without_a_kernel(tmp_pa
         browser = _chromium(pw)
         page = browser.new_page(viewport={"width": 1200, "height": 900})
         page.set_default_timeout(60_000)
-        try:  # the pages load MathJax from its CDN: do not wait for it (offline here)
+        try:  # MathJax is the site's own copy (its test: the one below)
             page.goto((run / "html" / reading_copy.INDEX).as_uri(),
                       wait_until="domcontentloaded")
             names = page.locator("tbody tr td:first-child").all_text_contents()
@@ -177,3 +178,52 @@ def test_the_reading_copy_shows_its_headings_and_figures_without_a_kernel(tmp_pa
             browser.close()
     assert names == TINY_COURSE and statuses == ["ok", "failed"]
     assert width > 100  # a decoded PNG, not a broken image
+
+
+def test_the_reading_copy_typesets_notebook_01_s_math_offline(tmp_path):
+    """Notebook 01 (its formulas are in its Markdown, so the committed notebook is the page's
+    math) rendered by ``write_site`` and opened from its files with every request off this
+    machine refused: MathJax, loaded from the site's own folder, typesets its math, and no
+    Markdown cell's rendered text shows a raw ``$...$`` or TeX command."""
+    import re
+
+    from playwright.sync_api import sync_playwright
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(notebooks.NOTEBOOK_DIR / "01_definitions.ipynb", run)
+    site = reading_copy.write_site(run, notebooks.NOTEBOOKS).parent
+    shots = REPO / "runs" / "browser"
+    shots.mkdir(parents=True, exist_ok=True)
+    refused = []
+
+    def offline(route):
+        if route.request.url.startswith("file://"):
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as pw:
+        browser = _chromium(pw)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.set_default_timeout(60_000)
+        page.route("**/*", offline)
+        try:
+            page.goto((site / "01_definitions.html").as_uri(), wait_until="load")
+            page.wait_for_function(  # MathJax loaded, its queue drained, some math typeset
+                "window.MathJax && MathJax.Hub && MathJax.Hub.queue.pending === 0 && "
+                "document.querySelectorAll('.MathJax, .MathJax_Display').length > 0")
+            typeset = page.locator(".jp-MarkdownCell .MathJax").count()
+            failed = page.locator(".jp-MarkdownCell .MathJax .merror").count()  # a TeX error
+            texts = page.locator(".jp-MarkdownCell .jp-RenderedMarkdown").all_inner_texts()
+            loaded = page.evaluate("[...document.scripts].map(s => s.src)"
+                                   ".filter(s => s.includes('MathJax.js'))")
+            page.screenshot(path=str(shots / "reading-copy-math.png"), full_page=False)
+        finally:
+            browser.close()
+    assert loaded and all(s.startswith((site / reading_copy.MATHJAX).as_uri()) for s in loaded)
+    assert not [u for u in refused if "mathjax" in u.lower()]  # nothing of MathJax asked off-line
+    assert typeset >= 20 and failed == 0  # 01 writes dozens of formulas
+    text = "\n".join(texts)
+    assert re.findall(r"\$[^$\n]+\$", text) == [] and re.findall(r"\\[A-Za-z]{2,}", text) == []

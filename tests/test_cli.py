@@ -63,7 +63,7 @@ def test_every_help_has_a_description(command, capsys):
 
 
 def test_paper_grid_command_in_the_sweep_help_parses():
-    """The README's SLURM command for the paper grid is a valid command line."""
+    """The docs' SLURM command for the paper grid is a valid command line."""
     from vitplast.__main__ import PAPER_SLURM_EXAMPLE
 
     args = _parser().parse_args(PAPER_SLURM_EXAMPLE.split()[1:])
@@ -169,12 +169,12 @@ def test_the_smoke_study_starts_on_a_fresh_cache(tmp_path, fake_train, monkeypat
     assert len(Store(root).companion("study.json")["sessions"]) == 1
 
 
-def test_readme_shows_the_paper_grid_command():
+def test_the_cluster_page_shows_the_paper_grid_command():
     from pathlib import Path
 
     from vitplast.__main__ import PAPER_SLURM_EXAMPLE
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "cluster.md").read_text()
     start = readme.index("vitplast sweep --study paper")
     command = readme[start:readme.index("```", start)].replace("\\\n", " ")
     assert " ".join(command.split()) == PAPER_SLURM_EXAMPLE

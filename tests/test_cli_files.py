@@ -104,13 +104,15 @@ def test_an_installed_copy_s_cache_follows_xdg_cache_home(tmp_path, monkeypatch,
 
 
 def test_the_readme_shows_the_two_lines_and_the_cache_commands():
-    """The README's pack and unpack lines, and its cache commands, are this CLI's commands."""
+    """The install page's pack and unpack lines, and the cache page's commands, are this
+    CLI's commands."""
     import shlex
     from pathlib import Path
 
     from vitplast.__main__ import _parser
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    readme = (docs / "install.md").read_text() + (docs / "cache.md").read_text()
     pack = next(line for line in readme.splitlines() if line.startswith("vitplast data pack"))
     unpack = next(line for line in readme.splitlines() if line.startswith("vitplast data unpack"))
     assert f"{archive.archive_name()}.tar.gz" in pack and "export VITPLAST_DATA=" in unpack

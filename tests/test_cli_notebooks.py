@@ -41,7 +41,7 @@ def test_html_renders_a_run_and_says_where(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == (
         f"reading copy: {tmp_path / 'site' / 'index.html'} (open it in a browser)")
     assert sorted(p.name for p in (tmp_path / "site").iterdir()) == sorted(
-        [f"{nb}.html" for nb in TINY_COURSE] + ["index.html"])
+        [f"{nb}.html" for nb in TINY_COURSE] + ["index.html", "mathjax"])
 
 
 def test_html_of_a_folder_without_a_run_fails_naming_what_it_needs(tmp_path, capsys):
@@ -75,3 +75,20 @@ def test_copy_does_what_its_help_says(tmp_path, capsys):
 def test_parameter_values_are_python_literals_or_strings():
     assert literal("3") == 3 and literal("[1, 2]") == [1, 2] and literal("'a'") == "a"
     assert literal("/data/paper") == "/data/paper" and literal("digits") == "digits"
+
+
+def test_dry_run_checks_and_prints_the_plan_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    """``run --dry-run``: each notebook with the parameters it would get, no kernel, no output
+    folder; a bad parameter fails as without it."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["notebooks", "run", "--profile", "smoke", "--only", "01", "03",
+                 "-p", "n_pairs", "16", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "01_definitions n_pairs=16 n_samples=500",
+        "03_bounds n_pairs=16 n_seeds=2 power_iters=5 n_lipschitz=4"]
+    assert list(tmp_path.iterdir()) == []  # no runs/ folder
+    assert main(["notebooks", "run", "--only", "01", "--dry-run"]) == 0
+    assert capsys.readouterr().out.strip() == "01_definitions (its defaults)"
+    with pytest.raises(SystemExit):
+        main(["notebooks", "run", "--only", "01", "-p", "n_pairs", "abc", "--dry-run"])
+    assert "parameter n_pairs of 01_definitions takes int" in capsys.readouterr().err

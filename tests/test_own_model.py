@@ -117,7 +117,7 @@ def test_advise_ranks_the_components_of_one_s_own_model(tiny32):
 
 @pytest.mark.slow
 def test_notebooks_02_03_on_one_s_own_model_from_the_cli(tiny32, capsys):
-    """The README's command line: smoke profile, the weights file and ``model_args``."""
+    """The own-model page's command line: smoke profile, the weights file and ``model_args``."""
     _, path = tiny32
     code = main(["notebooks", "run", "--profile", "smoke", "--only", "02", "03", "--out", "run",
                  "-p", "model_name", "vit_tiny_patch16_224", "-p", "weights_file", str(path),
@@ -127,14 +127,15 @@ def test_notebooks_02_03_on_one_s_own_model_from_the_cli(tiny32, capsys):
     assert "02_plasticity     ok" in out and "03_bounds     ok" in out
 
 
-def test_the_readme_s_own_model_command_line_is_valid():
-    """The README's CLI line for one's own model: its notebooks, parameters and types."""
+def test_the_own_model_page_s_command_line_is_valid():
+    """The own-model page's CLI line (docs/own-model.md): its notebooks, parameters, types."""
     import shlex
     from pathlib import Path
 
     from vitplast.cli_notebooks import literal
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text().replace("\\\n", "")
+    text = (Path(__file__).resolve().parents[1] / "docs" / "own-model.md").read_text().replace(
+        "\\\n", "")
     line, = [x for x in text.splitlines() if "model_args" in x and x.startswith("vitplast ")]
     args = shlex.split(line)
     params = {args[i + 1]: literal(args[i + 2]) for i, a in enumerate(args) if a == "-p"}

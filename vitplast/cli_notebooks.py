@@ -35,6 +35,8 @@ def add_parser(sub) -> None:
                    "2; 1: one after the other); summary.csv keeps the notebooks' order")
     r.add_argument("--html", action="store_true", help="then render the run as static HTML "
                    "into its html/ (as `notebooks html`)")
+    r.add_argument("--dry-run", action="store_true", help="check the names, the profile's "
+                   "needs and the parameters, print what would run, and run nothing")
     nb_sub.add_parser("list", help="list the notebooks and their parameters",
                       description="List the notebooks and their parameters: name, type, "
                       "default.")
@@ -102,9 +104,14 @@ def _run(args, parser) -> int:
     if args.jobs < 1:
         parser.error(f"--jobs takes a whole number >= 1 (notebooks at a time); got {args.jobs}")
     try:  # fail before any kernel starts
-        notebooks.check_requirements(args.profile, notebooks.plan(args.profile, args.only, params))
+        todo = notebooks.plan(args.profile, args.only, params)
+        notebooks.check_requirements(args.profile, todo)
     except (ValueError, RuntimeError, FileNotFoundError) as err:
         parser.error(str(err))
+    if args.dry_run:
+        for name, chosen in todo:
+            print(name, " ".join(f"{k}={v!r}" for k, v in chosen.items()) or "(its defaults)")
+        return 0
     try:
         summary = notebooks.run(args.profile, args.only, params, args.out, jobs=args.jobs)
     except notebooks.Interrupted as stop:

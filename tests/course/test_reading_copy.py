@@ -57,7 +57,7 @@ def test_notebooks_outside_the_order_follow_it_and_out_is_honoured(tmp_path):
     index = reading_copy.write_site(run, ["02_fails"], out=tmp_path / "site")
     assert index.parent == tmp_path / "site"
     assert sorted(p.name for p in index.parent.iterdir()) == [
-        "01_figure.html", "02_fails.html", "index.html"]
+        "01_figure.html", "02_fails.html", "index.html", reading_copy.MATHJAX]
     names = re.findall(r'<a href="(\w+)\.html">', index.read_text())
     assert names == ["02_fails", "01_figure"]
 
@@ -91,3 +91,27 @@ def test_missing_templates_say_how_to_fix_them(tmp_path, monkeypatch):
                        r"sub-directory with name 'lab' found in the following paths\).*"
                        "pip install --force-reinstall nbconvert"):
         reading_copy.write_site(run, TINY_COURSE)
+
+
+def test_the_site_carries_mathjax_and_each_page_loads_it_by_a_relative_link(tmp_path):
+    """Math offline: the site holds MathJax (from jupyter-server-mathjax) with every
+    configuration file the pages' link names, each page loads it from the site's folder and no
+    MathJax from elsewhere; a second rendering keeps the copy (its version stamp)."""
+    run = executed_run(tmp_path / "run", png_figure())
+    site = reading_copy.write_site(run, TINY_COURSE).parent
+    mathjax = site / reading_copy.MATHJAX
+    url, _, query = reading_copy.MATHJAX_URL.partition("?config=")
+    assert (site / url).is_file() and url.startswith(f"{reading_copy.MATHJAX}/")
+    for config in query.split(","):
+        assert (mathjax / "config" / f"{config}.js").is_file(), config
+    assert (mathjax / "jax" / "output" / "HTML-CSS" / "fonts" / "STIX-Web").is_dir()
+    assert list((mathjax / "fonts" / "HTML-CSS" / "STIX-Web" / "woff").rglob("*.woff"))
+    assert sorted(p.name for p in (mathjax / "localization").iterdir()) == ["en"]
+    for name in TINY_COURSE:
+        sources = re.findall(r'<script[^>]*\ssrc="([^"]+)"', (site / f"{name}.html").read_text())
+        assert reading_copy.MATHJAX_URL in sources
+        assert [s for s in sources if "mathjax" in s.lower()] == [reading_copy.MATHJAX_URL]
+    stamp = mathjax / "jupyter-server-mathjax.version"
+    before = (mathjax / "MathJax.js").stat().st_mtime_ns
+    reading_copy.write_site(run, TINY_COURSE)
+    assert (mathjax / "MathJax.js").stat().st_mtime_ns == before and stamp.is_file()

@@ -14,10 +14,12 @@ static HTML site a student opens in any browser:
   and figures embedded in the page (no file beside it is needed), with a bar linking the index
   and the previous and next notebooks.
 
-Math is typeset by MathJax, which the page loads from its CDN: offline, the TeX shows as
-written. Widgets (notebook 06's explorers) are drawn only by the widget manager the page loads
-from its CDN, and never respond without a kernel; the static figure the notebook draws of each
-is in the page either way.
+Math is typeset offline: ``write_site`` copies MathJax 2 (the files the
+``jupyter-server-mathjax`` package ships, a dependency made to serve them) into the site's
+``mathjax/`` folder, and every page loads it from there by a relative link, so the site typesets
+its formulas with no network and still does when moved or copied whole. Widgets (notebook 06's
+explorers) are drawn only by the widget manager the page loads from its CDN, and never respond
+without a kernel; the static figure the notebook draws of each is in the page either way.
 """
 
 from __future__ import annotations
@@ -30,6 +32,17 @@ from vitplast.files import write_text
 
 #: The site's index page (the other pages are named after their notebooks).
 INDEX = "index.html"
+#: The site's folder holding MathJax, and the script each page loads from it: the combined
+#: configuration the classic notebook used with these files, the ``Safe`` extension (as
+#: nbconvert's CDN link), and ``vitplast`` (``_MATHJAX_CONFIG``: the web font the package ships).
+MATHJAX = "mathjax"
+MATHJAX_URL = f"{MATHJAX}/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe,vitplast"
+# jupyter-server-mathjax ships STIX-Web, not MathJax's default TeX web font: use it, and no
+# image fonts (not shipped); a local STIX install is not looked for (the same on every machine)
+_MATHJAX_CONFIG = """MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null,
+  webFont: "STIX-Web", imageFont: null}});
+MathJax.Ajax.loadComplete("[MathJax]/config/vitplast.js");
+"""
 _NAV_STYLE = ("position:sticky;top:0;z-index:10;background:#f5f5f5;border-bottom:1px solid #ccc;"
               "padding:6px 16px;font-family:sans-serif;font-size:14px")
 _INDEX_STYLE = """body{font-family:sans-serif;max-width:980px;margin:2em auto;line-height:1.45}
@@ -97,6 +110,7 @@ def write_site(run_dir: str | Path, order: list[str], out: str | Path | None = N
     out = Path(out) if out is not None else run_dir / "html"
     names = [nb for nb in order if nb in found] + [nb for nb in found if nb not in order]
     rows = _summary(run_dir)
+    copy_mathjax(out / MATHJAX)
     entries = []
     for i, name in enumerate(names):
         nb = json.loads((run_dir / f"{name}.ipynb").read_text())
@@ -109,6 +123,38 @@ def write_site(run_dir: str | Path, order: list[str], out: str | Path | None = N
                             error=failing_cell(run_dir / f"{name}.ipynb")))
     missing = [nb for nb in order if nb not in found]
     return write_text(out / INDEX, _index(run_dir, entries, missing))
+
+
+def copy_mathjax(dest: str | Path) -> Path:
+    """Copy MathJax's files from the ``jupyter-server-mathjax`` package into ``dest`` (other
+    languages than English left out), with the site's configuration ``config/vitplast.js``;
+    nothing when ``dest`` already holds this version. Returns ``dest``.
+
+    Raises:
+        RuntimeError: the package is not installed (naming the fix).
+    """
+    import shutil
+    from importlib import metadata
+
+    try:
+        import jupyter_server_mathjax
+    except ImportError:
+        raise RuntimeError("the reading copy typesets its math with the MathJax files of the "
+                           "jupyter-server-mathjax package, which is not installed: pip install "
+                           "jupyter-server-mathjax (a dependency of vitplast)") from None
+    dest = Path(dest)
+    version = metadata.version("jupyter-server-mathjax")
+    stamp = dest / "jupyter-server-mathjax.version"
+    if stamp.is_file() and stamp.read_text() == version:
+        return dest
+    source = Path(jupyter_server_mathjax.__file__).parent / "static"
+    other_languages = {p.name for p in (source / "localization").iterdir()} - {"en"}
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(source, dest, ignore=lambda folder, names: [
+        n for n in names if Path(folder).name == "localization" and n in other_languages])
+    write_text(dest / "config" / "vitplast.js", _MATHJAX_CONFIG)
+    write_text(stamp, version)  # last: a copy cut short is made again
+    return dest
 
 
 def _summary(run_dir: Path) -> dict[str, dict]:
@@ -139,7 +185,8 @@ def _page(path: Path, nav: str) -> str:
     from nbconvert import HTMLExporter
 
     try:
-        exporter = HTMLExporter(template_name="lab", embed_images=True)
+        exporter = HTMLExporter(template_name="lab", embed_images=True,
+                                mathjax_url=MATHJAX_URL)  # the site's copy (copy_mathjax)
         body, _ = exporter.from_notebook_node(nbformat.read(path, as_version=4),
                                               resources=dict(metadata=dict(name=path.stem)))
     except (TemplateNotFound, ValueError) as err:
@@ -172,4 +219,5 @@ def _index(run_dir: Path, entries: list[dict], missing: list[str]) -> str:
             f"</thead><tbody>{rows}</tbody></table></body></html>")
 
 
-__all__ = ["INDEX", "failing_cell", "record_status", "title", "write_site"]
+__all__ = ["INDEX", "MATHJAX", "MATHJAX_URL", "copy_mathjax", "failing_cell", "record_status",
+           "title", "write_site"]
