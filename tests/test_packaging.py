@@ -25,7 +25,8 @@ from vitplast.course import notebooks, parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "02c_real_vit", "03_bounds",
-             "03b_intervals", "04_finetuning", "04b_advise", "05_confounds", "06_explorer", "07_suite"]
+             "03b_intervals", "04_finetuning", "04b_advise", "05_confounds", "06_explorer",
+             "07_suite"]
 #: The wheel's size budget: the embedded checkpoints (6 x 4.8 MB) and the no-weight-decay
 #: model's final checkpoint, compressed, and the code (31.6 MB measured).
 WHEEL_MB = 35

@@ -49,7 +49,9 @@ its modules. Within a module, names without a leading ``_`` are public (a module
   an ``.npz``), ``schema`` (every stored file kind checked against the published JSON
   Schemas), ``models`` (loading, the embedded checkpoints, folders, the weights a measurement
   depends on) with ``hub`` (is the Hugging Face hub reachable) and ``weights`` (does a
-  weights file fit the model), ``provenance`` (what made a result: machine, versions, git state);
+  weights file fit the model), ``fetched`` (real weights fetched from the package index,
+  verified and converted) with ``onnx_vit`` (an ONNX DINOv2 read into timm, and the proof),
+  ``provenance`` (what made a result: machine, versions, git state);
 - ``stats``: a measured value as a row with its test, Holm family, power and verdict;
 - ``datasets``: the tasks and their images;
 - ``measure``: the paper's objects measured (components, plasticity, bounds, the gauge...);
@@ -60,7 +62,8 @@ its modules. Within a module, names without a leading ``_`` are public (a module
 - ``course``: the notebooks run (papermill, their kernels, their parameters checked), read
   (the reading copy) and compared (two runs' printed results);
 - the command line: ``__main__`` (``vitplast ...``) with ``cli_notebooks`` (``vitplast
-  notebooks``) and ``cli_files`` (``vitplast data``, ``cache``).
+  notebooks``), ``cli_files`` (``vitplast data``, ``cache``) and ``cli_weights`` (``vitplast
+  weights``).
 
 Package data: the embedded checkpoints (``vitplast/checkpoints/``), the notebooks
 (``vitplast/notebooks/``) and the schemas (``vitplast/schemas/``).
@@ -74,4 +77,4 @@ __version__ = "0.1.0"
 LAYERS = ("base", "stats", "datasets", "measure", "train", "experiments", "report", "course",
           "cli")
 #: The command line's modules, the top layer.
-CLI = ("__main__", "cli_files", "cli_notebooks")
+CLI = ("__main__", "cli_files", "cli_notebooks", "cli_weights")

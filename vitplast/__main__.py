@@ -1,6 +1,6 @@
 """Command line: ``vitplast {pretrain,sweep,notebooks,data,cache,weights} ...`` (or ``python -m
 vitplast``); ``notebooks`` is ``vitplast.cli_notebooks``'s, ``data`` and ``cache``
-``vitplast.cli_files``'s, ``weights`` ``vitplast.fetched.cli``'s."""
+``vitplast.cli_files``'s, ``weights`` ``vitplast.cli_weights``'s."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from vitplast import cli_files, cli_notebooks
-from vitplast.fetched import cli as cli_weights
+from vitplast import cli_files, cli_notebooks, cli_weights
 
 #: ``sweep --executor submitit`` options -> submitit ``update_parameters`` keys.
 SUBMITIT_OPTIONS = {"timeout_min": "timeout_min", "gpus_per_node": "gpus_per_node",

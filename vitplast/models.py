@@ -327,12 +327,9 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
         ValueError: unknown name, pretrained tag or checkpoint, a checksum mismatch, or a
             weights file that is not one, belongs to another architecture (naming the keys that
             differ) or was saved for another patch or image size (naming the kwargs that fit).
-
-    Warns:
-        UserWarning: a weights file whose saved head has another class count than asked (the
-            head is a new one).
-        FileNotFoundError: a missing weights file or ``local-dir`` folder.
+        FileNotFoundError: a missing weights file, ``local-dir`` folder or fetched model.
         RuntimeError: hub weights requested but unreachable (with what to do instead).
+    Warns: a weights file whose saved head has another class count than asked (a new head).
     """
     own, name = weights.own(name), str(name)
     weights_file = weights_file or (own["weights_file"] if pretrained else None)
@@ -343,10 +340,8 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
     if name == EMBEDDED_NAME:
         if timm_kwargs or weights_file is not None:
             raise ValueError(f"{EMBEDDED_NAME} takes no timm kwargs or weights_file")
-        if pretrained:
-            model = _load_embedded(checkpoint, num_classes)
-        else:
-            model = build_embedded(num_classes)
+        model = (_load_embedded(checkpoint, num_classes) if pretrained
+                 else build_embedded(num_classes))
         return model.to(pick_device(device)).eval()
     if num_classes is not None:
         timm_kwargs["num_classes"] = num_classes

@@ -9,7 +9,6 @@ import timm
 import torch
 
 from vitplast import models
-from vitplast.datasets import photos
 from vitplast.measure import plasticity, real
 from vitplast.measure.pairs import make_pairs
 
@@ -89,11 +88,3 @@ def test_task_plasticity_means_over_blocks(monkeypatch):
     t = real.task_plasticity("tiny", ["digits"], img_size=28, n_pairs=4, batch_size=4)
     assert len(t) == 2 * 5 and set(t["protocol"]) == {"hidden", "embedding"}
     assert (t["plasticity"] > 0).all() and (t["relative_plasticity"] > 0).all()
-
-
-def test_photo_crops_are_seeded_normalised_and_sized():
-    a, b = photos.crops(3, 20, seed=1), photos.crops(3, 20, seed=1)
-    assert a.shape == (3, 3, 20, 20) and torch.equal(a, b)
-    assert not torch.equal(a, photos.crops(3, 20, seed=2))
-    raw = photos.crops(3, 20, mean=(0, 0, 0), std=(1, 1, 1), seed=1)
-    assert 0 <= raw.min() and raw.max() <= 1  # pixels in [0, 1] before normalising

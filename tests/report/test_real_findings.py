@@ -69,9 +69,3 @@ def test_task_statistics_are_per_task_spearman_of_gain_and_plasticity():
     assert [r["family"] for r in rows] == ["primary"] * 3
     assert rows[2]["measured"] == np.mean([55 - 51, 61 - 65])  # MHA - LN1, per task
 
-
-def test_bound_lines_are_long_and_in_words():
-    long = real_findings.bound_lines(layers_with(paper.FIG2_PLASTICITY).assign(max_rate=1.0),
-                                     source="photos", protocol="hidden")
-    assert set(long["quantity"]) == set(real_findings.BOUND_QUANTITIES.values())
-    assert len(long) == 3 * 3 * 3 and long["layer"].dtype.kind == "i"

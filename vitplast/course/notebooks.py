@@ -46,7 +46,8 @@ from vitplast.models import EMBEDDED_NAME
 
 #: The notebook sequence, in order.
 NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "02c_real_vit", "03_bounds",
-             "03b_intervals", "04_finetuning", "04b_advise", "05_confounds", "06_explorer", "07_suite"]
+             "03b_intervals", "04_finetuning", "04b_advise", "05_confounds", "06_explorer",
+             "07_suite"]
 #: The parameters that make a timm ``model_name`` one's own model (dropped for the embedded one).
 OWN_MODEL = ("weights_file", "model_args")
 #: Profile -> notebook -> parameters overriding the notebook's defaults.

@@ -8,5 +8,6 @@ estimator) · ``pairs`` (the image pairs a rate compares) · ``bounds`` (Proposi
 stream's scale and the rankings it sets) · ``gauge`` (the function-preserving rescaling) ·
 ``relative`` (plasticity in units of a component's own input and output scale) · ``tokens``
 (the token scale r, one definition for every notebook) · ``fingerprint`` (which measuring code
-made a stored table: the estimator's version and the component table's hash).
+made a stored table: the estimator's version and the component table's hash) · ``real`` (the
+paper's measurements on a real pretrained ViT, notebook 02c).
 """

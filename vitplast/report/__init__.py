@@ -2,7 +2,8 @@
 
 ``*_findings``, a notebook's findings rows (``definition_findings``, ``plasticity_findings``
 for 02, 02b's suite and 06, ``scale_findings``, ``bound_findings``, ``finetuning_findings``,
-``confound_findings``, ``suite_findings`` and ``cross_gauge_findings``), their rows made by
+``confound_findings``, ``suite_findings``, ``cross_gauge_findings`` and ``real_findings`` for
+02c), their rows made by
 ``vitplast.stats`` · the study families' tables (``finetuning_tables``, ``confound_tables``) ·
 ``sentences`` (a row in plain words, for the Read cells) · ``plots`` (figures as pure
 functions; the look in ``plot_style``, its colours checked by ``colour_vision``) · ``widgets``

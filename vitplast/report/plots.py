@@ -120,8 +120,6 @@ def lines(df, x: str, y: str, hue: str, col: str | None = None, logx: bool = Fal
                                 color=line.get_color())
         if logx:
             log_axis(ax, "x", sub[x].unique())
-        elif pd.api.types.is_integer_dtype(sub[x]):  # blocks, steps: no tick at 2.5
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if robust and shown:
             robust_ylim(ax, np.concatenate(shown), log=logy)
         if logy:

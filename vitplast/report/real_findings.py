@@ -91,7 +91,6 @@ def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
     one. ``layers``, ``stream``: ``vitplast.measure.real`` tables."""
     other = next(s for s in layers["source"].unique() if s != source)
     rows = [_ranking_row(layers, source, "embedding"), _ranking_row(layers, source, "hidden"),
-            _ranking_row(layers, other, "embedding"),
             _threshold_row(layers, source, "embedding")]
     holds = layers["bound_holds"].astype("boolean")
     rows.append(descriptive(
@@ -127,23 +126,6 @@ def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
         n=5, unit="Spearman rho over the 5 components",
         verdict=f"relative: {order(rel)}; absolute: {order(plast)}"))
     return rows
-
-
-#: The quantities ``bound_lines`` draws, in words.
-BOUND_QUANTITIES = {"plasticity": "plasticity (mean rate)", "max_rate": "largest observed rate",
-                    "lipschitz_upper": "upper bound (Props. 1-4)"}
-
-
-def bound_lines(layers: pd.DataFrame, *, source: str, protocol: str,
-                components=("LN1", "MHA", "FC1")) -> pd.DataFrame:
-    """Long table for a figure of each component's plasticity, largest observed rate and bound
-    per block (``quantity`` in words, ``BOUND_QUANTITIES``; ``value``)."""
-    g = layers[(layers["source"] == source) & (layers["protocol"] == protocol)
-               & layers["component"].isin(components)]
-    long = g.melt(id_vars=["layer", "component"], value_vars=list(BOUND_QUANTITIES),
-                  var_name="quantity")
-    return long.assign(quantity=long["quantity"].map(BOUND_QUANTITIES),
-                       layer=long["layer"].astype(int))
 
 
 def task_statistics(acc: pd.DataFrame, task_plasticity: pd.DataFrame,

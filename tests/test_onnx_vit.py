@@ -1,5 +1,5 @@
 """The conversion of an ONNX DINOv2 graph (Hugging Face names) to a timm state dict
-(``vitplast.fetched.onnx_vit``), on a tiny graph with the real one's names and structure that
+(``vitplast.onnx_vit``), on a tiny graph with the real one's names and structure that
 the test builds itself (``tiny_dinov2_graph``): every parameter lands where timm's own is, the
 converted model computes the graph's features, and a graph that changed is refused by name."""
 
@@ -12,8 +12,7 @@ import tiny_dinov2_graph as tiny
 import torch
 from onnx import numpy_helper
 
-from vitplast import fetched
-from vitplast.fetched import onnx_vit
+from vitplast import fetched, onnx_vit
 
 IMAGES = np.random.default_rng(1).standard_normal((2, 3, tiny.IMG_SIZE, tiny.IMG_SIZE)).astype(
     np.float32)

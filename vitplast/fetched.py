@@ -246,8 +246,7 @@ def _convert(name: str, entry: Fetched, graph_file: Path, progress) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from vitplast import models
-    from vitplast.fetched import onnx_vit
+    from vitplast import models, onnx_vit
 
     graph = onnx_vit.load_graph(graph_file)
     state = onnx_vit.backbone_state(graph, entry.prefix)

