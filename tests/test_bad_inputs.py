@@ -256,7 +256,7 @@ def test_a_diverged_run_is_recorded_and_never_counted_as_ok(tmp_path, monkeypatc
     monkeypatch.setattr(finetune, "train", fake_train)
     configs = [runs.make_run("digits", "LN1", lr=lr, seed=s, pretrained=False, steps=2,
                                batch_size=16) for lr in (0.1, 10.0) for s in (0, 1)]
-    table = sweep.run_sweep(configs, tmp_path, device="cpu", progress=False)
+    table = sweep.run_sweep(configs, tmp_path, device="cpu", progress=False).table
     assert table["status"].tolist() == ["ok", "ok", "diverged", "diverged"]
     assert table["test_acc"].isna().tolist() == [False, False, True, True]
     assert lr_selection.select_lr(table)["lr"].tolist() == [0.1]  # not 10 (val 0.99, diverged)

@@ -86,9 +86,13 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
     assert (Store(tmp_path / "a").path(first[0]).read_bytes()
             == Store(tmp_path / "b").path(first[0]).read_bytes())
     quiet = Runtime(progress=False)
-    search.run_search(study, tmp_path / "a", runtime=quiet)  # the failed run waits
+    waits = search.run_search(study, tmp_path / "a", runtime=quiet)  # the failed run waits
     assert search.state(study, tmp_path / "a")["next"].tolist()[0] == [0.3]
-    search.run_search(study, tmp_path / "a", runtime=Runtime(progress=False, retry_failed=True))
+    assert not waits.complete and waits.counts["failed"] == 1 and waits.counts["missing"] == 0
+    assert waits.table.loc[waits.table["status"] == "failed", "lr"].tolist() == [0.3]
+    retried = search.run_search(study, tmp_path / "a",
+                                runtime=Runtime(progress=False, retry_failed=True))
+    assert retried.complete and retried.counts["failed"] == 0
     state = search.state(study, tmp_path / "a")
     assert state["tried"].tolist() == [[0.1, 0.3, 1.0, 3.0], [0.3, 1.0, 3.0]]
     assert state["best"].tolist() == [1.0, 1.0] and state["bracketed"].all()
@@ -98,7 +102,8 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
     assert files.read_json(Store(tmp_path / "a").path(first[1]))["status"] == "ok"  # re-run
     # a search whose every run another store holds is copied to its end, training nothing
     copied = tmp_path / "c"
-    assert search.run_search(study, copied, sources=[tmp_path / "a"], runtime=quiet) == 0
+    nothing = search.run_search(study, copied, sources=[tmp_path / "a"], runtime=quiet)
+    assert nothing.trained == 0 and nothing.complete
     assert search.state(study, copied)["tried"].tolist() == state["tried"].tolist()
     assert runs.run_hash(first[0]) == runs.run_hash({**first[0], "precision": "fp32"})
 
