@@ -175,6 +175,61 @@ def test_a_cancelled_job_and_a_killed_submitter_lose_nothing(slurm, tmp_path):
         "claims left: 0")
 
 
+def test_a_killed_job_and_jobs_cancelled_before_they_start_exit_3_then_the_same_command_0(
+        slurm, tmp_path):
+    """One job a run (one at a time: --array-parallelism 1): the training job's process killed
+    (SIGKILL), then the jobs not started cancelled (scancel). The sweep names the killed job
+    with its log, and each cancelled one as having left the queue before it started (Slurm
+    drops a pending array task it cancels: squeue shows no state) with its submission file,
+    never a log it did not write; it exits 3, its last line counting the runs not stored and giving
+    the command that resumes; that command stores the rest and exits 0."""
+    root = tmp_path / "store"
+    command = [sys.executable, "-m", "vitplast", "sweep", "--study", "main-smoke", "--root",
+               str(root), *SLURM, "--runs-per-job", "1", "--array-parallelism", "1"]
+    first = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    claim = _wait(lambda: next(root.glob("*.claim"), None), 120, "a job training a run")
+    pid = json.loads(claim.read_text())["pid"]
+    killed = _job_of(pid)
+    os.kill(pid, signal.SIGKILL)
+    array = killed.split("_")[0]
+    subprocess.run(["scancel", f"{array}_[9-13]"], check=True)
+    out, err = first.communicate(timeout=300)
+    lines = err.replace("\r", "\n").splitlines()
+    assert first.returncode == 3, err
+    stored = len(Store(root).records())
+    assert 0 < stored <= 14 - 6  # the killed job's run and the five cancelled ones are not
+    assert lines[-1] == (
+        f"vitplast sweep: incomplete: {14 - stored} of 14 runs not stored, 0 stored failed "
+        f"({stored - _diverged(root)} ok, {_diverged(root)} diverged); to resume: python -m "
+        f"vitplast {' '.join(command[3:])}")
+    named = [line for line in lines if line.startswith(f"job {killed} ")]
+    log = root / "submitit" / f"{killed}_0_log.err"
+    assert len(named) == 1 and named[0].endswith(f"its log: {log}") and log.exists(), err
+    assert "(Slurm state " in named[0] and "with 1 of its 1 runs not stored" in named[0]
+    submission = root / "submitit" / f"{array}_submission.sh"
+    for task in range(9, 14):
+        line, = [line for line in lines if line.startswith(f"job {array}_{task} ")]
+        assert line == (  # Slurm keeps no record of an array task cancelled while pending
+            f"job {array}_{task} left the queue (squeue no longer lists it) before it started, "
+            "with 1 of its 1 runs not stored (the same command runs them again); it wrote no "
+            f"log; its submission file: {submission}")
+        assert not (root / "submitit" / f"{array}_{task}_0_log.err").exists()
+    assert submission.exists()
+    print("killed and cancelled: exit", first.returncode, "; the sweep said:", named[0], "|",
+          line, "|", lines[-1])
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-1] == (
+        f"complete: 14 of 14 runs stored ({14 - _diverged(root)} ok, {_diverged(root)} "
+        "diverged)")
+    assert len(Store(root).records()) == 14 and not list(root.glob("*.claim"))
+    print("the same command: exit", again.returncode, ";", again.stdout.splitlines()[-1])
+
+
+def _diverged(root) -> int:
+    return sum(r["status"] == "diverged" for r in Store(root).records())
+
+
 def _job_of(pid: int) -> str:
     """The array task (``<array>_<task>``) whose process is ``pid``: Slurm's variables in its
     environment (one node: the job runs on this machine)."""
