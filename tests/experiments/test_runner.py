@@ -35,14 +35,16 @@ def test_run_one_passes_the_config_and_seeds_the_new_head(fake_train, monkeypatc
     marked = {**ablations.PREPARE, "mark": lambda m, c: setattr(m, "mark", c["ablation"])}
     runner.run_one({**config, "prepare": "mark", "ablation": {"c": 3}}, preparations=marked)
     assert fake_train.calls[-1][0].mark == {"c": 3}
-    failed = runner.run_one({**config, "prepare": "nope"}, preparations=marked)
-    assert failed["status"] == "failed" and "valid: [" in failed["error"]
-    assert "'mark'" in failed["error"] and "'rescale_ln'" in failed["error"]
-    with pytest.raises(ValueError,
-                       match="unknown prepare \\['nope'\\]; valid: \\['gauge', 'lora', 'mark'"):
-        sweep.run_sweep([{**config, "prepare": "nope"}], "unused", progress=False,
-                        preparations=marked)
-    assert runner.run_one({**config, "prepare": "mark"})["status"] == "failed"  # not by default
+    calls = len(fake_train.calls)
+    for refuse in (lambda: runner.run_one({**config, "prepare": "nope"}, preparations=marked),
+                   lambda: sweep.run_sweep([{**config, "prepare": "nope"}], "unused",
+                                           progress=False, preparations=marked)):
+        with pytest.raises(ValueError, match="^unknown prepare 'nope'; valid: \\['gauge', "
+                                             "'lora', 'mark', .*'rescale_ln'"):
+            refuse()  # refused before any work, with one message, not recorded as failed
+    with pytest.raises(ValueError, match="^unknown prepare 'mark'"):  # not known by default
+        runner.run_one({**config, "prepare": "mark"})
+    assert len(fake_train.calls) == calls
 
 
 def test_no_clipping_means_no_clipping_end_to_end(fake_train):

@@ -112,10 +112,11 @@ def test_a_run_loads_its_task_through_the_one_registry(monkeypatch):
     keys set (a paper dataset at 224 px unless the run says otherwise)."""
     from vitplast.datasets import tasks
 
-    calls = []
+    calls, made = [], [runs.make_run("digits", lr=0.1, severity=3, data_seed=2),
+                        runs.make_run("pet", lr=0.1, data_root="/data", recipe="paper")]
     monkeypatch.setattr(tasks, "load", lambda *a, **k: calls.append((a, k)))
-    runs.task_of(runs.make_run("digits", lr=0.1, severity=3, data_seed=2))
-    runs.task_of(runs.make_run("pet", lr=0.1, data_root="/data", recipe="paper"))
+    for run in made:
+        runs.task_of(run)
     assert calls == [(("digits", None), dict(severity=3, seed=2, train_size=5000,
                                             test_size=2000)),
                      (("pet", "/data"), dict(severity=5, seed=0, img_size=224))]

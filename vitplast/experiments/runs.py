@@ -97,10 +97,13 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
     Raises:
         ValueError: unknown recipe, task or configuration (naming the valid ones); a setting
             that fails the run schema: an unknown key, or a value of the wrong type or out of
-            its range (``check_run``, naming the key, its value and what is valid).
+            its range (``check_run``, naming the key, its value and what is valid); a batch
+            larger than an embedded task's training split (``check_batches``; a paper
+            dataset's is checked where its data is read: ``runner.run_one``, a sweep). The
+            messages are those ``runner.run_one`` and ``sweep.run_sweep`` give.
     """
     from vitplast import models
-    from vitplast.datasets import paper_datasets
+    from vitplast.datasets import paper_datasets, tasks
     from vitplast.measure import components
     from vitplast.train import finetune
     from vitplast.weights import ModelSpec
@@ -122,7 +125,10 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
     out.update(config=config, lr=lr, seed=seed, **settings)
     if out["clip_grad_norm"] is None:  # no clipping, spelled as the stores spell it (0.0)
         out["clip_grad_norm"] = 0.0
-    return check_run(json.loads(json.dumps(out)))  # what the store holds (tuples: lists)
+    run = check_run(json.loads(json.dumps(out)))  # what the store holds (tuples: lists)
+    if tasks.source(task, run.get("data_root")) == "embedded":  # a paper dataset: where read
+        check_batches([run])
+    return run
 
 
 def check_run(run: dict) -> dict:
@@ -150,24 +156,22 @@ def check_run(run: dict) -> dict:
 def check_batches(runs: list[dict]) -> None:
     """Refuse (``ValueError``, before any run trains) a run whose micro-batch
     (``batch_size / accum_steps``) is larger than its task's training split, or whose
-    ``batch_size`` ``accum_steps`` does not divide. The split depends on the task and its
-    options, so each distinct task is loaded once per process (``tasks.load``, about 1-2 s
-    for an embedded task; its size is kept for the sweeps that follow)."""
+    ``batch_size`` ``accum_steps`` does not divide: ``finetune.check_batch``'s message (the
+    one ``finetune.train`` gives), after the run in a few words (``describe``). The split
+    depends on the task and its options, so each distinct task is loaded once per process
+    (``tasks.load``, about 1-2 s for an embedded task; its size is kept for the runs and
+    sweeps that follow). Checked by ``make_run`` (embedded tasks), ``runner.run_one`` and
+    ``sweep.run_sweep``."""
+    from vitplast.train import finetune
+
     for c in runs:
-        accum = c.get("accum_steps") or 1
-        if c["batch_size"] % accum:
-            raise ValueError(f"{describe(c)}: batch_size={c['batch_size']} is not divisible by "
-                             f"accum_steps={accum}; batch_size takes a multiple of accum_steps")
         split = _train_split(json.dumps({k: c.get(k) for k in _TASK_KEYS}, sort_keys=True,
                                         default=str))
-        if c["batch_size"] // accum > split:
-            most = split * accum
-            raise ValueError(
-                f"{describe(c)}: batch_size={c['batch_size']} is larger than the training split "
-                f"of task {c['task']!r} ({split} images"
-                f"{f', micro-batches of batch_size / accum_steps={accum}' if accum > 1 else ''})"
-                f"; batch_size takes an integer from 1 to {most} here (refused before the "
-                "sweep runs anything)")
+        try:
+            finetune.check_batch(c["batch_size"], c.get("accum_steps") or 1, split,
+                                 of=f" of task {c['task']!r}")
+        except ValueError as err:
+            raise ValueError(f"{describe(c)}: {err}") from None
 
 
 #: The keys of a run that choose its task's splits (``task_of``).
