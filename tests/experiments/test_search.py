@@ -7,6 +7,7 @@ import pytest
 
 from vitplast import files
 from vitplast.experiments import search, studies
+from vitplast.experiments.runs import run_hash
 from vitplast.experiments.runtime import Runtime
 from vitplast.experiments.spec_types import Search
 
@@ -59,6 +60,38 @@ def test_diverged_runs_score_below_every_finished_run():
 def test_lrs_off_the_ladder_are_refused():
     with pytest.raises(ValueError, match="not on the LR ladder"):
         search.next_lrs(0.2, {})
+
+
+def test_a_search_round_that_loses_its_runs_ends_the_search_incomplete(tmp_path, monkeypatch):
+    """A round whose runs come back not stored, and held by no live process (their jobs
+    died), ends the search at once (what it asks next depends on them), its outcome counting
+    them not stored; a round whose runs another live process holds is waited for instead."""
+    from vitplast.experiments import sweep
+    from vitplast.experiments.store import Store
+
+    study = Search(tasks=("digits",), seeds=(0,), configs={"LN1": 0.3},
+                   fixed=dict(steps=2, warmup_steps=1, eval_every=1))
+    rounds = []
+    monkeypatch.setattr(sweep, "_train", lambda todo, *a, **k: rounds.append(len(todo)) or 0)
+    lost = search.run_search(study, tmp_path, runtime=Runtime(progress=False))
+    assert rounds == [3] and lost.trained == 0 and not lost.complete
+    assert lost.counts == dict(ok=0, diverged=0, failed=0, missing=3)
+    assert lost.table["lr"].tolist() == [0.1, 0.3, 1.0]
+    assert lost.says() == ("incomplete: 3 of 3 runs not stored, 0 stored failed (0 ok, 0 "
+                           "diverged); to resume: the same sweep")
+    held = []  # another live process holds the first round's claims, then stores them
+    monkeypatch.setattr(Store, "claimed", lambda self: held.append(1) or (
+        {run_hash(r) for r in search.search_runs(study, tmp_path)} if len(held) == 1 else set()))
+    monkeypatch.setattr("time.sleep", lambda s: [Store(tmp_path).save(r, _ok(r))
+                                                 for r in search.search_runs(study, tmp_path)])
+    waited = search.run_search(study, tmp_path, runtime=Runtime(progress=False))
+    assert rounds[1] == 3 and waited.complete and waited.trained == 0
+
+
+def _ok(run):
+    acc = {0.1: 0.5, 0.3: 0.7, 1.0: 0.6}[run["lr"]]
+    return dict(status="ok", best_val_acc=acc, best_step=1, test_acc=acc,
+                history=[dict(step=0, loss=2.0), dict(step=1, loss=1.0, val_loss=1.0)])
 
 
 def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monkeypatch):
