@@ -249,7 +249,8 @@ def test_a_job_at_its_time_limit_is_named_and_its_runs_run_again(slurm, tmp_path
     """One job packing 160 smoke runs (minutes of work) under a one-minute limit (Slurm's
     shortest; it warns the job 15 s before, and enforces limits every 30 s): `--status`
     counts its run in flight while it trains; the sweep names the job by its id, why it
-    ended and its log; no claim is left; the next sweep trains only the runs not stored."""
+    ended and its log, and exits 3 saying how many runs are not stored; no claim is left; the
+    next sweep trains only the runs not stored, and exits 0."""
     many = kinds.GridStudy("t-many", "160 smoke runs", "t-many", Grid(
         tasks=("fmnist_contrast",), lrs={c: (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
                                           for c in ("head", "LN1", "LN2", "FC2")},
@@ -266,7 +267,7 @@ def test_a_job_at_its_time_limit_is_named_and_its_runs_run_again(slurm, tmp_path
 
     reader = threading.Thread(target=look)
     reader.start()
-    assert _sweep(many.name, root, *SLURM, "--timeout-min", "1", "--runs-per-job", "160") == 0
+    assert _sweep(many.name, root, *SLURM, "--timeout-min", "1", "--runs-per-job", "160") == 3
     reader.join()
     assert status["expected"] == 160 and status["running"] == 1 and status["pending"] >= 1
     assert sum(status[k] for k in ("ok", "diverged", "failed", "running", "pending")) == 160
@@ -278,6 +279,9 @@ def test_a_job_at_its_time_limit_is_named_and_its_runs_run_again(slurm, tmp_path
     assert f"with {160 - stored} of its 160 runs not stored" in named[0]
     assert named[0].endswith(f"its log: {root / 'submitit' / f'{job}_0_log.err'}")
     assert 0 < stored < 160 and not list(root.glob("*.claim"))
+    last = err.replace("\r", "\n").strip().splitlines()[-1]
+    assert last.startswith(f"vitplast sweep: incomplete: {160 - stored} of 160 runs not stored, "
+                           "0 stored failed") and last.endswith("--runs-per-job 160"), last
     print("time limit: --status while it trained", status, "; the sweep said:", named[0])
     before = {p.name: p.stat().st_ino for p in root.glob("*.json")}
     assert _sweep(many.name, root, *SLURM, "--timeout-min", "10") == 0
