@@ -74,7 +74,8 @@ def setting(run: dict) -> str:
 def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: int = 0,
              recipe: str = "embedded", model: str | None = None, checkpoint: str = "final",
              pretrained: bool = True, severity: int = 5, train_size: int = 5000,
-             test_size: int = 2000, data_seed: int = 0, **settings) -> dict:
+             test_size: int = 2000, data_seed: int = 0, check_batch: bool = True,
+             **settings) -> dict:
     """One run (a dict of its settings): ``TRAIN_DEFAULTS``, overridden by the recipe
     ``finetune.RECIPES[recipe]`` (``"paper"`` also takes ``paper_datasets.PAPER_STEPS``), then
     by ``settings``.
@@ -87,6 +88,10 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
             model); a ``weights.ModelSpec`` also sets ``weights_file`` and ``model_kwargs``.
         severity, train_size, test_size, data_seed: task options (``tasks.load``); one
             ``data_seed`` fixes the splits for every training seed.
+        check_batch: refuse here a batch larger than an embedded task's training split
+            (``check_batches``: the task is loaded once per process, 1-2 s). ``grid`` and a
+            study's listing pass False: what trains their runs (``runner.run_one``,
+            ``sweep.run_sweep``) checks them, so listing a study loads no task.
         **settings: any other key of ``RUN_KEYS`` (``finetune.train`` keywords such as steps,
             batch_size, optimizer, clip_grad_norm (``None`` or 0: no clipping, stored as 0.0),
             lr_scales; ``img_size`` of paper datasets;
@@ -126,8 +131,8 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
     if out["clip_grad_norm"] is None:  # no clipping, spelled as the stores spell it (0.0)
         out["clip_grad_norm"] = 0.0
     run = check_run(json.loads(json.dumps(out)))  # what the store holds (tuples: lists)
-    if tasks.source(task, run.get("data_root")) == "embedded":  # a paper dataset: where read
-        check_batches([run])
+    if check_batch and tasks.source(task, run.get("data_root")) == "embedded":
+        check_batches([run])  # a paper dataset's: where its data is read
     return run
 
 
@@ -222,10 +227,14 @@ def grid(tasks, configs, lrs, seeds, **fixed) -> list[dict]:
             ``components.CONFIGS``, a list of patterns, or a dict of ``make_run`` keywords
             (with ``config``), as ``vitplast.experiments.confound_variants.variants`` makes.
         **fixed: ``make_run`` keywords shared by every run (recipe, steps, model...).
+
+    Each run passes ``make_run``'s checks but the batch against its task's training split,
+    which what trains them checks (``runner.run_one``, ``sweep.run_sweep``): a grid loads no
+    task.
     """
     def one(t, c, lr, s):
         if isinstance(c, dict):
-            return make_run(t, lr=lr, seed=s, **{**fixed, **c})
-        return make_run(t, c, lr=lr, seed=s, **fixed)
+            return make_run(t, lr=lr, seed=s, check_batch=False, **{**fixed, **c})
+        return make_run(t, c, lr=lr, seed=s, check_batch=False, **fixed)
 
     return [one(t, c, lr, s) for t in tasks for c in configs for lr in lrs for s in seeds]
