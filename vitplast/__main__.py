@@ -31,6 +31,8 @@ SWEEP_EXIT = f"""\
 exit status:
   0    every run of the study (or of the selection: --shard, --limit) is stored ok or
        diverged (a finished run); with --status, the table was printed
+  1    an error other than these (its traceback above), e.g. a setting of a run refused
+       before any run trained (the message names the run and the setting)
   2    an option was refused (nothing ran)
   {INCOMPLETE}    runs are left not stored (a job died, or was cancelled or stopped before it
        ran them) or stored failed (the run raised); the last line says how many of each and
@@ -38,6 +40,15 @@ exit status:
   130  interrupted (Ctrl-C or SIGTERM): the records and the session log are kept; the same
        command resumes
 """
+
+
+class _ExitTable(argparse.HelpFormatter):
+    """argparse's help, the exit status table (``SWEEP_EXIT``) kept as laid out."""
+
+    def _fill_text(self, text, width, indent):
+        if text.startswith("exit status:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,7 +94,7 @@ def _add_sweep(sub) -> None:
                         "here (serial) or as a submitit job array (a SLURM cluster); every run "
                         "stores its own record, so the same command resumes. Paper grid on "
                         f"SLURM: {PAPER_SLURM_EXAMPLE}", epilog=SWEEP_EXIT,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+                        formatter_class=_ExitTable)
     sw.add_argument("--study", default="main", choices=list(studies.STUDIES), metavar="STUDY",
                     help="; ".join(s.describe() for s in studies.STUDIES.values()))
     sw.add_argument("--root", default=None, help="results folder (default: the study's; "
