@@ -58,9 +58,10 @@ HINT = {"TIMEOUT": "--timeout-min sets it", "CANCELLED": "scancel",
 #: <time> DUE TO <why> ***``): <why> -> the job's state.
 DUE_TO = {"TIME LIMIT": "TIMEOUT", "NODE FAILURE": "NODE_FAIL", "PREEMPTION": "PREEMPTED",
           "JOB REQUEUE": "REQUEUED"}
-#: ``squeue`` reasons (``%r``) of a pending job that say its node is the matter.
-NODE_REASONS = ("NodeDown", "launch failed requeued held", "JobHeldAdmin", "BeginTime",
-                "ReqNodeNotAvail", "NodeFail")
+#: ``squeue`` reasons (``%r``) of a job pending again after it started: Slurm put it back (a
+#: node failure, a requeue; a requeued job waits for its new begin time).
+REQUEUE_REASONS = ("NodeDown", "NodeFail", "launch failed requeued held", "BeginTime",
+                   "ReqNodeNotAvail", "JobHeldAdmin")
 #: Seconds between two reads of the job folders; ``squeue`` is asked every ``SQUEUE_S``.
 POLL_S = 0.2
 SQUEUE_S = 2.0
@@ -319,7 +320,7 @@ def ended(job, state: str, reason: str, missing: int, size: int) -> str:
 def _requeued(job, state: str, reason: str) -> str | None:
     """The line naming a live ``job`` that Slurm requeued or holds for its node (``squeue``'s
     ``state`` and ``reason``), else None."""
-    if state in REQUEUED or (state == "PENDING" and reason in NODE_REASONS
+    if state in REQUEUED or (state == "PENDING" and reason in REQUEUE_REASONS
                              and Path(job.paths.stderr).exists()):
         return (f"job {job.job_id} was put back in the queue by Slurm (state {state}, reason "
                 f"{reason or 'None'}): it runs its runs not stored again when Slurm starts it")
@@ -339,8 +340,8 @@ def _ended(job, states: dict, gone: dict, slurm: bool) -> str | None:
         return None
     seen = gone.setdefault(job.job_id, time.monotonic())
     if state in WHY or time.monotonic() - seen > GRACE_S:
-        return _state_in_log(job) if state in ("", "FAILED") and _state_in_log(job) else (
-            state or "left the queue")
+        logged = _state_in_log(job) if state in ("", "FAILED") else None  # Slurm's own words
+        return logged or state or "left the queue"
     return None
 
 
