@@ -91,9 +91,6 @@ def _check_args(args: dict, lrs: list[float]) -> None:
     for lr in lrs:
         check_positive("lr", lr, hint="the peak learning rate, e.g. 1e-2")
     check_count("accum_steps", accum_steps, hint="micro-batches per step, 1 for none")
-    if batch_size % accum_steps:
-        raise ValueError(f"batch_size={batch_size} is not divisible by accum_steps="
-                         f"{accum_steps}; batch_size takes a multiple of accum_steps")
     check_count("warmup_steps", args["warmup_steps"], minimum=0, hint="0 for no warm-up")
     check_count("eval_every", args["eval_every"], hint="steps between evaluations")
     check_count("log_every", args["log_every"], hint="steps between logged rows")
@@ -146,12 +143,13 @@ def check_batch(batch_size: int, accum_steps: int, split: int, of: str = "") -> 
                          f"{split * accum_steps} here")
 
 
-def _check_splits(train_set, val_set, test_set, micro_batch: int, accum_steps: int) -> None:
-    """Non-empty splits, and a train split with at least one (micro-)batch (``check_batch``)."""
+def _check_splits(train_set, val_set, test_set, batch_size: int, accum_steps: int) -> None:
+    """Non-empty splits, and a train split with at least one (micro-)batch, the batch split
+    in equal micro-batches (``check_batch``)."""
     for name, split in (("train_set", train_set), ("val_set", val_set), ("test_set", test_set)):
         if split is not None and len(split) == 0:
             raise ValueError(f"{name} is empty: give it images (or None for val_set/test_set)")
-    check_batch(micro_batch * accum_steps, accum_steps, len(train_set))
+    check_batch(batch_size, accum_steps, len(train_set))
 
 
 def _group_norms(names: list[str], sq: list[float], counts: dict[str, int]) -> dict[str, float]:
@@ -272,8 +270,7 @@ def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], 
     """
     train_set, val_set, test_set = splits
     _check_args(args, lrs)
-    _check_splits(train_set, val_set, test_set, args["batch_size"] // args["accum_steps"],
-                  args["accum_steps"])
+    _check_splits(train_set, val_set, test_set, args["batch_size"], args["accum_steps"])
     names = trainable_names(model, args["config"], train_head=args["train_head"])
     device = pick_device(args["device"])
     generator = seed_everything(args["seed"])
