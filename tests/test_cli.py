@@ -270,6 +270,70 @@ def test_ctrl_c_on_a_sweep_ends_with_one_line_keeping_records_and_log(tmp_path, 
     assert len(results.records_table(tmp_path)) == 2 and len(fake.calls) == 3
 
 
+def test_a_sweep_that_leaves_runs_failed_exits_3_saying_what_resumes(tmp_path, fake_runs,
+                                                                     monkeypatch, capsys):
+    """A run that raised is stored failed: the sweep exits ``sweep.INCOMPLETE`` (3), its last
+    line counting the runs not stored and stored failed and giving the command that re-runs
+    them (with --retry-failed); that command then exits 0. The code is the one --help
+    documents and the API's."""
+    from vitplast.__main__ import INCOMPLETE
+    from vitplast.experiments import sweep
+
+    assert INCOMPLETE == sweep.INCOMPLETE == 3
+    calls = []
+
+    def second_fails(*args, **kwargs):
+        calls.append(kwargs)
+        if len(calls) == 2:
+            raise RuntimeError("out of luck")
+        return finetune.TrainResult(history=[{"step": 0, "loss": 1.0}], best_val_acc=0.5,
+                                    test_acc=0.5, trainable=1)
+
+    monkeypatch.setattr(finetune, "train", second_fails)
+    assert main(["sweep", "--root", str(tmp_path)]) == INCOMPLETE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"vitplast sweep: incomplete: 0 of 2 runs not stored, 1 stored failed "
+                       f"(1 ok, 0 diverged); to resume: python -m vitplast sweep --root "
+                       f"{tmp_path} --retry-failed")
+    assert main(["sweep", "--root", str(tmp_path), "--retry-failed"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "complete: 2 of 2 runs stored (2 ok, " \
+        "0 diverged)"
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert (f"{INCOMPLETE} runs are left not stored (a job died, or was cancelled or stopped "
+            "before it ran them) or stored failed") in text and "130 interrupted" in text
+
+
+def test_a_sweep_whose_job_dies_exits_3_and_the_same_command_completes(tmp_path, fake_runs,
+                                                                       monkeypatch, capsys):
+    """A job (submitit's debug cluster: in this process) that ends before storing its run
+    (stopped: its time limit was near) leaves it not stored: exit 3, the last line naming the
+    same command; that command then exits 0."""
+    pytest.importorskip("submitit")
+    from vitplast.experiments import sweep
+
+    real = sweep.run_pack
+    deaths = []
+
+    def stopped_once(pack, **kwargs):
+        if not deaths:
+            deaths.append(1)
+            return ["stopped"] * sum(map(len, pack))
+        return real(pack, **kwargs)
+
+    monkeypatch.setattr(sweep, "run_pack", stopped_once)
+    command = ["sweep", "--root", str(tmp_path), "--executor", "submitit", "--cluster", "debug",
+               "--runs-per-job", "1"]
+    assert main(command) == 3
+    err = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()
+    assert err[-1] == (f"vitplast sweep: incomplete: 1 of 2 runs not stored, 0 stored failed "
+                       f"(1 ok, 0 diverged); to resume: python -m vitplast {' '.join(command)}")
+    assert any("stopped early (its time limit was near) with 1 of its 1 runs not stored" in line
+               for line in err)
+    assert main(command) == 0 and len(results.records_table(tmp_path)) == 2
+
+
 def test_the_sweep_bar_counts_the_runs_it_stores(tmp_path, fake_runs, capsys):
     main(["sweep", "--root", str(tmp_path), "--limit", "1"])
     first = capsys.readouterr().err.replace("\r", "\n")

@@ -36,8 +36,8 @@ def test_a_slurm_job_reads_with_its_cpus_but_one(monkeypatch):
 @pytest.fixture
 def chosen(monkeypatch, tmp_path):
     """The runs ``vitplast sweep`` hands to ``run_sweep`` (nothing runs)."""
-    got = []
-    monkeypatch.setattr(sweep, "run_sweep", lambda todo, *a, **k: got.extend(todo))
+    got, nothing = [], sweep.Outcome(__import__("pandas").DataFrame({"status": []}))
+    monkeypatch.setattr(sweep, "run_sweep", lambda todo, *a, **k: got.extend(todo) or nothing)
     monkeypatch.setattr("vitplast.experiments.study_log.log_session", lambda *a, **k: None)
     monkeypatch.setattr("vitplast.experiments.results.records_table",
                         lambda root: __import__("pandas").DataFrame({"status": []}))

@@ -112,10 +112,11 @@ def test_a_run_loads_its_task_through_the_one_registry(monkeypatch):
     keys set (a paper dataset at 224 px unless the run says otherwise)."""
     from vitplast.datasets import tasks
 
-    calls = []
+    calls, made = [], [runs.make_run("digits", lr=0.1, severity=3, data_seed=2),
+                        runs.make_run("pet", lr=0.1, data_root="/data", recipe="paper")]
     monkeypatch.setattr(tasks, "load", lambda *a, **k: calls.append((a, k)))
-    runs.task_of(runs.make_run("digits", lr=0.1, severity=3, data_seed=2))
-    runs.task_of(runs.make_run("pet", lr=0.1, data_root="/data", recipe="paper"))
+    for run in made:
+        runs.task_of(run)
     assert calls == [(("digits", None), dict(severity=3, seed=2, train_size=5000,
                                             test_size=2000)),
                      (("pet", "/data"), dict(severity=5, seed=0, img_size=224))]
@@ -164,3 +165,18 @@ def test_a_model_spec_s_weights_and_architecture_are_run_keys():
     assert run["weights_file"] == "tiny.safetensors" and run["model"] == "vit_tiny_patch16_224"
     stock = runs.make_run("digits", lr=0.1, model="vit_tiny_patch16_224")
     assert runs.run_hash(run) != runs.run_hash(stock)
+
+
+def test_a_grid_loads_no_task_and_make_run_refuses_a_batch_larger_than_the_split(monkeypatch):
+    """Listing a study (``grid``) loads no task: the batch is checked where its runs train;
+    ``make_run`` itself refuses a batch larger than the split, as a sweep and ``run_one`` do."""
+    from vitplast.datasets import tasks
+
+    with pytest.raises(ValueError, match=r"^task 'digits', config 'full', lr 0.1, seed 0: "
+                                         r"batch_size=1151 is larger than the training split of "
+                                         r"task 'digits' \(1150 images\)"):
+        runs.make_run("digits", lr=0.1, batch_size=1151)
+    monkeypatch.setattr(tasks, "load", lambda *a, **k: pytest.fail("a task was loaded"))
+    monkeypatch.setattr(runs, "_train_split", lambda keys: pytest.fail("a split was read"))
+    assert len(runs.grid(["digits", "fmnist_contrast"], ["head"], [0.1], [0, 1],
+                         batch_size=99_999)) == 4

@@ -7,6 +7,7 @@ import pytest
 
 from vitplast import files
 from vitplast.experiments import search, studies
+from vitplast.experiments.runs import run_hash
 from vitplast.experiments.runtime import Runtime
 from vitplast.experiments.spec_types import Search
 
@@ -61,6 +62,38 @@ def test_lrs_off_the_ladder_are_refused():
         search.next_lrs(0.2, {})
 
 
+def test_a_search_round_that_loses_its_runs_ends_the_search_incomplete(tmp_path, monkeypatch):
+    """A round whose runs come back not stored, and held by no live process (their jobs
+    died), ends the search at once (what it asks next depends on them), its outcome counting
+    them not stored; a round whose runs another live process holds is waited for instead."""
+    from vitplast.experiments import sweep
+    from vitplast.experiments.store import Store
+
+    study = Search(tasks=("digits",), seeds=(0,), configs={"LN1": 0.3},
+                   fixed=dict(steps=2, warmup_steps=1, eval_every=1))
+    rounds = []
+    monkeypatch.setattr(sweep, "_train", lambda todo, *a, **k: rounds.append(len(todo)) or 0)
+    lost = search.run_search(study, tmp_path, runtime=Runtime(progress=False))
+    assert rounds == [3] and lost.trained == 0 and not lost.complete
+    assert lost.counts == dict(ok=0, diverged=0, failed=0, missing=3)
+    assert lost.table["lr"].tolist() == [0.1, 0.3, 1.0]
+    assert lost.says() == ("incomplete: 3 of 3 runs not stored, 0 stored failed (0 ok, 0 "
+                           "diverged); to resume: the same sweep")
+    held = []  # another live process holds the first round's claims, then stores them
+    monkeypatch.setattr(Store, "claimed", lambda self: held.append(1) or (
+        {run_hash(r) for r in search.search_runs(study, tmp_path)} if len(held) == 1 else set()))
+    monkeypatch.setattr("time.sleep", lambda s: [Store(tmp_path).save(r, _ok(r))
+                                                 for r in search.search_runs(study, tmp_path)])
+    waited = search.run_search(study, tmp_path, runtime=Runtime(progress=False))
+    assert rounds[1] == 3 and waited.complete and waited.trained == 0
+
+
+def _ok(run):
+    acc = {0.1: 0.5, 0.3: 0.7, 1.0: 0.6}[run["lr"]]
+    return dict(status="ok", best_val_acc=acc, best_step=1, test_acc=acc,
+                history=[dict(step=0, loss=2.0), dict(step=1, loss=1.0, val_loss=1.0)])
+
+
 def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monkeypatch):
     from vitplast.experiments import runner, runs
     from vitplast.experiments.store import Store
@@ -86,9 +119,13 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
     assert (Store(tmp_path / "a").path(first[0]).read_bytes()
             == Store(tmp_path / "b").path(first[0]).read_bytes())
     quiet = Runtime(progress=False)
-    search.run_search(study, tmp_path / "a", runtime=quiet)  # the failed run waits
+    waits = search.run_search(study, tmp_path / "a", runtime=quiet)  # the failed run waits
     assert search.state(study, tmp_path / "a")["next"].tolist()[0] == [0.3]
-    search.run_search(study, tmp_path / "a", runtime=Runtime(progress=False, retry_failed=True))
+    assert not waits.complete and waits.counts["failed"] == 1 and waits.counts["missing"] == 0
+    assert waits.table.loc[waits.table["status"] == "failed", "lr"].tolist() == [0.3]
+    retried = search.run_search(study, tmp_path / "a",
+                                runtime=Runtime(progress=False, retry_failed=True))
+    assert retried.complete and retried.counts["failed"] == 0
     state = search.state(study, tmp_path / "a")
     assert state["tried"].tolist() == [[0.1, 0.3, 1.0, 3.0], [0.3, 1.0, 3.0]]
     assert state["best"].tolist() == [1.0, 1.0] and state["bracketed"].all()
@@ -98,7 +135,8 @@ def test_search_resumes_from_the_store_and_reuses_identical_runs(tmp_path, monke
     assert files.read_json(Store(tmp_path / "a").path(first[1]))["status"] == "ok"  # re-run
     # a search whose every run another store holds is copied to its end, training nothing
     copied = tmp_path / "c"
-    assert search.run_search(study, copied, sources=[tmp_path / "a"], runtime=quiet) == 0
+    nothing = search.run_search(study, copied, sources=[tmp_path / "a"], runtime=quiet)
+    assert nothing.trained == 0 and nothing.complete
     assert search.state(study, copied)["tried"].tolist() == state["tried"].tolist()
     assert runs.run_hash(first[0]) == runs.run_hash({**first[0], "precision": "fp32"})
 

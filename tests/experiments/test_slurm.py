@@ -175,6 +175,61 @@ def test_a_cancelled_job_and_a_killed_submitter_lose_nothing(slurm, tmp_path):
         "claims left: 0")
 
 
+def test_a_killed_job_and_jobs_cancelled_before_they_start_exit_3_then_the_same_command_0(
+        slurm, tmp_path):
+    """One job a run (one at a time: --array-parallelism 1): the training job's process killed
+    (SIGKILL), then the jobs not started cancelled (scancel). The sweep names the killed job
+    with its log, and each cancelled one as having left the queue before it started (Slurm
+    drops a pending array task it cancels: squeue shows no state) with its submission file,
+    never a log it did not write; it exits 3, its last line counting the runs not stored and giving
+    the command that resumes; that command stores the rest and exits 0."""
+    root = tmp_path / "store"
+    command = [sys.executable, "-m", "vitplast", "sweep", "--study", "main-smoke", "--root",
+               str(root), *SLURM, "--runs-per-job", "1", "--array-parallelism", "1"]
+    first = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    claim = _wait(lambda: next(root.glob("*.claim"), None), 120, "a job training a run")
+    pid = json.loads(claim.read_text())["pid"]
+    killed = _job_of(pid)
+    os.kill(pid, signal.SIGKILL)
+    array = killed.split("_")[0]
+    subprocess.run(["scancel", f"{array}_[9-13]"], check=True)
+    out, err = first.communicate(timeout=300)
+    lines = err.replace("\r", "\n").splitlines()
+    assert first.returncode == 3, err
+    stored = len(Store(root).records())
+    assert 0 < stored <= 14 - 6  # the killed job's run and the five cancelled ones are not
+    assert lines[-1] == (
+        f"vitplast sweep: incomplete: {14 - stored} of 14 runs not stored, 0 stored failed "
+        f"({stored - _diverged(root)} ok, {_diverged(root)} diverged); to resume: python -m "
+        f"vitplast {' '.join(command[3:])}")
+    named = [line for line in lines if line.startswith(f"job {killed} ")]
+    log = root / "submitit" / f"{killed}_0_log.err"
+    assert len(named) == 1 and named[0].endswith(f"its log: {log}") and log.exists(), err
+    assert "(Slurm state " in named[0] and "with 1 of its 1 runs not stored" in named[0]
+    submission = root / "submitit" / f"{array}_submission.sh"
+    for task in range(9, 14):
+        line, = [line for line in lines if line.startswith(f"job {array}_{task} ")]
+        assert line == (  # Slurm keeps no record of an array task cancelled while pending
+            f"job {array}_{task} left the queue (squeue no longer lists it) before it started, "
+            "with 1 of its 1 runs not stored (the same command runs them again); it wrote no "
+            f"log; its submission file: {submission}")
+        assert not (root / "submitit" / f"{array}_{task}_0_log.err").exists()
+    assert submission.exists()
+    print("killed and cancelled: exit", first.returncode, "; the sweep said:", named[0], "|",
+          line, "|", lines[-1])
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-1] == (
+        f"complete: 14 of 14 runs stored ({14 - _diverged(root)} ok, {_diverged(root)} "
+        "diverged)")
+    assert len(Store(root).records()) == 14 and not list(root.glob("*.claim"))
+    print("the same command: exit", again.returncode, ";", again.stdout.splitlines()[-1])
+
+
+def _diverged(root) -> int:
+    return sum(r["status"] == "diverged" for r in Store(root).records())
+
+
 def _job_of(pid: int) -> str:
     """The array task (``<array>_<task>``) whose process is ``pid``: Slurm's variables in its
     environment (one node: the job runs on this machine)."""
@@ -194,7 +249,8 @@ def test_a_job_at_its_time_limit_is_named_and_its_runs_run_again(slurm, tmp_path
     """One job packing 160 smoke runs (minutes of work) under a one-minute limit (Slurm's
     shortest; it warns the job 15 s before, and enforces limits every 30 s): `--status`
     counts its run in flight while it trains; the sweep names the job by its id, why it
-    ended and its log; no claim is left; the next sweep trains only the runs not stored."""
+    ended and its log, and exits 3 saying how many runs are not stored; no claim is left; the
+    next sweep trains only the runs not stored, and exits 0."""
     many = kinds.GridStudy("t-many", "160 smoke runs", "t-many", Grid(
         tasks=("fmnist_contrast",), lrs={c: (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
                                           for c in ("head", "LN1", "LN2", "FC2")},
@@ -211,7 +267,7 @@ def test_a_job_at_its_time_limit_is_named_and_its_runs_run_again(slurm, tmp_path
 
     reader = threading.Thread(target=look)
     reader.start()
-    assert _sweep(many.name, root, *SLURM, "--timeout-min", "1", "--runs-per-job", "160") == 0
+    assert _sweep(many.name, root, *SLURM, "--timeout-min", "1", "--runs-per-job", "160") == 3
     reader.join()
     assert status["expected"] == 160 and status["running"] == 1 and status["pending"] >= 1
     assert sum(status[k] for k in ("ok", "diverged", "failed", "running", "pending")) == 160
@@ -223,6 +279,9 @@ def test_a_job_at_its_time_limit_is_named_and_its_runs_run_again(slurm, tmp_path
     assert f"with {160 - stored} of its 160 runs not stored" in named[0]
     assert named[0].endswith(f"its log: {root / 'submitit' / f'{job}_0_log.err'}")
     assert 0 < stored < 160 and not list(root.glob("*.claim"))
+    last = err.replace("\r", "\n").strip().splitlines()[-1]
+    assert last.startswith(f"vitplast sweep: incomplete: {160 - stored} of 160 runs not stored, "
+                           "0 stored failed") and last.endswith("--runs-per-job 160"), last
     print("time limit: --status while it trained", status, "; the sweep said:", named[0])
     before = {p.name: p.stat().st_ino for p in root.glob("*.json")}
     assert _sweep(many.name, root, *SLURM, "--timeout-min", "10") == 0

@@ -153,7 +153,7 @@ def test_dead_claims_are_taken_over_and_live_ones_left_alone(tmp_path, fast_runs
               _claim(tmp_path, todo[3], "elsewhere", 1, 0)]  # fresh heartbeat elsewhere
     kinds = Store(tmp_path).audit().set_index("file")["kind"]
     assert [kinds[c.name] for c in claims] == ["dead claim", "dead claim", "claim", "claim"]
-    table = sweep.run_sweep(todo, tmp_path, progress=False)
+    table = sweep.run_sweep(todo, tmp_path, progress=False).table
     assert table["status"].tolist() == ["ok", "ok", "missing", "missing"]
     assert fake.trainings() == {"0.1": 1, "0.2": 1}
     assert [c.exists() for c in claims] == [False, False, True, True]
@@ -185,7 +185,7 @@ def test_claims_are_removed_when_a_run_fails_or_is_interrupted(tmp_path, fast_ru
         with pytest.raises(KeyboardInterrupt):
             sweep.run_sweep(todo, tmp_path / "runs", progress=False)
     else:
-        table = sweep.run_sweep(todo, tmp_path / "runs", progress=False)
+        table = sweep.run_sweep(todo, tmp_path / "runs", progress=False).table
         assert table["status"].tolist() == ["failed"]
     assert not list((tmp_path / "runs").glob("*.claim"))
 
@@ -266,7 +266,7 @@ def test_an_invalid_record_is_reported_by_name_and_re_run(tmp_path, fast_runs, m
                       r"vitplast\.experiments\.store\.Store\(root\)\.audit\(\) says why"):
         assert Store(root).records() == []
     with pytest.warns(UserWarning, match=name):
-        table = sweep.run_sweep([config], root, progress=False)
+        table = sweep.run_sweep([config], root, progress=False).table
     assert table["status"].tolist() == ["ok"] and fake.trainings() == {"0.1": 1}
     assert Store(root).audit()["file"].tolist() == ["notes.json"]
 

@@ -18,7 +18,7 @@ from vitplast.train import ablations
 
 def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch):
     config = runs.make_run("digits", "MHA", lr=1e-2, **TINY)
-    summary = sweep.run_sweep([config, config], tmp_path, device="cpu", progress=False)
+    summary = sweep.run_sweep([config, config], tmp_path, device="cpu", progress=False).table
     path = tmp_path / f"{run_hash(config)}.json"
     # no claim nor temp file left: only the record and the store's (git-ignored) lock file
     assert {p.name for p in tmp_path.iterdir()} == {"claims.lock", path.name}
@@ -41,7 +41,7 @@ def test_a_real_run_is_stored_under_its_hash_and_not_rerun(tmp_path, monkeypatch
     assert val["value"].tolist() == [record["best_val_acc"]] and val["step"].tolist() == [1]
 
     monkeypatch.setattr(runner, "run_lrs", lambda *a, **k: pytest.fail("re-ran a stored run"))
-    again = sweep.run_sweep([config], tmp_path, progress=False)
+    again = sweep.run_sweep([config], tmp_path, progress=False).table
     assert again.loc[0, "test_acc"] == record["test_acc"]
 
 
@@ -58,11 +58,14 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path, fake_train):
     Store(tmp_path).path(configs[3]).write_text(full[: len(full) // 2])
     assert sorted(results.records_table(tmp_path)["lr"]) == [1, 2]
 
-    summary = sweep.run_sweep(configs, tmp_path, progress=False)  # the same sweep again
+    done = sweep.run_sweep(configs, tmp_path, progress=False)  # the same sweep again
+    summary = done.table
     assert [kw["lr"] for _, kw in fake_train.calls[3:]] == [3, 4, 5]  # first two not re-run
     table = results.records_table(tmp_path)
     assert sorted(table["lr"]) == [1, 2, 3, 4, 5] and table["run"].is_unique
     assert summary["lr"].tolist() == [1, 2, 3, 4, 5] and (summary["status"] == "ok").all()
+    assert done.complete and done.trained == 3
+    assert done.says() == "complete: 5 of 5 runs stored (5 ok, 0 diverged)"
 
 
 def test_the_preparations_are_read_only_and_a_job_uses_those_it_is_given(tmp_path, fake_train):
@@ -85,8 +88,12 @@ def test_diverged_and_failed_runs_are_recorded_and_the_sweep_goes_on(tmp_path):
     diverge = runs.make_run("digits", lr=1e30, clip_grad_norm=None, **TINY)
     fail = runs.make_run("digits", ["nothing.*"], lr=1e-2, train_head=False, **TINY)
     ok = runs.make_run("digits", "LN1", lr=1e-2, **TINIER)
-    summary = sweep.run_sweep([diverge, fail, ok], tmp_path, device="cpu", progress=False)
+    done = sweep.run_sweep([diverge, fail, ok], tmp_path, device="cpu", progress=False)
+    summary = done.table
     assert summary["status"].tolist() == ["diverged", "failed", "ok"]
+    assert not done.complete and done.counts == dict(ok=1, diverged=1, failed=1, missing=0)
+    assert done.says() == ("incomplete: 0 of 3 runs not stored, 1 stored failed (1 ok, 1 "
+                           "diverged); to resume: the same sweep with retry_failed=True")
     assert "ValueError: configuration ['nothing.*'] selects no parameter" in summary["error"][1]
     assert math.isnan(summary["test_acc"][0]) and math.isnan(summary["test_acc"][1])
     text = Store(tmp_path).path(diverge).read_text()
@@ -110,7 +117,7 @@ def test_submitit_jobs_store_their_own_records(tmp_path, cluster):
     configs = [runs.make_run("digits", c, lr=1e-2, **TINIER) for c in ("LN1", "FC2")]
     summary = sweep.run_sweep(configs, tmp_path / "runs", executor="submitit", cluster=cluster,
                               folder=tmp_path / "logs", timeout_min=5, slurm_partition="gpu",
-                              device="cpu", progress=False)
+                              device="cpu", progress=False).table
     assert summary["status"].tolist() == ["ok", "ok"]
     assert all(Store(tmp_path / "runs").has(c) for c in configs)
     assert list((tmp_path / "logs").iterdir())  # submitit's job files went there
@@ -143,7 +150,8 @@ def test_bad_settings_are_refused_when_the_sweep_is_planned(tmp_path, fake_train
     assert fake_train.calls == [] and Store(tmp_path).records() == []
     assert not list(tmp_path.glob("*.json"))
     at_the_edge = {**bad, "batch_size": 1150} if key == "batch_size" else good
-    assert sweep.run_sweep([at_the_edge], tmp_path, progress=False)["status"].tolist() == ["ok"]
+    edge = sweep.run_sweep([at_the_edge], tmp_path, progress=False)
+    assert edge.table["status"].tolist() == ["ok"] and edge.complete
 
 
 def test_a_batched_sweep_stores_what_one_by_one_stores(tmp_path):

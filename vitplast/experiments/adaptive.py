@@ -108,15 +108,17 @@ class SearchedStudy(Study):
         return search.search_runs(self.spec, root, **runtime.run_keys())
 
     def run(self, root=None, runtime: Runtime = Runtime(),
-            executor: Executor = Executor()) -> None:
+            executor: Executor = Executor()):
         """Search each setting's LR into its store until bracketed (``search.run_search``),
-        copying identical runs of the stores its spec reuses."""
+        copying identical runs of the stores its spec reuses; return the search's
+        ``sweep.Outcome``."""
         from vitplast import models
         from vitplast.experiments import search
 
         self.check(runtime)
-        search.run_search(self.spec, self._root(root), runtime=runtime, executor=executor,
-                          sources=[models.results_root(s) for s in self.spec.reuse])
+        return search.run_search(self.spec, self._root(root), runtime=runtime,
+                                 executor=executor,
+                                 sources=[models.results_root(s) for s in self.spec.reuse])
 
     def load(self, root=None, *, grid: bool = False) -> Loaded:
         """Its ``runs``: per complete task (every search ended) and configuration, the chosen

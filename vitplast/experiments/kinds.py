@@ -146,10 +146,11 @@ class Study:
         """What must happen before its runs can be listed (nothing but for confound studies)."""
 
     def run(self, root=None, runtime: Runtime = Runtime(),
-            executor: Executor = Executor()) -> None:
+            executor: Executor = Executor()):
         """Run (or resume) the runs its store lacks, as ``runtime`` selects them
         (``store.select``: order, shard, limit), on ``executor``; every record is stored as
-        it finishes (``sweep.run_sweep``)."""
+        it finishes (``sweep.run_sweep``). Return the sweep's ``sweep.Outcome`` (complete
+        when every run selected is stored ok or diverged)."""
         from vitplast.experiments import sweep
 
         self.check(runtime)
@@ -157,7 +158,7 @@ class Study:
         self.prepare(root)
         runs = select(self.runs(root, runtime), root, order=runtime.order,
                       shard=runtime.shard, limit=runtime.limit)
-        sweep.run_as(runs, root, runtime, executor)
+        return sweep.run_as(runs, root, runtime, executor)
 
     def _read(self, root, runtime: Runtime = Runtime()) -> Loaded:
         """Its runs' rows in its store (``root``, default its own), its runs listed as

@@ -22,13 +22,14 @@ import torch
 
 from vitplast import models, provenance
 from vitplast.datasets import tasks
-from vitplast.experiments.runs import TRAIN_KEYS, task_of
+from vitplast.experiments.runs import TRAIN_KEYS, check_batches, check_run, task_of
 from vitplast.train import ablations, batched, finetune
 
 
 def run_one(run: dict, *, device: str | torch.device | None = None, progress: bool = False,
             preparations: Mapping = ablations.PREPARE) -> dict:
-    """Train one run; return its record. A failing run is recorded, not raised.
+    """Train one run; return its record. A failing run is recorded, not raised; what a sweep
+    refuses before any work is refused here too, with its message (``run_lrs``).
 
     The model is loaded, its classifier replaced by a new one seeded by the run's seed
     (``models.new_head``; the final norm stays pretrained), the ablation's ``prepare`` applied,
@@ -62,10 +63,18 @@ def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
     (``batched.check_batchable``): then one by one.
 
     Raises:
-        ValueError: the runs differ in more than their ``lr``.
+        ValueError: the runs differ in more than their ``lr``; before any work, with the
+            messages a sweep gives, what ``sweep.run_sweep`` refuses: settings that fail the
+            run schema or an unknown task (``runs.check_run``), a batch larger than the task's
+            training split (``runs.check_batches``), an unknown ``prepare``.
     """
     if len({but_lr(r) for r in runs}) > 1:
         raise ValueError("run_lrs takes runs that differ only in their lr (``sweep.lr_groups``)")
+    for run in runs:  # refused, not recorded as failed: as a sweep refuses them
+        check_run(run)
+        if run.get("prepare") is not None and run["prepare"] not in preparations:
+            raise ValueError(f"unknown prepare {run['prepare']!r}; valid: {sorted(preparations)}")
+    check_batches(runs)
     start = time.perf_counter()
     device = models.pick_device(device)
     records = [dict(status="failed", error=None, traceback=None, history=[]) for _ in runs]

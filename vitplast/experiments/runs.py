@@ -74,7 +74,8 @@ def setting(run: dict) -> str:
 def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: int = 0,
              recipe: str = "embedded", model: str | None = None, checkpoint: str = "final",
              pretrained: bool = True, severity: int = 5, train_size: int = 5000,
-             test_size: int = 2000, data_seed: int = 0, **settings) -> dict:
+             test_size: int = 2000, data_seed: int = 0, check_batch: bool = True,
+             **settings) -> dict:
     """One run (a dict of its settings): ``TRAIN_DEFAULTS``, overridden by the recipe
     ``finetune.RECIPES[recipe]`` (``"paper"`` also takes ``paper_datasets.PAPER_STEPS``), then
     by ``settings``.
@@ -87,6 +88,10 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
             model); a ``weights.ModelSpec`` also sets ``weights_file`` and ``model_kwargs``.
         severity, train_size, test_size, data_seed: task options (``tasks.load``); one
             ``data_seed`` fixes the splits for every training seed.
+        check_batch: refuse here a batch larger than an embedded task's training split
+            (``check_batches``: the task is loaded once per process, 1-2 s). ``grid`` and a
+            study's listing pass False: what trains their runs (``runner.run_one``,
+            ``sweep.run_sweep``) checks them, so listing a study loads no task.
         **settings: any other key of ``RUN_KEYS`` (``finetune.train`` keywords such as steps,
             batch_size, optimizer, clip_grad_norm (``None`` or 0: no clipping, stored as 0.0),
             lr_scales; ``img_size`` of paper datasets;
@@ -97,10 +102,13 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
     Raises:
         ValueError: unknown recipe, task or configuration (naming the valid ones); a setting
             that fails the run schema: an unknown key, or a value of the wrong type or out of
-            its range (``check_run``, naming the key, its value and what is valid).
+            its range (``check_run``, naming the key, its value and what is valid); a batch
+            larger than an embedded task's training split (``check_batches``; a paper
+            dataset's is checked where its data is read: ``runner.run_one``, a sweep). The
+            messages are those ``runner.run_one`` and ``sweep.run_sweep`` give.
     """
     from vitplast import models
-    from vitplast.datasets import paper_datasets
+    from vitplast.datasets import paper_datasets, tasks
     from vitplast.measure import components
     from vitplast.train import finetune
     from vitplast.weights import ModelSpec
@@ -122,7 +130,10 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
     out.update(config=config, lr=lr, seed=seed, **settings)
     if out["clip_grad_norm"] is None:  # no clipping, spelled as the stores spell it (0.0)
         out["clip_grad_norm"] = 0.0
-    return check_run(json.loads(json.dumps(out)))  # what the store holds (tuples: lists)
+    run = check_run(json.loads(json.dumps(out)))  # what the store holds (tuples: lists)
+    if check_batch and tasks.source(task, run.get("data_root")) == "embedded":
+        check_batches([run])  # a paper dataset's: where its data is read
+    return run
 
 
 def check_run(run: dict) -> dict:
@@ -150,24 +161,22 @@ def check_run(run: dict) -> dict:
 def check_batches(runs: list[dict]) -> None:
     """Refuse (``ValueError``, before any run trains) a run whose micro-batch
     (``batch_size / accum_steps``) is larger than its task's training split, or whose
-    ``batch_size`` ``accum_steps`` does not divide. The split depends on the task and its
-    options, so each distinct task is loaded once per process (``tasks.load``, about 1-2 s
-    for an embedded task; its size is kept for the sweeps that follow)."""
+    ``batch_size`` ``accum_steps`` does not divide: ``finetune.check_batch``'s message (the
+    one ``finetune.train`` gives), after the run in a few words (``describe``). The split
+    depends on the task and its options, so each distinct task is loaded once per process
+    (``tasks.load``, about 1-2 s for an embedded task; its size is kept for the runs and
+    sweeps that follow). Checked by ``make_run`` (embedded tasks), ``runner.run_one`` and
+    ``sweep.run_sweep``."""
+    from vitplast.train import finetune
+
     for c in runs:
-        accum = c.get("accum_steps") or 1
-        if c["batch_size"] % accum:
-            raise ValueError(f"{describe(c)}: batch_size={c['batch_size']} is not divisible by "
-                             f"accum_steps={accum}; batch_size takes a multiple of accum_steps")
         split = _train_split(json.dumps({k: c.get(k) for k in _TASK_KEYS}, sort_keys=True,
                                         default=str))
-        if c["batch_size"] // accum > split:
-            most = split * accum
-            raise ValueError(
-                f"{describe(c)}: batch_size={c['batch_size']} is larger than the training split "
-                f"of task {c['task']!r} ({split} images"
-                f"{f', micro-batches of batch_size / accum_steps={accum}' if accum > 1 else ''})"
-                f"; batch_size takes an integer from 1 to {most} here (refused before the "
-                "sweep runs anything)")
+        try:
+            finetune.check_batch(c["batch_size"], c.get("accum_steps") or 1, split,
+                                 of=f" of task {c['task']!r}")
+        except ValueError as err:
+            raise ValueError(f"{describe(c)}: {err}") from None
 
 
 #: The keys of a run that choose its task's splits (``task_of``).
@@ -218,10 +227,14 @@ def grid(tasks, configs, lrs, seeds, **fixed) -> list[dict]:
             ``components.CONFIGS``, a list of patterns, or a dict of ``make_run`` keywords
             (with ``config``), as ``vitplast.experiments.confound_variants.variants`` makes.
         **fixed: ``make_run`` keywords shared by every run (recipe, steps, model...).
+
+    Each run passes ``make_run``'s checks but the batch against its task's training split,
+    which what trains them checks (``runner.run_one``, ``sweep.run_sweep``): a grid loads no
+    task.
     """
     def one(t, c, lr, s):
         if isinstance(c, dict):
-            return make_run(t, lr=lr, seed=s, **{**fixed, **c})
-        return make_run(t, c, lr=lr, seed=s, **fixed)
+            return make_run(t, lr=lr, seed=s, check_batch=False, **{**fixed, **c})
+        return make_run(t, c, lr=lr, seed=s, check_batch=False, **fixed)
 
     return [one(t, c, lr, s) for t in tasks for c in configs for lr in lrs for s in seeds]

@@ -137,7 +137,8 @@ def _run(setting: dict, lr: float) -> dict:
     from vitplast.experiments import runs
 
     kwargs = {k: v for k, v in setting.items() if k not in ("task", "start", "name")}
-    return runs.make_run(setting["task"], lr=lr, **kwargs)
+    return runs.make_run(setting["task"], lr=lr, check_batch=False, **kwargs)  # checked in
+    # the rounds (sweep.run_plan), so that listing a search loads no task
 
 
 def records(root) -> dict[str, dict[float, dict]]:
@@ -238,7 +239,7 @@ def loss_rose(record: dict | None) -> float:
     return float(max(seen) > seen[0]) if seen else math.nan
 
 
-def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> int:
+def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> "Outcome":  # noqa: F821
     """Run the search of ``spec`` into ``root`` until every setting of this shard is
     bracketed (or at the ladder's end); resumable at any point. Tasks are taken in the spec's
     order, one at a time, so the store fills task by task; ``runtime.shard`` ``(i, n)`` takes
@@ -254,26 +255,36 @@ def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> int:
     once per call (else its search waits at it); device, ``batch_lrs`` and ``progress`` go to
     ``sweep.run_plan``, as does ``executor`` (a ``runtime.Executor``).
 
+    Each round (``sweep.run_plan``) says what it left: a round whose runs are not stored and
+    held by no live process (their job died, or was cancelled before it ran them) ends the
+    search there, since what a search asks next depends on them; runs another process holds
+    are waited for.
+
     Returns:
-        The number of runs this call trained.
+        The search's ``sweep.Outcome``: of every run this call planned, and every run its
+        searches asked for that is stored failed; ``trained``, how many it stored.
     """
     import json
     import time
 
     from vitplast.experiments import sweep
+    from vitplast.experiments.runs import run_hash
     from vitplast.experiments.runtime import Executor, Runtime
     from vitplast.experiments.store import Store
 
     runtime, executor = runtime or Runtime(), executor or Executor()
     i, n = runtime.shard or (0, 1)
     mine = settings(spec, **runtime.run_keys())[i::n]
-    store, trained, retried, waited = Store(root), 0, set(), False
+    store, trained, retried, waited, lost = Store(root), 0, set(), False, False
+    counted: dict[str, dict] = {}  # run hash -> run: what the outcome is of
     store.tidy()
     passes = [replace(spec, grid=()), spec] if spec.grid else [spec]
     for one, task in ((s, t) for s in passes for t in spec.tasks):
         ours = [s for s in mine if s["task"] == task]
-        while ours and (runtime.limit is None or trained < runtime.limit):
+        while not lost and ours and (runtime.limit is None or trained < runtime.limit):
             asked = _asked_runs(one, ours, records(root))
+            counted.update({run_hash(r): r for r, record in asked
+                            if record is not None and record["status"] == "failed"})
             todo = [(r, stale) for r, stale in store.plan([r for r, _ in asked],
                                                           runtime.retry_failed, sources)
                     if stale is None or json.dumps(r, sort_keys=True) not in retried]
@@ -284,15 +295,18 @@ def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> int:
             if runtime.limit is not None:
                 todo = todo[:runtime.limit - trained]
             retried |= {json.dumps(r, sort_keys=True) for r, stale in todo if stale is not None}
-            stored = sweep.run_plan(todo, store, runtime, executor)
-            trained += stored
-            if not stored:  # another process holds the claims: wait for its records
+            counted.update({run_hash(r): r for r, _ in todo})
+            round_ = sweep.run_plan(todo, store, runtime, executor)
+            trained += round_.trained
+            missing = set(round_.table.loc[round_.table["status"] == "missing", "run"])
+            lost = bool(missing - store.claimed())  # not stored, and no live process holds them
+            if missing and not lost:  # another process holds the claims: wait for its records
                 if not waited and runtime.progress:
                     print("search: waiting for runs another process is training (give each "
                           "process its own settings with --shard I/N)", flush=True)
                 waited = True
                 time.sleep(30)
-    return trained
+    return sweep.outcome(list(counted.values()), store, trained)
 
 
 __all__ += ["complete_tasks", "loss_rose", "losses", "records", "run_search", "search_runs",

@@ -11,6 +11,11 @@ their LR as one batched computation, ``batch_lrs``): ``vitplast.experiments.runn
 of a study's runs a sweep takes (order, shard, limit): ``vitplast.experiments.store.select``.
 Named studies: ``vitplast.experiments.studies``; provenance of records and sessions, and a
 study's progress: ``vitplast.provenance``; tables: ``vitplast.experiments.results``.
+
+A sweep returns its ``Outcome``: complete when every run it was given is stored ``ok`` or
+``diverged`` (a finished run), else how many are not stored (a job died, or was cancelled or
+stopped before it ran them) or stored ``failed`` (the run raised), and what resumes them
+(``vitplast sweep`` exits with ``INCOMPLETE``, 3, then).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -47,10 +53,63 @@ def _groups(todo: list[tuple[dict, int | None]], batch_lrs: bool
     return list(groups.values())
 
 
+#: ``vitplast sweep``'s exit status when runs it was given are left not stored or stored failed
+#: (0: every one stored ok or diverged; 2: an option refused; 130: interrupted).
+INCOMPLETE = 3
+#: A run's statuses in an ``Outcome``: a record's, or "missing" (no record).
+STATUSES = ("ok", "diverged", "failed", "missing")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a sweep left in its store of the runs it was given (``run_sweep``; a searched
+    study's rounds, ``run_plan``, and its whole search, ``search.run_search``).
+
+    Attributes:
+        table: ``results.runs_table`` rows of those runs, in order; a run without a record
+            has status "missing" (its job died, or was cancelled or stopped before it ran it:
+            the same sweep runs it again).
+        trained: how many of them this sweep stored (here or in its jobs); the others were
+            stored before, by another process, or not at all.
+    """
+
+    table: pd.DataFrame
+    trained: int = 0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Runs per status (``STATUSES``)."""
+        found = self.table["status"].value_counts() if len(self.table) else {}
+        return {s: int(found.get(s, 0)) for s in STATUSES}
+
+    @property
+    def complete(self) -> bool:
+        """Whether every run is stored as a finished run (``ok`` or ``diverged``)."""
+        return self.counts["missing"] == self.counts["failed"] == 0
+
+    def says(self, resume: str | None = None) -> str:
+        """One line: how many runs are stored; when not complete, how many are not stored and
+        how many stored failed, and ``resume``, the command that runs them again (default:
+        this sweep again, with ``retry_failed=True`` for the failed)."""
+        n, c = len(self.table), self.counts
+        if self.complete:
+            return f"complete: {n} of {n} runs stored ({c['ok']} ok, {c['diverged']} diverged)"
+        if resume is None:
+            resume = "the same sweep" + (" with retry_failed=True" if c["failed"] else "")
+        return (f"incomplete: {c['missing']} of {n} runs not stored, {c['failed']} stored failed"
+                f" ({c['ok']} ok, {c['diverged']} diverged); to resume: {resume}")
+
+
+def outcome(runs: list[dict], store: Store, trained: int = 0) -> Outcome:
+    """The ``Outcome`` of ``runs`` (each once, by hash) in ``store`` now."""
+    records = {store.path(c): store.record(c) or {"run": c, "status": "missing"} for c in runs}
+    return Outcome(runs_table(list(records.values())), trained)
+
+
 def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
               device: str | torch.device | None = None, progress: bool = True,
               retry_failed: bool = False, batch_lrs: bool = False,
-              preparations: Mapping = ablations.PREPARE, **executor_kwargs) -> pd.DataFrame:
+              preparations: Mapping = ablations.PREPARE, **executor_kwargs) -> Outcome:
     """Run the runs the store under ``root`` lacks; each record is saved atomically by
     whoever ran it (this process or the cluster job) as soon as it finishes.
 
@@ -91,20 +150,20 @@ def run_sweep(runs: list[dict], root: str | Path, *, executor: str = "serial",
             to it and waited for.
 
     Returns:
-        ``results`` rows of ``runs``, in order; a run without a record (its job died) has
-        status "missing" and runs again next time.
+        Its ``Outcome``: ``table``, the rows of ``runs`` in order (a run without a record,
+        its job died or was cancelled, has status "missing" and runs again next time);
+        ``complete`` only when every run is stored ok or diverged; ``says()``, the line.
     """
     _check_sweep(runs, root, executor, executor_kwargs, preparations)
     store = Store(root)
     store.tidy()
     todo = store.plan(runs, retry_failed)  # (run, the modification time of a failed record)
-    _train(todo, store, executor, device, progress, batch_lrs, preparations, executor_kwargs,
-           stored=len(runs) - len(todo))
-    records = {store.path(c): store.record(c) or {"run": c, "status": "missing"} for c in runs}
-    return runs_table(list(records.values()))
+    trained = _train(todo, store, executor, device, progress, batch_lrs, preparations,
+                     executor_kwargs, stored=len(runs) - len(todo))
+    return outcome(runs, store, trained)
 
 
-def run_as(runs: list[dict], root: str | Path, runtime, executor) -> pd.DataFrame:
+def run_as(runs: list[dict], root: str | Path, runtime, executor) -> Outcome:
     """``run_sweep`` as a ``runtime.Runtime`` (device, progress, retry_failed, batch_lrs) and
     a ``runtime.Executor`` say: every study kind's sweep (``Study.run``)."""
     return run_sweep(runs, root, executor=executor.name, device=runtime.device,
@@ -112,28 +171,29 @@ def run_as(runs: list[dict], root: str | Path, runtime, executor) -> pd.DataFram
                      batch_lrs=runtime.batch_lrs, **executor.options)
 
 
-def run_plan(todo: list[tuple[dict, int | None]], store: Store, runtime, executor) -> int:
+def run_plan(todo: list[tuple[dict, int | None]], store: Store, runtime, executor) -> Outcome:
     """Train a store's plan, ``todo`` (``Store.plan``'s (run, stale) pairs of runs that
     ``make_run`` made), as a ``runtime.Runtime`` (device, progress, batch_lrs) and a
-    ``runtime.Executor`` say: the sweep of a caller that plans itself
-    (``search.run_search``). Return how many of its runs need no training now (stored, by
-    this process or another)."""
-    _train(todo, store, executor.name, runtime.device, runtime.progress, runtime.batch_lrs,
-           ablations.PREPARE, executor.options)
-    return sum(not store.needs(run, stale) for run, stale in todo)
+    ``runtime.Executor`` say: the sweep of a caller that plans itself (a round of
+    ``search.run_search``). Return the ``Outcome`` of its runs: a run not stored is one
+    another process holds (``Store.claimed``) or one lost (its job died)."""
+    trained = _train(todo, store, executor.name, runtime.device, runtime.progress,
+                     runtime.batch_lrs, ablations.PREPARE, executor.options)
+    return outcome([run for run, _ in todo], store, trained)
 
 
 def _train(todo: list[tuple[dict, int | None]], store: Store, executor: str, device,
            progress: bool, batch_lrs: bool, preparations: Mapping, executor_kwargs: dict,
-           stored: int = 0) -> None:
+           stored: int = 0) -> int:
     """Train the (run, stale) pairs of a plan (``Store.plan``) into ``store``, here one group
     after another or as a job array (``run_sweep``'s arguments), refused first
-    (``check_batches``) when a batch does not fit its task. ``stored``: how many runs of the
-    sweep were stored before (for the progress bar)."""
+    (``check_batches``) when a batch does not fit its task; return how many it stored.
+    ``stored``: how many runs of the sweep were stored before (for the progress bar)."""
     from tqdm.auto import tqdm
 
     check_batches([c for c, _ in todo])
     bar = tqdm(total=len(todo), desc=f"sweep ({stored} stored)", disable=not progress)
+    before = stored
 
     def done(saved: list[bool]):  # the runs this sweep stored (not a dead job's, nor others')
         nonlocal stored
@@ -149,6 +209,7 @@ def _train(todo: list[tuple[dict, int | None]], store: Store, executor: str, dev
     elif groups:
         _submit(groups, store, device, done, executor_kwargs, preparations)
     bar.close()
+    return stored - before
 
 
 def _submit(groups: list[list[tuple[dict, int | None]]], store: Store, device, done,
@@ -184,9 +245,9 @@ def _check_sweep(runs, root, executor, executor_kwargs, preparations) -> None:
         except ValueError as err:
             raise ValueError(f"run {i} of {len(runs)} ({describe(c)}) is refused before the sweep "
                              f"starts: {err}") from None
-    unknown = {c["prepare"] for c in runs if c.get("prepare")} - set(preparations)
-    if unknown:
-        raise ValueError(f"unknown prepare {sorted(unknown)}; valid: {sorted(preparations)}")
+    unknown = sorted({c["prepare"] for c in runs if c.get("prepare")} - set(preparations))
+    if unknown:  # the message of runner.run_one and runner.build
+        raise ValueError(f"unknown prepare {unknown[0]!r}; valid: {sorted(preparations)}")
 
 
 def _run_and_save(group: list[tuple[dict, int | None]], store: Store, device,
@@ -245,4 +306,5 @@ def run_pack(pack: list[list[tuple[dict, int | None]]], store: Store, device,
     return statuses
 
 
-__all__ = ["JobStopped", "lr_groups", "run_as", "run_pack", "run_plan", "run_sweep"]
+__all__ = ["INCOMPLETE", "STATUSES", "JobStopped", "Outcome", "lr_groups", "outcome", "run_as",
+           "run_pack", "run_plan", "run_sweep"]

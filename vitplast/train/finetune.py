@@ -91,8 +91,6 @@ def _check_args(args: dict, lrs: list[float]) -> None:
     for lr in lrs:
         check_positive("lr", lr, hint="the peak learning rate, e.g. 1e-2")
     check_count("accum_steps", accum_steps, hint="micro-batches per step, 1 for none")
-    if batch_size % accum_steps:
-        raise ValueError(f"batch_size {batch_size} is not divisible by accum_steps {accum_steps}")
     check_count("warmup_steps", args["warmup_steps"], minimum=0, hint="0 for no warm-up")
     check_count("eval_every", args["eval_every"], hint="steps between evaluations")
     check_count("log_every", args["log_every"], hint="steps between logged rows")
@@ -100,19 +98,58 @@ def _check_args(args: dict, lrs: list[float]) -> None:
     check_seed("seed", args["seed"])
     if args["grad_masks"] and args["weight_decay"]:
         raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
+    _check_recipe(args)
 
 
-def _check_splits(train_set, val_set, test_set, micro_batch: int, accum_steps: int) -> None:
-    """Non-empty splits, and a train split with at least one (micro-)batch."""
+#: ``train``'s keywords that ``_check_args`` leaves to the published run schema's ranges.
+SCHEMA_CHECKED = ("momentum", "weight_decay", "label_smoothing", "clip_grad_norm", "betas",
+                  "train_head")
+
+
+def _check_recipe(args: dict) -> None:
+    """``train``'s ``SCHEMA_CHECKED`` keywords against the run schema's ranges
+    (``vitplast/schemas/run.schema.json``), refused with the message a sweep's run gets
+    (``vitplast.schema.check``: "a run's settings: momentum=1.5 is not valid: expected ...")."""
+    import jsonschema
+
+    from vitplast import schema
+
+    properties = schema.document("run")["properties"]
+    found = []
+    for key in SCHEMA_CHECKED:
+        value = list(args[key]) if isinstance(args[key], tuple) else args[key]
+        numbers = value if isinstance(value, list) else [value]
+        finite = all(math.isfinite(v) for v in numbers if isinstance(v, (int, float)))
+        if not finite or not jsonschema.Draft202012Validator(properties[key]).is_valid(value):
+            found.append(f"{key}={value!r} is not valid: expected "
+                         f"{schema.expected(properties[key])}")
+    if found:
+        raise ValueError(f"a run's settings: {'; '.join(found)} "
+                         f"(schema: {schema.FOLDER.name}/run.schema.json)")
+
+
+def check_batch(batch_size: int, accum_steps: int, split: int, of: str = "") -> None:
+    """Refuse a (micro-)batch (``batch_size / accum_steps``) larger than a training split of
+    ``split`` images (``of``: whose split, e.g. " of task 'digits'"), or a ``batch_size``
+    that ``accum_steps`` does not divide: the one message of every entry (``train``, and
+    ``runs.check_batches`` for ``make_run``, ``runner.run_one`` and a sweep)."""
+    if batch_size % accum_steps:
+        raise ValueError(f"batch_size={batch_size} is not divisible by accum_steps="
+                         f"{accum_steps}; batch_size takes a multiple of accum_steps")
+    if batch_size // accum_steps > split:
+        per = f", micro-batches of batch_size / accum_steps={accum_steps}" * (accum_steps > 1)
+        raise ValueError(f"batch_size={batch_size} is larger than the training split{of} "
+                         f"({split} images{per}); batch_size takes an integer from 1 to "
+                         f"{split * accum_steps} here")
+
+
+def _check_splits(train_set, val_set, test_set, batch_size: int, accum_steps: int) -> None:
+    """Non-empty splits, and a train split with at least one (micro-)batch, the batch split
+    in equal micro-batches (``check_batch``)."""
     for name, split in (("train_set", train_set), ("val_set", val_set), ("test_set", test_set)):
         if split is not None and len(split) == 0:
             raise ValueError(f"{name} is empty: give it images (or None for val_set/test_set)")
-    if micro_batch > len(train_set):
-        per = f" (micro-batches of {micro_batch} with accum_steps={accum_steps})" * (
-            accum_steps > 1)
-        raise ValueError(f"batch_size={micro_batch * accum_steps}{per} is larger than the train "
-                         f"split ({len(train_set)} images): no full batch can be drawn; use "
-                         f"batch_size <= {len(train_set) * accum_steps} or more training images")
+    check_batch(batch_size, accum_steps, len(train_set))
 
 
 def _group_norms(names: list[str], sq: list[float], counts: dict[str, int]) -> dict[str, float]:
@@ -203,8 +240,11 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
     Raises:
         ValueError: before any step, naming the argument: unknown optimizer or precision;
             ``steps``, ``batch_size``, ``accum_steps`` not positive integers; ``lr`` not a finite
-            number > 0; an empty split; a (micro-)batch larger than the train split; a
-            configuration selecting no parameter (``components.trainable_names``).
+            number > 0; momentum, weight_decay, label_smoothing, clip_grad_norm, betas out of
+            the run schema's ranges (``_check_recipe``: the message a sweep gives); an empty
+            split; a (micro-)batch larger than the train split (``check_batch``: the message
+            of ``run_one`` and a sweep); a configuration selecting no parameter
+            (``components.trainable_names``).
     """
     args = {k: v for k, v in locals().items() if k not in ("model", "train_set", "val_set",
                                                            "test_set")}  # train's keywords
@@ -230,8 +270,7 @@ def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], 
     """
     train_set, val_set, test_set = splits
     _check_args(args, lrs)
-    _check_splits(train_set, val_set, test_set, args["batch_size"] // args["accum_steps"],
-                  args["accum_steps"])
+    _check_splits(train_set, val_set, test_set, args["batch_size"], args["accum_steps"])
     names = trainable_names(model, args["config"], train_head=args["train_head"])
     device = pick_device(args["device"])
     generator = seed_everything(args["seed"])
