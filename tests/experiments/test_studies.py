@@ -18,7 +18,7 @@ from vitplast.report import finetuning_tables
 def test_unknown_study_names_the_valid_ones():
     with pytest.raises(ValueError, match="unknown study 'mian'; valid: \\['main', 'main-smoke', "
                        "'budget', 'confounds', 'confounds-smoke', 'suite', 'gauge', 'length', "
-                       "'paper'\\]"):
+                       "'real', 'real-paper', 'paper'\\]"):
         studies.get("mian")
 
 
@@ -27,6 +27,7 @@ def test_each_study_is_a_value_of_its_kind():
     kinds = {name: type(s).__name__ for name, s in studies.STUDIES.items()}
     assert kinds == dict(main="GridStudy", budget="BudgetStudy", confounds="ConfoundStudy",
                          suite="SearchedStudy", gauge="SearchedStudy", length="SearchedStudy",
+                         real="SearchedStudy", **{"real-paper": "SearchedStudy"},
                          paper="PaperStudy", **{"main-smoke": "GridStudy",
                                                 "confounds-smoke": "ConfoundStudy"})
     assert isinstance(studies.get("main").spec, spec_types.Grid)

@@ -74,7 +74,7 @@ def test_write_read_round_trip_and_missing_store(tiny, tmp_path):
     back = real.read(tmp_path)
     assert back["meta"] == dict(model="tiny", n_pairs=6)
     pd.testing.assert_frame_equal(back["gauge"], tiny["gauge"])
-    with pytest.raises(FileNotFoundError, match="python -m vitplast.measure.real"):
+    with pytest.raises(FileNotFoundError, match="vitplast weights measure"):
         real.read(tmp_path / "none")
 
 

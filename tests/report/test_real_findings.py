@@ -30,22 +30,23 @@ STREAM = pd.DataFrame(dict(source=["photos", "fmnist"], layer=[0, 0], r_embeddin
 def test_the_paper_order_agrees_and_its_reverse_disagrees():
     same = real_findings.measurement_rows(layers_with(paper.FIG2_PLASTICITY), STREAM)
     assert same[0]["measured"] == 1.0 and same[0]["verdict"].startswith("agrees with the paper")
-    assert same[3]["measured"] == 5 and same[3]["verdict"] == "agrees with the paper"
+    assert same[2]["measured"] == 5 and same[2]["verdict"] == "agrees with the paper"
     reverse = {c: 1 / v for c, v in paper.FIG2_PLASTICITY.items()}
     rows = real_findings.measurement_rows(layers_with(reverse), STREAM)
     assert rows[0]["measured"] == -1.0 and rows[0]["verdict"].startswith("disagrees")
     assert "LN1 > LN2 > FC2 > FC1 > MHA" in rows[0]["verdict"]
-    assert rows[3]["measured"] == 0 and "MHA" in rows[3]["verdict"]
+    assert rows[2]["measured"] == 0 and "MHA" in rows[2]["verdict"]
+    assert rows[5]["claim"].endswith("[fmnist, embedding]") and rows[5]["measured"] == -1.0
 
 
 def test_bound_token_and_relative_rows_read_the_tables():
     rows = real_findings.measurement_rows(layers_with(paper.FIG2_PLASTICITY), STREAM)
-    assert rows[4]["measured"] == 2 * 2 * 3 * 5 and rows[4]["verdict"].startswith("holds")
-    assert rows[5]["measured"] == 1.0  # bounds twice plasticity: the same order
-    assert rows[6]["measured"] == 2.0 and "9.7x" in rows[6]["verdict"]
-    assert "sigma of 0.1 " in rows[6]["verdict"]
+    assert rows[3]["measured"] == 2 * 2 * 3 * 5 and rows[3]["verdict"].startswith("holds")
+    assert rows[6]["measured"] == 1.0  # bounds twice plasticity: the same order
+    assert rows[4]["measured"] == 2.0 and "9.7x" in rows[4]["verdict"]
+    assert "sigma of 0.1 " in rows[4]["verdict"]
     assert rows[7]["measured"] == -1.0  # relative = 1 / absolute: the reverse order
-    assert len(rows) <= 8
+    assert len(rows) == 8
     verdicts.table(rows)  # a table the notebook renders
 
 

@@ -153,14 +153,13 @@ def fitted(task: Task, model) -> Task:
     """``task`` in the format ``model`` takes: an embedded task (1 x 28 x 28) for a model built
     for other images (a timm ViT, a fetched real model) has its images resized, grayscale
     repeated to the model's channels and normalised as the model expects
-    (``vitplast.inputs.Fitted``); any other task, or a model it fits, is returned as it is."""
+    (``vitplast.inputs.Fitted``); any other task, a model it fits or a module that is not a ViT
+    (no ``patch_embed``) is returned as it is."""
     from dataclasses import replace
-
-    from torch import nn
 
     from vitplast import inputs
 
-    if TASKS.get(task.name) != "embedded" or not isinstance(model, nn.Module) or inputs.fits(
+    if TASKS.get(task.name) != "embedded" or not hasattr(model, "patch_embed") or inputs.fits(
             model, (task.in_chans, task.img_size, task.img_size)):
         return task
     mean, std = data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD

@@ -22,7 +22,8 @@ Paper: section 4 (Fig. 2, Takeaway 2), Props. 1-4 (Takeaway 1), and the gauge (n
   the task's test set): what the study's primaries correlate with the gains (``task_plasticity``).
 
 ``write`` stores them in ``data/real_vit/measurements/`` (CSV, with ``meta.json``: model, its
-weights' sha256, sizes, pairs); ``read`` reads them back, so notebook 02c runs without the weights.
+weights' sha256, sizes, pairs; ``vitplast weights measure`` makes them); ``read`` reads them
+back, so notebook 02c runs without the weights.
 """
 
 from __future__ import annotations
@@ -170,8 +171,8 @@ def read(root: str | Path) -> dict:
     folder = Path(root) / FOLDER
     meta = files.read_json(folder / "meta.json")
     if meta is None:
-        raise FileNotFoundError(f"no real-model measurements in {folder}: `python -m "
-                                "vitplast.measure.real` makes them (needs `vitplast weights get "
+        raise FileNotFoundError(f"no real-model measurements in {folder}: `vitplast weights "
+                                "measure dinov2-small` makes them (after `vitplast weights get "
                                 "dinov2-small`)")
     out = {name: pd.read_csv(folder / f"{name}.csv") for name in TABLES}
     return dict(out, meta=meta)
@@ -182,36 +183,3 @@ def means(layers: pd.DataFrame, value: str = "plasticity") -> pd.DataFrame:
     summary of a component), in one wide table (a column per component)."""
     return (layers.groupby(["source", "protocol", "component"])[value].mean()
             .unstack("component"))
-
-
-def main(argv=None) -> int:
-    """``python -m vitplast.measure.real [--root R] [--pairs N]``: measure and store."""
-    import argparse
-
-    from vitplast import fetched, models
-
-    p = argparse.ArgumentParser(prog="python -m vitplast.measure.real",
-                                description="Measure the real model (dinov2-small) and store "
-                                "the tables that notebook 02c reads.")
-    p.add_argument("--root", default=str(models.results_root("real_vit")))
-    p.add_argument("--pairs", type=int, default=128, help="pairs per source")
-    args = p.parse_args(argv)
-    torch.manual_seed(0)
-    from vitplast.experiments.study_specs import REAL, REAL_RUN
-
-    info = fetched.manifest("dinov2-small")
-    tables = measure_model("dinov2-small", n_pairs=args.pairs)
-    tables["tasks"] = task_plasticity("dinov2-small", REAL.tasks, n_pairs=REAL.n_pairs,
-                                      img_size=REAL_RUN["model_kwargs"]["img_size"])
-    meta = dict(model="dinov2-small", architecture=info["architecture"], sha256=info["sha256"],
-                img_size=info["img_size"], n_pairs=args.pairs, sources=list(SOURCES),
-                pairs="random pairs within each source (make_pairs, seed 0) of 2 x n_pairs images",
-                n_lipschitz=4, power_iters=10, stream_images=16, check_pairs=CHECK_PAIRS,
-                tasks=list(REAL.tasks), task_pairs=REAL.n_pairs,
-                task_img_size=REAL_RUN["model_kwargs"]["img_size"], torch=torch.__version__)
-    print(write(tables, args.root, meta))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

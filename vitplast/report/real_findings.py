@@ -84,11 +84,12 @@ def _threshold_row(layers: pd.DataFrame, source: str, protocol: str) -> dict:
 
 def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
                      source: str = "photos") -> list[dict]:
-    """The real model's findings rows (at most 8): the order against Fig. 2 on natural images
-    under both protocols and on Fashion-MNIST under the paper's; Takeaway 2's threshold; the
-    bounds against the observed rates; Takeaway 1's order of the bounds against the measured
-    order; the token scale against ViT-B's; relative plasticity's order against the absolute
-    one. ``layers``, ``stream``: ``vitplast.measure.real`` tables."""
+    """The real model's findings rows, eight, the five main ones first (notebook 02c's appendix
+    reads the rest): 0-1 the order against Fig. 2 on ``source``'s pairs under both protocols;
+    2 Takeaway 2's threshold; 3 the bounds against the observed rates; 4 the token scale
+    against ViT-B's; then 5 the order on the other source's pairs (embedding protocol); 6
+    Takeaway 1's order of the bounds against the measured order; 7 relative plasticity's order
+    against the absolute one. ``layers``, ``stream``: ``vitplast.measure.real`` tables."""
     other = next(s for s in layers["source"].unique() if s != source)
     rows = [_ranking_row(layers, source, "embedding"), _ranking_row(layers, source, "hidden"),
             _threshold_row(layers, source, "embedding")]
@@ -104,12 +105,12 @@ def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
     bound_means = g.groupby("component")["lipschitz_upper"].mean()
     plast = g.groupby("component")["plasticity"].mean()
     tau = _rank_stat(stats.kendalltau, bound_means[_ORDER], plast[_ORDER])
-    rows.append(descriptive(
+    takeaway1 = descriptive(
         f"order of the bounds (Props. 1-4, the tighter of 3 and 4 for MHA) against the order "
         f"of plasticity [{source}, hidden]", tau, paper="Takeaway 1 ranks the bounds "
         "MHA > FC1 ~ FC2 > LN2 ~ LN1 and reads it as plasticity's order", n=5,
         unit="Kendall tau over the 5 components",
-        verdict=f"bounds: {order(bound_means)}; plasticity: {order(plast)}"))
+        verdict=f"bounds: {order(bound_means)}; plasticity: {order(plast)}")
     r = float(stream.loc[stream["source"] == source, "r_embedding"].mean())
     sigma = float(stream.loc[stream["source"] == source, "sigma_ln1"].mean())
     rows.append(descriptive(
@@ -120,12 +121,12 @@ def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
         "a LayerNorm's rate is up to max|gamma| / sigma)"))
     rel = g.groupby("component")["relative_plasticity"].mean()
     rho = _rank_stat(stats.spearmanr, rel[_ORDER], plast[_ORDER])
-    rows.append(descriptive(
+    relative = descriptive(
         f"order by relative plasticity (gauge-invariant) against the absolute order "
         f"[{source}, hidden]", rho, paper="not in the paper (it measures absolute plasticity)",
         n=5, unit="Spearman rho over the 5 components",
-        verdict=f"relative: {order(rel)}; absolute: {order(plast)}"))
-    return rows
+        verdict=f"relative: {order(rel)}; absolute: {order(plast)}")
+    return rows + [_ranking_row(layers, other, "embedding"), takeaway1, relative]
 
 
 def task_statistics(acc: pd.DataFrame, task_plasticity: pd.DataFrame,
