@@ -102,7 +102,7 @@ def test_the_install_page_lists_the_registry_s_stores_and_the_notebooks_that_rea
     stores = re.search(r"shipped_stores\(\)`\): (.*?); or from an explicit folder", text)
     assert re.findall(r"`([a-z_]+)/`", stores.group(1)) == parameters.shipped_stores()
     reads = re.search(r"Notebooks ([^;]*) read none of them; notebooks (.*?) read some", text)
-    none, some = (re.findall(r"\b(\d\db?)\b", g) for g in reads.groups())
+    none, some = (re.findall(r"\b(\d\d[a-z]?)\b", g) for g in reads.groups())
     numbers = [nb.split("_")[0] for nb in notebooks.NOTEBOOKS]
     assert some == [nb.split("_")[0] for nb in parameters.READS]
     assert none == [n for n in numbers if n not in some]

@@ -58,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
         "A study kit for 'Vision Transformer Finetuning Benefits from Non-Smooth Components': "
         "pretrain the embedded model, run finetuning studies (here or on a SLURM cluster), "
         "run the notebook sequence headlessly (and read a run as static HTML), pack the "
-        "shipped results for an installed copy, and see or clear the cache."))
+        "shipped results for an installed copy, see or clear the cache, and fetch real "
+        "pretrained weights."))
     parser.add_argument("--version", action="version", version=f"vitplast {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
