@@ -180,3 +180,19 @@ def test_a_grid_loads_no_task_and_make_run_refuses_a_batch_larger_than_the_split
     monkeypatch.setattr(runs, "_train_split", lambda keys: pytest.fail("a split was read"))
     assert len(runs.grid(["digits", "fmnist_contrast"], ["head"], [0.1], [0, 1],
                          batch_size=99_999)) == 4
+
+
+def test_runs_of_a_fetched_model_without_its_weights_are_refused_saying_how_to_get_them(
+        tmp_path, monkeypatch):
+    """A sweep of the real-model study on a machine without the weights refuses before any run
+    trains (``runs.check_weights``), in one line naming the command that fetches them; the runs
+    of other models pass."""
+    from vitplast.experiments import runner, study_specs
+
+    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path))
+    run = runs.make_run("digits", "MHA", lr=0.1, **study_specs.REAL_RUN)
+    with pytest.raises(FileNotFoundError, match="`vitplast weights get dinov2-small`"):
+        runs.check_weights([run])
+    with pytest.raises(FileNotFoundError, match="vitplast weights get"):
+        runner.run_one(run)
+    runs.check_weights([runs.make_run("digits", "MHA", lr=0.1)])

@@ -22,7 +22,7 @@ import torch
 
 from vitplast import models, provenance
 from vitplast.datasets import tasks
-from vitplast.experiments.runs import TRAIN_KEYS, check_batches, check_run, task_of
+from vitplast.experiments.runs import TRAIN_KEYS, check_batches, check_run, check_weights, task_of
 from vitplast.train import ablations, batched, finetune
 
 
@@ -66,7 +66,8 @@ def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
         ValueError: the runs differ in more than their ``lr``; before any work, with the
             messages a sweep gives, what ``sweep.run_sweep`` refuses: settings that fail the
             run schema or an unknown task (``runs.check_run``), a batch larger than the task's
-            training split (``runs.check_batches``), an unknown ``prepare``.
+            training split (``runs.check_batches``), an unknown ``prepare``, a fetched model
+            whose weights are not here (``runs.check_weights``).
     """
     if len({but_lr(r) for r in runs}) > 1:
         raise ValueError("run_lrs takes runs that differ only in their lr (``sweep.lr_groups``)")
@@ -74,6 +75,7 @@ def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
         check_run(run)
         if run.get("prepare") is not None and run["prepare"] not in preparations:
             raise ValueError(f"unknown prepare {run['prepare']!r}; valid: {sorted(preparations)}")
+    check_weights(runs)
     check_batches(runs)
     start = time.perf_counter()
     device = models.pick_device(device)

@@ -158,6 +158,16 @@ def check_run(run: dict) -> dict:
     return checked
 
 
+def check_weights(runs: list[dict]) -> None:
+    """Refuse (``FileNotFoundError``, before any run trains) runs of a fetched model whose
+    weights are not here, in one line saying how to get them (``fetched.path``): a sweep on a
+    machine without them would otherwise store every run as failed."""
+    from vitplast import fetched
+
+    for name in {c["model"] for c in runs} & set(fetched.FETCHED):
+        fetched.path(name)
+
+
 def check_batches(runs: list[dict]) -> None:
     """Refuse (``ValueError``, before any run trains) a run whose micro-batch
     (``batch_size / accum_steps``) is larger than its task's training split, or whose

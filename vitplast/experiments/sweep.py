@@ -31,7 +31,13 @@ import torch
 
 from vitplast.experiments import jobs, runner
 from vitplast.experiments.results import runs_table
-from vitplast.experiments.runs import check_batches, check_run, describe, run_hash
+from vitplast.experiments.runs import (
+    check_batches,
+    check_run,
+    check_weights,
+    describe,
+    run_hash,
+)
 from vitplast.experiments.runtime import EXECUTORS
 from vitplast.experiments.store import Store
 from vitplast.train import ablations
@@ -191,6 +197,7 @@ def _train(todo: list[tuple[dict, int | None]], store: Store, executor: str, dev
     ``stored``: how many runs of the sweep were stored before (for the progress bar)."""
     from tqdm.auto import tqdm
 
+    check_weights([c for c, _ in todo])
     check_batches([c for c, _ in todo])
     bar = tqdm(total=len(todo), desc=f"sweep ({stored} stored)", disable=not progress)
     before = stored
