@@ -182,10 +182,10 @@ def test_the_read_cells_words_follow_the_matched_count_numbers():
         words[sign] = sentences.text(table, *claims)
     # the matched-count primary cites no claim (Table 1 compares full counts only): it reads as
     # a result; its sign beside the paper's full-count gap is the descriptive row's
-    assert words[1].startswith("- MHA at LN1's count (sparse) - LN1, test accuracy: MHA sparse "
-                               "came out above LN1 on 5 of 5 tasks, by 5 points on average")
-    assert "Resolved (the paper makes no claim on it)" in words[1]
+    assert words[1].startswith("- MHA at LN1's count (sparse) - LN1, test accuracy: Resolved "
+                               "(the paper makes no claim on it). MHA sparse came out above LN1 "
+                               "on 5 of 5 tasks (mean over all 5: +5 points)")
     assert "the same sign as the paper's gap" in words[1]
-    assert "LN1 came out above MHA sparse on 5 of 5 tasks, by 5 points" in words[-1]
+    assert "LN1 came out above MHA sparse on 5 of 5 tasks (mean over all 5: -5 points)" in words[-1]
     assert "Resolved (the paper makes no claim on it)" in words[-1]
     assert "reversed: the other sign" in words[-1]
