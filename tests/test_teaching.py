@@ -78,15 +78,21 @@ def test_notebooks_cite_the_glossary_and_the_objections_that_exist(name):
 @pytest.mark.parametrize("name", notebooks.available())
 def test_the_findings_table_is_printed_once(name):
     """Printed whole by the last cell's ``verdicts.render`` (or read whole in words by
-    ``sentences.read(table)``) and nowhere else: no earlier cell shows the findings table, whole
-    or in slices (the last line of a cell is what Jupyter displays); a Read cell reads the rows
-    it names (``sentences.read(table, claim, ...)``). A smaller table of its own (a study's
-    decision rule, an exploratory family) may be read whole where it is built."""
+    ``sentences.read(table)``, or by "What this shows"'s ``sentences.summary(table, ...)`` and
+    the appendix's ``sentences.appendix(table, ...)``, the rest) and nowhere else: no earlier
+    cell shows the findings table, whole or in slices (the last line of a cell is what Jupyter
+    displays); a Read cell reads the rows it names (``sentences.read(table, claim, ...)``). A
+    smaller table of its own (a study's decision rule, an exploratory family) may be read whole
+    where it is built."""
     code = [text(c) for c in cells(name) if c["cell_type"] == "code"]
-    whole = r"(?:verdicts\.render|sentences\.read)\((\w+)\)"
-    final = set(re.findall(whole, code[-1]))
+
+    def whole(source: str) -> set:
+        return set(re.findall(r"(?:verdicts\.render|sentences\.read)\((\w+)\)", source)) | set(
+            re.findall(r"sentences\.appendix\((\w+)\b", source))
+
+    final = whole(code[-1])
     assert final, f"{name}'s last cell renders its findings table whole"
-    early = [i for i, c in enumerate(code[:-1]) if final & set(re.findall(whole, c))]
+    early = [i for i, c in enumerate(code[:-1]) if final & whole(c)]
     assert not early, f"{name} renders its findings table whole before the end: cells {early}"
     # the table's name(s); suite_findings also makes the per-task tables its rows read
     per_task = r"(?:by_distance|by_length|distance|spearman_plasticity_gain)\("

@@ -125,7 +125,7 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
         rows.append(descriptive(f"components above 1 (mean over tasks) [{protocol}]",
                                 ", ".join(above) or "none", paper=", ".join(paper_above),
                                 verdict=same(above == paper_above), n=g["task"].nunique(),
-                                unit="(tasks)"))
+                                unit="(components)"))
     for protocol, g in ([] if along is None else along.groupby("protocol", sort=False)):
         tau, n = _kendall_first_last(g)
         rows.append(descriptive(

@@ -49,7 +49,8 @@ def ranking_findings(gauged: pd.DataFrame | None, embedding_scaled: pd.DataFrame
         rows.append(descriptive(
             f"order at gauge c = {c:g} [{protocol}]", text,
             paper=f"{paper_order}, {SOURCES['fig2']}",
-            verdict=same(text == paper_order), n=g["task"].nunique(), unit="(tasks)"))
+            verdict=same(text == paper_order), n=g["task"].nunique(),
+            unit="(order, mean over tasks)"))
         rows += [correlation_row(
             f"Spearman(measured, Fig. 2) at gauge c = {c:g} [{protocol}]", spearman_fig2(g),
             paper=f"+1 (same order), {SOURCES['fig2']}")] if tested else []
@@ -59,7 +60,8 @@ def ranking_findings(gauged: pd.DataFrame | None, embedding_scaled: pd.DataFrame
         rows.append(descriptive(
             f"rate factors of the gauge (LN / c, FC1 x 1, FC2 x c{mha}): largest relative "
             f"deviation [{protocol}]", dev, paper="not studied (derived here)",
-            verdict="as derived" if dev < 0.02 else "not as derived", n=n, unit="(tasks)"))
+            verdict="as derived" if dev < 0.02 else "not as derived", n=n,
+            unit="(relative deviation, largest over tasks)"))
     return rows
 
 
@@ -78,7 +80,7 @@ def _scaled_rows(scaled: pd.DataFrame, token_ratio: float | None) -> list[dict]:
             f"order with the embedding times {s:g} [embedding]", text,
             paper=f"{paper_order}, {SOURCES['fig2']}",
             verdict=("the paper's order" if text == paper_order else "not the paper's order")
-            + where, n=g["task"].nunique(), unit="(tasks)"))
+            + where, n=g["task"].nunique(), unit="(order, mean over tasks)"))
     return rows
 
 

@@ -211,7 +211,7 @@ def distance_findings(effects: pd.DataFrame) -> list[dict]:
                 "MHA - LN1 by suite family, mean over its tasks (test points)",
                 measured=", ".join(f"{f} {r['mean']:+.1f} ({r['size']:.0f})"
                                    for f, r in by_family.iterrows()),
-                paper="no claim in the paper", n=len(effects), unit="tasks",
+                paper="no claim in the paper", n=len(effects), unit="(by family: mean (tasks))",
                 verdict=f"largest on {by_family.index[0]}, smallest on {by_family.index[-1]}")]
 
 
