@@ -19,8 +19,7 @@ from vitplast.measure import stream
 #: The stored column and what a reader sees instead.
 STORED, SHOWN = "ln1_bound", "ln1_plugin"
 #: The plug-in's name in a figure and its axis label.
-PLUGIN = ("LN1 plug-in max|gamma| / mean sigma",
-          "max|gamma| / mean sigma (plug-in, not a bound)")
+PLUGIN = ("LN1 plug-in (not a bound)", "max|gamma| / mean sigma")
 #: Each statistic's name in a figure -> its axis label (``plots.lines(..., ylabel=LABELS)``).
 LABELS = {PLUGIN[0] if c == STORED else name: PLUGIN[1] if c == STORED else label
           for c, (name, label) in stream.STATISTICS.items()}
