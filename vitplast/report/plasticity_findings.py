@@ -35,6 +35,15 @@ __all__ = ["RELATIVE_SUITE", "correlation_row", "explorer", "layer_summaries",
 
 # notebook 02 ---------------------------------------------------------------------------------
 
+def _swaps(rho: float, k: int = 5) -> str:
+    """How far a Spearman ``rho`` over ``k`` components is from the same order, in words:
+    (the five components by default) rho = 1 - 6 sum(d^2) / (k (k^2 - 1)), and one swap of two neighbours makes sum(d^2) = 2
+    (rho = 0.9 over five)."""
+    d2 = round((1 - rho) * k * (k * k - 1) / 6)
+    return ("one swap of two neighbours from it" if d2 == 2 else
+            f"its ranks differ by a sum of squares of {d2} (one swap of two neighbours: 2)")
+
+
 def correlation_row(claim: str, rho, *, paper: str, unit: str = "rho, per task",
                     paper_value: float = 1.0) -> dict:
     """A row on a per-task correlation with the paper's values (e.g. Spearman's rho with Fig.
@@ -48,11 +57,15 @@ def correlation_row(claim: str, rho, *, paper: str, unit: str = "rho, per task",
     v = pd.Series(rho, dtype=float).dropna()
     if len(v) >= MIN_N and v.nunique() == 1:
         value = float(v.iloc[0])
-        word = "agrees with" if math.isclose(value, paper_value) else "disagrees with"
-        near = "; near the paper's order, not the same" if 0.5 <= value < paper_value else ""
-        return descriptive(claim, value, paper=paper, n=len(v), unit=unit,
-                           verdict=f"{word} the paper: rho = {value:+.2g} on every one of the "
-                           f"{len(v)} tasks (no spread, so no test is needed{near})")
+        every = f"rho = {value:+.2g} on every one of the {len(v)} tasks"
+        if math.isclose(value, paper_value):
+            verdict = f"agrees with the paper: {every} (no spread, so no test is needed)"
+        elif 0.5 <= value < paper_value:  # near: say how near, in swaps of neighbours
+            verdict = (f"near the paper's order, not the same: {every}, {_swaps(value)} (no "
+                       "spread, so no test is needed)")
+        else:
+            verdict = f"disagrees with the paper: {every} (no spread, so no test is needed)"
+        return descriptive(claim, value, paper=paper, n=len(v), unit=unit, verdict=verdict)
     return mean_test(claim, v, paper=paper, expected=1, unit=unit, bounded=True)
 
 

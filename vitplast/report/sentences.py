@@ -150,7 +150,9 @@ def _observation(row: Mapping) -> str:
     if unit.startswith("(") and ")" in unit:  # "(orders), over components": drop the brackets
         close = unit.index(")")
         unit = unit[1:close] + unit[close + 1:]
-    unit = unit.split("; n: ")[0]  # what n counts: the sentence gives no n
+    if "; " in unit:  # "what n counts; what the value is": the sentence gives no n
+        counted, value = unit.split("; ", 1)
+        unit = counted if value.startswith("n: ") else value
     what = unit
     detail = f" ({what}: {shown})" if shown and what else f" ({shown})" if shown else ""
     return f"{verdict}{detail}" if verdict else shown
