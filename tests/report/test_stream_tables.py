@@ -42,3 +42,6 @@ def test_notebook_02_shows_no_plugin_as_a_bound():
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     assert "stream.long_statistics(" not in code and "stream.by_checkpoint(" not in code
     assert "stream_tables.long_statistics(" in code and "stream_tables.by_checkpoint(" in code
+    gauge = json.loads((notebooks.NOTEBOOK_DIR / "02b_gauge.ipynb").read_text())
+    code = "\n".join("".join(c["source"]) for c in gauge["cells"] if c["cell_type"] == "code")
+    assert "stream_tables.shown(recipes.recipe_statistics(" in code  # 02b's recipe table too

@@ -256,7 +256,22 @@ def relative_suite(root, picked: pd.DataFrame, n_pairs: int = 256, *,
         rows.append(mean_test(claim, rho, paper="not in the paper (relative plasticity: issue "
                               "38); asked after the suite's runs existed", expected=math.nan,
                               unit="rho, per task", bounded=True))
-    return table(rows)
+    return table([*rows, _protocols_row(rows)])
+
+
+def _protocols_row(rows: list[dict]) -> dict:
+    """What the ``RELATIVE_SUITE`` rows say together (descriptive): under each protocol, does
+    relative plasticity go with the gain (mean rho above 0) or against it."""
+    said = [(p, r["measured"]) for p, r in zip(RELATIVE_SUITE, rows)
+            if isinstance(r["measured"], float) and math.isfinite(r["measured"])]
+    ways = [f"{'with' if m > 0 else 'against'} the gain under {p} (mean rho {m:+.2f})"
+            for p, m in said]
+    differ = len({m > 0 for _, m in said}) > 1
+    return descriptive("relative plasticity and the gain, by protocol", "", paper="not in the "
+                       "paper", n=max([r["n"] for r in rows] or [0]), unit="",
+                       verdict=("the protocols disagree in sign: " if differ else
+                                "the protocols agree in sign: ") + "; ".join(ways)
+                       if said else "nothing measured yet (no task)")
 
 
 def relative_suite_orders(root, picked: pd.DataFrame, n_pairs: int = 256, *,

@@ -81,7 +81,22 @@ def _scaled_rows(scaled: pd.DataFrame, token_ratio: float | None) -> list[dict]:
             paper=f"{paper_order}, {SOURCES['fig2']}",
             verdict=("the paper's order" if text == paper_order else "not the paper's order")
             + where, n=g["task"].nunique(), unit="(order, mean over tasks)"))
-    return rows
+    return [*rows, _paper_order_at(scaled, near, token_ratio)] if near else rows
+
+
+def _paper_order_at(scaled: pd.DataFrame, near: float, token_ratio: float) -> dict:
+    """At which embedding scales the paper's order appears, beside the scale nearest ViT-B's
+    tokens: is the disagreement of notebook 02 a matter of this model's token scale alone?"""
+    paper_order = " > ".join(PLASTICITY_ORDER)
+    at = [s for s, g in scaled.groupby("scale") if orders(g, by="scale").iloc[0, 0] == paper_order]
+    where = ", ".join(f"{s:g}" for s in at) or "no scale measured"
+    there = near in at
+    return descriptive(
+        "embedding scales s at which the paper's order appears [embedding]", where,
+        paper=f"{paper_order}, {SOURCES['fig2']}", n=scaled["task"].nunique(), unit="(scales s)",
+        verdict=(f"{'at' if there else 'not at'} s = {near:g}, the scale nearest ViT-B's tokens "
+                 f"(x{token_ratio:.2f})" + ("" if there else f"; the paper's order at s = "
+                                            f"{where} only" if at else "; at none of them")))
 
 
 def invariance_findings(inv: pd.DataFrame, tol: float = 5e-3) -> list[dict]:

@@ -33,4 +33,10 @@ def long_statistics(stats: pd.DataFrame) -> pd.DataFrame:
 
 def by_checkpoint(stats: pd.DataFrame) -> pd.DataFrame:
     """``stream.by_checkpoint`` with ``ln1_bound`` shown as ``ln1_plugin``."""
-    return stream.by_checkpoint(stats).rename(columns={STORED: SHOWN})
+    return shown(stream.by_checkpoint(stats))
+
+
+def shown(table: pd.DataFrame) -> pd.DataFrame:
+    """Any table of stream statistics (e.g. ``train.recipes.recipe_statistics``, notebook 02b)
+    with ``ln1_bound`` shown as ``ln1_plugin``."""
+    return table.rename(columns={STORED: SHOWN})
