@@ -139,9 +139,12 @@ def test_gauge_rows_read_the_derived_factors_and_the_order():
     moved = rows.loc[rows.index.str.startswith("do bounds and plasticity move"), "verdict"]
     assert moved.tolist() == ["yes, as derived (exact check)"]
     order = rows.loc["order of the proven bounds under the gauge (c = 8) vs Takeaway 1"]
-    assert order["measured"] == "FC2 > LN1 > LN2 > FC1 > MHA"  # 64, 12.5, 6.25, 3, 0.8
-    assert order["verdict"] == ("differs from the paper; plasticity "
-                                "MHA > FC2 > FC1 > LN2 > LN1")  # 56, 16, 4, .0625, .0375
+    assert order["measured"] == ("bounds FC2 > LN1 > LN2 > FC1 > MHA; plasticity "  # 64, 12.5,
+                                 "MHA > FC2 > FC1 > LN2 > LN1")  # 6.25, 3, 0.8; 56, 16, 4, ...
+    assert order["verdict"] == "differs from the paper: FC2's bound 21x FC1's, not FC1 ~ FC2"
+    # 03b: the order MHA > FC2 > FC1 > LN1 > LN2 is Takeaway 1's, but FC2's bound is 6x FC1's
+    assert bound_findings._apart({"MHA": 50.0, "FC2": 12.0, "FC1": 2.0, "LN1": 1.0,
+                                  "LN2": 0.9}) == ["FC2's bound 6x FC1's, not FC1 ~ FC2"]
     off = gauged.assign(bound=gauged["bound"].where(gauged["component"] != "FC1", 3.03))
     rows = bound_findings.bounds(df, checks, gauged=off, c=8.0)
     assert rows["verdict"].str.startswith("no, not as derived (exact check)").sum() == 1
