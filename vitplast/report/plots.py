@@ -266,10 +266,12 @@ def findings(table, unit: str | None = None, title: str = "", xlabel: str | None
 
 @_themed
 def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: str | None = None,
-                title: str = "", xlabel: str | None = None):
+                title: str = "", xlabel: str | None = None, from_zero: bool = True):
     """Bars of ``y`` per ``x`` and ``hue``, one panel per ``col`` value (e.g. accuracy per
     configuration at two budgets), each bar from zero, so that its length is its value; hue
-    colours from ``colours`` (a configuration's own, else ``OTHERS``)."""
+    colours from ``colours`` (a configuration's own, else ``OTHERS``). ``from_zero=False``:
+    each panel's axis spans its bars' values (with a margin), so that a gap of one point
+    between bars near 80 shows (a bar's length is then not its value: say so in the label)."""
     fig, axes, cols = _grid(df, col, aspect=1.5, sharey=False)  # each panel its own range
     if not len(df):
         axes[0].text(0.5, 0.5, "no data", ha="center", va="center", transform=axes[0].transAxes)
@@ -282,6 +284,10 @@ def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: st
                     hue_order=hues, palette=colours(hues))
         ax.set(ylabel=_label(y, ylabel), xlabel=_label(x, xlabel),
                title=f"{title}{value}" if value is not None else title)
+        if not from_zero:
+            lo, hi = sub[y].min(), sub[y].max()
+            pad = max(0.5, 0.15 * (hi - lo))
+            ax.set_ylim(lo - pad, hi + pad)
     if axes[-1].get_legend() is not None:
         legend_beside(fig, axes[-1], hue)
     else:

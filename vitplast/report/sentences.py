@@ -54,6 +54,14 @@ def _is_correlation(row: Mapping) -> bool:
     return row.get("interval") in verdicts.INTERVALS[1:]
 
 
+def _left_out(row: Mapping) -> str:
+    """A unit's note on the tasks left out ("partial rho, per task (2 of 3 tasks left out:
+    ...)" -> "; 2 of 3 tasks left out: ..."), which its first words alone would drop."""
+    unit = str(row.get("unit") or "")
+    at = unit.find(" (")
+    return f"; {unit[at + 2:].removesuffix(')')}" if at >= 0 and "left out" in unit else ""
+
+
 def opening(row: Mapping) -> str:
     """The plain clause saying which way most tasks went, and the mean over all of them."""
     m, n = row.get("measured"), _count(row.get("n"))
@@ -67,7 +75,7 @@ def opening(row: Mapping) -> str:
             else ""))
     if _is_correlation(row):  # a correlation per task
         return (f"positive on {above} of {n} tasks and negative on {below} (mean {word} "
-                f"{m:+.2f})")
+                f"{m:+.2f}{_left_out(row)})")
     a, b = row.get("side_a") or "", row.get("side_b") or ""
     mean = f"mean over all {n}: {m:+.3g} {word}".rstrip()
     if a and b:
