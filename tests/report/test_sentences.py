@@ -107,7 +107,8 @@ def test_intervals_are_at_the_level_of_the_rows_holm_step_and_labelled():
     assert t.loc["big", "level_step"] == pytest.approx(0.05 / 3)
     lo, hi = verdicts.interval(t.loc["big"], 0.05 / 3)
     said = sentences.text(t.reset_index(), "big")
-    assert f"98.33% CI {lo:+.2g} to {hi:+.2g} (level 0.017, Holm's step among the exploratory rows)" in said
+    assert (f"98.33% CI {lo:+.2g} to {hi:+.2g} (level 0.017, Holm's step among the exploratory "
+            "rows)") in said
     assert t.loc["none", "level_step"] == pytest.approx(0.05)
     assert "95% CI" in sentences.text(t.reset_index(), "none")
     # the step-down stop: p1 = 0.03 > 0.05 / 2 stops Holm; p2 = 0.04 < 0.05 is its own step's

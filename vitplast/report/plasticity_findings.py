@@ -36,9 +36,9 @@ __all__ = ["RELATIVE_SUITE", "correlation_row", "explorer", "layer_summaries",
 # notebook 02 ---------------------------------------------------------------------------------
 
 def _swaps(rho: float, k: int = 5) -> str:
-    """How far a Spearman ``rho`` over ``k`` components is from the same order, in words:
-    (the five components by default) rho = 1 - 6 sum(d^2) / (k (k^2 - 1)), and one swap of two neighbours makes sum(d^2) = 2
-    (rho = 0.9 over five)."""
+    """How far a Spearman ``rho`` over ``k`` components (five by default) is from the same
+    order, in words: rho = 1 - 6 sum(d^2) / (k (k^2 - 1)), and one swap of two neighbours makes
+    sum(d^2) = 2 (rho = 0.9 over five)."""
     d2 = round((1 - rho) * k * (k * k - 1) / 6)
     return ("one swap of two neighbours from it" if d2 == 2 else
             f"its ranks differ by a sum of squares of {d2} (one swap of two neighbours: 2)")
