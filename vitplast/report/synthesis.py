@@ -23,12 +23,14 @@ from vitplast.report import sentences
 #: containing it) of the rows that answer it, in order.
 QUESTIONS = {
     "Why is the measured ranking not the paper's? The token scale, and the gauge": (
-        "token scale r", "order at gauge c = 1 [embedding]", "order at gauge c = 8 [embedding]"),
+        "token scale r", "embedding scales s at which the paper's order appears",
+        "order at gauge c = 1 [embedding]", "order at gauge c = 8 [embedding]"),
     "Does attention beat the LayerNorms once counts are matched (P1), and at full counts (P2)?": (
         "(MHA, FC1, FC2 sparse) - LayerNorms", "MHA - LN1 at full counts"),
     "What predicts a component's gain: its plasticity (P3, both protocols) or its count?": (
-        "within a task (plasticity: embedding protocol", "within a task (plasticity: hidden "
-        "protocol", "Spearman(trainable count, gain over head-only)"),
+        "five components, within a task (plasticity: embedding protocol",
+        "five components, within a task (plasticity: hidden protocol",
+        "Spearman(trainable count, gain over head-only)"),
 }
 
 
