@@ -182,10 +182,32 @@ def test_the_read_cells_words_follow_the_matched_count_numbers():
         words[sign] = sentences.text(table, *claims)
     # the matched-count primary cites no claim (Table 1 compares full counts only): it reads as
     # a result; its sign beside the paper's full-count gap is the descriptive row's
-    assert words[1].startswith("- MHA at LN1's count (sparse) - LN1, test accuracy: MHA sparse "
-                               "came out above LN1 on 5 of 5 tasks, by 5 points on average")
-    assert "Resolved (the paper makes no claim on it)" in words[1]
+    assert words[1].startswith("- MHA at LN1's count (sparse) - LN1, test accuracy: Resolved "
+                               "(the paper makes no claim on it). MHA sparse came out above LN1 "
+                               "on 5 of 5 tasks (mean over all 5: +5 points)")
     assert "the same sign as the paper's gap" in words[1]
-    assert "LN1 came out above MHA sparse on 5 of 5 tasks, by 5 points" in words[-1]
+    assert "LN1 came out above MHA sparse on 5 of 5 tasks (mean over all 5: -5 points)" in words[-1]
     assert "Resolved (the paper makes no claim on it)" in words[-1]
     assert "reversed: the other sign" in words[-1]
+
+
+def test_the_block_rows_say_which_tasks_and_components_they_leave_out():
+    """05: the FC1 row dropped 2 tasks as monotone in depth without saying so; the third
+    primary's "mean over components" was MHA alone on 2 of 3 tasks."""
+    from vitplast.report import sentences
+
+    layers = pd.DataFrame(dict(
+        task=["t0", "t1", "t2"] * 3, component=["LN1"] * 3 + ["MHA"] * 3 + ["FC1"] * 3,
+        spearman=0.5, spearman_depth=0.5,
+        plasticity_depth=[1.0] * 3 + [0.5] * 3 + [0.5, 1.0, 1.0],
+        partial=[np.nan] * 3 + [0.2, 0.4, 0.6] + [0.1, np.nan, np.nan], n_blocks=6))
+    t = ConfoundTables(acc=acc_table(LN1=[70.0, 71, 72]), counts={}, corr=layers,
+                       grads=pd.DataFrame(columns=["task", "config", "kind", "grad_norm"]),
+                       fields=_fields())
+    table = confound_findings.confounds(t).set_index("claim")
+    mean_of = table.loc["components the block mean averages, per task [hidden]"]
+    assert mean_of["measured"] == "t0: FC1, MHA; t1: MHA; t2: MHA"
+    assert mean_of["verdict"].startswith("the 'mean over components' is MHA alone on 2 of 3")
+    fc1 = [c for c in table.index if c.startswith("FC1 of one block") and "[hidden]" in c]
+    said = sentences.text(table.reset_index(), fc1[0])
+    assert "2 of 3 tasks left out: plasticity (2) or accuracy (0) monotone in depth" in said

@@ -16,6 +16,9 @@ def test_agreeing_losses_name_the_pair_with_the_largest_test_gap():
                                      "accuracies 1.95 points apart")
     assert cross_gauge_findings.agreeing_losses(pairs.iloc[2:])["verdict"] == (
         "no pair's loss histories agree")
+    # 07: "1.95 points apart" needs the test set's size: on 359 test images, 7 images
+    sized = cross_gauge_findings.agreeing_losses(pairs, test_size={"a": 359}.get)
+    assert "1.95 points apart (about 7 of its 359 test images): the same loss" in sized["verdict"]
 
 
 def test_identity_rows_read_the_derived_trajectory_the_clip_and_the_unreachable_lrs():

@@ -130,10 +130,10 @@ def test_notebook_04_read_cells_say_what_the_rows_measured(rho, word):
     t, probe = _tables({"hidden": rho, "embedding": -rho})
     found = finetuning_findings.finetuning(t, probe, studies.get("main").primaries)
     primary = sentences.text(found, studies.get("main").primaries[2].claim)
-    assert f"mean rho {rho + 0.03:.2f}" in primary and word in primary
+    assert f"mean rho {rho + 0.03:+.2f}" in primary and word in primary.lower()
     assert ("Resolved, and it agrees" if rho > 0 else "Resolved, and it disagrees") in primary
     other = sentences.text(found, "gain over head-only) over the five components, within a task [")
-    assert ("positive on 0 of 7" if rho > 0 else "positive on 7 of 7") in other
+    assert ("positive on 0 of 7" if rho > 0 else "positive on 7 of 7") in other.lower()
     assert "sensitivity rows" in other
     where = sentences.text(found, "where MHA sits among the five [hidden]")
     assert "plasticity rank 5.0, gain rank 1.0" in where

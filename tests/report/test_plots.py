@@ -396,3 +396,14 @@ def test_panels_of_different_quantities_each_name_their_own():
     shown = {ax.get_title(): ax.get_ylabel() for ax in fig.axes if ax.get_visible()}
     assert shown == stream.STATISTIC_LABELS and all(map(plot_style.is_words, shown.values()))
     plt.close(fig)
+
+
+def test_bars_not_from_zero_show_a_one_point_gap():
+    """05_matched drew bars near 80 from zero, hiding 1-point gaps; ``from_zero=False`` spans
+    the values."""
+    bars = pd.DataFrame(dict(config=["MHA", "LN1"], test_acc_mean=[81.0, 80.0], budget="1x"))
+    fig = plots.paired_bars(bars, x="config", y="test_acc_mean", hue="budget",
+                            ylabel="test accuracy (%)", from_zero=False)
+    lo, hi = fig.axes[0].get_ylim()
+    assert 78 < lo < 80 and 81 < hi < 83
+    plt.close("all")

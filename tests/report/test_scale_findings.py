@@ -29,7 +29,8 @@ def test_ranking_findings_state_each_order_and_check_the_factors():
     assert verdict["order with the embedding times 8 [embedding]"] == "the paper's order"
     near = verdicts.table(scale_findings.ranking_findings(None, scaled, token_ratio=5.0))
     assert list(near["verdict"]) == ["not the paper's order", "the paper's order; s = 8 is the "
-                                     "scale nearest ViT-B's tokens (x5.00)"]
+                                     "scale nearest ViT-B's tokens (x5.00)",
+                                     "at s = 8, the scale nearest ViT-B's tokens (x5.00)"]
     early = verdicts.table(scale_findings.ranking_findings(gauged, tested=False))
     assert (early["family"] == "descriptive").all() and len(early) == len(table) - 2 - 2
     rho = table.set_index("claim").loc["Spearman(measured, Fig. 2) at gauge c = 1 [hidden]"]
@@ -48,3 +49,22 @@ def test_invariance_findings_read_same_and_different_trajectories():
     assert table.tolist() == [same, different, different, same]
     assert table.index[3] == ("MHA-only finetuning, gauged vs the LR / c^2 run, no clip: largest "
                               "|loss difference|")
+
+
+def test_the_scales_where_the_papers_order_appears_name_the_one_nearest_vit_b():
+    """02b section 2: the paper's order at s = 8 only, not at s = 4, the scale nearest ViT-B's
+    tokens (x4.67)."""
+    import pandas as pd
+
+    from vitplast.paper import PLASTICITY_ORDER
+    from vitplast.report import scale_findings
+
+    good = {c: 5.0 - i for i, c in enumerate(PLASTICITY_ORDER)}  # the paper's order
+    bad = {c: 1.0 + i for i, c in enumerate(PLASTICITY_ORDER)}  # reversed
+    scaled = pd.DataFrame([dict(protocol="embedding", task=t, scale=s, component=c,
+                                plasticity=(good if s == 8 else bad)[c])
+                           for t in ("a", "b") for s in (1.0, 4.0, 8.0) for c in PLASTICITY_ORDER])
+    rows = scale_findings.ranking_findings(None, scaled, token_ratio=4.67)
+    row = next(r for r in rows if r["claim"].startswith("embedding scales s at which"))
+    assert row["measured"] == "8" and row["verdict"] == (
+        "not at s = 4, the scale nearest ViT-B's tokens (x4.67); the paper's order at s = 8 only")

@@ -32,26 +32,32 @@ def test_the_example_of_the_docstring_reads_as_written():
                step_low=1.9, step_high=4.8, ci_low=1.9, ci_high=4.8)
     said = sentences.sentence(row)
     assert said == (
-        "MHA - LN1, test accuracy: MHA came out above LN1 on 27 of 33 tasks, by 3.3 points on "
-        "average (mean +3.34; 95% CI +1.9 to +4.8; n = 33 tasks; Holm p = 0.001 among the "
-        "primary rows). Resolved (the paper makes no claim on it).")
+        "MHA - LN1, test accuracy: Resolved (the paper makes no claim on it). MHA came out above "
+        "LN1 on 27 of 33 tasks (mean over all 33: +3.34 points); 95% CI +1.9 to +4.8 (level "
+        "0.05, Holm's step among the primary rows).")
     assert " ".join(sentences.__doc__.split()).count(said) == 1
 
 
-def test_a_tested_row_opens_with_what_happened_then_its_statistics():
-    """The opening clause names the side that came out above, on how many tasks, by how much:
-    the words follow the data, whichever side wins."""
+def test_a_tested_row_reads_verdict_then_which_way_most_tasks_went_then_one_interval():
+    """The verdict first, then the side most tasks put above, on how many, with the mean over
+    all of them (never read as a mean over the winning tasks), then the one interval Holm's
+    step used: the words follow the data, whichever side wins."""
     rng = np.random.default_rng(0)
     up = 2.0 + rng.normal(0, 0.5, 20)
     said = sentences.text(_table(up, sides=("MHA alone", "LN1 alone")))
-    assert said.startswith(f"- a - b: MHA alone came out above LN1 alone on {(up > 0).sum()} of "
-                           f"20 tasks, by {up.mean():.2g} points on average (mean "
-                           f"{up.mean():+.3g}; 95% CI")
+    assert said.startswith(f"- a - b: Resolved (the paper makes no claim on it). MHA alone came "
+                           f"out above LN1 alone on {(up > 0).sum()} of 20 tasks (mean over "
+                           f"all 20: {up.mean():+.3g} points); 95% CI")
+    assert said.count("CI") == 1 and "Holm p" not in said
     flipped = sentences.text(_table(-up, sides=("MHA alone", "LN1 alone")))
     assert f"LN1 alone came out above MHA alone on {(up > 0).sum()} of 20 tasks" in flipped
     bare = sentences.text(_table(-up, sides=None))
-    assert f"below zero on {(up > 0).sum()} of 20 tasks, by {up.mean():.2g} points" in bare
-    for text in (said, flipped, bare):
+    assert (f"Below zero on {(up > 0).sum()} of 20 tasks and above on 0 (mean over all 20: "
+            f"{-up.mean():+.3g} points)") in bare
+    # 04b's "below zero on 3 of 7 tasks, by 0.39 points on average": the mean is over all 7
+    mixed = sentences.text(_table(np.array([-2.0, -1.0, -0.5, 0.3, 0.2, 0.1, 0.2]), sides=None))
+    assert "Above zero on 4 of 7 tasks and below on 3 (mean over all 7: -0.386 points)" in mixed
+    for text in (said, flipped, bare, mixed):
         _words_ok(text)
 
 
@@ -59,7 +65,7 @@ def test_the_words_follow_whether_it_resolved():
     rng = np.random.default_rng(0)
     up = _table(2.0 + rng.normal(0, 0.5, 20))
     noise = _table(rng.normal(0, 3.0, 40))
-    assert sentences.text(up).endswith("Resolved (the paper makes no claim on it).")
+    assert sentences.text(up).startswith("- a - b: Resolved (the paper makes no claim on it).")
     said = sentences.text(noise)
     assert "Not resolved" in said and "Resolved (" not in said
 
@@ -69,10 +75,10 @@ def test_a_row_that_cites_the_paper_agrees_or_disagrees_with_it_and_says_where()
     values = 2.0 + rng.normal(0, 0.5, 20)
     agrees = _table(values, expected=1, paper="+0.93, Table 1")
     disagrees = _table(-values, expected=1, paper="+0.93, Table 1")
-    assert sentences.text(agrees).endswith("Resolved, and it agrees with the paper (+0.93, "
-                                           "Table 1).")
-    assert sentences.text(disagrees).endswith("Resolved, and it disagrees with the paper (+0.93, "
-                                              "Table 1).")
+    assert sentences.text(agrees).startswith("- a - b: Resolved, and it agrees with the paper "
+                                             "(+0.93, Table 1).")
+    assert sentences.text(disagrees).startswith("- a - b: Resolved, and it disagrees with the "
+                                                "paper (+0.93, Table 1).")
 
 
 def test_an_underpowered_row_names_the_effect_its_power_is_at():
@@ -81,11 +87,11 @@ def test_an_underpowered_row_names_the_effect_its_power_is_at():
     values = np.array([2.4, -1.3, 0.4, 1.9, -0.8, 1.5, 0.2])
     paper = sentences.text(_table(values, expected=1, effect=0.37))
     need = power.n_needed(0.37, values.std(ddof=1))
-    assert paper.endswith(f"Not resolved: these data could not have decided it, since to detect "
-                          f"the paper's 0.37 points would take about {need:.0f} tasks (power "
-                          f"{power.power(0.37, values.std(ddof=1), 7):.2f} with these 7).")
+    assert (f"Not resolved: these data could not have decided it: at level 0.05, detecting "
+            f"the paper's +0.37 points would take about {need:.0f} tasks (power "
+            f"{power.power(0.37, values.std(ddof=1), 7):.2f} with these 7).") in paper
     observed = sentences.text(_table(values / 4))
-    assert f"to detect the observed {values.mean() / 4:.2g} points would take about" in observed
+    assert f"detecting the observed {values.mean() / 4:+.2f} points would take about" in observed
 
 
 def test_intervals_are_at_the_level_of_the_rows_holm_step_and_labelled():
@@ -101,9 +107,10 @@ def test_intervals_are_at_the_level_of_the_rows_holm_step_and_labelled():
     assert t.loc["big", "level_step"] == pytest.approx(0.05 / 3)
     lo, hi = verdicts.interval(t.loc["big"], 0.05 / 3)
     said = sentences.text(t.reset_index(), "big")
-    assert f"98.33% CI {lo:+.2g} to {hi:+.2g} at the level Holm's step used for it; 95% CI" in said
+    assert (f"98.33% CI {lo:+.2g} to {hi:+.2g} (level 0.017, Holm's step among the exploratory "
+            "rows)") in said
     assert t.loc["none", "level_step"] == pytest.approx(0.05)
-    assert "; 95% CI" in sentences.text(t.reset_index(), "none")
+    assert "95% CI" in sentences.text(t.reset_index(), "none")
     # the step-down stop: p1 = 0.03 > 0.05 / 2 stops Holm; p2 = 0.04 < 0.05 is its own step's
     stopped = pd.DataFrame([dict(claim=c, measured=1.0, sd=1.0, n=10, p=p, family="exploratory",
                                  paper="x", unit="points", expected=math.nan, test="t")
@@ -152,8 +159,8 @@ def test_a_mean_of_correlations_has_its_interval_inside_minus_one_to_one():
     r = t.iloc[0]
     assert -1 <= r["ci_low"] <= r["ci_high"] == 1 and -1 <= r["step_low"] <= r["step_high"] <= 1
     said = sentences.text(t)
-    assert said.startswith("- rho: positive on 3 of 3 tasks and negative on 0, mean partial rho "
-                           "0.70 (95% CI ") and "cut at +1, where a correlation ends" in said
+    assert "Positive on 3 of 3 tasks and negative on 0 (mean partial rho +0.70); 95% CI " in said
+    assert "cut at +1, where a correlation ends" in said
     _words_ok(said)
 
 
@@ -165,17 +172,16 @@ def test_one_correlation_over_tasks_reads_its_r_and_fisher_interval():
                                                   unit="r, over tasks")])
     r = t.iloc[0]
     said = sentences.text(t)
-    assert said.startswith(f"- r row: r = {r['measured']:.2f} over 30 tasks: where one was "
-                           "larger, the other tended to be smaller (95% CI "
-                           f"{r['ci_low']:+.2g} to {r['ci_high']:+.2g}; n = 30 tasks")
+    assert (f"R = {r['measured']:.2f} over 30 tasks: where one was larger, the other tended "
+            f"to be smaller; 95% CI {r['ci_low']:+.2g} to {r['ci_high']:+.2g} (level 0.05") in said
 
 
 def test_rows_with_too_few_tasks_read_what_happened_and_give_no_interval():
     two = verdicts.table([verdicts.mean_test("MHA - LN1", [3.0, 5.0], paper="x", expected=1,
                                              unit="points, per task", sides=("MHA", "LN1"))])
-    assert sentences.text(two) == ("- MHA - LN1: MHA came out above LN1 on 2 of 2 tasks, by 4 "
-                                   "points on average; too few tasks to test (2; a test needs "
-                                   "3).")
+    assert sentences.text(two) == ("- MHA - LN1: MHA came out above LN1 on 2 of 2 tasks (mean "
+                                   "over all 2: +4 points); too few tasks to test (2; a test "
+                                   "needs 3).")
     assert two[["ci95", "ci_low", "ci_high", "step_low", "step_high"]].isna().all(axis=None)
     none = verdicts.table([verdicts.mean_test("MHA - LN1", [], paper="x", expected=1,
                                               unit="points, per task", sides=("MHA", "LN1"))])
@@ -270,3 +276,21 @@ def test_select_picks_exact_or_unique_substring_claims_in_the_order_asked():
 def test_read_is_markdown_of_the_text():
     t = _table(np.linspace(1, 3, 10))
     assert sentences.read(t).data == sentences.text(t)
+
+
+def test_what_this_shows_reads_at_most_eight_rows_primaries_first_and_the_appendix_the_rest():
+    rng = np.random.default_rng(11)
+    rows = [verdicts.mean_test(f"e{i}", rng.normal(0, 1, 8), paper="x", expected=math.nan,
+                               unit="points") for i in range(12)]
+    rows += [{**verdicts.mean_test("P1", 1 + rng.normal(0, 1, 8), paper="x", expected=1,
+                                   unit="points"), "family": "primary"}]
+    t = verdicts.table(rows)
+    default = sentences.shown(t)
+    assert len(default) == sentences.MAX_SHOWN and default["claim"].iloc[0] == "P1"
+    picked = sentences.shown(t, "e3", "e0")
+    assert picked["claim"].tolist() == ["P1", "e3", "e0"]
+    said, rest = sentences.summary(t, "e3", "e0").data, sentences.appendix(t, "e3", "e0").data
+    assert len(said.splitlines()) == 3 and len(rest.splitlines()) == len(t) - 3
+    assert sorted((said + "\n" + rest).splitlines()) == sorted(sentences.text(t).splitlines())
+    with pytest.raises(ValueError, match="at most 8"):
+        sentences.shown(t, *[f"e{i}" for i in range(8)])

@@ -4,6 +4,7 @@ both protocols."""
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -126,7 +127,8 @@ def test_the_distance_trend_is_a_correlation_row_and_the_families_a_descriptive_
     effects = suite_findings.by_distance(picked, suite_findings.distance(picked))
     assert effects.set_index("task")["MHA_minus_LN1"].to_dict() == {
         "digits": 1.0, "fmnist_contrast": 2.0, "fmnist_snow": 4.0, "symmetry": 8.0}
-    trend, families = verdicts.table(suite_findings.distance_findings(effects)).to_dict("records")
+    trend, _, families = verdicts.table(suite_findings.distance_findings(effects)).to_dict(
+        "records")  # the middle row: the same r without the farthest family
     assert trend["measured"] < -0.9 and trend["n"] == 4 and trend["family"] == "exploratory"
     assert families["measured"].startswith("drawn +8.0 (1), shift +3.0 (2)")
     assert families["verdict"] == "largest on drawn, smallest on digits"
@@ -149,3 +151,34 @@ def test_the_count_row_reads_how_the_trainable_count_goes_with_the_gain():
         assert row["measured"] == pytest.approx(sign) and row["n"] == 3
         assert row["claim"].startswith("Spearman(trainable count, gain over head-only)")
         assert row["family"] == "exploratory"
+
+
+def test_the_distance_trend_is_read_again_without_the_farthest_family():
+    """07: r = -0.52 over the suite rested on six glyph tasks (lowest head-only accuracy)."""
+    from vitplast.stats import verdicts
+
+    rng = np.random.default_rng(0)
+    near = pd.DataFrame(dict(head_acc=rng.uniform(70, 95, 20), family="shift",
+                             MHA_minus_LN1=rng.normal(1, 1, 20)))
+    far = pd.DataFrame(dict(head_acc=rng.uniform(10, 30, 6), family="glyphs",
+                            MHA_minus_LN1=rng.normal(10, 1, 6)))
+    rows = verdicts.table(suite_findings.distance_findings(pd.concat([near, far]))).set_index(
+        "claim")
+    whole = rows.loc[[c for c in rows.index if c.startswith("Pearson r")][0]]
+    without = rows.loc[[c for c in rows.index if c.startswith("the same r without the glyphs")]]
+    assert whole["measured"] < -0.7 and without["n"].iloc[0] == 20
+    assert abs(without["measured"].iloc[0]) < 0.5  # the trend was the glyphs'
+
+
+def test_a_kept_sign_says_how_far_the_mean_moved_and_which_task_carried_it():
+    """07 section 5: "Kept" hid that P2 falls from 4.24 to 2.52 points at 4x, carried by one
+    task."""
+    values = pd.DataFrame([dict(task=t, steps=k, primary="P2", compares="MHA minus LN1",
+                                value=v) for t, vs in (("a", (4.0, 4.0, 4.0)),
+                                                       ("b", (4.0, 4.0, 3.9)),
+                                                       ("c", (4.0, 4.0, -0.1)))
+                           for k, v in zip((1, 2, 4), vs)])
+    row, = suite_findings.length_rule(values)
+    assert row["verdict"] == ("kept: the 120-step recipe stands; but it shrinks from +4.00 to "
+                              "+2.60 points at 4x, 98% of the tasks' change from one task (c, "
+                              "-4.10)")

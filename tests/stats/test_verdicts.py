@@ -158,7 +158,7 @@ def test_an_underpowered_row_says_how_many_tasks_it_needs():
     assert r["power_paper"] == pytest.approx(power.power(0.93, values.std(ddof=1), 7, 0.05))
     assert r["power_paper"] < 0.5 and r["verdict"] == (
         f"not resolved: underpowered (about {power.n_needed(0.93, values.std(ddof=1)):.0f} "
-        "tasks needed to detect the paper's 0.93 points)")
+        "tasks needed to detect the paper's +0.93 points)")
 
 
 def test_rows_with_fewer_than_three_units_are_descriptive():

@@ -115,7 +115,7 @@ def _confounds(t: ConfoundTables, after, primaries) -> pd.DataFrame:
     rows += _signs(primaries, acc)
     rows += _layer_rows(t.corr, counts, fields, declared)
     rows += _layer_rows(t.corr, counts, fields, protocol=OTHER_PROTOCOL)
-    rows += [_depth_row(t.corr)]
+    rows += [_depth_row(t.corr), _mean_of_row(t.corr)]
     gap = table1_average("MHA") - table1_average("LN1")
     adamw, init = ({c: name_of(fields, **plain[c], **recipe) for c in plain}
                    for recipe in (dict(optimizer="adamw"), dict(checkpoint="init")))
@@ -175,6 +175,29 @@ def _layer_rows(corr: pd.DataFrame, counts: dict, fields: pd.DataFrame, declared
                                  bounded=True),
                      "family": family})
     return rows
+
+
+def _mean_of_row(corr: pd.DataFrame) -> dict:
+    """Which components the mean over components (``layer_statistic``) averages on each task:
+    a component whose plasticity or accuracy is monotone in depth is left out there, so the
+    "mean over components" may be one component's value."""
+    corr = _of(corr, PROTOCOL)
+    if "partial" not in corr or not len(corr):
+        return descriptive("components the block mean averages, per task", "none", n=0,
+                           paper="not studied", unit="", verdict="nothing measured yet")
+    kept = corr.dropna(subset=["partial"]).groupby("task")["component"].agg(
+        lambda c: ", ".join(sorted(map(str, c))))
+    tasks = sorted(set(corr["task"]))
+    alone = kept[~kept.str.contains(",")]
+    common = alone.mode().iloc[0] if len(alone) else ""
+    k = int((alone == common).sum()) if common else 0
+    return descriptive(
+        f"components the block mean averages, per task [{PROTOCOL}]",
+        "; ".join(f"{t}: {kept.get(t, 'none')}" for t in tasks), paper="not studied",
+        n=len(tasks), unit="(components kept)",
+        verdict=(f"the 'mean over components' is {common} alone on {k} of {len(tasks)} tasks "
+                 "(the others are monotone in depth there, left out)" if k else
+                 "more than one component on every task"))
 
 
 def _depth_row(corr: pd.DataFrame) -> dict:

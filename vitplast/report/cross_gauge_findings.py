@@ -55,7 +55,7 @@ def _trajectory_row(pairs: pd.DataFrame) -> dict:
         n=len(pairs), unit="largest loss difference per LR, over run pairs")
 
 
-def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame) -> list[dict]:
+def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame, test_size=None) -> list[dict]:
     """The cross-gauge study's checks as findings rows, from its pairs
     (``cross_gauge.gauge_pairs``): the invariant configurations compute the same first loss at
     c = 8 as at c = 1 (the gauge keeps the function; descriptive, at
@@ -64,7 +64,8 @@ def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame) -> list[dict]:
     (``agreeing_losses``); the share of chosen runs whose loss rose above its start
     (``search.state``'s ``loss_rose``); and, per invariant configuration, c = 8 minus c = 1 at
     the LRs the search chose (``picked``: the study's ``load``), a test of what
-    rounding alone does to the study's single runs (exploratory: zero in exact arithmetic)."""
+    rounding alone does to the study's single runs (exploratory: zero in exact arithmetic).
+    ``test_size``: task -> its number of test images (``agreeing_losses``), or None."""
     if not len(pairs):
         rows = [verdicts.descriptive(
             f"{' and '.join(GAUGE_INVARIANT)} at c = 8 as at c = 1", measured=np.nan,
@@ -80,7 +81,7 @@ def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame) -> list[dict]:
             n=len(pairs), unit="largest first-loss difference, over run pairs"),
             _trajectory_row(pairs)]
     if len(pairs):
-        rows.append(agreeing_losses(pairs))
+        rows.append(agreeing_losses(pairs, test_size))
     rows.append(rising_loss(picked))
     acc = accuracy(picked)
     for config in GAUGE_INVARIANT:
@@ -93,11 +94,12 @@ def gauge_checks(pairs: pd.DataFrame, picked: pd.DataFrame) -> list[dict]:
     return rows
 
 
-def agreeing_losses(pairs: pd.DataFrame) -> dict:
+def agreeing_losses(pairs: pd.DataFrame, test_size=None) -> dict:
     """A descriptive row: of the pairs (``cross_gauge.gauge_pairs``) whose loss histories agree
     within ``verdicts.SAME_TRAJECTORY``, the largest test-accuracy difference, and which pair: the
     same training loss does not make the same test accuracy (a few steps apart in rounding
-    can move a decision boundary over test images)."""
+    can move a decision boundary over test images). ``test_size`` (task -> its number of test
+    images) turns the points into images."""
     agree = pairs[pairs["max_loss_diff"] <= verdicts.SAME_TRAJECTORY]
     if not len(agree):
         return verdicts.descriptive(
@@ -111,7 +113,16 @@ def agreeing_losses(pairs: pd.DataFrame) -> dict:
         paper="not in the paper", n=len(agree), unit="test points, over agreeing run pairs",
         verdict=f"{top['task']} / {top['config']} / LR {top['lr']:g}: loss histories "
                 f"{top['max_loss_diff']:.2g} apart, test accuracies {abs(top['test_diff']):.2f} "
-                "points apart: the same loss does not make the same test accuracy")
+                "points apart" + _images(abs(top["test_diff"]), top["task"], test_size)
+                + ": the same loss does not make the same test accuracy")
+
+
+def _images(points: float, task: str, test_size) -> str:
+    """A test-accuracy difference in test images, where the task's test size is known."""
+    if test_size is None:
+        return ""
+    n = int(test_size(task))
+    return f" (about {round(points * n / 100)} of its {n} test images)"
 
 
 def _parted(ident: pd.DataFrame) -> str:

@@ -35,6 +35,15 @@ __all__ = ["RELATIVE_SUITE", "correlation_row", "explorer", "layer_summaries",
 
 # notebook 02 ---------------------------------------------------------------------------------
 
+def _swaps(rho: float, k: int = 5) -> str:
+    """How far a Spearman ``rho`` over ``k`` components (five by default) is from the same
+    order, in words: rho = 1 - 6 sum(d^2) / (k (k^2 - 1)), and one swap of two neighbours makes
+    sum(d^2) = 2 (rho = 0.9 over five)."""
+    d2 = round((1 - rho) * k * (k * k - 1) / 6)
+    return ("one swap of two neighbours from it" if d2 == 2 else
+            f"its ranks differ by a sum of squares of {d2} (one swap of two neighbours: 2)")
+
+
 def correlation_row(claim: str, rho, *, paper: str, unit: str = "rho, per task",
                     paper_value: float = 1.0) -> dict:
     """A row on a per-task correlation with the paper's values (e.g. Spearman's rho with Fig.
@@ -48,11 +57,15 @@ def correlation_row(claim: str, rho, *, paper: str, unit: str = "rho, per task",
     v = pd.Series(rho, dtype=float).dropna()
     if len(v) >= MIN_N and v.nunique() == 1:
         value = float(v.iloc[0])
-        word = "agrees with" if math.isclose(value, paper_value) else "disagrees with"
-        near = "; near the paper's order, not the same" if 0.5 <= value < paper_value else ""
-        return descriptive(claim, value, paper=paper, n=len(v), unit=unit,
-                           verdict=f"{word} the paper: rho = {value:+.2g} on every one of the "
-                           f"{len(v)} tasks (no spread, so no test is needed{near})")
+        every = f"rho = {value:+.2g} on every one of the {len(v)} tasks"
+        if math.isclose(value, paper_value):
+            verdict = f"agrees with the paper: {every} (no spread, so no test is needed)"
+        elif 0.5 <= value < paper_value:  # near: say how near, in swaps of neighbours
+            verdict = (f"near the paper's order, not the same: {every}, {_swaps(value)} (no "
+                       "spread, so no test is needed)")
+        else:
+            verdict = f"disagrees with the paper: {every} (no spread, so no test is needed)"
+        return descriptive(claim, value, paper=paper, n=len(v), unit=unit, verdict=verdict)
     return mean_test(claim, v, paper=paper, expected=1, unit=unit, bounded=True)
 
 
@@ -125,7 +138,7 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
         rows.append(descriptive(f"components above 1 (mean over tasks) [{protocol}]",
                                 ", ".join(above) or "none", paper=", ".join(paper_above),
                                 verdict=same(above == paper_above), n=g["task"].nunique(),
-                                unit="(tasks)"))
+                                unit="(components)"))
     for protocol, g in ([] if along is None else along.groupby("protocol", sort=False)):
         tau, n = _kendall_first_last(g)
         rows.append(descriptive(
@@ -243,7 +256,22 @@ def relative_suite(root, picked: pd.DataFrame, n_pairs: int = 256, *,
         rows.append(mean_test(claim, rho, paper="not in the paper (relative plasticity: issue "
                               "38); asked after the suite's runs existed", expected=math.nan,
                               unit="rho, per task", bounded=True))
-    return table(rows)
+    return table([*rows, _protocols_row(rows)])
+
+
+def _protocols_row(rows: list[dict]) -> dict:
+    """What the ``RELATIVE_SUITE`` rows say together (descriptive): under each protocol, does
+    relative plasticity go with the gain (mean rho above 0) or against it."""
+    said = [(p, r["measured"]) for p, r in zip(RELATIVE_SUITE, rows)
+            if isinstance(r["measured"], float) and math.isfinite(r["measured"])]
+    ways = [f"{'with' if m > 0 else 'against'} the gain under {p} (mean rho {m:+.2f})"
+            for p, m in said]
+    differ = len({m > 0 for _, m in said}) > 1
+    return descriptive("relative plasticity and the gain, by protocol", "", paper="not in the "
+                       "paper", n=max([r["n"] for r in rows] or [0]), unit="",
+                       verdict=("the protocols disagree in sign: " if differ else
+                                "the protocols agree in sign: ") + "; ".join(ways)
+                       if said else "nothing measured yet (no task)")
 
 
 def relative_suite_orders(root, picked: pd.DataFrame, n_pairs: int = 256, *,

@@ -266,10 +266,9 @@ def findings(table, unit: str | None = None, title: str = "", xlabel: str | None
 
 @_themed
 def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: str | None = None,
-                title: str = "", xlabel: str | None = None):
-    """Bars of ``y`` per ``x`` and ``hue``, one panel per ``col`` value (e.g. accuracy per
-    configuration at two budgets), each bar from zero, so that its length is its value; hue
-    colours from ``colours`` (a configuration's own, else ``OTHERS``)."""
+                title: str = "", xlabel: str | None = None, from_zero: bool = True):
+    """Bars of ``y`` per ``x`` and ``hue`` (colours: ``colours``), a panel per ``col`` value,
+    from zero (length = value) or (``from_zero=False``) spanning its values: a 1-point gap shows."""
     fig, axes, cols = _grid(df, col, aspect=1.5, sharey=False)  # each panel its own range
     if not len(df):
         axes[0].text(0.5, 0.5, "no data", ha="center", va="center", transform=axes[0].transAxes)
@@ -282,6 +281,8 @@ def paired_bars(df, x: str, y: str, hue: str, col: str | None = None, ylabel: st
                     hue_order=hues, palette=colours(hues))
         ax.set(ylabel=_label(y, ylabel), xlabel=_label(x, xlabel),
                title=f"{title}{value}" if value is not None else title)
+        if not from_zero:  # a margin of 15% of the range, at least 0.5
+            ax.set_ylim(sub[y].min() - (m := max(0.5, 0.15 * np.ptp(sub[y]))), sub[y].max() + m)
     if axes[-1].get_legend() is not None:
         legend_beside(fig, axes[-1], hue)
     else:
@@ -301,9 +302,8 @@ def message(text: str):
 @_themed
 def rate_histogram(rates, bound: float, bound_name: str, title: str = "",
                    component: str | None = None):
-    """Per-pair rates of one component (log-spaced bins, in ``component``'s colour), their mean
-    (the plasticity) and the bound of ``bound_name`` (e.g. "Prop. 1").
-    Paper: Definition 1, Props. 1-3."""
+    """Per-pair rates of one component (log bins, its colour), their mean (the plasticity) and
+    the bound of ``bound_name`` (e.g. "Prop. 1"). Paper: Definition 1, Props. 1-3."""
     r = np.asarray(rates, dtype=float)
     p = float(r.mean())
     fig, ax = plt.subplots(figsize=(6.5, 3))

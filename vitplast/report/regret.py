@@ -126,7 +126,32 @@ def findings(per_task: pd.DataFrame) -> pd.DataFrame:
             "hit"].mean(), paper="not in the paper", n=len(regret), unit="% of tasks",
             verdict=f"picks the oracle's component on {int(by[rule]['hit'].sum())} of "
                     f"{len(regret)} tasks" + chance))
+    if RANDOM in by:
+        rows.append(_chance_row(by[RANDOM]["hit"]))
     return findings_table(rows)
+
+
+def _chance_row(hit: pd.Series) -> dict:
+    """Why a random pick's hit rate is not 1 / 5: on a task where k candidates tie for the
+    oracle's best validation accuracy, a random pick hits with chance k / 5."""
+    tied = int((hit > 1 / len(CANDIDATES) + 1e-12).sum())
+    return descriptive(
+        "top-1 hit rate of a random pick", 100 * float(hit.mean()), paper="not in the paper",
+        n=len(hit), unit="% of tasks, mean chance over tasks",
+        verdict=(f"1 / {len(CANDIDATES)} on a task with one best component, k / "
+                 f"{len(CANDIDATES)} where k tie for the best on validation: {tied} of "
+                 f"{len(hit)} tasks have a tie" + (", so it is above 20%" if tied else "")))
+
+
+def headline(found: pd.DataFrame) -> list[str]:
+    """The claims a notebook's "What this shows" reads (``sentences.summary``): each rule of
+    the paper's advice (``PAPER``) against a random pick, the other rule with the lowest mean
+    regret against it, and the random pick's hit rate; the rest go to its appendix."""
+    vs = found[found["claim"].str.endswith("- regret of a random pick")]
+    paper = [c for c in vs["claim"] if any(f"{r!r}" in c for r in PAPER)]
+    others = vs[~vs["claim"].isin(paper)].sort_values("measured")
+    chance = [c for c in found["claim"] if c == "top-1 hit rate of a random pick"]
+    return [*paper, *others["claim"].iloc[:1], *chance]
 
 
 #: The kinds of ``findings`` rows ``select`` picks, by how their claim reads.

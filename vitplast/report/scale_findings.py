@@ -49,7 +49,8 @@ def ranking_findings(gauged: pd.DataFrame | None, embedding_scaled: pd.DataFrame
         rows.append(descriptive(
             f"order at gauge c = {c:g} [{protocol}]", text,
             paper=f"{paper_order}, {SOURCES['fig2']}",
-            verdict=same(text == paper_order), n=g["task"].nunique(), unit="(tasks)"))
+            verdict=same(text == paper_order), n=g["task"].nunique(),
+            unit="(order, mean over tasks)"))
         rows += [correlation_row(
             f"Spearman(measured, Fig. 2) at gauge c = {c:g} [{protocol}]", spearman_fig2(g),
             paper=f"+1 (same order), {SOURCES['fig2']}")] if tested else []
@@ -59,7 +60,8 @@ def ranking_findings(gauged: pd.DataFrame | None, embedding_scaled: pd.DataFrame
         rows.append(descriptive(
             f"rate factors of the gauge (LN / c, FC1 x 1, FC2 x c{mha}): largest relative "
             f"deviation [{protocol}]", dev, paper="not studied (derived here)",
-            verdict="as derived" if dev < 0.02 else "not as derived", n=n, unit="(tasks)"))
+            verdict="as derived" if dev < 0.02 else "not as derived", n=n,
+            unit="(relative deviation, largest over tasks)"))
     return rows
 
 
@@ -78,8 +80,23 @@ def _scaled_rows(scaled: pd.DataFrame, token_ratio: float | None) -> list[dict]:
             f"order with the embedding times {s:g} [embedding]", text,
             paper=f"{paper_order}, {SOURCES['fig2']}",
             verdict=("the paper's order" if text == paper_order else "not the paper's order")
-            + where, n=g["task"].nunique(), unit="(tasks)"))
-    return rows
+            + where, n=g["task"].nunique(), unit="(order, mean over tasks)"))
+    return [*rows, _paper_order_at(scaled, near, token_ratio)] if near else rows
+
+
+def _paper_order_at(scaled: pd.DataFrame, near: float, token_ratio: float) -> dict:
+    """At which embedding scales the paper's order appears, beside the scale nearest ViT-B's
+    tokens: is the disagreement of notebook 02 a matter of this model's token scale alone?"""
+    paper_order = " > ".join(PLASTICITY_ORDER)
+    at = [s for s, g in scaled.groupby("scale") if orders(g, by="scale").iloc[0, 0] == paper_order]
+    where = ", ".join(f"{s:g}" for s in at) or "no scale measured"
+    there = near in at
+    return descriptive(
+        "embedding scales s at which the paper's order appears [embedding]", where,
+        paper=f"{paper_order}, {SOURCES['fig2']}", n=scaled["task"].nunique(), unit="(scales s)",
+        verdict=(f"{'at' if there else 'not at'} s = {near:g}, the scale nearest ViT-B's tokens "
+                 f"(x{token_ratio:.2f})" + ("" if there else f"; the paper's order at s = "
+                                            f"{where} only" if at else "; at none of them")))
 
 
 def invariance_findings(inv: pd.DataFrame, tol: float = 5e-3) -> list[dict]:

@@ -3,22 +3,25 @@
 A Read cell shows ``read(findings, claim, ...)``: one sentence per row, made from the row's own
 numbers and verdict only (``vitplast.stats.verdicts``), so the words change when the data change.
 
-A tested row opens with its label and a plain clause saying what happened (which side came
-out above, on how many tasks, by how much on average; for a correlation, on how many tasks it
-was positive), then its statistics: the interval at the level Holm's step tested it at (its
-95% interval beside it when that level is not 95%), n and the Holm p within its family; then
-what that settles: whether it is resolved, whether that agrees with a claim the paper makes
-(only where the row cites one), or, when it is not resolved, why: Holm stopped before it, or
-the data could not have decided (the tasks needed to detect a named effect), or chance.
+A tested row reads in the order a student needs it (about ten seconds a row): its label, then
+the verdict in words (resolved or not; whether that agrees with a claim the paper makes, only
+where the row cites one; when it is not resolved, why: Holm stopped before it, Holm's level is
+stricter than 95%, the data could not have decided it (the tasks needed, at the row's level, to
+detect a named effect with its sign), or chance), then which way most tasks went with the mean
+over all of them, then one interval: the one at the level Holm's step tested the row at, that
+level named. The 95% interval, p and Holm p stay in the table (``verdicts.render``).
 A descriptive row reads as an observation: its label, its verdict, and its value in words;
 counts, ratios and taus carry no sign. A row with fewer than ``verdicts.MIN_N`` tasks gets
 no interval.
 
 Example: a primary row comparing MHA with LN1 over 33 tasks, 27 of them above, with mean
-+3.34, 95% interval +1.9 to +4.8 (one primary, so Holm's level is 95%), Holm p = 0.001 and
-the verdict "resolved: positive" reads "MHA - LN1, test accuracy: MHA came out above LN1 on 27
-of 33 tasks, by 3.3 points on average (mean +3.34; 95% CI +1.9 to +4.8; n = 33 tasks; Holm
-p = 0.001 among the primary rows). Resolved (the paper makes no claim on it)."
++3.34, 95% interval +1.9 to +4.8 (one primary, so Holm's level is 0.05) and the verdict
+"resolved: positive" reads "MHA - LN1, test accuracy: Resolved (the paper makes no claim on
+it). MHA came out above LN1 on 27 of 33 tasks (mean over all 33: +3.34 points); 95% CI +1.9
+to +4.8 (level 0.05, Holm's step among the primary rows)."
+
+A notebook's "What this shows" reads at most ``MAX_SHOWN`` rows (``summary``: the declared
+primaries first); its appendix reads the rest (``appendix``).
 """
 
 from __future__ import annotations
@@ -51,8 +54,16 @@ def _is_correlation(row: Mapping) -> bool:
     return row.get("interval") in verdicts.INTERVALS[1:]
 
 
+def _left_out(row: Mapping) -> str:
+    """A unit's note on the tasks left out ("partial rho, per task (2 of 3 tasks left out:
+    ...)" -> "; 2 of 3 tasks left out: ..."), which its first words alone would drop."""
+    unit = str(row.get("unit") or "")
+    at = unit.find(" (")
+    return f"; {unit[at + 2:].removesuffix(')')}" if at >= 0 and "left out" in unit else ""
+
+
 def opening(row: Mapping) -> str:
-    """The plain clause a tested row opens with: what was compared and what happened."""
+    """The plain clause saying which way most tasks went, and the mean over all of them."""
     m, n = row.get("measured"), _count(row.get("n"))
     if not _finite(m):
         return f"no value over {n} tasks"
@@ -63,17 +74,18 @@ def opening(row: Mapping) -> str:
             else ": where one was larger, the other tended to be smaller" if m < 0
             else ""))
     if _is_correlation(row):  # a correlation per task
-        return (f"positive on {above} of {n} tasks and negative on {below}, mean {word} "
-                f"{m:.2f}")
+        return (f"positive on {above} of {n} tasks and negative on {below} (mean {word} "
+                f"{m:+.2f}{_left_out(row)})")
     a, b = row.get("side_a") or "", row.get("side_b") or ""
-    if m == 0:
-        return (f"{a} and {b} level on average over {n} tasks" if a else
-                f"zero on average over {n} tasks")
-    k, rest = (above, b) if m > 0 else (below, a)
-    by = f"by {abs(m):.2g} {word} on average"
+    mean = f"mean over all {n}: {m:+.3g} {word}".rstrip()
     if a and b:
-        return f"{a if m > 0 else b} came out above {rest} on {k} of {n} tasks, {by}"
-    return f"{'above' if m > 0 else 'below'} zero on {k} of {n} tasks, {by}"
+        if above == below:
+            return f"{a} came out above {b} on {above} of {n} tasks and below on {below} ({mean})"
+        win, lose, k = (a, b, above) if above > below else (b, a, below)
+        return f"{win} came out above {lose} on {k} of {n} tasks ({mean})"
+    if below > above:
+        return f"below zero on {below} of {n} tasks and above on {above} ({mean})"
+    return f"above zero on {above} of {n} tasks and below on {below} ({mean})"
 
 
 def _ends(lo, hi) -> str:
@@ -81,38 +93,30 @@ def _ends(lo, hi) -> str:
 
 
 def _interval(row: Mapping) -> str:
-    """The interval at the level Holm's step used (and the 95% one beside it when that
-    level is not 95%); "" without one (fewer than ``MIN_N`` tasks)."""
+    """The one interval a sentence gives: at the level Holm's step tested the row at, that
+    level named; "" without one (fewer than ``MIN_N`` tasks)."""
     lo, hi = row.get("step_low"), row.get("step_high")
     if not (_finite(lo) and _finite(hi)):
         return ""
     level = row["level_step"]
     ends = [e for e, x in (("-1", lo), ("+1", hi)) if _is_correlation(row) and abs(x) >= 1]
     cut = f", cut at {' and '.join(ends)}, where a correlation ends" if ends else ""
-    if math.isclose(level, verdicts.ALPHA):
-        return f"95% CI {_ends(lo, hi)}{cut}"
-    return (f"{100 * (1 - level):.4g}% CI {_ends(lo, hi)} at the level Holm's step used for "
-            f"it{cut}; 95% CI {_ends(row['ci_low'], row['ci_high'])}")
-
-
-def _stats(row: Mapping) -> str:
-    parts = [] if _is_correlation(row) or row.get("interval") == verdicts.INTERVALS[2] else [
-        f"mean {row['measured']:+.3g}"] if _finite(row.get("measured")) else []
-    parts += [p for p in (_interval(row),) if p]
-    parts.append(f"n = {row.get('n')} tasks")
-    if _finite(row.get("p_holm")):
-        parts.append(f"Holm p = {row['p_holm']:.2g} among the {row.get('family')} rows")
-    return "; ".join(parts)
+    among = f" among the {row['family']} rows" if row.get("family") else ""
+    return (f"{100 * (1 - level):.4g}% CI {_ends(lo, hi)} (level {level:.2g}, Holm's "
+            f"step{among}{cut})")
 
 
 def _settles(row: Mapping) -> str:
-    """What the row's verdict settles, in words (the verdict words of ``verdicts``)."""
+    """The verdict in words (the verdict words of ``verdicts``), and why where it is not
+    resolved: Holm stopped before it, Holm's level is stricter than 95%, the data could not
+    have decided it (the tasks needed at the row's level, to detect a named effect), or
+    chance."""
     verdict = str(row.get("verdict", ""))
     if verdict.startswith("not resolved"):
         rest = verdict[len("not resolved"):].lstrip(": ")
         if rest.startswith("Holm stopped"):
             return ("Not resolved, although its own interval excludes 0: Holm's step-down "
-                    "stopped at a row of its family with a smaller p, which was not resolved.")
+                    "stopped at a row of its family with a smaller p, which was not resolved")
         why = ""
         lo, hi = row.get("ci_low"), row.get("ci_high")
         if _finite(lo) and _finite(hi) and (lo > 0 or hi < 0):  # 95% alone would decide
@@ -125,17 +129,17 @@ def _settles(row: Mapping) -> str:
             power = power if _finite(power) else row.get("power_observed")
             need = (f"about {row['n_needed']:.0f}" if _finite(row.get("n_needed")) else
                     f"more than {power_.MAX_N}")
-            return (f"Not resolved: {why}these data could not have decided it, since to detect "
-                    f"{verdicts.effect_named(row)} would take {need} tasks"
-                    + (f" (power {power:.2f} with these {row['n']})" if _finite(power) else "")
-                    + ".")
-        return f"Not resolved: {why}the difference from zero could be chance."
+            at = verdicts.power_level(row)
+            return (f"Not resolved: {why}these data could not have decided it: at level "
+                    f"{at:.2g}, detecting {verdicts.effect_named(row)} would take {need} tasks"
+                    + (f" (power {power:.2f} with these {row['n']})" if _finite(power) else ""))
+        return f"Not resolved: {why}the difference from zero could be chance"
     if verdict in ("agrees with the paper", "disagrees with the paper"):
         agrees = verdict.split(" ")[0]
-        return f"Resolved, and it {agrees} with the paper ({row.get('paper')})."
+        return f"Resolved, and it {agrees} with the paper ({row.get('paper')})"
     if verdict.startswith("resolved: "):
-        return "Resolved (the paper makes no claim on it)."
-    return f"{verdict[:1].upper()}{verdict[1:]}." if verdict else ""
+        return "Resolved (the paper makes no claim on it)"
+    return f"{verdict[:1].upper()}{verdict[1:]}" if verdict else ""
 
 
 def _plain(x) -> str:
@@ -154,6 +158,9 @@ def _observation(row: Mapping) -> str:
     if unit.startswith("(") and ")" in unit:  # "(orders), over components": drop the brackets
         close = unit.index(")")
         unit = unit[1:close] + unit[close + 1:]
+    if "; " in unit:  # "what n counts; what the value is": the sentence gives no n
+        counted, value = unit.split("; ", 1)
+        unit = counted if value.startswith("n: ") else value
     what = unit
     detail = f" ({what}: {shown})" if shown and what else f" ({shown})" if shown else ""
     return f"{verdict}{detail}" if verdict else shown
@@ -173,7 +180,9 @@ def sentence(row: Mapping) -> str:
         if label.endswith("?"):  # a question: its answer follows
             return f"{label} {said[:1].upper()}{said[1:]}."
         return f"{label}: {said}."
-    text = f"{label}: {opening(row)} ({_stats(row)}). {_settles(row)}"
+    said, interval = opening(row), _interval(row)
+    text = f"{label}: {_settles(row)}. {said[:1].upper()}{said[1:]}" + (
+        f"; {interval}." if interval else ".")
     if row.get("fragile") is True:
         text += " Fragile: another LR choice tied on validation flips this verdict."
     return text
@@ -238,3 +247,46 @@ def read(findings: pd.DataFrame, *claims: str):
     from IPython.display import Markdown
 
     return Markdown(text(findings, *claims))
+
+
+#: The most rows a notebook's "What this shows" reads; the rest are in its appendix.
+MAX_SHOWN = 8
+
+
+def shown(findings: pd.DataFrame, *claims: str) -> pd.DataFrame:
+    """The rows a notebook's "What this shows" reads: the study's declared primaries (family
+    "primary") first, then the rows ``claims`` names (``select``), in the table's order
+    (primary, secondary, sensitivity, exploratory, descriptive) where none is named; at most
+    ``MAX_SHOWN``.
+
+    Raises:
+        ValueError: a claim that matches no row or several (``select``), or more than
+            ``MAX_SHOWN`` rows asked for.
+    """
+    primary = findings[findings["family"] == "primary"]
+    named = select(findings, *claims) if claims else findings
+    picked = pd.concat([primary, named[~named.index.isin(primary.index)]])
+    if claims and len(picked) > MAX_SHOWN:
+        raise ValueError(f"{len(picked)} rows asked for (primaries included); 'What this shows' "
+                         f"reads at most {MAX_SHOWN}: leave the rest to the appendix")
+    return picked.iloc[:MAX_SHOWN]
+
+
+def summary(findings: pd.DataFrame, *claims: str):
+    """What a notebook shows, as Markdown: the sentences of ``shown``'s rows (at most
+    ``MAX_SHOWN``), for its "What this shows" cell."""
+    from IPython.display import Markdown
+
+    rows = shown(findings, *claims)
+    return Markdown("\n".join(f"- {sentence(r)}" for _, r in rows.iterrows()))
+
+
+def appendix(findings: pd.DataFrame, *claims: str):
+    """Every row ``summary(findings, *claims)`` leaves out, as Markdown, in the table's order:
+    the notebook's appendix, so that summary and appendix together read the whole table."""
+    from IPython.display import Markdown
+
+    rest = findings[~findings.index.isin(shown(findings, *claims).index)]
+    if rest.empty:
+        return Markdown("(none: \"What this shows\" read every row)")
+    return Markdown("\n".join(f"- {sentence(r)}" for _, r in rest.iterrows()))

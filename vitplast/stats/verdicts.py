@@ -16,11 +16,11 @@ Extra columns:
 - ``expected`` (the paper's sign for ``measured``: +1, -1, 0 where it reports about no
   difference, NaN where it states nothing); ``effect_paper`` (the paper's value in the row's
   unit, NaN where it gives none); ``sd`` (of the per-unit values).
-- ``level``: alpha / m, m the number of tested rows of the family (Holm's first step; the
-  power at it is a lower bound of the row's power under Holm); ``power_paper`` and
-  ``power_observed`` (``vitplast.stats.power`` at that level, at the paper's effect and at the
-  observed mean, given the observed SD and n); ``n_needed`` (tasks for power 0.8 at the
-  paper's effect, else the observed one).
+- ``level``: alpha / m, m the number of tested rows of the family (Holm's first step);
+  ``power_paper`` and ``power_observed`` (``vitplast.stats.power`` at the paper's effect and at
+  the observed mean, given the observed SD and n) and ``n_needed`` (tasks for power 0.8 at the
+  paper's effect, else the observed one), all three at the level the row states: the one its
+  Holm step tested it at (``level_step`` below; ``power_level``).
 - ``p_wilcoxon`` (signed-rank test on the same values), ``test``, ``counts`` (the trainable
   counts a matched comparison compares), ``fragile`` (another tied LR choice flips the
   verdict: ``finetuning_findings.with_ties``).
@@ -261,15 +261,18 @@ def too_few(n: int) -> str:
 
 
 def effect_named(row) -> str:
-    """The effect a row's power is computed at, in words: "the paper's 0.37 points", else "the
-    observed 2.1 points" (the unit's first word or words: "points", "rho", "decades")."""
+    """The effect a row's power is computed at, in words, with its sign: "the paper's -0.10
+    points" (MHA - full: full finetuning beats MHA in Table 1), else "the observed +2.1 points"
+    (the unit's first word or words: "points", "rho", "decades"). The test is two-sided, so
+    the power does not depend on the sign; the reader's sense of the claim does."""
     paper_ = isinstance(row["effect_paper"], float) and math.isfinite(row["effect_paper"])
-    effect = abs(row["effect_paper"] if paper_ else row["measured"])
+    effect = row["effect_paper"] if paper_ else row["measured"]
     word = str(row["unit"]).split(",")[0].split(" (")[0].strip()
     whose = "the paper's" if paper_ else "the observed"
+    shown = format(effect, "+.2f") if 0.01 <= abs(effect) < 100 else format(effect, "+.2g")
     if word in ("rho", "partial rho", "r", "tau"):
-        return f"{whose} {word} of {effect:.2g}"
-    return f"{whose} {effect:.2g} {word}".rstrip()
+        return f"{whose} {word} of {shown}"
+    return f"{whose} {shown} {word}".rstrip()
 
 
 def _verdict(row, alpha: float) -> str:
@@ -301,11 +304,20 @@ def _power_columns(df: pd.DataFrame, alpha: float) -> pd.DataFrame:
     rank = df[tested & df["p"].notna()].groupby("family")["p"].rank(method="first") - 1
     df.loc[rank.index, "level_step"] = alpha / (m[rank.index] - rank)
     for i, r in df[tested].iterrows():
-        df.at[i, "power_paper"] = _power.power(r["effect_paper"], r["sd"], r["n"], r["level"])
-        df.at[i, "power_observed"] = _power.power(r["measured"], r["sd"], r["n"], r["level"])
+        at = power_level(r)  # the level the row states: its Holm step's
+        df.at[i, "power_paper"] = _power.power(r["effect_paper"], r["sd"], r["n"], at)
+        df.at[i, "power_observed"] = _power.power(r["measured"], r["sd"], r["n"], at)
         effect = r["effect_paper"] if math.isfinite(r["effect_paper"]) else r["measured"]
-        df.at[i, "n_needed"] = _power.n_needed(effect, r["sd"], r["level"])
+        df.at[i, "n_needed"] = _power.n_needed(effect, r["sd"], at)
     return df
+
+
+def power_level(row) -> float:
+    """The level a tested row's power and tasks-needed are computed at: the one its Holm step
+    tested it at (``level_step``, the level its sentence states), else (no p: nothing to
+    rank) Holm's first step, ``level``."""
+    step = row.get("level_step", math.nan)
+    return step if isinstance(step, float) and math.isfinite(step) else row["level"]
 
 
 def table(rows: list[dict], alpha: float = ALPHA) -> pd.DataFrame:
@@ -354,7 +366,8 @@ def _power_text(r) -> str:
     at = (f"power {_num(r.power_paper, '.2f')} at the paper's effect, "
           if math.isfinite(r.power_paper) else "power ")
     return (f"; {at}{_num(r.power_observed, '.2f')} at the observed one (level "
-            f"{_num(r.level, '.2g')}), n for power 0.8: {_num(r.n_needed, '.0f')}")
+            f"{_num(power_level(r._asdict()), '.2g')}), n for power 0.8: "
+            f"{_num(r.n_needed, '.0f')}")
 
 
 def render(findings: pd.DataFrame) -> str:

@@ -1,0 +1,34 @@
+"""The closing synthesis (``vitplast.report.synthesis``): each question answered by rows the
+notebooks computed, found by claim, in order; a missing row fails naming what there is."""
+
+import math
+
+import numpy as np
+import pytest
+
+from vitplast.report import synthesis
+from vitplast.stats import verdicts
+
+
+def _tables():
+    rng = np.random.default_rng(0)
+    claims = [c for cs in synthesis.QUESTIONS.values() for c in cs]
+    rows = [verdicts.mean_test(f"{c} (row)", rng.normal(1, 1, 8), paper="x", expected=math.nan,
+                               unit="points") for c in claims]
+    return verdicts.table(rows[:4]), verdicts.table(rows[4:])
+
+
+def test_the_synthesis_answers_each_question_with_its_rows_in_order():
+    a, b = _tables()
+    found = synthesis.closing(a, b)
+    assert list(found["question"].unique()) == list(synthesis.QUESTIONS)
+    assert len(found) == sum(len(c) for c in synthesis.QUESTIONS.values())
+    said = synthesis.read(found).data
+    assert said.startswith(f"**{list(synthesis.QUESTIONS)[0]}**")
+    assert sum(line.startswith("- ") for line in said.splitlines()) == len(found)
+
+
+def test_a_missing_row_names_the_question_and_the_claims_there_are():
+    a, _ = _tables()
+    with pytest.raises(ValueError, match="no table holds the claim"):
+        synthesis.closing(a)

@@ -1,0 +1,71 @@
+"""The course's closing synthesis: what it found against the paper, one question at a time,
+each answer a findings row already computed by its notebook, so every sentence carries its
+number (notebook 07, its last section).
+
+The questions, in order (``QUESTIONS``): why the ranking is not the paper's (this model's token
+scale against ViT-B's, and the order under the residual-stream gauge, notebooks 02 and 02b);
+does attention beat the LayerNorms at a matched count (07's P1) and at full counts (P2); and
+does a component's trainable count predict its gain better than its plasticity, under both
+protocols (07's P3 and the count row). Real weights (the real-model notebook) add their rows
+as a later question when their study is shipped; until then the synthesis reads the embedded
+model only, and says so.
+
+Paper: Takeaways 2 and 3, Table 1, Fig. 2.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from vitplast.report import sentences
+
+#: Each question of the synthesis -> the claims (``sentences.select``: exact, or the one claim
+#: containing it) of the rows that answer it, in order.
+QUESTIONS = {
+    "Why is the measured ranking not the paper's? The token scale, and the gauge": (
+        "token scale r", "embedding scales s at which the paper's order appears",
+        "order at gauge c = 1 [embedding]", "order at gauge c = 8 [embedding]"),
+    "Does attention beat the LayerNorms once counts are matched (P1), and at full counts (P2)?": (
+        "(MHA, FC1, FC2 sparse) - LayerNorms", "MHA - LN1 at full counts"),
+    "What predicts a component's gain: its plasticity (P3, both protocols) or its count?": (
+        "five components, within a task (plasticity: embedding protocol",
+        "five components, within a task (plasticity: hidden protocol",
+        "Spearman(trainable count, gain over head-only)"),
+}
+
+
+def closing(*tables: pd.DataFrame) -> pd.DataFrame:
+    """The rows answering ``QUESTIONS``, found in ``tables`` (findings tables; the first that
+    holds a claim answers it), with a ``question`` column, in the questions' order.
+
+    Raises:
+        ValueError: a claim no table holds, naming the question and the claims there are.
+    """
+    parts = []
+    for question, claims in QUESTIONS.items():
+        for claim in claims:
+            for t in tables:
+                try:
+                    parts.append(sentences.select(t, claim).assign(question=question))
+                    break
+                except ValueError:
+                    continue
+            else:
+                held = [c for t in tables for c in t["claim"]]
+                raise ValueError(f"{question!r}: no table holds the claim {claim!r}; "
+                                 f"claims there: {held}")
+    return pd.concat(parts, ignore_index=True)
+
+
+def read(found: pd.DataFrame):
+    """The synthesis as Markdown: each question in bold, then its rows' sentences."""
+    from IPython.display import Markdown
+
+    lines = []
+    for question, rows in found.groupby("question", sort=False):
+        lines += [f"**{question}**", "", *(f"- {sentences.sentence(r)}"
+                                           for _, r in rows.iterrows()), ""]
+    return Markdown("\n".join(lines).rstrip())
+
+
+__all__ = ["QUESTIONS", "closing", "read"]
