@@ -17,7 +17,7 @@ import pytest
 from vitplast import cached, schema
 from vitplast.experiments import runs, runtime, store
 from vitplast.measure.components import COMPONENTS
-from vitplast.train import finetune
+from vitplast.train import finetune, preflight
 from vitplast.train.passes import PRECISIONS
 
 RUN = runs.make_run("digits", lr=0.1)
@@ -40,7 +40,7 @@ def test_the_schemas_are_in_step_with_the_code():
     """Keys, choices and statuses are written in the documents; each matches its home here."""
     run = schema.document("run")
     assert list(run["properties"]) == [*runs.RUN_KEYS, *runs.RUNTIME_KEYS]
-    assert run["properties"]["optimizer"]["enum"] == list(finetune.OPTIMIZERS)
+    assert run["properties"]["optimizer"]["enum"] == list(preflight.OPTIMIZERS)
     assert run["properties"]["precision"]["enum"] == [*PRECISIONS, None]
     flags = runtime.schema_properties()  # the runtime's flags, declared once (runtime.FLAGS)
     assert {k: run["properties"][k] for k in flags} == flags

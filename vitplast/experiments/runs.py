@@ -171,20 +171,20 @@ def check_weights(runs: list[dict]) -> None:
 def check_batches(runs: list[dict]) -> None:
     """Refuse (``ValueError``, before any run trains) a run whose micro-batch
     (``batch_size / accum_steps``) is larger than its task's training split, or whose
-    ``batch_size`` ``accum_steps`` does not divide: ``finetune.check_batch``'s message (the
+    ``batch_size`` ``accum_steps`` does not divide: ``preflight.check_batch``'s message (the
     one ``finetune.train`` gives), after the run in a few words (``describe``). The split
     depends on the task and its options, so each distinct task is loaded once per process
     (``tasks.load``, about 1-2 s for an embedded task; its size is kept for the runs and
     sweeps that follow). Checked by ``make_run`` (embedded tasks), ``runner.run_one`` and
     ``sweep.run_sweep``."""
-    from vitplast.train import finetune
+    from vitplast.train import preflight
 
     for c in runs:
         split = _train_split(json.dumps({k: c.get(k) for k in _TASK_KEYS}, sort_keys=True,
                                         default=str))
         try:
-            finetune.check_batch(c["batch_size"], c.get("accum_steps") or 1, split,
-                                 of=f" of task {c['task']!r}")
+            preflight.check_batch(c["batch_size"], c.get("accum_steps") or 1, split,
+                                  of=f" of task {c['task']!r}")
         except ValueError as err:
             raise ValueError(f"{describe(c)}: {err}") from None
 

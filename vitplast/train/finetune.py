@@ -22,7 +22,8 @@ steps ``val_loss`` and ``val_acc``.
 The loop (``run``) trains a trainee (``vitplast.train.trainees``): the model itself
 (``train``), or K stacked copies of its trainable parameters, one run per learning rate
 (``vitplast.train.batched.train_lrs``). A pass over data (loader, precision, ``evaluate``) is
-``vitplast.train.passes``'s.
+``vitplast.train.passes``'s; what a run refuses before its first step,
+``vitplast.train.preflight``'s.
 """
 
 from __future__ import annotations
@@ -39,11 +40,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from vitplast.inputs import check_count, check_positive, check_seed
 from vitplast.measure.components import component_of, set_trainable, trainable_names
 from vitplast.models import pick_device
 from vitplast.train import trainees
-from vitplast.train.passes import EVAL_BATCH, PRECISIONS, _batches, loader, numerics
+from vitplast.train.passes import EVAL_BATCH, _batches, loader, numerics
+from vitplast.train.preflight import check_args, check_masks, check_splits
 
 #: Named recipes (keyword arguments of ``train``). ``paper`` is PAPER.md section 2.
 RECIPES = {
@@ -55,7 +56,6 @@ RECIPES = {
     "embedded": dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, clip_grad_norm=1.0,
                      warmup_steps=12, steps=120, batch_size=64, eval_every=20),
 }
-OPTIMIZERS = ("sgd", "adamw")
 #: A loss above this many times the first step's loss ends the run as diverged.
 DIVERGENCE_FACTOR = 100.0
 
@@ -77,81 +77,6 @@ def lr_at(step: int, *, lr: float, steps: int, warmup_steps: int) -> float:
     return 0.5 * lr * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-def _check_args(args: dict, lrs: list[float]) -> None:
-    """``train``'s scalar arguments (``args``, with one peak LR per run in ``lrs``), each error
-    naming the argument and what is valid."""
-    optimizer, precision, steps, batch_size, accum_steps = (args[k] for k in (
-        "optimizer", "precision", "steps", "batch_size", "accum_steps"))
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}; valid: {list(OPTIMIZERS)}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; valid: {list(PRECISIONS)}")
-    check_count("steps", steps, hint="optimisation steps, e.g. 120")
-    check_count("batch_size", batch_size, hint="images per step, e.g. 64")
-    for lr in lrs:
-        check_positive("lr", lr, hint="the peak learning rate, e.g. 1e-2")
-    check_count("accum_steps", accum_steps, hint="micro-batches per step, 1 for none")
-    check_count("warmup_steps", args["warmup_steps"], minimum=0, hint="0 for no warm-up")
-    check_count("eval_every", args["eval_every"], hint="steps between evaluations")
-    check_count("log_every", args["log_every"], hint="steps between logged rows")
-    check_count("workers", args["workers"], minimum=0, hint="0 loads batches in this process")
-    check_seed("seed", args["seed"])
-    if args["grad_masks"] and args["weight_decay"]:
-        raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
-    _check_recipe(args)
-
-
-#: ``train``'s keywords that ``_check_args`` leaves to the published run schema's ranges.
-SCHEMA_CHECKED = ("momentum", "weight_decay", "label_smoothing", "clip_grad_norm", "betas",
-                  "train_head")
-
-
-def _check_recipe(args: dict) -> None:
-    """``train``'s ``SCHEMA_CHECKED`` keywords against the run schema's ranges
-    (``vitplast/schemas/run.schema.json``), refused with the message a sweep's run gets
-    (``vitplast.schema.check``: "a run's settings: momentum=1.5 is not valid: expected ...")."""
-    import jsonschema
-
-    from vitplast import schema
-
-    properties = schema.document("run")["properties"]
-    found = []
-    for key in SCHEMA_CHECKED:
-        value = list(args[key]) if isinstance(args[key], tuple) else args[key]
-        numbers = value if isinstance(value, list) else [value]
-        finite = all(math.isfinite(v) for v in numbers if isinstance(v, (int, float)))
-        if not finite or not jsonschema.Draft202012Validator(properties[key]).is_valid(value):
-            found.append(f"{key}={value!r} is not valid: expected "
-                         f"{schema.expected(properties[key])}")
-    if found:
-        raise ValueError(f"a run's settings: {'; '.join(found)} "
-                         f"(schema: {schema.FOLDER.name}/run.schema.json)")
-
-
-def check_batch(batch_size: int, accum_steps: int, split: int, of: str = "") -> None:
-    """Refuse a (micro-)batch (``batch_size / accum_steps``) larger than a training split of
-    ``split`` images (``of``: whose split, e.g. " of task 'digits'"), or a ``batch_size``
-    that ``accum_steps`` does not divide: the one message of every entry (``train``, and
-    ``runs.check_batches`` for ``make_run``, ``runner.run_one`` and a sweep)."""
-    if batch_size % accum_steps:
-        raise ValueError(f"batch_size={batch_size} is not divisible by accum_steps="
-                         f"{accum_steps}; batch_size takes a multiple of accum_steps")
-    if batch_size // accum_steps > split:
-        per = f", micro-batches of batch_size / accum_steps={accum_steps}" * (accum_steps > 1)
-        raise ValueError(f"batch_size={batch_size} is larger than the training split{of} "
-                         f"({split} images{per}); batch_size takes an integer from 1 to "
-                         f"{split * accum_steps} here")
-
-
-def _check_splits(train_set, val_set, test_set, batch_size: int, accum_steps: int) -> None:
-    """Non-empty splits, and a train split with at least one (micro-)batch, the batch split
-    in equal micro-batches (``check_batch``)."""
-    for name, split in (("train_set", train_set), ("val_set", val_set), ("test_set", test_set)):
-        if split is not None and len(split) == 0:
-            raise ValueError(f"{name} is empty: give it images (or None for val_set/test_set)")
-    check_batch(batch_size, accum_steps, len(train_set))
-
-
 def _group_norms(names: list[str], sq: list[float], counts: dict[str, int]) -> dict[str, float]:
     """Gradient norm per group (component, head, norm...) and per trainable parameter of the
     group, from each parameter's squared gradient norm (``sq``) and trainable entries."""
@@ -166,17 +91,6 @@ def _group_norms(names: list[str], sq: list[float], counts: dict[str, int]) -> d
         out[f"grad_norm/{g}"] = math.sqrt(total[g])
         out[f"grad_norm_per_param/{g}"] = math.sqrt(total[g] / count[g])
     return out
-
-
-def _check_masks(masks: dict, trainable: dict) -> dict:
-    """Gradient masks, checked against the trainable parameters."""
-    for n, m in masks.items():
-        if n not in trainable:
-            raise ValueError(f"grad_masks names {n!r}, which the configuration does not train")
-        if m.shape != trainable[n].shape:
-            raise ValueError(f"mask for {n} has shape {tuple(m.shape)}, "
-                             f"not {tuple(trainable[n].shape)}")
-    return {n: m.to(trainable[n].device, trainable[n].dtype) for n, m in masks.items()}
 
 
 @dataclass
@@ -230,7 +144,7 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
             ``{"blocks.*.norm1.*": 0.25}``; other parameters use ``lr``.
         keep_best: end with the best-validation weights (else the last ones; validation is
             then only watched).
-        precision: one of ``PRECISIONS`` (autocast on CUDA only).
+        precision: one of ``passes.PRECISIONS`` (autocast on CUDA only).
         progress: show a tqdm bar.
 
     Returns:
@@ -238,13 +152,13 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
         given, before the first update (about chance with a new head).
 
     Raises:
-        ValueError: before any step, naming the argument: unknown optimizer or precision;
-            ``steps``, ``batch_size``, ``accum_steps`` not positive integers; ``lr`` not a finite
-            number > 0; momentum, weight_decay, label_smoothing, clip_grad_norm, betas out of
-            the run schema's ranges (``_check_recipe``: the message a sweep gives); an empty
-            split; a (micro-)batch larger than the train split (``check_batch``: the message
-            of ``run_one`` and a sweep); a configuration selecting no parameter
-            (``components.trainable_names``).
+        ValueError: before any step, naming the argument (``vitplast.train.preflight``):
+            unknown optimizer or precision; ``steps``, ``batch_size``, ``accum_steps`` not
+            positive integers; ``lr`` not a finite number > 0; momentum, weight_decay,
+            label_smoothing, clip_grad_norm, betas out of the run schema's ranges (the message
+            a sweep gives); an empty split; a (micro-)batch larger than the train split
+            (``preflight.check_batch``: the message of ``run_one`` and a sweep); a
+            configuration selecting no parameter (``components.trainable_names``).
     """
     args = {k: v for k, v in locals().items() if k not in ("model", "train_set", "val_set",
                                                            "test_set")}  # train's keywords
@@ -269,15 +183,15 @@ def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], 
         One ``TrainResult`` per LR, in order (``seconds``: the loop's time over the runs).
     """
     train_set, val_set, test_set = splits
-    _check_args(args, lrs)
-    _check_splits(train_set, val_set, test_set, args["batch_size"], args["accum_steps"])
+    check_args(args, lrs)
+    check_splits(train_set, val_set, test_set, args["batch_size"], args["accum_steps"])
     names = trainable_names(model, args["config"], train_head=args["train_head"])
     device = pick_device(args["device"])
     generator = seed_everything(args["seed"])
     model.to(device).train()
     count = set_trainable(model, names)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    masks = _check_masks(args["grad_masks"] or {}, dict(named))
+    masks = check_masks(args["grad_masks"] or {}, dict(named))
     trainee = trainee(model, named, args, lrs, device)
     if trainee.k != len(lrs):
         raise ValueError(f"{type(trainee).__name__} trains {trainee.k} run(s), given {len(lrs)} "

@@ -1,0 +1,108 @@
+"""What a training run refuses before any work: ``finetune.train``'s arguments, its splits,
+its batch and its gradient masks, each refusal naming the argument and what is valid.
+
+Paper: none (the guard of section 5's runs; PAPER.md section 2's recipe lies in the run
+schema's ranges).
+
+``finetune.run`` makes every check here before its first step. The refusals are the same at
+every entry: a recipe out of range gets the run schema's message (``vitplast.schema.check``,
+what a sweep's run gets), and a batch that does not fit a training split ``check_batch``'s
+message, which ``experiments.runs.check_batches`` gives ``make_run``, ``runner.run_one`` and a
+sweep.
+"""
+
+from __future__ import annotations
+
+import math
+
+from vitplast.inputs import check_count, check_positive, check_seed
+from vitplast.train.passes import PRECISIONS
+
+#: The optimizers ``finetune.train`` builds (``trainees``): SGD with momentum, or AdamW.
+OPTIMIZERS = ("sgd", "adamw")
+
+
+def check_args(args: dict, lrs: list[float]) -> None:
+    """``train``'s scalar arguments (``args``, with one peak LR per run in ``lrs``), each error
+    naming the argument and what is valid."""
+    optimizer, precision, steps, batch_size, accum_steps = (args[k] for k in (
+        "optimizer", "precision", "steps", "batch_size", "accum_steps"))
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; valid: {list(OPTIMIZERS)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; valid: {list(PRECISIONS)}")
+    check_count("steps", steps, hint="optimisation steps, e.g. 120")
+    check_count("batch_size", batch_size, hint="images per step, e.g. 64")
+    for lr in lrs:
+        check_positive("lr", lr, hint="the peak learning rate, e.g. 1e-2")
+    check_count("accum_steps", accum_steps, hint="micro-batches per step, 1 for none")
+    check_count("warmup_steps", args["warmup_steps"], minimum=0, hint="0 for no warm-up")
+    check_count("eval_every", args["eval_every"], hint="steps between evaluations")
+    check_count("log_every", args["log_every"], hint="steps between logged rows")
+    check_count("workers", args["workers"], minimum=0, hint="0 loads batches in this process")
+    check_seed("seed", args["seed"])
+    if args["grad_masks"] and args["weight_decay"]:
+        raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
+    _check_recipe(args)
+
+
+#: ``train``'s keywords that ``check_args`` leaves to the published run schema's ranges.
+SCHEMA_CHECKED = ("momentum", "weight_decay", "label_smoothing", "clip_grad_norm", "betas",
+                  "train_head")
+
+
+def _check_recipe(args: dict) -> None:
+    """``train``'s ``SCHEMA_CHECKED`` keywords against the run schema's ranges
+    (``vitplast/schemas/run.schema.json``), refused with the message a sweep's run gets
+    (``vitplast.schema.check``: "a run's settings: momentum=1.5 is not valid: expected ...")."""
+    import jsonschema
+
+    from vitplast import schema
+
+    properties = schema.document("run")["properties"]
+    found = []
+    for key in SCHEMA_CHECKED:
+        value = list(args[key]) if isinstance(args[key], tuple) else args[key]
+        numbers = value if isinstance(value, list) else [value]
+        finite = all(math.isfinite(v) for v in numbers if isinstance(v, (int, float)))
+        if not finite or not jsonschema.Draft202012Validator(properties[key]).is_valid(value):
+            found.append(f"{key}={value!r} is not valid: expected "
+                         f"{schema.expected(properties[key])}")
+    if found:
+        raise ValueError(f"a run's settings: {'; '.join(found)} "
+                         f"(schema: {schema.FOLDER.name}/run.schema.json)")
+
+
+def check_batch(batch_size: int, accum_steps: int, split: int, of: str = "") -> None:
+    """Refuse a (micro-)batch (``batch_size / accum_steps``) larger than a training split of
+    ``split`` images (``of``: whose split, e.g. " of task 'digits'"), or a ``batch_size``
+    that ``accum_steps`` does not divide: the one message of every entry (``train``, and
+    ``runs.check_batches`` for ``make_run``, ``runner.run_one`` and a sweep)."""
+    if batch_size % accum_steps:
+        raise ValueError(f"batch_size={batch_size} is not divisible by accum_steps="
+                         f"{accum_steps}; batch_size takes a multiple of accum_steps")
+    if batch_size // accum_steps > split:
+        per = f", micro-batches of batch_size / accum_steps={accum_steps}" * (accum_steps > 1)
+        raise ValueError(f"batch_size={batch_size} is larger than the training split{of} "
+                         f"({split} images{per}); batch_size takes an integer from 1 to "
+                         f"{split * accum_steps} here")
+
+
+def check_splits(train_set, val_set, test_set, batch_size: int, accum_steps: int) -> None:
+    """Non-empty splits, and a train split with at least one (micro-)batch, the batch split
+    in equal micro-batches (``check_batch``)."""
+    for name, split in (("train_set", train_set), ("val_set", val_set), ("test_set", test_set)):
+        if split is not None and len(split) == 0:
+            raise ValueError(f"{name} is empty: give it images (or None for val_set/test_set)")
+    check_batch(batch_size, accum_steps, len(train_set))
+
+
+def check_masks(masks: dict, trainable: dict) -> dict:
+    """Gradient masks, checked against the trainable parameters."""
+    for n, m in masks.items():
+        if n not in trainable:
+            raise ValueError(f"grad_masks names {n!r}, which the configuration does not train")
+        if m.shape != trainable[n].shape:
+            raise ValueError(f"mask for {n} has shape {tuple(m.shape)}, "
+                             f"not {tuple(trainable[n].shape)}")
+    return {n: m.to(trainable[n].device, trainable[n].dtype) for n, m in masks.items()}
