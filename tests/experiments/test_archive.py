@@ -40,7 +40,8 @@ def data(tmp_path, monkeypatch, fake_train):
 def test_the_shipped_stores_are_the_registry_s():
     assert archive.shipped_stores() == {"finetune": ["main", "budget"],
                                         "confounds": ["confounds"], "suite": ["suite"],
-                                        "gauge": ["gauge"], "suite_length": ["length"]}
+                                        "gauge": ["gauge"], "suite_length": ["length"],
+                                        "real_vit": ["real"]}
 
 
 def test_a_new_shipped_study_is_packed_without_a_list_to_edit(monkeypatch):
