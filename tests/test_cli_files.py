@@ -4,7 +4,7 @@ as said (``VITPLAST_CACHE``, ``XDG_CACHE_HOME``), refusing a folder that is not 
 
 import pytest
 
-from vitplast import models
+from vitplast import files, models
 from vitplast.__main__ import main
 from vitplast.cli_files import cache_parts
 from vitplast.experiments import archive
@@ -91,7 +91,7 @@ def test_cache_clear_refuses_a_folder_that_is_not_a_cache(tmp_path, monkeypatch,
 def test_an_installed_copy_s_cache_follows_xdg_cache_home(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("VITPLAST_CACHE", raising=False)
     installed = tmp_path / "site-packages" / "vitplast"  # no pyproject.toml above it
-    monkeypatch.setattr(models, "__file__", str(installed / "models.py"))
+    monkeypatch.setattr(files, "__file__", str(installed / "files.py"))  # cache_dir's home
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert models.cache_dir() == tmp_path / "xdg" / "vitplast"
     main(["cache", "info"])

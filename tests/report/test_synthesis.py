@@ -32,3 +32,20 @@ def test_a_missing_row_names_the_question_and_the_claims_there_are():
     a, _ = _tables()
     with pytest.raises(ValueError, match="no table holds the claim"):
         synthesis.closing(a)
+
+
+def test_the_real_model_question_reads_its_rows_and_its_study_primary_only_once_there():
+    """The fourth question reads real weights' rows (notebook 02c); the real-model study's
+    primary is read once a table holds it, and its absence is no error (``OPTIONAL``)."""
+    import pandas as pd
+
+    real = [c for c in synthesis.QUESTIONS[list(synthesis.QUESTIONS)[3]]]
+    others = [c for q in list(synthesis.QUESTIONS)[:3] for c in synthesis.QUESTIONS[q]]
+    rows = pd.DataFrame(dict(claim=[f"x {c} y" for c in others + real], measured=1.0))
+    assert len(synthesis.closing(rows)) == len(others) + len(real)
+    without = rows[~rows["claim"].str.contains("most - least plastic", regex=False)]
+    found = synthesis.closing(without)
+    assert len(found) == len(others) + len(real) - 1
+    assert set(synthesis.OPTIONAL) <= set(real)
+    with pytest.raises(ValueError, match="side of 1"):
+        synthesis.closing(without[~without["claim"].str.contains("side of 1", regex=False)])

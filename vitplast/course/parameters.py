@@ -40,7 +40,8 @@ READS: dict[str, list[tuple[str | None, str]]] = {
     "04b_advise": [("results_dir", "study"), (None, "suite"), (None, "gauge")],
     "05_confounds": [("results_dir", "study"), ("main_results_dir", "study.baselines")],
     "06_explorer": [("results_dir", "main")],
-    "07_suite": [("results_dir", "suite"), ("length_dir", "length"), ("gauge_dir", "gauge")],
+    "07_suite": [("results_dir", "suite"), ("length_dir", "length"), ("gauge_dir", "gauge"),
+                 (None, "real")],
 }
 #: Parameters that name tasks (``vitplast.datasets.tasks.TASKS``); an empty ``source`` names none.
 TASK_PARAMETERS = ("task", "tasks", "pretraining_tasks", "source")

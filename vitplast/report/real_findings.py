@@ -155,3 +155,23 @@ def study_rows(primaries, acc: pd.DataFrame, task_plasticity: pd.DataFrame) -> l
     ``task_plasticity`` as ``task_statistics`` reads it."""
     statistics = task_statistics(acc, task_plasticity)
     return [p.row(acc, statistics) for p in primaries]
+
+
+def shipped(root=None) -> pd.DataFrame:
+    """The real model's findings table from its store (``root``, default the ``real`` study's):
+    the measurement rows (``vitplast.measure.real``'s tables) and, over the study's complete
+    tasks, its primaries (none while no task is complete). What notebook 07's closing synthesis
+    reads of real weights."""
+    from vitplast.experiments import studies
+    from vitplast.measure import real
+    from vitplast.stats import verdicts
+
+    study = studies.get("real")
+    root = root or study.root()
+    tables = real.read(root)
+    runs = study.load(root).runs
+    rows = measurement_rows(tables["layers"], tables["stream"])
+    if len(runs):
+        acc = runs.pivot(index="task", columns="config", values="test_acc")
+        rows = study_rows(study.spec.primaries, acc, tables["tasks"]) + rows
+    return verdicts.table(rows)
