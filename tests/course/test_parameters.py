@@ -76,6 +76,7 @@ def test_a_missing_shipped_store_stops_setup_with_one_message(tmp_path, monkeypa
     assert "\n" not in message and f"VITPLAST_DATA={tmp_path}" in message
     assert "suite/, suite_length/, gauge/" in message and "-p length_dir FOLDER" in message
     (tmp_path / "suite").mkdir()  # a store of one's own replaces the shipped one
+    (tmp_path / "real_vit").mkdir()  # 07's synthesis reads the real model's store too
     ns.update(length_dir=str(tmp_path), gauge_dir=str(tmp_path))
     parameters.setup("07_suite", ns)
     # 04b recomputing a smoke study reads its cache copy, but still the suite and gauge stores;

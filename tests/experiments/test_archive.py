@@ -122,3 +122,13 @@ def test_pack_refuses_an_absent_store_or_one_its_schema_refuses(data, tmp_path):
     with pytest.raises(FileNotFoundError, match="no results store at .*gauge"):
         archive.pack(tmp_path / "dist")
     assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
+
+
+def test_a_store_s_folders_travel_with_it(tmp_path):
+    """The files in a store's folders travel too, by their path in the store (the real-model
+    store's ``measurements/``, which notebook 02c reads); claims and locks never."""
+    (tmp_path / "measurements").mkdir()
+    (tmp_path / "measurements" / "layers.csv").write_text("a\n")
+    (tmp_path / "runs.csv").write_text("b\n")
+    (tmp_path / "x.claim").write_text("")
+    assert list(archive._files(tmp_path)) == ["measurements/layers.csv", "runs.csv"]

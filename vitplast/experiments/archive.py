@@ -56,10 +56,12 @@ def archive_name() -> str:
     return f"vitplast-data-{__version__}"
 
 
-def _files(root: Path) -> list[Path]:
-    """The files of a store that travel (module docstring)."""
-    return [p for p in sorted(root.iterdir()) if p.is_file() and not p.is_symlink()
-            and not any(fnmatch.fnmatch(p.name, pattern) for pattern in SKIPPED)]
+def _files(root: Path) -> dict[str, Path]:
+    """The files of a store that travel (module docstring), by their path in the store (a
+    folder's files too: the real-model store's ``measurements/``)."""
+    return {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.is_symlink()
+            and not any(fnmatch.fnmatch(p.name, pattern) for pattern in SKIPPED)}
 
 
 def _check_store(root: Path) -> None:
@@ -90,9 +92,9 @@ def pack(dest: str | Path) -> Path:
         _check_store(root)
     top = archive_name()
     manifest = dict(archive=top, stores={
-        store: dict(studies=names, files={p.name: dict(bytes=p.stat().st_size,
-                                                       sha256=models.sha256(p))
-                                          for p in _files(roots[store])})
+        store: dict(studies=names, files={name: dict(bytes=p.stat().st_size,
+                                                     sha256=models.sha256(p))
+                                          for name, p in _files(roots[store]).items()})
         for store, names in shipped_stores().items()})
     target = Path(dest) / f"{top}.tar.gz"
     text = json.dumps(manifest, indent=1).encode()
@@ -101,8 +103,8 @@ def pack(dest: str | Path) -> Path:
     with atomic_path(target) as tmp, tarfile.open(tmp, "w:gz") as tar:
         tar.addfile(info, io.BytesIO(text))
         for store, root in roots.items():
-            for path in _files(root):
-                tar.add(path, f"{top}/{store}/{path.name}", recursive=False)
+            for name, path in _files(root).items():
+                tar.add(path, f"{top}/{store}/{name}", recursive=False)
     return target
 
 
@@ -159,7 +161,7 @@ def _extract(archive: str | Path, folder: Path | None) -> None:
 def _check_unpacked(root: Path, files: dict[str, dict]) -> None:
     """The extracted store at ``root`` holds exactly the manifest's ``files``, each of its
     size and sha256, and passes its schema (``_check_store``)."""
-    found = {p.name for p in root.iterdir()} if root.is_dir() else set()
+    found = set(_files(root)) if root.is_dir() else set()
     if found != set(files):
         raise ValueError(f"{root.name}/ differs from the archive's manifest: missing "
                          f"{sorted(set(files) - found)[:5]}, extra "
