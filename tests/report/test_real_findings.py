@@ -67,6 +67,10 @@ def test_task_statistics_are_per_task_spearman_of_gain_and_plasticity():
     np.testing.assert_allclose(s["spearman(plasticity, gain)"].loc[["t1", "t2"]], [1.0, -1.0])
     np.testing.assert_allclose(s["spearman(relative plasticity, gain)"], [-1.0, 1.0])
     rows = real_findings.study_rows(REAL_PRIMARIES, acc, plast)
-    assert [r["family"] for r in rows] == ["primary"] * 3
+    assert [r["family"] for r in rows[:3]] == ["primary"] * 3
     assert rows[2]["measured"] == np.mean([55 - 51, 61 - 65])  # MHA - LN1, per task
+    assert rows[3]["claim"].startswith("MHA - LN1 (the real model's most - least plastic")
+    least_first = plast.assign(plasticity=1 / plast["plasticity"])  # LN1 most, MHA least
+    rows = real_findings.study_rows(REAL_PRIMARIES, acc, least_first)
+    assert rows[3]["claim"].startswith("LN1 - MHA") and rows[3]["measured"] == -rows[2]["measured"]
 

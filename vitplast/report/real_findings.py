@@ -149,12 +149,26 @@ def task_statistics(acc: pd.DataFrame, task_plasticity: pd.DataFrame,
     return out
 
 
-def study_rows(primaries, acc: pd.DataFrame, task_plasticity: pd.DataFrame) -> list[dict]:
+def study_rows(primaries, acc: pd.DataFrame, task_plasticity: pd.DataFrame,
+               protocol: str = "embedding") -> list[dict]:
     """The real-model study's primaries as rows (family "primary"): ``primaries`` from its spec
     (``study_specs.REAL_PRIMARIES``), ``acc`` its test accuracy (tasks x configurations, in %),
-    ``task_plasticity`` as ``task_statistics`` reads it."""
-    statistics = task_statistics(acc, task_plasticity)
-    return [p.row(acc, statistics) for p in primaries]
+    ``task_plasticity`` as ``task_statistics`` reads it; then, exploratory, the measured most -
+    least plastic component (by plasticity under ``protocol``, mean over tasks and blocks),
+    tested against Takeaway 3 (the more plastic, the better finetuned)."""
+    from vitplast.stats.verdicts import paired_test
+
+    statistics = task_statistics(acc, task_plasticity, protocol)
+    rows = [p.row(acc, statistics) for p in primaries]
+    ranked = (task_plasticity[task_plasticity["protocol"] == protocol]
+              .groupby("component")["plasticity"].mean().loc[_ORDER].sort_values())
+    most, least = ranked.index[-1], ranked.index[0]
+    if most in acc and least in acc:
+        rows.append(paired_test(
+            f"{most} - {least} (the real model's most - least plastic, measured), test accuracy",
+            acc[most], acc[least], paper=paper.SOURCES["plasticity_gain"], expected=1,
+            unit="points, per task (seed 0)", sides=(most, least)))
+    return rows
 
 
 def shipped(root=None) -> pd.DataFrame:

@@ -34,11 +34,11 @@ QUESTIONS = {
     "What do real pretrained weights (DINOv2 ViT-S/14, notebook 02c) say?": (
         "mean over the 12 blocks [photos, embedding]", "side of 1",
         "RMS token norm of the embedding) [photos]",
-        "MHA - LN1 (most - least plastic on the real model)"),
+        "MHA - LN1 on the real model"),
 }
 #: Claims read only when a table holds them: the real-model study's primary, which exists once
 #: a task of that study is complete.
-OPTIONAL = ("MHA - LN1 (most - least plastic on the real model)",)
+OPTIONAL = ("MHA - LN1 on the real model",)
 
 
 def closing(*tables: pd.DataFrame) -> pd.DataFrame:
