@@ -9,7 +9,7 @@ import timm
 import torch
 
 from vitplast import models
-from vitplast.measure import plasticity, real
+from vitplast.measure import fingerprint, plasticity, real
 from vitplast.measure.pairs import make_pairs
 
 
@@ -70,10 +70,14 @@ def test_recheck_remeasures_the_stored_pairs(tiny, monkeypatch):
 def test_write_read_round_trip_and_missing_store(tiny, tmp_path):
     tasks = pd.DataFrame([dict(task="digits", protocol="hidden", component="MHA",
                                plasticity=1.0, relative_plasticity=1.0)])
-    real.write(dict(tiny, tasks=tasks), tmp_path, dict(model="tiny", n_pairs=6))
+    meta = dict(model="tiny", n_pairs=6, measuring=fingerprint.measuring())
+    real.write(dict(tiny, tasks=tasks), tmp_path, meta)
     back = real.read(tmp_path)
-    assert back["meta"] == dict(model="tiny", n_pairs=6)
+    assert back["meta"] == meta
     pd.testing.assert_frame_equal(back["gauge"], tiny["gauge"])
+    real.write(dict(tiny, tasks=tasks), tmp_path, dict(meta, measuring="m0-other"))
+    with pytest.warns(UserWarning, match="other measuring code"):
+        real.read(tmp_path)
     with pytest.raises(FileNotFoundError, match="vitplast weights measure"):
         real.read(tmp_path / "none")
 

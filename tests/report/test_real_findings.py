@@ -46,7 +46,9 @@ def test_bound_token_and_relative_rows_read_the_tables():
     assert rows[4]["measured"] == 2.0 and "9.7x" in rows[4]["verdict"]
     assert "sigma of 0.1 " in rows[4]["verdict"]
     assert rows[7]["measured"] == -1.0  # relative = 1 / absolute: the reverse order
-    assert len(rows) == 8
+    assert len(rows) == 10
+    assert rows[8]["claim"].endswith("[fmnist, hidden]") and rows[9]["claim"].endswith(
+        "[photos, hidden]")
     verdicts.table(rows)  # a table the notebook renders
 
 

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitplast.inputs import native_input
+
 #: The photographs: scikit-learn's file names.
 PHOTOS = ("china.jpg", "flower.jpg")
 
@@ -52,8 +54,6 @@ def crops(n: int, size: int, *, mean=(0.5,) * 3, std=(0.5,) * 3, seed: int = 0
 
 def crops_for(model: nn.Module, n: int, *, seed: int = 0) -> torch.Tensor:
     """``crops`` at ``model``'s input size, normalised with its own mean and std."""
-    from vitplast.inputs import native_input
-
     cfg = getattr(model, "pretrained_cfg", None) or {}
     _, size, _ = native_input(model)
     return crops(n, size, mean=cfg.get("mean", (0.5,) * 3), std=cfg.get("std", (0.5,) * 3),

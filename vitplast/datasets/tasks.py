@@ -19,7 +19,7 @@ train/val 80/20 with the same seed. ``source`` validates a name without loading 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -155,9 +155,7 @@ def fitted(task: Task, model) -> Task:
     repeated to the model's channels and normalised as the model expects
     (``vitplast.inputs.Fitted``); any other task, a model it fits or a module that is not a ViT
     (no ``patch_embed``) is returned as it is."""
-    from dataclasses import replace
-
-    from vitplast import inputs
+    from vitplast import inputs  # the registry imports its loaders only (tests/test_layout.py)
 
     if TASKS.get(task.name) != "embedded" or not hasattr(model, "patch_embed") or inputs.fits(
             model, (task.in_chans, task.img_size, task.img_size)):

@@ -28,18 +28,20 @@ back, so notebook 02c runs without the weights.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pandas as pd
 import torch
 from torch.utils.data import Subset
 
-from vitplast import files
-from vitplast.measure import intervals, plasticity, relative, stream
+from vitplast import files, models
+from vitplast.datasets import photos, tasks
+from vitplast.measure import empirical, fingerprint, intervals, plasticity, relative, stream
 from vitplast.measure.pairs import PROTOCOLS, make_pairs
 
 #: The pair sources: random pairs within ``photos`` (crops of scikit-learn's two photographs,
-#: ``vitplast.datasets.photos``: the kind of images DINOv2 was pretrained on) and within
+#: ``vitplast.datasets.photos``: the kind of images DINOv2-small was pretrained on) and within
 #: ``fmnist`` (Fashion-MNIST test images upscaled to 224 px, grayscale repeated to 3 channels:
 #: the embedded model's world, far from the real model's).
 SOURCES = ("photos", "fmnist")
@@ -53,8 +55,6 @@ CHECK_PAIRS = 8
 
 def source_images(model: torch.nn.Module, source: str, n: int, *, seed: int = 0) -> torch.Tensor:
     """``n`` images of ``source`` (``SOURCES``) in ``model``'s input format."""
-    from vitplast.datasets import photos, tasks
-
     if source == "photos":
         return photos.crops_for(model, n, seed=seed)
     if source == "fmnist":
@@ -75,8 +75,6 @@ def measure_model(model_name: str = "dinov2-small", *, n_pairs: int = 128,
             estimate (``intervals.intervals``).
         stream_images: images per source of the stream statistics.
     """
-    from vitplast import models
-
     model = models.load_model(model_name, device="cpu")
     layers, streams, checks = [], [], []
     for source in SOURCES:
@@ -116,8 +114,6 @@ def recheck(check: pd.DataFrame, n_pairs: int, model_name: str = "dinov2-small"
     from their seeds), with
     ``rate_now`` and ``rel_diff`` (|now - stored| / stored): what notebook 02c shows where the
     weights are present."""
-    from vitplast import models
-
     model = models.load_model(model_name, device="cpu")
     k = int(check["pair"].max()) + 1
     frames = []
@@ -139,9 +135,6 @@ def task_plasticity(model_name: str, tasks, *, img_size: int, n_pairs: int = 128
     blocks, at ``img_size``, on ``n_pairs`` random pairs within the task's test set (one
     ``relative.measure`` pass per task and protocol). What the real-model study's primaries
     read (``vitplast.experiments.study_specs.REAL_PRIMARIES``)."""
-    from vitplast import models
-    from vitplast.measure import empirical
-
     model = models.load_model(model_name, img_size=img_size, device="cpu")
     rows = []
     for task in tasks:
@@ -167,13 +160,18 @@ def write(tables: dict[str, pd.DataFrame], root: str | Path, meta: dict) -> Path
 
 def read(root: str | Path) -> dict:
     """The stored tables and ``meta`` (``write``); ``FileNotFoundError`` naming the command
-    that makes them when they are absent."""
+    that makes them when they are absent, a warning when ``meta["measuring"]`` is not this
+    measuring code's fingerprint (``fingerprint.measuring``)."""
     folder = Path(root) / FOLDER
     meta = files.read_json(folder / "meta.json")
     if meta is None:
         raise FileNotFoundError(f"no real-model measurements in {folder}: `vitplast weights "
                                 "measure dinov2-small` makes them (after `vitplast weights get "
                                 "dinov2-small`)")
+    if meta.get("measuring") != fingerprint.measuring():
+        warnings.warn(f"the real-model measurements in {folder} were made by other measuring code "
+                      f"({meta.get('measuring')!r}, this code: {fingerprint.measuring()!r}): "
+                      "remake them with `vitplast weights measure dinov2-small`", stacklevel=2)
     out = {name: pd.read_csv(folder / f"{name}.csv") for name in TABLES}
     return dict(out, meta=meta)
 

@@ -17,7 +17,10 @@ import pandas as pd
 from scipy import stats
 
 from vitplast import paper
-from vitplast.stats.verdicts import descriptive
+from vitplast.experiments import studies
+from vitplast.measure import real
+from vitplast.stats import verdicts
+from vitplast.stats.verdicts import descriptive, paired_test
 
 FIG2 = paper.SOURCES["fig2"]
 _ORDER = list(paper.PLASTICITY_ORDER)
@@ -84,12 +87,14 @@ def _threshold_row(layers: pd.DataFrame, source: str, protocol: str) -> dict:
 
 def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
                      source: str = "photos") -> list[dict]:
-    """The real model's findings rows, eight, the five main ones first (notebook 02c's appendix
+    """The real model's findings rows, ten, the five main ones first (notebook 02c's appendix
     reads the rest): 0-1 the order against Fig. 2 on ``source``'s pairs under both protocols;
     2 Takeaway 2's threshold; 3 the bounds against the observed rates; 4 the token scale
     against ViT-B's; then 5 the order on the other source's pairs (embedding protocol); 6
     Takeaway 1's order of the bounds against the measured order; 7 relative plasticity's order
-    against the absolute one. ``layers``, ``stream``: ``vitplast.measure.real`` tables."""
+    against the absolute one; 8-9 the other source's order and the threshold under ``hidden``
+    (every order and threshold row under both protocols). ``layers``, ``stream``:
+    ``vitplast.measure.real`` tables."""
     other = next(s for s in layers["source"].unique() if s != source)
     rows = [_ranking_row(layers, source, "embedding"), _ranking_row(layers, source, "hidden"),
             _threshold_row(layers, source, "embedding")]
@@ -126,7 +131,8 @@ def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
         f"[{source}, hidden]", rho, paper="not in the paper (it measures absolute plasticity)",
         n=5, unit="Spearman rho over the 5 components",
         verdict=f"relative: {order(rel)}; absolute: {order(plast)}")
-    return rows + [_ranking_row(layers, other, "embedding"), takeaway1, relative]
+    return rows + [_ranking_row(layers, other, "embedding"), takeaway1, relative,
+                   _ranking_row(layers, other, "hidden"), _threshold_row(layers, source, "hidden")]
 
 
 def task_statistics(acc: pd.DataFrame, task_plasticity: pd.DataFrame,
@@ -156,8 +162,6 @@ def study_rows(primaries, acc: pd.DataFrame, task_plasticity: pd.DataFrame,
     ``task_plasticity`` as ``task_statistics`` reads it; then, exploratory, the measured most -
     least plastic component (by plasticity under ``protocol``, mean over tasks and blocks),
     tested against Takeaway 3 (the more plastic, the better finetuned)."""
-    from vitplast.stats.verdicts import paired_test
-
     statistics = task_statistics(acc, task_plasticity, protocol)
     rows = [p.row(acc, statistics) for p in primaries]
     ranked = (task_plasticity[task_plasticity["protocol"] == protocol]
@@ -176,10 +180,6 @@ def shipped(root=None) -> pd.DataFrame:
     the measurement rows (``vitplast.measure.real``'s tables) and, over the study's complete
     tasks, its primaries (none while no task is complete). What notebook 07's closing synthesis
     reads of real weights."""
-    from vitplast.experiments import studies
-    from vitplast.measure import real
-    from vitplast.stats import verdicts
-
     study = studies.get("real")
     root = root or study.root()
     tables = real.read(root)

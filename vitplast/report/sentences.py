@@ -133,7 +133,12 @@ def _settles(row: Mapping) -> str:
             return (f"Not resolved: {why}these data could not have decided it: at level "
                     f"{at:.2g}, detecting {verdicts.effect_named(row)} would take {need} tasks"
                     + (f" (power {power:.2f} with these {row['n']})" if _finite(power) else ""))
-        return f"Not resolved: {why}the difference from zero could be chance"
+        power = row.get("power_paper")
+        power = power if _finite(power) else row.get("power_observed")
+        said = (f" (power {power:.2f} with these {row['n']} at level "
+                f"{verdicts.power_level(row):.2g}, to detect {verdicts.effect_named(row)})"
+                if _finite(power) else "")
+        return f"Not resolved: {why}the difference from zero could be chance{said}"
     if verdict in ("agrees with the paper", "disagrees with the paper"):
         agrees = verdict.split(" ")[0]
         return f"Resolved, and it {agrees} with the paper ({row.get('paper')})"

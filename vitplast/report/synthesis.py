@@ -32,7 +32,8 @@ QUESTIONS = {
         "five components, within a task (plasticity: hidden protocol",
         "Spearman(trainable count, gain over head-only)"),
     "What do real pretrained weights (DINOv2 ViT-S/14, notebook 02c) say?": (
-        "mean over the 12 blocks [photos, embedding]", "side of 1",
+        "mean over the 12 blocks [photos, embedding]",
+        "side of 1 (MHA, FC1, FC2 above; LN2, LN1 below) [photos, embedding]",
         "RMS token norm of the embedding) [photos]",
         "MHA - LN1 on the real model"),
 }
