@@ -130,13 +130,11 @@ class SearchedStudy(Study):
         keys. With a fixed grid of LRs in its spec, ``extras["grid"]``: the same with each LR
         chosen on validation from that grid (a task is complete when every grid run is
         stored)."""
-        chosen = {grid: _chosen(self.spec, root, runtime, grid)
-                  for grid in ((False, True) if self.spec.grid else (False,))}
-        return Loaded(chosen[False], {}, str(root),
-                      extras={"grid": chosen[True]} if self.spec.grid else {})
+        extras = {"grid": _chosen(self.spec, root, runtime, grid=True)} if self.spec.grid else {}
+        return Loaded(_chosen(self.spec, root, runtime, grid=False), {}, str(root), extras=extras)
 
 
-def _chosen(spec: Search, root: Path, runtime: Runtime, grid: bool):
+def _chosen(spec: Search, root: Path, runtime: Runtime, *, grid: bool):
     """``search.state`` of ``spec`` in ``root`` (``grid``: on its fixed grid), its complete
     tasks only, ``best`` named ``lr``."""
     from vitplast.experiments import search

@@ -167,7 +167,8 @@ class Study:
 
     def load(self, root=None, runtime: Runtime | None = None, *,
              recompute: bool = False) -> Loaded:
-        """Read the study back from its store (the notebooks' one way to read a study).
+        """Read the study back from its store: the one way to read a study, whatever its
+        kind (used by notebooks 02b, 02c, 04, 04b, 05 and 07).
 
         Args:
             root: its store; default its own (``root(recompute)``: a shipped store is read
