@@ -87,7 +87,7 @@ def test_a_missing_shipped_store_stops_setup_with_one_message(tmp_path, monkeypa
                                                            recompute=True)) == []
     missing = parameters.missing_stores("05_confounds", dict(study="confounds", recompute=False))
     assert [(p, s.folder) for p, s in missing] == [("results_dir", "confounds"),
-                                                   ("main_results_dir", "finetune")]
+                                                   (None, "finetune")]
     assert parameters.missing_stores("05_confounds", dict(study="confounds-smoke",
                                                           recompute=True)) == []
 

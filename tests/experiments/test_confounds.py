@@ -105,7 +105,7 @@ def test_scales_are_measured_once_in_their_own_step_and_only_read_when_runs_are_
 
 
 def test_the_cli_and_a_recomputing_load_measure_the_scales_before_listing_runs(
-        tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys, cache):
     """A fresh store: ``vitplast sweep --study confounds-smoke`` (here only ``--status``) and
     ``ConfoundStudy.load(..., recompute=True)`` (notebook 05's smoke profile) measure the
     scales first, then list the runs from them; reading without recomputing does not."""
@@ -123,11 +123,12 @@ def test_the_cli_and_a_recomputing_load_measure_the_scales_before_listing_runs(
     assert len(list((tmp_path / "cli").glob("scales-*.json"))) == 1
     monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: None)
     monkeypatch.setattr(confound_plasticity, "layer_plasticity", lambda *a, **k: pd.DataFrame())
-    root, main_root = str(tmp_path / "nb"), str(tmp_path / "main")
+    root = str(tmp_path / "nb")
     with pytest.raises(FileNotFoundError, match="measure_scales"):
-        studies.get("confounds-smoke").load(root, main_root)
-    res = studies.get("confounds-smoke").load(root, main_root, recompute=True)
-    assert res.scales["scales"] == {"LN1": 2.0, "LN2": 2.0} and len(calls) == 2
+        studies.get("confounds-smoke").load(root)
+    res = studies.get("confounds-smoke").load(root, recompute=True)
+    assert res.extras["scales"]["scales"] == {"LN1": 2.0, "LN2": 2.0} and len(calls) == 2
+    assert res.extras["baselines_root"] == str(tmp_path / "cache" / "finetune-smoke")
     assert res.coverage["missing"] == len(confounds.study_runs(studies.get(
         "confounds-smoke").spec, root)) == 5
 
@@ -157,10 +158,12 @@ def test_shipped_confound_results_are_the_complete_study(monkeypatch):
     res = studies.get("confounds").load()
     parts = studies.get("confounds").spec.parts
     layer_tasks = [p for p in parts if p.name == "per layer"][0].tasks
-    blocks = res.layers[res.layers["component"].isin(["LN1", "MHA", "FC1"])]
+    layers = res.extras["layers"]
+    blocks = layers[layers["component"].isin(["LN1", "MHA", "FC1"])]
     assert len(blocks.drop_duplicates(["task", "component", "layer"])) == len(layer_tasks) * 3 * 6
     after = studies.get("confounds").spec.after
-    assert set(map(tuple, res.after[["task", "variant"]].drop_duplicates().to_numpy())) == {
+    measured = res.extras["after"][["task", "variant"]].drop_duplicates()
+    assert set(map(tuple, measured.to_numpy())) == {
         (task, config) for task in after.tasks for config in after.configs}
 
 

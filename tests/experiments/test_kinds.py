@@ -6,14 +6,15 @@ what was trained and stored."""
 import math
 import re
 
+import pandas as pd
 import pytest
 
 from vitplast.__main__ import main
-from vitplast.experiments import confounds, runner, runs, studies
+from vitplast.experiments import confound_plasticity, confounds, runner, runs, studies
 from vitplast.experiments.adaptive import ConfoundStudy, SearchedStudy
 from vitplast.experiments.kinds import BudgetStudy, GridStudy, PaperStudy
 from vitplast.experiments.runs import setting
-from vitplast.experiments.runtime import FLAGS
+from vitplast.experiments.runtime import FLAGS, Runtime
 from vitplast.experiments.spec_types import Budget, Grid, PaperGrid, Search, Spec
 from vitplast.experiments.store import Store
 
@@ -130,10 +131,10 @@ def test_a_shard_takes_every_other_setting(sweep_kind, kind):
     assert not _trained(sweep_kind(kind))  # the two shards covered the study
 
 
-def _runtime(kind, root):
-    from vitplast.experiments.runtime import Runtime
-
-    return Runtime(data_root=str(root.parent)) if kind == "paper" else Runtime()
+def _runtime(kind, root, **flags):
+    """The runtime ``sweep_kind`` sweeps ``kind`` with (the paper study's datasets), and
+    ``flags``."""
+    return Runtime(**(dict(data_root=str(root.parent)) if kind == "paper" else {}), **flags)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -194,3 +195,26 @@ def test_paper_settings_are_the_paper_study_s(sweep_kind, kind, flag, tmp_path, 
     with pytest.raises(SystemExit):
         sweep_kind(kind, flag, str(tmp_path))
     assert "applies to paper studies only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_hashed_flag_set_on_the_command_line_is_read_back(sweep_kind, kind, monkeypatch):
+    """``vitplast sweep --eval-every 3`` (a hashed flag: runs other than the study's) stores
+    runs that the notebooks' ``studies.get(name).load(root, runtime)`` with that runtime reads
+    back whole; read with the default runtime, they are not the study's runs."""
+    monkeypatch.setattr(confounds, "study_scales", lambda *a, **k: {})  # nothing measured
+    monkeypatch.setattr(confound_plasticity, "layer_plasticity", lambda *a, **k: pd.DataFrame())
+    monkeypatch.chdir(sweep_kind.root.parent)  # the tiny confound study's baselines' store
+    trained = _trained(sweep_kind(kind, "--eval-every", "3"))
+    assert trained and {r["eval_every"] for r in trained} == {3}
+    study, root = studies.get(STUDIES[kind].name), sweep_kind.root
+    swept = study.load(root, _runtime(kind, root, eval_every=3))
+    plain = study.load(root, _runtime(kind, root))
+    if kind == "searched":  # every task's search ended: a chosen run per setting
+        assert len(swept.runs) == len(study.spec.tasks) * 2 and plain.runs.empty
+        assert set(swept.runs["lr"]) == {0.3}
+        return
+    assert swept.coverage == {"expected": len(trained), "ok": len(trained)}
+    mine = swept.runs[swept.runs["eval_every"] == 3]
+    assert set(mine["run"]) == {runs.run_hash(r) for r in trained}
+    assert plain.coverage == {"expected": len(trained), "missing": len(trained)}

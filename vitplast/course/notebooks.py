@@ -213,7 +213,7 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
 
 #: Parameters that name files or folders: made absolute before a notebook runs (its working
 #: directory is the output folder, not where ``run`` was called from).
-PATH_PARAMETERS = ("data_root", "weights_file", "results_dir", "main_results_dir", "fig_dir")
+PATH_PARAMETERS = ("data_root", "weights_file", "results_dir", "fig_dir")
 #: ``summary.csv``'s ``status`` values.
 STATUSES = ("ok", "failed", "interrupted", "not run")
 

@@ -38,7 +38,7 @@ READS: dict[str, list[tuple[str | None, str]]] = {
     "02c_real_vit": [("results_dir", "real")],
     "04_finetuning": [("results_dir", "study")],
     "04b_advise": [("results_dir", "study"), (None, "suite"), (None, "gauge")],
-    "05_confounds": [("results_dir", "study"), ("main_results_dir", "study.baselines")],
+    "05_confounds": [("results_dir", "study"), (None, "study.baselines")],
     "06_explorer": [("results_dir", "main")],
     "07_suite": [("results_dir", "suite"), ("length_dir", "length"), ("gauge_dir", "gauge"),
                  (None, "real")],

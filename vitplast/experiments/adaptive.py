@@ -10,9 +10,11 @@ and the ones whose runs are fixed by their spec: ``vitplast.experiments.kinds``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import ClassVar
 
-from vitplast.experiments.kinds import GridStudy, Loaded, Study, grid_runs
+from vitplast.experiments.kinds import GridStudy, Loaded, Study
+from vitplast.experiments.runs import run_hash
 from vitplast.experiments.runtime import Executor, Runtime
 from vitplast.experiments.spec_types import Confound, Search
 
@@ -21,7 +23,7 @@ from vitplast.experiments.spec_types import Confound, Search
 class ConfoundStudy(Study):
     """The confound study (a ``spec_types.Confound``): its parts' variants, listed from its
     LayerNorm scales (measured by ``prepare``), compared with its ``baselines`` study's plain
-    SGD runs on the same tasks."""
+    SGD runs on the same tasks, read from that study's own store (``baselines_root``)."""
 
     KIND: ClassVar[str] = "confound"
     SPEC: ClassVar[type] = Confound
@@ -45,36 +47,35 @@ class ConfoundStudy(Study):
         return replace(self.baselines, definition=replace(
             spec, tasks=tuple(t for t in spec.tasks if t in tasks)), smoke="", budget="")
 
-    def baseline_runs(self) -> list[dict]:
+    def baseline_runs(self, runtime: Runtime = Runtime()) -> list[dict]:
         """The plain SGD runs it compares with: its baselines study's runs on the tasks of its
-        parts (``baseline_study``)."""
-        return grid_runs(self.baseline_study().spec)
+        parts (``baseline_study``), with ``runtime``'s run keys."""
+        return self.baseline_study().runs(None, runtime)
 
-    def load(self, root=None, baselines_root=None, *, recompute: bool = False) -> Loaded:
-        """Read (or, with ``recompute``, first run or resume: ``Study.run`` of its baselines,
-        then of itself) the study and its baselines.
+    def baselines_root(self, recompute: bool = False) -> Path:
+        """Its baselines' store: their study's own (``Study.root(recompute)``, as ``vitplast
+        sweep --study <baselines>`` finds it: the shipped ``data/finetune``, read only; its
+        cache copy when recomputing)."""
+        return self.baselines.root(recompute)
 
-        The stores are ``root`` / ``baselines_root`` if given, else the study's and its
-        baselines' (``Study.root(recompute)``: the shipped ``data/confounds`` and
-        ``data/finetune``, read only; their cache copies when recomputing).
-        """
+    def _recompute(self, root: Path, runtime: Runtime) -> None:
+        """Run or resume its baselines (``Study.run`` of ``baseline_study``, into
+        ``baselines_root``), then itself: its runs are listed from its LayerNorm scales,
+        measured by its run."""
+        self.baseline_study()._recompute(self.baselines_root(recompute=True), runtime)
+        super()._recompute(root, runtime)
+
+    def _load(self, root: Path, runtime: Runtime, recompute: bool) -> Loaded:
+        """Its rows and its baselines' (``runs``, settings stored whole), its coverage, and as
+        ``extras`` its ``scales``, ``layers``, ``after`` and ``baselines_root``
+        (``Loaded``)."""
         import pandas as pd
 
         from vitplast.experiments import confound_plasticity, confound_variants, confounds, results
-        from vitplast.experiments.runs import run_hash
-        from vitplast.experiments.store import Store
 
-        spec = self.spec
-        root = str(root or self.root(recompute))
-        main_root = str(baselines_root or self.baselines.root(recompute))
-        if recompute:  # its runs are listed from its LayerNorm scales: measured by its run
-            self.baseline_study().run(main_root)
-            self.run(root)
-        expected, baselines = confounds.study_runs(spec, root), self.baseline_runs()
-        if recompute:  # wait for the runs another process was training meanwhile
-            Store(main_root).wait_for(baselines)
-            Store(root).wait_for(expected)
-        df = results.records_table(root, main_root)
+        spec, main_root = self.spec, str(self.baselines_root(recompute))
+        expected, baselines = self.runs(root, runtime), self.baseline_runs(runtime)
+        df = results.records_table(str(root), main_root)
         hashes = {run_hash(c) for c in expected + baselines}
         df = confound_variants.with_variant(df[df["run"].isin(hashes)] if len(df) else df)
         after = [confound_plasticity.plasticity_after(r, root, spec.after.n_pairs,
@@ -83,11 +84,13 @@ class ConfoundStudy(Study):
         layer_tasks = [p for p in spec.parts if p.name == "per layer"][0].tasks
         return Loaded(
             confounds.complete_settings(df, expected + baselines),
-            results.coverage(df, expected), root, scales=confounds.study_scales(
-                root, spec.scale_tasks, target=spec.target, n_pairs=spec.n_pairs),
-            layers=confound_plasticity.layer_plasticity(root, layer_tasks, spec.n_pairs),
-            after=pd.concat(after, ignore_index=True) if after
-            else pd.DataFrame(columns=confound_plasticity.AFTER_COLUMNS), main_root=main_root)
+            results.coverage(df, expected), str(root), extras=dict(
+                scales=confounds.study_scales(root, spec.scale_tasks, target=spec.target,
+                                              n_pairs=spec.n_pairs),
+                layers=confound_plasticity.layer_plasticity(root, layer_tasks, spec.n_pairs),
+                after=pd.concat(after, ignore_index=True) if after
+                else pd.DataFrame(columns=confound_plasticity.AFTER_COLUMNS),
+                baselines_root=main_root))
 
 
 @dataclass(frozen=True)
@@ -120,15 +123,22 @@ class SearchedStudy(Study):
                                  executor=executor,
                                  sources=[models.results_root(s) for s in self.spec.reuse])
 
-    def load(self, root=None, *, grid: bool = False) -> Loaded:
+    def _load(self, root: Path, runtime: Runtime, recompute: bool) -> Loaded:
         """Its ``runs``: per complete task (every search ended) and configuration, the chosen
         ``lr`` (``search.state``'s ``best``), ``bracketed``, and that run's ``val_acc`` and
-        ``test_acc`` (in %) and ``trainable`` count. ``grid``: the LR chosen on validation
-        from the spec's fixed grid instead (a task is complete when every grid run is
+        ``test_acc`` (in %) and ``trainable`` count; its settings made with ``runtime``'s run
+        keys. With a fixed grid of LRs in its spec, ``extras["grid"]``: the same with each LR
+        chosen on validation from that grid (a task is complete when every grid run is
         stored)."""
-        from vitplast.experiments import search
+        extras = {"grid": _chosen(self.spec, root, runtime, grid=True)} if self.spec.grid else {}
+        return Loaded(_chosen(self.spec, root, runtime, grid=False), {}, str(root), extras=extras)
 
-        root = self._root(root)
-        state = search.state(self.spec, root, grid=grid)
-        return Loaded(state[state["task"].isin(search.complete_tasks(state))].rename(
-            columns={"best": "lr"}).reset_index(drop=True), {}, str(root))
+
+def _chosen(spec: Search, root: Path, runtime: Runtime, *, grid: bool):
+    """``search.state`` of ``spec`` in ``root`` (``grid``: on its fixed grid), its complete
+    tasks only, ``best`` named ``lr``."""
+    from vitplast.experiments import search
+
+    state = search.state(spec, root, grid=grid, **runtime.run_keys())
+    return state[state["task"].isin(search.complete_tasks(state))].rename(
+        columns={"best": "lr"}).reset_index(drop=True)

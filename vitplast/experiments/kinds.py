@@ -14,25 +14,30 @@ read:
 - ``SearchedStudy`` (``adaptive``): the outcomes stored so far: its runs are known only as far
   as its LR search has gone (``vitplast.experiments.search``).
 
-Each has ``runs(root)`` (its runs known now), ``run(root, runtime, executor)`` (run or resume
-what its store lacks: every study runs through ``Study.run``) and ``load(root)`` (read it back:
-a ``Loaded``, whatever the kind). Every ``Runtime`` setting is honoured by every kind or
-refused by ``check``, naming the kinds it applies to (``runtime.Flag.kinds``). Which kind
-takes which spec type is its ``SPEC``, read by ``studies.KINDS``, the one registry of kinds.
+Each has ``runs(root, runtime)`` (its runs known now, with the runtime's run keys: the one list
+both ``run`` and ``load`` read, so that a hashed flag set on the command line is read back),
+``run(root, runtime, executor)`` (run or resume what its store lacks) and ``load(root, runtime,
+recompute=...)`` (read it back: a ``Loaded``, whatever the kind). ``load`` is defined once, on
+``Study``; a kind overrides only the hooks it calls (``_runs``, ``prepare``, ``_recompute``,
+``_load``). Every ``Runtime`` setting is honoured by every kind or refused by ``check``, naming
+the kinds it applies to (``runtime.Flag.kinds``). Which kind takes which spec type is its
+``SPEC``, read by ``studies.KINDS``, the one registry of kinds.
 Importing this module imports no torch (the CLI builds its help from the registry,
 ``vitplast.experiments.studies``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path
 from typing import ClassVar
 
+from vitplast.experiments import runs
+from vitplast.experiments.runs import run_hash
 from vitplast.experiments.runtime import FLAG, Executor, Runtime
 from vitplast.experiments.spec_types import Budget, Grid, PaperGrid, Spec
-from vitplast.experiments.store import select
+from vitplast.experiments.store import Store, select
 
 #: Where a study's store is: ``data`` (shipped: ``models.results_root``), ``cache``
 #: (``models.cache_dir``) or ``.`` (relative to the working directory).
@@ -156,20 +161,55 @@ class Study:
         self.check(runtime)
         root = self._root(root)
         self.prepare(root)
-        runs = select(self.runs(root, runtime), root, order=runtime.order,
+        todo = select(self.runs(root, runtime), root, order=runtime.order,
                       shard=runtime.shard, limit=runtime.limit)
-        return sweep.run_as(runs, root, runtime, executor)
+        return sweep.run_as(todo, root, runtime, executor)
 
-    def _read(self, root, runtime: Runtime = Runtime()) -> Loaded:
-        """Its runs' rows in its store (``root``, default its own), its runs listed as
-        ``runtime`` says; ``budget`` empty."""
+    def load(self, root=None, runtime: Runtime | None = None, *,
+             recompute: bool = False) -> Loaded:
+        """Read the study back from its store: the one way to read a study, whatever its
+        kind (used by notebooks 02b, 02c, 04, 04b, 05 and 07).
+
+        Args:
+            root: its store; default its own (``root(recompute)``: a shipped store is read
+                only, its cache copy recomputed).
+            runtime: the runtime it was swept with (``vitplast sweep``'s flags): its run keys
+                go into the runs expected, so that runs swept with a hashed flag (``eval_every``)
+                are the ones read back; default the runtime's defaults, without progress bars.
+            recompute: first run or resume what the store lacks (``_recompute``), waiting for
+                the runs another process is training meanwhile.
+
+        Returns:
+            A ``Loaded``: its rows, its coverage, its store and what its kind adds.
+        """
+        runtime = runtime or Runtime(progress=False)
+        self.check(runtime)
+        root = Path(root) if root else self.root(recompute)
+        if recompute:
+            self._recompute(root, runtime)
+        return self._load(root, runtime, recompute)
+
+    def _recompute(self, root: Path, runtime: Runtime) -> None:
+        """Run or resume its runs into ``root``, then wait for those another process was
+        training meanwhile (``Store.wait_for``)."""
+        self.run(root, runtime)
+        Store(root).wait_for(self.runs(root, runtime))
+
+    def _load(self, root: Path, runtime: Runtime, recompute: bool) -> Loaded:
+        """Its runs' rows in ``root``, its runs listed from ``runtime`` (``runs``), with its
+        budget check's (``_budget``)."""
         from vitplast.experiments import results
 
-        root = str(self._root(root))
-        stored = results.records_table(root)
-        expected = self._runs(Path(root), runtime)
+        stored = results.records_table(str(root))
+        expected = self.runs(root, runtime)
         mine = _rows(stored, expected)
-        return Loaded(mine, results.coverage(mine, expected), root, stored.iloc[:0])
+        return Loaded(mine, results.coverage(mine, expected), str(root),
+                      self._budget(stored, mine, runtime))
+
+    def _budget(self, stored, mine, runtime: Runtime):
+        """The rows of ``stored`` (its store's ``results`` table) that are its budget check's
+        runs, given its own rows ``mine``: none but for a grid study with one."""
+        return stored.iloc[:0]
 
     def progress(self, root=None, runtime: Runtime = Runtime()):
         """How much of the study its store holds, per task and seed
@@ -191,40 +231,36 @@ def named(spec: Spec | str) -> Spec:
 
 @dataclass(frozen=True)
 class Loaded:
-    """What every kind's ``load`` reads back from a study's store.
+    """What ``Study.load`` reads back from a study's store, whatever its kind.
 
     Attributes:
         runs: the study's rows: ``results.records_table`` rows of its runs (a confound study's
             with its baselines', each with its ``variant``, only settings stored whole); a
             searched study's chosen run per complete task and configuration
-            (``SearchedStudy.load``).
+            (``SearchedStudy._load``).
         coverage: its expected runs by status (empty for a searched study: its runs are
             known only as far as its search has gone).
         root: its store.
         budget: rows of its budget check (empty for a grid study without one); ``None`` for
             kinds that have none.
-        scales, layers, after: a confound study's LayerNorm scales
-            (``confounds.study_scales``), per-layer plasticity
-            (``confound_plasticity.layer_plasticity``) and plasticity after finetuning
-            (``confound_plasticity.plasticity_after``); ``None`` for other kinds.
-        main_root: a confound study's baselines' store; empty for other kinds.
+        extras: what its kind reads beside its runs, by name (empty for most): a confound
+            study's ``scales`` (``confounds.study_scales``), ``layers`` (per-layer plasticity,
+            ``confound_plasticity.layer_plasticity``), ``after`` (plasticity after
+            finetuning, ``confound_plasticity.plasticity_after``) and ``baselines_root`` (its
+            baselines' store); a searched study with a fixed grid of LRs, ``grid``: its
+            ``runs`` with each LR chosen on validation from that grid instead.
     """
 
     runs: object
     coverage: dict
     root: str
     budget: object = None
-    scales: dict | None = None
-    layers: object = None
-    after: object = None
-    main_root: str = ""
+    extras: dict = field(default_factory=dict)
 
 
-def _rows(table, runs: list[dict]):
-    """The rows of ``results`` table ``table`` that are runs of ``runs``."""
-    from vitplast.experiments.runs import run_hash
-
-    return table[table["run"].isin({run_hash(r) for r in runs})] if len(table) else table
+def _rows(table, expected: list[dict]):
+    """The rows of ``results`` table ``table`` that are runs of ``expected``."""
+    return table[table["run"].isin({run_hash(r) for r in expected})] if len(table) else table
 
 
 @dataclass(frozen=True)
@@ -243,34 +279,20 @@ class GridStudy(Study):
     def task_options(self) -> dict:
         """The ``tasks.load`` options its spec fixes for every run (``runs.task_options``: the
         smoke study's small splits); empty where its runs keep the defaults."""
-        from vitplast.experiments import runs
-
         return runs.task_options(self.spec.fixed)
 
-    def load(self, root=None, *, recompute: bool = False) -> Loaded:
-        """Read (or, with ``recompute``, first run or resume) the study: its store is
-        ``root`` if given, else its own (``root(recompute)``: a shipped store is read only,
-        its cache copy recomputed)."""
-        from vitplast.experiments import results
-        from vitplast.experiments.store import Store
-
-        root = str(root or self.root(recompute))
-        expected = grid_runs(self.spec)
-        if recompute:
-            self.run(root, Runtime(progress=False))
-            Store(root).wait_for(expected)  # runs another process was training meanwhile
-        stored = results.records_table(root)
-        mine, budget = _rows(stored, expected), stored.iloc[:0]
-        if self.budget and len(mine):
-            budget = _rows(stored, budget_runs(stored, self, named(self.budget)))
-        return Loaded(mine, results.coverage(mine, expected), root, budget)
+    def _budget(self, stored, mine, runtime: Runtime):
+        """The rows of its budget check (``budget_runs`` of its ``budget`` spec, with the
+        runtime's run keys) where it has one and its store holds runs of its own."""
+        if not (self.budget and len(mine)):
+            return stored.iloc[:0]
+        keys = runtime.run_keys()
+        return _rows(stored, [{**r, **keys} for r in budget_runs(stored, self, named(self.budget))])
 
 
 def grid_runs(spec) -> list[dict]:
     """Every run of a ``Grid`` spec: per configuration its LRs x tasks x seeds, ordered
     task > config > lr > seed, with the spec's ``fixed`` keywords."""
-    from vitplast.experiments import runs
-
     return [run for task in spec.tasks for config, lrs in spec.lrs.items()
             for run in runs.grid([task], [config], lrs, spec.seeds, **spec.fixed)]
 
@@ -280,7 +302,7 @@ def budget_runs(main, grid: GridStudy, spec) -> list[dict]:
     ``results`` table ``main`` of the ``grid`` study's store: on each task of ``spec``, each
     configuration at the LR chosen on validation in ``grid`` and its two neighbours on that
     configuration's grid."""
-    from vitplast.experiments import lr_selection, runs
+    from vitplast.experiments import lr_selection
 
     chosen = lr_selection.select_lr(_rows(main, grid_runs(grid.spec)).pipe(
         lambda t: t[t["task"].isin(spec.tasks)]))
@@ -308,10 +330,6 @@ class BudgetStudy(Study):
 
         return budget_runs(results.records_table(root), self.baselines, self.spec)
 
-    def load(self, root=None) -> Loaded:
-        """Its runs' rows in its store (``root``, default its own); ``budget`` empty."""
-        return self._read(root)
-
 
 @dataclass(frozen=True)
 class PaperStudy(GridStudy):
@@ -330,8 +348,6 @@ class PaperStudy(GridStudy):
                              "paper datasets (layouts: vitplast.datasets.paper_datasets)")
 
     def _runs(self, root, runtime) -> list[dict]:
-        from vitplast.experiments import runs
-
         if not runtime.data_root:
             raise ValueError("the paper study needs data_root (--data-root): the folder of the "
                              "paper datasets (layouts: vitplast.datasets.paper_datasets)")
@@ -341,8 +357,3 @@ class PaperStudy(GridStudy):
             lrs = spec.lrs_domainnet if task.startswith("domainnet") else spec.lrs
             out += runs.grid([task], spec.configs, lrs, spec.seeds, **fixed)
         return out
-
-    def load(self, root=None, *, data_root: str = "") -> Loaded:
-        """Its runs' rows in its store (``root``, default its own); its runs are listed from
-        the datasets under ``data_root``."""
-        return self._read(root, Runtime(data_root=data_root))

@@ -191,7 +191,7 @@ def search_runs(spec, root, **runtime) -> list[dict]:
     return [run for run, _ in _asked_runs(spec, settings(spec, **runtime), records(root))]
 
 
-def state(spec, root, *, grid: bool = False) -> "pd.DataFrame":  # noqa: F821
+def state(spec, root, *, grid: bool = False, **runtime) -> "pd.DataFrame":  # noqa: F821
     """Where the search of each setting stands: one row per (task, config, seed) with
     ``tried`` (LRs stored), ``best`` (LR), ``bracketed``, ``next`` (LRs still asked for), and
     the best run's ``val_acc``, ``test_acc`` (in %), ``trainable`` count and ``loss_rose``
@@ -200,11 +200,13 @@ def state(spec, root, *, grid: bool = False) -> "pd.DataFrame":  # noqa: F821
 
     ``grid``: the same for the spec's fixed ``grid`` instead of its search: ``best`` chosen
     on validation among the grid's LRs only, ``next`` the grid's LRs not stored yet.
+    ``runtime``: the run keys its settings were searched with (``settings``), as
+    ``search_runs`` takes them.
     """
     import pandas as pd
 
     rows, lrs, table = [], spec.grid if grid else LR_LADDER, records(root)
-    for s in settings(spec):
+    for s in settings(spec, **runtime):
         stored = _stored(s, table)
         outcomes = _outcomes(stored, lrs)
         asked = ([lr for lr in lrs if lr not in outcomes] if grid else

@@ -128,16 +128,18 @@ def controls(t: ConfoundTables, components=("MHA", "LN1")) -> pd.DataFrame:
 
 def tables(res, model: nn.Module) -> ConfoundTables:
     """Every table behind notebook 05's findings (``ConfoundTables``), from
-    ``ConfoundStudy.load``'s ``res`` and the embedded ``model`` (its variants' counts)."""
-    curves = history(res.root, res.main_root)
-    counts = variant_counts_table(model, res.scales["scales"])
-    fields = variant_fields(res.runs, all_variants(model, res.scales["scales"]))
+    ``ConfoundStudy.load``'s ``res`` (``res.extras``: its ``scales``, ``layers`` and
+    ``baselines_root``) and the embedded ``model`` (its variants' counts)."""
+    extras = res.extras
+    curves = history(res.root, extras["baselines_root"])
+    counts = variant_counts_table(model, extras["scales"]["scales"])
+    fields = variant_fields(res.runs, all_variants(model, extras["scales"]["scales"]))
     rescale = rescale_pairs(res.runs)
     # ties are found where LRs are chosen, by (task, variant); each alternative moves one
     alternatives = tuple(ConfoundTables(**_selected_tables(res.runs.assign(best_val_acc=alt[
-        "best_val_acc"]), res.layers, curves, fields), counts=counts, rescale=rescale)
+        "best_val_acc"]), extras["layers"], curves, fields), counts=counts, rescale=rescale)
         for alt in tie_alternatives(_outcomes(res.runs)))
-    return ConfoundTables(**_selected_tables(res.runs, res.layers, curves, fields),
+    return ConfoundTables(**_selected_tables(res.runs, extras["layers"], curves, fields),
                           counts=counts, rescale=rescale, count_matrix=pd.DataFrame({family: {
                               c: counts[name_of(fields, **want, component=c)] for c in comps}
                               for family, (want, comps) in MATCHED_FAMILIES.items()}).T.astype(

@@ -75,9 +75,9 @@ def primary_rows(study: Study, picked: pd.DataFrame, plasticity: pd.DataFrame | 
 
 def secondary_rows(study: Study, on_grid: pd.DataFrame) -> list[dict]:
     """The study's primaries asked again with each LR chosen from its fixed grid
-    (the study's ``load(..., grid=True)``; for the cross-gauge study the paper's four LRs, shared by
-    every configuration, as the paper's table chose them): family "secondary", Holm over
-    these rows only, so they never move a primary's verdict."""
+    (the study's ``load(...).extras["grid"]``; for the cross-gauge study the paper's four
+    LRs, shared by every configuration, as the paper's table chose them): family "secondary",
+    Holm over these rows only, so they never move a primary's verdict."""
     return [dict(p.row(accuracy(on_grid)), family="secondary",
                  claim=p.claim.replace(", each LR tuned", "") + "; LR from the fixed grid")
             for p in study.primaries]
