@@ -17,7 +17,7 @@ from vitplast.course import notebooks
 from vitplast.datasets import fake_datasets
 from vitplast.inputs import Fitted, native_input
 from vitplast.measure import empirical
-from vitplast.report import advise
+from vitplast.experiments import advise
 
 
 @pytest.fixture

@@ -1,13 +1,23 @@
-"""advise: every rule ranks the five components of the embedded model; the rankings are kept
-beside a study as a companion, computed once and recomputed when an input changes."""
+"""advise: every rule ranks the five components of the embedded model; the loss drop's SGD
+steps, taken by the one training loop, equal a hand-written SGD loop's to the last bit; the LRs
+and candidates are read from the component table when used; the rankings are kept beside a
+study as a companion, computed once and recomputed when an input changes."""
+
+import copy
+import fnmatch
+import math
 
 import pandas as pd
 import pytest
 import torch
+import torch.nn.functional as F
 
+from vitplast import models
 from vitplast.cached import config_hash
+from vitplast.datasets import tasks
+from vitplast.experiments import advise, studies
 from vitplast.experiments.store import Store
-from vitplast.report import advise
+from vitplast.measure import components
 
 SMALL = dict(n_pairs=8, batch_size=8, steps=1)
 
@@ -18,7 +28,8 @@ def test_rank_on_the_embedded_model_gives_every_rule_a_full_ranking():
     assert torch.get_num_threads() == threads  # set for the ranking only
     assert set(ranked["rule"]) == set(advise.RULES)
     for _, g in ranked.groupby("rule"):
-        assert sorted(g["rank"]) == [1, 2, 3, 4, 5] and set(g["config"]) == set(advise.CANDIDATES)
+        assert sorted(g["rank"]) == [1, 2, 3, 4, 5] and set(
+            advise.candidates())
     mha = ranked[ranked["rule"] == "paper: MHA"].set_index("config")
     assert mha.loc["MHA", "rank"] == 1 and mha["seconds"].max() == 0
     with pytest.raises(ValueError, match="unknown rules"):
@@ -50,7 +61,7 @@ def test_rankings_are_stored_once_validated_and_recomputed_when_an_input_changes
         calls.append((task, tuple(rules), kwargs.get("n_pairs")))
         return pd.DataFrame([dict(task=task, rule=r, config=c, score=float(i), rank=5 - i,
                                   seconds=0.5) for r in rules
-                             for i, c in enumerate(advise.CANDIDATES)])
+                             for i, c in enumerate(advise.candidates())])
 
     monkeypatch.setattr(advise, "rank", fake_rank)
     first = advise.stored(tmp_path, "vitplast_fmnist", "digits")
@@ -62,7 +73,8 @@ def test_rankings_are_stored_once_validated_and_recomputed_when_an_input_changes
     assert saved["provenance"][0]["rules"] == list(advise.RULES) and saved["c"] == 1.0
     advise.stored(tmp_path, "vitplast_fmnist", "digits", n_pairs=16)  # another input
     assert calls[-1] == ("digits", tuple(advise.RULES), 16) and len(calls) == 2
-    monkeypatch.setattr(advise, "LOSS_DROP_LR", {**advise.LOSS_DROP_LR, "MHA": 1.0})
+    lrs = advise.loss_drop_lrs()
+    monkeypatch.setattr(advise, "loss_drop_lrs", lambda: {**lrs, "MHA": 1.0})
     advise.stored(tmp_path, "vitplast_fmnist", "digits")  # the loss drop's LR changed
     assert len(calls) == 3 and len(list(tmp_path.glob("advise-*.json"))) == 3
     monkeypatch.setattr(advise, "RULES", (*advise.RULES, "a new rule"))
@@ -77,7 +89,7 @@ def test_rankings_are_stored_once_validated_and_recomputed_when_an_input_changes
 def test_a_stored_ranking_that_is_not_a_full_one_is_computed_again(tmp_path, monkeypatch):
     monkeypatch.setattr(advise, "rank", lambda m, t, *, rules, **kw: pd.DataFrame(
         [dict(task=t, rule=r, config=c, score=float(i), rank=i + 1, seconds=0.1)
-         for r in rules for i, c in enumerate(advise.CANDIDATES)]))
+         for r in rules for i, c in enumerate(advise.candidates())]))
     advise.stored(tmp_path, "vitplast_fmnist", "digits")
     [path] = tmp_path.glob("advise-*.json")
     store = Store(tmp_path)
@@ -85,7 +97,62 @@ def test_a_stored_ranking_that_is_not_a_full_one_is_computed_again(tmp_path, mon
     saved["rows"] = saved["rows"][1:]  # one component of the first rule lost
     store.write_companion(path.name, saved)
     rows = advise.stored(tmp_path, "vitplast_fmnist", "digits")
-    assert len(rows) == len(advise.RULES) * len(advise.CANDIDATES)
+    assert len(rows) == len(advise.RULES) * len(advise.candidates())
     path.write_text("{}")  # not a companion at all: refused, naming the file
     with pytest.raises(ValueError, match="missing"):
         advise.stored(tmp_path, "vitplast_fmnist", "digits")
+
+
+def _hand_loss_drop(model, config, train, probe, *, lr, steps, batch_size, seed):
+    """The loss drop as a hand-written SGD loop (momentum 0.9, clip 1.0, constant LR, eval
+    mode, step k on the images drawn with ``seed + 1 + k``): the independent implementation."""
+    m = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        before = float(F.cross_entropy(m(probe[0]), probe[1]))
+    trains = [*components.by_name()[config].patterns, "head.*", "norm.*"]  # and the head
+    for n, p in m.named_parameters():
+        p.requires_grad_(any(fnmatch.fnmatch(n, pattern) for pattern in trains))
+    params = [p for p in m.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=lr, momentum=0.9)
+    for step in range(steps):
+        x, y = advise._draw(train, batch_size, seed + 1 + step)
+        opt.zero_grad()
+        F.cross_entropy(m(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+    with torch.no_grad():
+        return before - float(F.cross_entropy(m(probe[0]), probe[1]))
+
+
+@pytest.mark.parametrize("config", ["LN1", "MHA"])
+def test_the_loss_drop_is_a_hand_sgd_loop_s_to_the_last_bit(config):
+    """``_loss_drop`` takes its steps in the one training loop (``finetune.run`` with a
+    constant schedule and the drawn batches): its score equals the hand loop's exactly, at a
+    high LR (a LayerNorm's) and a low one, over three steps; the model given is untouched."""
+    t = tasks.load("digits")
+    model = models.load_model(num_classes=t.num_classes)
+    models.new_head(model, t.num_classes, seed=0)
+    probe = advise._draw(t.train, 16, 0)
+    kept = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with torch.no_grad():
+        before = float(F.cross_entropy(model.eval()(probe[0]), probe[1]))
+    lr = advise.loss_drop_lrs()[config]
+    got = advise._loss_drop(model, config, t.train, probe, before, lr=lr, steps=3,
+                            batch_size=8, seed=0)
+    want = _hand_loss_drop(model, config, t.train, probe, lr=lr, steps=3, batch_size=8, seed=0)
+    assert got == want and math.isfinite(got) and got != 0
+    assert all(torch.equal(p, kept[n]) for n, p in model.named_parameters())
+
+
+def test_the_loss_drop_lrs_and_candidates_are_read_from_the_table_when_used(monkeypatch):
+    """The middle of each component's grid in the main study; a component added to the table
+    is a candidate at once and gets the middle of the full configuration's grid."""
+    grids = studies.get("main").spec.lrs
+    assert advise.loss_drop_lrs() == {c: grids[c][len(grids[c]) // 2]
+                                      for c in components.names()}
+    assert advise.loss_drop_lrs() == dict(LN1=0.3, MHA=0.03, LN2=0.3, FC1=0.03, FC2=0.03)
+    row = components.module_component("ATTN_QKV", "linear", "attn.qkv", hidden=None,
+                                      embedding=None, bound=None, colour="#000000")
+    monkeypatch.setattr(components, "TABLE", components.extended(row))
+    assert advise.candidates() == (*components.names(components.TABLE[:5]), "ATTN_QKV")
+    assert advise.loss_drop_lrs()["ATTN_QKV"] == grids["full"][len(grids["full"]) // 2]
