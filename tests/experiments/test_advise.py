@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import tiny_vit
 
 from vitplast import models
 from vitplast.cached import config_hash
@@ -142,6 +143,21 @@ def test_the_loss_drop_is_a_hand_sgd_loop_s_to_the_last_bit(config):
     want = _hand_loss_drop(model, config, t.train, probe, lr=lr, steps=3, batch_size=8, seed=0)
     assert got == want and math.isfinite(got) and got != 0
     assert all(torch.equal(p, kept[n]) for n, p in model.named_parameters())
+
+
+def test_the_loss_drop_steps_a_model_with_dropout_in_eval_mode():
+    """A model with dropout (a tiny random ViT): the loop's steps are taken in eval mode, as
+    the hand loop's, so the drop is the update's alone and equal to the last bit."""
+    model = tiny_vit(drop_rate=0.5, proj_drop_rate=0.5, attn_drop_rate=0.5)
+    images = torch.randn(40, 1, 16, 16, generator=torch.Generator().manual_seed(0))
+    train = [(x, i % 5) for i, x in enumerate(images)]
+    probe = advise._draw(train, 8, 0)
+    with torch.no_grad():
+        before = float(F.cross_entropy(model.eval()(probe[0]), probe[1]))
+    got = advise._loss_drop(model, "FC1", train, probe, before, lr=0.1, steps=2,
+                            batch_size=4, seed=0)
+    assert got == _hand_loss_drop(model, "FC1", train, probe, lr=0.1, steps=2, batch_size=4,
+                                  seed=0) and got != 0
 
 
 def test_the_loss_drop_lrs_and_candidates_are_read_from_the_table_when_used(monkeypatch):
