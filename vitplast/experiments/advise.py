@@ -73,8 +73,8 @@ def loss_drop_lrs() -> dict[str, float]:
     no grid for (a row added to the table) gets the middle of the full configuration's grid:
     every parameter trains in it."""
     grids = studies.get("main").spec.lrs
-    return {c: grid[len(grid) // 2] for c in candidates()
-            for grid in [grids.get(c, grids["full"])]}
+    middle = {c: grid[len(grid) // 2] for c, grid in grids.items()}
+    return {c: middle.get(c, middle["full"]) for c in candidates()}
 
 
 def _draw(dataset, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
