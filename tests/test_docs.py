@@ -203,9 +203,14 @@ def _flat(text: str) -> str:
     return re.sub(r"\s+", "", text.replace("\\\n", " "))
 
 
+#: What the old README showed that has moved since -> what the docs show instead.
+MOVED = {"from vitplast.report import advise, regret":
+         "from vitplast.experiments import advise\nfrom vitplast.report import regret"}
+
+
 def test_nothing_the_old_readme_showed_is_lost():
     everything = _flat("".join(_text(page) for page in PAGES))
-    missing = [item for item in OLD_README if _flat(item) not in everything]
+    missing = [item for item in OLD_README if _flat(MOVED.get(item, item)) not in everything]
     assert missing == []
 
 

@@ -15,9 +15,9 @@ from vitplast import models
 from vitplast.__main__ import main
 from vitplast.course import notebooks
 from vitplast.datasets import fake_datasets
+from vitplast.experiments import advise
 from vitplast.inputs import Fitted, native_input
 from vitplast.measure import empirical
-from vitplast.report import advise
 
 
 @pytest.fixture

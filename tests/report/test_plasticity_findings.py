@@ -1,6 +1,6 @@
 """Plasticity findings (``vitplast.report.plasticity_findings``): the layer summaries, the
-ranking's rows and the task as the unit of a correlation. The verdict machinery:
-``test_verdicts.py``; each notebook family's builders: ``test_bound_findings``,
+ranking's rows, the token scale's row and the task as the unit of a correlation. The verdict
+machinery: ``test_verdicts.py``; each notebook family's builders: ``test_bound_findings``,
 ``test_finetuning_findings``, ``test_confound_findings``, ``test_teaching.py``."""
 
 import pandas as pd
@@ -78,3 +78,11 @@ def test_descriptive_additions_leave_the_tested_rows_holm_p_unchanged():
     prec = full.set_index("claim").loc["95% CI half-width of a per-layer estimate, relative to "
                                        "it, median over (task, layer, component) [hidden]"]
     assert prec["verdict"] == "largest 20.0%: imprecise somewhere (> 5%)"
+
+
+def test_token_findings_says_how_many_times_larger():
+    row = plasticity_findings.token_findings(dict(r=4.0, paper_r=19.4, ratio=4.85, n_images=256))
+    assert row["measured"] == 4.0 and row["n"] == 256
+    assert row["verdict"] == "ViT-B's tokens are 4.85 times larger"
+    row = plasticity_findings.token_findings(dict(r=40.0, paper_r=19.4, ratio=0.485, n_images=8))
+    assert row["verdict"] == "2.06 times larger than ViT-B's"

@@ -68,3 +68,17 @@ def test_the_scales_where_the_papers_order_appears_name_the_one_nearest_vit_b():
     row = next(r for r in rows if r["claim"].startswith("embedding scales s at which"))
     assert row["measured"] == "8" and row["verdict"] == (
         "not at s = 4, the scale nearest ViT-B's tokens (x4.67); the paper's order at s = 8 only")
+
+
+def test_recipe_findings_state_each_recipe_s_order_and_its_fig2_correlation():
+    """Per protocol one row: both orders (the paper's order gives Spearman +1, its reverse
+    -1)."""
+    paper = ["MHA", "FC1", "FC2", "LN2", "LN1"]
+    rows = [dict(task=t, protocol="hidden", recipe=r, component=c, plasticity=v)
+            for t in ("a", "b") for r, values in (("shipped", [5, 4, 3, 2, 1]),
+                                                  ("other", [1, 2, 3, 4, 5]))
+            for c, v in zip(paper, values)]
+    (row,) = scale_findings.recipe_findings(pd.DataFrame(rows))
+    assert row["measured"] == ("shipped: MHA > FC1 > FC2 > LN2 > LN1; "
+                               "other: LN1 > LN2 > FC2 > FC1 > MHA")
+    assert row["verdict"].endswith("shipped +1.00, other -1.00") and row["n"] == 2

@@ -12,5 +12,6 @@ kinds, ``kinds`` and ``adaptive``, with their specs' types, ``spec_types``, and 
 store) with ``lr_selection`` · ``task_measures`` (plasticity and probes stored per task beside
 a searched study's runs) and ``cross_gauge`` (the cross-gauge study's pairs and identity
 reruns) · ``confounds`` with ``confound_variants`` and ``confound_plasticity`` (the confound
-study) · ``archive`` (the shipped stores as one installable archive).
+study) · ``advise`` (which component to finetune: rules ranked per task, kept beside a study)
+· ``archive`` (the shipped stores as one installable archive).
 """

@@ -37,6 +37,7 @@ reparametrisation, and R moves (``gauge_check`` measures how far).
 Tidy output of ``measure`` (one row per layer x component): ``protocol``, ``layer``,
 ``component``, ``plasticity``, ``s_in``, ``s_out``, ``relative_plasticity``, ``n`` (pairs);
 plus any ``meta`` columns. ``ranking``: per component, the mean over layers and its rank.
+Their findings rows (notebook 02b) are ``vitplast.report.relative_findings``'s.
 
 Paper: not in the paper (issue 38); it reads Definition 1 in the units the gauge leaves
 alone, beside Takeaway 2's order.
@@ -45,12 +46,17 @@ alone, beside Takeaway 2's order.
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 import pandas as pd
 from torch import nn
 
+from vitplast import cached, models
+from vitplast.measure import empirical
 from vitplast.measure.components import TABLE, names
 from vitplast.measure.empirical import SOURCE
+from vitplast.measure.gauge import rescale_stream
 from vitplast.measure.plasticity import measurement, order
 
 #: Largest relative difference of relative plasticity between two gauges that reads
@@ -58,7 +64,7 @@ from vitplast.measure.plasticity import measurement, order
 UNCHANGED = 1e-3
 
 __all__ = ["UNCHANGED", "measure", "ranking", "order", "gauge_check", "embedded_layers",
-           "model_rankings", "embedded_gauge_check", "gauge_findings", "ranking_findings"]
+           "model_rankings", "embedded_gauge_check"]
 
 
 def measure(model: nn.Module, x, y=None, *, protocol: str = "hidden", batch_size: int = 64,
@@ -118,8 +124,6 @@ def gauge_check(model: nn.Module, pairs, c: float = 8.0, *, protocols=("hidden",
     for relative plasticity under ``hidden`` (up to LayerNorm's eps).
 
     Paper: none (issue 38)."""
-    from vitplast.measure.gauge import rescale_stream
-
     nets = {1.0: model, float(c): rescale_stream(copy.deepcopy(model), c)}
     rows = []
     for protocol in protocols:
@@ -143,9 +147,6 @@ def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> p
     (``empirical.task_pairs``: a Fashion-MNIST image and a task image). Columns ``task``,
     ``layer``, ``component`` (plain text), ``relative_plasticity``, ``plasticity``, ``s_in``,
     ``s_out``: the rows the suite study's companions keep (``task_measures.task_plasticity``)."""
-    from vitplast import models
-    from vitplast.measure import empirical
-
     model = models.load_model(models.EMBEDDED_NAME)
     frames = [measure(model, empirical.task_pairs(t, empirical.SOURCE, n_pairs=n_pairs,
                                                   model=model), protocol=protocol,
@@ -168,12 +169,6 @@ def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
     ranks them per model.
 
     Paper: Takeaway 2's order (Fig. 2), for a quantity the paper does not define."""
-    import json
-    from pathlib import Path
-
-    from vitplast import cached, models
-    from vitplast.measure import empirical
-
     folder = Path(recipe_folder)
     final = json.loads((folder / "checkpoints.json").read_text())["checkpoints"]["final"]
 
@@ -200,9 +195,6 @@ def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
                          data_root: str = "", n_pairs: int = 128, root=None) -> pd.DataFrame:
     """``gauge_check`` of the embedded model on ``task``'s pairs, both protocols
     (load-or-compute; with ``root``, kept beside a study there: ``cached.kept_table``)."""
-    from vitplast import cached, models
-    from vitplast.measure import empirical
-
     def compute():
         model = models.load_model()
         pairs = empirical.task_pairs(task, source, n_pairs=n_pairs, model=model,
@@ -213,101 +205,3 @@ def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
                data_root=data_root, n_pairs=n_pairs,
                weights=models.weights_id(models.EMBEDDED_NAME))
     return cached.kept_table("relative-gauge", key, compute, root)
-
-
-def gauge_findings(check: pd.DataFrame) -> list[dict]:
-    """Rows on ``gauge_check``, per protocol: the largest relative difference of relative
-    plasticity between c = 1 and c over components (each component's beside, in the
-    verdict: which moved, which stayed within ``UNCHANGED``), and plasticity's ratio per
-    component against the derived factors (``gauge.RATE_FACTORS``). Descriptive: exact
-    recomputations on one network. Paper: none (issue 38)."""
-    from vitplast.measure.gauge import RATE_FACTORS
-    from vitplast.stats.verdicts import descriptive
-
-    rows = []
-    for protocol, g in check.groupby("protocol", sort=False):
-        g, c = g.set_index("component"), float(check["c"].iloc[0])
-        moved = [f"{k} {v:.2g}" for k, v in g["relative_difference"].items() if v > UNCHANGED]
-        kept = [f"{k} {v:.1g}" for k, v in g["relative_difference"].items() if v <= UNCHANGED]
-        verdict = (f"unchanged within {UNCHANGED:g} for every component" if not moved else
-                   f"moved: {', '.join(moved)}" + (f"; unchanged within {UNCHANGED:g}: "
-                                                   f"{', '.join(kept)}" if kept else ""))
-        rows.append(descriptive(
-            f"relative plasticity, gauge c = {c:g} vs c = 1: largest relative difference over "
-            f"layers and components [{protocol}]", float(g["relative_difference"].max()),
-            paper="not in the paper (derived here: unchanged under hidden)", verdict=verdict,
-            n=len(g), unit="(components; relative)"))
-        factors = {k: f(c) for k, f in RATE_FACTORS[protocol].items() if f is not None}
-        off = max(abs(g.loc[k, "plasticity_ratio"] / f - 1) for k, f in factors.items())
-        free = [k for k in g.index if k not in factors]  # no factor derived (MHA, embedding)
-        derived = ", ".join(k for k in g.index if k in factors)
-        rows.append(descriptive(
-            f"plasticity, gauge c = {c:g} over c = 1, median over layers [{protocol}]",
-            ", ".join(f"{k} x{v:.3g}" + (" (no factor derived)" if k in free else "")
-                      for k, v in g["plasticity_ratio"].items()),
-            paper="not in the paper (derived: LN / c, FC1 x 1, FC2 x c"
-            + (", MHA x c)" if protocol == "hidden" else "; MHA not derived)"),
-            verdict=(f"as derived for {derived} (largest deviation {off:.1g})" if off < 0.02
-                     else f"not as derived for {derived} (largest deviation {off:.2g})")
-            + (f"; {', '.join(free)}: no factor derived, measured only" if free else ""),
-            n=len(g), unit="(components)"))
-    return rows
-
-
-def ranking_findings(models_: pd.DataFrame) -> list[dict]:
-    """One descriptive row per (model, protocol) of ``model_rankings``: the order of relative
-    plasticity (mean over tasks of the layer means, values shown) beside the paper's order of
-    plasticity (Fig. 2: the paper has no relative plasticity, so the row compares orders,
-    not values)."""
-    from vitplast.paper import PLASTICITY_ORDER, SOURCES
-    from vitplast.stats.verdicts import descriptive
-
-    paper_order, rows = " > ".join(PLASTICITY_ORDER), []
-    ranked = ranking(models_)
-    for (model, protocol), g in ranked.groupby(["model", "protocol"], sort=False):
-        means = (g.groupby("component", observed=True)["relative_plasticity"].mean()
-                 .sort_values(ascending=False))
-        text = " > ".join(f"{k} {v:.3g}" for k, v in means.items())
-        same = " > ".join(means.index.astype(str)) == paper_order
-        rows.append(descriptive(
-            f"order of relative plasticity, {model} [{protocol}]", text,
-            paper=f"plasticity: {paper_order}, {SOURCES['fig2']}",
-            verdict="the paper's order of plasticity" if same
-            else "not the paper's order of plasticity", n=g["task"].nunique(),
-            unit="(tasks; values: mean over tasks)"))
-    return rows + _against_trained(ranked)
-
-
-def _against_trained(ranked: pd.DataFrame, trained: str = "embedded (final)") -> list[dict]:
-    """Per protocol and every other network: Kendall's tau between its order of relative
-    plasticity (mean over tasks) and the trained embedded model's, and which components
-    change place: does pretraining (random init vs trained) or the recipe move the order?"""
-    from scipy import stats
-
-    from vitplast.stats.verdicts import descriptive
-
-    means = ranked.groupby(["protocol", "model", "component"], observed=True, sort=False)[
-        "relative_plasticity"].mean()
-    rows = []
-    for protocol in ranked["protocol"].unique():
-        if trained not in means[protocol].index.get_level_values("model"):
-            continue
-        ref = means[protocol][trained]
-        for model in ranked["model"].unique():
-            if model == trained or model not in means[protocol].index.get_level_values("model"):
-                continue
-            other = means[protocol][model][ref.index]
-            tau = stats.kendalltau(ref, other).statistic
-            # equal values share the best place (LN1 and LN2 read the same input at init)
-            rank_ref, rank_other = (v.rank(ascending=False, method="min").astype(int)
-                                    for v in (ref, other))
-            tied = rank_other.duplicated(keep=False)
-            moved = [f"{c} {rank_ref[c]} -> {rank_other[c]}" + (" (tied)" if tied[c] else "")
-                     for c in ref.index if rank_ref[c] != rank_other[c]]
-            rows.append(descriptive(
-                f"order of relative plasticity, {model} vs {trained} [{protocol}]",
-                f"Kendall tau {tau:.2f}", paper="not in the paper",
-                verdict="the same order" if not moved else
-                "another order (place in the trained model -> in this one): " + ", ".join(moved),
-                n=len(ref), unit="(components; orders of the means over tasks)"))
-    return rows

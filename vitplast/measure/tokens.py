@@ -7,8 +7,9 @@ the first ``TOKEN_SCALE_IMAGES`` test images of the pretraining domain (``token_
 Fashion-MNIST for the embedded model, drawn as the x of every pair), natural images of the kind
 its pretraining saw, as CIFAR-10 is for ViT-B: not a low-contrast task's images, which would
 shrink it. ``token_scale`` gives r beside the paper's and their ratio (how many times larger
-ViT-B's tokens are), ``token_findings`` its findings row. Notebooks 01, 02 and 02b quote this
-one number (and ``stream.model_statistics`` reads the same images for its ``r_embedding``).
+ViT-B's tokens are); its findings row is ``vitplast.report.plasticity_findings.token_findings``.
+Notebooks 01, 02 and 02b quote this one number (and ``stream.model_statistics`` reads the same
+images for its ``r_embedding``).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from torch import nn
 
 from vitplast.measure.empirical import SOURCE, SOURCE_SEED, load_task_for
 from vitplast.measure.rates import embed
+from vitplast.paper import VITB_RMS_TOKEN_NORM
 
-__all__ = ["TOKEN_SCALE_IMAGES", "rms_token_norm", "token_images", "token_scale",
-           "token_findings"]
+__all__ = ["TOKEN_SCALE_IMAGES", "rms_token_norm", "token_images", "token_scale"]
 
 #: How many test images of the pretraining domain the token scale is measured on
 #: (``token_scale``): the x images of the first pairs of every task.
@@ -48,8 +49,6 @@ def token_scale(model: nn.Module, *, n_images: int = TOKEN_SCALE_IMAGES, task: s
         is as large as ViT-B's).
 
     Paper: the r = 19.4 plugged into Prop. 3 (``paper.VITB_RMS_TOKEN_NORM``)."""
-    from vitplast.paper import VITB_RMS_TOKEN_NORM
-
     images = token_images(model, n_images=n_images, task=task, data_root=data_root)
     r = rms_token_norm(model.eval(), images)
     return dict(r=r, paper_r=VITB_RMS_TOKEN_NORM, ratio=VITB_RMS_TOKEN_NORM / r,
@@ -62,19 +61,3 @@ def token_images(model: nn.Module, *, n_images: int = TOKEN_SCALE_IMAGES, task: 
     the x of every pair is drawn (``empirical.SOURCE_SEED``), in ``model``'s input format."""
     test = load_task_for(task, model, data_root or None, seed=SOURCE_SEED).test
     return torch.stack([test[i][0] for i in range(min(n_images, len(test)))])
-
-
-def token_findings(token: dict) -> dict:
-    """The row on the model's token scale (``token_scale``) against the paper's r: how many
-    times larger ViT-B's tokens are. Paper: ``paper.VITB_RMS_TOKEN_NORM``.
-    """
-    from vitplast.paper import SOURCES
-    from vitplast.stats.verdicts import descriptive
-
-    r, ratio = token["r"], token["ratio"]
-    return descriptive(
-        f"token scale r: RMS token norm of the embedding on {token['n_images']} test images of "
-        "the pretraining domain", r, paper=f"{token['paper_r']} ({SOURCES['token_norm']})",
-        verdict=f"ViT-B's tokens are {ratio:.2f} times larger" if ratio > 1
-        else f"{1 / ratio:.2f} times larger than ViT-B's", n=token["n_images"],
-        unit="(RMS token norm; n: images)")

@@ -1,9 +1,10 @@
 """Plasticity findings, of notebooks 02, 02b and 06, as rows: 02 ``plasticity_ranking`` (with
-``layer_summaries``), 02b ``relative_suite``, 06 ``explorer``, and ``correlation_row`` (a per-task
-correlation with the paper's values). A row, its test, Holm family, power and verdict are
-``vitplast.stats.verdicts``'s (``verdicts.table`` makes the rows a table, ``verdicts.render``
-prints it); the other notebooks' builders are their own modules (``definition_findings``,
-``bound_findings``, ``scale_findings``, ``finetuning_findings``, ``confound_findings``).
+``layer_summaries`` and ``token_findings``, also 07's), 02b ``relative_suite``, 06 ``explorer``,
+and ``correlation_row`` (a per-task correlation with the paper's values). A row, its test, Holm
+family, power and verdict are ``vitplast.stats.verdicts``'s (``verdicts.table`` makes the rows a
+table, ``verdicts.render`` prints it); the other notebooks' builders are their own modules
+(``definition_findings``, ``bound_findings``, ``scale_findings``, ``relative_findings``,
+``finetuning_findings``, ``confound_findings``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,13 @@ import math
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-from vitplast.paper import SOURCES
+from vitplast.experiments.task_measures import component_plasticity
+from vitplast.measure.components import COMPONENTS
+from vitplast.measure.empirical import task_summaries
+from vitplast.paper import FIG2_PLASTICITY, FINETUNING_ORDER, PLASTICITY_ORDER, SOURCES
+from vitplast.report.suite_findings import accuracy, order_row, spearman_plasticity_gain
 from vitplast.stats.verdicts import (
     MIN_N,
     ORDER_HELD_TAU,
@@ -30,7 +36,7 @@ from vitplast.stats.verdicts import (
 )
 
 __all__ = ["RELATIVE_SUITE", "correlation_row", "explorer", "layer_summaries",
-           "plasticity_ranking", "relative_suite", "relative_suite_orders"]
+           "plasticity_ranking", "relative_suite", "relative_suite_orders", "token_findings"]
 
 
 # notebook 02 ---------------------------------------------------------------------------------
@@ -76,8 +82,6 @@ def _per_task(ranked: pd.DataFrame, component: str) -> pd.Series:
 def _kendall_first_last(along: pd.DataFrame) -> tuple[float, int]:
     """Kendall's tau between each task's component order at the first and the last checkpoint
     (``along`` in measured order), mean over tasks; and the number of tasks."""
-    from scipy import stats
-
     first, last = along["checkpoint"].iloc[0], along["checkpoint"].iloc[-1]
     taus = []
     for _, g in along.groupby("task"):
@@ -107,17 +111,13 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
             layer, component): the orders by the layer mean, median and mean without layer 0
             (``layer_summaries``; None: no rows).
         precision: ``empirical.precision`` (None: no rows).
-        token: ``stream.token_scale`` (None: no row).
+        token: ``tokens.token_scale`` (None: no row; ``token_findings``).
 
     Every row but the paper's order (paired differences) and the Spearman rows is
     descriptive, so a table built without ``along``, ``mha_scale`` or the keyword arguments
     gives those tested rows the same Holm p as the whole one (the Read cells of notebook 02
     read it before sections 6-8 exist).
     """
-    from scipy import stats
-
-    from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
-
     fig2 = SOURCES["fig2"]
     rows = []
     for protocol, g in ranked.groupby("protocol"):
@@ -160,10 +160,21 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
     rows += layer_summaries(per_layer) if per_layer is not None else []
     rows += _precision_rows(precision) if precision is not None else []
     if token is not None:
-        from vitplast.measure.tokens import token_findings
-
         rows.append(token_findings(token))
     return table(rows)
+
+
+def token_findings(token: dict) -> dict:
+    """The row on the model's token scale (``tokens.token_scale``) against the paper's r: how
+    many times larger ViT-B's tokens are. Used by notebooks 02 (``plasticity_ranking``) and 07.
+    Paper: ``paper.VITB_RMS_TOKEN_NORM``."""
+    r, ratio = token["r"], token["ratio"]
+    return descriptive(
+        f"token scale r: RMS token norm of the embedding on {token['n_images']} test images of "
+        "the pretraining domain", r, paper=f"{token['paper_r']} ({SOURCES['token_norm']})",
+        verdict=f"ViT-B's tokens are {ratio:.2f} times larger" if ratio > 1
+        else f"{1 / ratio:.2f} times larger than ViT-B's", n=token["n_images"],
+        unit="(RMS token norm; n: images)")
 
 
 def _order_values(means: pd.Series) -> str:
@@ -181,11 +192,6 @@ def layer_summaries(per_layer: pd.DataFrame) -> list[dict]:
     in ``plasticity_ranking``.
 
     Paper: Takeaway 2 and Fig. 2 (a per-layer mean)."""
-    from scipy import stats
-
-    from vitplast.measure.empirical import task_summaries
-    from vitplast.paper import PLASTICITY_ORDER
-
     paper_order, rows = " > ".join(PLASTICITY_ORDER), []
     for protocol, g in task_summaries(per_layer).groupby("protocol"):
         for name in g.columns:
@@ -245,9 +251,6 @@ def relative_suite(root, picked: pd.DataFrame, n_pairs: int = 256, *,
     Family "exploratory", its own table: Holm over its two rows.
 
     Paper: none (issue 38); Takeaway 3 makes its claim for plasticity."""
-    from vitplast.experiments.task_measures import component_plasticity
-    from vitplast.report.suite_findings import spearman_plasticity_gain
-
     tasks, rows = list(picked["task"].unique()), []
     for protocol, claim in RELATIVE_SUITE.items():
         rel = component_plasticity(root, tasks, n_pairs, protocol, quantity="relative",
@@ -282,11 +285,6 @@ def relative_suite_orders(root, picked: pd.DataFrame, n_pairs: int = 256, *,
     (``suite_findings.order_row``). Descriptive rows, its own table (notebook 02b, section 7).
 
     Paper: none; Takeaway 3 makes its claim for plasticity (Fig. 2, Table 1)."""
-    from vitplast import paper
-    from vitplast.experiments.task_measures import component_plasticity
-    from vitplast.measure.components import COMPONENTS
-    from vitplast.report.suite_findings import accuracy, order_row
-
     tasks, rows = list(picked["task"].unique()), []
     for protocol in RELATIVE_SUITE:
         rel = component_plasticity(root, tasks, n_pairs, protocol, quantity="relative",
@@ -294,11 +292,11 @@ def relative_suite_orders(root, picked: pd.DataFrame, n_pairs: int = 256, *,
         wide = rel.pivot(index="task", columns="component", values="relative_plasticity")
         rows.append(order_row(f"relative plasticity before finetuning, {protocol} protocol, "
                               "mean over blocks", wide[list(COMPONENTS)],
-                              paper.PLASTICITY_ORDER, "plasticity: " + SOURCES["fig2"]))
+                              PLASTICITY_ORDER, "plasticity: " + SOURCES["fig2"]))
     acc = accuracy(picked)
     rows.append(order_row("gain over head-only (test points)",
                           acc[list(COMPONENTS)].sub(acc["head"], axis=0),
-                          paper.FINETUNING_ORDER, "Table 1 average (ViT-B/16)"))
+                          FINETUNING_ORDER, "Table 1 average (ViT-B/16)"))
     return table(rows)
 
 

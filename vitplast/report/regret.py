@@ -1,5 +1,5 @@
-"""Regret: the ``advise`` rules scored against the validation oracle, as a table and as
-findings rows, and their fragility under the residual-stream gauge.
+"""Regret: the rules of ``vitplast.experiments.advise`` scored against the validation oracle,
+as a table and as findings rows, and their fragility under the residual-stream gauge.
 
 The oracle (``oracle`` from a study's runs, ``oracle_of`` from a searched study's chosen runs)
 is the component with the best (seed-mean) validation accuracy at its chosen LR; a rule's
@@ -22,8 +22,13 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+from scipy import stats
 
-from vitplast.report.advise import CANDIDATES, PLASTICITY_RULES, RULES
+from vitplast import models
+from vitplast.experiments import studies
+from vitplast.experiments.advise import PLASTICITY_RULES, RULES, candidates, rank_tasks
+from vitplast.experiments.lr_selection import select_lr
+from vitplast.report.finetuning_tables import main_table
 from vitplast.stats.verdicts import ALPHA, descriptive, mean_test, paired_test
 from vitplast.stats.verdicts import table as findings_table
 
@@ -40,10 +45,7 @@ def oracle(runs: pd.DataFrame, on: str = "val") -> pd.DataFrame:
     """Per task and candidate of a finetuning study's ``runs``: ``val`` (the seed-mean
     validation accuracy its LR was chosen on, %) and ``test`` (seed-mean test accuracy at that
     LR, %); ``best`` marks the oracle's choice, the best ``val`` per task (ties all marked)."""
-    from vitplast.experiments.lr_selection import select_lr
-    from vitplast.report.finetuning_tables import main_table
-
-    runs = runs[runs["config"].isin(CANDIDATES)]
+    runs = runs[runs["config"].isin(candidates())]
     chosen, main = select_lr(runs, on), main_table(runs, on)
     out = chosen[["task", "config", "selection_score"]].merge(
         main[["task", "config", "test_acc_mean"]], on=["task", "config"])
@@ -54,7 +56,7 @@ def oracle(runs: pd.DataFrame, on: str = "val") -> pd.DataFrame:
 def oracle_of(picked: pd.DataFrame) -> pd.DataFrame:
     """``oracle`` from a searched study's ``load`` (one seed: ``val_acc`` and
     ``test_acc`` in % at each configuration's chosen LR)."""
-    out = picked[picked["config"].isin(CANDIDATES)][["task", "config", "val_acc", "test_acc"]]
+    out = picked[picked["config"].isin(candidates())][["task", "config", "val_acc", "test_acc"]]
     return _mark(out.rename(columns={"val_acc": "val", "test_acc": "test"}))
 
 
@@ -64,10 +66,10 @@ def _mark(o: pd.DataFrame) -> pd.DataFrame:
 
 
 def regret(advice: pd.DataFrame, o: pd.DataFrame) -> pd.DataFrame:
-    """Per task x rule of ``advice`` (``advise.rank`` rows) on the tasks of the oracle ``o``:
-    the rule's first choice (``pick``), the oracle's (tied ones joined by "/"), ``regret``
-    (points), ``hit`` and ``seconds``; and a ``RANDOM`` row per task, its regret the mean
-    over the five candidates, its hit rate the chance of drawing a best one."""
+    """Per task x rule of ``advice`` (``experiments.advise.rank`` rows) on the tasks of the
+    oracle ``o``: the rule's first choice (``pick``), the oracle's (tied ones joined by "/"),
+    ``regret`` (points), ``hit`` and ``seconds``; and a ``RANDOM`` row per task, its regret the
+    mean over the five candidates, its hit rate the chance of drawing a best one."""
     test = o.set_index(["task", "config"])["test"]
     best = o[o["best"]].groupby("task").agg(oracle=("config", "/".join), test=("test", "mean"),
                                             ties=("config", list))
@@ -77,14 +79,12 @@ def regret(advice: pd.DataFrame, o: pd.DataFrame) -> pd.DataFrame:
                  hit=float(r.config in best.at[r.task, "ties"]), seconds=r.seconds)
             for r in first.itertuples()]
     rows += [dict(task=task, rule=RANDOM, pick="(any)", oracle=b["oracle"],
-                  regret=b["test"] - test[task].mean(), hit=len(b["ties"]) / len(CANDIDATES),
+                  regret=b["test"] - test[task].mean(), hit=len(b["ties"]) / len(candidates()),
                   seconds=0.0) for task, b in best.iterrows()]
     return pd.DataFrame(rows)
 
 
 def _ci(v: pd.Series) -> float:
-    from scipy import stats
-
     return (stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
             if len(v) > 1 else math.nan)
 
@@ -134,12 +134,13 @@ def findings(per_task: pd.DataFrame) -> pd.DataFrame:
 def _chance_row(hit: pd.Series) -> dict:
     """Why a random pick's hit rate is not 1 / 5: on a task where k candidates tie for the
     oracle's best validation accuracy, a random pick hits with chance k / 5."""
-    tied = int((hit > 1 / len(CANDIDATES) + 1e-12).sum())
+    n = len(candidates())
+    tied = int((hit > 1 / n + 1e-12).sum())
     return descriptive(
         "top-1 hit rate of a random pick", 100 * float(hit.mean()), paper="not in the paper",
         n=len(hit), unit="% of tasks, mean chance over tasks",
-        verdict=(f"1 / {len(CANDIDATES)} on a task with one best component, k / "
-                 f"{len(CANDIDATES)} where k tie for the best on validation: {tied} of "
+        verdict=(f"1 / {n} on a task with one best component, k / "
+                 f"{n} where k tie for the best on validation: {tied} of "
                  f"{len(hit)} tasks have a tie" + (", so it is above 20%" if tied else "")))
 
 
@@ -218,12 +219,8 @@ def fragility(changes: pd.DataFrame) -> pd.DataFrame:
 
 def on_study(study: str = "suite", root=None) -> pd.DataFrame:
     """``regret`` of every rule on a searched ``study``'s complete tasks (default the suite's
-    33), from the rankings stored beside its runs (``advise.rank_tasks``; computed where
-    missing) and its chosen runs (``SearchedStudy.load``): no new finetuning."""
-    from vitplast import models
-    from vitplast.experiments import studies
-    from vitplast.report.advise import rank_tasks
-
+    33), from the rankings stored beside its runs (``experiments.advise.rank_tasks``; computed
+    where missing) and its chosen runs (``SearchedStudy.load``): no new finetuning."""
     s = studies.get(study)
     root = root or models.results_root(study)
     o = oracle_of(s.load(root).runs)
@@ -233,10 +230,6 @@ def on_study(study: str = "suite", root=None) -> pd.DataFrame:
 def under_gauge(study: str = "gauge", plain: str = "suite") -> pd.DataFrame:
     """``pick_changes`` on the cross-gauge study's tasks: the rankings at c = 1 kept beside the
     ``plain`` study (the same model and tasks) and those at the study's c kept beside it."""
-    from vitplast import models
-    from vitplast.experiments import studies
-    from vitplast.report.advise import rank_tasks
-
     spec = studies.get(study).spec
     c = next(v["ablation"]["c"] for v in spec.configs.values() if isinstance(v, dict))
     def ranked(name: str, **kw) -> pd.DataFrame:

@@ -1,6 +1,8 @@
 """Notebook 02b's rows on the residual stream's scale: the ranking under the gauge and with the
-embedding rescaled (``stream.gauge_rankings``, ``stream.embedding_scale_rankings``), and short
-finetuning runs of a gauged network beside the original (``invariance.finetuning_invariance``).
+embedding rescaled (``stream.gauge_rankings``, ``stream.embedding_scale_rankings``), short
+finetuning runs of a gauged network beside the original (``invariance.finetuning_invariance``),
+and the ranking of a network another pretraining recipe made (``recipes.recipe_rankings``:
+training, not a gauge, sets the scale).
 
 Paper: Takeaway 2 (the order of Fig. 2) and Takeaway 3's configurations.
 """
@@ -123,3 +125,22 @@ def invariance_findings(inv: pd.DataFrame, tol: float = 5e-3) -> list[dict]:
 def findings_table(found: pd.DataFrame, rows: list[dict]) -> pd.DataFrame:
     """A notebook's findings table with ``rows`` added: one table, Holm over all its tests."""
     return table(found.to_dict("records") + rows)
+
+
+def recipe_findings(ranked: pd.DataFrame) -> list[dict]:
+    """One descriptive row per protocol of ``recipes.recipe_rankings``: each recipe's order of
+    plasticity (mean over tasks) and its Spearman correlation with the paper's Fig. 2 (mean
+    over tasks). Used by notebook 02b. Paper: Takeaway 2, Fig. 2."""
+    text = orders(ranked, by="recipe")["order"]
+    rows = []
+    for protocol, g in ranked.groupby("protocol", sort=False):
+        recipes = list(dict.fromkeys(g["recipe"]))
+        rho = {r: float(spearman_fig2(g[g["recipe"] == r]).mean()) for r in recipes}
+        rows.append(descriptive(
+            f"order of plasticity by pretraining recipe ({protocol} protocol)",
+            "; ".join(f"{r}: {text[(protocol, r)]}" for r in recipes),
+            paper="Fig. 2: " + " > ".join(PLASTICITY_ORDER),
+            verdict="Spearman with Fig. 2, mean over tasks: "
+                    + ", ".join(f"{r} {rho[r]:+.2f}" for r in recipes),
+            n=g["task"].nunique(), unit="(orders of task means), over tasks"))
+    return rows

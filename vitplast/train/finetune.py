@@ -167,7 +167,7 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
 
 
 def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], *,
-        desc: str) -> list[TrainResult]:
+        desc: str, batches=None, schedule=lr_at) -> list[TrainResult]:
     """``train``'s run, of one model or of K copies at once: the one setup, loop and test.
 
     Args:
@@ -178,6 +178,10 @@ def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], 
         args: ``train``'s keyword arguments (``lr`` is not read).
         lrs: peak learning rates, one run each (one for ``trainees.Single``).
         desc: the progress bar's label.
+        batches: the training batches, an iterator of (images, labels) giving at least
+            ``steps x accum_steps`` (None: ``train_set`` shuffled, ``passes._batches``).
+        schedule: the LR at a step, ``f(step, *, lr, steps, warmup_steps)`` (``lr_at``:
+            warm-up, then cosine decay).
 
     Returns:
         One ``TrainResult`` per LR, in order (``seconds``: the loop's time over the runs).
@@ -210,7 +214,7 @@ def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], 
                 r.initial_val_loss, r.initial_val_acc = loss, acc
         start = time.perf_counter()
         _loop(step, results, train_set, val, generator=generator, device=device, args=args,
-              lrs=lrs, desc=desc)
+              lrs=lrs, desc=desc, batches=batches, schedule=schedule)
         for r in results:
             r.seconds = (time.perf_counter() - start) / len(lrs)
         _finish(step.trainee, results, test_set, device=device, keep_best=args["keep_best"])
@@ -255,15 +259,16 @@ class _Step:
 
 
 def _loop(step: _Step, results: list[TrainResult], train_set, val, *, generator, device,
-          args, lrs, desc) -> None:
+          args, lrs, desc, batches, schedule) -> None:
     """The steps of K runs: history rows into ``results``, best weights kept by the
     trainee. A run that diverges stops alone; the loop ends when every run has."""
     from tqdm.auto import tqdm
 
     trainee, steps = step.trainee, args["steps"]
-    batches = _batches(train_set, args["batch_size"] // args["accum_steps"], generator,
-                       args["workers"], device)
-    schedules = [functools.partial(lr_at, lr=lr, steps=steps,
+    if batches is None:
+        batches = _batches(train_set, args["batch_size"] // args["accum_steps"], generator,
+                           args["workers"], device)
+    schedules = [functools.partial(schedule, lr=lr, steps=steps,
                                    warmup_steps=args["warmup_steps"]) for lr in lrs]
     # (step, losses, diverged?) of the steps since the last host sync, kept on the device: the
     # divergence check of every step is exact, read at logging and evaluation steps and the end

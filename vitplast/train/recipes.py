@@ -1,15 +1,15 @@
 """Another pretraining recipe: what training, not a gauge, does to the plasticity ranking.
 
-Paper: Takeaway 2 (its order, Fig. 2). The residual-stream gauge (``vitplast.measure.gauge``) shows
-    that
-the ranking rests on a scale the architecture leaves free; which scale a network ends up with is
-set by its pretraining (initialisation, weight decay, learning rate). ``vitplast pretrain --out
-FOLDER --weight-decay W --stages ...`` pretrains the same architecture by another recipe (the
-kit ships one as package data, ``vitplast/checkpoints/pretrain_no_weight_decay``: no weight
-decay; ``models.load_pretrained("pretrain_no_weight_decay")``); ``recipe_rankings`` measures its
-ranking beside the embedded model's, ``recipe_statistics`` the statistics that
-set it (``stream.model_statistics``), and ``recipe_findings`` states both orders
-against the paper's Fig. 2. Not the same function as the embedded model: another network.
+Paper: Takeaway 2 (its order, Fig. 2). The residual-stream gauge (``vitplast.measure.gauge``)
+shows that the ranking rests on a scale the architecture leaves free; which scale a network
+ends up with is set by its pretraining (initialisation, weight decay, learning rate).
+``vitplast pretrain --out FOLDER --weight-decay W --stages ...`` pretrains the same architecture
+by another recipe (the kit ships one as package data,
+``vitplast/checkpoints/pretrain_no_weight_decay``: no weight decay;
+``models.load_pretrained("pretrain_no_weight_decay")``); ``recipe_rankings`` measures its
+ranking beside the embedded model's and ``recipe_statistics`` the statistics that set it
+(``stream.model_statistics``); ``vitplast.report.scale_findings.recipe_findings`` states both
+orders against the paper's Fig. 2. Not the same function as the embedded model: another network.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import torch
 
-from vitplast import cached
+from vitplast import cached, models
+from vitplast.measure import empirical
 from vitplast.measure.empirical import SOURCE
-from vitplast.measure.stream import changed_rankings, orders, spearman_fig2
-from vitplast.stats.verdicts import descriptive
+from vitplast.measure.stream import changed_rankings, model_statistics, token_images
 
 
 def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source: str = SOURCE,
@@ -32,7 +33,6 @@ def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source:
     protocol (load-or-compute; with ``root``, kept beside a study there:
     ``cached.kept_table``): ``plasticity.ranking`` with a ``recipe`` column ("shipped", or the
     folder's name)."""
-    from vitplast import models
     folder = Path(folder)
     final = json.loads((folder / "checkpoints.json").read_text())["checkpoints"]["final"]
     key = dict(folder=folder.name, sha256=final["sha256"], tasks=list(tasks),
@@ -53,12 +53,6 @@ def recipe_statistics(folder, task: str, *, source: str = SOURCE, data_root: str
     """``stream.model_statistics`` of the embedded model and of the folder's model on the same
     images (both images of ``n_pairs`` pairs of ``task``), averaged over layers: one row per
     recipe ("shipped", or the folder's name)."""
-    import torch
-
-    from vitplast import models
-    from vitplast.measure import empirical
-    from vitplast.measure.stream import model_statistics, token_images
-
     folder = Path(folder)
     nets = {"shipped": models.load_model(), folder.name: models.load_pretrained(folder)}
     pairs = empirical.task_pairs(task, source, n_pairs=n_pairs, model=nets["shipped"],
@@ -67,23 +61,3 @@ def recipe_statistics(folder, task: str, *, source: str = SOURCE, data_root: str
     return pd.DataFrame({name: model_statistics(net, images, token_images(
         net, task=source or task, data_root=data_root)).drop(columns="layer").mean()
                          for name, net in nets.items()}).T.rename_axis("recipe")
-
-
-def recipe_findings(ranked: pd.DataFrame) -> list[dict]:
-    """One descriptive row per protocol: each recipe's order of plasticity (mean over tasks)
-    and its Spearman correlation with the paper's Fig. 2 (mean over tasks)."""
-    from vitplast.paper import PLASTICITY_ORDER
-
-    text = orders(ranked, by="recipe")["order"]
-    rows = []
-    for protocol, g in ranked.groupby("protocol", sort=False):
-        recipes = list(dict.fromkeys(g["recipe"]))
-        rho = {r: float(spearman_fig2(g[g["recipe"] == r]).mean()) for r in recipes}
-        rows.append(descriptive(
-            f"order of plasticity by pretraining recipe ({protocol} protocol)",
-            "; ".join(f"{r}: {text[(protocol, r)]}" for r in recipes),
-            paper="Fig. 2: " + " > ".join(PLASTICITY_ORDER),
-            verdict="Spearman with Fig. 2, mean over tasks: "
-                    + ", ".join(f"{r} {rho[r]:+.2f}" for r in recipes),
-            n=g["task"].nunique(), unit="(orders of task means), over tasks"))
-    return rows
