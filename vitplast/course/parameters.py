@@ -187,12 +187,13 @@ def kept_folder(measured_dir: str, model_name: str = models.EMBEDDED_NAME) -> Pa
                  if p.is_dir()), None)
 
 
-def setup(notebook: str, namespace: dict) -> weights.ModelSpec | None:
+def setup(notebook: str, namespace: dict) -> str | weights.ModelSpec | None:
     """A notebook's first code cell: check and coerce its parameters in ``namespace`` (its
     globals, as papermill or the kit left them), check the tasks they name, and stop before
-    anything is computed when a shipped store it reads is missing; return its model: its
-    ``model_name`` with its ``weights_file`` and ``model_args`` (``models.model_spec``), which
-    the notebook passes wherever the model is loaded (None: a notebook without ``model_name``).
+    anything is computed when a shipped store it reads is missing; return its model, one value
+    the notebook passes wherever the model is loaded (``models.model_spec``): its
+    ``model_name`` with its ``weights_file`` and ``model_args`` as a ``weights.ModelSpec``, or
+    the name alone when it has neither (None: a notebook without ``model_name``).
 
     Raises:
         ValueError: a parameter of another type (naming it), an unknown task, ``model_args``

@@ -106,26 +106,26 @@ def make_run(task: str, config: str | list[str] = _D["config"], *, lr: float,
             dataset's is checked where its data is read: ``runner.run_one``, a sweep). The
             messages are those ``runner.run_one`` and ``sweep.run_sweep`` give.
     """
-    from vitplast import models
+    from vitplast import models, weights
     from vitplast.datasets import paper_datasets, tasks
     from vitplast.measure import components
     from vitplast.train import finetune
-    from vitplast.weights import ModelSpec
 
     if recipe not in finetune.RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; valid: {list(finetune.RECIPES)}")
     if isinstance(config, str) and config not in components.CONFIGS:
         raise ValueError(f"unknown configuration {config!r}; valid: {list(components.CONFIGS)} "
                          "or a list of parameter-name patterns")
-    out = {"kind": KIND, "model": model or models.EMBEDDED_NAME, "checkpoint": checkpoint,
+    model = model or models.EMBEDDED_NAME
+    out = {"kind": KIND, "model": weights.name_of(model), "checkpoint": checkpoint,
            "pretrained": pretrained, "task": task, "severity": severity,
            "train_size": train_size, "test_size": test_size, "data_seed": data_seed,
            **TRAIN_DEFAULTS, **finetune.RECIPES[recipe]}
     if recipe == "paper" and task in paper_datasets.PAPER_STEPS:
         out["steps"] = paper_datasets.PAPER_STEPS[task]
-    if isinstance(model, ModelSpec):  # its weights and architecture, which its name drops
-        out.update({k: v for k, v in (("weights_file", str(model.weights_file or "")),
-                                      ("model_kwargs", model.model_args)) if v})
+    own = weights.own(model)  # a ModelSpec's weights and architecture: run keys of their own
+    out.update({k: v for k, v in (("weights_file", str(own["weights_file"] or "")),
+                                  ("model_kwargs", own["model_args"])) if v})
     out.update(config=config, lr=lr, seed=seed, **settings)
     if out["clip_grad_norm"] is None:  # no clipping, spelled as the stores spell it (0.0)
         out["clip_grad_norm"] = 0.0
