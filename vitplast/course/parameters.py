@@ -24,7 +24,8 @@ import os
 from pathlib import Path
 
 from vitplast import models, weights
-from vitplast.experiments import studies
+from vitplast.datasets import tasks
+from vitplast.experiments import archive, studies
 
 #: The notebooks' folder (package data): the parameters cells ``setup`` reads.
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
@@ -126,8 +127,6 @@ def check(notebook: str, params: dict, kinds: dict[str, tuple]) -> dict:
 def check_task_names(notebook: str, params: dict) -> None:
     """Every task a notebook's parameters name is a task (``tasks.source``: "unknown task",
     naming the valid ones)."""
-    from vitplast.datasets import tasks
-
     for key in TASK_PARAMETERS:
         value = params.get(key)
         for name in value if isinstance(value, list) else [value] if value else []:
@@ -140,8 +139,6 @@ def check_task_names(notebook: str, params: dict) -> None:
 def shipped_stores() -> list[str]:
     """The folders ``VITPLAST_DATA`` holds for an installed copy: the store of every shipped
     study of the registry (``Study.shipped``), in registry order."""
-    from vitplast.experiments import archive
-
     return list(archive.shipped_stores())
 
 

@@ -27,6 +27,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING
 
+from vitplast import schema
 from vitplast.train.keys import KEY, KEYS
 
 if TYPE_CHECKING:  # weights imports torch, which listing a study never needs
@@ -149,7 +150,6 @@ def check_run(run: dict) -> dict:
         ValueError: naming each key that fails, its value and what is valid; or an unknown
             task, naming the valid ones.
     """
-    from vitplast import schema
     from vitplast.datasets import tasks
 
     checked = schema.check("run", run, "a run's settings")
