@@ -3,12 +3,14 @@ memory on CUDA (one DataLoader per split, the batches of a loader per epoch:
 ``test_passes.py``), and ``--workers`` / ``--accum-steps`` / ``--eval-every`` from the command line
 (runtime keys outside run hashes; the evaluation period inside, as it changes the run)."""
 
+import signal
+
 import pytest
 import torch
 from helpers import tiny_vit, toy_task, with_spec
 
 from vitplast.__main__ import main
-from vitplast.experiments import runner, runs, sweep
+from vitplast.experiments import runner, runs, runtime, sweep
 from vitplast.train import finetune, passes
 
 
@@ -24,13 +26,27 @@ def test_loaders_keep_their_workers_and_pin_memory_on_cuda():
 
 
 def test_a_slurm_job_reads_with_its_cpus_but_one(monkeypatch):
+    """One function works the workers out (``runtime.workers``) from the cores that one
+    function reads (``runtime.slurm_cpus``): a run that names none, the ``vitplast sweep`` of a
+    submitit array (below) and a job's torch threads (``sweep.run_pack``) read them."""
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
-    assert runner.default_workers() == 0
-    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
-    assert runner.default_workers() == 7
+    assert runtime.slurm_cpus() is None and runtime.slurm_cpus(4) == 4
+    assert runtime.workers() is None and runtime.workers(3, 8) == 3
+    assert runtime.workers(cpus=1) == 0 and runtime.workers(cpus=4) == 3
     run = runs.make_run("digits", "head", lr=0.1, pretrained=False, steps=1)
+    assert runner.build(run, torch.device("cpu"))[2]["workers"] == 0
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
+    assert runtime.slurm_cpus() == 8 and runtime.slurm_cpus(2) == 2
     assert runner.build(run, torch.device("cpu"))[2]["workers"] == 7
     assert runner.build({**run, "workers": 2}, torch.device("cpu"))[2]["workers"] == 2
+    threads = torch.get_num_threads()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR2, signal.SIGTERM)}
+    try:  # a job of no runs: its torch threads set, its signal handlers installed
+        assert sweep.run_pack([], None, "cpu") == [] and torch.get_num_threads() == 8
+    finally:
+        torch.set_num_threads(threads)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from vitplast import hub, models
+from vitplast import hub, models, weights
 from vitplast.datasets import data
 from vitplast.train import passes
 
@@ -172,7 +172,11 @@ def test_a_model_spec_carries_its_weights_to_every_load(tmp_path):
     path = tmp_path / "w.safetensors"
     save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(path))
     spec = models.model_spec("test_vit", path, {"img_size": 32, "patch_size": 8})
-    assert spec == "test_vit" and json.dumps({"model": spec}) == '{"model": "test_vit"}'
+    assert isinstance(spec, weights.ModelSpec) and not isinstance(spec, str)  # one typed value
+    assert (spec.name, spec.weights_file, dict(spec.model_args)) == (
+        "test_vit", path, {"img_size": 32, "patch_size": 8})
+    assert spec != "test_vit" and weights.name_of(spec) == str(spec) == "test_vit"
+    assert json.dumps({"model": spec}, default=str) == '{"model": "test_vit"}'  # a cache key's
     model = models.load_model(spec)  # no hub access: the local file, its architecture
     assert torch.equal(model.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight)
     assert model.patch_embed.img_size == (32, 32)
@@ -184,13 +188,16 @@ def test_a_model_spec_carries_its_weights_to_every_load(tmp_path):
     assert models.load_model("test_vit", pretrained=False).patch_embed.img_size == (160, 160)
     for same in (pickle.loads(pickle.dumps(spec)), copy.deepcopy(spec)):
         assert (same, same.weights_file, same.model_args) == (spec, path, spec.model_args)
-    with pytest.raises(AttributeError, match="immutable"):
+        assert hash(same) == hash(spec)
+    with pytest.raises(AttributeError):  # frozen
         spec.weights_file = None
-    spec.model_args["img_size"] = 64  # a copy: the spec keeps its own
+    with pytest.raises(TypeError):  # read-only
+        spec.model_args["img_size"] = 64
+    weights.own(spec)["model_args"]["img_size"] = 64  # a copy: the spec keeps its own
     assert spec.model_args == {"img_size": 32, "patch_size": 8}
     assert models.weights_id(spec) != models.weights_id("test_vit") == "test_vit"
-    plain = models.model_spec("test_vit", "", {})  # empty: the name's own weights
-    assert models.weights_id(plain) == "test_vit" and plain.weights_file is None
+    plain = models.model_spec("test_vit", "", {})  # empty: the name itself
+    assert plain == "test_vit" and models.weights_id(plain) == "test_vit"
     with pytest.raises(ValueError, match="ship with vitplast"):
         models.model_spec("vitplast_fmnist", path)
     with pytest.raises(ValueError, match="model_args was given for 'vitplast_fmnist'"):

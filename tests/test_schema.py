@@ -38,12 +38,14 @@ def test_every_document_is_draft_2020_12_and_names_its_kind():
 
 def test_the_schemas_are_in_step_with_the_code():
     """Keys, choices and statuses are written in the documents; each matches its home here."""
-    run = schema.document("run")
+    run = schema.document("run")  # generated from keys.KEYS: tests/train/test_keys.py
     assert list(run["properties"]) == [*runs.RUN_KEYS, *runs.RUNTIME_KEYS]
     assert run["properties"]["optimizer"]["enum"] == list(preflight.OPTIMIZERS)
     assert run["properties"]["precision"]["enum"] == [*PRECISIONS, None]
-    flags = runtime.schema_properties()  # the runtime's flags, declared once (runtime.FLAGS)
-    assert {k: run["properties"][k] for k in flags} == flags
+    for flag in (f for f in runtime.FLAGS if f.run):  # a run key's flag: its key's range
+        assert flag.minimum == run["properties"][flag.name].get("minimum")
+        assert list(flag.choices) == [c for c in run["properties"][flag.name].get("enum", [])
+                                      if c is not None]
     assert set(run["required"]) == set(RUN) - {"lr_scales", "prepare", "ablation"}
     assert schema.document("plasticity")["$defs"]["component"]["enum"] == list(COMPONENTS)
     assert schema.document("record")["properties"]["status"]["enum"] == list(store.STATUSES)

@@ -183,12 +183,15 @@ def _sweep(args, parser, argv) -> int:
 
 def _sweep_with(args, parser, argv, study, kwargs, early) -> int:
     """``_sweep`` once its cluster jobs, if any, are waiting (``jobs.prestart``)."""
-    from vitplast.experiments.runtime import FLAGS, Executor, Runtime
+    from vitplast.experiments.runtime import FLAGS, Executor, Runtime, workers
 
     _check_sweep_args(args, parser)
+    # a submitit array's jobs have --cpus-per-task each; else a SLURM job reads its own cores
+    # when a run trains (runner.build)
+    cpus = args.cpus_per_task if args.executor == "submitit" else None
     try:  # also with --status, so that no bad option passes unnoticed
         runtime = Runtime(**{**{f.name: getattr(args, f.name) for f in FLAGS if f.cli},
-                             "workers": _workers(args)})
+                             "workers": workers(args.workers, cpus)})
         study.check(runtime)
     except ValueError as err:
         parser.error(f"--study {args.study}: {err}")
@@ -237,17 +240,6 @@ def _log(root: str, command: str, start: float, device):
         for number, handler in previous:
             signal.signal(number, handler)
     return summary
-
-
-def _workers(args) -> int | None:
-    """``--workers``, else cpus-per-task - 1 of a submitit job array that sets it (the job
-    process itself keeps one core); else None (a SLURM job reads its own allocation:
-    ``runner.default_workers``)."""
-    if args.workers is not None:
-        return args.workers
-    if args.executor == "submitit" and args.cpus_per_task:
-        return max(args.cpus_per_task - 1, 0)
-    return None
 
 
 def _check_sweep_args(args, parser) -> None:

@@ -217,16 +217,16 @@ def new_head(model: VisionTransformer, num_classes: int, *, seed: int) -> Vision
 
 
 def model_spec(name: str, weights_file: str | Path | None = "",
-               model_args: dict | None = None) -> weights.ModelSpec:
+               model_args: dict | None = None) -> str | weights.ModelSpec:
     """``name`` with the weights file and architecture it loads with, checked: a
-    ``weights.ModelSpec``, a value that reads as ``name``. ``load_model(spec)`` reads its
-    weights from ``weights_file`` and builds the architecture with ``model_args`` (timm keyword
-    arguments, e.g. ``img_size=32, patch_size=4``); an explicit argument still wins,
-    ``pretrained=False`` still gives a random init (in that architecture). Empty values: the
-    name's own weights and architecture.
+    ``weights.ModelSpec`` (one typed value), or ``name`` itself when both are empty (the name's
+    own weights and architecture). ``load_model(spec)`` reads its weights from
+    ``weights_file`` and builds the architecture with ``model_args`` (timm keyword arguments,
+    e.g. ``img_size=32, patch_size=4``); an explicit argument still wins, ``pretrained=False``
+    still gives a random init (in that architecture).
 
     The notebooks' ``weights_file`` and ``model_args`` parameters: their setup cell
-    (``course.parameters.setup``) returns this spec and passes it as the model name to every
+    (``course.parameters.setup``) returns this value and passes it as the model to every
     function that loads the model (e.g. ``empirical.plasticity_study(spec, ...)``), so that
     each loads your model, not timm's default or the hub's.
 
@@ -247,6 +247,8 @@ def model_spec(name: str, weights_file: str | Path | None = "",
         check_name(name)
     if weights_file and not Path(weights_file).is_file():
         raise FileNotFoundError(f"weights_file {weights_file} does not exist")
+    if not weights_file and not model_args:
+        return name
     return weights.ModelSpec(name, weights_file, model_args)
 
 
@@ -277,9 +279,10 @@ def _hub_error(name: str, err: Exception | None) -> RuntimeError:
         f"init, or the embedded model {EMBEDDED_NAME!r}.")
 
 
-def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint: str = "final",
-               weights_file: str | Path | None = None, num_classes: int | None = None,
-               device: str | torch.device | None = None, **timm_kwargs) -> VisionTransformer:
+def load_model(name: str | weights.ModelSpec = EMBEDDED_NAME, *, pretrained: bool = True,
+               checkpoint: str = "final", weights_file: str | Path | None = None,
+               num_classes: int | None = None, device: str | torch.device | None = None,
+               **timm_kwargs) -> VisionTransformer:
     """Load a ViT by name, in eval mode.
 
     Args:
@@ -310,7 +313,7 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
         RuntimeError: hub weights requested but unreachable (with what to do instead).
     Warns: a weights file whose saved head has another class count than asked (a new head).
     """
-    own, name = weights.own(name), str(name)
+    own, name = weights.own(name), weights.name_of(name)
     weights_file = weights_file or (own["weights_file"] if pretrained else None)
     timm_kwargs = {**own["model_args"], **timm_kwargs}
     if name in fetched.FETCHED and pretrained and weights_file is None:  # `vitplast weights get`
@@ -358,8 +361,8 @@ def load_model(name: str = EMBEDDED_NAME, *, pretrained: bool = True, checkpoint
     return model.to(pick_device(device)).eval()
 
 
-def weights_id(model_name: str, checkpoints=("final",)) -> str:
-    """What a measurement of ``model_name`` depends on of its weights, for the key of a table
+def weights_id(model: str | weights.ModelSpec, checkpoints=("final",)) -> str:
+    """What a measurement of ``model`` depends on of its weights, for the key of a table
     kept beside a study (``cached.kept_table``): the sha256 of each of the embedded model's
     ``checkpoints`` (its manifest's, which ``load_model`` verifies), else the name
     (a timm model's weights are its name's), with the ``weights_file`` and ``model_args`` it
@@ -367,10 +370,10 @@ def weights_id(model_name: str, checkpoints=("final",)) -> str:
     own model never reads the tables of another; a weights file changed in place under its
     name is not noticed).
     """
+    own, model_name = weights.own(model), weights.name_of(model)
     if model_name in fetched.FETCHED:
         return fetched.manifest(model_name)["sha256"]
     if model_name != EMBEDDED_NAME:
-        own, model_name = weights.own(model_name), str(model_name)
         if not own["weights_file"] and not own["model_args"]:
             return model_name
         return json.dumps(dict(model_name=model_name, model_args=own["model_args"],

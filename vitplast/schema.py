@@ -24,7 +24,9 @@ integers are ints (``fastjsonschema`` would take 1.0) and a value that is not pl
 a tuple, a key that is not a string) is left to the reference (``tests/test_schema.py``
 compares the two on shipped files of every kind and on damaged copies of them).
 
-A new kind is one document in ``vitplast/schemas/`` (its stem is its kind); a new companion
+The ``run`` document is generated from the table of a run's keys (``vitplast.train.keys``:
+``python -m vitplast.train.keys`` rewrites it; a test holds it current), the others are written
+by hand. A new kind is one document in ``vitplast/schemas/`` (its stem is its kind); a new companion
 kind of a store is that plus one line of ``cached.COMPANIONS`` (and, in its tests, a valid
 example and three damages: ``tests/experiments/test_store.py``).
 """

@@ -10,9 +10,10 @@ asked is loaded, and a head replaced by a new one is announced (classes saved vs
 that does not load at all is explained by the keys whose shapes differ.
 
 A ``ModelSpec`` is a model name with the weights file and timm keyword arguments
-(``model_args``) it loads with: a value a notebook's setup returns (``models.model_spec``) and
-passes wherever a model is loaded by name (``own`` reads them); ``check_model_args`` checks such
-a dict; ``check_timm_name`` checks a name with timm's own parser before anything is built.
+(``model_args``) it loads with, one typed value: what a notebook's setup returns for one's own
+weights (``models.model_spec``) and passes wherever a model is loaded (``name_of`` and ``own``
+read it); ``check_model_args`` checks such a dict; ``check_timm_name`` checks a name with
+timm's own parser before anything is built.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import difflib
 import json
 import math
 import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 import torch
 
@@ -38,46 +42,53 @@ def check_model_args(model_args) -> dict:
     return dict(model_args)
 
 
-class ModelSpec(str):
+@dataclass(frozen=True, eq=True)
+class ModelSpec:
     """A model name with the ``weights_file`` (a path or None) and ``model_args`` (timm keyword
-    arguments, a dict, maybe empty) it loads with: what a notebook's setup returns
-    (``models.model_spec`` checks it) and passes wherever its model is loaded by name, e.g.
-    ``models.load_model(spec)``, ``models.weights_id(spec)`` or the ``model_name`` of
-    ``measure.empirical.plasticity_study``.
+    arguments, read-only) it loads with, as one value: what a notebook's setup returns for
+    one's own weights (``models.model_spec`` checks it) and passes wherever its model is
+    loaded, e.g. ``models.load_model(spec)``, ``models.weights_id(spec)`` or the model of
+    ``measure.empirical.plasticity_study``. A function that takes one takes ``str | ModelSpec``
+    (``name_of`` gives the name, ``own`` the rest).
 
-    It reads as its name, in tables, cache keys and ``spec == "vitplast_fmnist"``, so a
-    function that takes a name takes a spec as it is; two specs of one name compare equal
-    (``models.weights_id`` tells their weights apart). Immutable, as its name is.
+    It is no string: ``spec == "vit_tiny_patch16_224"`` is False. ``str(spec)`` is its name,
+    which is what a table's ``model`` column and the JSON of a cache key write
+    (``models.weights_id`` tells the weights of two specs of one name apart). Immutable.
     """
 
-    def __new__(cls, name: str, weights_file: str | Path | None = None,
-                model_args: dict | None = None) -> ModelSpec:
-        spec = super().__new__(cls, name)
-        vars(spec).update(weights_file=Path(weights_file) if weights_file else None,
-                          _model_args=tuple(check_model_args(model_args).items()))
-        return spec
+    name: str
+    weights_file: Path | None = None
+    model_args: Mapping = field(default_factory=dict)
 
-    @property
-    def model_args(self) -> dict:
-        """The timm keyword arguments of the architecture (a new dict each time)."""
-        return dict(self._model_args)
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"a ModelSpec's name takes a model name (a non-empty string), got "
+                             f"{self.name!r}")
+        object.__setattr__(self, "weights_file",
+                           Path(self.weights_file) if self.weights_file else None)
+        object.__setattr__(self, "model_args",
+                           MappingProxyType(check_model_args(self.model_args)))
 
-    def __setattr__(self, name, value):
-        raise AttributeError(f"a ModelSpec is immutable: make another (models.model_spec), not "
-                             f"{name}={value!r}")
+    def __str__(self) -> str:
+        return self.name
 
-    def __delattr__(self, name):
-        raise AttributeError(f"a ModelSpec is immutable: {name} stays")
+    def __hash__(self) -> int:  # model_args may hold unhashable values (lists)
+        return hash((self.name, self.weights_file))
 
-    def __reduce__(self):
-        return ModelSpec, (str(self), self.weights_file, self.model_args)
+    def __reduce__(self):  # a read-only mapping does not pickle: its dict does
+        return ModelSpec, (self.name, self.weights_file, dict(self.model_args))
 
 
-def own(name: str) -> dict:
-    """What ``name`` loads with when given nothing else: a ``ModelSpec``'s ``weights_file``
-    (a path or None) and ``model_args`` (a dict, maybe empty); a plain name's are none."""
-    if isinstance(name, ModelSpec):
-        return dict(weights_file=name.weights_file, model_args=name.model_args)
+def name_of(model: str | ModelSpec) -> str:
+    """The name of ``model``, a name or a ``ModelSpec``."""
+    return model.name if isinstance(model, ModelSpec) else model
+
+
+def own(model: str | ModelSpec) -> dict:
+    """What ``model`` loads with when given nothing else: a ``ModelSpec``'s ``weights_file``
+    (a path or None) and ``model_args`` (a new dict, maybe empty); a plain name's are none."""
+    if isinstance(model, ModelSpec):
+        return dict(weights_file=model.weights_file, model_args=dict(model.model_args))
     return dict(weights_file=None, model_args={})
 
 

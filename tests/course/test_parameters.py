@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from vitplast import models
+from vitplast import models, weights
 from vitplast.course import notebooks, parameters
 from vitplast.experiments import archive, studies
 
@@ -46,11 +46,13 @@ def test_setup_coerces_in_the_notebook_namespace_and_chooses_the_model(tmp_path,
     spec = parameters.setup("02_plasticity", ns)
     assert ns["tasks"] == ["digits"] and ns["model_args"] == {"img_size": 32, "patch_size": 8}
     assert ns["checkpoints"] == ["final"]  # a timm model has one, as notebooks.plan gives it
-    assert spec == "test_vit" and spec.model_args == {"img_size": 32, "patch_size": 8}
+    assert spec == weights.ModelSpec("test_vit", None, {"img_size": 32, "patch_size": 8})
     assert models.load_model(spec, pretrained=False).patch_embed.img_size == (32, 32)
     ns.update(tasks=["no_such_task"])
     with pytest.raises(ValueError, match="02_plasticity: tasks: unknown task 'no_such_task'"):
         parameters.setup("02_plasticity", ns)
+    ns.update(tasks=["digits"], model_args={})  # the name alone: no spec
+    assert parameters.setup("02_plasticity", ns) == "test_vit"
     ns = {k: v for k, (v, _) in _kinds("01_definitions").items()}
     ns.update(model_args={"img_size": 32})  # the embedded model takes none
     with pytest.raises(ValueError, match="model_args was given for 'vitplast_fmnist'"):

@@ -1,12 +1,22 @@
 """How a study runs: the runtime settings, each checked; the executor; which runs a sweep
 takes (order, setting shards, limit)."""
 
+import argparse
+
 import pytest
 
-from vitplast.experiments import runs
+from vitplast.experiments import runs, runtime
 from vitplast.experiments.runs import setting
-from vitplast.experiments.runtime import PRECISIONS, Executor, Runtime, parse_shard
+from vitplast.experiments.runtime import (
+    PRECISIONS,
+    Executor,
+    Flag,
+    Runtime,
+    add_arguments,
+    parse_shard,
+)
 from vitplast.experiments.store import Store, select
+from vitplast.train import keys
 
 TINY = dict(steps=2, warmup_steps=1, eval_every=1, batch_size=8)
 
@@ -61,3 +71,33 @@ def test_a_setting_is_a_run_without_its_lr():
     assert setting(a) == setting(b) != setting(runs.make_run("digits", "LN2", lr=0.1))
     assert setting(a) == setting({**a, "workers": 3})  # runtime keys are not hashed
     assert setting(a) != setting({**a, "eval_every": 5})  # eval_every is
+
+
+def test_a_float_flag_is_parsed_checked_and_declared_as_a_number(monkeypatch):
+    """A ``float`` flag: the CLI parses a finite number >= its minimum, ``Flag.check`` (what
+    ``Runtime`` calls) refuses another type, a non-finite number or one below it; as a run key
+    (a row of ``keys.KEYS``, its flag made by ``key_flag``) its schema property is a number
+    with that minimum."""
+    flag = Flag("lr_floor", float, "the least LR", minimum=0.0)
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_arguments(parser, (flag,))
+    assert parser.parse_args(["--lr-floor", "1e-4"]).lr_floor == 1e-4
+    assert parser.parse_args(["--lr-floor", "0"]).lr_floor == 0.0
+    assert parser.parse_args([]).lr_floor is None
+    for bad in ("-0.5", "nan", "inf", "x"):
+        with pytest.raises(argparse.ArgumentError, match="lr-floor"):
+            parser.parse_args(["--lr-floor", bad])
+    assert flag.check(0.5) == 0.5 and flag.check(1) == 1 and flag.check(None) is None
+    for bad, match in [(-0.5, "N >= 0.0"), (float("nan"), "a finite number"),
+                       (True, "a finite number"), ("0.5", "a finite number")]:
+        with pytest.raises(ValueError, match=f"lr_floor takes {match}"):
+            flag.check(bad)
+    with pytest.raises(TypeError, match="type takes one of"):
+        Flag("lr_floor", list, "")
+    key = keys.Key("lr_floor", float, None, "the least LR", hashed=False, nullable=True,
+                   minimum=0.0)
+    monkeypatch.setattr(runtime, "KEY", {**keys.KEY, "lr_floor": key})
+    as_key = runtime.key_flag("lr_floor", "the least LR")
+    assert (as_key.type, as_key.minimum, as_key.run) == (float, 0.0, "key")
+    assert key.property() == {"type": ["number", "null"], "minimum": 0.0,
+                              "description": "the least LR"}

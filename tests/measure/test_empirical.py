@@ -165,7 +165,7 @@ def test_notebook_02_reads_its_measurements_of_the_embedded_model_from_data(monk
         rates = empirical.plasticity_study(
             p["model_name"], p["tasks"], checkpoints=p["checkpoints"],
             pretraining_tasks=p["pretraining_tasks"], n_pairs=p["n_pairs"],
-            batch_size=p["batch_size"], weights_file=p["weights_file"], root=kept, **where)
+            batch_size=p["batch_size"], root=kept, **where)
         assert set(rates.checkpoint) == set(p["checkpoints"]) and set(rates.task) == set(
             p["tasks"]) and rates.pair.max() == p["n_pairs"] - 1
         curve = empirical.mha_scale_curve(p["model_name"], p["tasks"][0], p["scales"],

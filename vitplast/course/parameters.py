@@ -24,7 +24,8 @@ import os
 from pathlib import Path
 
 from vitplast import models, weights
-from vitplast.experiments import studies
+from vitplast.datasets import tasks
+from vitplast.experiments import archive, studies
 
 #: The notebooks' folder (package data): the parameters cells ``setup`` reads.
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
@@ -126,8 +127,6 @@ def check(notebook: str, params: dict, kinds: dict[str, tuple]) -> dict:
 def check_task_names(notebook: str, params: dict) -> None:
     """Every task a notebook's parameters name is a task (``tasks.source``: "unknown task",
     naming the valid ones)."""
-    from vitplast.datasets import tasks
-
     for key in TASK_PARAMETERS:
         value = params.get(key)
         for name in value if isinstance(value, list) else [value] if value else []:
@@ -140,8 +139,6 @@ def check_task_names(notebook: str, params: dict) -> None:
 def shipped_stores() -> list[str]:
     """The folders ``VITPLAST_DATA`` holds for an installed copy: the store of every shipped
     study of the registry (``Study.shipped``), in registry order."""
-    from vitplast.experiments import archive
-
     return list(archive.shipped_stores())
 
 
@@ -187,12 +184,13 @@ def kept_folder(measured_dir: str, model_name: str = models.EMBEDDED_NAME) -> Pa
                  if p.is_dir()), None)
 
 
-def setup(notebook: str, namespace: dict) -> weights.ModelSpec | None:
+def setup(notebook: str, namespace: dict) -> str | weights.ModelSpec | None:
     """A notebook's first code cell: check and coerce its parameters in ``namespace`` (its
     globals, as papermill or the kit left them), check the tasks they name, and stop before
-    anything is computed when a shipped store it reads is missing; return its model: its
-    ``model_name`` with its ``weights_file`` and ``model_args`` (``models.model_spec``), which
-    the notebook passes wherever the model is loaded (None: a notebook without ``model_name``).
+    anything is computed when a shipped store it reads is missing; return its model, one value
+    the notebook passes wherever the model is loaded (``models.model_spec``): its
+    ``model_name`` with its ``weights_file`` and ``model_args`` as a ``weights.ModelSpec``, or
+    the name alone when it has neither (None: a notebook without ``model_name``).
 
     Raises:
         ValueError: a parameter of another type (naming it), an unknown task, ``model_args``

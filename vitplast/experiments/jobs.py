@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vitplast.experiments.job_states import accounting, end_state, ended, requeued, squeue
+from vitplast.files import atomic_path
 
 #: Seconds between two reads of the job folders; ``squeue`` is asked every ``SQUEUE_S``.
 POLL_S = 0.2
@@ -137,8 +138,6 @@ class Early:
         that got a pack."""
         import cloudpickle
 
-        from vitplast.files import atomic_path
-
         self.used = True
         for i in range(len(self.jobs)):
             with atomic_path(self.inbox / f"{i}.pkl") as tmp:  # never read half-written
@@ -147,8 +146,6 @@ class Early:
 
     def release(self) -> None:
         """End the waiting jobs no sweep handed a pack to."""
-        from vitplast.files import atomic_path
-
         for i in range(len(self.jobs)):
             path = self.inbox / f"{i}.pkl"
             if not path.exists():
@@ -178,7 +175,9 @@ WAIT_S = 1800.0
 
 def _waiting(i: int, inbox: str) -> list[str]:
     """A prestarted job: import the training code, wait for pack ``i`` and run it."""
-    import timm  # noqa: F401  what training imports, while the sweep lists the runs
+    # what training imports (seconds), while the sweep lists the runs; deferred, so that the
+    # sweep itself submits these jobs before it imports torch (``prestart``)
+    import timm  # noqa: F401
 
     from vitplast.train import batched, finetune  # noqa: F401
 

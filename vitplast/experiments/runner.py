@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 import traceback
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ import torch
 
 from vitplast import models, provenance
 from vitplast.datasets import tasks
+from vitplast.experiments import runtime
 from vitplast.experiments.runs import TRAIN_KEYS, check_batches, check_run, check_weights, task_of
 from vitplast.train import ablations, batched, finetune
 
@@ -140,20 +140,13 @@ def build(run: dict, device: torch.device, preparations: Mapping = ablations.PRE
     kwargs = {k: run[k] for k in TRAIN_KEYS if run.get(k) is not None}
     if "clip_grad_norm" in run:  # None is meaningful: no clipping (not the default 1.0)
         kwargs["clip_grad_norm"] = run["clip_grad_norm"]
-    kwargs.setdefault("workers", default_workers())
+    if kwargs.get("workers") is None:  # the cores of the Slurm job training it, if any
+        kwargs["workers"] = runtime.workers(cpus=runtime.slurm_cpus()) or 0
     if prepare is not None:
         kwargs.update(preparations[prepare](model, run) or {})
     if "betas" in kwargs:
         kwargs["betas"] = tuple(kwargs["betas"])
     return model, task, kwargs
-
-
-def default_workers() -> int:
-    """DataLoader workers of a run that names none: inside a SLURM job, its cpus-per-task
-    minus the one the training process needs (``SLURM_CPUS_PER_TASK``); else 0 (this
-    process reads the batches)."""
-    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
-    return max(int(cpus) - 1, 0) if cpus.isdigit() else 0
 
 
 def _finite(obj):
@@ -167,4 +160,4 @@ def _finite(obj):
     return obj
 
 
-__all__ = ["build", "but_lr", "default_workers", "run_lrs", "run_one"]
+__all__ = ["build", "but_lr", "run_lrs", "run_one"]

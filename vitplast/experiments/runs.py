@@ -2,7 +2,8 @@
 
 Paper: section 2 (finetuning protocol: configurations x LR grid x seeds per dataset).
 
-A run is a flat JSON-able dict (``make_run``). Its keys are of two kinds, declared here once:
+A run is a flat JSON-able dict (``make_run``). Its keys are declared once, each with its
+type, default, range and description, in ``vitplast.train.keys.KEYS``; they are of two kinds:
 
 - ``RUN_KEYS`` define what a run computes (task, model, configuration, LR, seed, recipe,
   ablation...). Its hash (``run_hash``) is over these keys only, and names its record file.
@@ -11,12 +12,12 @@ A run is a flat JSON-able dict (``make_run``). Its keys are of two kinds, declar
   with the record but never hashed: raising ``workers`` on a GPU keeps every stored run.
 
 What each key holds (type and range) is the published run schema,
-``vitplast/schemas/run.schema.json`` (``check_run``); what depends on the task, a batch no
-larger than its training split, is ``check_batches``'s.
+``vitplast/schemas/run.schema.json``, generated from the same table (``check_run``); what
+depends on the task, a batch no larger than its training split, is ``check_batches``'s.
 
 A key whose value is ``None`` is left out of the hash, so a new defining key added later with a
-``None`` default re-hashes nothing. Nothing here reads ``finetune.train``'s signature: a new
-keyword of the training loop changes no hash either.
+``None`` default re-hashes nothing. A keyword of ``finetune.train`` that is no key of the table
+changes no hash either.
 """
 
 from __future__ import annotations
@@ -24,33 +25,27 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from typing import TYPE_CHECKING
 
-from vitplast.experiments.runtime import FLAGS
+from vitplast import schema
+from vitplast.train.keys import KEY, KEYS
 
-#: The keys that define a run (and its hash). See ``make_run`` for each one's meaning.
-RUN_KEYS = (
-    # what is finetuned, on what
-    "kind", "model", "checkpoint", "pretrained", "model_kwargs", "task", "severity",
-    "train_size", "test_size", "data_seed", "img_size",
-    # how: the configuration and the recipe
-    "config", "train_head", "lr", "seed", "optimizer", "momentum", "weight_decay", "betas",
-    "clip_grad_norm", "warmup_steps", "steps", "batch_size", "eval_every", "label_smoothing",
-    "lr_scales",
-    # ablations (``vitplast.train.ablations``): a model change before training, and its arguments
-    "prepare", "ablation")
+if TYPE_CHECKING:  # weights imports torch, which listing a study never needs
+    from vitplast.weights import ModelSpec
+
+#: The keys that define a run (and its hash), in the table's order (``keys.KEYS``, where each
+#: is declared: type, default, range, description). See ``make_run`` for each one's meaning.
+RUN_KEYS = tuple(k.name for k in KEYS if k.hashed)
 #: Keys that change how a run executes, never what it computes: stored, not hashed. The
 #: runtime's flags that runs carry (``runtime.FLAGS``: device, workers, precision, accum_steps,
 #: data_root, weights_file), and ``log_every``, the training log's period.
-RUNTIME_KEYS = (*(f.name for f in FLAGS if f.run in ("key", "allowed")), "log_every")
+RUNTIME_KEYS = tuple(k.name for k in KEYS if not k.hashed)
 #: ``finetune.train`` keywords a run passes on (the rest of its keys choose task and model).
-TRAIN_KEYS = ("config", "train_head", "lr", "seed", "optimizer", "momentum", "weight_decay",
-              "betas", "clip_grad_norm", "warmup_steps", "steps", "batch_size", "eval_every",
-              "label_smoothing", "lr_scales", "workers", "log_every", "precision", "accum_steps")
-KIND = "finetune"
-#: The training settings of a run before its recipe overrides them.
-TRAIN_DEFAULTS = dict(train_head=True, optimizer="sgd", momentum=0.9, weight_decay=0.0,
-                      betas=[0.9, 0.999], clip_grad_norm=1.0, warmup_steps=0, steps=400,
-                      batch_size=128, eval_every=100, label_smoothing=0.0)
+TRAIN_KEYS = tuple(k.name for k in KEYS if k.train)
+KIND = KEY["kind"].default
+#: The training settings of a run before its recipe overrides them (the recipe keys'
+#: defaults, as JSON: ``betas`` a list).
+TRAIN_DEFAULTS = json.loads(json.dumps({k.name: k.default for k in KEYS if k.recipe}))
 
 
 def defining(run: dict) -> dict:
@@ -71,11 +66,16 @@ def setting(run: dict) -> str:
                       default=str)
 
 
-def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: int = 0,
-             recipe: str = "embedded", model: str | None = None, checkpoint: str = "final",
-             pretrained: bool = True, severity: int = 5, train_size: int = 5000,
-             test_size: int = 2000, data_seed: int = 0, check_batch: bool = True,
-             **settings) -> dict:
+_D = {k.name: k.default for k in KEYS}  # each key's default, for make_run's signature
+
+
+def make_run(task: str, config: str | list[str] = _D["config"], *, lr: float,
+             seed: int = _D["seed"], recipe: str = "embedded",
+             model: str | ModelSpec | None = None,
+             checkpoint: str = _D["checkpoint"], pretrained: bool = _D["pretrained"],
+             severity: int = _D["severity"], train_size: int = _D["train_size"],
+             test_size: int = _D["test_size"], data_seed: int = _D["data_seed"],
+             check_batch: bool = True, **settings) -> dict:
     """One run (a dict of its settings): ``TRAIN_DEFAULTS``, overridden by the recipe
     ``finetune.RECIPES[recipe]`` (``"paper"`` also takes ``paper_datasets.PAPER_STEPS``), then
     by ``settings``.
@@ -107,26 +107,26 @@ def make_run(task: str, config: str | list[str] = "full", *, lr: float, seed: in
             dataset's is checked where its data is read: ``runner.run_one``, a sweep). The
             messages are those ``runner.run_one`` and ``sweep.run_sweep`` give.
     """
-    from vitplast import models
+    from vitplast import models, weights
     from vitplast.datasets import paper_datasets, tasks
     from vitplast.measure import components
     from vitplast.train import finetune
-    from vitplast.weights import ModelSpec
 
     if recipe not in finetune.RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; valid: {list(finetune.RECIPES)}")
     if isinstance(config, str) and config not in components.CONFIGS:
         raise ValueError(f"unknown configuration {config!r}; valid: {list(components.CONFIGS)} "
                          "or a list of parameter-name patterns")
-    out = {"kind": KIND, "model": model or models.EMBEDDED_NAME, "checkpoint": checkpoint,
+    model = model or models.EMBEDDED_NAME
+    out = {"kind": KIND, "model": weights.name_of(model), "checkpoint": checkpoint,
            "pretrained": pretrained, "task": task, "severity": severity,
            "train_size": train_size, "test_size": test_size, "data_seed": data_seed,
            **TRAIN_DEFAULTS, **finetune.RECIPES[recipe]}
     if recipe == "paper" and task in paper_datasets.PAPER_STEPS:
         out["steps"] = paper_datasets.PAPER_STEPS[task]
-    if isinstance(model, ModelSpec):  # its weights and architecture, which its name drops
-        out.update({k: v for k, v in (("weights_file", str(model.weights_file or "")),
-                                      ("model_kwargs", model.model_args)) if v})
+    own = weights.own(model)  # a ModelSpec's weights and architecture: run keys of their own
+    out.update({k: v for k, v in (("weights_file", str(own["weights_file"] or "")),
+                                  ("model_kwargs", own["model_args"])) if v})
     out.update(config=config, lr=lr, seed=seed, **settings)
     if out["clip_grad_norm"] is None:  # no clipping, spelled as the stores spell it (0.0)
         out["clip_grad_norm"] = 0.0
@@ -150,7 +150,6 @@ def check_run(run: dict) -> dict:
         ValueError: naming each key that fails, its value and what is valid; or an unknown
             task, naming the valid ones.
     """
-    from vitplast import schema
     from vitplast.datasets import tasks
 
     checked = schema.check("run", run, "a run's settings")

@@ -1,16 +1,17 @@
 """How a study runs: the settings of a sweep that are not the study (``Runtime``, one
-``Flag`` each in ``FLAGS``), where its runs execute (``Executor``), and how a shard is named
-(``parse_shard``; which runs one process takes: ``vitplast.experiments.store.select``).
+``Flag`` each in ``FLAGS``), where its runs execute (``Executor``), how a shard is named
+(``parse_shard``; which runs one process takes: ``vitplast.experiments.store.select``), and
+the cores a Slurm job has and the data loader workers of a run (``slurm_cpus``, ``workers``).
 
 Paper: none (the machinery of section 2's grids).
 
 ``FLAGS`` is the one declaration of the runtime settings: ``Runtime``'s fields, ``vitplast
 sweep``'s arguments (``add_arguments``), the study kinds that honour each
-(``Flag.kinds``, read by ``vitplast.experiments.kinds``), the keys a runtime adds to every run
-(``Runtime.run_keys``; ``runs.RUNTIME_KEYS``) and their part of the run schema
-(``schema_properties``, which ``tests/test_schema.py`` holds equal to
-``vitplast/schemas/run.schema.json``) are all read from it. Importing this module imports no
-torch.
+(``Flag.kinds``, read by ``vitplast.experiments.kinds``) and the keys a runtime adds to every run
+(``Runtime.run_keys``) are all read from it. A flag that is a run key (``Flag.run``) takes its
+type, range and choices from the key's row of ``vitplast.train.keys.KEYS`` (``key_flag``),
+where its description and run schema property are declared too. Importing this module imports
+no torch.
 
 A *setting* is a run without its LR (``vitplast.experiments.runs.setting``): the unit a shard
 takes, a search searches, and ``--batch-lrs`` batches. This module imports no other module
@@ -19,7 +20,12 @@ of the experiments (they read it).
 
 from __future__ import annotations
 
+import argparse
+import math
+import os
 from dataclasses import dataclass, field
+
+from vitplast.train.keys import KEY
 
 EXECUTORS = ("serial", "submitit")
 #: submitit's clusters (``--cluster``): SLURM, its local executor, or in this process.
@@ -27,8 +33,10 @@ CLUSTERS = ("slurm", "local", "debug")
 #: How ``select`` orders a study's runs: ``seed-first`` (every (task, configuration, lr)
 #: once before the next seed, so a partial sweep covers the grid) or ``grid`` (as given).
 ORDERS = ("seed-first", "grid")
-#: A run's numeric precisions (``passes.PRECISIONS`` are the same).
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+#: A run's numeric precisions (``--precision``: the run key's choices, ``keys.KEY``).
+PRECISIONS = KEY["precision"].choices
+#: The Python types a flag takes (``Flag.type``).
+TYPES = (int, float, str, bool)
 
 
 @dataclass(frozen=True)
@@ -38,16 +46,16 @@ class Flag:
 
     Attributes:
         name: the ``Runtime`` field (and run key).
-        type: ``int``, ``str`` or ``bool`` (a switch: ``store_true``).
+        type: ``int``, ``float``, ``str`` or ``bool`` (a switch: ``store_true``).
         help: the CLI's help.
         default: its value when not given (``None``, False, or ``progress``'s True).
         choices: its valid values (checked by ``Runtime`` and the CLI); empty: any.
-        minimum: the least integer it takes (``Runtime``, the CLI and the run schema).
+        minimum: the least number it takes (checked by ``Runtime`` and the CLI).
         kinds: the study kinds (``Study.KIND``) that honour it; empty: every kind.
         run: what it is to a run: ``""`` nothing; ``"key"`` a runtime key every run carries
             (stored, not hashed); ``"hashed"`` a run key in its hash; ``"allowed"`` a runtime
-            key a run may hold, which the runtime passes otherwise (``device``).
-        about: its description in the run schema.
+            key a run may hold, which the runtime passes otherwise (``device``). A flag that
+            is a run key is made by ``key_flag``, from its key.
         cli: an argument of ``vitplast sweep``.
         metavar: its CLI metavar.
     """
@@ -57,12 +65,16 @@ class Flag:
     help: str
     default: object = None
     choices: tuple = ()
-    minimum: int | None = None
+    minimum: int | float | None = None
     kinds: tuple[str, ...] = ()
     run: str = ""
-    about: str = ""
     cli: bool = True
     metavar: str | None = None
+
+    def __post_init__(self):
+        if self.type not in TYPES:
+            raise TypeError(f"flag {self.name}: type takes one of "
+                            f"{[t.__name__ for t in TYPES]}, got {self.type!r}")
 
     @property
     def option(self) -> str:
@@ -70,49 +82,58 @@ class Flag:
         return "--" + self.name.replace("_", "-")
 
     def check(self, value):
-        """``value``, refused (``ValueError``, naming what is valid) outside its choices or
-        below its minimum; ``None`` passes."""
+        """``value``, refused (``ValueError``, naming what is valid) when not of its type (a
+        ``float`` flag takes an int too; a number is finite), outside its choices or below its
+        minimum; ``None`` passes."""
         if value is None:
             return value
+        if not _of_type(value, self.type):
+            raise ValueError(f"{self.name} takes {_WORDS[self.type]}, got {value!r}")
         if self.choices and value not in self.choices:
             raise ValueError(f"unknown {self.name} {value!r}; valid: {list(self.choices)}")
         if self.minimum is not None and value < self.minimum:
             raise ValueError(f"{self.name} takes N >= {self.minimum}, got {value}")
         return value
 
-    def schema(self) -> dict:
-        """Its property in the run schema (a run may leave it out, but a hashed key)."""
-        nullable = self.run != "hashed"
-        if self.choices:
-            out = {"enum": [*self.choices, *([None] if nullable else [])]}
-        else:
-            kind = {int: "integer", str: "string"}[self.type]
-            out = {"type": [kind, "null"] if nullable else kind}
-        if self.minimum is not None:
-            out["minimum"] = self.minimum
-        return {**out, **({"description": self.about} if self.about else {})}
+
+_WORDS = {int: "an integer", float: "a finite number", str: "a string", bool: "True or False"}
+
+
+def _of_type(value, kind: type) -> bool:
+    """Whether ``value`` is a value of a flag of type ``kind`` (a bool is no number)."""
+    if isinstance(value, bool):
+        return kind is bool
+    if kind is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, kind)
+
+
+def key_flag(name: str, help: str, *, run: str = "key", **options) -> Flag:
+    """The flag of run key ``name`` (``keys.KEY``): its type, choices and minimum are the
+    key's, and so is whether it is hashed (``run="hashed"``; else ``run``)."""
+    key = KEY[name]
+    return Flag(name, key.type, help, choices=key.choices, minimum=key.minimum,
+                run="hashed" if key.hashed else run, **options)
 
 
 _RUNTIME = "a runtime setting, not in run hashes"
 #: The runtime settings, declared once (module docstring).
 FLAGS = (
-    Flag("device", str, "cpu, cuda, ... (default: cuda if available)", run="allowed"),
-    Flag("workers", int, "DataLoader worker processes per run (default 0; in a SLURM job, its "
-         f"cpus-per-task - 1); {_RUNTIME}", minimum=0, run="key", about="data loader workers"),
-    Flag("precision", str, "auto | fp32 | bf16 | fp16: autocast on CUDA (default auto: bf16 "
-         "where supported, else fp16 with a gradient scaler); a runtime setting, not in run "
-         "hashes; a study whose spec declares one keeps it", choices=PRECISIONS, run="key"),
-    Flag("accum_steps", int, "split each batch into N equal micro-batches (same gradient, less "
-         f"memory); {_RUNTIME}", minimum=1, run="key",
-         about="micro-batches per step; divides batch_size"),
-    Flag("eval_every", int, "validate every N steps instead of the study's period. It chooses "
-         "the kept checkpoint, so it IS in run hashes: runs with another period are other "
-         "runs, stored beside the study's (whose hashes stay as they are)", minimum=1,
-         run="hashed", about="steps between evaluations"),
-    Flag("data_root", str, "folder of the paper datasets (layouts: "
-         "vitplast.datasets.paper_datasets)", kinds=("paper",), run="key"),
-    Flag("weights_file", str, "local weights of ViT-B/16 in21k (default: the hub)",
-         kinds=("paper",), run="key"),
+    key_flag("device", "cpu, cuda, ... (default: cuda if available)", run="allowed"),
+    key_flag("workers", "DataLoader worker processes per run (default 0; in a SLURM job, its "
+             f"cpus-per-task - 1); {_RUNTIME}"),
+    key_flag("precision", "auto | fp32 | bf16 | fp16: autocast on CUDA (default auto: bf16 "
+             "where supported, else fp16 with a gradient scaler); a runtime setting, not in run "
+             "hashes; a study whose spec declares one keeps it"),
+    key_flag("accum_steps", "split each batch into N equal micro-batches (same gradient, less "
+             f"memory); {_RUNTIME}"),
+    key_flag("eval_every", "validate every N steps instead of the study's period. It chooses "
+             "the kept checkpoint, so it IS in run hashes: runs with another period are other "
+             "runs, stored beside the study's (whose hashes stay as they are)"),
+    key_flag("data_root", "folder of the paper datasets (layouts: "
+             "vitplast.datasets.paper_datasets)", kinds=("paper",)),
+    key_flag("weights_file", "local weights of ViT-B/16 in21k (default: the hub)",
+             kinds=("paper",)),
     Flag("order", str, "seed-first (default): every (task, config, lr) once before the next "
          "seed, so a partial sweep covers the grid | grid", choices=ORDERS,
          kinds=("grid", "budget", "paper", "confound")),
@@ -129,33 +150,39 @@ FLAGS = (
     Flag("progress", bool, "progress bars", default=True, cli=False))
 
 
-def add_arguments(parser) -> None:
-    """``FLAGS``' arguments of ``vitplast sweep`` on argparse ``parser``; the help of a flag
-    that some kinds only honour names them."""
-    for f in (f for f in FLAGS if f.cli):
+def add_arguments(parser, flags: tuple[Flag, ...] = FLAGS) -> None:
+    """The arguments of ``flags`` (default ``FLAGS``: ``vitplast sweep``'s) on argparse
+    ``parser``; the help of a flag that some kinds only honour names them."""
+    for f in (f for f in flags if f.cli):
         only = f" ({', '.join(f.kinds)} studies only)" if f.kinds else ""
         if f.type is bool:
             parser.add_argument(f.option, action="store_true", help=f.help + only)
             continue
         parser.add_argument(f.option, default=None, help=f.help + only,
                             choices=f.choices or None, metavar=f.metavar,
-                            type=f.type if f.minimum is None else at_least(f.minimum))
+                            type=_parse(f.type, f.minimum))
 
 
-def at_least(low: int):
-    """An argparse type: an integer N >= ``low``."""
-    import argparse
+def _parse(kind: type, low: int | float | None):
+    """An argparse type: ``kind`` (``str``; ``int``; ``float``, finite) and, for a number,
+    N >= ``low`` when given."""
+    return kind if kind is str else at_least(low, kind)
 
-    def parse(text: str) -> int:
-        if int(text) < low:
-            raise argparse.ArgumentTypeError(f"takes N >= {low}, got {int(text)}")
-        return int(text)
+
+def at_least(low: int | float | None, kind: type = int):
+    """An argparse type: a number of ``kind`` (``int`` or ``float``, finite) N >= ``low``
+    (``None``: any)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes {_WORDS[kind]}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"takes {_WORDS[kind]}, got {text!r}")
+        if low is not None and value < low:
+            raise argparse.ArgumentTypeError(f"takes N >= {low}, got {value}")
+        return value
     return parse
-
-
-def schema_properties() -> dict:
-    """The run schema's properties of the flags that are run keys (``Flag.schema``)."""
-    return {f.name: f.schema() for f in FLAGS if f.run}
 
 
 #: Each flag by its name.
@@ -230,3 +257,25 @@ def parse_shard(shard: str | tuple[int, int]) -> tuple[int, int]:
         raise ValueError(f"shard takes 'I/N' or (I, N) with 0 <= I < N, e.g. '0/2'; "
                          f"got {shard!r}")
     return i, n
+
+
+def slurm_cpus(cpus_per_task: int | None = None) -> int | None:
+    """The cores of a Slurm job: ``cpus_per_task`` when given (what a submitit job array asks
+    for each job), else those of the job this process runs in (``SLURM_CPUS_PER_TASK``, the one
+    place it is read), else None (no Slurm job)."""
+    if cpus_per_task:
+        return cpus_per_task
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return int(cpus) if cpus.isdigit() else None
+
+
+def workers(given: int | None = None, cpus: int | None = None) -> int | None:
+    """The data loader workers of a run: ``given``, else one fewer than ``cpus`` (a Slurm job's
+    cores, ``slurm_cpus``: the training process keeps one), else None (this process reads the
+    batches: ``finetune.train``'s default, 0).
+
+    Read by ``vitplast sweep`` (``--workers``, else a submitit array's ``--cpus-per-task``) and
+    by ``runner.build`` for a run that names none (the cores of the job training it)."""
+    if given is not None:
+        return given
+    return max(cpus - 1, 0) if cpus else None

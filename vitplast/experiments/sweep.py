@@ -20,8 +20,9 @@ stopped before it ran them) or stored ``failed`` (the run raised), and what resu
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import os
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from vitplast.experiments import jobs, runner
+from vitplast.experiments import jobs, runner, runtime
 from vitplast.experiments.results import runs_table
 from vitplast.experiments.runs import (
     check_batches,
@@ -263,8 +264,6 @@ def _run_and_save(group: list[tuple[dict, int | None]], store: Store, device,
     """The job: claim the runs of ``group`` ((run, stale) pairs differing only in LR), train
     those still wanted (``runner.run_lrs``), store each record, release the claims; return each
     run's status, or "skipped" when another process holds its claim or has stored it."""
-    import contextlib
-
     with contextlib.ExitStack() as claims:
         mine = [claims.enter_context(store.claim(run)) and store.needs(run, stale)
                 for run, stale in group]
@@ -293,9 +292,7 @@ def run_pack(pack: list[list[tuple[dict, int | None]]], store: Store, device,
     with its pack); return every run's status, "stopped" for those of the groups it did not
     start because Slurm warned that its time limit is near (submitit's signal, ``USR2``
     ``signal_delay_s`` seconds before it). ``SIGTERM`` (the time limit reached, ``scancel``)
-    raises ``JobStopped``. Torch computes on the job's cores (``SLURM_CPUS_PER_TASK``)."""
-    import signal
-
+    raises ``JobStopped``. Torch computes on the job's cores (``runtime.slurm_cpus``)."""
     near = []
     signal.signal(signal.SIGUSR2, lambda *_: near.append(True))
 
@@ -303,9 +300,9 @@ def run_pack(pack: list[list[tuple[dict, int | None]]], store: Store, device,
         raise JobStopped(f"stopped by {signal.Signals(signum).name} (time limit or scancel)")
 
     signal.signal(signal.SIGTERM, stop)
-    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
-    if cpus.isdigit():
-        torch.set_num_threads(int(cpus))
+    cpus = runtime.slurm_cpus()
+    if cpus:
+        torch.set_num_threads(cpus)
     statuses = []
     for group in pack:
         statuses += (["stopped"] * len(group) if near else

@@ -14,6 +14,7 @@ import pandas as pd
 from vitplast import cached
 from vitplast.measure.pairs import PROTOCOLS, Pairs, make_pairs
 from vitplast.measure.plasticity import measure, order, ranking, summarize
+from vitplast.weights import ModelSpec, name_of, own
 
 #: The pretraining-domain task whose test images are the x of each pair by default: the
 #: embedded model's Fashion-MNIST (the paper's ImageNet val).
@@ -51,7 +52,7 @@ def task_pairs(task: str, source: str | None = SOURCE, *, n_pairs: int = 256, mo
     return make_pairs(x_task.test, y_task.test, n_pairs=n_pairs)
 
 
-def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
+def measure_tasks(model_name: str | ModelSpec, tasks: list[str], *, protocols=PROTOCOLS,
                   checkpoints=("final",), source: str | None = SOURCE, data_root: str = "",
                   n_pairs: int = 256, batch_size: int = 64, device=None, workers: int = 0,
                   progress: bool = True) -> pd.DataFrame:
@@ -86,7 +87,8 @@ def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
                                        data_root=data_root)
                     return measure(model, pairs, protocol=protocol, batch_size=batch_size,
                                    workers=workers, progress=progress,
-                                   meta=dict(model=model_name, checkpoint=ckpt, task=name))
+                                   meta=dict(model=name_of(model_name), checkpoint=ckpt,
+                                             task=name))
                 if model_name != models.EMBEDDED_NAME:
                     frames.append(compute())
                     continue
@@ -96,7 +98,7 @@ def measure_tasks(model_name: str, tasks: list[str], *, protocols=PROTOCOLS,
     return pd.concat(frames, ignore_index=True)
 
 
-def task_rates(model_name: str, task: str, source: str | None = SOURCE, *,
+def task_rates(model_name: str | ModelSpec, task: str, source: str | None = SOURCE, *,
                checkpoint: str = "final", protocol: str = "hidden", n_pairs: int = 256,
                batch_size: int = 64, data_root: str = "", root=None) -> pd.DataFrame:
     """The per-pair rates of every component (``plasticity.measure``, a ``task`` column) of
@@ -129,15 +131,18 @@ def checkpoint_epochs(model_name: str, checkpoints) -> dict[str, float]:
     return {c: known[c]["epoch"] for c in checkpoints}
 
 
-def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",),
+def plasticity_study(model_name: str | ModelSpec, tasks: list[str], *, checkpoints=("final",),
                      pretraining_tasks: list[str] | None = None, source: str | None = SOURCE,
                      data_root: str = "", n_pairs: int = 256, batch_size: int = 64,
-                     weights_file: str = "", workers: int = 0, root=None) -> pd.DataFrame:
+                     workers: int = 0, root=None) -> pd.DataFrame:
     """Notebook 02's measurement, load-or-compute (cached under the cache folder, keyed by
     every argument but ``workers`` and by the model's weights, ``models.weights_id``; with
     ``root``, kept beside a study there as arrays: ``cached.kept_table``): the last checkpoint
     on every task of ``tasks``, the earlier checkpoints on those of ``tasks`` in
     ``pretraining_tasks`` only (default: all tasks), both protocols, no progress bars.
+
+    ``model_name``: a name, or a ``weights.ModelSpec`` that carries one's own weights file and
+    architecture (``models.model_spec``: what a notebook's setup returns).
 
     Paper: section 4, Fig. 2-3.
     """
@@ -150,7 +155,9 @@ def plasticity_study(model_name: str, tasks: list[str], *, checkpoints=("final",
     if early and not along:
         raise ValueError(f"pretraining_tasks {pretraining_tasks} share no task with tasks "
                          f"{tasks}: the earlier checkpoints are measured on tasks of both")
-    params = dict(model_name=model_name, weights_file=weights_file, checkpoints=list(checkpoints),
+    weights_file = str(own(model_name)["weights_file"] or "")  # in the key, as notebooks gave it
+    params = dict(model_name=name_of(model_name), weights_file=weights_file,
+                  checkpoints=list(checkpoints),
                   tasks=list(tasks), pretraining_tasks=along, source=source,
                   data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
                   weights=models.weights_id(model_name, checkpoints))
@@ -273,7 +280,7 @@ def layer_summary(per_layer: pd.DataFrame) -> pd.DataFrame:
             .unstack("protocol"))
 
 
-def mha_scale_curve(model_name: str, task: str, scales, *, source: str | None = SOURCE,
+def mha_scale_curve(model_name: str | ModelSpec, task: str, scales, *, source: str | None = SOURCE,
                     data_root: str = "", n_pairs: int = 256, batch_size: int = 64,
                     workers: int = 0, root=None) -> pd.DataFrame:
     """``plasticity.scale_curve`` of MHA on ``task``'s pairs (``task_pairs``) of the final

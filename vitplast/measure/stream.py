@@ -26,6 +26,7 @@ from vitplast.measure.empirical import SOURCE
 from vitplast.measure.plasticity import measure, order, ranking
 from vitplast.measure.rates import component_inputs
 from vitplast.measure.tokens import rms_token_norm, token_images
+from vitplast.weights import ModelSpec
 
 
 @torch.no_grad()
@@ -80,7 +81,7 @@ def model_statistics(model: nn.Module, images: torch.Tensor,
     return pd.DataFrame(rows)
 
 
-def stream_statistics(model_name: str, task: str, checkpoints, *, source: str = SOURCE,
+def stream_statistics(model_name: str | ModelSpec, task: str, checkpoints, *, source: str = SOURCE,
                       data_root: str = "", n_pairs: int = 256, root=None) -> pd.DataFrame:
     """``model_statistics`` at each checkpoint of the embedded model on both images of one
     task's pairs (the pretraining domain's x and the task's y, as ``plasticity.measurement``;
@@ -150,7 +151,7 @@ def by_checkpoint(stats: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def changed_rankings(model_name: str, tasks, values, change, column: str, protocols, *,
+def changed_rankings(model_name: str | ModelSpec, tasks, values, change, column: str, protocols, *,
               source: str, data_root: str, n_pairs: int) -> pd.DataFrame:
     """``plasticity.ranking`` of the final model changed by ``change(model, value)``, per value
     (a column named ``column``), task and protocol. At value 1 (no change) the rates are
@@ -180,7 +181,8 @@ def changed_rankings(model_name: str, tasks, values, change, column: str, protoc
     return pd.concat(frames, ignore_index=True)
 
 
-def gauge_rankings(model_name: str, tasks, cs=(1.0, 8.0), *, protocols=("embedding", "hidden"),
+def gauge_rankings(model_name: str | ModelSpec, tasks, cs=(1.0, 8.0), *,
+                   protocols=("embedding", "hidden"),
                    source: str = SOURCE, data_root: str = "", n_pairs: int = 256,
                    root=None) -> pd.DataFrame:
     """The ranking of the same network at each gauge c (``gauge.rescale_stream``: same function),
@@ -199,7 +201,7 @@ def gauge_rankings(model_name: str, tasks, cs=(1.0, 8.0), *, protocols=("embeddi
         data_root=data_root, n_pairs=n_pairs), root)
 
 
-def embedding_scale_rankings(model_name: str, tasks, scales=(1.0, 2.0, 4.0, 8.0), *,
+def embedding_scale_rankings(model_name: str | ModelSpec, tasks, scales=(1.0, 2.0, 4.0, 8.0), *,
                              source: str = SOURCE, data_root: str = "", n_pairs: int = 256,
                              root=None) -> pd.DataFrame:
     """The ``embedding``-protocol ranking when only the embedding is multiplied by s

@@ -43,6 +43,7 @@ from torch.utils.data import Dataset
 from vitplast.measure.components import component_of, set_trainable, trainable_names
 from vitplast.models import pick_device
 from vitplast.train import trainees
+from vitplast.train.keys import DEFAULTS
 from vitplast.train.passes import EVAL_BATCH, _batches, loader, numerics
 from vitplast.train.preflight import check_args, check_masks, check_splits
 
@@ -110,18 +111,29 @@ class TrainResult:
     device: str = "cpu"
 
 
+_D = DEFAULTS  # the training keys' defaults, declared in vitplast.train.keys.KEYS
+
+
 def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
-          test_set: Dataset | None = None, *, config: str | list[str] = "full",
-          train_head: bool = True, steps: int = 400, batch_size: int = 128, lr: float = 1e-2,
-          optimizer: str = "sgd", momentum: float = 0.9, weight_decay: float = 0.0,
-          betas: tuple[float, float] = (0.9, 0.999), clip_grad_norm: float | None = 1.0,
-          warmup_steps: int = 0, accum_steps: int = 1, label_smoothing: float = 0.0,
-          augment=None, eval_every: int = 100, log_every: int = 10, seed: int = 0,
-          device: str | torch.device | None = None, workers: int = 0, on_eval=None,
+          test_set: Dataset | None = None, *, config: str | list[str] = _D["config"],
+          train_head: bool = _D["train_head"], steps: int = _D["steps"],
+          batch_size: int = _D["batch_size"], lr: float = _D["lr"],
+          optimizer: str = _D["optimizer"], momentum: float = _D["momentum"],
+          weight_decay: float = _D["weight_decay"],
+          betas: tuple[float, float] = _D["betas"],
+          clip_grad_norm: float | None = _D["clip_grad_norm"],
+          warmup_steps: int = _D["warmup_steps"], accum_steps: int = _D["accum_steps"],
+          label_smoothing: float = _D["label_smoothing"], augment=None,
+          eval_every: int = _D["eval_every"], log_every: int = _D["log_every"],
+          seed: int = _D["seed"], device: str | torch.device | None = None,
+          workers: int = _D["workers"], on_eval=None,
           grad_masks: dict[str, torch.Tensor] | None = None,
-          lr_scales: dict[str, float] | None = None, keep_best: bool = True,
-          precision: str = "auto", progress: bool = True) -> TrainResult:
+          lr_scales: dict[str, float] | None = _D["lr_scales"], keep_best: bool = True,
+          precision: str = _D["precision"], progress: bool = True) -> TrainResult:
     """Train the parameters a configuration selects; keep the best-validation weights.
+
+    The defaults of the keywords that are run keys are the table's (``keys.KEYS``, where
+    each one's range and description are declared; ``help(train)`` shows their values).
 
     Args:
         model: a timm ViT whose head already has the task's number of classes.

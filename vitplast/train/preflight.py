@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import math
 
-from vitplast.inputs import check_count, check_positive, check_seed
-from vitplast.train.passes import PRECISIONS
+import jsonschema
 
-#: The optimizers ``finetune.train`` builds (``trainees``): SGD with momentum, or AdamW.
-OPTIMIZERS = ("sgd", "adamw")
+from vitplast import schema
+from vitplast.inputs import check_count, check_positive, check_seed
+from vitplast.train.keys import KEY, OPTIMIZERS
+from vitplast.train.passes import PRECISIONS
 
 
 def check_args(args: dict, lrs: list[float]) -> None:
@@ -52,14 +53,11 @@ SCHEMA_CHECKED = ("momentum", "weight_decay", "label_smoothing", "clip_grad_norm
 
 
 def _check_recipe(args: dict) -> None:
-    """``train``'s ``SCHEMA_CHECKED`` keywords against the run schema's ranges
-    (``vitplast/schemas/run.schema.json``), refused with the message a sweep's run gets
-    (``vitplast.schema.check``: "a run's settings: momentum=1.5 is not valid: expected ...")."""
-    import jsonschema
-
-    from vitplast import schema
-
-    properties = schema.document("run")["properties"]
+    """``train``'s ``SCHEMA_CHECKED`` keywords against their run schema properties (``keys.KEY``,
+    published as ``vitplast/schemas/run.schema.json``), refused with the message a sweep's run
+    gets (``vitplast.schema.check``: "a run's settings: momentum=1.5 is not valid: expected
+    ...")."""
+    properties = {key: KEY[key].property() for key in SCHEMA_CHECKED}
     found = []
     for key in SCHEMA_CHECKED:
         value = list(args[key]) if isinstance(args[key], tuple) else args[key]
