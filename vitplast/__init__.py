@@ -15,8 +15,8 @@ protocol        what a component is fed when measured: ``hidden`` or ``embedding
 pair            two images (x, y) whose outputs a rate compares (``pairs.Pairs``)
 task            a downstream dataset with train / val / test splits (``tasks.TASKS``)
 suite           the 33 varied offline tasks the decisive study runs on (``suite``)
-configuration   what is finetuned: a name of ``components.CONFIGS`` (full, head, LN1...) or
-                a list of parameter patterns; the key ``config`` of a run
+configuration   what is finetuned: a name of ``configurations.CONFIGS`` (full, head, LN1...)
+                or a list of parameter patterns; the key ``config`` of a run
 recipe          named training settings: optimizer, schedule, steps (``finetune.RECIPES``)
 ablation        a model change before training (``ablations``; a run's ``prepare`` names
                 it and ``ablation`` holds its arguments)

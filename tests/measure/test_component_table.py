@@ -1,9 +1,9 @@
 """The component table (``vitplast.measure.components.TABLE``): the views the package reads
-(names, groups, configurations, gauge factors, bounds, colours, the schemas' enum) follow its
-five rows; and a sixth unit that is no single module, the attention branch x -> x + MHA(LN1(x)),
-is ONE row (``ATTN_BRANCH``): measured (hooked rates == a direct recomputation, both
-protocols), ranked, stored, schema-valid and drawn in its colour, while the table itself stays
-five rows."""
+(names, groups, configurations, gauge factors, bounds, colours, the schemas' component names)
+follow its five rows; and a sixth unit that is no single module, the attention branch
+x -> x + MHA(LN1(x)), is ONE row (``ATTN_BRANCH``): measured (hooked rates == a direct
+recomputation, both protocols), ranked, stored, schema-valid and drawn in its colour, while
+the table itself stays five rows."""
 
 import math
 
@@ -20,6 +20,7 @@ from vitplast import schema
 from vitplast.measure import bounds, components, gauge, plasticity, rates, relative
 from vitplast.measure.components import Component, Tap
 from vitplast.report import plot_style, plots
+from vitplast.train import configurations
 
 #: The sixth unit: timm's Block computes x = x + drop_path(ls1(attn(norm1(x)))) and norm2
 #: reads that sum, so the branch's input is norm1's input and its output norm2's input. Under
@@ -57,8 +58,9 @@ def test_the_views_are_the_five_rows():
     assert components.names() == FIVE == tuple(components.COMPONENTS)
     assert components.COMPONENTS == {c.name: c.module for c in table}
     assert components.LINEARS == ("MHA", "FC1", "FC2") and components.NORMS == ("LN1", "LN2")
-    assert {c: components.CONFIGS[c] for c in FIVE} == {
+    assert {c: configurations.CONFIGS[c] for c in FIVE} == {
         c.name: [f"blocks.*.{c.module}.*"] for c in table}
+    assert configurations.CONFIG_ORDER == ("full", "head", "MHA", "FC1", "FC2", "LN2", "LN1")
     assert all(plot_style.PALETTE[c.name] == c.colour for c in table)
     assert {c.bound for c in table} == set(bounds.STATISTICS)
     for protocol, factors in gauge.RATE_FACTORS.items():
@@ -68,9 +70,18 @@ def test_the_views_are_the_five_rows():
             "embedding": [1 / 8.0, None, 1 / 8.0, 1.0, 8.0]}[protocol]
 
 
-def test_the_schemas_component_enum_is_the_table():
-    enum = schema.document("plasticity")["$defs"]["component"]["enum"]
-    assert enum == list(components.names())
+def test_the_schemas_component_names_are_the_tables_given_where_used():
+    """The published schema holds no copy of the names: a component is any name, and the
+    names of the table measured with are checked when given (``components=``)."""
+    record = dict(task="digits", n_pairs=2, protocol="hidden",
+                  rows=[dict(layer=0, component="QKV", plasticity=1.0, ci95=0.1)])
+    assert "enum" not in schema.document("plasticity")["$defs"]["component"]
+    assert schema.problems("plasticity", record) == []
+    assert schema.problems("plasticity", record, components=components.names()) == [
+        f"rows[0].component='QKV' is not valid: expected one of {list(FIVE)} "
+        f"({schema.document('plasticity')['$defs']['component']['description']})"]
+    assert schema.problems("plasticity", dict(record, rows=[dict(record["rows"][0],
+                                                                component="")])) != []
 
 
 def test_the_fingerprint_is_short_stable_and_follows_the_table():
@@ -123,14 +134,15 @@ def test_a_sixth_unit_is_one_row_measured_ranked_stored_and_valid(images, protoc
     assert sorted(ranked["rank"]) == list(range(1, 7))
 
     # stored, as the plasticity companion file stores its rows, and schema-valid with the
-    # extended table (the published schema holds the five: it refuses the sixth)
+    # extended table (the five's names refuse the sixth)
     summary = plasticity.summarize(got)
     record = dict(task="digits", n_pairs=len(x), protocol=protocol, rows=[
         dict(layer=int(r.layer), component=str(r.component), plasticity=float(r.plasticity),
              ci95=float(r.ci95)) for r in summary.itertuples()])
     assert "ATTN_BRANCH" in {r["component"] for r in record["rows"]}
     assert schema.check("plasticity", record, components=components.names(table)) is record
-    assert any("ATTN_BRANCH" in p for p in schema.problems("plasticity", record))
+    assert any("ATTN_BRANCH" in p for p in schema.problems("plasticity", record,
+                                                           components=components.names()))
     rel = relative.measure(model, x, y, protocol=protocol, components=table)
     stored = dict(task="digits", n_pairs=len(x), protocol=protocol,
                   quantity="relative plasticity",
@@ -206,6 +218,10 @@ def test_the_sixth_unit_trains_its_patterns():
     table = components.extended(ATTN_BRANCH)
     assert components.count_parameters(model, "ATTN_BRANCH", table) == sum(
         components.count_parameters(model, c) for c in ("LN1", "MHA"))  # ls1 is Identity
-    assert components.configs(table)["ATTN_BRANCH"] == list(ATTN_BRANCH.patterns)
+    assert configurations.configs(table)["ATTN_BRANCH"] == list(ATTN_BRANCH.patterns)
+    assert configurations.trainable_names(model, "ATTN_BRANCH", train_head=False, table=table) \
+        == [n for n, _ in model.named_parameters() if n.startswith("blocks.")
+            and n.split(".")[2] in ("norm1", "attn", "ls1")]
+    assert configurations.config_order(table)[-1] == "ATTN_BRANCH"  # after the paper's five
     with pytest.raises(ValueError, match="ATTN_BRANCH"):
         components.count_parameters(model, "ATTN_BRANCH")  # not in the five

@@ -17,9 +17,9 @@ from vitplast import paper
 from vitplast.datasets import paper_datasets, suite
 from vitplast.experiments.search import LR_LADDER
 from vitplast.experiments.spec_types import After, Budget, Confound, Grid, PaperGrid, Part, Search
-from vitplast.measure import components
 from vitplast.measure.components import LINEARS, NORMS
 from vitplast.stats.primaries import Primary
+from vitplast.train import configurations
 
 
 def ladder(low: float, high: float) -> list[float]:
@@ -107,7 +107,7 @@ CONFOUNDS = Confound(
     seeds=tuple(paper.SEEDS), target="FC1", n_pairs=256, scale_tasks=PAIR,
     # plasticity re-measured after finetuning (``confound_plasticity.plasticity_after``)
     after=After(tasks=CONFOUND_TASKS[:2], seed=0, n_pairs=128,
-                configs=tuple(components.PAPER_CONFIGS)),
+                configs=tuple(configurations.PAPER_CONFIGS)),
     primaries=CONFOUND_PRIMARIES,
     parts=(
         # MHA, FC1, FC2 each with exactly LN1's trainable count (random sparse masks)
@@ -190,7 +190,7 @@ SUITE = Search(
 LENGTH = Search(
     tasks=(*PAIR, "textures", "symmetry"), seeds=(0,), precision="fp32",
     configs={f"{name} {k}x": dict(
-        {"config": name} if name in components.CONFIGS else {"variant": name},
+        {"config": name} if name in configurations.CONFIGS else {"variant": name},
         steps=120 * k, warmup_steps=12 * k, start=STARTS[name])
         for k in (2, 4) for name in ("MHA", "LN1", "LN2", "MHA sparse", "FC1 sparse",
                                      "FC2 sparse")},
@@ -210,7 +210,7 @@ _GAUGED = {c: STARTS[c] for c in ("head", "LN1", "MHA", "FC2", "full")}
 #: that grid, as the paper's table does). Declared before any of its runs exist. What its
 #: primaries measure: one LR shared by the head and the component on a reparametrized network.
 #: At c = 8 and LR eta, MHA-only or FC2-only IS the c = 1 run with attn.proj or fc2 at eta / 64
-#: and the rest at eta (without clipping; ``gauge.finetuning_equivalence``), which no shared LR
+#: and the rest at eta (without clipping; ``invariance.finetuning_equivalence``), which no shared LR
 #: at c = 1 reaches: a recipe under a reparametrization, not a causal test of plasticity (the
 #: primaries cite no claim of the paper; they were first worded as one, issue 38).
 _SHARED_LR = ("it measures a recipe, not plasticity: with one LR shared by the head and the "
@@ -234,7 +234,7 @@ GAUGE = Search(
 #: The paper's grid (PAPER.md section 2): its model, finetuning configurations (section 5),
 #: LRs (DomainNet has its own) and seeds, with the paper recipe on its 11 datasets.
 PAPER = PaperGrid(model=paper_datasets.PAPER_MODEL, tasks=tuple(paper_datasets.PAPER_DATASETS),
-                  configs=tuple(components.PAPER_CONFIGS), lrs=tuple(paper.LRS),
+                  configs=tuple(configurations.PAPER_CONFIGS), lrs=tuple(paper.LRS),
                   lrs_domainnet=tuple(paper.LRS_DOMAINNET), seeds=tuple(paper.SEEDS))
 
 #: The real model: DINOv2 ViT-S/14 weights fetched by ``vitplast weights get dinov2-small``

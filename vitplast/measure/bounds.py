@@ -44,8 +44,8 @@ from vitplast.measure.components import (
     by_name,
     check_component,
     component_modules,
-    unfused_attention,
 )
+from vitplast.models import unfused_attention
 
 #: A bound (``Component.bound``, the name of its function here) -> the statistics of the
 #: component's inputs it reads, gathered in the measuring pass (``plasticity.measurement``):

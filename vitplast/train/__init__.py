@@ -1,9 +1,10 @@
 """Training: the one finetuning loop and what runs on it.
 
-``finetune`` (the loop) over ``passes`` (loader, precision, evaluation), ``trainees`` (what
-it trains: one model, or K stacked copies) and ``preflight`` (what a run refuses before any
-work); ``batched`` (the LRs of one setting as one computation, on the same loop); ``probes``
-(the linear probe); ``ablations`` (model changes before training); ``pretrain`` (the embedded
+``finetune`` (the loop) over ``configurations`` (what a configuration trains, by name or
+parameter pattern), ``passes`` (loader, precision, evaluation), ``trainees`` (what it trains:
+one model, or K stacked copies) and ``preflight`` (what a run refuses before any work);
+``batched`` (the LRs of one setting as one computation, on the same loop); ``probes`` (the
+linear probe); ``ablations`` (model changes before training); ``pretrain`` (the embedded
 model's pretraining) and ``recipes`` (another recipe's ranking); ``invariance`` (finetuning a
 gauged network beside the original).
 """

@@ -28,8 +28,7 @@ import inspect
 import torch
 from torch import nn
 
-from vitplast.measure.components import unfused_attention
-from vitplast.models import pick_device
+from vitplast.models import pick_device, unfused_attention
 from vitplast.train import finetune, passes, trainees
 
 #: ``finetune.train``'s keyword defaults: one source for both paths.
