@@ -254,7 +254,8 @@ def stored_layers(root, task: str, *, n_pairs: int = 256, protocol: str = "embed
     saved = cached.companion(
         root, f"plasticity-{cached.config_hash(settings)}.json",
         compute=lambda: dict(settings, rows=embedded_layers(
-            [task], protocol=protocol, n_pairs=n_pairs).drop(columns="task").to_dict("records")))
+            [task], protocol=protocol, n_pairs=n_pairs).drop(columns="task").to_dict("records")),
+        measured_by=measuring())
     return pd.DataFrame(saved["rows"]).assign(task=task, protocol=protocol)
 
 
