@@ -234,11 +234,12 @@ def test_the_sixth_unit_trains_its_patterns():
 
 #: A program that makes a sixth row permanent, as an edit of ``components.py`` would (the
 #: module's source, one row added to ``TABLE``, is what ``vitplast.measure.components`` is in
-#: that process), then runs the kit through it: every module imports, the estimator measures
-#: the row (== a recomputation by hand), notebook 02's cached pipeline measures, stamps and
-#: reads it back, and its stored table passes the schema.
+#: that process), then runs the kit through it: every module imports, the shipped studies'
+#: runs are unchanged, the estimator measures the row (== a recomputation by hand), notebook
+#: 02's cached pipeline measures, stamps and reads it back, and its stored table passes the
+#: schema.
 _SIXTH_ROW = r'''
-import importlib, pkgutil, sys
+import importlib, pkgutil, re, sys
 from pathlib import Path
 
 import vitplast.measure
@@ -262,6 +263,8 @@ from timm.models.vision_transformer import VisionTransformer
 
 import vitplast
 from vitplast import cached, frames, schema
+from vitplast.experiments import studies
+from vitplast.experiments.runs import run_hash
 from vitplast.measure import components, empirical, fingerprint, plasticity
 from vitplast.report import plot_style
 from vitplast.train import configurations
@@ -276,6 +279,12 @@ for info in pkgutil.walk_packages(vitplast.__path__, "vitplast."):
         importlib.import_module(info.name)
 assert plot_style.PALETTE["PROJ"] == "#117733"
 assert configurations.CONFIG_ORDER[-1] == "PROJ" and "PROJ" in configurations.CONFIGS
+
+# the studies declared before the row run what they ran: their run hashes name the shipped records
+for names in (("main", "budget"), ("confounds",)):
+    root = Path(studies.get(names[0]).root())
+    shipped = {p.stem for p in root.glob("*.json") if re.fullmatch("[0-9a-f]{16}", p.stem)}
+    assert {run_hash(r) for n in names for r in studies.get(n).runs()} == shipped, names
 
 # measured: the row's rates are attn.proj's, recomputed by hand
 torch.manual_seed(0)
@@ -325,8 +334,9 @@ print("ok")
 
 def test_a_permanent_sixth_row_needs_no_other_file(tmp_path):
     """A row added to ``TABLE`` itself (not passed as a value) runs through the whole kit with
-    no other file changed: imports, the estimator, a notebook's cached pipeline (its stamp is
-    the six's fingerprint) and the schema of its stored table."""
+    no other file changed: imports, the shipped studies (their runs' hashes), the estimator, a
+    notebook's cached pipeline (its stamp is the six's fingerprint) and the schema of its
+    stored table."""
     root = Path(vitplast.__file__).resolve().parents[1]
     env = dict(os.environ, VITPLAST_CACHE=str(tmp_path / "cache"),
                PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
