@@ -28,7 +28,6 @@ in a checkout's ``data/``, or under ``$VITPLAST_DATA``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -379,21 +378,3 @@ def weights_id(model_name: str, checkpoints=("final",)) -> str:
                           default=str)  # model_args may hold a class, e.g. act_layer
     known = embedded_checkpoints()
     return ",".join(known[c]["sha256"] for c in checkpoints)
-
-
-@contextlib.contextmanager
-def unfused_attention(module):
-    """timm's attention on its matmul path inside the block (``fused_attn`` off in every
-    attention of ``module``; anything else passes through), restored after: the fused kernel
-    has no forward-mode AD on a CPU (``measure.bounds``) and no vmap batching rule
-    (``train.batched``)."""
-    attns = [m for m in module.modules() if hasattr(m, "fused_attn")] if isinstance(
-        module, torch.nn.Module) else []
-    saved = [m.fused_attn for m in attns]
-    for m in attns:
-        m.fused_attn = False
-    try:
-        yield
-    finally:
-        for m, s in zip(attns, saved):
-            m.fused_attn = s

@@ -5,7 +5,7 @@ import pytest
 import torch
 from helpers import tiny_vit
 
-from vitplast.models import unfused_attention
+from vitplast.attention import unfused_attention
 from vitplast.train import batched, trainees
 from vitplast.train.configurations import set_trainable, trainable_names
 

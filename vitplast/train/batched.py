@@ -28,7 +28,8 @@ import inspect
 import torch
 from torch import nn
 
-from vitplast.models import pick_device, unfused_attention
+from vitplast.attention import unfused_attention
+from vitplast.models import pick_device
 from vitplast.train import finetune, passes, trainees
 
 #: ``finetune.train``'s keyword defaults: one source for both paths.
