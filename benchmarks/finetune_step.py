@@ -24,15 +24,14 @@ from torch.utils.data import DataLoader
 
 from vitplast import models
 from vitplast.datasets import tasks
-from vitplast.measure import components
-from vitplast.train import finetune
+from vitplast.train import configurations, finetune
 
 TARGET = 1.05
 
 
 def bare(model, dataset, config, steps, batch, device):
     """A hand-written SGD loop over the same trainable set; seconds per step."""
-    components.set_trainable(model, components.trainable_names(model, config))
+    configurations.set_trainable(model, configurations.trainable_names(model, config))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=0.01, momentum=0.9)
     loader = iter(DataLoader(dataset, batch_size=batch, shuffle=True, drop_last=True))
@@ -73,17 +72,17 @@ def main(argv: list[str] | None = None) -> int:
     run = dict(dataset=task.train, steps=args.steps, batch=args.batch, device=device)
     for fn in (bare, loop):  # warm-up
         fn(model, config="full", **{**run, "steps": min(5, args.steps)})
-    times = {"bare": [], **{config: [] for config in components.CONFIGS}}
+    times = {"bare": [], **{config: [] for config in configurations.CONFIGS}}
     for _ in range(args.reps):  # interleaved, so that drift hits every measurement alike
         times["bare"].append(bare(model, config="full", **run))
-        for config in components.CONFIGS:
+        for config in configurations.CONFIGS:
             times[config].append(loop(model, config=config, **run))
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"device {device}, batch {args.batch}, {args.steps} steps x {args.reps} interleaved reps")
     print(f"  bare PyTorch step: {1000 * med['bare']:.1f} ms;  vitplast loop: "
           f"{1000 * med['full']:.1f} ms (full finetuning)")
     print("  step time relative to full finetuning (vitplast loop):")
-    for config in components.CONFIGS:
+    for config in configurations.CONFIGS:
         print(f"    {config:>9}: {med[config] / med['full']:.2f}x  ({1000 * med[config]:.1f} ms)")
     ratio = med["full"] / med["bare"]
     print(f"RESULT finetune_step_overhead_ratio {ratio:.3f} target <= {TARGET}")

@@ -58,7 +58,7 @@ from plasticity_overhead import timed  # wall, process CPU, page faults of one c
 
 from vitplast import fetched, models
 from vitplast.experiments import runs, study_specs
-from vitplast.measure import components
+from vitplast.train import configurations
 
 TARGET = 3 * 3600.0  # the real study: at most 3 hours on this machine (issue 56, item 3)
 REAL, ARCHITECTURE, NATIVE = study_specs.REAL_MODEL, "vit_small_patch14_dinov2", 224
@@ -97,7 +97,7 @@ def real_model(img_size: int, num_classes: int | None = None, *, random: bool = 
 def stepper(model, config: str, x, y):
     """One SGD step of ``config`` on the batch (x, y), as a function (the recipe's: momentum
     0.9, global clip 1.0); its trainable set and optimizer made now."""
-    components.set_trainable(model, components.trainable_names(model, config))
+    configurations.set_trainable(model, configurations.trainable_names(model, config))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
 

@@ -37,8 +37,7 @@ from torch.utils.data import DataLoader
 
 from vitplast.datasets import tasks
 from vitplast.experiments import runs, study_specs
-from vitplast.measure import components
-from vitplast.train import finetune
+from vitplast.train import configurations, finetune
 
 TARGET = 1.1
 CONFIG = "MHA"
@@ -47,7 +46,7 @@ QUICK = dict(steps=3, batch=8, reps=2)
 
 def bare(model, dataset, steps: int, batch: int) -> None:
     """A hand-written SGD loop over ``CONFIG``'s trainable set (the kit's, head included)."""
-    components.set_trainable(model, components.trainable_names(model, CONFIG))
+    configurations.set_trainable(model, configurations.trainable_names(model, CONFIG))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
     loader = iter(DataLoader(dataset, batch_size=batch, shuffle=True, drop_last=True,

@@ -13,10 +13,10 @@ from helpers import tiny_vit
 
 from vitplast.datasets import tasks
 from vitplast.experiments import lr_selection, runs, sweep
-from vitplast.measure import bounds, components, intervals, plasticity, rates
+from vitplast.measure import bounds, intervals, plasticity, rates
 from vitplast.measure.pairs import make_pairs
 from vitplast.report import finetuning_tables
-from vitplast.train import finetune
+from vitplast.train import configurations, finetune
 
 STEPS = dict(steps=2, batch_size=16, progress=False)
 
@@ -244,7 +244,7 @@ def test_gradient_accumulation_may_draw_micro_batches_from_a_small_split():
 
 def test_final_norm_or_head_patterns_alone_are_a_configuration():
     """Patterns that select only the head are explicit, not a typo: allowed."""
-    names = components.trainable_names(model28(), ["head.*"], train_head=False)
+    names = configurations.trainable_names(model28(), ["head.*"], train_head=False)
     assert names == ["head.weight", "head.bias"]
 
 

@@ -13,6 +13,7 @@ import pytest
 
 import vitplast
 from vitplast.measure import components
+from vitplast.train import configurations
 
 PACKAGE = Path(vitplast.__file__).parent
 #: Every module by its name (unique across subpackages) -> its file.
@@ -235,8 +236,7 @@ def test_every_module_has_its_own_test_file():
 
 
 #: Knowledge with one home: a literal -> the module that defines it (issue 29, item 4).
-ONE_HOME = {("full", "head", "MHA", "FC1", "FC2", "LN2", "LN1"): "components",
-            ("MHA", "FC1", "FC2", "LN2", "LN1"): "paper",
+ONE_HOME = {("MHA", "FC1", "FC2", "LN2", "LN1"): "paper",
             "vit_base_patch16_224.orig_in21k": "paper_datasets",
             ("contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise"): "corruptions"}
 
@@ -253,8 +253,9 @@ def _literals(tree: ast.Module):
 
 
 #: Knowledge written nowhere as a literal: derived from ``components.TABLE`` (its rows'
-#: ``group``), and imported everywhere.
-DERIVED = {("MHA", "FC1", "FC2"): components.LINEARS, ("LN1", "LN2"): components.NORMS}
+#: ``group``; the configuration order from the paper's), and imported everywhere.
+DERIVED = {("MHA", "FC1", "FC2"): components.LINEARS, ("LN1", "LN2"): components.NORMS,
+           ("full", "head", "MHA", "FC1", "FC2", "LN2", "LN1"): configurations.CONFIG_ORDER}
 
 
 def test_component_groups_orders_and_the_paper_model_have_one_home():

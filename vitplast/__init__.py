@@ -15,8 +15,8 @@ protocol        what a component is fed when measured: ``hidden`` or ``embedding
 pair            two images (x, y) whose outputs a rate compares (``pairs.Pairs``)
 task            a downstream dataset with train / val / test splits (``tasks.TASKS``)
 suite           the 33 varied offline tasks the decisive study runs on (``suite``)
-configuration   what is finetuned: a name of ``components.CONFIGS`` (full, head, LN1...) or
-                a list of parameter patterns; the key ``config`` of a run
+configuration   what is finetuned: a name of ``configurations.CONFIGS`` (full, head, LN1...)
+                or a list of parameter patterns; the key ``config`` of a run
 recipe          named training settings: optimizer, schedule, steps (``finetune.RECIPES``)
 ablation        a model change before training (``ablations``; a run's ``prepare`` names
                 it and ``ablation`` holds its arguments)
@@ -48,10 +48,11 @@ its modules. Within a module, names without a leading ``_`` are public (a module
   and the companion files kept beside a study's records) with ``frames`` (a table as arrays in
   an ``.npz``), ``schema`` (every stored file kind checked against the published JSON
   Schemas), ``models`` (loading, the embedded checkpoints, folders, the weights a measurement
-  depends on) with ``hub`` (is the Hugging Face hub reachable) and ``weights`` (does a
-  weights file fit the model), ``fetched`` (real weights fetched from the package index,
-  verified and converted) with ``onnx_vit`` (an ONNX DINOv2 read into timm, and the proof),
-  ``provenance`` (what made a result: machine, versions, git state);
+  depends on) with ``hub`` (is the Hugging Face hub reachable), ``weights`` (does a weights
+  file fit the model) and ``attention`` (timm's attention on its matmul path), ``fetched``
+  (real weights fetched from the package index, verified and converted) with ``onnx_vit``
+  (an ONNX DINOv2 read into timm, and the proof), ``provenance`` (what made a result:
+  machine, versions, git state);
 - ``stats``: a measured value as a row with its test, Holm family, power and verdict;
 - ``datasets``: the tasks and their images;
 - ``measure``: the paper's objects measured (components, plasticity, bounds, the gauge...);

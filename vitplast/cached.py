@@ -39,14 +39,14 @@ from vitplast.files import atomic_path, read_checked, read_json, set_aside, writ
 MEASURING_CODE = "m1-43d6f8301868"
 
 
-def stale(what, made: str | None, then: str = "recomputing") -> str | None:
+def stale(what, made: str | None, then: str = "recomputing", *, now=None) -> str | None:
     """The line saying why the table ``what``, made by the measuring code ``made`` (``None``:
-    before fingerprints), is not served, and what ``then``; ``None`` if this code
-    (``MEASURING_CODE``) made it."""
-    if made == MEASURING_CODE:
+    before fingerprints), is not served, and what ``then``; ``None`` if this code (``now``,
+    default ``MEASURING_CODE``: ``fingerprint.measuring`` of the table measured with) made it."""
+    now = now or MEASURING_CODE
+    if made == now:
         return None
-    return (f"{what}: made by measuring code {made or '(none recorded)'}, this is "
-            f"{MEASURING_CODE}: {then}")
+    return f"{what}: made by measuring code {made or '(none recorded)'}, this is {now}: {then}"
 
 
 def config_hash(config: dict) -> str:
@@ -55,7 +55,8 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def load_or_compute(name: str, params: dict, compute, folder: str | Path | None = None):
+def load_or_compute(name: str, params: dict, compute, folder: str | Path | None = None, *,
+                    measured_by: str | None = None):
     """Return the cached result of ``compute()`` (a DataFrame) for ``params``, computing it
     once.
 
@@ -65,7 +66,7 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     dtypes, categories and ``attrs`` as JSON inside (its index), the params beside it in a
     ``.json``. A file that is unreadable or whose index fails (``table_problems``) is
     computed again, with a warning naming it and why; one made by other measuring code
-    (module docstring) with one line saying so.
+    (module docstring; ``measured_by``, ``MEASURING_CODE`` by default) with one line saying so.
     """
     import pandas as pd
 
@@ -74,7 +75,8 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     if path.exists():
         problems = table_problems(path)
         try:
-            if not problems and not _outdated(path, frames.entries(path).get("measured_by")):
+            if not problems and not _outdated(path, frames.entries(path).get("measured_by"),
+                                              now=measured_by):
                 return frames.read_frame(path)
         except Exception as err:  # readable index, unreadable table: recompute
             problems = [f"unreadable: {type(err).__name__}: {err}"]
@@ -85,7 +87,7 @@ def load_or_compute(name: str, params: dict, compute, folder: str | Path | None 
     if not isinstance(result, pd.DataFrame):
         raise TypeError(f"load_or_compute caches tables (DataFrames), got {type(result)}")
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        frames.write_frame(result, f, measured_by=json.dumps(MEASURING_CODE))
+        frames.write_frame(result, f, measured_by=json.dumps(measured_by or MEASURING_CODE))
     write_json(path.with_suffix(".json"), params)
     return result
 
@@ -134,9 +136,9 @@ def audit(folder: str | Path | None = None):
     return pd.DataFrame(rows, columns=["file", "kind", "problem"])
 
 
-def _outdated(path: Path, made: str | None, then: str = "recomputing") -> bool:
+def _outdated(path: Path, made: str | None, then: str = "recomputing", *, now=None) -> bool:
     """Whether other measuring code made the table at ``path``, said on stderr (``stale``)."""
-    line = stale(path, made, then)
+    line = stale(path, made, then, now=now)
     if line:
         print(line, file=sys.stderr)
     return line is not None
@@ -194,13 +196,15 @@ def companion_kind(name: str) -> str:
     return kind
 
 
-def companion(root: str | Path, name: str, compute=None) -> dict | None:
+def companion(root: str | Path, name: str, compute=None, *,
+              measured_by: str | None = None) -> dict | None:
     """The companion file ``root/name`` of a study store (``COMPANIONS``): when there is none,
     ``None``, or with ``compute`` (a function of no argument returning its content) its content
     computed once and written (``write_companion``): a measurement kept beside the runs.
     A file there that fails its schema is never used: with ``compute`` it is set aside
     (``files.set_aside``, with a warning naming it and its problems) and computed again; a
-    measurement (``MEASURED``) made by other code too, one line saying so (``stale``).
+    measurement (``MEASURED``) made by other code too (``measured_by``, ``MEASURING_CODE`` by
+    default), one line saying so (``stale``).
 
     Raises:
         ValueError: ``name`` is not a companion kind's (naming the kinds), or the file
@@ -224,18 +228,20 @@ def companion(root: str | Path, name: str, compute=None) -> dict | None:
         warnings.warn(f"{path} does not pass the {kind} schema: {'; '.join(problems)}; set "
                       f"aside as {aside.name} and computed again", stacklevel=2)
     outdated = kind in MEASURED and path.exists() and _outdated(
-        path, (saved or {}).get("measured_by"), "recomputing" if compute else "not used")
+        path, (saved or {}).get("measured_by"), "recomputing" if compute else "not used",
+        now=measured_by)
     if not path.exists() or outdated:
         if compute is None:
             return None
         content = compute()
-        return read_json(write_companion(root, name, content))
+        return read_json(write_companion(root, name, content, measured_by=measured_by))
     return saved if saved is not None and not problems else read_json(path)
 
 
-def write_companion(root: str | Path, name: str, content: dict) -> Path:
+def write_companion(root: str | Path, name: str, content: dict, *,
+                    measured_by: str | None = None) -> Path:
     """Store ``content`` as the companion file ``root/name``, atomically (a measurement
-    stamped ``measured_by``: ``MEASURING_CODE``); return its path.
+    stamped ``measured_by``, ``MEASURING_CODE`` by default); return its path.
 
     Raises:
         ValueError: ``name`` is not a companion kind's (naming the kinds), or ``content``
@@ -245,7 +251,7 @@ def write_companion(root: str | Path, name: str, content: dict) -> Path:
     kind = companion_kind(name)
     stored = json.loads(json.dumps(content, default=str))
     if kind in MEASURED:
-        stored["measured_by"] = MEASURING_CODE
+        stored["measured_by"] = measured_by or MEASURING_CODE
     schema.check(kind, stored, f"{name}: not a complete {kind} file; not written")
     return write_json(Path(root) / name, stored)
 
@@ -253,7 +259,7 @@ def write_companion(root: str | Path, name: str, content: dict) -> Path:
 # measured tables kept beside a study -------------------------------------------------------
 
 def kept_table(name: str, params: dict, compute, root: str | Path | None = None, *,
-               arrays: bool = False):
+               arrays: bool = False, measured_by: str | None = None):
     """``load_or_compute(name, params, compute)`` in the user's cache; with ``root`` (a study's
     folder) the same table kept there instead, as the companion ``root/table-<hash>.json``
     (the hash of ``name`` and ``params``; schema ``table``): a measurement that does not change
@@ -271,22 +277,25 @@ def kept_table(name: str, params: dict, compute, root: str | Path | None = None,
     ``arrays``: a large table (per-pair rates) kept as compressed arrays instead,
     ``root/table-<hash>.npz`` (``load_or_compute``'s format, its index checked by
     ``table_problems``; ``table``, ``params`` and ``provenance`` in its ``kept`` entry); one
-    that fails its index, or kept for other parameters or code, is computed again.
+    that fails its index, or kept for other parameters or code (``measured_by``, default
+    ``MEASURING_CODE``), is computed again.
     """
     if root is None:
-        return load_or_compute(name, params, compute)
+        return load_or_compute(name, params, compute, measured_by=measured_by)
     asked = json.loads(json.dumps(dict(table=name, params=params), default=str))
     file = f"table-{config_hash(asked)}.json"
     if arrays:
-        return _kept_arrays(Path(root) / file.replace(".json", ".npz"), asked, compute)
-    saved = companion(root, file, compute=lambda: _as_kept(name, params, compute))
+        return _kept_arrays(Path(root) / file.replace(".json", ".npz"), asked, compute,
+                            measured_by)
+    saved = companion(root, file, compute=lambda: _as_kept(name, params, compute),
+                      measured_by=measured_by)
     problems = kept_problems(saved, asked)
     if not problems:
         return _from_kept(saved)
     warnings.warn(f"{Path(root) / file} is not used ({'; '.join(problems)}): computed again",
                   stacklevel=2)
     saved = _as_kept(name, params, compute)
-    write_companion(root, file, saved)
+    write_companion(root, file, saved, measured_by=measured_by)
     return _from_kept(json.loads(json.dumps(saved, default=str)))
 
 
@@ -312,7 +321,7 @@ def _other_params(saved: dict, asked: dict) -> list[str]:
     return [f"{' and '.join(moved)} differ from the ones asked for (stale)"] if moved else []
 
 
-def _kept_arrays(path: Path, asked: dict, compute):
+def _kept_arrays(path: Path, asked: dict, compute, measured_by: str | None = None):
     """``kept_table(..., arrays=True)``: the table of ``path`` when its index passes and its
     ``kept`` entry names ``asked``, else ``compute()``'s, written there with its provenance."""
     if path.exists():
@@ -320,7 +329,7 @@ def _kept_arrays(path: Path, asked: dict, compute):
         if not problems:
             saved = frames.entries(path)
             problems = _other_params(saved.get("kept", {}), asked)
-        if not problems and not _outdated(path, saved.get("measured_by")):
+        if not problems and not _outdated(path, saved.get("measured_by"), now=measured_by):
             return frames.read_frame(path)
         if problems:
             warnings.warn(f"{path} is not used ({'; '.join(problems)}): computed again",
@@ -329,7 +338,7 @@ def _kept_arrays(path: Path, asked: dict, compute):
     kept = json.dumps(dict(asked, provenance=made), default=str)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         frames.write_frame(df, f, compressed=True, kept=kept,
-                           measured_by=json.dumps(MEASURING_CODE))
+                           measured_by=json.dumps(measured_by or MEASURING_CODE))
     return df
 
 

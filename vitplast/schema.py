@@ -60,8 +60,10 @@ def document(kind: str) -> dict:
 def problems(kind: str, value, components: tuple[str, ...] | None = None) -> list[str]:
     """Every way ``value`` fails the schema of ``kind``, worded (module docstring); empty when
     it passes. At most ``MAX_PROBLEMS``, then a line saying how many more. ``components``: the
-    names a component may take, e.g. ``components.names(components.extended(row))`` (None:
-    the published documents' ``components.TABLE``)."""
+    names a component may take, those of the table measured with, e.g.
+    ``components.names()`` or ``components.names(components.extended(row))`` (None: any
+    non-empty name, as the published documents say: the table lives in the measuring layer,
+    above this one, and a row added to it changes no document)."""
     names = None if components is None else tuple(components)
     if _compiled_accepts(_kind(kind), value, names):
         return []
@@ -194,12 +196,12 @@ def _kind(kind: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _documents(names: tuple[str, ...] | None = None) -> dict[str, dict]:
-    """The documents; with ``names``, the component enum (``plasticity``'s ``$defs``, which the
-    others refer to) holds those names (the published one holds ``components.TABLE``'s:
-    tested)."""
+    """The documents; with ``names``, a component (``plasticity``'s ``$defs``, which the
+    others refer to) is one of those names (the published one is any non-empty name)."""
     docs = {k: json.loads((FOLDER / f"{k}.schema.json").read_text()) for k in KINDS}
     if names is not None:
-        docs["plasticity"]["$defs"]["component"]["enum"] = list(names)
+        docs["plasticity"]["$defs"]["component"] = dict(
+            docs["plasticity"]["$defs"]["component"], enum=list(names))
     return docs
 
 

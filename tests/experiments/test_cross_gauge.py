@@ -71,7 +71,7 @@ def test_pairs_are_made_by_run_hash_whatever_their_runtime_keys(tmp_path):
 
 def test_identity_reruns_the_changed_configurations_at_the_lrs_the_study_chose(monkeypatch):
     """Each task and configuration at the LR chosen for it at c = 8; the gauged parameters'
-    LR at c = 1 is that LR / c^2, from ``gauge.finetuning_equivalence`` on the model."""
+    LR at c = 1 is that LR / c^2, from ``invariance.finetuning_equivalence`` on the model."""
     from vitplast.train import invariance as module
 
     calls = []

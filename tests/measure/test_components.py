@@ -1,6 +1,6 @@
 """Components (``vitplast.measure.components``): exact parameter counts of a tiny ViT, the group of
-every parameter, configurations selecting exactly their parameters, and unsupported models
-failing clearly."""
+every parameter, and unsupported models failing clearly (what a configuration trains:
+``tests/train/test_configurations.py``)."""
 
 import pytest
 import torch
@@ -25,17 +25,6 @@ def test_every_parameter_has_one_group():
         "blocks.1.norm1.weight", "blocks.0.attn.qkv.bias", "blocks.0.mlp.fc2.weight",
         "blocks.1.ls1.gamma", "head.weight", "norm.bias", "pos_embed")] == [
         "LN1", "MHA", "FC2", "other", "head", "norm", "embedding"]
-
-
-def test_a_configuration_trains_exactly_its_parameters_and_the_head():
-    model = tiny_vit()
-    names = components.trainable_names(model, "LN1")
-    assert {components.component_of(n) for n in names} == {"LN1", "head", "norm"}
-    total = components.set_trainable(model, names)
-    assert total == 128 + 32 * 5 + 5 + 2 * 32  # LN1, head, final norm
-    assert sum(p.numel() for p in model.parameters() if p.requires_grad) == total
-    with pytest.raises(ValueError, match="no such parameters"):
-        components.set_trainable(model, ["blocks.9.norm1.weight"])
 
 
 def test_unsupported_architectures_fail_clearly():

@@ -38,8 +38,10 @@ def test_the_fingerprint_is_stable_short_and_moves_with_the_version_and_the_comp
     monkeypatch.setattr(fingerprint, "MEASURE_VERSION", fingerprint.MEASURE_VERSION + 1)
     assert fingerprint.measuring() != now
     monkeypatch.undo()
-    monkeypatch.setattr(components, "fingerprint", lambda: "table0")
-    assert fingerprint.measuring() == f"m{fingerprint.MEASURE_VERSION}-table0"  # the table's
+    four = components.TABLE[:4]  # the table measured with: its fingerprint, not the default's
+    assert fingerprint.measuring(four) == (
+        f"m{fingerprint.MEASURE_VERSION}-{components.fingerprint(four)}")
+    assert fingerprint.measuring(four) != now == fingerprint.measuring(components.TABLE)
 
 
 _CODE = {"as shipped": 'def f(x):\n    """Rate."""\n    return x / 2  # half\n',

@@ -10,7 +10,7 @@ from torch import nn
 
 from vitplast.experiments import runner, runs
 from vitplast.measure import gauge, plasticity
-from vitplast.train import ablations
+from vitplast.train import ablations, invariance
 
 
 def _eps0(model):
@@ -162,7 +162,7 @@ def test_configurations_without_gauged_parameters_follow_the_same_trajectory(con
     with eps / c^2, so each loss moves by (1 - c^-2) times what removing eps moves it, to first
     order: that, plus 10%, is the tolerance."""
     model = tiny_vit()
-    assert gauge.finetuning_equivalence(model, config, C) == {}
+    assert invariance.finetuning_equivalence(model, config, C) == {}
     loss, norm = _history(copy.deepcopy(model), config)
     assert norm.max() > 1.0  # the clip acted
     g_loss, g_norm = _history(gauge.rescale_stream(copy.deepcopy(model), C, scale_eps=True), config)
@@ -180,7 +180,7 @@ def test_configurations_with_gauged_parameters_are_an_lr_change(config):
     divided by c^2 (loss histories, and the parameters once un-gauged). With the recipe's
     clip acting, it is not (the clip factors differ); and it is not the plain original run."""
     model = tiny_vit()
-    scales = gauge.finetuning_equivalence(model, config, C)
+    scales = invariance.finetuning_equivalence(model, config, C)
     assert scales and set(scales.values()) == {1 / C ** 2}
     if config == "MHA":
         assert sorted(scales) == [f"blocks.{i}.attn.proj.{p}" for i in range(2)
@@ -214,8 +214,8 @@ def test_gauge_runs_through_the_sweep():
 
 
 def test_equivalence_under_adamw_is_one_over_c():
-    assert set(gauge.finetuning_equivalence(tiny_vit(), "FC2", 4.0, optimizer="adamw")
+    assert set(invariance.finetuning_equivalence(tiny_vit(), "FC2", 4.0, optimizer="adamw")
                .values()) == {0.25}
     with pytest.raises(ValueError, match="sgd"):
-        gauge.finetuning_equivalence(tiny_vit(), "FC2", 4.0, optimizer="lion")
+        invariance.finetuning_equivalence(tiny_vit(), "FC2", 4.0, optimizer="lion")
 

@@ -8,7 +8,7 @@ from helpers import tiny_vit, toy_task
 
 from vitplast.experiments import runner, runs
 from vitplast.measure import components, rates
-from vitplast.train import ablations, finetune
+from vitplast.train import ablations, configurations, finetune
 
 
 @pytest.mark.parametrize("ln", ["LN1", "LN2"])
@@ -102,7 +102,7 @@ def test_bias_only_counts_are_exact():
     d, blocks = 32, 2
     expected = {"LN1": d, "MHA": 3 * d + d, "LN2": d, "FC1": 4 * d, "FC2": d}
     for comp, per_block in expected.items():
-        names = components.trainable_names(model, ablations.BIAS_ONLY[comp], train_head=False)
+        names = configurations.trainable_names(model, ablations.BIAS_ONLY[comp], train_head=False)
         assert sum(dict(model.named_parameters())[n].numel() for n in names) == blocks * per_block
 
 

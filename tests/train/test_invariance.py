@@ -1,6 +1,6 @@
 """Finetuning a gauged network beside the original (``vitplast.train.invariance``): where no
 gauged parameter trains the two runs are one trajectory; where one does, the original with
-that parameter's LR / c^2 and no clip is the same run (``gauge.finetuning_equivalence``)."""
+that parameter's LR / c^2 and no clip is the same run (``invariance.finetuning_equivalence``)."""
 
 import pytest
 

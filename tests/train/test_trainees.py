@@ -5,8 +5,9 @@ import pytest
 import torch
 from helpers import tiny_vit
 
-from vitplast.measure.components import set_trainable, trainable_names, unfused_attention
+from vitplast.attention import unfused_attention
 from vitplast.train import batched, trainees
+from vitplast.train.configurations import set_trainable, trainable_names
 
 
 def _trainee(cls, model, lrs, **kwargs):

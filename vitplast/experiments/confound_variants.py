@@ -18,12 +18,19 @@ import numpy as np
 import pandas as pd
 from torch import nn
 
-from vitplast.measure.components import COMPONENTS, PAPER_CONFIGS, count_parameters
-from vitplast.train.ablations import BIAS_ONLY, LORA_PATTERNS, LORA_TARGETS, bias_count, lora_count
+from vitplast.measure.components import COMPONENTS, count_parameters
+from vitplast.train.ablations import (
+    BIAS_ONLY,
+    LORA_COMPONENTS,
+    LORA_PATTERNS,
+    bias_count,
+    lora_count,
+)
+from vitplast.train.configurations import PAPER_CONFIGS
 
 #: What each family of variants changes (``Variant.family``).
 VARIANT_FAMILIES = {
-    "plain": "a configuration of components.CONFIGS as it is (component: the configuration)",
+    "plain": "a configuration of configurations.CONFIGS as it is (component: the configuration)",
     "rescale": "a LayerNorm's gamma and beta times c; preserved: the next linear's weight / c",
     "lr/c^2": "a LayerNorm's learning rate divided by c^2: the preserved rescale's control",
     "sparse": "a component whose gradients are masked to count entries at random",
@@ -124,12 +131,15 @@ def variants(model: nn.Module, scales: dict[str, float], budget_from: str = "LN1
                         c=c, preserve=preserve) for preserve in (True, False)]
         out.append(Variant(f"{ln} lr/c^2 (c={c:.3g})", "lr/c^2", ln, c=c))
     budget = count_parameters(model, budget_from)
-    lora = min(lora_count(model, comp, lora_rank) for comp in LORA_TARGETS)
-    bias = min(bias_count(model, comp) for comp in COMPONENTS)
-    for comp in LORA_TARGETS:
+    # the paper's components only: a row added to the component table changes no count here
+    linears = [c for c in LORA_COMPONENTS if c in PAPER_CONFIGS]
+    every = [c for c in COMPONENTS if c in PAPER_CONFIGS]
+    lora = min(lora_count(model, comp, lora_rank) for comp in linears)
+    bias = min(bias_count(model, comp) for comp in every)
+    for comp in linears:
         out += [Variant(f"{comp} sparse", "sparse", comp, count=budget),
                 Variant(f"{comp} LoRA r{lora_rank}", "lora", comp, rank=lora_rank, count=lora)]
-    out += [Variant(f"{comp} bias", "bias", comp, count=bias) for comp in COMPONENTS]
+    out += [Variant(f"{comp} bias", "bias", comp, count=bias) for comp in every]
     return {v.name: v for v in out}
 
 

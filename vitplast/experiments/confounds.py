@@ -33,8 +33,9 @@ from vitplast.experiments.confound_variants import (
 from vitplast.experiments.spec_types import Confound
 from vitplast.inputs import to_model
 from vitplast.measure import rates
-from vitplast.measure.components import NORMS, trainable_names
+from vitplast.measure.components import NORMS
 from vitplast.train.ablations import PREPARE, matching_scale, rescale_layernorm
+from vitplast.train.configurations import trainable_names
 
 
 def part_runs(spec: Confound, root: str | Path | None = None) -> dict[str, list[dict]]:

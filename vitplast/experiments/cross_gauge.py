@@ -7,7 +7,7 @@ the same network at c = 1 and under the residual-stream gauge c = 8 (``vitplast.
 - ``gauge_pairs``: its runs that the gauge provably leaves alone (head-only, LN1), paired by run
   hash, with their loss and test-accuracy differences.
 - ``identity``: the configurations it changes (MHA, FC2) at c = 8 rerun beside c = 1 with the
-  gauged parameters' LR divided by c^2 (``gauge.finetuning_equivalence``), on the study's own
+  gauged parameters' LR divided by c^2 (``invariance.finetuning_equivalence``), on the study's own
   tasks and chosen LRs.
 """
 
@@ -69,12 +69,11 @@ def identity(picked: pd.DataFrame, tasks, configs=GAUGE_CHANGED, *, c: float = 8
     computed once, shipped, and computed again when an input changes: the chosen LR,
     ``steps``, ``c``, the model's weights). Columns ``task``, ``config``, ``lr`` (the shared
     LR), ``gauged`` (the parameters the gauge scales that it trains), ``derived_lr`` (theirs
-    at c = 1: ``lr`` times ``gauge.finetuning_equivalence``'s factor), ``noclip`` and
+    at c = 1: ``lr`` times ``invariance.finetuning_equivalence``'s factor), ``noclip`` and
     ``clip`` (largest |loss difference| of the c = ``c`` run from the c = 1 run at those
     per-parameter LRs, without clipping and with the recipe's clip), ``shared`` (from the
     c = 1 run at the shared LR: what the gauge changes)."""
     from vitplast import models
-    from vitplast.measure import gauge
 
     model = models.load_model(models.EMBEDDED_NAME)
     lrs = picked.set_index(["task", "config"])["lr"]
@@ -84,7 +83,7 @@ def identity(picked: pd.DataFrame, tasks, configs=GAUGE_CHANGED, *, c: float = 8
             lr = float(lrs[(task, f"{config} c={c:g}")])
             inv = invariance.finetuning_invariance(task=task, configs=(config,), c=c, lr=lr,
                                                    steps=steps, root=root).iloc[0]
-            scales = gauge.finetuning_equivalence(model, config, c)
+            scales = invariance.finetuning_equivalence(model, config, c)
             rows.append(dict(
                 task=task, config=config, lr=lr,
                 gauged=", ".join(sorted({n.split(".", 2)[-1].rsplit(".", 1)[0] for n in scales})),

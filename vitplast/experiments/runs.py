@@ -82,7 +82,7 @@ def make_run(task: str, config: str | list[str] = _D["config"], *, lr: float,
 
     Args:
         task: a name of ``tasks.TASKS`` (a paper dataset needs the runtime key ``data_root``).
-        config: a configuration of ``components.CONFIGS`` or a list of parameter patterns.
+        config: a configuration of ``configurations.CONFIGS`` or a list of parameter patterns.
         lr, seed: peak learning rate; training seed (data order, the new head's init).
         model, checkpoint, pretrained: what ``models.load_model`` loads (default: the embedded
             model); a ``weights.ModelSpec`` also sets ``weights_file`` and ``model_kwargs``.
@@ -109,13 +109,12 @@ def make_run(task: str, config: str | list[str] = _D["config"], *, lr: float,
     """
     from vitplast import models, weights
     from vitplast.datasets import paper_datasets, tasks
-    from vitplast.measure import components
-    from vitplast.train import finetune
+    from vitplast.train import configurations, finetune
 
     if recipe not in finetune.RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; valid: {list(finetune.RECIPES)}")
-    if isinstance(config, str) and config not in components.CONFIGS:
-        raise ValueError(f"unknown configuration {config!r}; valid: {list(components.CONFIGS)} "
+    if isinstance(config, str) and config not in configurations.CONFIGS:
+        raise ValueError(f"unknown configuration {config!r}; valid: {list(configurations.CONFIGS)} "
                          "or a list of parameter-name patterns")
     model = model or models.EMBEDDED_NAME
     out = {"kind": KIND, "model": weights.name_of(model), "checkpoint": checkpoint,
@@ -233,7 +232,7 @@ def grid(tasks, configs, lrs, seeds, **fixed) -> list[dict]:
 
     Args:
         tasks, configs, lrs, seeds: lists. A configuration is a name of
-            ``components.CONFIGS``, a list of patterns, or a dict of ``make_run`` keywords
+            ``configurations.CONFIGS``, a list of patterns, or a dict of ``make_run`` keywords
             (with ``config``), as ``vitplast.experiments.confound_variants.variants`` makes.
         **fixed: ``make_run`` keywords shared by every run (recipe, steps, model...).
 

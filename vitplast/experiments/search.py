@@ -113,7 +113,7 @@ def settings(spec, **runtime) -> list[dict]:
     ``spec.configs`` maps a name to its start LR, or to a dict of run keywords with ``start``
     (e.g. ``dict(config="MHA", prepare="gauge", ablation=dict(c=8.0), start=0.1)``;
     ``variant="MHA sparse"`` starts from that named variant's keywords). A name with a start
-    LR alone is a plain configuration (``components.CONFIGS``) or a named variant of the
+    LR alone is a plain configuration (``configurations.CONFIGS``) or a named variant of the
     confound study (``confound_variants.variants``, e.g. ``"MHA sparse"``: its
     ``Variant.keywords``), so that identical runs hash identically.
     """

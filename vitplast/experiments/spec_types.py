@@ -103,7 +103,7 @@ class Search(_Spec):
     (``vitplast.experiments.search``).
 
     Attributes:
-        configs: a name -> its start LR (a configuration of ``components.CONFIGS`` or a named
+        configs: a name -> its start LR (a configuration of ``configurations.CONFIGS`` or a named
             confound variant), or -> a dict of run keywords with ``start`` (and ``variant``:
             start from that named variant's keywords).
         reuse: shipped stores whose identical runs are copied, not re-run.

@@ -38,14 +38,9 @@ import pandas as pd
 import torch
 from torch import nn
 
+from vitplast.attention import unfused_attention
 from vitplast.inputs import check_count, check_positive, to_model
-from vitplast.measure.components import (
-    TABLE,
-    by_name,
-    check_component,
-    component_modules,
-    unfused_attention,
-)
+from vitplast.measure.components import TABLE, by_name, check_component, component_modules
 
 #: A bound (``Component.bound``, the name of its function here) -> the statistics of the
 #: component's inputs it reads, gathered in the measuring pass (``plasticity.measurement``):

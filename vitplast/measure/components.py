@@ -21,15 +21,14 @@ single module, such as the attention branch x -> x + MHA(LN1(x)), is measured as
 factor its rate takes under the residual-stream gauge, the parameters it trains, the
 proposition that bounds it and its colour in the figures. The measuring functions take a
 table (``components=``, ``TABLE`` by default); ``extended`` adds rows to a table, as a new
-value. ``COMPONENTS``, ``LINEARS``, ``NORMS`` and ``CONFIGS`` are views of ``TABLE``.
-
-Finetuning configurations (``CONFIGS``) name the parameters each configuration trains; the
-new head and the final norm (``ALWAYS_TRAINED``) train in every configuration, as in the paper.
+value. ``COMPONENTS``, ``LINEARS`` and ``NORMS`` are views of ``TABLE`` (``modules``,
+``group``); every other module derives what it needs from the rows, so a row added here is
+measured, stamped (``fingerprint``), drawn, finetuned (``vitplast.train.configurations``) and
+validated with no other file changed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import hashlib
 import json
@@ -71,7 +70,8 @@ class Component:
             module's), or None for a unit that is no single module.
         gauge: ``((protocol, k), ...)``: under the gauge its rate is times c^k (k in -1, 0, 1),
             k None where no factor is derived.
-        patterns: fnmatch patterns of the parameters it trains (``CONFIGS``).
+        patterns: fnmatch patterns of the parameters it trains (its finetuning configuration,
+            ``vitplast.train.configurations.configs``).
         bound: the name of the function of ``vitplast.measure.bounds`` that bounds it (Props.
             1-3), or None where no proposition gives one.
         colour: its colour in every figure (``vitplast.report.plot_style.PALETTE``).
@@ -170,30 +170,26 @@ def rate_factors(table=TABLE) -> dict[str, dict]:
     return {p: {c.name: c.factor(p) for c in table} for p in _PROTOCOLS}
 
 
-#: Paper name -> module path inside a block, in block order (each row of ``TABLE`` is a module).
-COMPONENTS = {c.name: c.module for c in TABLE}
+def modules(table=TABLE) -> dict[str, str | None]:
+    """Name -> module path inside a block of each component of ``table``, in its order (None
+    for a unit that is no single module)."""
+    return {c.name: c.module for c in table}
+
+
+def group(name: str, table=TABLE) -> tuple[str, ...]:
+    """The names of ``table``'s components of the group ``name`` (one of ``GROUPS``), in its
+    order: the paper's gap is between the ``"linear"`` and the ``"norm"`` ones."""
+    if name not in GROUPS:
+        raise ValueError(f"unknown group {name!r}; valid: {list(GROUPS)}")
+    return tuple(c.name for c in table if c.group == name)
+
+
+#: Paper name -> module path inside a block, in block order (``modules()``).
+COMPONENTS = modules()
 #: The two groups the paper's gap is between (Table 1, Takeaway 3): attention and the MLP
-#: linears (~28M parameters each on ViT-B), and the LayerNorms (18K each).
-LINEARS = tuple(c.name for c in TABLE if c.group == "linear")
-NORMS = tuple(c.name for c in TABLE if c.group == "norm")
-
-
-def configs(table=TABLE) -> dict[str, list[str]]:
-    """Finetuning configuration -> parameter-name patterns (fnmatch) it trains: full,
-    head-only, one per component of ``table``, the embedding."""
-    return {"full": ["*"], "head": [], **{c.name: list(c.patterns) for c in table},
-            "embedding": ["patch_embed.*", "cls_token", "reg_token", "pos_embed"]}
-
-
-#: Finetuning configuration -> parameter-name patterns (fnmatch) it trains.
-CONFIGS = configs()
-#: The paper's seven finetuning configurations (section 5), in the order of its grid.
-PAPER_CONFIGS = ("full", "head", "LN1", "MHA", "LN2", "FC1", "FC2")
-#: The order tables and figures list configurations in: full, head-only, then the components
-#: in the order of the paper's Table 1 (others follow as they come).
-CONFIG_ORDER = ("full", "head", "MHA", "FC1", "FC2", "LN2", "LN1")
-#: Parameters that train in every configuration (the new head and the final norm).
-ALWAYS_TRAINED = ["head.*", "norm.*", "fc_norm.*", "head_norm.*"]
+#: linears (~28M parameters each on ViT-B), and the LayerNorms (18K each) (``group``).
+LINEARS = group("linear")
+NORMS = group("norm")
 
 
 def check_supported(model: nn.Module, components=TABLE) -> None:
@@ -257,10 +253,10 @@ def component_modules(model: nn.Module, components=TABLE) -> dict[tuple[int, str
             for c in components if c.module is not None}
 
 
-def component_of(param_name: str) -> str:
-    """The group a parameter belongs to: a component name (the first of ``TABLE`` whose
+def component_of(param_name: str, table=TABLE) -> str:
+    """The group a parameter belongs to: a component name (the first of ``table`` whose
     patterns match), ``head``, ``norm``, ``other`` or ``embedding``."""
-    for comp in TABLE:
+    for comp in table:
         if any(fnmatch.fnmatch(param_name, p) for p in comp.patterns):
             return comp.name
     if param_name.startswith("head"):
@@ -280,104 +276,7 @@ def count_parameters(model: nn.Module, component: str, components=TABLE) -> int:
                if any(fnmatch.fnmatch(n, pat) for pat in patterns))
 
 
-def trainable_names(model: nn.Module, config: str | list[str], *, train_head: bool = True
-                    ) -> list[str]:
-    """Names of the parameters a finetuning configuration trains.
-
-    Args:
-        config: a name in ``CONFIGS`` or a list of fnmatch patterns over parameter names.
-        train_head: also train the head and final norm (the paper always does).
-
-    Raises:
-        ValueError: an unknown configuration name; patterns that select no parameter (a typo
-            would otherwise train the head alone); nothing to train. The message names the
-            patterns and some of the model's parameter names.
-    """
-    patterns = _patterns(config)
-    params = [n for n, _ in model.named_parameters()]
-    chosen = [n for n in params if any(fnmatch.fnmatch(n, p) for p in patterns)]
-    if not chosen and (patterns or not train_head):
-        examples = [n for n in params if n.startswith(("blocks.0.", "patch_embed."))][:6]
-        what = ("only the head and final norm would train" if train_head
-                else "nothing would train")
-        raise ValueError(f"configuration {config!r} selects no parameter of "
-                         f"{type(model).__name__} ({what}); its parameter names look like "
-                         f"{examples}: use a configuration of {list(CONFIGS)} or patterns "
-                         "matching such names")
-    if train_head:
-        chosen = [n for n in params if any(fnmatch.fnmatch(n, p)
-                                           for p in patterns + ALWAYS_TRAINED)]
-    return chosen
-
-
-def _patterns(config) -> list[str]:
-    """The patterns of a configuration name or a list of patterns."""
-    if isinstance(config, str):
-        if config not in CONFIGS:
-            raise ValueError(f"unknown configuration {config!r}; valid: {list(CONFIGS)} "
-                             "or a list of parameter-name patterns")
-        return list(CONFIGS[config])
-    if not isinstance(config, (list, tuple)) or not all(isinstance(p, str) for p in config):
-        raise ValueError(f"config={config!r} is not valid: a configuration takes a name of "
-                         f"{list(CONFIGS)} or a list of parameter-name patterns (strings)")
-    return list(config)
-
-
-def set_trainable(model: nn.Module, names: list[str]) -> int:
-    """Turn ``requires_grad`` on for exactly ``names`` and off for all others; return the count."""
-    chosen = set(names)
-    unknown = chosen - {n for n, _ in model.named_parameters()}
-    if unknown:
-        raise ValueError(f"no such parameters: {sorted(unknown)[:5]}")
-    total = 0
-    for n, p in model.named_parameters():
-        p.requires_grad_(n in chosen)
-        total += p.numel() if n in chosen else 0
-    return total
-
-
-def trainable_table(model: nn.Module, configs, *, train_head: bool = True):
-    """Exact trainable-parameter counts per configuration (``trainable``), and their share of
-    the model (``percent``): a DataFrame, one row per configuration (``config``; a list of
-    patterns as JSON). Paper: section 5 (what each configuration trains).
-    """
-    import json
-
-    import pandas as pd
-
-    total = sum(p.numel() for p in model.parameters())
-    rows = []
-    for config in configs:
-        names = set(trainable_names(model, config, train_head=train_head))
-        n = sum(p.numel() for name, p in model.named_parameters() if name in names)
-        rows.append(dict(config=config if isinstance(config, str) else json.dumps(config),
-                         trainable=n, percent=100 * n / total))
-    return pd.DataFrame(rows)
-
-
-
-@contextlib.contextmanager
-def unfused_attention(module):
-    """timm's attention on its matmul path inside the block (``fused_attn`` off in every
-    attention of ``module``; anything else passes through), restored after: the fused kernel
-    has no forward-mode AD on a CPU (``bounds``) and no vmap batching rule (``batched``)."""
-    from torch import nn
-
-    attns = [m for m in module.modules() if hasattr(m, "fused_attn")] if isinstance(
-        module, nn.Module) else []
-    saved = [m.fused_attn for m in attns]
-    for m in attns:
-        m.fused_attn = False
-    try:
-        yield
-    finally:
-        for m, s in zip(attns, saved):
-            m.fused_attn = s
-
-
-__all__ = ["ALWAYS_TRAINED", "COMPONENTS", "CONFIGS", "GROUPS", "LINEARS", "NORMS",
-           "PAPER_CONFIGS", "TABLE", "Component", "Tap", "by_name", "check_component",
-           "check_supported", "component_modules", "component_of", "count_parameters",
-           "configs", "extended", "fingerprint", "module_component", "names", "rate_factors",
-           "set_trainable", "submodule", "tap_paths", "trainable_names", "trainable_table",
-           "unfused_attention"]
+__all__ = ["COMPONENTS", "GROUPS", "LINEARS", "NORMS", "TABLE", "Component", "Tap", "by_name",
+           "check_component", "check_supported", "component_modules", "component_of",
+           "count_parameters", "extended", "fingerprint", "group", "module_component", "modules",
+           "names", "rate_factors", "submodule", "tap_paths"]

@@ -11,9 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vitplast import cached
+from vitplast import cached, models
+from vitplast.datasets import tasks as registry
+from vitplast.measure import components as component_table
+from vitplast.measure.components import TABLE
+from vitplast.measure.fingerprint import measuring
 from vitplast.measure.pairs import PROTOCOLS, Pairs, make_pairs
-from vitplast.measure.plasticity import measure, order, ranking, summarize
+from vitplast.measure.plasticity import measure, order, ranking, scale_curve, summarize
 from vitplast.weights import ModelSpec, name_of, own
 
 #: The pretraining-domain task whose test images are the x of each pair by default: the
@@ -32,9 +36,8 @@ def load_task_for(name: str, model=None, data_root: str | None = None, *, seed: 
     An embedded task (1 x 28 x 28) for a model that takes other images (a timm ViT by name)
     is resized to the model's input (``vitplast.inputs.Fitted``): any ViT can be measured
     on it offline."""
-    from vitplast.datasets import tasks
-
-    return tasks.fitted(tasks.load(name, data_root, model=model, seed=seed, **task_kwargs), model)
+    return registry.fitted(registry.load(name, data_root, model=model, seed=seed, **task_kwargs),
+                           model)
 
 
 def task_pairs(task: str, source: str | None = SOURCE, *, n_pairs: int = 256, model=None,
@@ -55,7 +58,7 @@ def task_pairs(task: str, source: str | None = SOURCE, *, n_pairs: int = 256, mo
 def measure_tasks(model_name: str | ModelSpec, tasks: list[str], *, protocols=PROTOCOLS,
                   checkpoints=("final",), source: str | None = SOURCE, data_root: str = "",
                   n_pairs: int = 256, batch_size: int = 64, device=None, workers: int = 0,
-                  progress: bool = True) -> pd.DataFrame:
+                  progress: bool = True, components=TABLE) -> pd.DataFrame:
     """``measure`` over checkpoints x tasks x protocols, as one tidy table with ``model``,
     ``checkpoint`` and ``task`` columns.
 
@@ -71,9 +74,10 @@ def measure_tasks(model_name: str | ModelSpec, tasks: list[str], *, protocols=PR
         data_root: folder of the paper's datasets (``vitplast.datasets.paper_datasets``).
         workers: DataLoader workers reading the pairs (a runtime setting: not in the cache
             key).
+        components: the component table measured (``components.TABLE``; ``components.
+            extended`` adds rows): its tables are stamped with its fingerprint
+            (``fingerprint.measuring``), and another table's are cached apart (``_table_key``).
     """
-    from vitplast import models
-
     frames = []
     for ckpt in checkpoints:
         kwargs = {"checkpoint": ckpt} if model_name == models.EMBEDDED_NAME else {}
@@ -88,13 +92,16 @@ def measure_tasks(model_name: str | ModelSpec, tasks: list[str], *, protocols=PR
                     return measure(model, pairs, protocol=protocol, batch_size=batch_size,
                                    workers=workers, progress=progress,
                                    meta=dict(model=name_of(model_name), checkpoint=ckpt,
-                                             task=name))
+                                             task=name),
+                                   components=components)
                 if model_name != models.EMBEDDED_NAME:
                     frames.append(compute())
                     continue
                 key = dict(model_name=model_name, checkpoint=ckpt, task=name, protocol=protocol,
-                           source=source or "", n_pairs=n_pairs, batch_size=batch_size)
-                frames.append(cached.load_or_compute("rates", key, compute))
+                           source=source or "", n_pairs=n_pairs, batch_size=batch_size,
+                           **_table_key(components))
+                frames.append(cached.load_or_compute("rates", key, compute,
+                                                     measured_by=measuring(components)))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -108,7 +115,6 @@ def task_rates(model_name: str | ModelSpec, task: str, source: str | None = SOUR
     (``cached.kept_table``).
 
     Paper: Definition 1 (notebook 01's estimator on the embedded model)."""
-    from vitplast import models
     def compute():
         model = models.load_model(model_name, checkpoint=checkpoint)
         pairs = task_pairs(task, source, n_pairs=n_pairs, model=model, data_root=data_root)
@@ -123,8 +129,6 @@ def task_rates(model_name: str | ModelSpec, task: str, source: str | None = SOUR
 
 def checkpoint_epochs(model_name: str, checkpoints) -> dict[str, float]:
     """Checkpoint name -> pretraining epoch, from the embedded manifest (NaN elsewhere)."""
-    from vitplast import models
-
     if model_name != models.EMBEDDED_NAME:
         return {c: np.nan for c in checkpoints}
     known = models.embedded_checkpoints()
@@ -134,20 +138,19 @@ def checkpoint_epochs(model_name: str, checkpoints) -> dict[str, float]:
 def plasticity_study(model_name: str | ModelSpec, tasks: list[str], *, checkpoints=("final",),
                      pretraining_tasks: list[str] | None = None, source: str | None = SOURCE,
                      data_root: str = "", n_pairs: int = 256, batch_size: int = 64,
-                     workers: int = 0, root=None) -> pd.DataFrame:
+                     workers: int = 0, root=None, components=TABLE) -> pd.DataFrame:
     """Notebook 02's measurement, load-or-compute (cached under the cache folder, keyed by
     every argument but ``workers`` and by the model's weights, ``models.weights_id``; with
     ``root``, kept beside a study there as arrays: ``cached.kept_table``): the last checkpoint
     on every task of ``tasks``, the earlier checkpoints on those of ``tasks`` in
-    ``pretraining_tasks`` only (default: all tasks), both protocols, no progress bars.
+    ``pretraining_tasks`` only (default: all tasks), both protocols, no progress bars; every
+    component of ``components`` (as ``measure_tasks``).
 
     ``model_name``: a name, or a ``weights.ModelSpec`` that carries one's own weights file and
     architecture (``models.model_spec``: what a notebook's setup returns).
 
     Paper: section 4, Fig. 2-3.
     """
-    from vitplast import models
-    from vitplast.datasets import tasks as registry
     for name in [*tasks, *(pretraining_tasks or []), *([source] if source else [])]:
         registry.source(name, data_root)  # "unknown task", naming the valid ones
     *early, last = list(checkpoints)
@@ -160,16 +163,26 @@ def plasticity_study(model_name: str | ModelSpec, tasks: list[str], *, checkpoin
                   checkpoints=list(checkpoints),
                   tasks=list(tasks), pretraining_tasks=along, source=source,
                   data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
-                  weights=models.weights_id(model_name, checkpoints))
+                  weights=models.weights_id(model_name, checkpoints), **_table_key(components))
     kw = dict(source=source, data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
-              workers=workers, progress=False)  # workers: not in the cache key (params)
+              workers=workers, progress=False,
+              components=components)  # workers: not in the cache key (params)
 
     def compute():
         frames = [measure_tasks(model_name, along, checkpoints=early, **kw)] if early else []
         frames.append(measure_tasks(model_name, list(tasks), checkpoints=[last], **kw))
         return pd.concat(frames, ignore_index=True)
 
-    return cached.kept_table("plasticity", params, compute, root, arrays=True)
+    return cached.kept_table("plasticity", params, compute, root, arrays=True,
+                             measured_by=measuring(components))
+
+
+def _table_key(components) -> dict:
+    """What a cache key holds of the component table measured: nothing for the default one
+    (``components.TABLE``: the keys of the shipped and cached tables as they are), else its
+    fingerprint, so that another table's measurements are cached apart."""
+    fp = component_table.fingerprint(components)
+    return {} if fp == component_table.fingerprint() else {"components": fp}
 
 
 def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> pd.DataFrame:
@@ -178,8 +191,6 @@ def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> p
     the study stores keep beside their runs (``confound_plasticity.layer_plasticity``,
     ``stored_layers``). Columns ``task``, ``layer``, ``component``, ``plasticity``,
     ``ci95``."""
-    from vitplast import models
-
     rates = measure_tasks(models.EMBEDDED_NAME, list(tasks), protocols=[protocol],
                           n_pairs=n_pairs, progress=False)
     per_layer = summarize(rates)
@@ -249,7 +260,8 @@ def stored_layers(root, task: str, *, n_pairs: int = 256, protocol: str = "embed
     saved = cached.companion(
         root, f"plasticity-{cached.config_hash(settings)}.json",
         compute=lambda: dict(settings, rows=embedded_layers(
-            [task], protocol=protocol, n_pairs=n_pairs).drop(columns="task").to_dict("records")))
+            [task], protocol=protocol, n_pairs=n_pairs).drop(columns="task").to_dict("records")),
+        measured_by=measuring())
     return pd.DataFrame(saved["rows"]).assign(task=task, protocol=protocol)
 
 
@@ -289,8 +301,6 @@ def mha_scale_curve(model_name: str | ModelSpec, task: str, scales, *, source: s
     ``cached.kept_table``).
 
     Paper: not in the paper (objection to the embedding protocol)."""
-    from vitplast import models
-    from vitplast.measure.plasticity import scale_curve
     def compute():
         model = models.load_model(model_name)
         pairs = task_pairs(task, source, n_pairs=n_pairs, model=model, data_root=data_root)

@@ -29,6 +29,13 @@ import importlib
 import inspect
 import json
 import textwrap
+from pathlib import Path
+
+import numpy as np
+
+from vitplast import cached, frames
+from vitplast.files import atomic_path, read_json
+from vitplast.measure.components import TABLE, fingerprint
 
 #: The version of the measuring code: bump it when a change to the estimator (``ESTIMATOR``)
 #: changes the numbers it gives, then remake the shipped tables (or ``restamp`` them).
@@ -47,13 +54,13 @@ ESTIMATOR = {"vitplast.measure.rates": ["rate", "_pair_distance", "_pair_rate", 
              "vitplast.measure.pairs": ["make_pairs"]}
 
 
-def measuring() -> str:
-    """The fingerprint of the measuring code: ``m<MEASURE_VERSION>-<components'>``, e.g.
-    ``m1-3fa2c9d01b2e``; what ``cached`` stores in each table it makes: its
-    ``MEASURING_CODE``, which a test holds equal to this (``cached`` sits below this layer)."""
-    from vitplast.measure import components
-
-    return f"m{MEASURE_VERSION}-{components.fingerprint()}"
+def measuring(components=TABLE) -> str:
+    """The fingerprint of the code measuring with the component table ``components``:
+    ``m<MEASURE_VERSION>-<the table's fingerprint>``, e.g. ``m1-3fa2c9d01b2e``; what ``cached``
+    stamps in each table a measurement with that table makes (its ``measured_by=``; by default
+    its ``MEASURING_CODE``, which a test holds equal to ``measuring()``: ``cached`` sits below
+    this layer)."""
+    return f"m{MEASURE_VERSION}-{fingerprint(components)}"
 
 
 def estimator_hash() -> str:
@@ -84,13 +91,6 @@ def restamp(folder) -> list:
     entry), values untouched; return the paths changed. Only for tables this code computes the
     same (recompute one and compare first): those made before fingerprints, or after a change
     of the fingerprint that changes no number."""
-    from pathlib import Path
-
-    import numpy as np
-
-    from vitplast import cached, frames
-    from vitplast.files import atomic_path, read_json
-
     now, changed = cached.MEASURING_CODE, []
     for path in sorted(Path(folder).glob("*.npz")):
         if cached.table_problems(path) or frames.entries(path).get("measured_by") == now:

@@ -32,10 +32,11 @@ into GELU: unchanged. Under the ``embedding`` protocol every component reads c t
 embedding: LayerNorms / c, FC1 unchanged (affine: the bias cancels), FC2 times c (linear in its
 input and its weight); MHA's is not derived (attention is not scale-invariant).
 
-**What finetuning does** (``finetuning_equivalence``). Write theta' = S theta (S multiplies the
-gauged parameters by c). The loss is the same function, L'(theta') = L(S^-1 theta'), so
-grad' = S^-1 grad: parameters the gauge does not scale (qkv, fc1, the LayerNorms, the final
-norm, the head) get the same gradient, the scaled ones (proj, fc2, the embedding) grad / c.
+**What finetuning does** (``vitplast.train.invariance.finetuning_equivalence``). Write
+theta' = S theta (S multiplies the gauged parameters by c). The loss is the same function,
+L'(theta') = L(S^-1 theta'), so grad' = S^-1 grad: parameters the gauge does not scale (qkv,
+fc1, the LayerNorms, the final norm, the head) get the same gradient, the scaled ones (proj,
+fc2, the embedding) grad / c.
 - A configuration that trains no scaled parameter (head, LN1, LN2, FC1, and the head and
   final norm that train in every configuration) follows the SAME trajectory at every c, under
   the whole recipe: SGD with momentum, the global-norm clip (its norm is over identical
@@ -226,25 +227,6 @@ def function_gap(model: nn.Module, images: torch.Tensor, c: float) -> dict:
                 same_predictions=(gauged.argmax(1) == f.argmax(1)).float().mean().item())
 
 
-def finetuning_equivalence(model: nn.Module, config, c: float, *, optimizer: str = "sgd",
-                           train_head: bool = True) -> dict[str, float]:
-    """The original-model LR multipliers that make finetuning ``config`` on the gauged model
-    the same run (module docstring): ``{parameter name: factor}`` for each trained parameter
-    the gauge scales, 1 / c^2 under SGD (exact without clipping, or while the clip does not
-    act; weight decay 0), 1 / c under Adam (up to its eps). Empty: the configuration follows
-    the same trajectory at every c, clip included. Pass the dict as ``train(lr_scales=...)``.
-
-    Paper: none (issue 28; Takeaway 3 compares these configurations).
-    """
-    from vitplast.measure.components import trainable_names
-
-    if optimizer not in ("sgd", "adamw"):
-        raise ValueError(f"optimizer must be 'sgd' or 'adamw', got {optimizer!r}")
-    factor = 1 / (c * c) if optimizer == "sgd" else 1 / c
-    trained = set(trainable_names(model, config, train_head=train_head))
-    return {n: factor for n in gauged_names(model) if n in trained}
-
-
 def prepare(model: nn.Module, run: dict) -> None:
     """The sweep's ``prepare`` for ``prepare="gauge"``: ``rescale_stream(model, **run["ablation"])``
     (keys ``c``, optional ``scale_eps``)."""
@@ -256,5 +238,4 @@ def prepare(model: nn.Module, run: dict) -> None:
 
 
 __all__ = ["GAUGED", "EMBEDDING", "RATE_FACTORS", "check_gauge", "gauged_names", "rescale_stream",
-           "scale_embedding", "layernorm_shift", "function_gap", "finetuning_equivalence",
-           "prepare"]
+           "scale_embedding", "layernorm_shift", "function_gap", "prepare"]

@@ -29,13 +29,14 @@ from vitplast.experiments.confound_variants import (
 from vitplast.experiments.confounds import variant_counts_table
 from vitplast.experiments.lr_selection import lr_ties, tie_alternatives
 from vitplast.experiments.results import history
-from vitplast.measure.components import LINEARS, NORMS, PAPER_CONFIGS
+from vitplast.measure.components import LINEARS, NORMS
 from vitplast.report.finetuning_tables import (
     component_grad_norms,
     dynamics,
     grad_norms_by_task,
     main_table,
 )
+from vitplast.train.configurations import PAPER_CONFIGS
 
 
 def variant_table(df: pd.DataFrame, on: str = "val") -> pd.DataFrame:

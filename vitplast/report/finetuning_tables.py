@@ -27,7 +27,7 @@ from vitplast.experiments.lr_selection import (
     tie_alternatives,
 )
 from vitplast.experiments.results import history
-from vitplast.measure.components import CONFIG_ORDER
+from vitplast.train.configurations import CONFIG_ORDER
 
 
 def main_table(df: pd.DataFrame, on: str = "val", ddof: int = 0) -> pd.DataFrame:

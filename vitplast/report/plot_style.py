@@ -26,7 +26,8 @@ import numpy as np
 import seaborn as sns
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
-from vitplast.measure.components import CONFIG_ORDER, TABLE
+from vitplast.measure.components import TABLE
+from vitplast.train.configurations import CONFIG_ORDER
 
 #: One colour per configuration, component and parameter group, the same in every notebook.
 #: The five components take colours of two published colour-blind-safe schemes, chosen to
@@ -37,7 +38,9 @@ from vitplast.measure.components import CONFIG_ORDER, TABLE
 #: deuteranope). The other groups of ``components.component_of`` (the final ``norm``, the
 #: ``embedding``), drawn beside them in a run's gradient norms, differ from every colour here
 #: by at least 15 in normal vision and under deuteranopia.
-#: The components' colours are theirs in ``components.TABLE`` (``Component.colour``).
+#: The components' colours are theirs in ``components.TABLE`` (``Component.colour``), in the
+#: order of ``configurations.CONFIG_ORDER``, which holds every row of the table (a row the
+#: paper does not have comes after its five).
 PALETTE = {**{c.name: c.colour for c in sorted(TABLE, key=lambda c: CONFIG_ORDER.index(c.name))},
            "full": "#000000", "head": "#949494",  # black, grey
            "norm": "#332288",  # indigo
@@ -198,7 +201,8 @@ def colours(names) -> dict:
 
 
 def _config_rank(item) -> int:
-    """Sort key of a (hue value, group) pair: ``CONFIG_ORDER`` first, in its order."""
+    """Sort key of a (hue value, group) pair: ``CONFIG_ORDER`` first, in its order, then the
+    others."""
     key = str(item[0])
     return CONFIG_ORDER.index(key) if key in CONFIG_ORDER else len(CONFIG_ORDER)
 

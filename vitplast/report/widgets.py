@@ -265,7 +265,7 @@ def gamma_explorer(model=None, *, checkpoint: str | None = None, task: str = "di
                                       "Prop. 1 bound")
         return values, _fmt(values), fig
 
-    controls = dict(ln=_dropdown("LayerNorm", list(ablations.NEXT_LINEAR)),
+    controls = dict(ln=_dropdown("LayerNorm", list(ablations.RESCALABLE)),
                     layer=_dropdown("layer", list(range(len(base.blocks)))),
                     c=_scale_slider("c"))
     return Explorer(controls, draw, compute, cache)

@@ -31,6 +31,7 @@ experiment differs from the main study only in arguments.
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from types import MappingProxyType
 
@@ -38,20 +39,56 @@ import torch
 from torch import nn
 
 from vitplast.measure import gauge
-from vitplast.measure.components import COMPONENTS, check_component, component_modules
+from vitplast.measure.components import (
+    TABLE,
+    check_component,
+    component_modules,
+    component_of,
+    modules,
+    submodule,
+)
 
-#: LayerNorm component -> the linear inside the same block that reads its output.
-NEXT_LINEAR = {"LN1": "attn.qkv", "LN2": "mlp.fc1"}
-#: Bias-only configurations (parameter patterns), one per component.
+#: The LayerNorm components that ``rescale_layernorm`` rescales: the norms of ``TABLE`` that
+#: are a module and have a row after them, whose first linear reads their output
+#: (``next_linear``; the table is in block order).
+RESCALABLE = tuple(c.name for c, after in zip(TABLE, TABLE[1:])
+                   if c.group == "norm" and c.module and after.module)
+#: Bias-only configurations (parameter patterns), one per component that is a module.
 BIAS_ONLY = {c: [f"blocks.*.{path}.bias", f"blocks.*.{path}.*.bias"]
-             for c, path in COMPONENTS.items()}
+             for c, path in modules().items() if path is not None}
+#: The components LoRA adapts: the linear ones of ``TABLE`` that are a module (its adapters go
+#: on the linears inside it: ``lora_targets``).
+LORA_COMPONENTS = tuple(c.name for c in TABLE if c.group == "linear" and c.module)
+
+
+def _linears(block: nn.Module, path: str) -> tuple[str, ...]:
+    """The paths inside ``block`` of the linears of the module at ``path`` (itself when it is
+    one), in their order."""
+    return tuple(".".join(filter(None, (path, name)))
+                 for name, m in submodule(block, path).named_modules()
+                 if isinstance(m, nn.Linear))
+
+
+def next_linear(block: nn.Module, component: str) -> str:
+    """The path inside ``block`` of the linear that reads a ``RESCALABLE`` LayerNorm's output:
+    the first linear of the next row of ``TABLE`` (LN1: ``attn.qkv``; LN2: ``mlp.fc1``)."""
+    if component not in RESCALABLE:
+        raise ValueError(f"rescaling applies to {list(RESCALABLE)}, not {component!r}")
+    after = TABLE[[c.name for c in TABLE].index(component) + 1]
+    return _linears(block, after.module)[0]
+
+
+def lora_targets(block: nn.Module, component: str) -> tuple[str, ...]:
+    """The paths inside ``block`` of the linears LoRA adapts in a ``LORA_COMPONENTS``
+    component: every linear of its module (MHA: ``attn.qkv`` and ``attn.proj``)."""
+    if component not in LORA_COMPONENTS:
+        raise ValueError(f"LoRA applies to {list(LORA_COMPONENTS)}, not {component!r}")
+    return _linears(block, modules()[component])
 
 
 def bias_count(model: nn.Module, component: str) -> int:
     """Bias entries of a component over all blocks (what its ``BIAS_ONLY`` configuration
     trains in the backbone)."""
-    import fnmatch
-
     return sum(p.numel() for n, p in model.named_parameters()
                if any(fnmatch.fnmatch(n, pat) for pat in BIAS_ONLY[component]))
 
@@ -72,8 +109,8 @@ def rescale_layernorm(model: nn.Module, component: str, c: float, *, preserve: b
         c: the scale (> 0).
         preserve: also divide the next linear's weight by ``c`` so the function is unchanged.
     """
-    if component not in NEXT_LINEAR:
-        raise ValueError(f"rescaling applies to {list(NEXT_LINEAR)}, not {component!r}")
+    if component not in RESCALABLE:
+        raise ValueError(f"rescaling applies to {list(RESCALABLE)}, not {component!r}")
     if not c > 0:
         raise ValueError(f"scale c must be > 0, got {c}")
     for (_, comp), module in component_modules(model).items():
@@ -84,7 +121,7 @@ def rescale_layernorm(model: nn.Module, component: str, c: float, *, preserve: b
             module.bias.mul_(c)
     if preserve:
         for block in model.blocks:
-            _block_module(block, NEXT_LINEAR[component]).weight.div_(c)
+            _block_module(block, next_linear(block, component)).weight.div_(c)
     return model
 
 
@@ -105,11 +142,7 @@ def sparse_masks(model: nn.Module, component: str, count: int, seed: int = 0,
     Raises:
         ValueError: ``count`` exceeds the size of what is selected.
     """
-    import fnmatch
-
     check_component(component)
-    from vitplast.measure.components import component_of
-
     named = [(n, p) for n, p in model.named_parameters() if component_of(n) == component
              and (patterns is None or any(fnmatch.fnmatch(n, pat) for pat in patterns))]
     total = sum(p.numel() for _, p in named)
@@ -166,10 +199,6 @@ class LoRALinear(nn.Module):
         return out
 
 
-#: Component -> the linears inside it that LoRA adapts.
-LORA_TARGETS = {"MHA": ("attn.qkv", "attn.proj"), "FC1": ("mlp.fc1",), "FC2": ("mlp.fc2",)}
-
-
 def _set(block: nn.Module, path: str, module: nn.Module) -> None:
     parent, name = path.rsplit(".", 1)
     setattr(_block_module(block, parent), name, module)
@@ -177,18 +206,17 @@ def _set(block: nn.Module, path: str, module: nn.Module) -> None:
 
 def lora_count(model: nn.Module, component: str, rank: int) -> int:
     """Trainable parameters of rank-``rank`` LoRA on a component, over all blocks."""
+    block = model.blocks[0]
     per_block = sum(rank * (lin.in_features + lin.out_features)
-                    for lin in (_block_module(model.blocks[0], p) for p in LORA_TARGETS[component]))
+                    for lin in (_block_module(block, p) for p in lora_targets(block, component)))
     return per_block * len(model.blocks)
 
 
 def add_lora(model: nn.Module, component: str, rank: int, alpha: float | None = None
              ) -> nn.Module:
     """Wrap a component's linears in every block with ``LoRALinear``, in place."""
-    if component not in LORA_TARGETS:
-        raise ValueError(f"LoRA applies to {list(LORA_TARGETS)}, not {component!r}")
     for block in model.blocks:
-        for path in LORA_TARGETS[component]:
+        for path in lora_targets(block, component):
             _set(block, path, LoRALinear(_block_module(block, path), rank, alpha))
     return model
 

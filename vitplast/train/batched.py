@@ -28,7 +28,7 @@ import inspect
 import torch
 from torch import nn
 
-from vitplast.measure.components import unfused_attention
+from vitplast.attention import unfused_attention
 from vitplast.models import pick_device
 from vitplast.train import finetune, passes, trainees
 

@@ -40,9 +40,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from vitplast.measure.components import component_of, set_trainable, trainable_names
+from vitplast.measure.components import component_of
 from vitplast.models import pick_device
 from vitplast.train import trainees
+from vitplast.train.configurations import set_trainable, trainable_names
 from vitplast.train.keys import DEFAULTS
 from vitplast.train.passes import EVAL_BATCH, _batches, loader, numerics
 from vitplast.train.preflight import check_args, check_masks, check_splits
@@ -139,7 +140,7 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
         model: a timm ViT whose head already has the task's number of classes.
         train_set, val_set, test_set: datasets of (image, label); ``val_set`` chooses the
             kept weights (the last ones if ``None``), ``test_set`` is evaluated once at the end.
-        config: a configuration of ``vitplast.measure.components.CONFIGS`` or parameter patterns.
+        config: a configuration of ``vitplast.train.configurations.CONFIGS`` or parameter patterns.
         train_head: train the head and final norm too (the paper always does).
         steps, batch_size, lr: optimisation length, batch (split in ``accum_steps``
             micro-batches of equal size) and peak learning rate.
@@ -170,7 +171,7 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
             label_smoothing, clip_grad_norm, betas out of the run schema's ranges (the message
             a sweep gives); an empty split; a (micro-)batch larger than the train split
             (``preflight.check_batch``: the message of ``run_one`` and a sweep); a
-            configuration selecting no parameter (``components.trainable_names``).
+            configuration selecting no parameter (``configurations.trainable_names``).
     """
     args = {k: v for k, v in locals().items() if k not in ("model", "train_set", "val_set",
                                                            "test_set")}  # train's keywords
