@@ -79,7 +79,8 @@ def command(args, parser, argv) -> int:
     if args.action == "list":
         for name in notebooks.available():
             types = notebooks.notebook_parameter_types(name)
-            print(name)
+            title, minutes = notebooks.outline(name)
+            print(f"{name}: {title} (about {minutes} minutes)")
             for key, value in notebooks.notebook_parameters(name).items():
                 print(f"  {key}: {types[key]} = {value!r}")
         return 0

@@ -66,6 +66,17 @@ def test_only_selects_a_notebook_by_its_number_before_a_prefix():
         "02_plasticity") + 1
 
 
+def test_the_course_list_is_every_notebook_in_the_order_of_its_number():
+    """``NOTEBOOKS`` is the one list: every notebook of the package folder is on it, in the
+    order of the numbers (the course order), and its first cell gives the title and minutes
+    (``outline``) that ``vitplast notebooks list`` and the README's course table show."""
+    assert notebooks.NOTEBOOKS == sorted(p.stem for p in notebooks.NOTEBOOK_DIR.glob("*.ipynb"))
+    for name in notebooks.NOTEBOOKS:
+        title, minutes = notebooks.outline(name)
+        assert title and " · " not in title and 0 < minutes <= 60, (name, title, minutes)
+    assert notebooks.outline("05_confounds") == ("Confounds: plasticity or parameter count?", 60)
+
+
 def test_cli_errors_exit_before_any_kernel(capsys):
     with pytest.raises(SystemExit) as err:
         main(["notebooks", "run", "--profile", "fast"])
@@ -102,11 +113,7 @@ def test_paper_profile_fails_early_without_gpu_or_data(monkeypatch, tmp_path):
                                                for n, p in todo])
 
 
-TYPED = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "03b_intervals",
-         "06_explorer"]
-
-
-@pytest.mark.parametrize("name", TYPED)
+@pytest.mark.parametrize("name", notebooks.NOTEBOOKS)
 def test_papermill_sees_every_parameters_type(name):
     """``papermill --help-notebook`` shows types: it reads them from the annotations."""
     import papermill as pm

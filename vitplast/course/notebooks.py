@@ -29,7 +29,9 @@ summary table (notebook, status, seconds, where and why it failed:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import re
 import signal
 import threading
 import time
@@ -90,6 +92,17 @@ def notebook_parameters(name: str) -> dict:
     """The parameters (and their default values) a notebook declares in its parameters cell:
     flat literals, one per line, with or without a type annotation."""
     return {k: value for k, (value, _) in declared(NOTEBOOK_DIR / f"{name}.ipynb").items()}
+
+
+def outline(name: str) -> tuple[str, int]:
+    """A notebook's title and its minutes, as its first cell states them (``# NN · Title``,
+    ``**Sections** (about N minutes``): what ``vitplast notebooks list`` and the README's
+    course table show."""
+    first = "".join(json.loads((NOTEBOOK_DIR / f"{name}.ipynb").read_text())["cells"][0]
+                    ["source"])
+    minutes = re.search(r"\*\*Sections\*\* \(about (\d+) minutes", first)
+    title = first.splitlines()[0].lstrip("# ")
+    return title.partition(" · ")[2] or title, int(minutes.group(1)) if minutes else 0
 
 
 def available() -> list[str]:
