@@ -43,6 +43,7 @@ import pandas as pd
 from vitplast.course import kernels
 from vitplast.course.parameters import NOTEBOOK_DIR, check, check_task_names, declared
 from vitplast.course.reading_copy import failing_cell, record_status
+from vitplast.datasets import tasks
 from vitplast.datasets.paper_datasets import PAPER_DATASETS, PAPER_MODEL
 from vitplast.models import EMBEDDED_NAME
 
@@ -207,8 +208,6 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
     if profile != "paper":
         return
     import torch
-
-    from vitplast.datasets import tasks
 
     if not torch.cuda.is_available():
         raise RuntimeError("the paper profile measures and finetunes ViT-B/16 at 224 px: it needs "

@@ -13,7 +13,13 @@ import math
 import numpy as np
 import pandas as pd
 
-from vitplast.paper import SOURCES
+from vitplast import paper
+from vitplast.experiments.task_measures import component_plasticity
+from vitplast.measure import components
+from vitplast.measure.empirical import task_summaries
+from vitplast.measure.tokens import token_findings
+from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER, SOURCES
+from vitplast.report.suite_findings import accuracy, order_row, spearman_plasticity_gain
 from vitplast.stats.verdicts import (
     MIN_N,
     ORDER_HELD_TAU,
@@ -116,8 +122,6 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
     """
     from scipy import stats
 
-    from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
-
     fig2 = SOURCES["fig2"]
     rows = []
     for protocol, g in ranked.groupby("protocol"):
@@ -160,8 +164,6 @@ def plasticity_ranking(ranked: pd.DataFrame, along: pd.DataFrame | None = None,
     rows += layer_summaries(per_layer) if per_layer is not None else []
     rows += _precision_rows(precision) if precision is not None else []
     if token is not None:
-        from vitplast.measure.tokens import token_findings
-
         rows.append(token_findings(token))
     return table(rows)
 
@@ -182,9 +184,6 @@ def layer_summaries(per_layer: pd.DataFrame) -> list[dict]:
 
     Paper: Takeaway 2 and Fig. 2 (a per-layer mean)."""
     from scipy import stats
-
-    from vitplast.measure.empirical import task_summaries
-    from vitplast.paper import PLASTICITY_ORDER
 
     paper_order, rows = " > ".join(PLASTICITY_ORDER), []
     for protocol, g in task_summaries(per_layer).groupby("protocol"):
@@ -245,9 +244,6 @@ def relative_suite(root, picked: pd.DataFrame, n_pairs: int = 256, *,
     Family "exploratory", its own table: Holm over its two rows.
 
     Paper: none (issue 38); Takeaway 3 makes its claim for plasticity."""
-    from vitplast.experiments.task_measures import component_plasticity
-    from vitplast.report.suite_findings import spearman_plasticity_gain
-
     tasks, rows = list(picked["task"].unique()), []
     for protocol, claim in RELATIVE_SUITE.items():
         rel = component_plasticity(root, tasks, n_pairs, protocol, quantity="relative",
@@ -282,22 +278,17 @@ def relative_suite_orders(root, picked: pd.DataFrame, n_pairs: int = 256, *,
     (``suite_findings.order_row``). Descriptive rows, its own table (notebook 02b, section 7).
 
     Paper: none; Takeaway 3 makes its claim for plasticity (Fig. 2, Table 1)."""
-    from vitplast import paper
-    from vitplast.experiments.task_measures import component_plasticity
-    from vitplast.measure.components import COMPONENTS
-    from vitplast.report.suite_findings import accuracy, order_row
-
     tasks, rows = list(picked["task"].unique()), []
     for protocol in RELATIVE_SUITE:
         rel = component_plasticity(root, tasks, n_pairs, protocol, quantity="relative",
                                    compute=compute).dropna(subset=["relative_plasticity"])
         wide = rel.pivot(index="task", columns="component", values="relative_plasticity")
         rows.append(order_row(f"relative plasticity before finetuning, {protocol} protocol, "
-                              "mean over blocks", wide[list(COMPONENTS)],
+                              "mean over blocks", wide[list(components.COMPONENTS)],
                               paper.PLASTICITY_ORDER, "plasticity: " + SOURCES["fig2"]))
     acc = accuracy(picked)
     rows.append(order_row("gain over head-only (test points)",
-                          acc[list(COMPONENTS)].sub(acc["head"], axis=0),
+                          acc[list(components.COMPONENTS)].sub(acc["head"], axis=0),
                           paper.FINETUNING_ORDER, "Table 1 average (ViT-B/16)"))
     return table(rows)
 

@@ -23,7 +23,11 @@ import math
 
 import pandas as pd
 
-from vitplast.report.advise import CANDIDATES, PLASTICITY_RULES, RULES
+from vitplast import models
+from vitplast.experiments import studies
+from vitplast.experiments.lr_selection import select_lr
+from vitplast.report.advise import CANDIDATES, PLASTICITY_RULES, RULES, rank_tasks
+from vitplast.report.finetuning_tables import main_table
 from vitplast.stats.verdicts import ALPHA, descriptive, mean_test, paired_test
 from vitplast.stats.verdicts import table as findings_table
 
@@ -40,9 +44,6 @@ def oracle(runs: pd.DataFrame, on: str = "val") -> pd.DataFrame:
     """Per task and candidate of a finetuning study's ``runs``: ``val`` (the seed-mean
     validation accuracy its LR was chosen on, %) and ``test`` (seed-mean test accuracy at that
     LR, %); ``best`` marks the oracle's choice, the best ``val`` per task (ties all marked)."""
-    from vitplast.experiments.lr_selection import select_lr
-    from vitplast.report.finetuning_tables import main_table
-
     runs = runs[runs["config"].isin(CANDIDATES)]
     chosen, main = select_lr(runs, on), main_table(runs, on)
     out = chosen[["task", "config", "selection_score"]].merge(
@@ -220,10 +221,6 @@ def on_study(study: str = "suite", root=None) -> pd.DataFrame:
     """``regret`` of every rule on a searched ``study``'s complete tasks (default the suite's
     33), from the rankings stored beside its runs (``advise.rank_tasks``; computed where
     missing) and its chosen runs (``SearchedStudy.load``): no new finetuning."""
-    from vitplast import models
-    from vitplast.experiments import studies
-    from vitplast.report.advise import rank_tasks
-
     s = studies.get(study)
     root = root or models.results_root(study)
     o = oracle_of(s.load(root).runs)
@@ -233,10 +230,6 @@ def on_study(study: str = "suite", root=None) -> pd.DataFrame:
 def under_gauge(study: str = "gauge", plain: str = "suite") -> pd.DataFrame:
     """``pick_changes`` on the cross-gauge study's tasks: the rankings at c = 1 kept beside the
     ``plain`` study (the same model and tasks) and those at the study's c kept beside it."""
-    from vitplast import models
-    from vitplast.experiments import studies
-    from vitplast.report.advise import rank_tasks
-
     spec = studies.get(study).spec
     c = next(v["ablation"]["c"] for v in spec.configs.values() if isinstance(v, dict))
     def ranked(name: str, **kw) -> pd.DataFrame:
