@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast import paper
-from vitplast.experiments.task_measures import component_plasticity
+from vitplast.experiments import task_measures
 from vitplast.measure import components
 from vitplast.measure.empirical import task_summaries
 from vitplast.measure.tokens import token_findings
@@ -246,8 +246,9 @@ def relative_suite(root, picked: pd.DataFrame, n_pairs: int = 256, *,
     Paper: none (issue 38); Takeaway 3 makes its claim for plasticity."""
     tasks, rows = list(picked["task"].unique()), []
     for protocol, claim in RELATIVE_SUITE.items():
-        rel = component_plasticity(root, tasks, n_pairs, protocol, quantity="relative",
-                                   compute=compute).dropna(subset=["relative_plasticity"])
+        rel = task_measures.component_plasticity(
+            root, tasks, n_pairs, protocol, quantity="relative", compute=compute).dropna(
+            subset=["relative_plasticity"])
         rho = spearman_plasticity_gain(picked, rel, value="relative_plasticity")
         rows.append(mean_test(claim, rho, paper="not in the paper (relative plasticity: issue "
                               "38); asked after the suite's runs existed", expected=math.nan,
@@ -280,8 +281,9 @@ def relative_suite_orders(root, picked: pd.DataFrame, n_pairs: int = 256, *,
     Paper: none; Takeaway 3 makes its claim for plasticity (Fig. 2, Table 1)."""
     tasks, rows = list(picked["task"].unique()), []
     for protocol in RELATIVE_SUITE:
-        rel = component_plasticity(root, tasks, n_pairs, protocol, quantity="relative",
-                                   compute=compute).dropna(subset=["relative_plasticity"])
+        rel = task_measures.component_plasticity(
+            root, tasks, n_pairs, protocol, quantity="relative", compute=compute).dropna(
+            subset=["relative_plasticity"])
         wide = rel.pivot(index="task", columns="component", values="relative_plasticity")
         rows.append(order_row(f"relative plasticity before finetuning, {protocol} protocol, "
                               "mean over blocks", wide[list(components.COMPONENTS)],

@@ -36,7 +36,7 @@ import pandas as pd
 
 from vitplast import paper
 from vitplast.datasets import suite
-from vitplast.experiments.task_measures import component_plasticity
+from vitplast.experiments import task_measures
 from vitplast.measure import components
 from vitplast.measure.components import COMPONENTS
 from vitplast.stats import verdicts
@@ -124,7 +124,7 @@ def protocol_findings(study: Study, picked: pd.DataFrame, root: str | Path) -> l
     protocol and their gain order over head-only, each beside the paper's (Fig. 2, Table 1)."""
     tasks = list(picked["task"].unique())
     p3 = next(p for p in study.primaries if p.statistic == _P3)
-    plastic = {pr: component_plasticity(root, tasks, study.spec.n_pairs, pr)
+    plastic = {pr: task_measures.component_plasticity(root, tasks, study.spec.n_pairs, pr)
                for pr in PROTOCOLS}
     acc = accuracy(picked)
 
