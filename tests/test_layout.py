@@ -308,17 +308,17 @@ def test_the_atomic_write_is_defined_once():
 #: The most of the package's internal imports that may sit inside functions (issue 58): an
 #: import inside a function hides an edge of the graph from a reader of the module's head.
 MAX_DEFERRED_SHARE = 0.10
-#: The command line's torch-free start: ``vitplast --help`` and the study registry.
-CLI_START = "import vitplast.__main__, vitplast.experiments.studies"
+#: The command line's torch-free start, ``vitplast --help`` and the study registry, in a child
+#: process that prints the ``vitplast`` modules it loaded.
+CLI_START = ("import sys\nimport vitplast.__main__, vitplast.experiments.studies\n"
+             "print(' '.join(m for m in sys.modules if m.startswith('vitplast.')))")
 
 
 def torch_free_path() -> set[str]:
     """The modules (by name, ``FILES``) that ``CLI_START`` loads in a fresh interpreter: the
     only ones where an internal import may wait inside a function, to keep torch out of
     ``vitplast --help``."""
-    code = (f"import sys\n{CLI_START}\n"
-            "print(' '.join(m for m in sys.modules if m.startswith('vitplast.')))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", CLI_START], cwd=PACKAGE.parent, capture_output=True,
                          text=True, check=True).stdout.split()
     return {m.split(".")[-1] for m in out} & set(MODULES)
 

@@ -34,11 +34,14 @@ def need_data_in_smoke(empty: Path) -> list[str]:
     without ``VITPLAST_DATA`` they stop in their first cell. Found with ``VITPLAST_DATA``
     pointing at the folder ``empty``, in the course order."""
     env = dict(os.environ, VITPLAST_DATA=str(empty))
-    code = ("from vitplast.course import notebooks as n, parameters as p\n"
-            "print(' '.join(nb for nb, params in n.plan('smoke') if p.missing_stores(nb, "
-            "{**n.notebook_parameters(nb), **params})))")
-    return subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
-                          text=True, timeout=300).stdout.split()
+    return subprocess.run([sys.executable, "-c", _NEEDING], env=env, check=True,
+                          capture_output=True, text=True, timeout=300).stdout.split()
+
+
+#: A child process that prints the smoke notebooks missing a shipped store.
+_NEEDING = ("from vitplast.course import notebooks, parameters\n"
+            "print(' '.join(nb for nb, params in notebooks.plan('smoke') if "
+            "parameters.missing_stores(nb, {**notebooks.notebook_parameters(nb), **params})))")
 
 
 def test_the_notebooks_needing_data_in_smoke_are_read_off_the_course(tmp_path):
