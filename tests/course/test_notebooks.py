@@ -1,6 +1,9 @@
 """The notebook sequence: committed clean, parameters declared, smoke runs with papermill."""
 
+import ast
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -75,6 +78,45 @@ def test_the_course_list_is_every_notebook_in_the_order_of_its_number():
         title, minutes = notebooks.outline(name)
         assert title and " · " not in title and 0 < minutes <= 60, (name, title, minutes)
     assert notebooks.outline("05_confounds") == ("Confounds: plasticity or parameter count?", 60)
+
+
+#: The places a new notebook is written (issue 58: at most 4 files): the notebook, the course
+#: list (``NOTEBOOKS``, with its profile overrides), its worked answers and its README row.
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK_PLACES = ("vitplast/course/notebooks.py", "vitplast/notebooks/solutions.md", "README.md")
+
+
+def copies_of_the_course(root: Path = ROOT) -> list[str]:
+    """Every test that holds a literal list (or dict) of every notebook, and every page that
+    names every notebook, but for ``NOTEBOOK_PLACES``: copies of the course list a new
+    notebook would have to be added to."""
+    names, out = set(notebooks.NOTEBOOKS), []
+    for path in sorted((root / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            items = (node.keys if isinstance(node, ast.Dict) else node.elts
+                     if isinstance(node, (ast.List, ast.Tuple, ast.Set)) else [])
+            if names <= {i.value for i in items if isinstance(i, ast.Constant)}:
+                out.append(f"{path.relative_to(root)}:{node.lineno}")
+    pages = [root / "README.md", *(root / "docs").glob("*.md"), *(root / "data").rglob("*.md"),
+             *(root / "vitplast" / "notebooks").glob("*.md")]
+    for page in sorted(pages):
+        if str(page.relative_to(root)) not in NOTEBOOK_PLACES and names <= set(
+                re.findall(r"\b\d\d[a-z]?_[a-z_]+\b", page.read_text())):
+            out.append(str(page.relative_to(root)))
+    return out
+
+
+def test_no_test_or_page_copies_the_course_list(tmp_path):
+    """A new notebook is added to ``NOTEBOOK_PLACES`` and the notebook itself, nowhere else:
+    the tests read ``NOTEBOOKS``, the pages name it. A planted copy, in a test and in a
+    page, is found."""
+    assert copies_of_the_course() == []
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("")
+    (tmp_path / "tests" / "test_x.py").write_text(f"NOTEBOOKS = {notebooks.NOTEBOOKS!r}\n")
+    (tmp_path / "docs" / "page.md").write_text(" then ".join(notebooks.NOTEBOOKS))
+    assert copies_of_the_course(tmp_path) == ["tests/test_x.py:1", "docs/page.md"]
 
 
 def test_cli_errors_exit_before_any_kernel(capsys):
