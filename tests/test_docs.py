@@ -232,16 +232,12 @@ def test_the_readme_is_read_in_three_minutes():
 
 def test_the_course_table_lists_the_notebooks_in_order_with_their_minutes():
     """One row per notebook of ``NOTEBOOKS``, in order, with the minutes its first cell
-    states; every row names a question."""
-    import json
-
+    states (``notebooks.outline``); every row names a question."""
     rows = re.findall(r"^\| `(\w+)` \| (.+?) \| (\d+) \|$", _text("README.md"), flags=re.M)
     assert [r[0] for r in rows] == notebooks.NOTEBOOKS
     for name, question, minutes in rows:
-        first = "".join(json.loads((notebooks.NOTEBOOK_DIR / f"{name}.ipynb").read_text())
-                        ["cells"][0]["source"])
-        stated = re.search(r"\*\*Sections\*\* \(about (\d+) minutes", first).group(1)
-        assert minutes == stated, f"{name}: the README says {minutes} min, the notebook {stated}"
+        stated = notebooks.outline(name)[1]
+        assert int(minutes) == stated, f"{name}: the README says {minutes}, the notebook {stated}"
         assert question.endswith("?") or question.endswith("?)"), question
 
 

@@ -24,15 +24,34 @@ import vitplast
 from vitplast.course import notebooks, parameters
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ["01_definitions", "02_plasticity", "02b_gauge", "02c_real_vit", "03_bounds",
-             "03b_intervals", "04_finetuning", "04b_advise", "05_confounds", "06_explorer",
-             "07_suite"]
 #: The wheel's size budget: the embedded checkpoints (6 x 4.8 MB) and the no-weight-decay
 #: model's final checkpoint, compressed, and the code (31.6 MB measured).
 WHEEL_MB = 35
-#: The notebooks that, in the smoke profile, read a shipped store: without VITPLAST_DATA they
-#: stop in their first cell.
-NEED_DATA_IN_SMOKE = {"02b_gauge", "02c_real_vit", "04b_advise", "06_explorer", "07_suite"}
+
+
+def need_data_in_smoke(empty: Path) -> list[str]:
+    """The notebooks that, in the smoke profile, read a shipped store (``parameters.READS``):
+    without ``VITPLAST_DATA`` they stop in their first cell. Found with ``VITPLAST_DATA``
+    pointing at the folder ``empty``, in the course order."""
+    env = dict(os.environ, VITPLAST_DATA=str(empty))
+    return subprocess.run([sys.executable, "-c", _NEEDING], env=env, check=True,
+                          capture_output=True, text=True, timeout=300).stdout.split()
+
+
+#: A child process that prints the smoke notebooks missing a shipped store.
+_NEEDING = ("from vitplast.course import notebooks, parameters\n"
+            "print(' '.join(nb for nb, params in notebooks.plan('smoke') if "
+            "parameters.missing_stores(nb, {**notebooks.notebook_parameters(nb), **params})))")
+
+
+def test_the_notebooks_needing_data_in_smoke_are_read_off_the_course(tmp_path):
+    """Derived from the course list and ``parameters.READS``, not a copy: 04 and 05 compute
+    their own small studies in the smoke profile and read nothing shipped."""
+    needing = need_data_in_smoke(tmp_path)
+    assert needing and needing == [nb for nb in notebooks.NOTEBOOKS if nb in needing]
+    assert set(needing) <= set(parameters.READS)
+    assert {"04_finetuning", "05_confounds"} & set(needing) == set()
+
 #: Seconds within which such a notebook stops (kernel start, imports, the check), on a machine
 #: that imports the kit in ``STOP_BASELINE`` seconds or less; on a slower (loaded) one the limit
 #: grows in proportion.
@@ -77,7 +96,7 @@ def test_wheel_holds_checkpoints_notebooks_and_the_console_script(wheel):
         assert hashlib.sha256(z.read(f"{other}/{final['file']}")).hexdigest() == final["sha256"]
         assert f"{other}/README.md" in names
         assert len([n for n in names if n.endswith(".safetensors")]) == 7
-        for nb in NOTEBOOKS:
+        for nb in notebooks.NOTEBOOKS:
             assert f"vitplast/notebooks/{nb}.ipynb" in names
         assert "vitplast/notebooks/README.md" in names
         assert "vitplast/notebooks/solutions.md" in names  # the exercises' answers
@@ -97,15 +116,15 @@ def test_wheel_holds_checkpoints_notebooks_and_the_console_script(wheel):
     assert wheel.stat().st_size < WHEEL_MB * 2**20
 
 
-def test_the_install_page_lists_the_registry_s_stores_and_the_notebooks_that_read_them():
+def test_the_install_page_lists_the_registry_s_stores_and_names_no_notebook_list():
+    """The stores are the registry's; which notebooks read them is ``parameters.READS``, named,
+    not copied (a new notebook changes no page)."""
     text = " ".join((ROOT / "docs" / "install.md").read_text().split())
     stores = re.search(r"shipped_stores\(\)`\): (.*?); or from an explicit folder", text)
     assert re.findall(r"`([a-z_]+)/`", stores.group(1)) == parameters.shipped_stores()
-    reads = re.search(r"Notebooks ([^;]*) read none of them; notebooks (.*?) read some", text)
-    none, some = (re.findall(r"\b(\d\d[a-z]?)\b", g) for g in reads.groups())
-    numbers = [nb.split("_")[0] for nb in notebooks.NOTEBOOKS]
-    assert some == [nb.split("_")[0] for nb in parameters.READS]
-    assert none == [n for n in numbers if n not in some]
+    reads = re.search(r"The notebooks of `vitplast.course.parameters.READS` read some of them "
+                      r"\(the others none\)", text)
+    assert reads and set(parameters.READS) <= set(notebooks.NOTEBOOKS)
 
 
 #: The documents a user reads or runs outside the package: their code references must resolve.
@@ -271,7 +290,7 @@ def test_installed_wheel_works_from_any_folder(wheel, tmp_path):
 
     assert run(venv / "bin" / "vitplast", "--version").strip() == f"vitplast {vitplast.__version__}"
     listing = run(venv / "bin" / "vitplast", "notebooks", "list")
-    assert all(nb in listing for nb in NOTEBOOKS) and "n_pairs: int = 512" in listing
+    assert all(nb in listing for nb in notebooks.NOTEBOOKS) and "n_pairs: int = 512" in listing
     where = run(python, "-c", "from vitplast import models; "
                 "from vitplast.course import notebooks; m = models.load_model('vitplast_fmnist'); "
                 "print(models.__file__, notebooks.NOTEBOOK_DIR, sum(p.numel() for p in "
@@ -315,9 +334,11 @@ def test_an_installed_copy_runs_the_course_with_and_without_the_shipped_results(
                     "setup"], check=True, cwd=elsewhere, env=env, timeout=300)
     limit = STOP_SECONDS * max(1.0, (time.perf_counter() - start) / STOP_BASELINE)
     bare = _course(venv, elsewhere, "no-data", env)
-    assert list(bare.index) == NOTEBOOKS
+    assert list(bare.index) == notebooks.NOTEBOOKS
+    (tmp_path / "empty").mkdir()
+    needing = need_data_in_smoke(tmp_path / "empty")
     for nb, row in bare.iterrows():
-        if nb not in NEED_DATA_IN_SMOKE:
+        if nb not in needing:
             assert row["status"] == "ok", (nb, row["error"])
             continue
         assert row["status"] == "failed" and row["seconds"] < limit, (nb, row["seconds"], limit)
@@ -326,7 +347,6 @@ def test_an_installed_copy_runs_the_course_with_and_without_the_shipped_results(
         folders = re.search(r"holding (.*?) \(", row["error"]).group(1).split(" and ")
         assert folders and set(folders) <= {f"{s}/" for s in parameters.shipped_stores()}
     data = shutil.copytree(ROOT / "data", tmp_path / "data")  # the installed copy may not write
-    needing = sorted(NEED_DATA_IN_SMOKE)
     full = _course(venv, elsewhere, "with-data", dict(env, VITPLAST_DATA=str(data)),
                    only=[nb.split("_")[0] for nb in needing])
     assert list(full.index) == needing

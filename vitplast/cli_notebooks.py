@@ -2,13 +2,16 @@
 reading copy and compare what two runs printed (``vitplast.course.notebooks``,
 ``vitplast.course.reading_copy``, ``vitplast.course.run_diff``).
 
-Building its parser imports nothing heavy (``--help`` answers at once); each action imports
-what it needs.
+Building its parser imports no torch (``--help`` answers at once): the reading copy and the
+comparison are imported with the module, the course runner (``notebooks``, which loads models)
+by the actions that run or list notebooks.
 """
 
 from __future__ import annotations
 
 import sys
+
+from vitplast.course import reading_copy, run_diff  # no torch: the course runner (notebooks) has it
 
 
 def add_parser(sub) -> None:
@@ -79,15 +82,14 @@ def command(args, parser, argv) -> int:
     if args.action == "list":
         for name in notebooks.available():
             types = notebooks.notebook_parameter_types(name)
-            print(name)
+            title, minutes = notebooks.outline(name)
+            print(f"{name}: {title} (about {minutes} minutes)")
             for key, value in notebooks.notebook_parameters(name).items():
                 print(f"  {key}: {types[key]} = {value!r}")
         return 0
     if args.action == "html":
         return _html(args.run_dir, args.out, parser)
     if args.action == "diff":
-        from vitplast.course import run_diff
-
         try:
             found = run_diff.diff(args.run_a, args.run_b)
         except FileNotFoundError as err:
@@ -127,7 +129,7 @@ def _run(args, parser) -> int:
 
 
 def _html(run_dir, out, parser) -> int:
-    from vitplast.course import notebooks, reading_copy
+    from vitplast.course import notebooks
 
     try:
         index = reading_copy.write_site(run_dir, notebooks.NOTEBOOKS, out)

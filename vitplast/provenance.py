@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+import vitplast
+
 
 @functools.lru_cache(maxsize=1)
 def git_state() -> tuple[str | None, bool | None]:
@@ -39,8 +41,6 @@ def provenance(device: torch.device) -> dict:
     GPU), ``vitplast``, ``torch``, ``timm``, ``python``, ``git_commit``, ``git_dirty``,
     ``date`` (UTC), and in a Slurm job ``slurm_job`` (``slurm_job``)."""
     from importlib.metadata import version  # timm's, without importing it (about a second)
-
-    import vitplast
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     machine = f"{platform.machine()}, {cores} cores"

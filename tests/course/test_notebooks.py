@@ -1,6 +1,9 @@
 """The notebook sequence: committed clean, parameters declared, smoke runs with papermill."""
 
+import ast
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +69,56 @@ def test_only_selects_a_notebook_by_its_number_before_a_prefix():
         "02_plasticity") + 1
 
 
+def test_the_course_list_is_every_notebook_in_the_order_of_its_number():
+    """``NOTEBOOKS`` is the one list: every notebook of the package folder is on it, in the
+    order of the numbers (the course order), and its first cell gives the title and minutes
+    (``outline``) that ``vitplast notebooks list`` and the README's course table show."""
+    assert notebooks.NOTEBOOKS == sorted(p.stem for p in notebooks.NOTEBOOK_DIR.glob("*.ipynb"))
+    for name in notebooks.NOTEBOOKS:
+        title, minutes = notebooks.outline(name)
+        assert title and " · " not in title and 0 < minutes <= 60, (name, title, minutes)
+    assert notebooks.outline("05_confounds") == ("Confounds: plasticity or parameter count?", 60)
+
+
+#: The places a new notebook is written (issue 58: at most 4 files): the notebook, the course
+#: list (``NOTEBOOKS``, with its profile overrides), its worked answers and its README row.
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK_PLACES = ("vitplast/course/notebooks.py", "vitplast/notebooks/solutions.md", "README.md")
+
+
+def copies_of_the_course(root: Path = ROOT) -> list[str]:
+    """Every test that holds a literal list (or dict) of every notebook, and every page that
+    names every notebook, but for ``NOTEBOOK_PLACES``: copies of the course list a new
+    notebook would have to be added to."""
+    names, out = set(notebooks.NOTEBOOKS), []
+    for path in sorted((root / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            items = (node.keys if isinstance(node, ast.Dict) else node.elts
+                     if isinstance(node, (ast.List, ast.Tuple, ast.Set)) else [])
+            if names <= {i.value for i in items if isinstance(i, ast.Constant)}:
+                out.append(f"{path.relative_to(root)}:{node.lineno}")
+    pages = [root / "README.md", *(root / "docs").glob("*.md"), *(root / "data").rglob("*.md"),
+             *(root / "vitplast" / "notebooks").glob("*.md")]
+    for page in sorted(pages):
+        if str(page.relative_to(root)) not in NOTEBOOK_PLACES and names <= set(
+                re.findall(r"\b\d\d[a-z]?_[a-z_]+\b", page.read_text())):
+            out.append(str(page.relative_to(root)))
+    return out
+
+
+def test_no_test_or_page_copies_the_course_list(tmp_path):
+    """A new notebook is added to ``NOTEBOOK_PLACES`` and the notebook itself, nowhere else:
+    the tests read ``NOTEBOOKS``, the pages name it. A planted copy, in a test and in a
+    page, is found."""
+    assert copies_of_the_course() == []
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("")
+    (tmp_path / "tests" / "test_x.py").write_text(f"NOTEBOOKS = {notebooks.NOTEBOOKS!r}\n")
+    (tmp_path / "docs" / "page.md").write_text(" then ".join(notebooks.NOTEBOOKS))
+    assert copies_of_the_course(tmp_path) == ["tests/test_x.py:1", "docs/page.md"]
+
+
 def test_cli_errors_exit_before_any_kernel(capsys):
     with pytest.raises(SystemExit) as err:
         main(["notebooks", "run", "--profile", "fast"])
@@ -102,11 +155,7 @@ def test_paper_profile_fails_early_without_gpu_or_data(monkeypatch, tmp_path):
                                                for n, p in todo])
 
 
-TYPED = ["01_definitions", "02_plasticity", "02b_gauge", "03_bounds", "03b_intervals",
-         "06_explorer"]
-
-
-@pytest.mark.parametrize("name", TYPED)
+@pytest.mark.parametrize("name", notebooks.NOTEBOOKS)
 def test_papermill_sees_every_parameters_type(name):
     """``papermill --help-notebook`` shows types: it reads them from the annotations."""
     import papermill as pm

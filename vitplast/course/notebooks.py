@@ -29,7 +29,9 @@ summary table (notebook, status, seconds, where and why it failed:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import re
 import signal
 import threading
 import time
@@ -41,6 +43,7 @@ import pandas as pd
 from vitplast.course import kernels
 from vitplast.course.parameters import NOTEBOOK_DIR, check, check_task_names, declared
 from vitplast.course.reading_copy import failing_cell, record_status
+from vitplast.datasets import tasks
 from vitplast.datasets.paper_datasets import PAPER_DATASETS, PAPER_MODEL
 from vitplast.models import EMBEDDED_NAME
 
@@ -90,6 +93,17 @@ def notebook_parameters(name: str) -> dict:
     """The parameters (and their default values) a notebook declares in its parameters cell:
     flat literals, one per line, with or without a type annotation."""
     return {k: value for k, (value, _) in declared(NOTEBOOK_DIR / f"{name}.ipynb").items()}
+
+
+def outline(name: str) -> tuple[str, int]:
+    """A notebook's title and its minutes, as its first cell states them (``# NN · Title``,
+    ``**Sections** (about N minutes``): what ``vitplast notebooks list`` and the README's
+    course table show."""
+    first = "".join(json.loads((NOTEBOOK_DIR / f"{name}.ipynb").read_text())["cells"][0]
+                    ["source"])
+    minutes = re.search(r"\*\*Sections\*\* \(about (\d+) minutes", first)
+    title = first.splitlines()[0].lstrip("# ")
+    return title.partition(" · ")[2] or title, int(minutes.group(1)) if minutes else 0
 
 
 def available() -> list[str]:
@@ -194,8 +208,6 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
     if profile != "paper":
         return
     import torch
-
-    from vitplast.datasets import tasks
 
     if not torch.cuda.is_available():
         raise RuntimeError("the paper profile measures and finetunes ViT-B/16 at 224 px: it needs "

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset, Subset
 
+from vitplast import inputs
 from vitplast.datasets import data, paper_datasets, suite
 
 #: Names of the embedded tasks: ``vitplast.datasets.data.EMBEDDED_TASKS`` (Fashion-MNIST under
@@ -155,8 +156,6 @@ def fitted(task: Task, model) -> Task:
     repeated to the model's channels and normalised as the model expects
     (``vitplast.inputs.Fitted``); any other task, a model it fits or a module that is not a ViT
     (no ``patch_embed``) is returned as it is."""
-    from vitplast import inputs  # the registry imports its loaders only (tests/test_layout.py)
-
     if TASKS.get(task.name) != "embedded" or not hasattr(model, "patch_embed") or inputs.fits(
             model, (task.in_chans, task.img_size, task.img_size)):
         return task

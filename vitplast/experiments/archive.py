@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vitplast import models
+from vitplast import __version__, models
 from vitplast.experiments import studies
 from vitplast.experiments.store import Store
 from vitplast.files import atomic_path
@@ -51,8 +51,6 @@ def shipped_stores() -> dict[str, list[str]]:
 
 def archive_name() -> str:
     """``vitplast-data-<version>``: the archive's top folder (and its file, ``.tar.gz``)."""
-    from vitplast import __version__
-
     return f"vitplast-data-{__version__}"
 
 

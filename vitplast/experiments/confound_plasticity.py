@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from vitplast import cached, models
-from vitplast.experiments import lr_selection, store
+from vitplast.experiments import lr_selection, runner, runs, store
 from vitplast.experiments.spec_types import Confound
+from vitplast.measure import empirical, plasticity
 from vitplast.train import finetune
 
 #: The protocol the study declared for its per-block test (its primary question), and the other
@@ -32,8 +33,6 @@ def layer_plasticity(root: str | Path, tasks, n_pairs: int = 256,
 
     Columns: ``protocol``, ``task``, ``layer``, ``component``, ``plasticity``, ``ci95``.
     """
-    from vitplast.measure import empirical
-
     frames = []
     for protocol in protocols:
         settings = dict(tasks=list(tasks), n_pairs=n_pairs, protocol=protocol)
@@ -61,9 +60,6 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
     Columns: ``task``, ``variant`` (the run's configuration), ``component``, ``before``,
     ``after``, ``ratio`` (after / before).
     """
-    from vitplast.experiments import runner, runs
-    from vitplast.measure import empirical, plasticity
-
     def measure() -> dict:
         model, task, kwargs = runner.build(run, models.pick_device("cpu"))
         pairs = empirical.task_pairs(run["task"], empirical.SOURCE, n_pairs=n_pairs, model=model)
@@ -91,8 +87,6 @@ def after_runs(main: pd.DataFrame, spec: Confound, baselines: list[dict]) -> lis
     ``after`` setting, its baseline run (of ``baselines``: ``ConfoundStudy.baseline_runs``) at
     the LR chosen on validation over all seeds in ``main`` (``results.records_table`` of the
     baselines' store), with seed ``after.seed``."""
-    from vitplast.experiments import runs
-
     after = spec.after
     pool = [r for r in baselines if r["task"] in after.tasks and r["config"] in after.configs]
     rows = main[main["run"].isin({runs.run_hash(r) for r in pool})] if len(main) else main

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from vitplast import cached, models
-from vitplast.experiments import store
+from vitplast.experiments import results, runs, store
 from vitplast.experiments.confound_variants import (
     Variant,
     all_variants,
@@ -32,7 +32,7 @@ from vitplast.experiments.confound_variants import (
 )
 from vitplast.experiments.spec_types import Confound
 from vitplast.inputs import to_model
-from vitplast.measure import rates
+from vitplast.measure import empirical, plasticity, rates
 from vitplast.measure.components import NORMS
 from vitplast.train.ablations import PREPARE, matching_scale, rescale_layernorm
 from vitplast.train.configurations import trainable_names
@@ -49,8 +49,6 @@ def part_runs(spec: Confound, root: str | Path | None = None) -> dict[str, list[
         FileNotFoundError: the scales are not measured yet (``measure_scales``, named).
         ValueError: an ``lrs`` name or pattern of a part that matches no variant.
     """
-    from vitplast.experiments import runs
-
     scales = study_scales(root or models.results_root("confounds"), spec.scale_tasks,
                           target=spec.target, n_pairs=spec.n_pairs)["scales"]
     table = all_variants(models.load_model(models.EMBEDDED_NAME, pretrained=False,
@@ -77,8 +75,6 @@ def study_runs(spec: Confound, root: str | Path | None = None) -> list[dict]:
 def part_coverage(spec: Confound, df: pd.DataFrame, root: str | Path | None = None
                   ) -> pd.DataFrame:
     """Per part of the study: its expected runs by status in ``results`` table ``df``."""
-    from vitplast.experiments import results
-
     rows = [dict(part=name, **results.coverage(df, expected))
             for name, expected in part_runs(spec, root).items()]
     return pd.DataFrame(rows).fillna(0).set_index("part").astype(int)
@@ -127,8 +123,6 @@ def measure_scales(root: str | Path, tasks, *, target: str = "FC1", n_pairs: int
         ``tasks``, ``target``, ``n_pairs``, ``plasticity`` (mean per component) and
         ``scales`` (LayerNorm -> c).
     """
-    from vitplast.measure import empirical, plasticity
-
     def measure() -> dict:
         rates = empirical.measure_tasks(models.EMBEDDED_NAME, list(tasks), protocols=["hidden"],
                                         n_pairs=n_pairs)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vitplast import models
 from vitplast.experiments import runs, search, store
 from vitplast.train import invariance
 
@@ -73,8 +74,6 @@ def identity(picked: pd.DataFrame, tasks, configs=GAUGE_CHANGED, *, c: float = 8
     ``clip`` (largest |loss difference| of the c = ``c`` run from the c = 1 run at those
     per-parameter LRs, without clipping and with the recipe's clip), ``shared`` (from the
     c = 1 run at the shared LR: what the gauge changes)."""
-    from vitplast import models
-
     model = models.load_model(models.EMBEDDED_NAME)
     lrs = picked.set_index(["task", "config"])["lr"]
     rows = []

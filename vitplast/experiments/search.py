@@ -26,7 +26,11 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from vitplast.experiments import confound_variants
+from vitplast import models
+from vitplast.experiments import confound_variants, runs, sweep
+from vitplast.experiments.runs import run_hash
+from vitplast.experiments.runtime import Executor, Runtime
+from vitplast.experiments.store import Store
 
 #: Half-decade LR steps from 1e-4 to 100: the grid every study's LRs are taken from.
 LR_LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
@@ -96,8 +100,6 @@ __all__ = ["LR_LADDER", "best", "bracketed", "next_lrs", "rung", "score"]
 def _named() -> dict[str, dict]:
     """The confound study's named variants' run keywords (``Variant.keywords``), from the
     embedded architecture (random weights: no checkpoint is read), made once per process."""
-    from vitplast import models
-
     model = models.load_model(models.EMBEDDED_NAME, pretrained=False, num_classes=10,
                               device="cpu")
     return {name: v.keywords() for name, v in confound_variants.variants(model, {}).items()}
@@ -134,8 +136,6 @@ def settings(spec, **runtime) -> list[dict]:
 
 
 def _run(setting: dict, lr: float) -> dict:
-    from vitplast.experiments import runs
-
     kwargs = {k: v for k, v in setting.items() if k not in ("task", "start", "name")}
     return runs.make_run(setting["task"], lr=lr, check_batch=False, **kwargs)  # checked in
     # the rounds (sweep.run_plan), so that listing a search loads no task
@@ -144,20 +144,15 @@ def _run(setting: dict, lr: float) -> dict:
 def records(root) -> dict[str, dict[float, dict]]:
     """The store's records, read once, by setting (``runs.setting``: a run without its
     LR) and LR."""
-    from vitplast.experiments.runs import setting
-    from vitplast.experiments.store import Store
-
     out: dict[str, dict[float, dict]] = {}
     for record in Store(root).records() if Path(root).is_dir() else []:
-        out.setdefault(setting(record["run"]), {})[record["run"]["lr"]] = record
+        out.setdefault(runs.setting(record["run"]), {})[record["run"]["lr"]] = record
     return out
 
 
 def _stored(setting: dict, table: dict) -> dict[float, dict]:
     """LR -> record of ``setting``'s runs in ``table`` (``records``)."""
-    from vitplast.experiments.runs import setting as key
-
-    return table.get(key(_run(setting, setting["start"])), {})
+    return table.get(runs.setting(_run(setting, setting["start"])), {})
 
 
 def _outcomes(stored: dict[float, dict], lrs) -> dict[float, tuple[float, float]]:
@@ -268,11 +263,6 @@ def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> "Outco
     """
     import json
     import time
-
-    from vitplast.experiments import sweep
-    from vitplast.experiments.runs import run_hash
-    from vitplast.experiments.runtime import Executor, Runtime
-    from vitplast.experiments.store import Store
 
     runtime, executor = runtime or Runtime(), executor or Executor()
     i, n = runtime.shard or (0, 1)

@@ -17,6 +17,7 @@ from vitplast import cached, files, models
 from vitplast.experiments import store
 from vitplast.experiments.results import expected_status
 from vitplast.experiments.results import records_table as stored_runs
+from vitplast.experiments.runs import run_hash
 from vitplast.provenance import provenance, shipped_command
 
 
@@ -78,8 +79,6 @@ def study_progress(runs: list[dict], root: str | Path) -> pd.DataFrame:
         runs: the study's run dicts (``vitplast.experiments.studies``).
         root: its results store.
     """
-    from vitplast.experiments.runs import run_hash
-
     stored = stored_runs(root)
     ok = stored[stored["status"] == "ok"] if len(stored) else stored
     seconds = ok.groupby("config")["seconds"].mean() if len(ok) else pd.Series(dtype=float)

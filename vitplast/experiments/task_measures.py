@@ -16,6 +16,8 @@ import pandas as pd
 
 from vitplast import cached
 from vitplast.experiments import store
+from vitplast.measure import empirical, relative
+from vitplast.train import probes
 
 #: What ``task_plasticity`` measures: Definition 1's plasticity, or the relative plasticity.
 QUANTITIES = ("plasticity", "relative")
@@ -39,8 +41,6 @@ def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
     Raises:
         ValueError: unknown ``quantity``, naming the valid ones.
     """
-    from vitplast.measure import empirical, relative
-
     if quantity not in QUANTITIES:
         raise ValueError(f"unknown quantity {quantity!r}; valid: {list(QUANTITIES)}")
     settings = dict(task=task, n_pairs=n_pairs, protocol=protocol)
@@ -58,8 +58,6 @@ def task_plasticity(root: str | Path, task: str, n_pairs: int = 256,
 def task_probe(root: str | Path, task: str, *, compute: bool = True) -> dict | None:
     """The embedded model's linear probe on ``task``, computed once and stored beside the runs
     (``probes.stored_probe``); ``None`` when not stored and ``compute`` is False."""
-    from vitplast.train import probes
-
     return probes.stored_probe(root, task, compute=compute)
 
 

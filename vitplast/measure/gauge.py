@@ -65,7 +65,8 @@ import math
 import torch
 from torch import nn
 
-from vitplast.measure.components import rate_factors
+from vitplast.inputs import to_model
+from vitplast.measure.components import check_supported, rate_factors
 
 #: Parameter-name patterns the gauge multiplies by c (those present in a model).
 GAUGED = ["patch_embed.proj.weight", "patch_embed.proj.bias", "pos_embed", "cls_token",
@@ -113,8 +114,6 @@ def check_gauge(model: nn.Module) -> None:
     remove the scale before the stream), non-LayerNorm norms, a missing final norm, EVA.
     """
     from timm.models.vision_transformer import Block, VisionTransformer
-
-    from vitplast.measure.components import check_supported
 
     name = type(model).__name__
     if name == "Eva" or "eva" in str(getattr(model, "pretrained_cfg", {}).get("architecture", "")):
@@ -212,8 +211,6 @@ def function_gap(model: nn.Module, images: torch.Tensor, c: float) -> dict:
     ``max_logit_diff``; ``first_order``, the derived size (1 - c^-2) max|f_eps=0 - f| (module
     docstring); ``same_predictions``, the fraction of equal argmax."""
     import copy
-
-    from vitplast.inputs import to_model
 
     model, images = model.eval(), to_model(model, images)
     f = model(images)

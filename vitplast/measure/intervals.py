@@ -38,9 +38,12 @@ import pandas as pd
 import torch
 from torch import nn
 
+from vitplast import models
+from vitplast.cached import kept_table
 from vitplast.inputs import check_count
 from vitplast.measure import bounds, plasticity, rates
 from vitplast.measure.components import component_modules
+from vitplast.measure.gauge import rescale_stream
 
 _KEYS = ("model", "task", "checkpoint", "protocol")
 _COLUMNS = ["protocol", "layer", "component", "n", "plasticity", "max_rate", "local_lipschitz",
@@ -114,8 +117,6 @@ def gauged(model: nn.Module, c: float, x, y: torch.Tensor | None = None, *,
     Paper: none (issue 28: what sets the ranking).
     """
     import copy
-
-    from vitplast.measure.gauge import rescale_stream
 
     return intervals(rescale_stream(copy.deepcopy(model), c), x, y, protocol=protocol,
                      n_lipschitz=1, power_iters=0, batch_size=batch_size, workers=workers,
@@ -213,9 +214,6 @@ def cached(name: str, key: dict, compute, root=None) -> pd.DataFrame:
     a timm model's weights file and ``model_args``), so one's own model never reads another's
     table; a weights file changed in place under the same name is not noticed.
     """
-    from vitplast import models
-    from vitplast.cached import kept_table
-
     if "model" in key:
         key = dict(key, weights=models.weights_id(key["model"], [key.get("checkpoint") or "final"]))
     return kept_table(f"intervals-{name}", key, compute, root)

@@ -20,12 +20,15 @@ import pandas as pd
 import torch
 from torch import nn
 
-from vitplast import cached
+from vitplast import cached, models
+from vitplast.measure import empirical, gauge
+from vitplast.measure.bounds import token_sigma
 from vitplast.measure.components import TABLE, submodule
 from vitplast.measure.empirical import SOURCE
 from vitplast.measure.plasticity import measure, order, ranking
 from vitplast.measure.rates import component_inputs
 from vitplast.measure.tokens import rms_token_norm, token_images
+from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER, VITB_RMS_TOKEN_NORM
 from vitplast.weights import ModelSpec
 
 
@@ -57,8 +60,6 @@ def model_statistics(model: nn.Module, images: torch.Tensor,
     output and on the raw embedding).
 
     Paper: Props. 1, 3-4."""
-    from vitplast.measure.bounds import token_sigma
-
     model = model.eval()
     inputs = {p: component_inputs(model, images, p) for p in ("hidden", "embedding")}
     r, rows = rms_token_norm(model, images if token_images is None else token_images), []
@@ -91,9 +92,6 @@ def stream_statistics(model_name: str | ModelSpec, task: str, checkpoints, *, so
 
     Paper: Props. 1, 3-4 beside its r = 19.4; along pretraining (not studied there).
     """
-    from vitplast import models
-    from vitplast.measure import empirical
-
     def compute():
         frames, pairs = [], None
         for ckpt in checkpoints:
@@ -142,8 +140,6 @@ def long_statistics(stats: pd.DataFrame) -> pd.DataFrame:
 def by_checkpoint(stats: pd.DataFrame) -> pd.DataFrame:
     """``stream_statistics`` averaged over layers, one row per checkpoint (in measured order),
     with the paper's r beside."""
-    from vitplast.paper import VITB_RMS_TOKEN_NORM
-
     cols = ["epoch", "r_embedding", "sigma_ln1", "sigma_ln2", "ln1_bound", "entropy_hidden",
             "entropy_embedding"]
     out = stats.groupby("checkpoint", sort=False)[cols].mean()
@@ -157,9 +153,6 @@ def changed_rankings(model_name: str | ModelSpec, tasks, values, change, column:
     (a column named ``column``), task and protocol. At value 1 (no change) the rates are
     ``empirical.measure_tasks``'s cached ones (the same pairs: read, not measured, after
     notebook 02's section 1)."""
-    from vitplast import models
-    from vitplast.measure import empirical
-
     frames, pairs = [], {}
     for task in tasks:
         for value in values:
@@ -190,9 +183,6 @@ def gauge_rankings(model_name: str | ModelSpec, tasks, cs=(1.0, 8.0), *,
     ``cached.kept_table``): ``plasticity.ranking`` with a ``c`` column.
 
     Paper: Takeaway 2 (its order, Fig. 2) read against a free scale."""
-    from vitplast import models
-    from vitplast.measure import gauge
-
     key = dict(model_name=model_name, tasks=list(tasks), cs=list(cs), protocols=list(protocols),
                source=source, data_root=data_root, n_pairs=n_pairs,
                weights=models.weights_id(model_name))
@@ -210,9 +200,6 @@ def embedding_scale_rankings(model_name: str | ModelSpec, tasks, scales=(1.0, 2.
     ``cached.kept_table``): ``plasticity.ranking`` with a ``scale`` column.
 
     Paper: Fig. 2's protocol, its r = 19.4 vs this model's."""
-    from vitplast import models
-    from vitplast.measure import gauge
-
     key = dict(model_name=model_name, tasks=list(tasks), scales=list(scales), source=source,
                data_root=data_root, n_pairs=n_pairs,
                weights=models.weights_id(model_name))
@@ -224,8 +211,6 @@ def embedding_scale_rankings(model_name: str | ModelSpec, tasks, scales=(1.0, 2.
 def beside_fig2(ranked: pd.DataFrame, by: str | None = "c") -> pd.DataFrame:
     """Per component: the paper's Fig. 2 value beside the measured plasticity (mean over
     tasks) for each (protocol, ``by``) of a ranking table (``by`` None: per protocol)."""
-    from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
-
     if by is None:
         wide = ranked.pivot_table(index="component", columns="protocol", values="plasticity",
                                   observed=True)
@@ -252,8 +237,6 @@ def spearman_fig2(g: pd.DataFrame) -> pd.Series:
     """Per task of a ranking table (one protocol): Spearman's rho of the measured plasticity
     with the paper's Fig. 2 values over the five components."""
     from scipy import stats
-
-    from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER
 
     return g.groupby("task").apply(lambda t: stats.spearmanr(
         t.set_index("component").loc[list(PLASTICITY_ORDER), "plasticity"],

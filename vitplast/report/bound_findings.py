@@ -15,6 +15,8 @@ from __future__ import annotations
 import pandas as pd
 
 from vitplast.measure.components import NORMS
+from vitplast.measure.gauge import RATE_FACTORS
+from vitplast.measure.intervals import compare_rankings, holds
 from vitplast.paper import PROPOSITIONS, TAKEAWAY1, VITB_RMS_TOKEN_NORM
 from vitplast.stats.verdicts import SHARED_SIGMA_CV, TIGHT, checked, descriptive, same, table
 
@@ -33,8 +35,6 @@ def _bounded_by(prop: str) -> list[str]:
 
 
 def _holds(bound: pd.Series, lipschitz_lower: pd.Series) -> str:
-    from vitplast.measure.intervals import holds  # the one definition of a bound holding
-
     bad = int((~holds(bound, lipschitz_lower)).sum())
     return f"yes: the bound was at least the lower end in all {len(bound)} cases" if bad == 0 \
         else f"no: the bound was below the lower end in {bad} of {len(bound)} cases"
@@ -127,8 +127,6 @@ def _proposition_rows(df: pd.DataFrame, checks: pd.DataFrame,
 
 
 def _interval_rows(df: pd.DataFrame, gauged: pd.DataFrame | None, c: float) -> list[dict]:
-    from vitplast.measure.intervals import compare_rankings
-
     rows = [_width_row(df)] + _median_rows(df)
     for col, what in (("bound", "proven bounds (Props. 1-3)"),
                       ("plugin", "paper's plug-in values")):
@@ -270,8 +268,6 @@ def gauge_ratios(df: pd.DataFrame, gauged: pd.DataFrame, c: float) -> pd.DataFra
     protocol) over the same on the model (``df``), beside the factor derived for plasticity
     (``gauge.RATE_FACTORS``; NaN where none is derived). Columns ``component``, ``derived``,
     ``bound_ratio``, ``plasticity_ratio``."""
-    from vitplast.measure.gauge import RATE_FACTORS
-
     factors = RATE_FACTORS[str(df["protocol"].iloc[0])]
     means = [d.groupby("component", observed=True)[["bound", "plasticity"]].mean()
              for d in (df, gauged)]
@@ -286,8 +282,6 @@ def _gauge_rows(df: pd.DataFrame, gauged: pd.DataFrame, c: float) -> list[dict]:
     plasticity does (``gauge_ratios`` against the derived factors: the architecture does not
     fix the bounds, the gauge does), and the order of the bounds and of plasticity on the
     gauged model against Takeaway 1."""
-    from vitplast.measure.intervals import compare_rankings
-
     ratios = gauge_ratios(df, gauged, c).dropna(subset=["derived"])
     off = (ratios[["bound_ratio", "plasticity_ratio"]].div(ratios["derived"], axis=0) - 1).abs()
     worst = float(off.to_numpy().max())

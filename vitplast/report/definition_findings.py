@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from vitplast.paper import SOURCES
+from vitplast.paper import PLASTICITY_ORDER, SOURCES
 from vitplast.stats.verdicts import (
     PRECISE,
     SCALE_INVARIANT,
@@ -170,8 +170,6 @@ def _conv_rows(conv: pd.DataFrame) -> list[dict]:
 def _order_rows(ranked: pd.DataFrame) -> list[dict]:
     """Per protocol, the order of the components (mean over layers, and over tasks if several)
     against the paper's Fig. 2 order."""
-    from vitplast.paper import PLASTICITY_ORDER
-
     rows = []
     for protocol, g in ranked.groupby("protocol", observed=True):
         means = g.groupby("component", observed=True)["plasticity"].mean()

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from vitplast.measure.components import NORMS
+from vitplast.measure.pairs import PROTOCOLS
 from vitplast.paper import FIG2_PLASTICITY, FINETUNING_ORDER, SOURCES, group_gap, table1_average
 from vitplast.stats.verdicts import (
     ORDER_HELD_TAU,
@@ -128,8 +129,6 @@ def finetuning(t: FinetuningTables, probe: pd.Series, primaries=(), protocol: st
         primaries: the study's ``primaries.Primary`` questions (``studies.Study.primaries``).
         protocol: the plasticity protocol the study declared (``pairs.PROTOCOLS``).
     """
-    from vitplast.measure.pairs import PROTOCOLS
-
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
     return with_ties(lambda tt: _finetuning(tt, probe, primaries, protocol), t)

@@ -27,6 +27,8 @@ from vitplast.experiments.lr_selection import (
     tie_alternatives,
 )
 from vitplast.experiments.results import history
+from vitplast.measure import plasticity
+from vitplast.paper import TABLE1_CONFIGS, table1_average
 from vitplast.train.configurations import CONFIG_ORDER
 
 
@@ -87,8 +89,6 @@ def main_wide(main: pd.DataFrame, probe: pd.Series | None = None,
 def compare_with_paper(wide: pd.DataFrame) -> pd.DataFrame:
     """The average row of ``main_wide`` beside Table 1's average (ViT-B/16 in21k, the
     paper's 11 datasets): per configuration, both accuracies (%) and both ranks."""
-    from vitplast.paper import TABLE1_CONFIGS, table1_average
-
     configs = [c for c in TABLE1_CONFIGS if c in wide]
     out = pd.DataFrame({"config": configs,
                         "embedded (%)": [wide.loc["average", c] for c in configs],
@@ -143,8 +143,6 @@ def tables(runs: pd.DataFrame, budget: pd.DataFrame, root, *, rates: pd.DataFram
         on: where each LR is selected (``select_lr``).
         curves: ``history(root)``, when already read.
     """
-    from vitplast.measure import plasticity
-
     curves = history(root) if curves is None else curves
     main = main_table(runs, on=on)
     gain = gains(main)

@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from vitplast.experiments.task_measures import component_plasticity
-from vitplast.measure.components import COMPONENTS
+from vitplast import paper
+from vitplast.experiments import task_measures
+from vitplast.measure import components
 from vitplast.measure.empirical import task_summaries
-from vitplast.paper import FIG2_PLASTICITY, FINETUNING_ORDER, PLASTICITY_ORDER, SOURCES
+from vitplast.paper import FIG2_PLASTICITY, PLASTICITY_ORDER, SOURCES
 from vitplast.report.suite_findings import accuracy, order_row, spearman_plasticity_gain
 from vitplast.stats.verdicts import (
     MIN_N,
@@ -253,8 +254,9 @@ def relative_suite(root, picked: pd.DataFrame, n_pairs: int = 256, *,
     Paper: none (issue 38); Takeaway 3 makes its claim for plasticity."""
     tasks, rows = list(picked["task"].unique()), []
     for protocol, claim in RELATIVE_SUITE.items():
-        rel = component_plasticity(root, tasks, n_pairs, protocol, quantity="relative",
-                                   compute=compute).dropna(subset=["relative_plasticity"])
+        rel = task_measures.component_plasticity(
+            root, tasks, n_pairs, protocol, quantity="relative", compute=compute).dropna(
+            subset=["relative_plasticity"])
         rho = spearman_plasticity_gain(picked, rel, value="relative_plasticity")
         rows.append(mean_test(claim, rho, paper="not in the paper (relative plasticity: issue "
                               "38); asked after the suite's runs existed", expected=math.nan,
@@ -287,16 +289,17 @@ def relative_suite_orders(root, picked: pd.DataFrame, n_pairs: int = 256, *,
     Paper: none; Takeaway 3 makes its claim for plasticity (Fig. 2, Table 1)."""
     tasks, rows = list(picked["task"].unique()), []
     for protocol in RELATIVE_SUITE:
-        rel = component_plasticity(root, tasks, n_pairs, protocol, quantity="relative",
-                                   compute=compute).dropna(subset=["relative_plasticity"])
+        rel = task_measures.component_plasticity(
+            root, tasks, n_pairs, protocol, quantity="relative", compute=compute).dropna(
+            subset=["relative_plasticity"])
         wide = rel.pivot(index="task", columns="component", values="relative_plasticity")
         rows.append(order_row(f"relative plasticity before finetuning, {protocol} protocol, "
-                              "mean over blocks", wide[list(COMPONENTS)],
-                              PLASTICITY_ORDER, "plasticity: " + SOURCES["fig2"]))
+                              "mean over blocks", wide[list(components.COMPONENTS)],
+                              paper.PLASTICITY_ORDER, "plasticity: " + SOURCES["fig2"]))
     acc = accuracy(picked)
     rows.append(order_row("gain over head-only (test points)",
-                          acc[list(COMPONENTS)].sub(acc["head"], axis=0),
-                          FINETUNING_ORDER, "Table 1 average (ViT-B/16)"))
+                          acc[list(components.COMPONENTS)].sub(acc["head"], axis=0),
+                          paper.FINETUNING_ORDER, "Table 1 average (ViT-B/16)"))
     return table(rows)
 
 

@@ -32,6 +32,7 @@ from vitplast.report.plot_style import (
     robust_ylim,
     style,
 )
+from vitplast.stats.verdicts import ALPHA
 
 
 @_themed
@@ -244,8 +245,6 @@ def findings(table, unit: str | None = None, title: str = "", xlabel: str | None
     ``verdicts.ALPHA``), hollow where not, a grey diamond where the row is descriptive (n < 3:
     no test); the legend below says so. Each label names the row's family and n.
     """
-    from vitplast.stats.verdicts import ALPHA
-
     alpha = ALPHA if alpha is None else alpha
     shown = table[pd.to_numeric(table["measured"], errors="coerce").notna()
                   & ((table["test"] != "none") | (table["family"] != "descriptive"))]

@@ -34,6 +34,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from vitplast import paper
+from vitplast.datasets import suite
+from vitplast.experiments import task_measures
+from vitplast.measure import components
 from vitplast.measure.components import COMPONENTS
 from vitplast.stats import verdicts
 
@@ -118,13 +122,9 @@ def protocol_findings(study: Study, picked: pd.DataFrame, root: str | Path) -> l
     ``embedding``'s); P3's statistic over the three linears alone (MHA, FC1, FC2) under each
     protocol (exploratory); and, descriptive, the components' plasticity order under each
     protocol and their gain order over head-only, each beside the paper's (Fig. 2, Table 1)."""
-    from vitplast import paper
-    from vitplast.experiments.task_measures import component_plasticity
-    from vitplast.measure.components import LINEARS
-
     tasks = list(picked["task"].unique())
     p3 = next(p for p in study.primaries if p.statistic == _P3)
-    plastic = {pr: component_plasticity(root, tasks, study.spec.n_pairs, pr)
+    plastic = {pr: task_measures.component_plasticity(root, tasks, study.spec.n_pairs, pr)
                for pr in PROTOCOLS}
     acc = accuracy(picked)
 
@@ -136,7 +136,7 @@ def protocol_findings(study: Study, picked: pd.DataFrame, root: str | Path) -> l
     rows = [dict(p3.row(acc, {_P3: spearman_plasticity_gain(picked, plastic[pr])}),
                  claim=named(pr), family="sensitivity") for pr in PROTOCOLS[1:]]
     for pr in PROTOCOLS:
-        rho = spearman_plasticity_gain(picked, plastic[pr], LINEARS)
+        rho = spearman_plasticity_gain(picked, plastic[pr], components.LINEARS)
         rows.append(verdicts.mean_test(
             f"Spearman(plasticity, gain over head-only) over the three linears alone (MHA, "
             f"FC1, FC2), within a task (plasticity: {pr} protocol)", rho,
@@ -161,11 +161,9 @@ def count_findings(picked: pd.DataFrame, model) -> list[dict]:
     Exploratory (its own Holm family); the paper makes no claim on it."""
     from scipy import stats
 
-    from vitplast.measure.components import count_parameters
-
     acc = accuracy(picked)
     gain = acc[list(COMPONENTS)].sub(acc["head"], axis=0)
-    count = pd.Series({c: count_parameters(model, c) for c in COMPONENTS})
+    count = pd.Series({c: components.count_parameters(model, c) for c in COMPONENTS})
     rho = pd.Series({t: stats.spearmanr(count, gain.loc[t]).statistic for t in gain.index})
     return [verdicts.mean_test(
         "Spearman(trainable count, gain over head-only) over the five components, within a "
@@ -189,8 +187,6 @@ def distance(picked: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.Dat
 def by_distance(picked: pd.DataFrame, far: pd.DataFrame) -> pd.DataFrame:
     """``distance`` (``far``) with each task's suite ``family`` and its P2 value,
     ``MHA_minus_LN1`` (test points): what notebook 07 plots against head-only accuracy."""
-    from vitplast.datasets import suite
-
     acc = accuracy(picked)
     return far.assign(family=far["task"].map(lambda t: suite.SUITE[t].family),
                       MHA_minus_LN1=far["task"].map(acc["MHA"] - acc["LN1"]))

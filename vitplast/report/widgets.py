@@ -25,8 +25,8 @@ import torch
 
 from vitplast import models
 from vitplast.datasets import data
-from vitplast.experiments import results
-from vitplast.measure import empirical, pairs
+from vitplast.experiments import results, studies
+from vitplast.measure import empirical, gauge, pairs
 from vitplast.measure.components import COMPONENTS
 from vitplast.paper import PROPOSITIONS
 from vitplast.report import explored, plots
@@ -164,8 +164,6 @@ def plasticity_explorer(model=None, *, checkpoint: str | None = None, task: str 
 
     Paper: Definition 1, Props. 1-3, objection 1.
     """
-    from vitplast.measure import gauge
-
     ckpts = ["given"] if model is not None else available_checkpoints() or ["random"]
     cache, loaded = {}, {}
 
@@ -286,8 +284,6 @@ def results_browser(root: str | Path | None = None) -> Explorer:
     Paper: Takeaway 3, Fig. 4 (training dynamics).
     """
     if root is None:
-        from vitplast.experiments import studies
-
         root = studies.get("main").root()
     runs = results.records_table(root) if Path(root).is_dir() else None
     if runs is None or runs.empty:

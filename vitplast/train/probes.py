@@ -12,7 +12,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from vitplast import cached
+from vitplast import cached, models
+from vitplast.datasets import tasks as registry  # the parameters named tasks are names
 from vitplast.measure import empirical
 from vitplast.train import passes
 
@@ -70,11 +71,6 @@ def linear_probes(model_name: str, tasks: list[str], *, options: dict | None = N
     ``tasks.load``'s ``options``, e.g. ``train_size``): the paper's linear-probe column.
     Returns a table: ``task``, ``train_acc``, ``val_acc``, ``test_acc`` (in %), ``n_train``,
     ``n_features``."""
-    import pandas as pd
-
-    from vitplast import models
-    from vitplast.datasets import tasks as registry
-
     model = models.load_model(model_name)
     rows = []
     for name in tasks:
@@ -91,7 +87,6 @@ def stored_probe(root, task: str, *, options: dict | None = None, compute: bool 
     ``root/probe-<hash of the settings>.json`` (a store companion); ``None`` when not stored and
     ``compute`` is False. ``options``: the task's ``tasks.load`` options where the study's runs
     set them (its settings hold them then)."""
-    from vitplast import models
     settings = dict(task=task, model=models.EMBEDDED_NAME, probe="logistic, C=1, L-BFGS",
                     **({"options": options} if options else {}))
 
