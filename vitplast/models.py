@@ -287,7 +287,7 @@ def load_model(name: str | weights.ModelSpec = EMBEDDED_NAME, *, pretrained: boo
 
     Args:
         name: ``"vitplast_fmnist"`` (the embedded model), a fetched model (``"dinov2-small"``,
-            ``fetched.load``: ``img_size`` resamples it), any timm model name, e.g.
+            ``fetched.model``: ``img_size`` resamples it), any timm model name, e.g.
             ``"vit_base_patch16_224.orig_in21k"`` (the paper's ViT-B/16), or a timm source name
             ``"hf-hub:ORG/REPO"`` / ``"local-dir:PATH"`` (checked by ``check_name``); or a
             ``weights.ModelSpec`` of one (``model_spec``), with its weights and architecture.
@@ -317,7 +317,7 @@ def load_model(name: str | weights.ModelSpec = EMBEDDED_NAME, *, pretrained: boo
     weights_file = weights_file or (own["weights_file"] if pretrained else None)
     timm_kwargs = {**own["model_args"], **timm_kwargs}
     if name in fetched.FETCHED and pretrained and weights_file is None:  # `vitplast weights get`
-        model = fetched.load(name, num_classes=num_classes, **timm_kwargs)
+        model = fetched.model(name, num_classes=num_classes, **timm_kwargs)
         return model.to(pick_device(device))
     check_name(name)
     if name == EMBEDDED_NAME:

@@ -22,7 +22,7 @@ import torch
 from vitplast import models, provenance
 from vitplast.datasets import tasks
 from vitplast.experiments import runtime
-from vitplast.experiments.runs import TRAIN_KEYS, check_batches, check_run, check_weights, task_of
+from vitplast.experiments.runs import TRAIN_KEYS, check_ready, check_run, task_of
 from vitplast.train import ablations, batched, finetune
 
 
@@ -75,8 +75,7 @@ def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
         check_run(run)
         if run.get("prepare") is not None and run["prepare"] not in preparations:
             raise ValueError(f"unknown prepare {run['prepare']!r}; valid: {sorted(preparations)}")
-    check_weights(runs)
-    check_batches(runs)
+    check_ready(runs)
     start = time.perf_counter()
     device = models.pick_device(device)
     records = [dict(status="failed", error=None, traceback=None, history=[]) for _ in runs]

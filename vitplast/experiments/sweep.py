@@ -33,9 +33,8 @@ import torch
 from vitplast.experiments import jobs, runner, runtime
 from vitplast.experiments.results import runs_table
 from vitplast.experiments.runs import (
-    check_batches,
     check_run,
-    check_weights,
+    check_ready,
     describe,
     run_hash,
 )
@@ -198,8 +197,7 @@ def _train(todo: list[tuple[dict, int | None]], store: Store, executor: str, dev
     ``stored``: how many runs of the sweep were stored before (for the progress bar)."""
     from tqdm.auto import tqdm
 
-    check_weights([c for c, _ in todo])
-    check_batches([c for c, _ in todo])
+    check_ready([c for c, _ in todo])
     bar = tqdm(total=len(todo), desc=f"sweep ({stored} stored)", disable=not progress)
     before = stored
 
