@@ -26,7 +26,7 @@ from vitplast import models
 from vitplast.datasets import tasks
 from vitplast.experiments import runs
 from vitplast.experiments.study_specs import SMOKE_RUN, SMOKE_TASKS
-from vitplast.train import batched, finetune
+from vitplast.train import batched, finetune, keys
 
 CONFIGS = ("head", "MHA", "FC1", "FC2", "LN1", "LN2")
 TARGET = 0.9
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="2 LRs x 2 steps on the smoke studies' task (seconds)")
     args = ap.parse_args(argv)
     device = models.pick_device(args.device)
-    recipe = {**finetune.RECIPES["embedded"], "steps": args.steps, "warmup_steps": 3,
+    recipe = {**keys.RECIPES["embedded"], "steps": args.steps, "warmup_steps": 3,
               "eval_every": 10, "device": device, "progress": False}
     if args.quick:
         args.lrs, args.steps, args.task = args.lrs[:2], 2, SMOKE_TASKS[0]

@@ -50,7 +50,7 @@ from vitplast import models
 from vitplast.course import notebooks
 from vitplast.measure import plasticity
 from vitplast.measure.pairs import make_pairs
-from vitplast.train import finetune, passes
+from vitplast.train import finetune, keys, passes
 
 VIT_B = "vit_base_patch16_224.orig_in21k"
 #: name -> (operator, target); ``notebooks_ok`` is set to the number of notebooks run.
@@ -174,7 +174,7 @@ def _worker(mode: str, k: int, steps: int, reps: int, device: str, dry: bool) ->
     task = runs.task_of(runs.make_run(SMOKE_TASKS[0], lr=0.01, **SMOKE_RUN) if dry else
                         runs.make_run("digits", lr=0.01))
     device = torch.device(device)
-    recipe = {**finetune.RECIPES["embedded"], "steps": steps, "warmup_steps": 1,
+    recipe = {**keys.RECIPES["embedded"], "steps": steps, "warmup_steps": 1,
               "precision": "fp32", "device": device, "progress": False}
     lrs = [0.01 * 1.5 ** i for i in range(k)]
 

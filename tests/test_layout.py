@@ -326,7 +326,7 @@ def torch_free_path() -> set[str]:
 
 def internal_imports(tree: ast.Module, dotted_name: str) -> list[tuple[int, str | None, set]]:
     """Every import statement of ``vitplast`` in the module parsed as ``tree`` (its dotted name
-    ``dotted_name``): (line, the function it sits in or None at module level, the modules it
+    ``dotted_name``; those under ``if TYPE_CHECKING:`` are not run, so not counted): (line, the function it sits in or None at module level, the modules it
     names by their dotted path: ``from vitplast.measure import plasticity`` names
     ``vitplast.measure.plasticity``, ``from vitplast.paper import X`` names ``vitplast.paper``)."""
     out = []
@@ -335,6 +335,8 @@ def internal_imports(tree: ast.Module, dotted_name: str) -> list[tuple[int, str 
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 visit(child, function or child.name)
+            elif isinstance(child, ast.If) and ast.unparse(child.test).endswith("TYPE_CHECKING"):
+                continue  # annotations only: never imported when the code runs
             elif isinstance(child, (ast.Import, ast.ImportFrom)):
                 named = _named(child, dotted_name)
                 if named:

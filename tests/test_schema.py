@@ -17,7 +17,7 @@ import pytest
 from vitplast import cached, schema
 from vitplast.experiments import runs, runtime, store
 from vitplast.measure.components import names
-from vitplast.train import finetune, preflight
+from vitplast.train import keys, preflight
 from vitplast.train.passes import PRECISIONS
 
 RUN = runs.make_run("digits", lr=0.1)
@@ -52,7 +52,7 @@ def test_the_schemas_are_in_step_with_the_code():
     assert schema.document("record")["properties"]["status"]["enum"] == list(store.STATUSES)
     assert sorted(set(cached.COMPANIONS.values())) == sorted(
         set(schema.KINDS) - {"run", "record", "cache-index"})
-    for recipe in finetune.RECIPES:  # every recipe makes a valid run
+    for recipe in keys.RECIPES:  # every recipe makes a valid run
         assert schema.problems("run", runs.make_run("digits", lr=0.1, recipe=recipe)) == []
 
 

@@ -17,7 +17,7 @@ task            a downstream dataset with train / val / test splits (``tasks.TAS
 suite           the 33 varied offline tasks the decisive study runs on (``suite``)
 configuration   what is finetuned: a name of ``configurations.CONFIGS`` (full, head, LN1...)
                 or a list of parameter patterns; the key ``config`` of a run
-recipe          named training settings: optimizer, schedule, steps (``finetune.RECIPES``)
+recipe          named training settings: optimizer, schedule, steps (``keys.RECIPES``)
 ablation        a model change before training (``ablations``; a run's ``prepare`` names
                 it and ``ablation`` holds its arguments)
 gauge           the residual stream times c: same function, rates moved (``gauge``)

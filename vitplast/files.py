@@ -8,6 +8,9 @@ the load-or-compute cache, checkpoints (``pretrain``) and the unpacked Fashion-M
 ``set_aside`` moves a damaged file out of the way without deleting it. ``read_checked`` reads
 JSON and checks it once per version of the file within a process (a store read again is not
 validated again).
+
+Where the kit's files live: ``cache_dir`` (caches, the fetched weights) and ``results_root``
+(the shipped results stores, ``data/`` or ``$VITPLAST_DATA``), found without loading torch.
 """
 
 from __future__ import annotations
@@ -134,3 +137,32 @@ def cache_dir() -> Path:
     if (repo / "pyproject.toml").exists():
         return repo / ".cache"
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vitplast"
+
+
+#: Environment variable naming the folder that holds the shipped results stores (``finetune/``,
+#: ``confounds/``) when vitplast is installed rather than run from a checkout.
+DATA_ENV = "VITPLAST_DATA"
+
+
+def results_root(name: str) -> Path:
+    """Where the shipped results store ``name`` (``"finetune"``, ``"confounds"``) lives:
+    ``$VITPLAST_DATA/name`` when that variable is set, else the checkout's ``data/name``.
+
+    The path is returned whether or not it exists (a sweep may be about to fill it); readers
+    call ``require_results`` to fail clearly on an absent store instead of reading it as empty.
+    """
+    base = os.environ.get(DATA_ENV)
+    return Path(base) / name if base else Path(__file__).resolve().parents[1] / "data" / name
+
+
+def require_results(root: str | Path) -> Path:
+    """``root`` if it is a folder, else ``FileNotFoundError`` saying where the shipped stores
+    live (a checkout's ``data/``) and how to point vitplast at them."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"no results store at {root}. The shipped study results are in a checkout's "
+            f"data/{root.name}/, not in the installed package (`vitplast sweep` makes or resumes "
+            f"a store). Point vitplast at them with {DATA_ENV}=FOLDER holding {root.name}/, or "
+            "pass the store's folder (--root, results_dir=...).")
+    return root

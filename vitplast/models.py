@@ -29,14 +29,19 @@ in a checkout's ``data/``, or under ``$VITPLAST_DATA``.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from vitplast import fetched, weights
-from vitplast.files import cache_dir, sha256  # noqa: F401 (models.cache_dir, models.sha256)
+from vitplast.files import (  # noqa: F401 (models.cache_dir, .results_root...: older callers)
+    DATA_ENV,
+    cache_dir,
+    require_results,
+    results_root,
+    sha256,
+)
 from vitplast.hub import cache_only, hub_reachable, maybe_cached
 
 if TYPE_CHECKING:  # timm is imported where a model is built: a sweep submits its cluster
@@ -45,39 +50,12 @@ if TYPE_CHECKING:  # timm is imported where a model is built: a sweep submits it
 #: Folder holding the embedded checkpoints, their manifest and model card (package data).
 DATA_DIR = Path(__file__).resolve().parent / "checkpoints"
 MANIFEST = DATA_DIR / "checkpoints.json"
-#: Environment variable naming the folder that holds the shipped results stores (``finetune/``,
-#: ``confounds/``) when vitplast is installed rather than run from a checkout.
-DATA_ENV = "VITPLAST_DATA"
 EMBEDDED_NAME = "vitplast_fmnist"
 #: Fashion-MNIST train-set pixel statistics: the embedded model's input normalisation.
 FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
 #: The embedded model's architecture: a small ViT for 28x28 grayscale, 1,199,882 parameters.
 EMBEDDED_ARCH = dict(img_size=28, patch_size=4, in_chans=1, num_classes=10, embed_dim=128,
                      depth=6, num_heads=4, mlp_ratio=4.0)
-
-
-def results_root(name: str) -> Path:
-    """Where the shipped results store ``name`` (``"finetune"``, ``"confounds"``) lives:
-    ``$VITPLAST_DATA/name`` when that variable is set, else the checkout's ``data/name``.
-
-    The path is returned whether or not it exists (a sweep may be about to fill it); readers
-    call ``require_results`` to fail clearly on an absent store instead of reading it as empty.
-    """
-    base = os.environ.get(DATA_ENV)
-    return Path(base) / name if base else Path(__file__).resolve().parents[1] / "data" / name
-
-
-def require_results(root: str | Path) -> Path:
-    """``root`` if it is a folder, else ``FileNotFoundError`` saying where the shipped stores
-    live (a checkout's ``data/``) and how to point vitplast at them."""
-    root = Path(root)
-    if not root.is_dir():
-        raise FileNotFoundError(
-            f"no results store at {root}. The shipped study results are in a checkout's "
-            f"data/{root.name}/, not in the installed package (`vitplast sweep` makes or resumes "
-            f"a store). Point vitplast at them with {DATA_ENV}=FOLDER holding {root.name}/, or "
-            "pass the store's folder (--root, results_dir=...).")
-    return root
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:

@@ -10,7 +10,7 @@ from helpers import TINY
 from vitplast.datasets import paper_datasets
 from vitplast.experiments import runs
 from vitplast.experiments.store import Store
-from vitplast.train import finetune
+from vitplast.train import finetune, keys
 
 BASE = dict(task="digits", config="MHA", lr=0.1, seed=0)
 
@@ -91,13 +91,13 @@ def test_grid_size_order_and_recipes():
                 "train_head", "optimizer", "lr", "seed", "steps", "batch_size", "warmup_steps",
                 "momentum", "weight_decay", "clip_grad_norm", "eval_every"):
         assert key in c, key
-    assert c["warmup_steps"] == finetune.RECIPES["embedded"]["warmup_steps"]
+    assert c["warmup_steps"] == keys.RECIPES["embedded"]["warmup_steps"]
     assert c["steps"] == 2 and c["pretrained"] is False and c["kind"] == "finetune"
     assert json.loads(json.dumps(c)) == c
     paper = runs.make_run("pet", "LN1", lr=1e-3, recipe="paper", data_root="/data",
                              ablation={"c": 2.0})
     assert paper["steps"] == paper_datasets.PAPER_STEPS["pet"]
-    assert paper["batch_size"] == finetune.RECIPES["paper"]["batch_size"]
+    assert paper["batch_size"] == keys.RECIPES["paper"]["batch_size"]
     assert paper["ablation"] == {"c": 2.0} and "ablation" not in c
     with pytest.raises(ValueError, match="valid: \\['paper', 'embedded'\\]"):
         runs.make_run("digits", lr=1.0, recipe="fast")
@@ -185,14 +185,14 @@ def test_a_grid_loads_no_task_and_make_run_refuses_a_batch_larger_than_the_split
 def test_runs_of_a_fetched_model_without_its_weights_are_refused_saying_how_to_get_them(
         tmp_path, monkeypatch):
     """A sweep of the real-model study on a machine without the weights refuses before any run
-    trains (``runs.check_weights``), in one line naming the command that fetches them; the runs
+    trains (``runs.check_ready``), in one line naming the command that fetches them; the runs
     of other models pass."""
     from vitplast.experiments import runner, study_specs
 
     monkeypatch.setenv("VITPLAST_CACHE", str(tmp_path))
     run = runs.make_run("digits", "MHA", lr=0.1, **study_specs.REAL_RUN)
     with pytest.raises(FileNotFoundError, match="`vitplast weights get dinov2-small`"):
-        runs.check_weights([run])
+        runs.check_ready([run])
     with pytest.raises(FileNotFoundError, match="vitplast weights get"):
         runner.run_one(run)
-    runs.check_weights([runs.make_run("digits", "MHA", lr=0.1)])
+    runs.check_ready([runs.make_run("digits", "MHA", lr=0.1)])

@@ -54,7 +54,7 @@ def test_run_keys_train_keys_and_defaults_are_read_from_the_table():
         clip_grad_norm=1.0, warmup_steps=0, steps=400, batch_size=128, eval_every=100,
         label_smoothing=0.0)
     assert list(runs.TRAIN_DEFAULTS) == [k.name for k in keys.KEYS if k.recipe]
-    for recipe in finetune.RECIPES.values():  # a recipe sets recipe keys only
+    for recipe in keys.RECIPES.values():  # a recipe sets recipe keys only
         assert set(recipe) <= set(runs.TRAIN_DEFAULTS)
     assert runs.run_hash(runs.make_run("digits", lr=0.1)) == "dd8a628654014c01"  # as before
     assert keys.PRECISIONS == passes.PRECISIONS

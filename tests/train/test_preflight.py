@@ -12,7 +12,7 @@ import torch
 from helpers import tiny_vit, toy_task
 
 from vitplast import schema
-from vitplast.train import finetune, preflight
+from vitplast.train import finetune, keys, preflight
 
 #: ``train``'s keywords at their defaults: what ``finetune.run`` hands ``check_args``.
 ARGS = {k: p.default for k, p in inspect.signature(finetune.train).parameters.items()
@@ -21,7 +21,7 @@ ARGS = {k: p.default for k, p in inspect.signature(finetune.train).parameters.it
 
 def test_train_defaults_pass():
     assert preflight.check_args(dict(ARGS), [ARGS["lr"]]) is None
-    for recipe in finetune.RECIPES.values():  # every named recipe passes too
+    for recipe in keys.RECIPES.values():  # every named recipe passes too
         assert preflight.check_args({**ARGS, **recipe}, [ARGS["lr"]]) is None
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
+from vitplast import files
 from vitplast.experiments.kinds import GridStudy, Loaded, Study
 from vitplast.experiments.runs import run_hash
 from vitplast.experiments.runtime import Executor, Runtime
@@ -115,13 +116,12 @@ class SearchedStudy(Study):
         """Search each setting's LR into its store until bracketed (``search.run_search``),
         copying identical runs of the stores its spec reuses; return the search's
         ``sweep.Outcome``."""
-        from vitplast import models
         from vitplast.experiments import search
 
         self.check(runtime)
         return search.run_search(self.spec, self._root(root), runtime=runtime,
                                  executor=executor,
-                                 sources=[models.results_root(s) for s in self.spec.reuse])
+                                 sources=[files.results_root(s) for s in self.spec.reuse])
 
     def _load(self, root: Path, runtime: Runtime, recompute: bool) -> Loaded:
         """Its ``runs``: per complete task (every search ended) and configuration, the chosen

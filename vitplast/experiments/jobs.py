@@ -27,6 +27,7 @@ command runs them again.
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import os
 import pickle
@@ -175,12 +176,10 @@ WAIT_S = 1800.0
 
 def _waiting(i: int, inbox: str) -> list[str]:
     """A prestarted job: import the training code, wait for pack ``i`` and run it."""
-    # what training imports (seconds), while the sweep lists the runs; deferred, so that the
-    # sweep itself submits these jobs before it imports torch (``prestart``)
-    import timm  # noqa: F401
-
-    from vitplast.train import batched, finetune  # noqa: F401
-
+    # warm this job up: load what training imports (seconds) while the sweep lists the runs;
+    # by name, so that the sweep itself submits these jobs before it imports torch
+    for module in ("timm", "vitplast.train.batched", "vitplast.train.finetune"):
+        importlib.import_module(module)
     path, end = Path(inbox) / f"{i}.pkl", time.monotonic() + WAIT_S
     while not path.exists():
         if time.monotonic() > end:

@@ -33,14 +33,15 @@ from importlib import import_module
 from pathlib import Path
 from typing import ClassVar
 
+from vitplast import files
 from vitplast.experiments import runs
 from vitplast.experiments.runs import run_hash
 from vitplast.experiments.runtime import FLAG, Executor, Runtime
 from vitplast.experiments.spec_types import Budget, Grid, PaperGrid, Spec
 from vitplast.experiments.store import Store, select
 
-#: Where a study's store is: ``data`` (shipped: ``models.results_root``), ``cache``
-#: (``models.cache_dir``) or ``.`` (relative to the working directory).
+#: Where a study's store is: ``data`` (shipped: ``files.results_root``), ``cache``
+#: (``files.cache_dir``) or ``.`` (relative to the working directory).
 PLACES = ("data", "cache", ".")
 
 
@@ -106,12 +107,10 @@ class Study:
         """Its store (followed from ``$VITPLAST_DATA`` and ``$VITPLAST_CACHE`` when called);
         with ``recompute``, a shipped study's cache copy ``<cache>/<folder>-<name>`` instead, so
         that a notebook never writes into a shipped store."""
-        from vitplast import models
-
         if self.place == "cache" or (recompute and self.shipped):
-            return models.cache_dir() / (f"{self.folder}-{self.name}" if self.shipped
+            return files.cache_dir() / (f"{self.folder}-{self.name}" if self.shipped
                                          else self.folder)
-        return models.results_root(self.folder) if self.shipped else Path(self.folder)
+        return files.results_root(self.folder) if self.shipped else Path(self.folder)
 
     def describe(self) -> str:
         """One line for the CLI's help: its name, purpose and store."""

@@ -66,8 +66,8 @@ def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
         ValueError: the runs differ in more than their ``lr``; before any work, with the
             messages a sweep gives, what ``sweep.run_sweep`` refuses: settings that fail the
             run schema or an unknown task (``runs.check_run``), a batch larger than the task's
-            training split (``runs.check_batches``), an unknown ``prepare``, a fetched model
-            whose weights are not here (``runs.check_weights``).
+            training split or a fetched model whose weights are not here (``runs.check_ready``),
+            an unknown ``prepare``.
     """
     if len({but_lr(r) for r in runs}) > 1:
         raise ValueError("run_lrs takes runs that differ only in their lr (``sweep.lr_groups``)")

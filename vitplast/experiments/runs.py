@@ -27,8 +27,9 @@ import hashlib
 import json
 from typing import TYPE_CHECKING
 
-from vitplast import schema
-from vitplast.train.keys import KEY, KEYS
+from vitplast import fetched, schema
+from vitplast.train import configurations
+from vitplast.train.keys import KEY, KEYS, RECIPES
 
 if TYPE_CHECKING:  # weights imports torch, which listing a study never needs
     from vitplast.weights import ModelSpec
@@ -77,7 +78,7 @@ def make_run(task: str, config: str | list[str] = _D["config"], *, lr: float,
              test_size: int = _D["test_size"], data_seed: int = _D["data_seed"],
              check_batch: bool = True, **settings) -> dict:
     """One run (a dict of its settings): ``TRAIN_DEFAULTS``, overridden by the recipe
-    ``finetune.RECIPES[recipe]`` (``"paper"`` also takes ``paper_datasets.PAPER_STEPS``), then
+    ``keys.RECIPES[recipe]`` (``"paper"`` also takes ``paper_datasets.PAPER_STEPS``), then
     by ``settings``.
 
     Args:
@@ -109,10 +110,9 @@ def make_run(task: str, config: str | list[str] = _D["config"], *, lr: float,
     """
     from vitplast import models, weights
     from vitplast.datasets import paper_datasets, tasks
-    from vitplast.train import configurations, finetune
 
-    if recipe not in finetune.RECIPES:
-        raise ValueError(f"unknown recipe {recipe!r}; valid: {list(finetune.RECIPES)}")
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; valid: {list(RECIPES)}")
     if isinstance(config, str) and config not in configurations.CONFIGS:
         raise ValueError(f"unknown configuration {config!r}; valid: {list(configurations.CONFIGS)} "
                          "or a list of parameter-name patterns")
@@ -120,7 +120,7 @@ def make_run(task: str, config: str | list[str] = _D["config"], *, lr: float,
     out = {"kind": KIND, "model": weights.name_of(model), "checkpoint": checkpoint,
            "pretrained": pretrained, "task": task, "severity": severity,
            "train_size": train_size, "test_size": test_size, "data_seed": data_seed,
-           **TRAIN_DEFAULTS, **finetune.RECIPES[recipe]}
+           **TRAIN_DEFAULTS, **RECIPES[recipe]}
     if recipe == "paper" and task in paper_datasets.PAPER_STEPS:
         out["steps"] = paper_datasets.PAPER_STEPS[task]
     own = weights.own(model)  # a ModelSpec's weights and architecture: run keys of their own
@@ -161,8 +161,6 @@ def check_ready(runs: list[dict]) -> None:
     weights are not here (``FileNotFoundError`` in one line saying how to get them:
     ``fetched.path``; a sweep without them would store every run as failed), a batch that
     does not fit its task (``check_batches``). Checked by ``runner.run_one`` and a sweep."""
-    from vitplast import fetched
-
     for name in {c["model"] for c in runs} & set(fetched.FETCHED):
         fetched.path(name)
     check_batches(runs)

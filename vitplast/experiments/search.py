@@ -152,7 +152,8 @@ def records(root) -> dict[str, dict[float, dict]]:
 
 def _stored(setting: dict, table: dict) -> dict[float, dict]:
     """LR -> record of ``setting``'s runs in ``table`` (``records``)."""
-    return table.get(runs.setting(_run(setting, setting["start"])), {})
+    run = _run(setting, setting["start"])
+    return table.get(runs.setting(run), {})
 
 
 def _outcomes(stored: dict[float, dict], lrs) -> dict[float, tuple[float, float]]:

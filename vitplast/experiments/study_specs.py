@@ -63,7 +63,7 @@ MAIN_PRIMARIES = (
 #: head-only, x a half-decade SGD grid per configuration (centred on what the first study,
 #: which kept the pretrained head, chose, and wide enough that accuracy falls by more than
 #: 2 points on both sides of every best LR), x the paper's seeds. Recipe:
-#: ``finetune.RECIPES["embedded"]``; every run starts from a new head. Its smoke version: one
+#: ``keys.RECIPES["embedded"]``; every run starts from a new head. Its smoke version: one
 #: task, two LRs, 4 steps.
 MAIN_LRS = {"full": ladder(3e-4, 3.0), "head": ladder(1e-3, 30.0), "LN1": ladder(1e-3, 30.0),
              "MHA": ladder(3e-4, 3.0), "LN2": ladder(1e-3, 30.0), "FC1": ladder(3e-4, 3.0),

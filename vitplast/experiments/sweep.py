@@ -33,8 +33,8 @@ import torch
 from vitplast.experiments import jobs, runner, runtime
 from vitplast.experiments.results import runs_table
 from vitplast.experiments.runs import (
-    check_run,
     check_ready,
+    check_run,
     describe,
     run_hash,
 )
@@ -193,8 +193,9 @@ def _train(todo: list[tuple[dict, int | None]], store: Store, executor: str, dev
            stored: int = 0) -> int:
     """Train the (run, stale) pairs of a plan (``Store.plan``) into ``store``, here one group
     after another or as a job array (``run_sweep``'s arguments), refused first
-    (``check_batches``) when a batch does not fit its task; return how many it stored.
-    ``stored``: how many runs of the sweep were stored before (for the progress bar)."""
+    (``check_ready``) when a batch does not fit its task or a model's weights are not here;
+    return how many it stored. ``stored``: how many runs of the sweep were stored before (for
+    the progress bar)."""
     from tqdm.auto import tqdm
 
     check_ready([c for c, _ in todo])

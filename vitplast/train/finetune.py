@@ -48,16 +48,6 @@ from vitplast.train.keys import DEFAULTS
 from vitplast.train.passes import EVAL_BATCH, _batches, loader, numerics
 from vitplast.train.preflight import check_args, check_masks, check_splits
 
-#: Named recipes (keyword arguments of ``train``). ``paper`` is PAPER.md section 2.
-RECIPES = {
-    "paper": dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, clip_grad_norm=1.0,
-                  warmup_steps=2000, steps=10_000, batch_size=512),
-    # The paper's optimiser, sized for the embedded model on a CPU (one core: ~30 s a head-only
-    # run, ~80 s a full one, as the shipped study measured):
-    # 120 steps of 64 images, about 2 epochs of a 4,000-image train split.
-    "embedded": dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, clip_grad_norm=1.0,
-                     warmup_steps=12, steps=120, batch_size=64, eval_every=20),
-}
 #: A loss above this many times the first step's loss ends the run as diverged.
 DIVERGENCE_FACTOR = 100.0
 

@@ -14,6 +14,8 @@ Everything else is read from this table:
 - the published run schema, ``vitplast/schemas/run.schema.json`` (``run_schema``), generated:
   ``python -m vitplast.train.keys`` writes it, a test holds the file equal to the table.
 
+``RECIPES`` are the named sets of settings a run starts from (``runs.make_run``'s ``recipe``).
+
 The table's order is the schema's and the stores': its hashed keys first. A run's hash is
 over its hashed keys that are not ``None`` (``runs.run_hash``), so a new hashed key with a
 ``None`` default re-hashes no stored run; a new key with another default does. Importing this
@@ -53,7 +55,7 @@ class Key:
         hashed: a run key, in the run's hash (what it computes); else a runtime key, stored
             and never hashed (how it executes).
         train: a ``finetune.train`` keyword that a run passes on.
-        recipe: a recipe's setting (``finetune.RECIPES`` override it; ``TRAIN_DEFAULTS``).
+        recipe: a recipe's setting (``RECIPES`` override it; ``TRAIN_DEFAULTS``).
         nullable: ``None`` (null) is valid.
         minimum, maximum, below, above: its range (``below``/``above``: exclusive bounds).
         choices: its valid values; empty: any of its type.
@@ -199,3 +201,15 @@ def write_schema(path: Path = SCHEMA_FILE) -> Path:
 
 if __name__ == "__main__":  # python -m vitplast.train.keys: regenerate the published schema
     print(f"wrote {write_schema()}")
+
+
+#: Named recipes (keyword arguments of ``train``). ``paper`` is PAPER.md section 2.
+RECIPES = {
+    "paper": dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, clip_grad_norm=1.0,
+                  warmup_steps=2000, steps=10_000, batch_size=512),
+    # The paper's optimiser, sized for the embedded model on a CPU (one core: ~30 s a head-only
+    # run, ~80 s a full one, as the shipped study measured):
+    # 120 steps of 64 images, about 2 epochs of a 4,000-image train split.
+    "embedded": dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, clip_grad_norm=1.0,
+                     warmup_steps=12, steps=120, batch_size=64, eval_every=20),
+}
