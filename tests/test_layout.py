@@ -326,9 +326,10 @@ def torch_free_path() -> set[str]:
 
 def internal_imports(tree: ast.Module, dotted_name: str) -> list[tuple[int, str | None, set]]:
     """Every import statement of ``vitplast`` in the module parsed as ``tree`` (its dotted name
-    ``dotted_name``; those under ``if TYPE_CHECKING:`` are not run, so not counted): (line, the function it sits in or None at module level, the modules it
-    names by their dotted path: ``from vitplast.measure import plasticity`` names
-    ``vitplast.measure.plasticity``, ``from vitplast.paper import X`` names ``vitplast.paper``)."""
+    ``dotted_name``; those under ``if TYPE_CHECKING:`` are not run, so not counted): (line, the
+    function it sits in or None at module level, the modules it names by their dotted path:
+    ``from vitplast.measure import plasticity`` names ``vitplast.measure.plasticity``,
+    ``from vitplast.paper import X`` names ``vitplast.paper``)."""
     out = []
 
     def visit(node, function):
