@@ -44,12 +44,13 @@ its modules. Within a module, names without a leading ``_`` are public (a module
 ``__all__``, where it has one, lists them). Bottom to top:
 
 - base, the top-level modules every layer shares: ``paper`` (the paper's reference values and
-  claims), ``inputs`` (argument checks), ``files`` (atomic writes), ``cached`` (load-or-compute,
-  and the companion files kept beside a study's records) with ``frames`` (a table as arrays in
-  an ``.npz``), ``schema`` (every stored file kind checked against the published JSON
-  Schemas), ``models`` (loading, the embedded checkpoints, folders, the weights a measurement
-  depends on) with ``hub`` (is the Hugging Face hub reachable), ``weights`` (does a weights
-  file fit the model) and ``attention`` (timm's attention on its matmul path), ``fetched``
+  claims), ``inputs`` (argument checks), ``files`` (atomic writes; where the cache and the
+  shipped stores live), ``cached`` (load-or-compute, and the companion files kept beside a
+  study's records) with ``frames`` (a table as arrays in an ``.npz``), ``schema`` (every stored
+  file kind checked against the published JSON Schemas), ``models`` (loading, the embedded
+  checkpoints, the weights a measurement depends on) with ``hub`` (is the Hugging Face hub
+  reachable), ``weights`` (does a weights file fit the model) and ``attention`` (timm's
+  attention on its matmul path), ``fetched``
   (real weights fetched from the package index, verified and converted) with ``onnx_vit``
   (an ONNX DINOv2 read into timm, and the proof), ``provenance`` (what made a result:
   machine, versions, git state);

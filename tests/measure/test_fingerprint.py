@@ -219,8 +219,9 @@ def test_the_cache_stamps_the_fingerprint_of_this_measuring_code():
 
 
 def test_a_process_that_never_imports_the_measuring_code_serves_the_shipped_tables():
-    """Reading a shipped measurement needs no import of ``vitplast.measure`` first: a fresh
-    process that only opens a store reads its plasticity file, and says nothing."""
+    """Reading a shipped measurement needs no import of the measuring code's fingerprint
+    (``vitplast.measure.fingerprint``) first: a fresh process that only opens a store reads its
+    plasticity file, and says nothing."""
     import subprocess
     import sys
 
@@ -233,4 +234,4 @@ def test_a_process_that_never_imports_the_measuring_code_serves_the_shipped_tabl
 #: A process that opens a store and reads a measured companion (its name: argv[1]), no more.
 _READ_ONLY = ("import sys; from vitplast.experiments.store import Store; "
               "assert Store('data/finetune').companion(sys.argv[1]) is not None; "
-              "assert 'vitplast.measure' not in sys.modules")
+              "assert 'vitplast.measure.fingerprint' not in sys.modules")

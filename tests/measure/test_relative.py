@@ -174,8 +174,12 @@ def test_two_model_args_of_one_timm_name_give_two_keys_to_every_measured_table(m
     from vitplast.measure import empirical, intervals, stream
 
     keys = []
-    monkeypatch.setattr(cached, "kept_table",
-                        lambda name, key, compute, root=None, **kw: keys.append((name, key)))
+
+    def kept_table(name, key, compute, root=None, **kw):
+        keys.append((name, key))
+
+    monkeypatch.setattr(cached, "kept_table", kept_table)
+    monkeypatch.setattr(intervals, "kept_table", kept_table)  # its own name: it has a ``cached``
     name = "vit_tiny_patch16_224"
 
     def tables(name):
