@@ -157,13 +157,13 @@ def check_run(run: dict) -> dict:
 
 
 def check_ready(runs: list[dict]) -> None:
-    """Refuse, before any run trains, what would fail every run here: a fetched model whose
-    weights are not here (``FileNotFoundError`` in one line saying how to get them:
-    ``fetched.path``; a sweep without them would store every run as failed), a batch that
-    does not fit its task (``check_batches``). Checked by ``runner.run_one`` and a sweep."""
+    """Refuse, before any run trains, what would fail every run here: a batch that does not
+    fit its task (``check_batches``), a fetched model whose weights are not here
+    (``FileNotFoundError`` in one line saying how to get them: ``fetched.path``; a sweep
+    without them would store every run as failed). Checked by ``runner.run_one`` and a sweep."""
+    check_batches(runs)
     for name in {c["model"] for c in runs} & set(fetched.FETCHED):
         fetched.path(name)
-    check_batches(runs)
 
 
 def check_batches(runs: list[dict]) -> None:
