@@ -1,6 +1,6 @@
 """Models: any timm ViT by name, and the embedded pretrained model shipped with the package.
 
-``load_model`` takes weights from one of four places:
+``load_model`` takes weights from one of five places:
 
 1. the embedded checkpoints in ``vitplast/checkpoints/`` (``name="vitplast_fmnist"``, package
    data: present in a checkout and in an installed wheel), verified by sha256 against the
@@ -22,8 +22,9 @@ and pretrained tags fail at once with the valid ones.
 Whether the hub is reachable, and reading its cache only when it is not, is
 ``vitplast.hub``'s.
 
-The shipped study results are not package data (they are large): ``results_root`` finds them
-in a checkout's ``data/``, or under ``$VITPLAST_DATA``.
+The shipped study results are not package data (they are large): ``files.results_root`` finds
+them in a checkout's ``data/``, or under ``$VITPLAST_DATA`` (``models.results_root``,
+``require_results``, ``cache_dir``: the same functions of ``vitplast.files``, for older callers).
 """
 
 from __future__ import annotations
