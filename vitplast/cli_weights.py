@@ -75,7 +75,7 @@ def _measure(args) -> int:
     import torch
 
     from vitplast.experiments.study_specs import REAL, REAL_RUN
-    from vitplast.measure import fingerprint, real
+    from vitplast.measure import real
 
     torch.manual_seed(0)
     info = fetched.manifest(args.name)
@@ -88,6 +88,6 @@ def _measure(args) -> int:
                 pairs="random pairs within each source (make_pairs, seed 0) of 2 x n_pairs "
                 "images", n_lipschitz=4, power_iters=10, stream_images=16,
                 check_pairs=real.CHECK_PAIRS, tasks=list(REAL.tasks), task_pairs=REAL.n_pairs,
-                task_img_size=size, torch=torch.__version__, measuring=fingerprint.measuring())
+                task_img_size=size, torch=torch.__version__)
     print(real.write(tables, args.root or files.results_root("real_vit"), meta))
     return 0

@@ -150,11 +150,12 @@ def task_plasticity(model_name: str, tasks, *, img_size: int, n_pairs: int = 128
 
 def write(tables: dict[str, pd.DataFrame], root: str | Path, meta: dict) -> Path:
     """Store ``tables`` (``measure_model``) and ``meta`` under ``root/measurements``, each file
-    written atomically, ``meta.json`` last (its presence means the set is whole)."""
+    written atomically, ``meta.json`` last (its presence means the set is whole), stamped with
+    the measuring code that made them (``meta["measuring"]``: ``fingerprint.measuring``)."""
     folder = Path(root) / FOLDER
     for name in TABLES:
         files.write_text(folder / f"{name}.csv", tables[name].to_csv(index=False))
-    files.write_json(folder / "meta.json", meta)
+    files.write_json(folder / "meta.json", dict(meta, measuring=fingerprint.measuring()))
     return folder
 
 
