@@ -32,6 +32,7 @@ known); the data statistics used: ``sigma``, ``sigma_mean``, ``sigma_cv`` (LN), 
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pandas as pd
@@ -116,8 +117,6 @@ def gauged(model: nn.Module, c: float, x, y: torch.Tensor | None = None, *,
 
     Paper: none (issue 28: what sets the ranking).
     """
-    import copy
-
     return intervals(rescale_stream(copy.deepcopy(model), c), x, y, protocol=protocol,
                      n_lipschitz=1, power_iters=0, batch_size=batch_size, workers=workers,
                      progress=False)
