@@ -9,7 +9,7 @@ import timm
 import torch
 
 from vitplast import files, models
-from vitplast.measure import fingerprint, plasticity, real
+from vitplast.measure import fingerprint, intervals, plasticity, real, relative
 from vitplast.measure.pairs import make_pairs
 
 
@@ -47,6 +47,21 @@ def test_relative_is_plasticity_times_scale_ratio_and_bounds_hold(tiny):
                                rtol=1e-5)
     assert layers["bound_holds"].astype(bool).all()
     assert (layers["plasticity"] <= layers["max_rate"] * (1 + 1e-6)).all()
+
+
+def test_one_pass_gives_the_intervals_and_relative_tables_of_their_own_passes(tiny):
+    """``layers`` reads ``intervals`` and ``relative`` from one pass per protocol: the numbers
+    of each measured by its own pass."""
+    model = tiny_dinov2()
+    pairs = make_pairs(real.source_images(model, "photos", 12), n_pairs=6, seed=0)
+    for protocol in ("hidden", "embedding"):
+        got = tiny["layers"].query("source == 'photos' and protocol == @protocol")
+        iv = intervals.intervals(model, pairs, protocol=protocol, n_lipschitz=2, power_iters=3,
+                                 batch_size=3, progress=False)
+        rel = relative.measure(model, pairs, protocol=protocol, batch_size=3)
+        for own, columns in ((iv, ["plasticity", "max_rate", "bound", "local_lipschitz"]),
+                             (rel, ["s_in", "s_out", "relative_plasticity"])):
+            np.testing.assert_array_equal(got[columns].to_numpy(), own[columns].to_numpy())
 
 
 def test_check_pairs_are_the_first_pairs_measured_directly(tiny):

@@ -9,7 +9,7 @@ Paper: section 4 (Fig. 2, Takeaway 2), Props. 1-4 (Takeaway 1), and the gauge (n
 
 - ``layers``: per source, protocol, block and component, the plasticity (Definition 1), its
   relative form (gauge-invariant), the largest observed rate and local Lipschitz estimate, and
-  the bounds of Props. 1-4 (``intervals.intervals`` and ``relative.measure``, one pass each);
+  the bounds of Props. 1-4 (``intervals`` and ``relative`` read from one pass per protocol);
 - ``stream``: per source and block, the statistics the bounds read (``stream.model_statistics``:
   the RMS token norm r of the embedding, the sigma of the stream each LayerNorm reads, attention
   entropy);
@@ -80,11 +80,11 @@ def measure_model(model_name: str = "dinov2-small", *, n_pairs: int = 128,
     for source in SOURCES:
         images = source_images(model, source, 2 * n_pairs)
         pairs = make_pairs(images, n_pairs=n_pairs, seed=0)
-        for protocol in PROTOCOLS:
-            iv = intervals.intervals(model, pairs, protocol=protocol, n_lipschitz=n_lipschitz,
-                                     power_iters=power_iters, batch_size=batch_size,
-                                     progress=progress)
-            rel = relative.measure(model, pairs, protocol=protocol, batch_size=batch_size)
+        for protocol in PROTOCOLS:  # one pass: rates, statistics, kept inputs and scales
+            m = plasticity.measurement(model, pairs, protocol=protocol, batch_size=batch_size,
+                                       progress=progress, keep=n_lipschitz, scales=True)
+            iv = intervals.from_measurement(model, m, power_iters=power_iters)
+            rel = relative.from_measurement(m, protocol)
             iv["component"] = iv["component"].astype(str)
             rel["component"] = rel["component"].astype(str)
             table = iv.merge(rel[["layer", "component", "s_in", "s_out",
