@@ -79,15 +79,15 @@ def _measure(args) -> int:
 
     torch.manual_seed(0)
     info = fetched.manifest(args.name)
-    tables = real.measure_model(args.name, n_pairs=args.pairs)
+    settings = dict(n_lipschitz=4, power_iters=10, stream_images=16)  # measured and said
+    tables = real.measure_model(args.name, n_pairs=args.pairs, **settings)
     size = REAL_RUN["model_kwargs"]["img_size"]
     tables["tasks"] = real.task_plasticity(args.name, REAL.tasks, n_pairs=REAL.n_pairs,
                                            img_size=size)
     meta = dict(model=args.name, architecture=info["architecture"], sha256=info["sha256"],
                 img_size=info["img_size"], n_pairs=args.pairs, sources=list(real.SOURCES),
                 pairs="random pairs within each source (make_pairs, seed 0) of 2 x n_pairs "
-                "images", n_lipschitz=4, power_iters=10, stream_images=16,
-                check_pairs=real.CHECK_PAIRS, tasks=list(REAL.tasks), task_pairs=REAL.n_pairs,
-                task_img_size=size, torch=torch.__version__)
+                "images", **settings, check_pairs=real.CHECK_PAIRS, tasks=list(REAL.tasks),
+                task_pairs=REAL.n_pairs, task_img_size=size, torch=torch.__version__)
     print(real.write(tables, args.root or files.results_root("real_vit"), meta))
     return 0
