@@ -51,6 +51,10 @@ TABLES = ("layers", "stream", "gauge", "check", "tasks")
 #: Pairs per source whose per-pair rates are stored (``check``): notebook 02c re-measures them
 #: where the weights are present.
 CHECK_PAIRS = 8
+#: Where the real model is measured, on every machine: the shipped tables were measured on the
+#: CPU, and ``recheck`` re-measures them as they were made. (Every measuring function moves
+#: its inputs to the model's device: on a GPU they run too, up to its kernels' round-off.)
+DEVICE = "cpu"
 
 
 def source_images(model: torch.nn.Module, source: str, n: int, *, seed: int = 0) -> torch.Tensor:
@@ -75,7 +79,7 @@ def measure_model(model_name: str = "dinov2-small", *, n_pairs: int = 128,
             estimate (``intervals.intervals``).
         stream_images: images per source of the stream statistics.
     """
-    model = models.load_model(model_name, device="cpu")
+    model = models.load_model(model_name, device=DEVICE)
     layers, streams, checks = [], [], []
     for source in SOURCES:
         images = source_images(model, source, 2 * n_pairs)
@@ -114,7 +118,7 @@ def recheck(check: pd.DataFrame, n_pairs: int, model_name: str = "dinov2-small"
     from their seeds), with
     ``rate_now`` and ``rel_diff`` (|now - stored| / stored): what notebook 02c shows where the
     weights are present."""
-    model = models.load_model(model_name, device="cpu")
+    model = models.load_model(model_name, device=DEVICE)
     k = int(check["pair"].max()) + 1
     frames = []
     for source, g in check.groupby("source", sort=False):
@@ -135,7 +139,7 @@ def task_plasticity(model_name: str, tasks, *, img_size: int, n_pairs: int = 128
     blocks, at ``img_size``, on ``n_pairs`` random pairs within the task's test set (one
     ``relative.measure`` pass per task and protocol). What the real-model study's primaries
     read (``vitplast.experiments.study_specs.REAL_PRIMARIES``)."""
-    model = models.load_model(model_name, img_size=img_size, device="cpu")
+    model = models.load_model(model_name, img_size=img_size, device=DEVICE)
     rows = []
     for task in tasks:
         pairs = empirical.task_pairs(task, None, n_pairs=n_pairs, model=model)
