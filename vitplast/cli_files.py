@@ -22,15 +22,23 @@ from pathlib import Path
 from vitplast import files
 
 
+def command_group(sub, name: str, help: str, description: str):
+    """A command with actions (``vitplast NAME ACTION ...``) on the CLI's subparsers ``sub``:
+    its parser, and the subparsers its actions are added to (the action chosen is
+    ``args.action``, required). Used by ``data`` and ``cache`` here and ``weights``
+    (``cli_weights``)."""
+    return sub.add_parser(name, help=help, description=description).add_subparsers(
+        dest="action", required=True)
+
+
 def add_parsers(sub) -> None:
     """The ``data`` and ``cache`` subcommands, on the CLI's subparsers ``sub``."""
-    d = sub.add_parser("data", help="the shipped study results as one installable archive",
-                       description="The study results the notebooks read (data/<store>/ of a "
-                       "checkout: every shipped study's store) are too large for the wheel. "
-                       "`data pack DIR` writes them into DIR/vitplast-data-<version>.tar.gz; "
-                       "`data unpack ARCHIVE DEST` checks and extracts one beside an installed "
-                       "copy: then export VITPLAST_DATA=DEST.")
-    d_sub = d.add_subparsers(dest="action", required=True)
+    d_sub = command_group(sub, "data", "the shipped study results as one installable archive",
+                          "The study results the notebooks read (data/<store>/ of a checkout: "
+                          "every shipped study's store) are too large for the wheel. `data pack "
+                          "DIR` writes them into DIR/vitplast-data-<version>.tar.gz; `data "
+                          "unpack ARCHIVE DEST` checks and extracts one beside an installed "
+                          "copy: then export VITPLAST_DATA=DEST.")
     p = d_sub.add_parser("pack", help="write the shipped stores into one archive",
                          description="Write every shipped study's store (read from the "
                          "checkout's data/, or $VITPLAST_DATA) into "
@@ -42,12 +50,11 @@ def add_parsers(sub) -> None:
                          "store against its schema; then point VITPLAST_DATA at DEST.")
     u.add_argument("archive", metavar="ARCHIVE", help="vitplast-data-<version>.tar.gz")
     u.add_argument("dest", metavar="DEST", help="folder to hold the stores (created if missing)")
-    c = sub.add_parser("cache", help="where the cache is, its size, and clearing it",
-                       description="The cache holds what vitplast remakes on demand "
-                       "(load-or-compute results, the unpacked Fashion-MNIST, the smoke "
-                       "studies' stores). It is $VITPLAST_CACHE if set, else a checkout's "
-                       ".cache/, else $XDG_CACHE_HOME/vitplast or ~/.cache/vitplast.")
-    c_sub = c.add_subparsers(dest="action", required=True)
+    c_sub = command_group(sub, "cache", "where the cache is, its size, and clearing it",
+                          "The cache holds what vitplast remakes on demand (load-or-compute "
+                          "results, the unpacked Fashion-MNIST, the smoke studies' stores). It "
+                          "is $VITPLAST_CACHE if set, else a checkout's .cache/, else "
+                          "$XDG_CACHE_HOME/vitplast or ~/.cache/vitplast.")
     c_sub.add_parser("info", help="print the cache's folder and the size of each part",
                      description="Print the cache's folder, why it is there, and the size of "
                      "each of its parts (its top-level folders and files).")

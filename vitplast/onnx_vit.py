@@ -27,6 +27,8 @@ import re
 import numpy as np
 import torch
 
+from vitplast.inputs import to_model
+
 #: The graph's names of a block's parameters -> timm's (``{n}`` is the block index). The three
 #: attention projections go to ``attn.qkv`` by concatenation (``_QKV``).
 BLOCK_NAMES = {
@@ -189,9 +191,11 @@ def backbone_state(graph, prefix: str = "backbone.") -> dict[str, torch.Tensor]:
 def verify(graph, model: torch.nn.Module, images: np.ndarray, *, atol: float = 1e-4,
            prefix: str = "backbone.") -> float:
     """The largest absolute difference between the graph's backbone output and
-    ``model.forward_features`` on ``images``; ``ValueError`` when it exceeds ``atol``."""
+    ``model.forward_features`` on ``images`` (moved to the model's device); ``ValueError``
+    when it exceeds ``atol``."""
     expected = evaluate(graph, images, [features_tensor(graph, prefix)])[0]
-    got = model.eval().forward_features(torch.from_numpy(images.astype(np.float32))).numpy()
+    x = to_model(model, torch.from_numpy(images.astype(np.float32)))  # (N, C, H, W)
+    got = model.eval().forward_features(x).float().cpu().numpy()  # (N, 1 + patches, D)
     if got.shape != expected.shape:
         raise ValueError(f"the converted model's features have shape {got.shape}, the graph's "
                          f"{expected.shape}")

@@ -8,8 +8,8 @@ import pytest
 import timm
 import torch
 
-from vitplast import models
-from vitplast.measure import fingerprint, plasticity, real
+from vitplast import files, models
+from vitplast.measure import fingerprint, intervals, plasticity, real, relative
 from vitplast.measure.pairs import make_pairs
 
 
@@ -49,6 +49,21 @@ def test_relative_is_plasticity_times_scale_ratio_and_bounds_hold(tiny):
     assert (layers["plasticity"] <= layers["max_rate"] * (1 + 1e-6)).all()
 
 
+def test_one_pass_gives_the_intervals_and_relative_tables_of_their_own_passes(tiny):
+    """``layers`` reads ``intervals`` and ``relative`` from one pass per protocol: the numbers
+    of each measured by its own pass."""
+    model = tiny_dinov2()
+    pairs = make_pairs(real.source_images(model, "photos", 12), n_pairs=6, seed=0)
+    for protocol in ("hidden", "embedding"):
+        got = tiny["layers"].query("source == 'photos' and protocol == @protocol")
+        iv = intervals.intervals(model, pairs, protocol=protocol, n_lipschitz=2, power_iters=3,
+                                 batch_size=3, progress=False)
+        rel = relative.measure(model, pairs, protocol=protocol, batch_size=3)
+        for own, columns in ((iv, ["plasticity", "max_rate", "bound", "local_lipschitz"]),
+                             (rel, ["s_in", "s_out", "relative_plasticity"])):
+            np.testing.assert_array_equal(got[columns].to_numpy(), own[columns].to_numpy())
+
+
 def test_check_pairs_are_the_first_pairs_measured_directly(tiny):
     model = tiny_dinov2()
     images = real.source_images(model, "photos", 12)
@@ -70,12 +85,12 @@ def test_recheck_remeasures_the_stored_pairs(tiny, monkeypatch):
 def test_write_read_round_trip_and_missing_store(tiny, tmp_path):
     tasks = pd.DataFrame([dict(task="digits", protocol="hidden", component="MHA",
                                plasticity=1.0, relative_plasticity=1.0)])
-    meta = dict(model="tiny", n_pairs=6, measuring=fingerprint.measuring())
+    meta = dict(model="tiny", n_pairs=6)
     real.write(dict(tiny, tasks=tasks), tmp_path, meta)
     back = real.read(tmp_path)
-    assert back["meta"] == meta
+    assert back["meta"] == dict(meta, measuring=fingerprint.measuring())  # stamped by write
     pd.testing.assert_frame_equal(back["gauge"], tiny["gauge"])
-    real.write(dict(tiny, tasks=tasks), tmp_path, dict(meta, measuring="m0-other"))
+    files.write_json(tmp_path / real.FOLDER / "meta.json", dict(meta, measuring="m0-other"))
     with pytest.warns(UserWarning, match="other measuring code"):
         real.read(tmp_path)
     with pytest.raises(FileNotFoundError, match="vitplast weights measure"):

@@ -59,6 +59,7 @@ new head).
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import math
 
@@ -210,8 +211,6 @@ def function_gap(model: nn.Module, images: torch.Tensor, c: float) -> dict:
     """How far ``rescale_stream(model, c)`` is from ``model`` on ``images`` (``model`` untouched):
     ``max_logit_diff``; ``first_order``, the derived size (1 - c^-2) max|f_eps=0 - f| (module
     docstring); ``same_predictions``, the fraction of equal argmax."""
-    import copy
-
     model, images = model.eval(), to_model(model, images)
     f = model(images)
     gauged = rescale_stream(copy.deepcopy(model), c)(images)

@@ -32,6 +32,7 @@ known); the data statistics used: ``sigma``, ``sigma_mean``, ``sigma_cv`` (LN), 
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pandas as pd
@@ -88,6 +89,16 @@ def intervals(model: nn.Module, x, y: torch.Tensor | None = None, *, protocol: s
     check_count("power_iters", power_iters, minimum=0, hint="power-iteration steps, e.g. 20")
     m = plasticity.measurement(model, x, y, protocol=protocol, batch_size=batch_size,
                                workers=workers, progress=progress, keep=n_lipschitz)
+    return from_measurement(model, m, power_iters=power_iters)
+
+
+def from_measurement(model: nn.Module, m: plasticity.Measurement, *, power_iters: int = 20
+                     ) -> pd.DataFrame:
+    """``intervals`` read from a pass already made over the pairs (``plasticity.measurement``
+    with ``statistics`` and ``keep`` > 0: its kept inputs are where ``local_lipschitz`` is
+    probed), so that one pass also serves another reading of it (``relative.from_measurement``:
+    ``vitplast.measure.real``)."""
+    check_count("power_iters", power_iters, minimum=0, hint="power-iteration steps, e.g. 20")
     rates = plasticity.summarize(m.rates)
     upper = bounds.model_bounds(model, m.statistics)
     upper["local_lipschitz"] = [bounds.local_lipschitz(f, m.inputs[key], power_iters).max().item()
@@ -116,8 +127,6 @@ def gauged(model: nn.Module, c: float, x, y: torch.Tensor | None = None, *,
 
     Paper: none (issue 28: what sets the ranking).
     """
-    import copy
-
     return intervals(rescale_stream(copy.deepcopy(model), c), x, y, protocol=protocol,
                      n_lipschitz=1, power_iters=0, batch_size=batch_size, workers=workers,
                      progress=False)

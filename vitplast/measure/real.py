@@ -9,7 +9,7 @@ Paper: section 4 (Fig. 2, Takeaway 2), Props. 1-4 (Takeaway 1), and the gauge (n
 
 - ``layers``: per source, protocol, block and component, the plasticity (Definition 1), its
   relative form (gauge-invariant), the largest observed rate and local Lipschitz estimate, and
-  the bounds of Props. 1-4 (``intervals.intervals`` and ``relative.measure``, one pass each);
+  the bounds of Props. 1-4 (``intervals`` and ``relative`` read from one pass per protocol);
 - ``stream``: per source and block, the statistics the bounds read (``stream.model_statistics``:
   the RMS token norm r of the embedding, the sigma of the stream each LayerNorm reads, attention
   entropy);
@@ -51,6 +51,10 @@ TABLES = ("layers", "stream", "gauge", "check", "tasks")
 #: Pairs per source whose per-pair rates are stored (``check``): notebook 02c re-measures them
 #: where the weights are present.
 CHECK_PAIRS = 8
+#: Where the real model is measured, on every machine: the shipped tables were measured on the
+#: CPU, and ``recheck`` re-measures them as they were made. (Every measuring function moves
+#: its inputs to the model's device: on a GPU they run too, up to its kernels' round-off.)
+DEVICE = "cpu"
 
 
 def source_images(model: torch.nn.Module, source: str, n: int, *, seed: int = 0) -> torch.Tensor:
@@ -75,16 +79,16 @@ def measure_model(model_name: str = "dinov2-small", *, n_pairs: int = 128,
             estimate (``intervals.intervals``).
         stream_images: images per source of the stream statistics.
     """
-    model = models.load_model(model_name, device="cpu")
+    model = models.load_model(model_name, device=DEVICE)
     layers, streams, checks = [], [], []
     for source in SOURCES:
         images = source_images(model, source, 2 * n_pairs)
         pairs = make_pairs(images, n_pairs=n_pairs, seed=0)
-        for protocol in PROTOCOLS:
-            iv = intervals.intervals(model, pairs, protocol=protocol, n_lipschitz=n_lipschitz,
-                                     power_iters=power_iters, batch_size=batch_size,
-                                     progress=progress)
-            rel = relative.measure(model, pairs, protocol=protocol, batch_size=batch_size)
+        for protocol in PROTOCOLS:  # one pass: rates, statistics, kept inputs and scales
+            m = plasticity.measurement(model, pairs, protocol=protocol, batch_size=batch_size,
+                                       progress=progress, keep=n_lipschitz, scales=True)
+            iv = intervals.from_measurement(model, m, power_iters=power_iters)
+            rel = relative.from_measurement(m, protocol)
             iv["component"] = iv["component"].astype(str)
             rel["component"] = rel["component"].astype(str)
             table = iv.merge(rel[["layer", "component", "s_in", "s_out",
@@ -114,7 +118,7 @@ def recheck(check: pd.DataFrame, n_pairs: int, model_name: str = "dinov2-small"
     from their seeds), with
     ``rate_now`` and ``rel_diff`` (|now - stored| / stored): what notebook 02c shows where the
     weights are present."""
-    model = models.load_model(model_name, device="cpu")
+    model = models.load_model(model_name, device=DEVICE)
     k = int(check["pair"].max()) + 1
     frames = []
     for source, g in check.groupby("source", sort=False):
@@ -135,7 +139,7 @@ def task_plasticity(model_name: str, tasks, *, img_size: int, n_pairs: int = 128
     blocks, at ``img_size``, on ``n_pairs`` random pairs within the task's test set (one
     ``relative.measure`` pass per task and protocol). What the real-model study's primaries
     read (``vitplast.experiments.study_specs.REAL_PRIMARIES``)."""
-    model = models.load_model(model_name, img_size=img_size, device="cpu")
+    model = models.load_model(model_name, img_size=img_size, device=DEVICE)
     rows = []
     for task in tasks:
         pairs = empirical.task_pairs(task, None, n_pairs=n_pairs, model=model)
@@ -150,11 +154,12 @@ def task_plasticity(model_name: str, tasks, *, img_size: int, n_pairs: int = 128
 
 def write(tables: dict[str, pd.DataFrame], root: str | Path, meta: dict) -> Path:
     """Store ``tables`` (``measure_model``) and ``meta`` under ``root/measurements``, each file
-    written atomically, ``meta.json`` last (its presence means the set is whole)."""
+    written atomically, ``meta.json`` last (its presence means the set is whole), stamped with
+    the measuring code that made them (``meta["measuring"]``: ``fingerprint.measuring``)."""
     folder = Path(root) / FOLDER
     for name in TABLES:
         files.write_text(folder / f"{name}.csv", tables[name].to_csv(index=False))
-    files.write_json(folder / "meta.json", meta)
+    files.write_json(folder / "meta.json", dict(meta, measuring=fingerprint.measuring()))
     return folder
 
 

@@ -63,7 +63,8 @@ from vitplast.measure.plasticity import measurement, order
 #: "unchanged": LayerNorm's eps moves it by about 1e-4 at c = 8 on these models (tested).
 UNCHANGED = 1e-3
 
-__all__ = ["UNCHANGED", "measure", "ranking", "order", "gauge_check", "embedded_layers",
+__all__ = ["UNCHANGED", "measure", "from_measurement", "ranking", "order", "gauge_check",
+           "embedded_layers",
            "model_rankings", "embedded_gauge_check"]
 
 
@@ -89,6 +90,14 @@ def measure(model: nn.Module, x, y=None, *, protocol: str = "hidden", batch_size
     m = measurement(model, x, y, protocol=protocol, batch_size=batch_size, device=device,
                     workers=workers, progress=progress, statistics=False, scales=True,
                     components=components)
+    return from_measurement(m, protocol, meta=meta, components=components)
+
+
+def from_measurement(m, protocol: str, *, meta: dict | None = None, components=TABLE
+                     ) -> pd.DataFrame:
+    """``measure`` read from a pass already made over the pairs (``plasticity.measurement``
+    with ``scales=True``), so that one pass also serves another reading of it
+    (``intervals.from_measurement``: ``vitplast.measure.real``)."""
     per = (m.rates.groupby(["layer", "component"], observed=True)["rate"]
            .agg(plasticity="mean", n="count").reset_index())
     per["component"] = per["component"].astype(str)
