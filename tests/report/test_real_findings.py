@@ -85,8 +85,8 @@ def test_task_statistics_are_per_task_spearman_of_gain_and_plasticity():
 
 def test_the_most_least_plastic_pair_is_measured_under_each_protocol():
     # The protocols name different pairs: one exploratory row each, naming its protocol
-    acc = pd.DataFrame({c: [50.0 + i, 60.0 - i, 55.0 + i * i] for i, c in enumerate(["head", *ORDER])},
-                       index=["t1", "t2", "t3"])
+    acc = pd.DataFrame({c: [50.0 + i, 60.0 - i, 55.0 + i * i]
+                        for i, c in enumerate(["head", *ORDER])}, index=["t1", "t2", "t3"])
     plast = pd.DataFrame([dict(task=t, protocol=p, component=c, relative_plasticity=-v,
                                plasticity=v if p == "embedding" else 1 / v)
                           for t in acc.index for p in ("embedding", "hidden")
