@@ -194,7 +194,8 @@ def study_rows(primaries, acc: pd.DataFrame, task_plasticity: pd.DataFrame,
 def shipped(root=None) -> pd.DataFrame:
     """The real model's findings table from its store (``root``, default the ``real`` study's):
     the measurement rows (``vitplast.measure.real``'s tables) and, over the study's complete
-    tasks, its primaries (none while no task is complete). What notebook 07's closing synthesis
+    tasks, ``study_rows`` (its primaries, their sensitivity rows and the exploratory contrast;
+    none while no task is complete). What notebook 07's closing synthesis
     reads of real weights."""
     study = studies.get("real")
     root = root or study.root()
