@@ -27,13 +27,15 @@ STREAM = pd.DataFrame(dict(source=["photos", "fmnist"], layer=[0, 0], r_embeddin
                            sigma_ln1=[0.1, 0.2]))
 
 
-def test_the_paper_order_agrees_and_its_reverse_disagrees():
+def test_the_paper_order_is_the_same_and_its_reverse_differs():
+    # One model's blocks are no independent units: no test, so "same as", never "agrees"
     same = real_findings.measurement_rows(layers_with(paper.FIG2_PLASTICITY), STREAM)
-    assert same[0]["measured"] == 1.0 and same[0]["verdict"].startswith("agrees with the paper")
-    assert same[2]["measured"] == 5 and same[2]["verdict"] == "agrees with the paper"
+    assert same[0]["measured"] == 1.0 and same[0]["verdict"].startswith("same as the paper")
+    assert same[2]["measured"] == 5 and same[2]["verdict"] == "same as the paper"
     reverse = {c: 1 / v for c, v in paper.FIG2_PLASTICITY.items()}
     rows = real_findings.measurement_rows(layers_with(reverse), STREAM)
-    assert rows[0]["measured"] == -1.0 and rows[0]["verdict"].startswith("disagrees")
+    assert rows[0]["measured"] == -1.0 and rows[0]["verdict"].startswith("differs from")
+    assert not any("agrees" in r["verdict"] for r in rows)
     assert "LN1 > LN2 > FC2 > FC1 > MHA" in rows[0]["verdict"]
     assert rows[2]["measured"] == 0 and "MHA" in rows[2]["verdict"]
     assert rows[5]["claim"].endswith("[fmnist, embedding]") and rows[5]["measured"] == -1.0
@@ -69,10 +71,31 @@ def test_task_statistics_are_per_task_spearman_of_gain_and_plasticity():
     np.testing.assert_allclose(s["spearman(plasticity, gain)"].loc[["t1", "t2"]], [1.0, -1.0])
     np.testing.assert_allclose(s["spearman(relative plasticity, gain)"], [-1.0, 1.0])
     rows = real_findings.study_rows(REAL_PRIMARIES, acc, plast)
-    assert [r["family"] for r in rows[:3]] == ["primary"] * 3
+    assert [r["family"] for r in rows] == ["primary"] * 3 + ["sensitivity"] * 2 + [
+        "exploratory"]
     assert rows[2]["measured"] == np.mean([55 - 51, 61 - 65])  # MHA - LN1, per task
-    assert rows[3]["claim"].startswith("MHA - LN1 (the real model's most - least plastic")
+    assert "hidden protocol" in rows[3]["claim"] and rows[3]["measured"] == 0.0
+    assert rows[4]["claim"].endswith("(plasticity: hidden protocol)")
+    assert rows[5]["claim"].startswith("MHA - LN1 (the real model's most - least plastic, "
+                                       "measured: embedding and hidden protocols)")
     least_first = plast.assign(plasticity=1 / plast["plasticity"])  # LN1 most, MHA least
     rows = real_findings.study_rows(REAL_PRIMARIES, acc, least_first)
-    assert rows[3]["claim"].startswith("LN1 - MHA") and rows[3]["measured"] == -rows[2]["measured"]
+    assert rows[5]["claim"].startswith("LN1 - MHA") and rows[5]["measured"] == -rows[2]["measured"]
+
+
+def test_the_most_least_plastic_pair_is_measured_under_each_protocol():
+    # The protocols name different pairs: one exploratory row each, naming its protocol
+    acc = pd.DataFrame({c: [50.0 + i, 60.0 - i, 55.0 + i * i]
+                        for i, c in enumerate(["head", *ORDER])}, index=["t1", "t2", "t3"])
+    plast = pd.DataFrame([dict(task=t, protocol=p, component=c, relative_plasticity=-v,
+                               plasticity=v if p == "embedding" else 1 / v)
+                          for t in acc.index for p in ("embedding", "hidden")
+                          for c, v in paper.FIG2_PLASTICITY.items()])
+    rows = real_findings.study_rows(REAL_PRIMARIES, acc, plast)
+    explored = [r["claim"] for r in rows if r["family"] == "exploratory"]
+    assert explored == [
+        "MHA - LN1 (the real model's most - least plastic, measured: embedding protocol), "
+        "test accuracy",
+        "LN1 - MHA (the real model's most - least plastic, measured: hidden protocol), "
+        "test accuracy"]
 

@@ -43,6 +43,16 @@ def test_gauge_findings_say_what_moved_and_change_with_the_data():
     assert moved["verdict"].iloc[0].startswith("moved: LN1 0.05")
 
 
+def test_a_ratio_past_as_derived_reads_not_as_derived():
+    check = _check(2e-5, 0.9)
+    fc2 = (check["protocol"] == "hidden") & (check["component"] == "FC2")
+    for off, word in ((0.9 * verdicts.AS_DERIVED, "as derived"),
+                      (1.5 * verdicts.AS_DERIVED, "not as derived")):
+        c = check.assign(plasticity_ratio=check["plasticity_ratio"].where(~fc2, 8.0 * (1 + off)))
+        hidden = relative_findings.gauge_findings(c)[1]
+        assert hidden["verdict"].startswith(word + " for"), hidden["verdict"]
+
+
 def test_ranking_findings_compare_each_models_order_with_the_papers():
 
     paper = dict(MHA=5.0, FC1=4.0, FC2=3.0, LN2=2.0, LN1=1.0)

@@ -49,3 +49,23 @@ def test_the_real_model_question_reads_its_rows_and_its_study_primary_only_once_
     assert set(synthesis.OPTIONAL) <= set(real)
     with pytest.raises(ValueError, match="side of 1"):
         synthesis.closing(without[~without["claim"].str.contains("side of 1", regex=False)])
+
+
+def test_a_claim_matching_several_rows_of_a_table_fails_there():
+    """An ambiguous claim is an error in the table that holds it, never a silent fall-through
+    to a later table."""
+    import pandas as pd
+
+    claims = [c for cs in synthesis.QUESTIONS.values() for c in cs]
+    twice = pd.DataFrame(dict(claim=[f"x {c} y" for c in claims] + [f"z {claims[0]}"]))
+    with pytest.raises(ValueError, match="matches 2 claims"):
+        synthesis.closing(twice, pd.DataFrame(dict(claim=claims)))
+
+
+def test_every_plasticity_row_is_read_under_both_protocols():
+    claims = [c for cs in synthesis.QUESTIONS.values() for c in cs]
+    for c in claims:
+        for a, b in (("[embedding]", "[hidden]"), ("embedding]", "hidden]"),
+                     ("embedding protocol", "hidden protocol")):
+            if a in c and "embedding scales" not in c:
+                assert c.replace(a, b) in claims, c

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 from torch import nn
 
 from vitplast.experiments.confound_plasticity import PROTOCOL
@@ -196,8 +197,6 @@ def layer_correlations(acc: pd.DataFrame, layers: pd.DataFrame, fields: pd.DataF
     (plasticity, accuracy given earliness: ``partial_correlation``; NaN where plasticity or
     accuracy is monotone in depth), ``n_blocks``.
     """
-    from scipy import stats
-
     def rho(a, b) -> float:
         return float(stats.spearmanr(a, b).statistic)
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from vitplast.measure.components import NORMS
 from vitplast.measure.pairs import PROTOCOLS
@@ -255,8 +256,6 @@ def _budget_rows(main: pd.DataFrame, budget: pd.DataFrame) -> list[dict]:
     """Does the order hold at 4x the steps? Kendall's tau between each task's order of the
     configurations at 1x and at 4x (mean over tasks, descriptive: no cutoff), and MHA - LN1
     at 4x (a test where there are enough tasks); measured on 0 tasks when ``budget`` is None."""
-    from scipy import stats
-
     if budget is None:
         budget = pd.DataFrame(columns=["task", "config", "test_acc_mean"])
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from vitplast.experiments.lr_selection import (
     _select,
@@ -50,12 +51,12 @@ def main_table(df: pd.DataFrame, on: str = "val", ddof: int = 0) -> pd.DataFrame
     """
     keys, df, best = _select(df, on)
     chosen = df[df["status"] == "ok"].merge(best[["_setting", "lr"]], on=["_setting", "lr"])
-    stats = chosen.groupby("_setting")["test_acc"].agg(
+    per_setting = chosen.groupby("_setting")["test_acc"].agg(
         test_acc_mean=lambda s: 100 * s.mean(), test_acc_std=lambda s: 100 * s.std(ddof=ddof),
         n_seeds="count")
     table = (df.drop_duplicates("_setting")[["_setting", *keys]]
              .merge(best[["_setting", "lr"]], on="_setting", how="left")
-             .merge(stats, on="_setting", how="left").sort_values("_setting"))
+             .merge(per_setting, on="_setting", how="left").sort_values("_setting"))
     edges = df.groupby("_setting")["lr"].agg(["min", "max"])
     table["lr_at_edge"] = (table["lr"].eq(table["_setting"].map(edges["min"]))
                            | table["lr"].eq(table["_setting"].map(edges["max"])))
@@ -215,8 +216,6 @@ def paired_tests(df: pd.DataFrame, reference: str = "MHA", on: str = "val",
     ``ci95_pp`` (half-width of its 95% t interval), ``t_stat``, ``t_p``, ``wilcoxon_p``
     (two-sided; NaN with fewer than 2 pairs or no difference at all).
     """
-    from scipy import stats
-
     runs = selected_runs(df, on)
     acc = runs.pivot_table(index=["task", "seed"], columns=by, values="test_acc")
     rows = []
@@ -253,8 +252,6 @@ def within_task_correlation(link: pd.DataFrame, x: str = "plasticity", y: str = 
     Returns:
         One row per by x task x component: ``spearman`` (of its task), ``rank_x``, ``rank_y``.
     """
-    from scipy import stats
-
     out = []
     for key, g in link.dropna(subset=[x, y]).groupby([by, "task"]):
         rho = stats.spearmanr(g[x], g[y]).statistic if len(g) > 2 else np.nan

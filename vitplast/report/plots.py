@@ -11,10 +11,13 @@ default ``components.TABLE``, in their colours), figures saved with ``save``. Th
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator, NullFormatter
 
 from vitplast.measure.components import TABLE
@@ -170,8 +173,6 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
     With ``significant``, a legend below says what fill, diamond and bar mean (``alpha``: the
     Holm level).
     """
-    import textwrap
-
     labels = [textwrap.fill(str(v), 48) for v in df[label]]  # rows as tall as the longest label
     row = max(0.55, 0.19 * max((t.count("\n") + 1 for t in labels), default=1) + 0.12)
     fig, ax = plt.subplots(figsize=(9, row * len(df) + (1.8 if significant else 1.2)))
@@ -193,7 +194,6 @@ def differences(df, label: str, diff: str = "diff_pp", ci: str = "ci95_pp",
 
 def _forest_key(fig, alpha: float | None, with_diamond: bool) -> None:
     """The forest plot's legend, below it: what fill, a grey diamond and the bar mean."""
-    from matplotlib.lines import Line2D
     keys = [("o", "C0", "C0", "-", "filled: significant after Holm within its family"
              + (f" (Holm p < {alpha:g})" if alpha is not None else "")),
             ("o", "C0", "white", "-", "hollow: not significant after Holm"),

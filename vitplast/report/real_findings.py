@@ -3,8 +3,9 @@
 the real-model study's declared primaries.
 
 One model is measured, on two pair sources: the ranking rows describe that model (n counts its
-blocks, which are not independent units), so they carry no test; only the study's primaries,
-one value per task, are tested (Holm over the three).
+blocks, which are not independent units), so they carry no test and read "same as" / "differs
+from" the paper (``verdicts.same``), never a test's "agrees"; only the study's rows, one value
+per task, are tested (Holm over the three primaries, and within each other family).
 
 Paper: Fig. 2 and Takeaway 2 (``paper.FIG2_PLASTICITY``, ``paper.PLASTICITY_ORDER``), Takeaway 1
 (the order of the bounds), the token scale of ViT-B (``paper.VITB_RMS_TOKEN_NORM``), Takeaway 3
@@ -19,6 +20,7 @@ from scipy import stats
 from vitplast import paper
 from vitplast.experiments import studies
 from vitplast.measure import real
+from vitplast.measure.pairs import PROTOCOLS
 from vitplast.stats import verdicts
 from vitplast.stats.verdicts import descriptive, paired_test
 
@@ -68,7 +70,7 @@ def _ranking_row(layers: pd.DataFrame, source: str, protocol: str) -> dict:
         f"order of the five components by plasticity, mean over the {g['layer'].nunique()} "
         f"blocks [{source}, {protocol}]", rho, paper=f"+1 ({' > '.join(_ORDER)}), {FIG2}",
         n=g["layer"].nunique(), unit="Spearman rho with Fig. 2 over the 5 components",
-        verdict=f"{'agrees with' if same else 'disagrees with'} the paper: {order(means)}")
+        verdict=f"{verdicts.same(same)}: {order(means)}")
 
 
 def _threshold_row(layers: pd.DataFrame, source: str, protocol: str) -> dict:
@@ -80,9 +82,8 @@ def _threshold_row(layers: pd.DataFrame, source: str, protocol: str) -> dict:
         f"components on the paper's side of 1 (MHA, FC1, FC2 above; LN2, LN1 below) "
         f"[{source}, {protocol}]", sum(side.values()),
         paper="5 of 5, Takeaway 2 (non-smooth: plasticity above 1)", n=5,
-        unit="components of 5", verdict=("agrees with the paper" if all(side.values()) else
-                                         "disagrees with the paper: " + ", ".join(off)
-                                         + " on the other side"))
+        unit="components of 5", verdict=verdicts.same(all(side.values())) + (
+            "" if all(side.values()) else ": " + ", ".join(off) + " on the other side"))
 
 
 def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
@@ -159,26 +160,42 @@ def study_rows(primaries, acc: pd.DataFrame, task_plasticity: pd.DataFrame,
                protocol: str = "embedding") -> list[dict]:
     """The real-model study's primaries as rows (family "primary"): ``primaries`` from its spec
     (``study_specs.REAL_PRIMARIES``), ``acc`` its test accuracy (tasks x configurations, in %),
-    ``task_plasticity`` as ``task_statistics`` reads it; then, exploratory, the measured most -
-    least plastic component (by plasticity under ``protocol``, mean over tasks and blocks),
-    tested against Takeaway 3 (the more plastic, the better finetuned)."""
+    ``task_plasticity`` as ``task_statistics`` reads it, under ``protocol`` (the declared one);
+    then each plasticity primary under the other protocol (family "sensitivity", Holm within
+    it); then, exploratory, the measured most - least plastic component (by plasticity, mean
+    over tasks and blocks: one row per distinct pair the two protocols name, the claim naming
+    its protocols), tested against Takeaway 3 (the more plastic, the better finetuned)."""
+    protocols = [protocol, *(p for p in PROTOCOLS if p != protocol)]
     statistics = task_statistics(acc, task_plasticity, protocol)
     rows = [p.row(acc, statistics) for p in primaries]
-    ranked = (task_plasticity[task_plasticity["protocol"] == protocol]
-              .groupby("component")["plasticity"].mean().loc[_ORDER].sort_values())
-    most, least = ranked.index[-1], ranked.index[0]
-    if most in acc and least in acc:
-        rows.append(paired_test(
-            f"{most} - {least} (the real model's most - least plastic, measured), test accuracy",
-            acc[most], acc[least], paper=paper.SOURCES["plasticity_gain"], expected=1,
-            unit="points, per task (seed 0)", sides=(most, least)))
+    for other in protocols[1:]:
+        again = task_statistics(acc, task_plasticity, other)
+        rows += [dict(p.row(acc, again), family="sensitivity",
+                      claim=p.claim.replace(f"{protocol} protocol", f"{other} protocol")
+                      if f"{protocol} protocol" in p.claim else f"{p.claim} (plasticity: "
+                      f"{other} protocol)") for p in primaries if p.statistic in again]
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for pr in protocols:
+        ranked = (task_plasticity[task_plasticity["protocol"] == pr]
+                  .groupby("component")["plasticity"].mean().reindex(_ORDER).dropna()
+                  .sort_values())
+        if len(ranked) > 1:
+            pairs.setdefault((ranked.index[-1], ranked.index[0]), []).append(pr)
+    for (most, least), named in pairs.items():
+        if most in acc and least in acc:
+            rows.append(paired_test(
+                f"{most} - {least} (the real model's most - least plastic, measured: "
+                f"{' and '.join(named)} protocol{'s' if len(named) > 1 else ''}), test accuracy",
+                acc[most], acc[least], paper=paper.SOURCES["plasticity_gain"], expected=1,
+                unit="points, per task (seed 0)", sides=(most, least)))
     return rows
 
 
 def shipped(root=None) -> pd.DataFrame:
     """The real model's findings table from its store (``root``, default the ``real`` study's):
     the measurement rows (``vitplast.measure.real``'s tables) and, over the study's complete
-    tasks, its primaries (none while no task is complete). What notebook 07's closing synthesis
+    tasks, ``study_rows`` (its primaries, their sensitivity rows and the exploratory contrast;
+    none while no task is complete). What notebook 07's closing synthesis
     reads of real weights."""
     study = studies.get("real")
     root = root or study.root()

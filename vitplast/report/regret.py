@@ -139,9 +139,9 @@ def _chance_row(hit: pd.Series) -> dict:
     return descriptive(
         "top-1 hit rate of a random pick", 100 * float(hit.mean()), paper="not in the paper",
         n=len(hit), unit="% of tasks, mean chance over tasks",
-        verdict=(f"1 / {n} on a task with one best component, k / "
-                 f"{n} where k tie for the best on validation: {tied} of "
-                 f"{len(hit)} tasks have a tie" + (", so it is above 20%" if tied else "")))
+        verdict=(f"1 / {n} on a task with one best component, k / {n} where k tie for the "
+                 f"best on validation: {tied} of {len(hit)} tasks have a tie"
+                 + (f", so it is above {100 / n:g}%" if tied else "")))
 
 
 def headline(found: pd.DataFrame) -> list[str]:

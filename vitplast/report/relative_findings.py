@@ -15,7 +15,7 @@ from scipy import stats
 from vitplast.measure.gauge import RATE_FACTORS
 from vitplast.measure.relative import UNCHANGED, ranking
 from vitplast.paper import PLASTICITY_ORDER, SOURCES
-from vitplast.stats.verdicts import descriptive
+from vitplast.stats.verdicts import AS_DERIVED, descriptive
 
 __all__ = ["gauge_findings", "ranking_findings"]
 
@@ -49,7 +49,7 @@ def gauge_findings(check: pd.DataFrame) -> list[dict]:
                       for k, v in g["plasticity_ratio"].items()),
             paper="not in the paper (derived: LN / c, FC1 x 1, FC2 x c"
             + (", MHA x c)" if protocol == "hidden" else "; MHA not derived)"),
-            verdict=(f"as derived for {derived} (largest deviation {off:.1g})" if off < 0.02
+            verdict=(f"as derived for {derived} (largest deviation {off:.1g})" if off < AS_DERIVED
                      else f"not as derived for {derived} (largest deviation {off:.2g})")
             + (f"; {', '.join(free)}: no factor derived, measured only" if free else ""),
             n=len(g), unit="(components)"))

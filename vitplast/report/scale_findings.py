@@ -17,7 +17,7 @@ from vitplast.measure.gauge import RATE_FACTORS
 from vitplast.measure.stream import orders, spearman_fig2
 from vitplast.paper import PLASTICITY_ORDER, SOURCES
 from vitplast.report.plasticity_findings import correlation_row
-from vitplast.stats.verdicts import descriptive, same, table
+from vitplast.stats.verdicts import AS_DERIVED, descriptive, same, table
 
 
 def _factor_deviation(ranked: pd.DataFrame, protocol: str) -> tuple[float, int]:
@@ -62,7 +62,7 @@ def ranking_findings(gauged: pd.DataFrame | None, embedding_scaled: pd.DataFrame
         rows.append(descriptive(
             f"rate factors of the gauge (LN / c, FC1 x 1, FC2 x c{mha}): largest relative "
             f"deviation [{protocol}]", dev, paper="not studied (derived here)",
-            verdict="as derived" if dev < 0.02 else "not as derived", n=n,
+            verdict="as derived" if dev < AS_DERIVED else "not as derived", n=n,
             unit="(relative deviation, largest over tasks)"))
     return rows
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from vitplast import paper
 from vitplast.datasets import suite
@@ -58,8 +59,6 @@ def spearman_plasticity_gain(picked: pd.DataFrame, plasticity: pd.DataFrame,
     ``relative_plasticity``) and their gain over head-only (test points). NaN for a task
     without plasticity. The statistic ``"spearman(plasticity, gain)"`` of the suite study's
     third primary."""
-    from scipy import stats
-
     acc = accuracy(picked)
     gain = acc[list(components)].sub(acc["head"], axis=0)
     plastic = plasticity.pivot(index="task", columns="component", values=value)
@@ -159,8 +158,6 @@ def count_findings(picked: pd.DataFrame, model) -> list[dict]:
     large as P3's under a protocol says that protocol's plasticity order cannot be told from
     the count order on these tasks (P1 compares the components at matched counts).
     Exploratory (its own Holm family); the paper makes no claim on it."""
-    from scipy import stats
-
     acc = accuracy(picked)
     gain = acc[list(COMPONENTS)].sub(acc["head"], axis=0)
     count = pd.Series({c: components.count_parameters(model, c) for c in COMPONENTS})

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 
+from scipy import stats
+
 #: The power a study is planned for (the usual 0.8).
 TARGET = 0.8
 #: ``n_needed`` searches up to this many tasks and reports more as NaN ("more than this").
@@ -31,8 +33,6 @@ def power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
     Returns:
         P(reject) in [alpha, 1]; NaN where it is undefined (n < 2, sd not positive, NaN input).
     """
-    from scipy import stats
-
     if not (n >= 2 and sd > 0 and math.isfinite(effect) and math.isfinite(sd)):
         return math.nan
     df, nc = n - 1, abs(effect) / sd * math.sqrt(n)  # the test is symmetric in the sign

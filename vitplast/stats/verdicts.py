@@ -58,6 +58,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from vitplast.stats import power as _power
 
@@ -94,6 +95,10 @@ SHARED_SIGMA_CV = 0.05
 #: Largest difference of two training-loss histories that reads "the same trajectory"
 #: (notebook 07, the gauge pairs): rounding differences of fp32 runs, far below a step's change.
 SAME_TRAJECTORY = 1e-3
+#: A measured ratio within this relative deviation of its derived factor reads "as derived"
+#: (notebook 02b: plasticity's ratio under the gauge, a median over layers of measured rates,
+#: against the factor derived for it: LN / c, FC1 x 1, FC2 x c).
+AS_DERIVED = 0.02
 #: A mean rank at or below this (1 = highest of the five components) reads "highest"
 #: (notebook 04, where MHA sits).
 TOP_RANK = 1.5
@@ -124,8 +129,6 @@ def checked(ok: bool) -> str:
 
 def _t_interval(values: np.ndarray) -> tuple[float, float]:
     """(half-width of the 95% t interval of the mean, two-sided one-sample t p)."""
-    from scipy import stats
-
     n = len(values)
     if n < MIN_N:
         return math.nan, math.nan
@@ -151,8 +154,6 @@ def mean_test(claim: str, values, *, paper: str, expected: int, unit: str,
             says which came out above, on how many units).
         bounded: the values are correlations (in [-1, 1]): the intervals are cut to [-1, 1].
     """
-    from scipy import stats
-
     v = pd.Series(values, dtype=float).dropna().to_numpy()
     ci, p = _t_interval(v)
     w = (float(stats.wilcoxon(v).pvalue) if len(v) > 1 and (v != 0).any() else math.nan)
@@ -172,8 +173,6 @@ def correlation_test(claim: str, x, y, *, paper: str, expected: float, unit: str
     the width of the Fisher-z 95% interval (the interval itself, asymmetric, in ``ci_low`` and
     ``ci_high`` of the table, and in ``test``). Fewer than ``MIN_N_CORRELATION`` pairs: no
     test, no interval (a descriptive row saying so)."""
-    from scipy import stats
-
     both = pd.concat([pd.Series(x, dtype=float).rename("x"),
                       pd.Series(y, dtype=float).rename("y")], axis=1).dropna()
     n, r, p, ci, test = len(both), math.nan, math.nan, math.nan, "Pearson r"
@@ -196,8 +195,6 @@ def correlation_test(claim: str, x, y, *, paper: str, expected: float, unit: str
 def _fisher(r: float, n: int, level: float) -> tuple[float, float]:
     """Fisher's z interval of a correlation ``r`` over ``n`` units at ``level``: inside
     [-1, 1]; NaN below ``MIN_N_CORRELATION``."""
-    from scipy import stats
-
     if n < MIN_N_CORRELATION or not math.isfinite(r):
         return math.nan, math.nan
     z, half = math.atanh(min(max(r, -1.0), 1.0)), stats.norm.ppf(1 - level / 2) / math.sqrt(n - 3)
@@ -208,8 +205,6 @@ def interval(row, level: float) -> tuple[float, float]:
     """The (low, high) interval of a tested row at ``level`` (0.05: the 95% interval), made
     the row's way (its ``interval``: ``INTERVALS``); NaN for a descriptive row and below
     ``MIN_N`` units."""
-    from scipy import stats
-
     measured, n, kind = row["measured"], row["n"], row.get("interval") or INTERVALS[0]
     if (row.get("family") == "descriptive" or not isinstance(measured, (int, float))
             or not math.isfinite(measured) or not n >= MIN_N):
@@ -322,7 +317,7 @@ def power_level(row) -> float:
 
 def table(rows: list[dict], alpha: float = ALPHA) -> pd.DataFrame:
     """A findings table: rows with n < ``MIN_N`` made descriptive, Holm within each family
-    (``FAMILIES``), power at each family's level, then verdicts.
+    (``FAMILIES``), power at the level of each row's Holm step (``power_level``), then verdicts.
 
     Raises:
         ValueError: more than ``MAX_PRIMARIES`` primary rows.
