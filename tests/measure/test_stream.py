@@ -3,6 +3,7 @@ their findings rows (synthetic tables: exact verdicts)."""
 
 import math
 
+import pytest
 import torch
 from helpers import ranked_rows, tiny_vit
 
@@ -47,3 +48,28 @@ def test_beside_fig2_puts_the_paper_first():
     assert list(wide.index) == list(PLASTICITY_ORDER)
     assert list(wide.columns) == ["paper (Fig. 2)", "hidden, c = 1"]
     assert wide.loc["MHA", "paper (Fig. 2)"] == 7.5
+
+
+def test_the_plugin_is_named_a_plugin_and_is_below_the_per_token_bound(images):
+    """Stream statistics as tables and figures show them: max|gamma| / mean sigma is named
+    Prop. 1's plug-in, never a bound (``SHOWN``, ``STATISTICS``), and it is at most the
+    per-token bound at the smallest sigma."""
+    from vitplast.measure import bounds
+    from vitplast.measure.rates import component_inputs
+
+    model = tiny_vit()
+    stats = stream.model_statistics(model, images[0]).assign(checkpoint="final", epoch=1.0)
+    table = stream.by_checkpoint(stats)
+    assert "ln1_plugin" in table and not any("bound" in c for c in table.columns)
+    names = set(stream.long_statistics(stats)["statistic"])
+    plugin = stream.STATISTICS["ln1_bound"][0]
+    assert "not a bound" in plugin and plugin in names
+    assert not any("bound" in n for n in names - {plugin})
+    assert not any("bound" in label for label in stream.STATISTIC_LABELS.values())
+    hidden = component_inputs(model.eval(), images[0], "hidden")
+    for layer, block in enumerate(model.blocks):
+        sigma = bounds.token_sigma(hidden[(layer, "LN1")], block.norm1.eps)
+        bound = block.norm1.weight.abs().max().item() / sigma.min().item()
+        value = block.norm1.weight.abs().max().item() / sigma.mean().item()
+        assert stats.loc[layer, "ln1_bound"] == pytest.approx(value, rel=1e-5)
+        assert value <= bound  # the plug-in is at most the bound, and no bound itself

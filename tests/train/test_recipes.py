@@ -38,6 +38,6 @@ def test_recipe_statistics_are_each_model_s_layer_means_on_the_same_images():
     for recipe, model in (("shipped", models.load_model()),
                           ("pretrain_no_weight_decay", models.load_pretrained(FOLDER))):
         want = stream.model_statistics(model, images, tokens.token_images(model)).drop(
-            columns="layer").mean()
+            columns="layer").mean().rename(stream.SHOWN)
         assert got.loc[recipe].to_dict() == pytest.approx(want.to_dict(), rel=1e-6)
     assert got.loc["pretrain_no_weight_decay", "sigma_ln1"] != got.loc["shipped", "sigma_ln1"]

@@ -4,8 +4,7 @@
 for 02, 02b's suite and 06, ``scale_findings`` and ``relative_findings`` for 02b,
 ``bound_findings``, ``finetuning_findings``, ``confound_findings``, ``suite_findings``,
 ``cross_gauge_findings`` and ``real_findings`` for 02c), their rows made by ``vitplast.stats`` ·
-the study families' tables (``finetuning_tables``, ``confound_tables``), and notebook 02's
-stream statistics as shown (``stream_tables``: a plug-in never a bound) · ``sentences`` (a row
+the study families' tables (``finetuning_tables``, ``confound_tables``) · ``sentences`` (a row
 in plain words, for the Read cells) · ``synthesis`` (the course's closing questions, answered by
 rows the notebooks computed) · ``plots`` (figures as pure functions; the look in
 ``plot_style``, its colours checked by ``colour_vision``) · ``widgets`` (notebook 06) with

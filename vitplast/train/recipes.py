@@ -23,7 +23,7 @@ import torch
 from vitplast import cached, models
 from vitplast.measure import empirical
 from vitplast.measure.empirical import SOURCE
-from vitplast.measure.stream import changed_rankings, model_statistics, token_images
+from vitplast.measure.stream import changed_rankings, model_statistics, shown, token_images
 
 
 def recipe_rankings(folder, tasks, *, protocols=("embedding", "hidden"), source: str = SOURCE,
@@ -52,12 +52,12 @@ def recipe_statistics(folder, task: str, *, source: str = SOURCE, data_root: str
                       n_pairs: int = 32) -> pd.DataFrame:
     """``stream.model_statistics`` of the embedded model and of the folder's model on the same
     images (both images of ``n_pairs`` pairs of ``task``), averaged over layers: one row per
-    recipe ("shipped", or the folder's name)."""
+    recipe ("shipped", or the folder's name); the plug-in named a plug-in (``stream.shown``)."""
     folder = Path(folder)
     nets = {"shipped": models.load_model(), folder.name: models.load_pretrained(folder)}
     pairs = empirical.task_pairs(task, source, n_pairs=n_pairs, model=nets["shipped"],
                                  data_root=data_root)
     images = torch.cat(pairs.tensors())
-    return pd.DataFrame({name: model_statistics(net, images, token_images(
+    return shown(pd.DataFrame({name: model_statistics(net, images, token_images(
         net, task=source or task, data_root=data_root)).drop(columns="layer").mean()
-                         for name, net in nets.items()}).T.rename_axis("recipe")
+                                for name, net in nets.items()}).T.rename_axis("recipe"))
