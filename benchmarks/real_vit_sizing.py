@@ -61,7 +61,8 @@ from vitplast.experiments import runs, study_specs
 from vitplast.train import configurations
 
 TARGET = 3 * 3600.0  # the real study: at most 3 hours on this machine (issue 56, item 3)
-REAL, ARCHITECTURE, NATIVE = study_specs.REAL_MODEL, "vit_small_patch14_dinov2", 224
+REAL, NATIVE = study_specs.REAL_MODEL, 224
+ARCHITECTURE = fetched.FETCHED[REAL].architecture  # the timm architecture the weights convert to
 #: Passes of plasticity before finetuning per task: two protocols, absolute and relative.
 PLASTICITY_PASSES = 4
 #: The shipped suite study, whose searches follow the real study's rule (LRs per setting).
