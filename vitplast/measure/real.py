@@ -41,7 +41,8 @@ from vitplast.measure import empirical, fingerprint, intervals, plasticity, rela
 from vitplast.measure.pairs import PROTOCOLS, make_pairs
 
 #: The pair sources: random pairs within ``photos`` (crops of scikit-learn's two photographs,
-#: ``vitplast.datasets.photos``: the kind of images DINOv2-small was pretrained on) and within
+#: ``vitplast.datasets.photos``: natural images, the kind ImageNet-scale ViTs are pretrained
+#: on) and within
 #: ``fmnist`` (Fashion-MNIST test images upscaled to 224 px, grayscale repeated to 3 channels:
 #: the embedded model's world, far from the real model's).
 SOURCES = ("photos", "fmnist")
