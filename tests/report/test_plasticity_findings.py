@@ -86,3 +86,25 @@ def test_token_findings_says_how_many_times_larger():
     assert row["verdict"] == "ViT-B's tokens are 4.85 times larger"
     row = plasticity_findings.token_findings(dict(r=40.0, paper_r=19.4, ratio=0.485, n_images=8))
     assert row["verdict"] == "2.06 times larger than ViT-B's"
+
+
+def test_the_spread_sentence_says_what_the_spread_table_shows():
+    """``plasticity.spread``: 5/50/95% per-pair rates per component in the medians' order, and
+    the sentence reads its ratios; 'every' only when each neighbours' gap is below the least
+    within-component spread."""
+    import numpy as np
+    import pandas as pd
+
+    from vitplast.measure import plasticity
+
+    rng = np.random.default_rng(0)
+    rows = [dict(protocol="hidden", component=c, rate=m * v) for c, m in (("A", 1.0), ("B", 10.0))
+            for v in rng.uniform(0.5, 1.5, 400)]
+    table = plasticity.spread(pd.DataFrame(rows))
+    assert list(table.index.get_level_values("component")) == ["A", "B"]
+    assert table.loc[("hidden", "B"), "median / the next lower"] == pytest.approx(10, rel=0.15)
+    assert table["95% / 5%"].max() < 3
+    said = plasticity_findings.spread_sentence(table)
+    assert "not every gap" in said  # a 10x gap is wider than a < 3x spread
+    close = table.assign(**{"median / the next lower": [np.nan, 1.1]})
+    assert plasticity_findings.spread_sentence(close).split(": ")[1].startswith("every gap")

@@ -55,7 +55,8 @@ from vitplast.measure.rates import (
 )
 from vitplast.models import pick_device
 
-__all__ = ["Measurement", "measurement", "measure", "summarize", "ranking", "order", "scale_curve"]
+__all__ = ["Measurement", "measurement", "measure", "summarize", "ranking", "spread", "order",
+           "scale_curve"]
 
 
 class _Moments:
@@ -310,6 +311,17 @@ def ranking(df: pd.DataFrame) -> pd.DataFrame:
            .reset_index())
     out["rank"] = out.groupby(keys)["plasticity"].rank(ascending=False, method="min").astype(int)
     return out.sort_values(keys + ["rank"]).reset_index(drop=True)
+
+
+def spread(df: pd.DataFrame) -> pd.DataFrame:
+    """Per protocol and component, the 5%, 50% and 95% per-pair rates, in the order of the
+    medians; ``95% / 5%`` (how far apart two pairs of one component sit) and ``median / the
+    next lower`` (the gap to the neighbour below in that order)."""
+    out = df.groupby(["protocol", "component"], observed=True)["rate"].quantile(
+        [0.05, 0.5, 0.95]).unstack().sort_values(["protocol", 0.5])
+    out["95% / 5%"] = out[0.95] / out[0.05]
+    out["median / the next lower"] = out[0.5] / out.groupby(level="protocol")[0.5].shift()
+    return out
 
 
 def order(ranked: pd.DataFrame) -> str:

@@ -37,10 +37,22 @@ from vitplast.stats.verdicts import (
 )
 
 __all__ = ["RELATIVE_SUITE", "correlation_row", "explorer", "layer_summaries",
-           "plasticity_ranking", "relative_suite", "relative_suite_orders", "token_findings"]
+           "plasticity_ranking", "relative_suite", "relative_suite_orders", "spread_sentence",
+           "token_findings"]
 
 
 # notebook 02 ---------------------------------------------------------------------------------
+
+
+def spread_sentence(spread: pd.DataFrame) -> str:
+    """What ``plasticity.spread`` shows, in one sentence: the spread of per-pair rates within a
+    component beside the gaps between neighbouring components' medians."""
+    ratio, gap = spread["95% / 5%"], spread["median / the next lower"].dropna()
+    return (f"Within a component the 95% per-pair rate is {ratio.min():.1f}x to "
+            f"{ratio.max():.1f}x its 5% rate; neighbours' medians are {gap.min():.2f}x to "
+            f"{gap.max():.2f}x apart: {'every' if gap.max() < ratio.min() else 'not every'} gap "
+            "between neighbours is smaller than the least spread within a component.")
+
 
 def _swaps(rho: float, k: int = 5) -> str:
     """How far a Spearman ``rho`` over ``k`` components (five by default) is from the same

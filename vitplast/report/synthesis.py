@@ -20,12 +20,13 @@ import pandas as pd
 from vitplast.report import sentences
 
 #: Each question of the synthesis -> the claims (``sentences.select``: exact, or the one claim
-#: containing it) of the rows that answer it, in order.
+#: containing it) of the rows that answer it, in order; ``{low}`` and ``{high}`` are the least
+#: and largest gauge c that notebook 02b measured (``closing``'s ``gauge_cs``).
 QUESTIONS = {
     "Is the measured ranking the paper's, and what moves it? The token scale, and the gauge": (
         "token scale r", "embedding scales s at which the paper's order appears",
-        "order at gauge c = 1 [embedding]", "order at gauge c = 8 [embedding]",
-        "order at gauge c = 1 [hidden]", "order at gauge c = 8 [hidden]"),
+        "order at gauge c = {low} [embedding]", "order at gauge c = {high} [embedding]",
+        "order at gauge c = {low} [hidden]", "order at gauge c = {high} [hidden]"),
     "Does attention beat the LayerNorms once counts are matched (P1), and at full counts (P2)?": (
         "(MHA, FC1, FC2 sparse) - LayerNorms", "MHA - LN1 at full counts"),
     "What predicts a component's gain: its plasticity (P3, both protocols) or its count?": (
@@ -51,17 +52,24 @@ def _holds(table: pd.DataFrame, claim: str) -> bool:
     return claim in set(table["claim"]) or table["claim"].str.contains(claim, regex=False).any()
 
 
-def closing(*tables: pd.DataFrame) -> pd.DataFrame:
+def claims(gauge_cs=(1.0, 8.0)) -> dict[str, list[str]]:
+    """``QUESTIONS`` with the gauge's least and largest c of ``gauge_cs`` written in."""
+    cs = dict(low=f"{min(gauge_cs):g}", high=f"{max(gauge_cs):g}")
+    return {q: [c.format(**cs) for c in asked] for q, asked in QUESTIONS.items()}
+
+
+def closing(*tables: pd.DataFrame, gauge_cs=(1.0, 8.0)) -> pd.DataFrame:
     """The rows answering ``QUESTIONS``, found in ``tables`` (findings tables; the first that
-    holds a claim answers it), with a ``question`` column, in the questions' order.
+    holds a claim answers it), with a ``question`` column, in the questions' order; the gauge's
+    rows at the least and largest of ``gauge_cs`` (02b's ``gauge_cs``).
 
     Raises:
         ValueError: a claim no table holds, naming the question and the claims there are; a
             claim that matches several rows of the first table holding it (``select``).
     """
     parts = []
-    for question, claims in QUESTIONS.items():
-        for claim in claims:
+    for question, asked in claims(gauge_cs).items():
+        for claim in asked:
             for t in tables:
                 if _holds(t, claim):
                     parts.append(sentences.select(t, claim).assign(question=question))
@@ -86,4 +94,4 @@ def read(found: pd.DataFrame):
     return Markdown("\n".join(lines).rstrip())
 
 
-__all__ = ["QUESTIONS", "closing", "read"]
+__all__ = ["QUESTIONS", "claims", "closing", "read"]
