@@ -12,7 +12,7 @@ from vitplast.__main__ import _parser, main
 from vitplast.experiments import results, studies
 from vitplast.experiments.runs import run_hash
 from vitplast.experiments.store import Store
-from vitplast.train import finetune, passes
+from vitplast.train import finetune
 
 SUBCOMMANDS = [["pretrain"], ["sweep"], ["notebooks"], ["notebooks", "run"], ["notebooks", "list"],
                ["notebooks", "copy"], ["notebooks", "html"], ["data"], ["data", "pack"],
@@ -112,12 +112,6 @@ def test_submitit_settings_need_the_submitit_executor(tmp_path, fake_runs, capsy
             main(["sweep", "--root", str(tmp_path), *bad])
     err = capsys.readouterr().err
     assert "add --executor submitit" in err and "KEY=VALUE" in err
-
-
-def test_the_run_schema_s_precisions_are_the_training_loop_s():
-    from vitplast.experiments import runtime
-
-    assert runtime.PRECISIONS == passes.PRECISIONS
 
 
 @pytest.mark.parametrize("bad", [

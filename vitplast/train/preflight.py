@@ -19,8 +19,7 @@ import jsonschema
 
 from vitplast import schema
 from vitplast.inputs import check_count, check_positive, check_seed
-from vitplast.train.keys import KEY, OPTIMIZERS
-from vitplast.train.passes import PRECISIONS
+from vitplast.train.keys import KEY, OPTIMIZERS, PRECISIONS
 
 
 def check_args(args: dict, lrs: list[float]) -> None:
