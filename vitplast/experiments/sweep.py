@@ -252,9 +252,7 @@ def _check_sweep(runs, root, executor, executor_kwargs, preparations) -> None:
         except ValueError as err:
             raise ValueError(f"run {i} of {len(runs)} ({describe(c)}) is refused before the sweep "
                              f"starts: {err}") from None
-    unknown = sorted({c["prepare"] for c in runs if c.get("prepare")} - set(preparations))
-    if unknown:  # the message of runner.run_one and runner.build
-        raise ValueError(f"unknown prepare {unknown[0]!r}; valid: {sorted(preparations)}")
+    runner.check_prepare(runs, preparations)
 
 
 def _run_and_save(group: list[tuple[dict, int | None]], store: Store, device,
