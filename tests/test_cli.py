@@ -266,14 +266,13 @@ def test_ctrl_c_on_a_sweep_ends_with_one_line_keeping_records_and_log(tmp_path, 
 
 def test_a_sweep_that_leaves_runs_failed_exits_3_saying_what_resumes(tmp_path, fake_runs,
                                                                      monkeypatch, capsys):
-    """A run that raised is stored failed: the sweep exits ``sweep.INCOMPLETE`` (3), its last
+    """A run that raised is stored failed: the sweep exits ``INCOMPLETE`` (3), its last
     line counting the runs not stored and stored failed and giving the command that re-runs
     them (with --retry-failed); that command then exits 0. The code is the one --help
-    documents and the API's."""
+    documents."""
     from vitplast.__main__ import INCOMPLETE
-    from vitplast.experiments import sweep
 
-    assert INCOMPLETE == sweep.INCOMPLETE == 3
+    assert INCOMPLETE == 3
     calls = []
 
     def second_fails(*args, **kwargs):

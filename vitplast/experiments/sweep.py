@@ -15,7 +15,7 @@ study's progress: ``vitplast.provenance``; tables: ``vitplast.experiments.result
 A sweep returns its ``Outcome``: complete when every run it was given is stored ``ok`` or
 ``diverged`` (a finished run), else how many are not stored (a job died, or was cancelled or
 stopped before it ran them) or stored ``failed`` (the run raised), and what resumes them
-(``vitplast sweep`` exits with ``INCOMPLETE``, 3, then).
+(``vitplast sweep`` exits with ``vitplast.__main__.INCOMPLETE``, 3, then).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from vitplast.experiments import jobs, runner, runtime
 from vitplast.experiments.results import runs_table
@@ -59,9 +60,6 @@ def _groups(todo: list[tuple[dict, int | None]], batch_lrs: bool
     return list(groups.values())
 
 
-#: ``vitplast sweep``'s exit status when runs it was given are left not stored or stored failed
-#: (0: every one stored ok or diverged; 2: an option refused; 130: interrupted).
-INCOMPLETE = 3
 #: A run's statuses in an ``Outcome``: a record's, or "missing" (no record).
 STATUSES = ("ok", "diverged", "failed", "missing")
 
@@ -196,8 +194,6 @@ def _train(todo: list[tuple[dict, int | None]], store: Store, executor: str, dev
     (``check_ready``) when a batch does not fit its task or a model's weights are not here;
     return how many it stored. ``stored``: how many runs of the sweep were stored before (for
     the progress bar)."""
-    from tqdm.auto import tqdm
-
     check_ready([c for c, _ in todo])
     bar = tqdm(total=len(todo), desc=f"sweep ({stored} stored)", disable=not progress)
     before = stored
@@ -307,5 +303,5 @@ def run_pack(pack: list[list[tuple[dict, int | None]]], store: Store, device,
     return statuses
 
 
-__all__ = ["INCOMPLETE", "STATUSES", "JobStopped", "Outcome", "lr_groups", "outcome", "run_as",
+__all__ = ["STATUSES", "JobStopped", "Outcome", "lr_groups", "outcome", "run_as",
            "run_pack", "run_plan", "run_sweep"]
