@@ -1,6 +1,8 @@
 """The command line: --version, a description in every --help, SLURM settings reaching
 submitit, and results stores that are absent said so."""
 
+import argparse
+
 import pandas as pd
 import pytest
 import torch
@@ -14,9 +16,18 @@ from vitplast.experiments.runs import run_hash
 from vitplast.experiments.store import Store
 from vitplast.train import finetune
 
-SUBCOMMANDS = [["pretrain"], ["sweep"], ["notebooks"], ["notebooks", "run"], ["notebooks", "list"],
-               ["notebooks", "copy"], ["notebooks", "html"], ["data"], ["data", "pack"],
-               ["data", "unpack"], ["cache"], ["cache", "info"], ["cache", "clear"]]
+
+def _commands(parser: argparse.ArgumentParser, above: tuple = ()) -> list[list[str]]:
+    """Every command and subcommand of ``parser``, read from it (not a copy of it)."""
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out += [[*above, name], *_commands(sub, (*above, name))]
+    return out
+
+
+SUBCOMMANDS = _commands(_parser())
 
 
 def test_version(capsys):
