@@ -44,7 +44,7 @@ import pandas as pd
 import torch
 
 from vitplast.course import kernels
-from vitplast.course.parameters import NOTEBOOK_DIR, check, check_task_names, declared
+from vitplast.course.parameters import NOTEBOOK_DIR, READS, check, check_task_names, declared
 from vitplast.course.reading_copy import failing_cell, record_status
 from vitplast.datasets import tasks
 from vitplast.datasets.paper_datasets import PAPER_DATASETS, PAPER_MODEL
@@ -223,8 +223,11 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
 
 
 #: Parameters that name files or folders: made absolute before a notebook runs (its working
-#: directory is the output folder, not where ``run`` was called from).
-PATH_PARAMETERS = ("data_root", "weights_file", "results_dir", "fig_dir")
+#: directory is the output folder, not where ``run`` was called from): the data, weights and
+#: figures' folders, and each parameter naming a study store a notebook reads (``READS``:
+#: ``results_dir``, ``suite_dir``...).
+PATH_PARAMETERS = ("data_root", "weights_file", "fig_dir",
+                   *sorted({p for found in READS.values() for p, _ in found if p}))
 #: ``summary.csv``'s ``status`` values.
 STATUSES = ("ok", "failed", "interrupted", "not run")
 
