@@ -39,7 +39,6 @@ from vitplast.experiments.runs import (
     describe,
     run_hash,
 )
-from vitplast.experiments.runtime import EXECUTORS
 from vitplast.experiments.store import Store
 from vitplast.train import ablations
 
@@ -235,11 +234,9 @@ def _submit(groups: list[list[tuple[dict, int | None]]], store: Store, device, d
 
 
 def _check_sweep(runs, root, executor, executor_kwargs, preparations) -> None:
-    """Refuse ``run_sweep``'s arguments before anything is loaded or run."""
-    if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {executor!r}; valid: {list(EXECUTORS)}")
-    if executor == "serial" and executor_kwargs:
-        raise TypeError(f"the serial executor takes no options, got {sorted(executor_kwargs)}")
+    """Refuse ``run_sweep``'s arguments before anything is loaded or run: the executor and
+    its options as ``runtime.Executor`` refuses them, each run, each ``prepare``."""
+    runtime.Executor(executor, executor_kwargs)
     if Path(root).exists() and not Path(root).is_dir():
         raise ValueError(f"root={str(root)!r} is a file: a store is a folder; give another path")
     for i, c in enumerate(runs):
