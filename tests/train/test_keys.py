@@ -10,7 +10,7 @@ import pytest
 
 from vitplast import schema
 from vitplast.experiments import runs, runtime
-from vitplast.train import finetune, keys, passes
+from vitplast.train import finetune, keys
 
 REGENERATE = "python -m vitplast.train.keys"
 
@@ -57,7 +57,6 @@ def test_run_keys_train_keys_and_defaults_are_read_from_the_table():
     for recipe in keys.RECIPES.values():  # a recipe sets recipe keys only
         assert set(recipe) <= set(runs.TRAIN_DEFAULTS)
     assert runs.run_hash(runs.make_run("digits", lr=0.1)) == "dd8a628654014c01"  # as before
-    assert keys.PRECISIONS == passes.PRECISIONS
 
 
 def test_a_run_key_s_flag_takes_its_type_and_range_from_its_key():

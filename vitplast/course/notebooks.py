@@ -32,16 +32,19 @@ import contextlib
 import json
 import logging
 import re
+import shutil
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from vitplast.course import kernels
-from vitplast.course.parameters import NOTEBOOK_DIR, check, check_task_names, declared
+from vitplast.course.parameters import NOTEBOOK_DIR, READS, check, check_task_names, declared
 from vitplast.course.reading_copy import failing_cell, record_status
 from vitplast.datasets import tasks
 from vitplast.datasets.paper_datasets import PAPER_DATASETS, PAPER_MODEL
@@ -119,8 +122,6 @@ def copy_to(dest: str | Path, *, force: bool = False) -> list[Path]:
         FileExistsError: a notebook already in ``dest`` with other content (unless ``force``),
             naming them; nothing is copied then.
     """
-    import shutil
-
     dest = Path(dest)
     files = [NOTEBOOK_DIR / f"{nb}.ipynb" for nb in available()] + [
         NOTEBOOK_DIR / "README.md", NOTEBOOK_DIR / "solutions.md"]
@@ -207,8 +208,6 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
         check_task_names(nb, {**notebook_parameters(nb), **params})
     if profile != "paper":
         return
-    import torch
-
     if not torch.cuda.is_available():
         raise RuntimeError("the paper profile measures and finetunes ViT-B/16 at 224 px: it needs "
                            "a CUDA GPU (none found). Use --profile default on a CPU.")
@@ -224,8 +223,11 @@ def check_requirements(profile: str, todo: list[tuple[str, dict]]) -> None:
 
 
 #: Parameters that name files or folders: made absolute before a notebook runs (its working
-#: directory is the output folder, not where ``run`` was called from).
-PATH_PARAMETERS = ("data_root", "weights_file", "results_dir", "fig_dir")
+#: directory is the output folder, not where ``run`` was called from): the data, weights and
+#: figures' folders, and each parameter naming a study store a notebook reads (``READS``:
+#: ``results_dir``, ``suite_dir``...).
+PATH_PARAMETERS = ("data_root", "weights_file", "fig_dir",
+                   *sorted({p for found in READS.values() for p, _ in found if p}))
 #: ``summary.csv``'s ``status`` values.
 STATUSES = ("ok", "failed", "interrupted", "not run")
 
@@ -259,8 +261,6 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
     ``out_dir/figures`` unless a ``fig_dir`` parameter says otherwise; the table's
     ``attrs["out_dir"]`` is the run's folder.
     """
-    from concurrent.futures import ThreadPoolExecutor, wait
-
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs takes a whole number >= 1 (notebooks at a time); got {jobs!r}")
     todo = plan(profile, only, params)

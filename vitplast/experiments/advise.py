@@ -282,7 +282,8 @@ def stored(root, model_name: str, task: str, *, rules=RULES, **kwargs) -> pd.Dat
     if missing:
         new = rank(model_name, task, rules=missing, **kwargs)
         rows = pd.concat([rows, new], ignore_index=True) if len(rows) else new
-        made = dict(provenance.provenance(torch.device("cpu")), rules=missing)
+        # where ``rank`` computed: load_model's device (CUDA when available)
+        made = dict(provenance.provenance(models.pick_device()), rules=missing)
         store.Store(root).write_companion(name, dict(
             expected, rows=rows.to_dict("records"),
             provenance=[*saved.get("provenance", []), made]))

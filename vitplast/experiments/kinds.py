@@ -342,17 +342,20 @@ class PaperStudy(GridStudy):
     def check(self, runtime: Runtime) -> None:
         """``Study.check``, and ``runtime.data_root`` is required."""
         super().check(runtime)
-        if not runtime.data_root:
-            raise ValueError("the paper study needs data_root (--data-root): the folder of the "
-                             "paper datasets (layouts: vitplast.datasets.paper_datasets)")
+        _need_data_root(runtime)
 
     def _runs(self, root, runtime) -> list[dict]:
-        if not runtime.data_root:
-            raise ValueError("the paper study needs data_root (--data-root): the folder of the "
-                             "paper datasets (layouts: vitplast.datasets.paper_datasets)")
+        _need_data_root(runtime)
         spec, out = self.spec, []
         fixed = dict(recipe="paper", model=spec.model, data_root=str(runtime.data_root))
         for task in spec.tasks:
             lrs = spec.lrs_domainnet if task.startswith("domainnet") else spec.lrs
             out += runs.grid([task], spec.configs, lrs, spec.seeds, **fixed)
         return out
+
+
+def _need_data_root(runtime: Runtime) -> None:
+    """Refuse a runtime without ``data_root``: the paper study's runs are listed from it."""
+    if not runtime.data_root:
+        raise ValueError("the paper study needs data_root (--data-root): the folder of the "
+                         "paper datasets (layouts: vitplast.datasets.paper_datasets)")

@@ -73,8 +73,7 @@ def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
         raise ValueError("run_lrs takes runs that differ only in their lr (``sweep.lr_groups``)")
     for run in runs:  # refused, not recorded as failed: as a sweep refuses them
         check_run(run)
-        if run.get("prepare") is not None and run["prepare"] not in preparations:
-            raise ValueError(f"unknown prepare {run['prepare']!r}; valid: {sorted(preparations)}")
+    check_prepare(runs, preparations)
     check_ready(runs)
     start = time.perf_counter()
     device = models.pick_device(device)
@@ -120,14 +119,22 @@ def but_lr(run: dict) -> str:
     return json.dumps({**run, "lr": None}, sort_keys=True, default=str)
 
 
+def check_prepare(runs: list[dict], preparations: Mapping = ablations.PREPARE) -> None:
+    """Refuse (``ValueError``, naming the valid ones) a run whose ``prepare`` is not a name of
+    ``preparations``: the one message of ``run_lrs``, ``build`` and a sweep (before any work)."""
+    unknown = sorted({r["prepare"] for r in runs if r.get("prepare") is not None}
+                     - set(preparations))
+    if unknown:
+        raise ValueError(f"unknown prepare {unknown[0]!r}; valid: {sorted(preparations)}")
+
+
 def build(run: dict, device: torch.device, preparations: Mapping = ablations.PREPARE
           ) -> tuple[torch.nn.Module, tasks.Task, dict]:
     """What a run trains: its model (loaded, with a new head, prepared by its ablation: the
     run's ``prepare`` named in ``preparations``), its task, and the ``finetune.train``
     keywords it passes."""
+    check_prepare([run], preparations)
     prepare = run.get("prepare")
-    if prepare is not None and prepare not in preparations:
-        raise ValueError(f"unknown prepare {prepare!r}; valid: {sorted(preparations)}")
     task = task_of(run)
     finetune.seed_everything(run["seed"])  # a random model's init
     model = models.load_model(run["model"], pretrained=run["pretrained"],
@@ -159,4 +166,4 @@ def _finite(obj):
     return obj
 
 
-__all__ = ["build", "but_lr", "run_lrs", "run_one"]
+__all__ = ["build", "but_lr", "check_prepare", "run_lrs", "run_one"]

@@ -22,9 +22,13 @@ hashing every LR of the ladder for every setting.
 from __future__ import annotations
 
 import functools
+import json
 import math
+import time
 from dataclasses import replace
 from pathlib import Path
+
+import pandas as pd
 
 from vitplast import models
 from vitplast.experiments import confound_variants, runs, sweep
@@ -187,7 +191,7 @@ def search_runs(spec, root, **runtime) -> list[dict]:
     return [run for run, _ in _asked_runs(spec, settings(spec, **runtime), records(root))]
 
 
-def state(spec, root, *, grid: bool = False, **runtime) -> "pd.DataFrame":  # noqa: F821
+def state(spec, root, *, grid: bool = False, **runtime) -> pd.DataFrame:
     """Where the search of each setting stands: one row per (task, config, seed) with
     ``tried`` (LRs stored), ``best`` (LR), ``bracketed``, ``next`` (LRs still asked for), and
     the best run's ``val_acc``, ``test_acc`` (in %), ``trainable`` count and ``loss_rose``
@@ -199,8 +203,6 @@ def state(spec, root, *, grid: bool = False, **runtime) -> "pd.DataFrame":  # no
     ``runtime``: the run keys its settings were searched with (``settings``), as
     ``search_runs`` takes them.
     """
-    import pandas as pd
-
     rows, lrs, table = [], spec.grid if grid else LR_LADDER, records(root)
     for s in settings(spec, **runtime):
         stored = _stored(s, table)
@@ -219,7 +221,7 @@ def state(spec, root, *, grid: bool = False, **runtime) -> "pd.DataFrame":  # no
     return pd.DataFrame(rows)
 
 
-def complete_tasks(state: "pd.DataFrame") -> list[str]:  # noqa: F821
+def complete_tasks(state: pd.DataFrame) -> list[str]:
     """The tasks of a ``state`` table whose every setting has ended (nothing asked)."""
     done = state.assign(ended=state["next"].map(len) == 0).groupby("task", sort=False)["ended"]
     return [task for task, ended in done.all().items() if ended]
@@ -262,9 +264,6 @@ def run_search(spec, root, *, runtime=None, executor=None, sources=()) -> "Outco
         The search's ``sweep.Outcome``: of every run this call planned, and every run its
         searches asked for that is stored failed; ``trained``, how many it stored.
     """
-    import json
-    import time
-
     runtime, executor = runtime or Runtime(), executor or Executor()
     i, n = runtime.shard or (0, 1)
     mine = settings(spec, **runtime.run_keys())[i::n]

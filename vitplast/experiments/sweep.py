@@ -15,7 +15,7 @@ study's progress: ``vitplast.provenance``; tables: ``vitplast.experiments.result
 A sweep returns its ``Outcome``: complete when every run it was given is stored ``ok`` or
 ``diverged`` (a finished run), else how many are not stored (a job died, or was cancelled or
 stopped before it ran them) or stored ``failed`` (the run raised), and what resumes them
-(``vitplast sweep`` exits with ``INCOMPLETE``, 3, then).
+(``vitplast sweep`` exits with ``vitplast.__main__.INCOMPLETE``, 3, then).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from vitplast.experiments import jobs, runner, runtime
 from vitplast.experiments.results import runs_table
@@ -38,7 +39,6 @@ from vitplast.experiments.runs import (
     describe,
     run_hash,
 )
-from vitplast.experiments.runtime import EXECUTORS
 from vitplast.experiments.store import Store
 from vitplast.train import ablations
 
@@ -59,9 +59,6 @@ def _groups(todo: list[tuple[dict, int | None]], batch_lrs: bool
     return list(groups.values())
 
 
-#: ``vitplast sweep``'s exit status when runs it was given are left not stored or stored failed
-#: (0: every one stored ok or diverged; 2: an option refused; 130: interrupted).
-INCOMPLETE = 3
 #: A run's statuses in an ``Outcome``: a record's, or "missing" (no record).
 STATUSES = ("ok", "diverged", "failed", "missing")
 
@@ -196,8 +193,6 @@ def _train(todo: list[tuple[dict, int | None]], store: Store, executor: str, dev
     (``check_ready``) when a batch does not fit its task or a model's weights are not here;
     return how many it stored. ``stored``: how many runs of the sweep were stored before (for
     the progress bar)."""
-    from tqdm.auto import tqdm
-
     check_ready([c for c, _ in todo])
     bar = tqdm(total=len(todo), desc=f"sweep ({stored} stored)", disable=not progress)
     before = stored
@@ -239,11 +234,9 @@ def _submit(groups: list[list[tuple[dict, int | None]]], store: Store, device, d
 
 
 def _check_sweep(runs, root, executor, executor_kwargs, preparations) -> None:
-    """Refuse ``run_sweep``'s arguments before anything is loaded or run."""
-    if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {executor!r}; valid: {list(EXECUTORS)}")
-    if executor == "serial" and executor_kwargs:
-        raise TypeError(f"the serial executor takes no options, got {sorted(executor_kwargs)}")
+    """Refuse ``run_sweep``'s arguments before anything is loaded or run: the executor and
+    its options as ``runtime.Executor`` refuses them, each run, each ``prepare``."""
+    runtime.Executor(executor, executor_kwargs)
     if Path(root).exists() and not Path(root).is_dir():
         raise ValueError(f"root={str(root)!r} is a file: a store is a folder; give another path")
     for i, c in enumerate(runs):
@@ -252,9 +245,7 @@ def _check_sweep(runs, root, executor, executor_kwargs, preparations) -> None:
         except ValueError as err:
             raise ValueError(f"run {i} of {len(runs)} ({describe(c)}) is refused before the sweep "
                              f"starts: {err}") from None
-    unknown = sorted({c["prepare"] for c in runs if c.get("prepare")} - set(preparations))
-    if unknown:  # the message of runner.run_one and runner.build
-        raise ValueError(f"unknown prepare {unknown[0]!r}; valid: {sorted(preparations)}")
+    runner.check_prepare(runs, preparations)
 
 
 def _run_and_save(group: list[tuple[dict, int | None]], store: Store, device,
@@ -309,5 +300,5 @@ def run_pack(pack: list[list[tuple[dict, int | None]]], store: Store, device,
     return statuses
 
 
-__all__ = ["INCOMPLETE", "STATUSES", "JobStopped", "Outcome", "lr_groups", "outcome", "run_as",
+__all__ = ["STATUSES", "JobStopped", "Outcome", "lr_groups", "outcome", "run_as",
            "run_pack", "run_plan", "run_sweep"]

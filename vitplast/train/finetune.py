@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
+from tqdm.auto import tqdm
 
 from vitplast.measure.components import component_of
 from vitplast.models import pick_device
@@ -265,8 +266,6 @@ def _loop(step: _Step, results: list[TrainResult], train_set, val, *, generator,
           args, lrs, desc, batches, schedule) -> None:
     """The steps of K runs: history rows into ``results``, best weights kept by the
     trainee. A run that diverges stops alone; the loop ends when every run has."""
-    from tqdm.auto import tqdm
-
     trainee, steps = step.trainee, args["steps"]
     if batches is None:
         batches = _batches(train_set, args["batch_size"] // args["accum_steps"], generator,

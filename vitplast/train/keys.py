@@ -30,7 +30,7 @@ from pathlib import Path
 
 #: The optimizers ``finetune.train`` builds (``trainees``): SGD with momentum, or AdamW.
 OPTIMIZERS = ("sgd", "adamw")
-#: A run's numeric precisions (``passes.PRECISIONS`` are the same, held equal by a test).
+#: A run's numeric precisions (what each means: ``passes``, which reads them from here).
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 #: The default of a key that has none: a run always names it (``task``, the embedded ``model``).
 NO_DEFAULT = "<no default>"

@@ -18,13 +18,12 @@ from torch.utils.data import DataLoader, Dataset
 
 from vitplast.inputs import model_device
 from vitplast.models import pick_device
+from vitplast.train.keys import PRECISIONS
 
-#: Numeric precision of the forward pass: ``auto`` is bf16 autocast on a CUDA device that
-#: supports it, fp16 autocast with a gradient scaler (``torch.amp.GradScaler``) on one that does
-#: not, and fp32 elsewhere; ``fp32`` never autocasts and turns TF32 off (``numerics``);
-#: ``bf16`` and ``fp16`` insist (on CUDA).
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-
+# Numeric precision of the forward pass (``PRECISIONS``: the run key's choices, declared in
+# ``keys``): ``auto`` is bf16 autocast on a CUDA device that supports it, fp16 autocast with a
+# gradient scaler (``torch.amp.GradScaler``) on one that does not, and fp32 elsewhere; ``fp32``
+# never autocasts and turns TF32 off (``numerics``); ``bf16`` and ``fp16`` insist (on CUDA).
 
 #: Images per evaluation batch.
 EVAL_BATCH = 256

@@ -19,28 +19,29 @@ import jsonschema
 
 from vitplast import schema
 from vitplast.inputs import check_count, check_positive, check_seed
-from vitplast.train.keys import KEY, OPTIMIZERS
-from vitplast.train.passes import PRECISIONS
+from vitplast.train.keys import KEY, OPTIMIZERS, PRECISIONS
+
+#: ``train``'s integer keywords that ``check_args`` checks against their key's minimum
+#: (``keys.KEY``), each with what to do.
+COUNTS = {"steps": "optimisation steps, e.g. 120", "batch_size": "images per step, e.g. 64",
+          "accum_steps": "micro-batches per step, 1 for none",
+          "warmup_steps": "0 for no warm-up", "eval_every": "steps between evaluations",
+          "log_every": "steps between logged rows",
+          "workers": "0 loads batches in this process"}
 
 
 def check_args(args: dict, lrs: list[float]) -> None:
     """``train``'s scalar arguments (``args``, with one peak LR per run in ``lrs``), each error
     naming the argument and what is valid."""
-    optimizer, precision, steps, batch_size, accum_steps = (args[k] for k in (
-        "optimizer", "precision", "steps", "batch_size", "accum_steps"))
+    optimizer, precision = args["optimizer"], args["precision"]
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid: {list(OPTIMIZERS)}")
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; valid: {list(PRECISIONS)}")
-    check_count("steps", steps, hint="optimisation steps, e.g. 120")
-    check_count("batch_size", batch_size, hint="images per step, e.g. 64")
+    for name, hint in COUNTS.items():  # each key's least value is its row's (keys.KEY)
+        check_count(name, args[name], minimum=KEY[name].minimum, hint=hint)
     for lr in lrs:
         check_positive("lr", lr, hint="the peak learning rate, e.g. 1e-2")
-    check_count("accum_steps", accum_steps, hint="micro-batches per step, 1 for none")
-    check_count("warmup_steps", args["warmup_steps"], minimum=0, hint="0 for no warm-up")
-    check_count("eval_every", args["eval_every"], hint="steps between evaluations")
-    check_count("log_every", args["log_every"], hint="steps between logged rows")
-    check_count("workers", args["workers"], minimum=0, hint="0 loads batches in this process")
     check_seed("seed", args["seed"])
     if args["grad_masks"] and args["weight_decay"]:
         raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")

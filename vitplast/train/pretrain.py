@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 
 from vitplast import files, inputs, models, provenance
 from vitplast.datasets import data, tasks
@@ -78,8 +79,6 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
         device: default CUDA when available; one this machine lacks: ``ValueError``
             (``inputs.check_device``) before ``out_dir`` is made.
     """
-    from safetensors.torch import load_file, save_file
-
     device = models.pick_device(inputs.check_device(device))  # before anything is made
     out_dir, arch = Path(out_dir), dict(arch or models.EMBEDDED_ARCH)
     out_dir.mkdir(parents=True, exist_ok=True)
