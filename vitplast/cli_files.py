@@ -25,8 +25,8 @@ from vitplast import files
 def command_group(sub, name: str, help: str, description: str):
     """A command with actions (``vitplast NAME ACTION ...``) on the CLI's subparsers ``sub``:
     its parser, and the subparsers its actions are added to (the action chosen is
-    ``args.action``, required). Used by ``data`` and ``cache`` here and ``weights``
-    (``cli_weights``)."""
+    ``args.action``, required). Used by ``data`` and ``cache`` here, ``weights``
+    (``cli_weights``) and ``notebooks`` (``cli_notebooks``)."""
     return sub.add_parser(name, help=help, description=description).add_subparsers(
         dest="action", required=True)
 

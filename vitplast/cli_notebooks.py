@@ -12,16 +12,16 @@ from __future__ import annotations
 import ast
 import sys
 
+from vitplast.cli_files import command_group
 from vitplast.course import reading_copy, run_diff  # no torch: the course runner (notebooks) has it
 
 
 def add_parser(sub) -> None:
     """The ``notebooks`` subcommand and its actions, on the CLI's subparsers ``sub``."""
-    nb = sub.add_parser("notebooks", help="run the notebook sequence headlessly (papermill)",
-                        description="The notebook sequence (package data, vitplast/notebooks/): "
-                        "list it, copy it out, execute it with papermill under a profile, "
-                        "render an executed run as static HTML, or compare two runs.")
-    nb_sub = nb.add_subparsers(dest="action", required=True)
+    nb_sub = command_group(sub, "notebooks", "run the notebook sequence headlessly (papermill)",
+                           "The notebook sequence (package data, vitplast/notebooks/): list it, "
+                           "copy it out, execute it with papermill under a profile, render an "
+                           "executed run as static HTML, or compare two runs.")
     r = nb_sub.add_parser("run", help="execute the notebooks into runs/<timestamp>/",
                           description="Execute the notebooks with papermill, --jobs at a time, "
                           "into runs/<timestamp>-<profile>/ (figures into its figures/, status per "
