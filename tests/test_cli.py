@@ -147,6 +147,22 @@ def test_bad_sweep_options_fail_before_anything_is_written(bad, tmp_path, fake_r
                                         "I/N")), err
 
 
+@pytest.mark.parametrize("bad", [["--device", "cuda:7"], ["--data-root", "somewhere"],
+                                 ["--root", "FILE"]], ids=" ".join)
+def test_an_option_refused_starts_no_cluster_job(bad, tmp_path, fake_runs, monkeypatch, capsys):
+    """With --executor submitit, jobs are prestarted (``jobs.prestart``) only once every
+    option has passed: a refused --device, flag or --root submits nothing."""
+    from vitplast.experiments import jobs
+
+    started = []
+    monkeypatch.setattr(jobs, "prestart", lambda *a, **k: started.append(a))
+    (tmp_path / "FILE").write_text("")
+    bad = [str(tmp_path / "FILE") if b == "FILE" else b for b in bad]
+    with pytest.raises(SystemExit) as done:
+        main(["sweep", "--executor", "submitit", "--cluster", "debug", *bad])
+    assert done.value.code == 2 and not started, capsys.readouterr().err
+
+
 def test_absent_results_stores_are_named_not_read_as_empty(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(models.DATA_ENV, str(tmp_path / "nowhere"))
     for command in (["sweep", "--status"], ["sweep", "--study", "budget"], ["sweep"],

@@ -5,6 +5,7 @@ vitplast``); ``notebooks`` is ``vitplast.cli_notebooks``'s, ``data`` and ``cache
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import shutil
@@ -172,19 +173,12 @@ def _sweep(args, parser, argv) -> int:
               file=sys.stderr)
         return 2
     study = studies.get(args.study)
-    early = None
-    if args.executor == "submitit" and not args.status:  # jobs start while the runs are listed
-        folder = kwargs.get("folder") or Path(args.root or study.root()) / "submitit"
-        early = jobs.prestart(folder, **kwargs)
-    try:
-        return _sweep_with(args, parser, argv, study, kwargs, early)
-    finally:
-        if early is not None:
-            early.release()
+    return _sweep_with(args, parser, argv, study, kwargs)
 
 
-def _sweep_with(args, parser, argv, study, kwargs, early) -> int:
-    """``_sweep`` once its cluster jobs, if any, are waiting (``jobs.prestart``)."""
+def _sweep_with(args, parser, argv, study, kwargs) -> int:
+    """``_sweep`` of ``study``: its options refused before a cluster job starts, then its
+    runs (or, with --status, their count)."""
     root = str(args.root or study.root())
     _check_sweep_args(args, parser, study, root)
     # a submitit array's jobs have --cpus-per-task each; else a SLURM job reads its own cores
@@ -205,9 +199,11 @@ def _sweep_with(args, parser, argv, study, kwargs, early) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     start, command = time.perf_counter(), "python -m vitplast " + shlex.join(argv or sys.argv[1:])
     interrupted, outcome = False, None
-    try:
-        outcome = study.run(root, runtime, Executor(args.executor, {**kwargs, **(
-            {"early": early} if early else {})}))
+    try:  # with --executor submitit, jobs start while the runs are listed (jobs.prestart)
+        with (jobs.prestart(kwargs.get("folder") or Path(root) / "submitit", **kwargs)
+              if args.executor == "submitit" else contextlib.nullcontext()) as early:
+            outcome = study.run(root, runtime, Executor(args.executor, {**kwargs, **(
+                {"early": early} if early else {})}))
     except KeyboardInterrupt:
         interrupted = True
     finally:  # also when interrupted: what the store holds now is logged

@@ -26,6 +26,7 @@ command runs them again.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import math
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,20 +156,26 @@ class Early:
                     tmp.write_bytes(pickle.dumps(None))
 
 
-def prestart(folder, cluster: str | None = None, **parameters) -> Early | None:
-    """As many waiting jobs (``Early``) as can run at once, submitted now, so that their
-    start-up (Python, torch, timm: seconds) overlaps the sweep's own listing of its runs; None
-    where packs are sized by ``runs_per_job`` or the cluster is not Slurm."""
+@contextlib.contextmanager
+def prestart(folder, cluster: str | None = None, **parameters) -> Iterator[Early | None]:
+    """For the block, as many waiting jobs (``Early``) as can run at once, submitted now, so
+    that their start-up (Python, torch, timm: seconds) overlaps the sweep's own listing of its
+    runs; None where packs are sized by ``runs_per_job`` or the cluster is not Slurm. After the
+    block, the jobs no pack was handed to end (``Early.release``)."""
     import submitit
 
     if parameters.get("runs_per_job") or (cluster or submitit.AutoExecutor.which()) != "slurm":
-        return None
+        yield None
+        return
     executor = executor_for(folder, cluster, dict(parameters))
     inbox = Path(folder) / f"inbox-{uuid.uuid4().hex[:8]}"
     inbox.mkdir(parents=True)
-    n = slots(executor.cluster, parameters)
-    return Early(executor.map_array(functools.partial(_waiting, inbox=str(inbox)),
-                                    list(range(n))), inbox)
+    early = Early(executor.map_array(functools.partial(_waiting, inbox=str(inbox)),
+                                     list(range(slots(executor.cluster, parameters)))), inbox)
+    try:
+        yield early
+    finally:
+        early.release()
 
 
 #: How long a waiting job waits for its pack (a sweep killed before handing them out).

@@ -154,10 +154,11 @@ def records(root) -> dict[str, dict[float, dict]]:
     return out
 
 
-def _stored(setting: dict, table: dict) -> dict[float, dict]:
-    """LR -> record of ``setting``'s runs in ``table`` (``records``)."""
+def _stored(setting: dict, table: dict) -> tuple[dict, dict[float, dict]]:
+    """``setting``'s run at its start LR (made and checked once: its runs at other LRs differ
+    in ``lr`` alone), and LR -> record of its runs in ``table`` (``records``)."""
     run = _run(setting, setting["start"])
-    return table.get(runs.setting(run), {})
+    return run, table.get(runs.setting(run), {})
 
 
 def _outcomes(stored: dict[float, dict], lrs) -> dict[float, tuple[float, float]]:
@@ -177,8 +178,8 @@ def _asked_runs(spec, settings: list[dict], table: dict) -> list[tuple[dict, dic
     tried or asks for next (``_asked``)."""
     out = []
     for s in settings:
-        stored = _stored(s, table)
-        out += [(_run(s, lr), stored.get(lr)) for lr in _asked(spec, s, stored)]
+        run, stored = _stored(s, table)
+        out += [({**run, "lr": lr}, stored.get(lr)) for lr in _asked(spec, s, stored)]
     return out
 
 
@@ -205,7 +206,7 @@ def state(spec, root, *, grid: bool = False, **runtime) -> pd.DataFrame:
     """
     rows, lrs, table = [], spec.grid if grid else LR_LADDER, records(root)
     for s in settings(spec, **runtime):
-        stored = _stored(s, table)
+        _, stored = _stored(s, table)
         outcomes = _outcomes(stored, lrs)
         asked = ([lr for lr in lrs if lr not in outcomes] if grid else
                  next_lrs(s["start"], outcomes))

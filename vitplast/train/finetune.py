@@ -216,9 +216,12 @@ def run(model: nn.Module, trainee, splits: tuple, args: dict, lrs: list[float], 
             val = loader(val_set, EVAL_BATCH, device=device, workers=args["workers"])
             for r, (loss, acc) in zip(results, step.trainee.evaluate(val)):
                 r.initial_val_loss, r.initial_val_acc = loss, acc
+        if batches is None:  # train_set shuffled, a fresh permutation per epoch
+            batches = _batches(train_set, args["batch_size"] // args["accum_steps"], generator,
+                               args["workers"], device)
         start = time.perf_counter()
-        _loop(step, results, train_set, val, generator=generator, device=device, args=args,
-              lrs=lrs, desc=desc, batches=batches, schedule=schedule)
+        _loop(step, results, batches, val, generator=generator, device=device, args=args,
+              lrs=lrs, desc=desc, schedule=schedule)
         for r in results:
             r.seconds = (time.perf_counter() - start) / len(lrs)
         _finish(step.trainee, results, test_set, device=device, keep_best=args["keep_best"])
@@ -262,14 +265,12 @@ class _Step:
         self.trainee.apply(lrs)
 
 
-def _loop(step: _Step, results: list[TrainResult], train_set, val, *, generator, device,
-          args, lrs, desc, batches, schedule) -> None:
-    """The steps of K runs: history rows into ``results``, best weights kept by the
-    trainee. A run that diverges stops alone; the loop ends when every run has."""
+def _loop(step: _Step, results: list[TrainResult], batches, val, *, generator, device,
+          args, lrs, desc, schedule) -> None:
+    """The steps of K runs on ``batches`` (an iterator of training batches): history rows
+    into ``results``, best weights kept by the trainee. A run that diverges stops alone; the
+    loop ends when every run has."""
     trainee, steps = step.trainee, args["steps"]
-    if batches is None:
-        batches = _batches(train_set, args["batch_size"] // args["accum_steps"], generator,
-                           args["workers"], device)
     schedules = [functools.partial(schedule, lr=lr, steps=steps,
                                    warmup_steps=args["warmup_steps"]) for lr in lrs]
     # (step, losses, diverged?) of the steps since the last host sync, kept on the device: the
