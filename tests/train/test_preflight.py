@@ -12,6 +12,7 @@ import torch
 from helpers import tiny_vit, toy_task
 
 from vitplast import schema
+from vitplast.experiments import runs
 from vitplast.train import finetune, keys, preflight
 
 #: ``train``'s keywords at their defaults: what ``finetune.run`` hands ``check_args``.
@@ -43,10 +44,16 @@ def test_each_argument_is_refused_naming_it_and_what_is_valid(key, value, messag
     assert str(refused.value).startswith(message)
 
 
-@pytest.mark.parametrize("lr", [0.0, -0.1, math.nan, math.inf])
-def test_every_run_s_learning_rate_is_checked(lr):
-    with pytest.raises(ValueError, match=r"^lr=.* is not valid: lr takes a finite number > 0"):
-        preflight.check_args(dict(ARGS), [0.1, lr])  # the second of two runs
+@pytest.mark.parametrize("lr", [0.0, -0.1, math.nan, math.inf, True, "0.1"])
+def test_every_run_s_learning_rate_is_refused_as_make_run_refuses_it(lr):
+    """Each run's LR (here the second of two) gets the run schema's words: the message
+    ``make_run`` gives the same LR."""
+    with pytest.raises(ValueError) as refused:
+        preflight.check_args(dict(ARGS), [0.1, lr])
+    with pytest.raises(ValueError) as made:
+        runs.make_run("digits", lr=lr)
+    assert str(refused.value) == str(made.value)
+    assert str(refused.value).startswith(f"a run's settings: lr={lr!r} is not valid: expected")
 
 
 def test_grad_masks_need_no_weight_decay():

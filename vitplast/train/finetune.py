@@ -158,9 +158,9 @@ def train(model: nn.Module, train_set: Dataset, val_set: Dataset | None = None,
     Raises:
         ValueError: before any step, naming the argument (``vitplast.train.preflight``):
             unknown optimizer or precision; ``steps``, ``batch_size``, ``accum_steps`` not
-            positive integers; ``lr`` not a finite number > 0; momentum, weight_decay,
-            label_smoothing, clip_grad_norm, betas out of the run schema's ranges (the message
-            a sweep gives); an empty split; a (micro-)batch larger than the train split
+            positive integers; ``lr``, momentum, weight_decay, label_smoothing,
+            clip_grad_norm, betas out of the run schema's ranges (the message a sweep and
+            ``make_run`` give); an empty split; a (micro-)batch larger than the train split
             (``preflight.check_batch``: the message of ``run_one`` and a sweep); a
             configuration selecting no parameter (``configurations.trainable_names``).
     """

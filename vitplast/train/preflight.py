@@ -5,10 +5,10 @@ Paper: none (the guard of section 5's runs; PAPER.md section 2's recipe lies in 
 schema's ranges).
 
 ``finetune.run`` makes every check here before its first step. The refusals are the same at
-every entry: a recipe out of range gets the run schema's message (``vitplast.schema.check``,
-what a sweep's run gets), and a batch that does not fit a training split ``check_batch``'s
-message, which ``experiments.runs.check_batches`` gives ``make_run``, ``runner.run_one`` and a
-sweep.
+every entry: an LR or a recipe out of range gets the run schema's message
+(``vitplast.schema.check``, what a sweep's run and ``make_run`` get), and a batch that does
+not fit a training split ``check_batch``'s message, which ``experiments.runs.check_batches``
+gives ``make_run``, ``runner.run_one`` and a sweep.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import math
 import jsonschema
 
 from vitplast import schema
-from vitplast.inputs import check_count, check_positive, check_seed
+from vitplast.inputs import check_count, check_seed
 from vitplast.train.keys import KEY, OPTIMIZERS, PRECISIONS
 
 #: ``train``'s integer keywords that ``check_args`` checks against their key's minimum
@@ -40,28 +40,27 @@ def check_args(args: dict, lrs: list[float]) -> None:
         raise ValueError(f"unknown precision {precision!r}; valid: {list(PRECISIONS)}")
     for name, hint in COUNTS.items():  # each key's least value is its row's (keys.KEY)
         check_count(name, args[name], minimum=KEY[name].minimum, hint=hint)
-    for lr in lrs:
-        check_positive("lr", lr, hint="the peak learning rate, e.g. 1e-2")
     check_seed("seed", args["seed"])
     if args["grad_masks"] and args["weight_decay"]:
         raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
-    _check_recipe(args)
+    _check_recipe(args, lrs)
 
 
-#: ``train``'s keywords that ``check_args`` leaves to the published run schema's ranges.
+#: ``train``'s keywords that ``check_args`` leaves to the published run schema's ranges (and
+#: each run's ``lr``).
 SCHEMA_CHECKED = ("momentum", "weight_decay", "label_smoothing", "clip_grad_norm", "betas",
                   "train_head")
 
 
-def _check_recipe(args: dict) -> None:
-    """``train``'s ``SCHEMA_CHECKED`` keywords against their run schema properties (``keys.KEY``,
-    published as ``vitplast/schemas/run.schema.json``), refused with the message a sweep's run
-    gets (``vitplast.schema.check``: "a run's settings: momentum=1.5 is not valid: expected
-    ...")."""
-    properties = {key: KEY[key].property() for key in SCHEMA_CHECKED}
+def _check_recipe(args: dict, lrs: list[float]) -> None:
+    """``train``'s ``SCHEMA_CHECKED`` keywords and each run's LR (of ``lrs``) against their run
+    schema properties (``keys.KEY``, published as ``vitplast/schemas/run.schema.json``),
+    refused with the message a sweep's run, or ``make_run``, gets (``vitplast.schema.check``:
+    "a run's settings: momentum=1.5 is not valid: expected ...")."""
+    properties = {key: KEY[key].property() for key in (*SCHEMA_CHECKED, "lr")}
     found = []
-    for key in SCHEMA_CHECKED:
-        value = list(args[key]) if isinstance(args[key], tuple) else args[key]
+    for key, value in [(key, args[key]) for key in SCHEMA_CHECKED] + [("lr", lr) for lr in lrs]:
+        value = list(value) if isinstance(value, tuple) else value
         numbers = value if isinstance(value, list) else [value]
         finite = all(math.isfinite(v) for v in numbers if isinstance(v, (int, float)))
         if not finite or not jsonschema.Draft202012Validator(properties[key]).is_valid(value):
