@@ -146,6 +146,25 @@ def test_load_model_puts_the_model_on_the_device(fake_cuda):
     assert next(model.parameters()).device == FAKE
 
 
+def test_a_run_starts_from_the_same_model_on_every_device(fake_cuda, fake_train):
+    """``runner.build`` makes a run's model on the CPU (new head, adapters and all), the same
+    whatever device the run trains on; the loop is handed the device and moves it there."""
+    from helpers import TINY
+
+    from vitplast.experiments import runner, runs
+
+    run = runs.make_run("digits", "MHA", lr=0.1, seed=3, prepare="lora",
+                        ablation={"component": "MHA", "rank": 2}, **TINY)
+    for device in ("cpu", "cuda"):
+        runner.run_one(run, device=device)
+    (here, here_kwargs), (there, there_kwargs) = fake_train.calls
+    assert [k["device"].type for k in (here_kwargs, there_kwargs)] == ["cpu", "cuda"]
+    assert not any(isinstance(t, OnDevice) for t in [*there.parameters(), *there.buffers()])
+    assert here.state_dict().keys() == there.state_dict().keys()
+    assert any("lora_a" in k for k in here.state_dict())
+    assert all(torch.equal(v, there.state_dict()[k]) for k, v in here.state_dict().items())
+
+
 def test_scale_curve_skips_identical_pairs_and_streams(pairs):
     """An identical pair is excluded (it made the whole curve NaN), counted; batches of 5
     give the one-batch curve."""

@@ -103,7 +103,7 @@ def test_every_entry_refuses_what_a_sweep_refuses_with_its_message(tmp_path, fak
         assert said["run_sweep"] == (f"run 0 of 1 ({runs.describe(good)}) is refused before "
                                      f"the sweep starts: {core}")
     assert fake_train.calls == [] and not list(tmp_path.glob("*.json"))
-    model, task, kwargs = runner.build(good, torch.device("cpu"))
+    model, task, kwargs = runner.build(good)
     monkeypatch.setattr(finetune, "_loop", lambda *a, **k: pytest.fail("it trained"))
     with pytest.raises(ValueError) as refused:  # the real loop (fake_train stands in for it)
         TRAIN(model, task.train, task.val, task.test, **{**kwargs, key: value,

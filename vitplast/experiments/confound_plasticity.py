@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitplast import cached, models
+from vitplast import cached
 from vitplast.experiments import lr_selection, runner, runs, store
 from vitplast.experiments.spec_types import Confound
 from vitplast.measure import empirical, plasticity
@@ -61,7 +61,7 @@ def plasticity_after(run: dict, root: str | Path, n_pairs: int = 128, compute: b
     ``after``, ``ratio`` (after / before).
     """
     def measure() -> dict:
-        model, task, kwargs = runner.build(run, models.pick_device("cpu"))
+        model, task, kwargs = runner.build(run)
         pairs = empirical.task_pairs(run["task"], empirical.SOURCE, n_pairs=n_pairs, model=model)
 
         def per_component():

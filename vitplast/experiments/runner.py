@@ -79,7 +79,7 @@ def run_lrs(runs: list[dict], *, device: str | torch.device | None = None,
     device = models.pick_device(device)
     records = [dict(status="failed", error=None, traceback=None, history=[]) for _ in runs]
     try:
-        model, task, kwargs = build(runs[0], device, preparations)
+        model, task, kwargs = build(runs[0], preparations=preparations)
         kwargs.pop("lr")
         if len(runs) > 1:
             try:
@@ -128,18 +128,19 @@ def check_prepare(runs: list[dict], preparations: Mapping = ablations.PREPARE) -
         raise ValueError(f"unknown prepare {unknown[0]!r}; valid: {sorted(preparations)}")
 
 
-def build(run: dict, device: torch.device, preparations: Mapping = ablations.PREPARE
+def build(run: dict, *, preparations: Mapping = ablations.PREPARE
           ) -> tuple[torch.nn.Module, tasks.Task, dict]:
     """What a run trains: its model (loaded, with a new head, prepared by its ablation: the
     run's ``prepare`` named in ``preparations``), its task, and the ``finetune.train``
-    keywords it passes."""
+    keywords it passes. Built on the CPU, so that a run starts from the same model on every
+    machine (an adapter's random init included); the training loop moves it to its device."""
     check_prepare([run], preparations)
     prepare = run.get("prepare")
     task = task_of(run)
     finetune.seed_everything(run["seed"])  # a random model's init
     model = models.load_model(run["model"], pretrained=run["pretrained"],
                               checkpoint=run["checkpoint"], num_classes=task.num_classes,
-                              weights_file=run.get("weights_file"), device=device,
+                              weights_file=run.get("weights_file"), device="cpu",
                               **run.get("model_kwargs") or {})
     models.new_head(model, task.num_classes, seed=run["seed"])
     task = tasks.fitted(task, model)  # an embedded task for another model: resized to its input

@@ -285,9 +285,8 @@ class Store:
         each is then stored, or its owner died. A reader that needs them all (a study loaded
         with ``recompute`` beside another process sweeping the same runs, as notebooks 04
         and 05 side by side) reads them whole, not whatever was stored when it looked."""
-        wanted = {self.root / f"{run_hash(run)}.claim" for run in runs}
-        while any(path in wanted and claims.alive(owner, age, claims.CLAIM_TIMEOUT_S)
-                  for path, owner, age in claims.present(self.root)):
+        wanted = {run_hash(run) for run in runs}
+        while wanted & self.claimed():
             time.sleep(poll)
 
     def claimed(self) -> set[str]:
