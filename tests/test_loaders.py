@@ -34,11 +34,11 @@ def test_a_slurm_job_reads_with_its_cpus_but_one(monkeypatch):
     assert runtime.workers() is None and runtime.workers(3, 8) == 3
     assert runtime.workers(cpus=1) == 0 and runtime.workers(cpus=4) == 3
     run = runs.make_run("digits", "head", lr=0.1, pretrained=False, steps=1)
-    assert runner.build(run, torch.device("cpu"))[2]["workers"] == 0
+    assert runner.build(run)[2]["workers"] == 0
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
     assert runtime.slurm_cpus() == 8 and runtime.slurm_cpus(2) == 2
-    assert runner.build(run, torch.device("cpu"))[2]["workers"] == 7
-    assert runner.build({**run, "workers": 2}, torch.device("cpu"))[2]["workers"] == 2
+    assert runner.build(run)[2]["workers"] == 7
+    assert runner.build({**run, "workers": 2})[2]["workers"] == 2
     threads = torch.get_num_threads()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR2, signal.SIGTERM)}
     try:  # a job of no runs: its torch threads set, its signal handlers installed

@@ -43,7 +43,7 @@ def check_args(args: dict, lrs: list[float]) -> None:
     check_seed("seed", args["seed"])
     if args["grad_masks"] and args["weight_decay"]:
         raise ValueError("grad_masks need weight_decay=0: decay would move masked entries")
-    _check_recipe(args, lrs)
+    _check_schema_ranges(args, lrs)
 
 
 #: ``train``'s keywords that ``check_args`` leaves to the published run schema's ranges (and
@@ -52,7 +52,7 @@ SCHEMA_CHECKED = ("momentum", "weight_decay", "label_smoothing", "clip_grad_norm
                   "train_head")
 
 
-def _check_recipe(args: dict, lrs: list[float]) -> None:
+def _check_schema_ranges(args: dict, lrs: list[float]) -> None:
     """``train``'s ``SCHEMA_CHECKED`` keywords and each run's LR (of ``lrs``) against their run
     schema properties (``keys.KEY``, published as ``vitplast/schemas/run.schema.json``),
     refused with the message a sweep's run, or ``make_run``, gets (``vitplast.schema.check``:
