@@ -3,9 +3,11 @@ ranking's rows, the token scale's row and the task as the unit of a correlation.
 machinery: ``test_verdicts.py``; each notebook family's builders: ``test_bound_findings``,
 ``test_finetuning_findings``, ``test_confound_findings``, ``test_teaching.py``."""
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from vitplast.measure import plasticity
 from vitplast.report import finetuning_tables, plasticity_findings
 
 
@@ -83,28 +85,25 @@ def test_descriptive_additions_leave_the_tested_rows_holm_p_unchanged():
 def test_token_findings_says_how_many_times_larger():
     row = plasticity_findings.token_findings(dict(r=4.0, paper_r=19.4, ratio=4.85, n_images=256))
     assert row["measured"] == 4.0 and row["n"] == 256
-    assert row["verdict"] == "ViT-B's tokens are 4.85 times larger"
+    assert row["verdict"] == "ViT-B's tokens are 4.85 times larger than this model's"
     row = plasticity_findings.token_findings(dict(r=40.0, paper_r=19.4, ratio=0.485, n_images=8))
-    assert row["verdict"] == "2.06 times larger than ViT-B's"
+    assert row["verdict"] == "this model's tokens are 2.06 times larger than ViT-B's"
+    row = plasticity_findings.token_findings(dict(r=19.4, paper_r=19.4, ratio=1.0, n_images=8))
+    assert row["verdict"] == "this model's tokens have ViT-B's scale"
 
 
-def test_the_spread_sentence_says_what_the_spread_table_shows():
+def test_the_spread_sentence_says_what_the_spread_table_shows_per_protocol():
     """``plasticity.spread``: 5/50/95% per-pair rates per component in the medians' order, and
-    the sentence reads its ratios; 'every' only when each neighbours' gap is below the least
-    within-component spread."""
-    import numpy as np
-    import pandas as pd
-
-    from vitplast.measure import plasticity
-
+    the sentence reads its ratios, one protocol at a time; 'every' only when each neighbours'
+    gap of that protocol is below its least within-component spread."""
     rng = np.random.default_rng(0)
-    rows = [dict(protocol="hidden", component=c, rate=m * v) for c, m in (("A", 1.0), ("B", 10.0))
-            for v in rng.uniform(0.5, 1.5, 400)]
+    rows = [dict(protocol=p, component=c, rate=m * v)
+            for p, gap in (("embedding", 10.0), ("hidden", 1.1))
+            for c, m in (("A", 1.0), ("B", gap)) for v in rng.uniform(0.5, 1.5, 400)]
     table = plasticity.spread(pd.DataFrame(rows))
-    assert list(table.index.get_level_values("component")) == ["A", "B"]
-    assert table.loc[("hidden", "B"), "median / the next lower"] == pytest.approx(10, rel=0.15)
+    assert list(table.loc["embedding"].index) == ["A", "B"]
+    assert table.loc[("embedding", "B"), "median / the next lower"] == pytest.approx(10, rel=0.15)
     assert table["95% / 5%"].max() < 3
-    said = plasticity_findings.spread_sentence(table)
-    assert "not every gap" in said  # a 10x gap is wider than a < 3x spread
-    close = table.assign(**{"median / the next lower": [np.nan, 1.1]})
-    assert plasticity_findings.spread_sentence(close).split(": ")[1].startswith("every gap")
+    embedding, hidden = plasticity_findings.spread_sentence(table).split(". Under")
+    assert embedding.startswith("Under the embedding protocol") and "not every gap" in embedding
+    assert hidden.startswith(" the hidden protocol") and ": every gap" in hidden

@@ -6,10 +6,9 @@ import math
 import pandas as pd
 import pytest
 
-from vitplast.experiments.advise import candidates
 from vitplast.report import regret
 
-CANDIDATES = candidates()  # the components of the table
+CANDIDATES = ("MHA", "FC1", "FC2", "LN2", "LN1")  # the paper's five components
 
 #: Per task, per candidate: (validation accuracy, test accuracy), one LR, two seeds.
 ACC = {"t0": {"LN1": (0.70, 0.71), "MHA": (0.90, 0.88), "LN2": (0.60, 0.60),
@@ -67,8 +66,22 @@ def test_a_validation_tie_counts_each_tied_component():
 def _per_task(n: int, offsets: dict) -> pd.DataFrame:
     """``n`` tasks, each rule's regret ``offsets[rule]`` plus a task-specific wobble."""
     return pd.DataFrame([dict(task=f"t{i}", rule=r, pick="x", oracle="x",
-                              regret=o + 0.1 * (i % 3), hit=float(o == 0), seconds=1.0)
+                              regret=o + 0.1 * (i % 3), hit=float(o == 0), candidates=5,
+                              seconds=1.0)
                          for r, o in offsets.items() for i in range(n)])
+
+
+def test_a_random_pick_draws_from_the_candidates_run_on_its_task():
+    """A task where only four candidates ran: the random pick's regret and hit chance are over
+    those four, not over the component table."""
+    picked = pd.DataFrame([dict(task="t", config=c, val_acc=v, test_acc=a) for c, v, a in (
+        ("LN1", 90.0, 80.0), ("MHA", 70.0, 84.0), ("LN2", 50.0, 50.0), ("FC1", 60.0, 60.0))])
+    per_task = regret.regret(_advice({"t": "LN1"}), regret.oracle_of(picked)).set_index("rule")
+    assert per_task.loc[regret.RANDOM, "hit"] == pytest.approx(1 / 4)
+    assert per_task.loc[regret.RANDOM, "regret"] == pytest.approx(80 - (80 + 84 + 50 + 60) / 4)
+    row = regret.findings(per_task.reset_index()).set_index("claim").loc[
+        "top-1 hit rate of a random pick"]
+    assert row["verdict"].startswith("1 / 4 on a task with one best component")
 
 
 def test_findings_rows_test_each_rule_against_a_random_pick_and_name_the_supported_one():

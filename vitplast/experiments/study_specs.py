@@ -253,7 +253,8 @@ REAL_RUN = dict(model=REAL_MODEL, model_kwargs={"img_size": 56}, steps=60, warmu
                 batch_size=32, eval_every=20, train_size=1200, test_size=600)
 #: Declared before any of its runs, Holm over these three only: does the gain order follow
 #: plasticity's order, measured absolute (embedding protocol, as the paper's Fig. 2) and
-#: gauge-invariant (relative plasticity), and MHA against LN1, the paper's most and least
+#: relative (gauge-invariant under the hidden protocol only; its rows name their protocol:
+#: ``Primary.under``), and MHA against LN1, the paper's most and least
 #: plastic components (Fig. 2). The third was first labelled "most - least plastic on the real
 #: model", before the real model was measured; the measurement found MHA its LEAST plastic
 #: component (notebook 02c), so the label now names the components only, and the measured most -

@@ -38,20 +38,25 @@ from vitplast.stats.verdicts import (
 
 __all__ = ["RELATIVE_SUITE", "correlation_row", "explorer", "layer_summaries",
            "plasticity_ranking", "relative_suite", "relative_suite_orders", "spread_sentence",
-           "token_findings"]
+           "token_findings", "token_ratio_words"]
 
 
 # notebook 02 ---------------------------------------------------------------------------------
 
 
 def spread_sentence(spread: pd.DataFrame) -> str:
-    """What ``plasticity.spread`` shows, in one sentence: the spread of per-pair rates within a
-    component beside the gaps between neighbouring components' medians."""
-    ratio, gap = spread["95% / 5%"], spread["median / the next lower"].dropna()
-    return (f"Within a component the 95% per-pair rate is {ratio.min():.1f}x to "
-            f"{ratio.max():.1f}x its 5% rate; neighbours' medians are {gap.min():.2f}x to "
-            f"{gap.max():.2f}x apart: {'every' if gap.max() < ratio.min() else 'not every'} gap "
-            "between neighbours is smaller than the least spread within a component.")
+    """What ``plasticity.spread`` shows, one sentence per protocol: the spread of per-pair rates
+    within a component beside the gaps between neighbouring components' medians."""
+    said = []
+    for protocol, one in spread.groupby(level="protocol", sort=False):
+        ratio, gap = one["95% / 5%"], one["median / the next lower"].dropna()
+        said.append(
+            f"Under the {protocol} protocol, a component's 95% per-pair rate is "
+            f"{ratio.min():.1f}x to {ratio.max():.1f}x its 5% rate, and neighbours' medians are "
+            f"{gap.min():.2f}x to {gap.max():.2f}x apart: "
+            f"{'every' if gap.max() < ratio.min() else 'not every'} gap between neighbours is "
+            "smaller than the least spread within a component.")
+    return " ".join(said)
 
 
 def _swaps(rho: float, k: int = 5) -> str:
@@ -185,9 +190,15 @@ def token_findings(token: dict) -> dict:
     return descriptive(
         f"token scale r: RMS token norm of the embedding on {token['n_images']} test images of "
         "the pretraining domain", r, paper=f"{token['paper_r']} ({SOURCES['token_norm']})",
-        verdict=f"ViT-B's tokens are {ratio:.2f} times larger" if ratio > 1
-        else f"{1 / ratio:.2f} times larger than ViT-B's", n=token["n_images"],
-        unit="(RMS token norm; n: images)")
+        verdict=token_ratio_words(ratio), n=token["n_images"], unit="(RMS token norm; n: images)")
+
+
+def token_ratio_words(ratio: float) -> str:
+    """ViT-B's RMS token norm over a model's (``ratio``), in words, whichever is larger."""
+    if round(ratio, 2) == 1:
+        return "this model's tokens have ViT-B's scale"
+    return (f"ViT-B's tokens are {ratio:.2f} times larger than this model's" if ratio > 1
+            else f"this model's tokens are {1 / ratio:.2f} times larger than ViT-B's")
 
 
 def _order_values(means: pd.Series) -> str:

@@ -21,6 +21,7 @@ from vitplast import paper
 from vitplast.experiments import studies
 from vitplast.measure import real
 from vitplast.measure.pairs import PROTOCOLS
+from vitplast.report.plasticity_findings import token_ratio_words
 from vitplast.stats import verdicts
 from vitplast.stats.verdicts import descriptive, paired_test
 
@@ -122,9 +123,9 @@ def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
     rows.append(descriptive(
         f"token scale r (RMS token norm of the embedding) [{source}]", r,
         paper=f"{paper.VITB_RMS_TOKEN_NORM} on ViT-B, {paper.SOURCES['token_norm']}", n=1,
-        unit="RMS token norm", verdict=f"ViT-B's tokens are {paper.VITB_RMS_TOKEN_NORM / r:.1f}x "
-        f"this model's; the stream LN1 reads has a mean per-token sigma of {sigma:.2g} (Prop. 1: "
-        "a LayerNorm's rate is up to max|gamma| / sigma)"))
+        unit="RMS token norm", verdict=f"{token_ratio_words(paper.VITB_RMS_TOKEN_NORM / r)}; "
+        f"the stream LN1 reads has a mean per-token sigma of {sigma:.2g} (Prop. 1: a "
+        "LayerNorm's rate is up to max|gamma| / sigma)"))
     rel = g.groupby("component")["relative_plasticity"].mean()
     rho = _rank_stat(stats.spearmanr, rel[_ORDER], plast[_ORDER])
     relative = descriptive(
@@ -167,13 +168,13 @@ def study_rows(primaries, acc: pd.DataFrame, task_plasticity: pd.DataFrame,
     its protocols), tested against Takeaway 3 (the more plastic, the better finetuned)."""
     protocols = [protocol, *(p for p in PROTOCOLS if p != protocol)]
     statistics = task_statistics(acc, task_plasticity, protocol)
-    rows = [p.row(acc, statistics) for p in primaries]
+    rows = [dict(p.row(acc, statistics), **({"claim": p.under(protocol)}
+                                            if p.statistic in statistics else {}))
+            for p in primaries]  # each plasticity row names its protocol
     for other in protocols[1:]:
         again = task_statistics(acc, task_plasticity, other)
-        rows += [dict(p.row(acc, again), family="sensitivity",
-                      claim=p.claim.replace(f"{protocol} protocol", f"{other} protocol")
-                      if f"{protocol} protocol" in p.claim else f"{p.claim} (plasticity: "
-                      f"{other} protocol)") for p in primaries if p.statistic in again]
+        rows += [dict(p.row(acc, again), family="sensitivity", claim=p.under(other, protocol))
+                 for p in primaries if p.statistic in again]
     pairs: dict[tuple[str, str], list[str]] = {}
     for pr in protocols:
         ranked = (task_plasticity[task_plasticity["protocol"] == pr]

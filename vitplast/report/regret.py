@@ -32,7 +32,7 @@ from vitplast.report.finetuning_tables import main_table
 from vitplast.stats.verdicts import ALPHA, descriptive, mean_test, paired_test
 from vitplast.stats.verdicts import table as findings_table
 
-#: The rule whose regret is a pick made at random: the mean over the five candidates.
+#: The rule whose regret is a pick made at random: the mean over the candidates run on the task.
 RANDOM = "random pick"
 #: What the paper says each rule should do, for the rows that cite it (the others cite none).
 PAPER = {**{r: "Takeaway 3 (finetune the most plastic component): below a random pick"
@@ -69,7 +69,8 @@ def regret(advice: pd.DataFrame, o: pd.DataFrame) -> pd.DataFrame:
     """Per task x rule of ``advice`` (``experiments.advise.rank`` rows) on the tasks of the
     oracle ``o``: the rule's first choice (``pick``), the oracle's (tied ones joined by "/"),
     ``regret`` (points), ``hit`` and ``seconds``; and a ``RANDOM`` row per task, its regret the
-    mean over the five candidates, its hit rate the chance of drawing a best one."""
+    mean over the candidates run on the task (``candidates``: how many), its hit rate the
+    chance of drawing a best one of them."""
     test = o.set_index(["task", "config"])["test"]
     best = o[o["best"]].groupby("task").agg(oracle=("config", "/".join), test=("test", "mean"),
                                             ties=("config", list))
@@ -79,8 +80,8 @@ def regret(advice: pd.DataFrame, o: pd.DataFrame) -> pd.DataFrame:
                  hit=float(r.config in best.at[r.task, "ties"]), seconds=r.seconds)
             for r in first.itertuples()]
     rows += [dict(task=task, rule=RANDOM, pick="(any)", oracle=b["oracle"],
-                  regret=b["test"] - test[task].mean(), hit=len(b["ties"]) / len(candidates()),
-                  seconds=0.0) for task, b in best.iterrows()]
+                  regret=b["test"] - test[task].mean(), hit=len(b["ties"]) / len(test[task]),
+                  candidates=len(test[task]), seconds=0.0) for task, b in best.iterrows()]
     return pd.DataFrame(rows)
 
 
@@ -127,21 +128,26 @@ def findings(per_task: pd.DataFrame) -> pd.DataFrame:
             verdict=f"picks the oracle's component on {int(by[rule]['hit'].sum())} of "
                     f"{len(regret)} tasks" + chance))
     if RANDOM in by:
-        rows.append(_chance_row(by[RANDOM]["hit"]))
+        rows.append(_chance_row(by[RANDOM]))
     return findings_table(rows)
 
 
-def _chance_row(hit: pd.Series) -> dict:
-    """Why a random pick's hit rate is not 1 / 5: on a task where k candidates tie for the
-    oracle's best validation accuracy, a random pick hits with chance k / 5."""
-    n = len(candidates())
+def _chance_row(random: pd.DataFrame) -> dict:
+    """Why a random pick's hit rate is not 1 / n (n the candidates run on a task, ``regret``'s
+    ``candidates``): on a task where k candidates tie for the oracle's best validation
+    accuracy, a random pick hits with chance k / n."""
+    hit, n = random["hit"], random["candidates"].astype(int)
     tied = int((hit > 1 / n + 1e-12).sum())
+    counts = sorted(set(n))
+    of = f"{counts[0]}" if len(counts) == 1 else "n (the candidates run on the task)"
     return descriptive(
         "top-1 hit rate of a random pick", 100 * float(hit.mean()), paper="not in the paper",
         n=len(hit), unit="% of tasks, mean chance over tasks",
-        verdict=(f"1 / {n} on a task with one best component, k / {n} where k tie for the "
+        verdict=(f"1 / {of} on a task with one best component, k / {of} where k tie for the "
                  f"best on validation: {tied} of {len(hit)} tasks have a tie"
-                 + (f", so it is above {100 / n:g}%" if tied else "")))
+                 + (f", so it is above {100 / counts[0]:g}%" if tied and len(counts) == 1
+                    else "")))
+
 
 
 def headline(found: pd.DataFrame) -> list[str]:

@@ -127,13 +127,8 @@ def protocol_findings(study: Study, picked: pd.DataFrame, root: str | Path) -> l
                for pr in PROTOCOLS}
     acc = accuracy(picked)
 
-    def named(protocol: str, claim: str = p3.claim) -> str:
-        other = claim.replace(f"{PROTOCOLS[0]} protocol", f"{protocol} protocol")
-        return other if other != claim or protocol == PROTOCOLS[0] else (
-            f"{claim} (plasticity: {protocol} protocol)")
-
     rows = [dict(p3.row(acc, {_P3: spearman_plasticity_gain(picked, plastic[pr])}),
-                 claim=named(pr), family="sensitivity") for pr in PROTOCOLS[1:]]
+                 claim=p3.under(pr, PROTOCOLS[0]), family="sensitivity") for pr in PROTOCOLS[1:]]
     for pr in PROTOCOLS:
         rho = spearman_plasticity_gain(picked, plastic[pr], components.LINEARS)
         rows.append(verdicts.mean_test(

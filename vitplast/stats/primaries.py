@@ -102,6 +102,14 @@ class Primary:
         return tuple(g[0] if len(g) == 1 else "the mean of " + ", ".join(g[:-1]) + f" and {g[-1]}"
                      for g in (self.a, self.b))
 
+    def under(self, protocol: str, declared: str = "embedding") -> str:
+        """The claim with its plasticity measured under ``protocol``: the ``declared`` protocol
+        it names replaced by ``protocol``; a claim naming none gets "(plasticity: PROTOCOL
+        protocol)" appended, so that each row of a primary under either protocol says which."""
+        named = f"{declared} protocol"
+        return (self.claim.replace(named, f"{protocol} protocol") if named in self.claim
+                else f"{self.claim} (plasticity: {protocol} protocol)")
+
     def row(self, acc: pd.DataFrame, statistics: dict | None = None) -> dict:
         """The primary's findings row (family "primary"): ``paper`` is the cited claim with
         the paper's value, or "no claim in the paper" and the note. A statistic (a rank
