@@ -92,18 +92,20 @@ def test_token_findings_says_how_many_times_larger():
     assert row["verdict"] == "this model's tokens have ViT-B's scale"
 
 
-def test_the_spread_sentence_says_what_the_spread_table_shows_per_protocol():
-    """``plasticity.spread``: 5/50/95% per-pair rates per component in the medians' order, and
-    the sentence reads its ratios, one protocol at a time; 'every' only when each neighbours'
-    gap of that protocol is below its least within-component spread."""
+def test_the_spread_rows_name_the_neighbours_within_their_spreads_per_protocol():
+    """``plasticity.spread``: 5/50/95% per-pair rates per component in the medians' order; one
+    row per protocol counts the neighbours whose median gap lies below both their spreads."""
     rng = np.random.default_rng(0)
     rows = [dict(protocol=p, component=c, rate=m * v)
-            for p, gap in (("embedding", 10.0), ("hidden", 1.1))
-            for c, m in (("A", 1.0), ("B", gap)) for v in rng.uniform(0.5, 1.5, 400)]
+            for p, gaps in (("embedding", (10.0, 1.05)), ("hidden", (1.1, 1.05)))
+            for c, m in zip("ABC", (1.0, gaps[0], gaps[0] * gaps[1]))
+            for v in rng.uniform(0.5, 1.5, 400)]
     table = plasticity.spread(pd.DataFrame(rows))
-    assert list(table.loc["embedding"].index) == ["A", "B"]
+    assert list(table.loc["embedding"].index) == ["A", "B", "C"]
     assert table.loc[("embedding", "B"), "median / the next lower"] == pytest.approx(10, rel=0.15)
     assert table["95% / 5%"].max() < 3
-    embedding, hidden = plasticity_findings.spread_sentence(table).split(". Under")
-    assert embedding.startswith("Under the embedding protocol") and "not every gap" in embedding
-    assert hidden.startswith(" the hidden protocol") and ": every gap" in hidden
+    embedding, hidden = plasticity_findings.spread_rows(table)
+    assert embedding["claim"].endswith("[embedding]") and hidden["claim"].endswith("[hidden]")
+    assert (embedding["measured"], embedding["n"], hidden["measured"], hidden["n"]) == (1, 2, 2, 2)
+    assert embedding["verdict"].startswith("within the spread: C/B 1.0")
+    assert "apart: B/A 9." in embedding["verdict"] and "apart" not in hidden["verdict"]

@@ -49,9 +49,14 @@ def test_bound_token_and_relative_rows_read_the_tables():
         "ViT-B's tokens are 9.70 times larger than this model's")
     assert "sigma of 0.1 " in rows[4]["verdict"]
     assert rows[7]["measured"] == -1.0  # relative = 1 / absolute: the reverse order
-    assert len(rows) == 10
+    assert len(rows) == 12
     assert rows[8]["claim"].endswith("[fmnist, hidden]") and rows[9]["claim"].endswith(
         "[photos, hidden]")
+    for hidden, embedding in ((rows[6], rows[10]), (rows[7], rows[11])):  # both protocols
+        assert hidden["claim"].endswith("[photos, hidden]")
+        assert embedding["claim"] == hidden["claim"].replace("hidden]", "embedding]").replace(
+            "(gauge-invariant)", "(not gauge-invariant under it)")
+    assert rows[11]["measured"] == -1.0
     verdicts.table(rows)  # a table the notebook renders
 
 

@@ -9,10 +9,13 @@ import pytest
 from vitplast.report import synthesis
 from vitplast.stats import verdicts
 
+#: The least and largest gauge c of notebook 02b, as its parameters give them.
+CS = (1.0, 8.0)
+
 
 def _tables():
     rng = np.random.default_rng(0)
-    claims = [c for cs in synthesis.claims().values() for c in cs]
+    claims = [c for cs in synthesis.claims(gauge_cs=CS).values() for c in cs]
     rows = [verdicts.mean_test(f"{c} (row)", rng.normal(1, 1, 8), paper="x", expected=math.nan,
                                unit="points") for c in claims]
     return verdicts.table(rows[:4]), verdicts.table(rows[4:])
@@ -20,9 +23,9 @@ def _tables():
 
 def test_the_synthesis_answers_each_question_with_its_rows_in_order():
     a, b = _tables()
-    found = synthesis.closing(a, b)
+    found = synthesis.closing(a, b, gauge_cs=CS)
     assert list(found["question"].unique()) == list(synthesis.QUESTIONS)
-    assert len(found) == sum(len(c) for c in synthesis.claims().values())
+    assert len(found) == sum(len(c) for c in synthesis.claims(gauge_cs=CS).values())
     said = synthesis.read(found).data
     assert said.startswith(f"**{list(synthesis.QUESTIONS)[0]}**")
     assert sum(line.startswith("- ") for line in said.splitlines()) == len(found)
@@ -31,7 +34,7 @@ def test_the_synthesis_answers_each_question_with_its_rows_in_order():
 def test_a_missing_row_names_the_question_and_the_claims_there_are():
     a, _ = _tables()
     with pytest.raises(ValueError, match="no table holds the claim"):
-        synthesis.closing(a)
+        synthesis.closing(a, gauge_cs=CS)
 
 
 def test_the_real_model_question_reads_its_rows_and_its_study_primary_only_once_there():
@@ -39,16 +42,17 @@ def test_the_real_model_question_reads_its_rows_and_its_study_primary_only_once_
     primary is read once a table holds it, and its absence is no error (``OPTIONAL``)."""
     import pandas as pd
 
-    real = [c for c in synthesis.claims()[list(synthesis.QUESTIONS)[3]]]
-    others = [c for q in list(synthesis.QUESTIONS)[:3] for c in synthesis.claims()[q]]
+    real = [c for c in synthesis.claims(gauge_cs=CS)[list(synthesis.QUESTIONS)[3]]]
+    others = [c for q in list(synthesis.QUESTIONS)[:3] for c in synthesis.claims(gauge_cs=CS)[q]]
     rows = pd.DataFrame(dict(claim=[f"x {c} y" for c in others + real], measured=1.0))
-    assert len(synthesis.closing(rows)) == len(others) + len(real)
+    assert len(synthesis.closing(rows, gauge_cs=CS)) == len(others) + len(real)
     without = rows[~rows["claim"].str.contains("MHA - LN1 on the real model", regex=False)]
-    found = synthesis.closing(without)
+    found = synthesis.closing(without, gauge_cs=CS)
     assert len(found) == len(others) + len(real) - 1
     assert set(synthesis.OPTIONAL) <= set(real)
     with pytest.raises(ValueError, match="side of 1"):
-        synthesis.closing(without[~without["claim"].str.contains("side of 1", regex=False)])
+        synthesis.closing(without[~without["claim"].str.contains("side of 1", regex=False)],
+                          gauge_cs=CS)
 
 
 def test_a_claim_matching_several_rows_of_a_table_fails_there():
@@ -56,14 +60,14 @@ def test_a_claim_matching_several_rows_of_a_table_fails_there():
     to a later table."""
     import pandas as pd
 
-    claims = [c for cs in synthesis.claims().values() for c in cs]
+    claims = [c for cs in synthesis.claims(gauge_cs=CS).values() for c in cs]
     twice = pd.DataFrame(dict(claim=[f"x {c} y" for c in claims] + [f"z {claims[0]}"]))
     with pytest.raises(ValueError, match="matches 2 claims"):
-        synthesis.closing(twice, pd.DataFrame(dict(claim=claims)))
+        synthesis.closing(twice, pd.DataFrame(dict(claim=claims)), gauge_cs=CS)
 
 
 def test_every_plasticity_row_is_read_under_both_protocols():
-    claims = [c for cs in synthesis.claims().values() for c in cs]
+    claims = [c for cs in synthesis.claims(gauge_cs=CS).values() for c in cs]
     for c in claims:
         for a, b in (("[embedding]", "[hidden]"), ("embedding]", "hidden]"),
                      ("embedding protocol", "hidden protocol")):

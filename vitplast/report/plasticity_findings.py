@@ -37,26 +37,36 @@ from vitplast.stats.verdicts import (
 )
 
 __all__ = ["RELATIVE_SUITE", "correlation_row", "explorer", "layer_summaries",
-           "plasticity_ranking", "relative_suite", "relative_suite_orders", "spread_sentence",
+           "plasticity_ranking", "relative_suite", "relative_suite_orders", "spread_rows",
            "token_findings", "token_ratio_words"]
 
 
 # notebook 02 ---------------------------------------------------------------------------------
 
 
-def spread_sentence(spread: pd.DataFrame) -> str:
-    """What ``plasticity.spread`` shows, one sentence per protocol: the spread of per-pair rates
-    within a component beside the gaps between neighbouring components' medians."""
-    said = []
+def spread_rows(spread: pd.DataFrame) -> list[dict]:
+    """What ``plasticity.spread`` shows, one descriptive row per protocol: how many neighbours
+    in the order of the medians lie closer together (their ``median / the next lower``) than
+    each one's own per-pair spread (``95% / 5%``), naming them; a single pair cannot order
+    those two components, only the mean over many pairs can."""
+    rows = []
     for protocol, one in spread.groupby(level="protocol", sort=False):
-        ratio, gap = one["95% / 5%"], one["median / the next lower"].dropna()
-        said.append(
-            f"Under the {protocol} protocol, a component's 95% per-pair rate is "
-            f"{ratio.min():.1f}x to {ratio.max():.1f}x its 5% rate, and neighbours' medians are "
-            f"{gap.min():.2f}x to {gap.max():.2f}x apart: "
-            f"{'every' if gap.max() < ratio.min() else 'not every'} gap between neighbours is "
-            "smaller than the least spread within a component.")
-    return " ".join(said)
+        one = one.droplevel("protocol")
+        within, apart = [], []
+        for lower, upper in zip(one.index[:-1], one.index[1:]):
+            gap = one.at[upper, "median / the next lower"]
+            spreads = one.loc[[lower, upper], "95% / 5%"]
+            said = f"{upper}/{lower} {gap:.2f}x (spreads {spreads.min():.1f}x-{spreads.max():.1f}x)"
+            (within if gap < spreads.min() else apart).append(said)
+        rows.append(descriptive(
+            f"neighbours in the order of the median per-pair rate that lie closer than their "
+            f"per-pair spreads (median gap below both 95% / 5% ratios) [{protocol}]",
+            len(within), paper="not in the paper", n=len(within) + len(apart),
+            unit="neighbouring pairs of components",
+            verdict="; ".join(part for part in (
+                "within the spread: " + ", ".join(within) if within else "",
+                "apart: " + ", ".join(apart) if apart else "") if part)))
+    return rows
 
 
 def _swaps(rho: float, k: int = 5) -> str:

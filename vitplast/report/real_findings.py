@@ -89,13 +89,14 @@ def _threshold_row(layers: pd.DataFrame, source: str, protocol: str) -> dict:
 
 def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
                      source: str = "photos") -> list[dict]:
-    """The real model's findings rows, ten, the five main ones first (notebook 02c's appendix
+    """The real model's findings rows, twelve, the five main ones first (notebook 02c's appendix
     reads the rest): 0-1 the order against Fig. 2 on ``source``'s pairs under both protocols;
     2 Takeaway 2's threshold; 3 the bounds against the observed rates; 4 the token scale
     against ViT-B's; then 5 the order on the other source's pairs (embedding protocol); 6
     Takeaway 1's order of the bounds against the measured order; 7 relative plasticity's order
-    against the absolute one; 8-9 the other source's order and the threshold under ``hidden``
-    (every order and threshold row under both protocols). ``layers``, ``stream``:
+    against the absolute one; 8-9 the other source's order and the threshold under ``hidden``;
+    10-11 rows 6 and 7 under ``embedding`` (every plasticity row under both protocols; relative
+    plasticity is gauge-invariant under ``hidden`` only). ``layers``, ``stream``:
     ``vitplast.measure.real`` tables."""
     other = next(s for s in layers["source"].unique() if s != source)
     rows = [_ranking_row(layers, source, "embedding"), _ranking_row(layers, source, "hidden"),
@@ -108,16 +109,6 @@ def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
         unit="(block, component, protocol, source) cells",
         verdict=f"{'holds' if holds.all() else 'FAILS'} in {int(holds.sum())} of "
         f"{int(holds.notna().sum())}"))
-    g = layers[(layers["source"] == source) & (layers["protocol"] == "hidden")]
-    bound_means = g.groupby("component")["lipschitz_upper"].mean()
-    plast = g.groupby("component")["plasticity"].mean()
-    tau = _rank_stat(stats.kendalltau, bound_means[_ORDER], plast[_ORDER])
-    takeaway1 = descriptive(
-        f"order of the bounds (Props. 1-4, the tighter of 3 and 4 for MHA) against the order "
-        f"of plasticity [{source}, hidden]", tau, paper="Takeaway 1 ranks the bounds "
-        "MHA > FC1 ~ FC2 > LN2 ~ LN1 and reads it as plasticity's order", n=5,
-        unit="Kendall tau over the 5 components",
-        verdict=f"bounds: {order(bound_means)}; plasticity: {order(plast)}")
     r = float(stream.loc[stream["source"] == source, "r_embedding"].mean())
     sigma = float(stream.loc[stream["source"] == source, "sigma_ln1"].mean())
     rows.append(descriptive(
@@ -126,15 +117,39 @@ def measurement_rows(layers: pd.DataFrame, stream: pd.DataFrame,
         unit="RMS token norm", verdict=f"{token_ratio_words(paper.VITB_RMS_TOKEN_NORM / r)}; "
         f"the stream LN1 reads has a mean per-token sigma of {sigma:.2g} (Prop. 1: a "
         "LayerNorm's rate is up to max|gamma| / sigma)"))
+    return rows + [_ranking_row(layers, other, "embedding"), _bounds_row(layers, source, "hidden"),
+                   _relative_row(layers, source, "hidden"), _ranking_row(layers, other, "hidden"),
+                   _threshold_row(layers, source, "hidden"),
+                   _bounds_row(layers, source, "embedding"),
+                   _relative_row(layers, source, "embedding")]
+
+
+def _bounds_row(layers: pd.DataFrame, source: str, protocol: str) -> dict:
+    """Takeaway 1's order of the bounds against the measured order of plasticity."""
+    g = layers[(layers["source"] == source) & (layers["protocol"] == protocol)]
+    bound_means = g.groupby("component")["lipschitz_upper"].mean()
+    plast = g.groupby("component")["plasticity"].mean()
+    tau = _rank_stat(stats.kendalltau, bound_means[_ORDER], plast[_ORDER])
+    return descriptive(
+        f"order of the bounds (Props. 1-4, the tighter of 3 and 4 for MHA) against the order "
+        f"of plasticity [{source}, {protocol}]", tau, paper="Takeaway 1 ranks the bounds "
+        "MHA > FC1 ~ FC2 > LN2 ~ LN1 and reads it as plasticity's order", n=5,
+        unit="Kendall tau over the 5 components",
+        verdict=f"bounds: {order(bound_means)}; plasticity: {order(plast)}")
+
+
+def _relative_row(layers: pd.DataFrame, source: str, protocol: str) -> dict:
+    """Relative plasticity's order against the absolute one."""
+    g = layers[(layers["source"] == source) & (layers["protocol"] == protocol)]
     rel = g.groupby("component")["relative_plasticity"].mean()
+    plast = g.groupby("component")["plasticity"].mean()
     rho = _rank_stat(stats.spearmanr, rel[_ORDER], plast[_ORDER])
-    relative = descriptive(
-        f"order by relative plasticity (gauge-invariant) against the absolute order "
-        f"[{source}, hidden]", rho, paper="not in the paper (it measures absolute plasticity)",
+    invariant = "gauge-invariant" if protocol == "hidden" else "not gauge-invariant under it"
+    return descriptive(
+        f"order by relative plasticity ({invariant}) against the absolute order "
+        f"[{source}, {protocol}]", rho, paper="not in the paper (it measures absolute plasticity)",
         n=5, unit="Spearman rho over the 5 components",
         verdict=f"relative: {order(rel)}; absolute: {order(plast)}")
-    return rows + [_ranking_row(layers, other, "embedding"), takeaway1, relative,
-                   _ranking_row(layers, other, "hidden"), _threshold_row(layers, source, "hidden")]
 
 
 def task_statistics(acc: pd.DataFrame, task_plasticity: pd.DataFrame,

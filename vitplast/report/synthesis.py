@@ -2,13 +2,14 @@
 each answer a findings row already computed by its notebook, so every sentence carries its
 number (notebook 07, its last section).
 
-The questions, in order (``QUESTIONS``): why the ranking is not the paper's (this model's token
-scale against ViT-B's, and the order under the residual-stream gauge, notebooks 02 and 02b);
-does attention beat the LayerNorms at a matched count (07's P1) and at full counts (P2); and
-does a component's trainable count predict its gain better than its plasticity, under both
-protocols (07's P3 and the count row); and what real pretrained weights say (notebook 02c: the
-order against Fig. 2, Takeaway 2's threshold, the token scale, and, once a task of the
-real-model study is complete, its MHA - LN1 primary: ``OPTIONAL``).
+The questions, in order (``QUESTIONS``): is the measured ranking the paper's, and what moves it
+(this model's token scale against ViT-B's, the embedding scales at which the paper's order
+appears, and the order under the residual-stream gauge: notebooks 02 and 02b); does attention
+beat the LayerNorms at a matched count (07's P1) and at full counts (P2); what predicts a
+component's gain, its plasticity under either protocol (07's P3) or its trainable count; and
+what real pretrained weights say (notebook 02c: the order against Fig. 2 and Takeaway 2's
+threshold under both protocols, the token scale, and, once a task of the real-model study is
+complete, its MHA - LN1 primary: ``OPTIONAL``).
 
 Paper: Takeaways 2 and 3, Table 1, Fig. 2.
 """
@@ -33,7 +34,7 @@ QUESTIONS = {
         "five components, within a task (plasticity: embedding protocol",
         "five components, within a task (plasticity: hidden protocol",
         "Spearman(trainable count, gain over head-only)"),
-    "What do real pretrained weights (DINOv2 ViT-S/14, notebook 02c) say?": (
+    "What do real pretrained weights (DINOv2 ViT-S/14's architecture, notebook 02c) say?": (
         "blocks [photos, embedding]", "blocks [photos, hidden]",
         "side of 1 (MHA, FC1, FC2 above; LN2, LN1 below) [photos, embedding]",
         "side of 1 (MHA, FC1, FC2 above; LN2, LN1 below) [photos, hidden]",
@@ -52,13 +53,13 @@ def _holds(table: pd.DataFrame, claim: str) -> bool:
     return claim in set(table["claim"]) or table["claim"].str.contains(claim, regex=False).any()
 
 
-def claims(gauge_cs=(1.0, 8.0)) -> dict[str, list[str]]:
+def claims(*, gauge_cs) -> dict[str, list[str]]:
     """``QUESTIONS`` with the gauge's least and largest c of ``gauge_cs`` written in."""
     cs = dict(low=f"{min(gauge_cs):g}", high=f"{max(gauge_cs):g}")
     return {q: [c.format(**cs) for c in asked] for q, asked in QUESTIONS.items()}
 
 
-def closing(*tables: pd.DataFrame, gauge_cs=(1.0, 8.0)) -> pd.DataFrame:
+def closing(*tables: pd.DataFrame, gauge_cs) -> pd.DataFrame:
     """The rows answering ``QUESTIONS``, found in ``tables`` (findings tables; the first that
     holds a claim answers it), with a ``question`` column, in the questions' order; the gauge's
     rows at the least and largest of ``gauge_cs`` (02b's ``gauge_cs``).
@@ -68,7 +69,7 @@ def closing(*tables: pd.DataFrame, gauge_cs=(1.0, 8.0)) -> pd.DataFrame:
             claim that matches several rows of the first table holding it (``select``).
     """
     parts = []
-    for question, asked in claims(gauge_cs).items():
+    for question, asked in claims(gauge_cs=gauge_cs).items():
         for claim in asked:
             for t in tables:
                 if _holds(t, claim):

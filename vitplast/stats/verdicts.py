@@ -95,9 +95,10 @@ SHARED_SIGMA_CV = 0.05
 #: Largest difference of two training-loss histories that reads "the same trajectory"
 #: (notebook 07, the gauge pairs): rounding differences of fp32 runs, far below a step's change.
 SAME_TRAJECTORY = 1e-3
-#: A measured ratio within this relative deviation of its derived factor reads "as derived"
-#: (notebook 02b: plasticity's ratio under the gauge, a median over layers of measured rates,
-#: against the factor derived for it: LN / c, FC1 x 1, FC2 x c).
+#: A measured ratio within this relative deviation of its derived factor reads "as derived":
+#: notebook 02b, plasticity's ratio under the gauge (a median over layers of measured rates)
+#: against the factor derived for it (LN / c, FC1 x 1, FC2 x c); and notebook 07's recipe and
+#: gauge factors, the largest deviation over tasks of per-task means (``scale_findings``).
 AS_DERIVED = 0.02
 #: A mean rank at or below this (1 = highest of the five components) reads "highest"
 #: (notebook 04, where MHA sits).
