@@ -262,9 +262,9 @@ DERIVED = {("MHA", "FC1", "FC2"): components.LINEARS, ("LN1", "LN2"): components
 
 
 def test_component_groups_orders_and_the_paper_model_have_one_home():
-    """The configuration order, the paper's orders and its model name are written once, in
-    their module (``ONE_HOME``), and imported everywhere else; the component groups are
-    written nowhere: the table's rows give them (``DERIVED``)."""
+    """The paper's orders and its model name are written once, in their module
+    (``ONE_HOME``), and imported everywhere else; the component groups and the configuration
+    order are written nowhere: the table's rows give them (``DERIVED``)."""
     homes = {}
     for name in MODULES:
         found = set(_literals(ast.parse(FILES[name].read_text())))
