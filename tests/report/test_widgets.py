@@ -13,7 +13,7 @@ from vitplast import models
 from vitplast.experiments import runs
 from vitplast.experiments.store import Store
 from vitplast.measure import plasticity
-from vitplast.report import plasticity_findings, plots, widgets
+from vitplast.report import explorer_findings, plots, widgets
 
 
 def shown(explorer, name: str) -> float:
@@ -130,14 +130,14 @@ def test_notebook_06_findings_from_the_explorers(random_model, gamma):
     assert len(bounds) == 30 and (bounds["max_rate"] <= bounds["bound"]).all()
     scales = widgets.gamma_table(gamma, cs=(0.5, 4.0))
     assert scales["ratio"].tolist() == pytest.approx([0.5, 4.0], rel=1e-4)
-    table = plasticity_findings.explorer(bounds, scales)
+    table = explorer_findings.explorer(bounds, scales)
     assert table.loc[0, "measured"] == "30/30"
     assert table.loc[0, "verdict"] == "same as the paper (exact check)"  # Props. 1-3: claims
     # the gamma rescale is objection 3's check, which the paper never makes: a result
     assert table["verdict"].iloc[[2, 3]].tolist() == ["holds (exact check)"] * 2
     assert table["paper"].iloc[[2, 3]].str.startswith("not in the paper").all()
-    assert len(plasticity_findings.explorer(gamma=scales)) == 2
-    assert len(plasticity_findings.explorer(bounds)) == 2
+    assert len(explorer_findings.explorer(gamma=scales)) == 2
+    assert len(explorer_findings.explorer(bounds)) == 2
 
 
 def _record(lr, seed, test_acc, val_acc=0.6):
@@ -172,7 +172,7 @@ def test_results_browser_on_a_tiny_store(tmp_path):
     # evaluation (the best is the last)
     run = widgets.run_table(browser)
     assert set(run["run"]) == {runs.run_hash(runs.make_run("digits", "FC1", lr=0.1, seed=0))}
-    rows = plasticity_findings.explorer(run=run).set_index("claim")
+    rows = explorer_findings.explorer(run=run).set_index("claim")
     clip = rows.filter(like="at or above the clip", axis=0).iloc[0]
     assert clip["measured"] == 0.25 and clip["verdict"] == "clipping scaled some updates"
     best = rows.filter(like="best validation accuracy", axis=0).iloc[0]
@@ -217,5 +217,5 @@ def test_results_browser_without_results_shows_a_message(tmp_path, folder):
     assert "No finetuning results" in browser.value_label.value
     assert browser.controls == {} and not browser.output.outputs
     plt.close(browser.figure())
-    assert plasticity_findings.explorer(run=widgets.run_table(browser))["verdict"].tolist() == [
+    assert explorer_findings.explorer(run=widgets.run_table(browser))["verdict"].tolist() == [
         "nothing to read"]

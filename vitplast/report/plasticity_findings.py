@@ -1,10 +1,10 @@
-"""Plasticity findings, of notebooks 02, 02b and 06, as rows: 02 ``plasticity_ranking`` (with
-``layer_summaries`` and ``token_findings``, also 07's), 02b ``relative_suite``, 06 ``explorer``,
+"""Plasticity findings, of notebooks 02 and 02b, as rows: 02 ``plasticity_ranking`` (with
+``layer_summaries``, ``spread_rows`` and ``token_findings``, also 07's), 02b ``relative_suite``,
 and ``correlation_row`` (a per-task correlation with the paper's values). A row, its test, Holm
 family, power and verdict are ``vitplast.stats.verdicts``'s (``verdicts.table`` makes the rows a
 table, ``verdicts.render`` prints it); the other notebooks' builders are their own modules
 (``definition_findings``, ``bound_findings``, ``scale_findings``, ``relative_findings``,
-``finetuning_findings``, ``confound_findings``).
+``finetuning_findings``, ``confound_findings``, ``explorer_findings``).
 """
 
 from __future__ import annotations
@@ -26,17 +26,14 @@ from vitplast.stats.verdicts import (
     ORDER_HELD_TAU,
     PRECISE,
     SCALE_INVARIANT,
-    TIGHT,
-    checked,
     descriptive,
-    exact,
     mean_test,
     paired_test,
     same,
     table,
 )
 
-__all__ = ["RELATIVE_SUITE", "correlation_row", "explorer", "layer_summaries",
+__all__ = ["RELATIVE_SUITE", "correlation_row", "layer_summaries",
            "plasticity_ranking", "relative_suite", "relative_suite_orders", "spread_rows",
            "token_findings", "token_ratio_words"]
 
@@ -337,76 +334,3 @@ def relative_suite_orders(root, picked: pd.DataFrame, n_pairs: int = 256, *,
 
 
 # notebook 06 ---------------------------------------------------------------------------------
-
-def explorer(bounds_: pd.DataFrame | None = None, gamma: pd.DataFrame | None = None,
-             run: pd.DataFrame | None = None, tol: float = 1e-3) -> pd.DataFrame:
-    """Notebook 06's findings table, from the explorers' views (descriptive rows: exact
-    checks); each argument adds its section's rows (None: left out).
-
-    Args:
-        bounds_: ``widgets.bound_table`` (per layer and component: ``plasticity``,
-            ``max_rate``, ``bound``).
-        gamma: ``widgets.gamma_table`` (per scale ``c``: ``ratio``, ``bound_ratio``,
-            ``diff_preserved``, ``diff_raw``).
-        run: ``widgets.run_table`` (the results browser's run: ``metric``, ``step``,
-            ``value``).
-        tol: relative tolerance of "proportional to c", and the largest logit difference that
-            counts as "the same function".
-    """
-    rows = []
-    if bounds_ is not None:
-        held = bounds_["max_rate"] <= bounds_["bound"]
-        loose = (bounds_["bound"] / bounds_["plasticity"]).groupby(
-            bounds_["component"].astype(str), sort=False).median()
-        rows += [descriptive("largest measured rate <= its bound (Props. 1-3)",
-                             f"{int(held.sum())}/{len(held)}", paper="Props. 1-3: upper bounds",
-                             verdict=exact(bool(held.all())), n=len(held),
-                             unit="(layer, component)"),
-                 descriptive("bound / plasticity, median over layers, per component",
-                             ", ".join(f"{c} {r:.3g}" for c, r in loose.items()),
-                             paper="not reported", verdict=f"tight (< {TIGHT:g}) for: " + (
-                                 ", ".join(c for c, r in loose.items() if r < TIGHT) or "none"),
-                             n=len(bounds_), unit="(ratio, median per component)")]
-    if gamma is not None:
-        off = float(((gamma["ratio"] / gamma["c"]) - 1).abs().max())
-        kept, raw = float(gamma["diff_preserved"].max()), float(gamma["diff_raw"].min())
-        paper = "not in the paper (objection 3, docs/objections.md)"
-        rows += [descriptive("LayerNorm gamma, beta times c: |plasticity ratio / c - 1|, "
-                             "largest over c", off, paper=paper, verdict=checked(off <= tol),
-                             n=len(gamma), unit="(relative, over scales c)"),
-                 descriptive("largest |logit difference|: function-preserving rescale "
-                             "(smallest for the raw one beside it)",
-                             f"{kept:.2g} (raw: {raw:.2g})", paper=paper,
-                             verdict=checked(kept <= tol < raw), n=len(gamma),
-                             unit="(logits, over scales c)")]
-    rows += _run_rows(run) if run is not None else []
-    return table(rows)
-
-
-#: The recipe's global gradient-norm clip (``finetune.train``'s ``clip_grad_norm``): a logged
-#: global norm at or above it means clipping scaled that step's update.
-CLIP = 1.0
-
-
-def _run_rows(run: pd.DataFrame) -> list[dict]:
-    """The results browser's run: where its validation accuracy peaked, and how often its
-    global gradient norm sat at the clip."""
-    if not len(run):
-        return [descriptive("the run shown", "none: the store is empty", paper="not reported",
-                            verdict="nothing to read", n=0, unit="(runs)")]
-    val = run[run["metric"] == "val_acc"].dropna(subset=["value"]).sort_values("step")
-    norm = run[run["metric"] == "grad_norm"].dropna(subset=["value"])
-    best, last = int(val.loc[val["value"].idxmax(), "step"]), int(val["step"].max())
-    clipped = float((norm["value"] >= CLIP).mean()) if len(norm) else math.nan
-    return [
-        descriptive("the run shown: step of its best validation accuracy / its last evaluation",
-                    f"{best} / {last}", paper="not reported", n=len(val), unit="(steps)",
-                    verdict="best at the last evaluation: it may still have been improving when "
-                    "the step budget ended" if best == last else "it peaked before the step "
-                    "budget ended"),
-        descriptive(f"the run shown: share of logged steps whose global gradient norm is at or "
-                    f"above the clip ({CLIP:g})", clipped, paper="not reported",
-                    n=len(norm), unit="(fraction of logged steps)",
-                    verdict="clipping scaled most updates" if clipped > 0.5 else
-                    "clipping scaled some updates" if clipped > 0 else
-                    "clipping never acted")]
