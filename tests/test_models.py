@@ -166,6 +166,7 @@ def test_a_model_spec_carries_its_weights_to_every_load(tmp_path):
     returns (``model_spec``), read by every ``load_model(spec)``; the plain name is untouched
     (no state kept anywhere)."""
     import copy
+    import dataclasses
     import pickle
 
     source = models.load_model("test_vit", pretrained=False, img_size=32, patch_size=8)
@@ -186,14 +187,21 @@ def test_a_model_spec_carries_its_weights_to_every_load(tmp_path):
     assert models.load_model(spec, pretrained=False, img_size=64).patch_embed.img_size == (
         64, 64)  # an explicit argument wins
     assert models.load_model("test_vit", pretrained=False).patch_embed.img_size == (160, 160)
-    for same in (pickle.loads(pickle.dumps(spec)), copy.deepcopy(spec)):
+    rebuilt = weights.ModelSpec(spec.name, spec.weights_file, spec.model_args)
+    for same in (pickle.loads(pickle.dumps(spec)), copy.deepcopy(spec), rebuilt,
+                 dataclasses.replace(spec)):
         assert (same, same.weights_file, same.model_args) == (spec, path, spec.model_args)
         assert hash(same) == hash(spec)
+    assert dataclasses.asdict(spec) == {"name": "test_vit", "weights_file": path,
+                                        "model_args": {"img_size": 32, "patch_size": 8}}
+    renamed = dataclasses.replace(spec, name="vit_tiny_patch16_224")
+    assert (renamed.name, renamed.model_args) == ("vit_tiny_patch16_224", spec.model_args)
     with pytest.raises(AttributeError):  # frozen
         spec.weights_file = None
-    with pytest.raises(TypeError):  # read-only
-        spec.model_args["img_size"] = 64
-    weights.own(spec)["model_args"]["img_size"] = 64  # a copy: the spec keeps its own
+    with pytest.raises(AttributeError):
+        spec.model_args = {}
+    spec.model_args["img_size"] = 64  # each read is a copy: the spec keeps its own
+    weights.own(spec)["model_args"]["img_size"] = 64
     assert spec.model_args == {"img_size": 32, "patch_size": 8}
     assert models.weights_id(spec) != models.weights_id("test_vit") == "test_vit"
     plain = models.model_spec("test_vit", "", {})  # empty: the name itself
