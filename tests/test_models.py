@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from vitplast import hub, models, weights
+from vitplast import files, hub, models, weights
 from vitplast.datasets import data
 from vitplast.train import passes
 
@@ -139,26 +139,10 @@ def test_device_none_picks_cuda_when_present(monkeypatch):
     assert [str(d) for d in picked] == ["cuda", "cpu"]
 
 
-def test_results_root_from_a_checkout_or_the_environment(tmp_path, monkeypatch):
-    from vitplast.experiments import studies
-
-    monkeypatch.delenv(models.DATA_ENV, raising=False)
-    checkout = models.Path(models.__file__).resolve().parents[1] / "data"
-    assert models.results_root("finetune") == checkout / "finetune"
-    assert (studies.get("main").root(), studies.get("confounds").root()) == (
-        checkout / "finetune", checkout / "confounds")
-    monkeypatch.setenv(models.DATA_ENV, str(tmp_path))
-    assert models.results_root("confounds") == tmp_path / "confounds"
-    with pytest.raises(FileNotFoundError, match="VITPLAST_DATA"):
-        models.require_results(tmp_path / "confounds")
-    (tmp_path / "confounds").mkdir()
-    assert models.require_results(tmp_path / "confounds") == tmp_path / "confounds"
-
-
 def test_manifest_lists_sha256_of_each_file():
     manifest = json.loads(models.MANIFEST.read_text())
     for entry in manifest["checkpoints"].values():
-        assert models.sha256(models.DATA_DIR / entry["file"]) == entry["sha256"]
+        assert files.sha256(models.DATA_DIR / entry["file"]) == entry["sha256"]
 
 
 def test_a_model_spec_carries_its_weights_to_every_load(tmp_path):
