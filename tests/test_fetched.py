@@ -133,6 +133,10 @@ def test_not_fetched_says_how_to_get_it(cache):
     models.check_name(NAME)  # a known name: no timm lookup
     with pytest.raises(ValueError, match=f"valid: \\['{NAME}'\\]"):
         fetched.check_name("dinov2-large")
+    files.write_json(fetched.folder(NAME) / "manifest.json", {"sha256": "0" * 64})  # no file
+    with pytest.raises(FileNotFoundError, match=f"`vitplast weights get {NAME}`"):
+        fetched.path(NAME)
+    assert not fetched.present(NAME)
 
 
 def test_a_file_changed_after_conversion_is_refused(wheel, cache):
