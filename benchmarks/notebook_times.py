@@ -49,12 +49,12 @@ CORES = 2
 def _seed_fashion_mnist(cache: Path) -> None:
     """Without the Debian package, copy the raw Fashion-MNIST files of the current cache into
     ``cache`` (offline machines); with it, leave ``cache`` empty as a fresh checkout is."""
-    from vitplast import models
+    from vitplast import files
     from vitplast.datasets import data
 
     if data.DEBIAN_FASHION_MNIST.is_dir():
         return
-    source = models.cache_dir() / RAW
+    source = files.cache_dir() / RAW
     if not source.is_dir():
         raise SystemExit(f"Fashion-MNIST not found in {data.DEBIAN_FASHION_MNIST} nor {source}: "
                          "run `make data` first")

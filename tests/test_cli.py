@@ -9,7 +9,7 @@ import torch
 from helpers import with_spec
 
 import vitplast
-from vitplast import models
+from vitplast import files, models
 from vitplast.__main__ import _parser, main
 from vitplast.experiments import results, studies
 from vitplast.experiments.runs import run_hash
@@ -164,7 +164,7 @@ def test_an_option_refused_starts_no_cluster_job(bad, tmp_path, fake_runs, monke
 
 
 def test_absent_results_stores_are_named_not_read_as_empty(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(models.DATA_ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setenv(files.DATA_ENV, str(tmp_path / "nowhere"))
     for command in (["sweep", "--status"], ["sweep", "--study", "budget"], ["sweep"],
                     ["sweep", "--root", str(tmp_path / "none"), "--status"]):
         with pytest.raises(SystemExit) as err:

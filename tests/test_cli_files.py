@@ -4,14 +4,14 @@ as said (``VITPLAST_CACHE``, ``XDG_CACHE_HOME``), refusing a folder that is not 
 
 import pytest
 
-from vitplast import files, models
+from vitplast import files
 from vitplast.__main__ import main
 from vitplast.cli_files import cache_parts
 from vitplast.experiments import archive
 
 
 def test_pack_then_unpack_print_the_lines_to_follow(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(models.DATA_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(files.DATA_ENV, str(tmp_path / "data"))
     for store in archive.shipped_stores():
         (tmp_path / "data" / store).mkdir(parents=True)
         (tmp_path / "data" / store / "README.md").write_text(store)
@@ -28,7 +28,7 @@ def test_pack_then_unpack_print_the_lines_to_follow(tmp_path, monkeypatch, capsy
 
 
 def test_data_errors_are_one_line_naming_the_fix(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(models.DATA_ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setenv(files.DATA_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(SystemExit) as done:
         main(["data", "pack", str(tmp_path / "dist")])
     assert done.value.code == 2 and "VITPLAST_DATA=FOLDER" in capsys.readouterr().err
@@ -93,14 +93,14 @@ def test_an_installed_copy_s_cache_follows_xdg_cache_home(tmp_path, monkeypatch,
     installed = tmp_path / "site-packages" / "vitplast"  # no pyproject.toml above it
     monkeypatch.setattr(files, "__file__", str(installed / "files.py"))  # cache_dir's home
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert models.cache_dir() == tmp_path / "xdg" / "vitplast"
+    assert files.cache_dir() == tmp_path / "xdg" / "vitplast"
     main(["cache", "info"])
     assert capsys.readouterr().out.splitlines()[0] == (
         f"cache: {tmp_path / 'xdg' / 'vitplast'} (under XDG_CACHE_HOME; VITPLAST_CACHE=FOLDER "
         "moves it)")
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert models.cache_dir() == tmp_path / "home" / ".cache" / "vitplast"
+    assert files.cache_dir() == tmp_path / "home" / ".cache" / "vitplast"
 
 
 def test_the_readme_shows_the_two_lines_and_the_cache_commands():

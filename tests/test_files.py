@@ -81,3 +81,21 @@ def test_read_checked_checks_each_version_of_a_file_once(tmp_path):
     assert len(calls) == 2
     assert read_checked(tmp_path / "none.json", "t", check) == (None, ["not ok"])
     assert read_checked(tmp_path / "none.json", "t", check)[0] is None and len(calls) == 4
+
+
+def test_results_root_from_a_checkout_or_the_environment(tmp_path, monkeypatch):
+    """The shipped stores: a checkout's ``data/`` unless ``$VITPLAST_DATA`` names another
+    folder; ``require_results`` says how to get one that is absent."""
+    from vitplast.experiments import studies
+
+    monkeypatch.delenv(files.DATA_ENV, raising=False)
+    checkout = Path(vitplast.__file__).resolve().parents[1] / "data"
+    assert files.results_root("finetune") == checkout / "finetune"
+    assert (studies.get("main").root(), studies.get("confounds").root()) == (
+        checkout / "finetune", checkout / "confounds")
+    monkeypatch.setenv(files.DATA_ENV, str(tmp_path))
+    assert files.results_root("confounds") == tmp_path / "confounds"
+    with pytest.raises(FileNotFoundError, match="VITPLAST_DATA"):
+        files.require_results(tmp_path / "confounds")
+    (tmp_path / "confounds").mkdir()
+    assert files.require_results(tmp_path / "confounds") == tmp_path / "confounds"

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from vitplast import hub, models, weights
+from vitplast import files, hub, models, weights
 from vitplast.datasets import data
 from vitplast.train import passes
 
@@ -139,26 +139,10 @@ def test_device_none_picks_cuda_when_present(monkeypatch):
     assert [str(d) for d in picked] == ["cuda", "cpu"]
 
 
-def test_results_root_from_a_checkout_or_the_environment(tmp_path, monkeypatch):
-    from vitplast.experiments import studies
-
-    monkeypatch.delenv(models.DATA_ENV, raising=False)
-    checkout = models.Path(models.__file__).resolve().parents[1] / "data"
-    assert models.results_root("finetune") == checkout / "finetune"
-    assert (studies.get("main").root(), studies.get("confounds").root()) == (
-        checkout / "finetune", checkout / "confounds")
-    monkeypatch.setenv(models.DATA_ENV, str(tmp_path))
-    assert models.results_root("confounds") == tmp_path / "confounds"
-    with pytest.raises(FileNotFoundError, match="VITPLAST_DATA"):
-        models.require_results(tmp_path / "confounds")
-    (tmp_path / "confounds").mkdir()
-    assert models.require_results(tmp_path / "confounds") == tmp_path / "confounds"
-
-
 def test_manifest_lists_sha256_of_each_file():
     manifest = json.loads(models.MANIFEST.read_text())
     for entry in manifest["checkpoints"].values():
-        assert models.sha256(models.DATA_DIR / entry["file"]) == entry["sha256"]
+        assert files.sha256(models.DATA_DIR / entry["file"]) == entry["sha256"]
 
 
 def test_a_model_spec_carries_its_weights_to_every_load(tmp_path):
@@ -166,6 +150,7 @@ def test_a_model_spec_carries_its_weights_to_every_load(tmp_path):
     returns (``model_spec``), read by every ``load_model(spec)``; the plain name is untouched
     (no state kept anywhere)."""
     import copy
+    import dataclasses
     import pickle
 
     source = models.load_model("test_vit", pretrained=False, img_size=32, patch_size=8)
@@ -186,14 +171,21 @@ def test_a_model_spec_carries_its_weights_to_every_load(tmp_path):
     assert models.load_model(spec, pretrained=False, img_size=64).patch_embed.img_size == (
         64, 64)  # an explicit argument wins
     assert models.load_model("test_vit", pretrained=False).patch_embed.img_size == (160, 160)
-    for same in (pickle.loads(pickle.dumps(spec)), copy.deepcopy(spec)):
+    rebuilt = weights.ModelSpec(spec.name, spec.weights_file, spec.model_args)
+    for same in (pickle.loads(pickle.dumps(spec)), copy.deepcopy(spec), rebuilt,
+                 dataclasses.replace(spec)):
         assert (same, same.weights_file, same.model_args) == (spec, path, spec.model_args)
         assert hash(same) == hash(spec)
+    assert dataclasses.asdict(spec) == {"name": "test_vit", "weights_file": path,
+                                        "model_args": {"img_size": 32, "patch_size": 8}}
+    renamed = dataclasses.replace(spec, name="vit_tiny_patch16_224")
+    assert (renamed.name, renamed.model_args) == ("vit_tiny_patch16_224", spec.model_args)
     with pytest.raises(AttributeError):  # frozen
         spec.weights_file = None
-    with pytest.raises(TypeError):  # read-only
-        spec.model_args["img_size"] = 64
-    weights.own(spec)["model_args"]["img_size"] = 64  # a copy: the spec keeps its own
+    with pytest.raises(AttributeError):
+        spec.model_args = {}
+    spec.model_args["img_size"] = 64  # each read is a copy: the spec keeps its own
+    weights.own(spec)["model_args"]["img_size"] = 64
     assert spec.model_args == {"img_size": 32, "patch_size": 8}
     assert models.weights_id(spec) != models.weights_id("test_vit") == "test_vit"
     plain = models.model_spec("test_vit", "", {})  # empty: the name itself

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vitplast import fetched, models, onnx_vit
+from vitplast import fetched, files, models, onnx_vit
 
 NAME = "dinov2-small"
 #: DINOv2 ViT-S/14's backbone without its mask token: 22,056,192 parameters with the 37 x 37
@@ -42,7 +42,7 @@ def _real_graph():
     for file in candidates:
         if not file.is_file():
             continue
-        digest = models.sha256(file)
+        digest = files.sha256(file)
         if digest not in (entry.wheel_sha256, entry.member_sha256):
             pytest.skip(f"{file} is not the pinned wheel or graph (sha256 {digest})")
         if digest == entry.wheel_sha256:

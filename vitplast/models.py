@@ -23,8 +23,7 @@ Whether the hub is reachable, and reading its cache only when it is not, is
 ``vitplast.hub``'s.
 
 The shipped study results are not package data (they are large): ``files.results_root`` finds
-them in a checkout's ``data/``, or under ``$VITPLAST_DATA`` (``models.results_root``,
-``require_results``, ``cache_dir``: the same functions of ``vitplast.files``, for older callers).
+them in a checkout's ``data/``, or under ``$VITPLAST_DATA``.
 """
 
 from __future__ import annotations
@@ -35,14 +34,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from vitplast import fetched, weights
-from vitplast.files import (  # noqa: F401 (models.cache_dir, .results_root...: older callers)
-    DATA_ENV,
-    cache_dir,
-    require_results,
-    results_root,
-    sha256,
-)
+from vitplast import fetched, files, weights
 from vitplast.hub import cache_only, hub_reachable, maybe_cached
 
 if TYPE_CHECKING:  # timm is imported where a model is built: a sweep submits its cluster
@@ -160,7 +152,7 @@ def _load_embedded(checkpoint: str, num_classes: int | None, folder: Path | None
             "; an installed copy ships the final checkpoint of this folder only, the others are "
             "in a checkout's vitplast/checkpoints/")
         raise FileNotFoundError(f"{path} is missing (listed in {MANIFEST.name}){shipped}")
-    digest = sha256(path)
+    digest = files.sha256(path)
     if digest != entry["sha256"]:
         raise ValueError(f"{path} is corrupt or was changed: sha256 {digest} differs from "
                          f"the manifest's {entry['sha256']}. Restore it (`git checkout -- "

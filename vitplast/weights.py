@@ -18,47 +18,67 @@ timm's own parser before anything is built.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import math
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 
 import torch
 
 
 def check_model_args(model_args) -> dict:
-    """``model_args`` (timm keyword arguments: a dict with str keys; ``None`` or empty: none)
-    as a plain dict, else ``ValueError`` naming what it takes."""
+    """``model_args`` (timm keyword arguments: a dict, or any mapping, with str keys; ``None``
+    or empty: none) as a new plain dict, else ``ValueError`` naming what it takes."""
     if model_args is None:
         return {}
-    if not isinstance(model_args, dict) or not all(isinstance(k, str) for k in model_args):
+    if not isinstance(model_args, Mapping) or not all(isinstance(k, str) for k in model_args):
         raise ValueError(f"model_args takes a dict of timm keyword arguments, e.g. "
                          f"{{'img_size': 32, 'patch_size': 4, 'num_classes': 10}}; got "
                          f"{model_args!r} ({type(model_args).__name__})")
     return dict(model_args)
 
 
+class _Args:
+    """A ``ModelSpec``'s ``model_args`` field: checked when set (``check_model_args``), kept as
+    a sorted tuple of items (immutable and picklable, so ``asdict``, ``replace``, ``copy`` and
+    ``pickle`` all work) and read as a new dict (a deep copy: the spec shares no list). A data
+    descriptor as a dataclass field's default: the dataclass calls ``__set__`` in ``__init__``
+    and takes ``__get__(None, cls)`` (None: no arguments) as the default."""
+
+    def __set_name__(self, owner, name):
+        self._name = "_" + name
+
+    def __get__(self, spec, owner=None):
+        return None if spec is None else copy.deepcopy(dict(getattr(spec, self._name)))
+
+    def __set__(self, spec, value):
+        args = copy.deepcopy(check_model_args(value))
+        object.__setattr__(spec, self._name, tuple(sorted(args.items())))
+
+
 @dataclass(frozen=True, eq=True)
 class ModelSpec:
     """A model name with the ``weights_file`` (a path or None) and ``model_args`` (timm keyword
-    arguments, read-only) it loads with, as one value: what a notebook's setup returns for
-    one's own weights (``models.model_spec`` checks it) and passes wherever its model is
-    loaded, e.g. ``models.load_model(spec)``, ``models.weights_id(spec)`` or the model of
-    ``measure.empirical.plasticity_study``. A function that takes one takes ``str | ModelSpec``
+    arguments; each read gives a new dict) it loads with, as one value: what a notebook's setup
+    returns for one's own weights (``models.model_spec`` checks it) and passes wherever its
+    model is loaded, e.g. ``models.load_model(spec)``, ``models.weights_id(spec)`` or the model
+    of ``measure.empirical.plasticity_study``. A function that takes one takes ``str | ModelSpec``
     (``name_of`` gives the name, ``own`` the rest).
 
     It is no string: ``spec == "vit_tiny_patch16_224"`` is False. ``str(spec)`` is its name,
     which is what a table's ``model`` column and the JSON of a cache key write
-    (``models.weights_id`` tells the weights of two specs of one name apart). Immutable.
+    (``models.weights_id`` tells the weights of two specs of one name apart). Immutable, and a
+    dataclass like any other: ``dataclasses.replace``, ``asdict`` and ``ModelSpec(s.name,
+    s.weights_file, s.model_args)`` work.
     """
 
     name: str
     weights_file: Path | None = None
-    model_args: Mapping = field(default_factory=dict)
+    model_args: Mapping = _Args()
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -66,17 +86,12 @@ class ModelSpec:
                              f"{self.name!r}")
         object.__setattr__(self, "weights_file",
                            Path(self.weights_file) if self.weights_file else None)
-        object.__setattr__(self, "model_args",
-                           MappingProxyType(check_model_args(self.model_args)))
 
     def __str__(self) -> str:
         return self.name
 
     def __hash__(self) -> int:  # model_args may hold unhashable values (lists)
         return hash((self.name, self.weights_file))
-
-    def __reduce__(self):  # a read-only mapping does not pickle: its dict does
-        return ModelSpec, (self.name, self.weights_file, dict(self.model_args))
 
 
 def name_of(model: str | ModelSpec) -> str:
@@ -88,7 +103,7 @@ def own(model: str | ModelSpec) -> dict:
     """What ``model`` loads with when given nothing else: a ``ModelSpec``'s ``weights_file``
     (a path or None) and ``model_args`` (a new dict, maybe empty); a plain name's are none."""
     if isinstance(model, ModelSpec):
-        return dict(weights_file=model.weights_file, model_args=dict(model.model_args))
+        return dict(weights_file=model.weights_file, model_args=model.model_args)
     return dict(weights_file=None, model_args={})
 
 

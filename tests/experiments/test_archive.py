@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from helpers import TINY
 
-from vitplast import models
+from vitplast import files
 from vitplast.experiments import archive, results, runs, studies, sweep
 from vitplast.experiments.store import Store
 from vitplast.measure.fingerprint import measuring
@@ -25,7 +25,7 @@ def data(tmp_path, monkeypatch, fake_train):
     in ``finetune``, with a companion, a README and what a sweep leaves behind (its lock, a
     young temp file); the other stores hold a README only."""
     root = tmp_path / "data"
-    monkeypatch.setenv(models.DATA_ENV, str(root))
+    monkeypatch.setenv(files.DATA_ENV, str(root))
     for store in archive.shipped_stores():
         (root / store).mkdir(parents=True)
         (root / store / "README.md").write_text(f"# {store}\n")
@@ -67,7 +67,7 @@ def test_pack_unpack_and_read_back(data, tmp_path, monkeypatch):
     assert dest == tmp_path / "installed"
     assert sorted(p.name for p in dest.iterdir()) == sorted(archive.shipped_stores())  # no debris
     before = results.records_table(data / "finetune")
-    monkeypatch.setenv(models.DATA_ENV, str(dest))  # what the user exports
+    monkeypatch.setenv(files.DATA_ENV, str(dest))  # what the user exports
     after = results.records_table(studies.get("main").root())
     assert studies.get("main").root() == dest / "finetune"
     assert len(after) == 2 and after["run"].tolist() == before["run"].tolist()

@@ -114,7 +114,7 @@ def test_the_identity_is_kept_beside_the_study_and_computed_again_when_an_input_
 def test_notebook_07s_identity_is_read_from_the_shipped_companions(monkeypatch):
     """A fresh clone does not train 07's identity runs: the shipped gauge study holds them
     for the notebook's tasks, steps and chosen LRs (computing here fails the test)."""
-    from vitplast import cached, models
+    from vitplast import cached, files
     from vitplast.course import notebooks
     from vitplast.experiments import studies
 
@@ -124,7 +124,7 @@ def test_notebook_07s_identity_is_read_from_the_shipped_companions(monkeypatch):
     monkeypatch.setattr(cached, "_as_kept", computed)
     p = notebooks.notebook_parameters("07_suite")
     gauge = studies.get("gauge")
-    root = models.require_results(gauge.root())
+    root = files.require_results(gauge.root())
     ident = cross_gauge.identity(gauge.load(root).runs, p["identity_tasks"],
                                  steps=p["identity_steps"], root=root)
     assert len(ident) == len(p["identity_tasks"]) * len(cross_gauge.GAUGE_CHANGED)

@@ -55,13 +55,11 @@ def test_the_registry_imports_no_torch():
 def test_a_smoke_study_is_derived_from_its_full_study():
     """The smoke versions replace a few fields of their full study's spec and keep the rest
     (primaries included); they go to the cache and compare with their baselines' smoke."""
-    from vitplast import models
-
     for name in ("main", "confounds"):
         full, smoke = studies.get(name), studies.get(f"{name}-smoke")
         assert smoke == studies.smoke(full) and type(smoke) is type(full)
         assert smoke.primaries == full.primaries and smoke.spec != full.spec
-        assert not smoke.shipped and smoke.root() == models.cache_dir() / f"{full.folder}-smoke"
+        assert not smoke.shipped and smoke.root() == files.cache_dir() / f"{full.folder}-smoke"
     assert studies.get("confounds-smoke").spec.target == studies.get("confounds").spec.target
     assert studies.get("confounds-smoke").baselines == studies.get("main-smoke")
     assert len(studies.get("main-smoke").runs()) == 7 * 2  # seconds long
@@ -168,9 +166,7 @@ def test_shipped_runs_table_agrees_with_the_shipped_records(study):
 
 def test_a_study_lists_its_runs_from_its_spec_and_runtime():
     assert studies.get("main").runs("unused") == grid_runs(studies.get("main").spec)
-    from vitplast import models
-
-    assert studies.get("main").root() == models.results_root("finetune")
+    assert studies.get("main").root() == files.results_root("finetune")
     paper = studies.get("paper").runs(None, Runtime(data_root="/data",
                                                     weights_file="w.safetensors"))
     assert len(paper) == 11 * 7 * 4 * 3 and {r["steps"] for r in paper} == {4_000, 5_000,
@@ -197,8 +193,6 @@ def test_shipped_searched_records_are_runs_of_their_study(name):
     every record is a run of a setting of the study on the ladder (or its fixed grid),
     finished (ok or diverged), from a new head; identical runs of the stores it reuses are
     their records, copied."""
-    from vitplast import models
-
     study = studies.get(name)
     root = study.root()
     asked = {run_hash(r) for r in study.runs(root)}
@@ -208,7 +202,7 @@ def test_shipped_searched_records_are_runs_of_their_study(name):
     assert {r["status"] for r in records} <= {"ok", "diverged"}
     assert max(r["initial_val_acc"] for r in records) <= 0.6  # chance: 1/26 .. 1/2
     for r in records:  # a copied record is byte for byte its source's
-        for source in (models.results_root(s) for s in study.spec.reuse):
+        for source in (files.results_root(s) for s in study.spec.reuse):
             if Store(source).has(r["run"]):
                 assert files.read_json(Store(source).path(r["run"])) == r
 

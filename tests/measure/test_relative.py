@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import tiny_vit
 
-from vitplast import models
+from vitplast import files, models
 from vitplast.measure import gauge, plasticity, rates, relative
 from vitplast.measure.components import COMPONENTS, component_modules
 from vitplast.measure.pairs import Pairs
@@ -144,7 +144,7 @@ def test_notebook_02b_reads_every_measurement_of_its_profiles_from_the_shipped_c
     for profile in ("default", "smoke"):
         p = {**notebooks.notebook_parameters("02b_gauge"),
              **notebooks.PROFILES[profile].get("02b_gauge", {})}
-        kept = models.require_results(models.results_root(p["measured_dir"]))
+        kept = files.require_results(files.results_root(p["measured_dir"]))
         folder = models.pretrained_folder(p["recipe_folder"])
         where = dict(source=p["source"], data_root=p["data_root"])
         c = max(p["gauge_cs"])

@@ -25,7 +25,7 @@ import json
 import os
 from pathlib import Path
 
-from vitplast import models, weights
+from vitplast import files, models, weights
 from vitplast.datasets import tasks
 from vitplast.experiments import archive, studies
 
@@ -166,13 +166,13 @@ def data_message(notebook: str, missing: list[tuple[str | None, studies.Study]])
     """One line: which shipped stores ``notebook`` needs, that ``VITPLAST_DATA`` points at a
     folder holding them, and how to make one or name each store."""
     folders = list(dict.fromkeys(f"{s.folder}/" for _, s in missing))
-    where = (f"{models.DATA_ENV}={os.environ[models.DATA_ENV]}" if os.environ.get(
-        models.DATA_ENV) else f"{models.DATA_ENV} is not set and there is no checkout data/")
+    where = (f"{files.DATA_ENV}={os.environ[files.DATA_ENV]}" if os.environ.get(
+        files.DATA_ENV) else f"{files.DATA_ENV} is not set and there is no checkout data/")
     own = [f"-p {p} FOLDER" for p, _ in missing if p]
     return (f"{notebook} reads the shipped study results {', '.join(folders)} (studies "
             f"{', '.join(dict.fromkeys(s.name for _, s in missing))}), not found ({where}): "
             "an installed copy does not hold them. Set "
-            f"{models.DATA_ENV}=FOLDER holding {' and '.join(folders)} (a checkout's data/, or "
+            f"{files.DATA_ENV}=FOLDER holding {' and '.join(folders)} (a checkout's data/, or "
             "`vitplast data unpack ARCHIVE FOLDER` of a checkout's `vitplast data pack DIR`)"
             + (f", or give each store's folder ({', '.join(own)})" if own else "") + ".")
 
@@ -180,11 +180,11 @@ def data_message(notebook: str, missing: list[tuple[str | None, studies.Study]])
 def kept_folder(measured_dir: str, model_name: str = models.EMBEDDED_NAME) -> Path | None:
     """Where a notebook keeps its measurements of the embedded model (``cached.kept_table``'s
     ``root``): ``measured_dir`` as a folder, else the shipped store of that name
-    (``models.results_root``: a checkout's ``data/``); None (the user's cache) for another
+    (``files.results_root``: a checkout's ``data/``); None (the user's cache) for another
     model, an empty ``measured_dir``, or a folder that is not there (an installed copy)."""
     if model_name != models.EMBEDDED_NAME or not measured_dir:
         return None
-    return next((p for p in (Path(measured_dir), models.results_root(measured_dir))
+    return next((p for p in (Path(measured_dir), files.results_root(measured_dir))
                  if p.is_dir()), None)
 
 

@@ -27,8 +27,8 @@ import torch
 from torch.utils.data import Dataset
 
 from vitplast.datasets import corruptions
-from vitplast.files import atomic_path
-from vitplast.models import FASHION_MNIST_MEAN, FASHION_MNIST_STD, cache_dir
+from vitplast.files import atomic_path, cache_dir
+from vitplast.models import FASHION_MNIST_MEAN, FASHION_MNIST_STD
 
 # FASHION_MNIST_MEAN, FASHION_MNIST_STD: the embedded model's input normalisation, defined with
 # it in ``models`` and imported here for the images they describe.

@@ -29,10 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from vitplast import __version__, models
+from vitplast import __version__
 from vitplast.experiments import studies
 from vitplast.experiments.store import Store
-from vitplast.files import atomic_path
+from vitplast.files import atomic_path, require_results, results_root, sha256
 
 #: Files of a store that never travel: the lock, claims of runs in flight, temp files.
 SKIPPED = ("*.lock", "*.claim", ".*")
@@ -75,23 +75,23 @@ def _check_store(root: Path) -> None:
 
 
 def pack(dest: str | Path) -> Path:
-    """Write every shipped store (``shipped_stores``, read where ``models.results_root`` finds
+    """Write every shipped store (``shipped_stores``, read where ``files.results_root`` finds
     them: a checkout's ``data/``, or ``$VITPLAST_DATA``) into ``dest/vitplast-data-<version>
     .tar.gz``, atomically; return its path.
 
     Raises:
-        FileNotFoundError: a shipped store is absent (``models.require_results``'s message).
+        FileNotFoundError: a shipped store is absent (``files.require_results``'s message).
         ValueError: a store holds files its schema refuses (``Store.audit``), e.g. during a
             sweep.
     """
-    roots = {store: models.require_results(models.results_root(store))
+    roots = {store: require_results(results_root(store))
              for store in shipped_stores()}
     for root in roots.values():
         _check_store(root)
     top = archive_name()
     manifest = dict(archive=top, stores={
         store: dict(studies=names, files={name: dict(bytes=p.stat().st_size,
-                                                     sha256=models.sha256(p))
+                                                     sha256=sha256(p))
                                           for name, p in _files(roots[store]).items()})
         for store, names in shipped_stores().items()})
     target = Path(dest) / f"{top}.tar.gz"
@@ -166,7 +166,7 @@ def _check_unpacked(root: Path, files: dict[str, dict]) -> None:
                          f"{sorted(found - set(files))[:5]}")
     for name, entry in files.items():
         path = root / name
-        if path.stat().st_size != entry["bytes"] or models.sha256(path) != entry["sha256"]:
+        if path.stat().st_size != entry["bytes"] or sha256(path) != entry["sha256"]:
             raise ValueError(f"{root.name}/{name} differs from the archive's manifest (size or "
                              "sha256): the archive is damaged; pack it again")
     _check_store(root)

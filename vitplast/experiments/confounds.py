@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from vitplast import cached, models
+from vitplast import cached, files, models
 from vitplast.experiments import results, runs, store
 from vitplast.experiments.confound_variants import (
     Variant,
@@ -41,7 +41,7 @@ from vitplast.train.configurations import trainable_names
 def part_runs(spec: Confound, root: str | Path | None = None) -> dict[str, list[dict]]:
     """The runs of each part of a confound study's spec (``studies.get("confounds").spec``),
     in its order, with the LayerNorm scales stored under ``root`` (default: where the confound
-    study is shipped, ``models.results_root``, as it is when called; read, never measured:
+    study is shipped, ``files.results_root``, as it is when called; read, never measured:
     ``study_scales``). The variants' counts come from the embedded architecture (random
     weights: no checkpoint is read).
 
@@ -49,7 +49,7 @@ def part_runs(spec: Confound, root: str | Path | None = None) -> dict[str, list[
         FileNotFoundError: the scales are not measured yet (``measure_scales``, named).
         ValueError: an ``lrs`` name or pattern of a part that matches no variant.
     """
-    scales = study_scales(root or models.results_root("confounds"), spec.scale_tasks,
+    scales = study_scales(root or files.results_root("confounds"), spec.scale_tasks,
                           target=spec.target, n_pairs=spec.n_pairs)["scales"]
     table = all_variants(models.load_model(models.EMBEDDED_NAME, pretrained=False,
                                            num_classes=10, device="cpu"), scales)

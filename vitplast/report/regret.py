@@ -24,7 +24,7 @@ import math
 import pandas as pd
 from scipy import stats
 
-from vitplast import models
+from vitplast import files, models
 from vitplast.experiments import studies
 from vitplast.experiments.advise import PLASTICITY_RULES, RULES, candidates, rank_tasks
 from vitplast.experiments.lr_selection import select_lr
@@ -228,7 +228,7 @@ def on_study(study: str = "suite", root=None) -> pd.DataFrame:
     33), from the rankings stored beside its runs (``experiments.advise.rank_tasks``; computed
     where missing) and its chosen runs (``SearchedStudy.load``): no new finetuning."""
     s = studies.get(study)
-    root = root or models.results_root(study)
+    root = root or files.results_root(study)
     o = oracle_of(s.load(root).runs)
     return regret(rank_tasks(models.EMBEDDED_NAME, list(dict.fromkeys(o["task"])), root=root), o)
 
@@ -239,7 +239,7 @@ def under_gauge(study: str = "gauge", plain: str = "suite") -> pd.DataFrame:
     spec = studies.get(study).spec
     c = next(v["ablation"]["c"] for v in spec.configs.values() if isinstance(v, dict))
     def ranked(name: str, **kw) -> pd.DataFrame:
-        return rank_tasks(models.EMBEDDED_NAME, list(spec.tasks), root=models.results_root(name),
+        return rank_tasks(models.EMBEDDED_NAME, list(spec.tasks), root=files.results_root(name),
                           **kw)
 
     return pick_changes(ranked(plain), ranked(study, c=c))

@@ -104,7 +104,7 @@ def pretrain(out_dir: str | Path = models.DATA_DIR, *, stages=STAGES,
             save_file(state, str(tmp))
         test_loss, test_acc = passes.evaluate(model, test_set, device=device)
         manifest["checkpoints"][name] = dict(
-            file=path.name, sha256=models.sha256(path), epoch=step / steps_per_epoch, step=step,
+            file=path.name, sha256=files.sha256(path), epoch=step / steps_per_epoch, step=step,
             test_acc=test_acc, test_loss=test_loss,
             test_acc_first1000=passes.evaluate(model, first, device=device)[1],
             seconds=round(time.perf_counter() - start, 1))
