@@ -44,6 +44,7 @@ from vitplast.cached import kept_table
 from vitplast.inputs import check_count
 from vitplast.measure import bounds, plasticity, rates
 from vitplast.measure.components import component_modules
+from vitplast.measure.fingerprint import stamp
 from vitplast.measure.gauge import rescale_stream
 
 _KEYS = ("model", "task", "checkpoint", "protocol")
@@ -225,4 +226,4 @@ def cached(name: str, key: dict, compute, root=None) -> pd.DataFrame:
     """
     if "model" in key:
         key = dict(key, weights=models.weights_id(key["model"], [key.get("checkpoint") or "final"]))
-    return kept_table(f"intervals-{name}", key, compute, root)
+    return kept_table(f"intervals-{name}", key, compute, root, **stamp())

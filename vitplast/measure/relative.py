@@ -56,6 +56,7 @@ from vitplast import cached, models
 from vitplast.measure import empirical
 from vitplast.measure.components import TABLE, names
 from vitplast.measure.empirical import SOURCE
+from vitplast.measure.fingerprint import stamp
 from vitplast.measure.gauge import rescale_stream
 from vitplast.measure.plasticity import measurement, order
 
@@ -197,7 +198,7 @@ def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
     key = dict(tasks=list(tasks), folder=folder.name, sha256=final["sha256"],
                protocols=list(protocols), source=source, data_root=data_root, n_pairs=n_pairs,
                weights=models.weights_id(models.EMBEDDED_NAME, ("final", "init")))
-    return cached.kept_table("relative-models", key, compute, root)
+    return cached.kept_table("relative-models", key, compute, root, **stamp())
 
 
 def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
@@ -213,4 +214,4 @@ def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
     key = dict(model=models.EMBEDDED_NAME, task=task, c=float(c), source=source,
                data_root=data_root, n_pairs=n_pairs,
                weights=models.weights_id(models.EMBEDDED_NAME))
-    return cached.kept_table("relative-gauge", key, compute, root)
+    return cached.kept_table("relative-gauge", key, compute, root, **stamp())
