@@ -1,5 +1,6 @@
-"""The paper's measurements on a real pretrained ViT: DINOv2 ViT-S/14, fetched by
-``vitplast weights get dinov2-small`` (``vitplast.fetched``).
+"""The paper's measurements on a real pretrained ViT with DINOv2 ViT-S/14's architecture
+(weights of unknown pretraining: ``vitplast.fetched``), fetched by ``vitplast weights get
+dinov2-small``.
 
 Paper: section 4 (Fig. 2, Takeaway 2), Props. 1-4 (Takeaway 1), and the gauge (not in the paper:
 ``vitplast.measure.gauge``, ``vitplast.measure.relative``).
