@@ -90,6 +90,7 @@ def test_write_read_round_trip_and_missing_store(tiny, tmp_path):
     back = real.read(tmp_path)
     assert back["meta"] == dict(meta, measuring=fingerprint.measuring())  # stamped by write
     pd.testing.assert_frame_equal(back["gauge"], tiny["gauge"])
+    assert "ln1_plugin" in back["stream"] and "ln1_bound" not in back["stream"]  # as shown
     files.write_json(tmp_path / real.FOLDER / "meta.json", dict(meta, measuring="m0-other"))
     with pytest.warns(UserWarning, match="other measuring code"):
         real.read(tmp_path)

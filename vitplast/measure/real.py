@@ -166,9 +166,11 @@ def write(tables: dict[str, pd.DataFrame], root: str | Path, meta: dict) -> Path
 
 
 def read(root: str | Path) -> dict:
-    """The stored tables and ``meta`` (``write``); ``FileNotFoundError`` naming the command
-    that makes them when they are absent, a warning when ``meta["measuring"]`` is not this
-    measuring code's fingerprint (``fingerprint.measuring``)."""
+    """The stored tables and ``meta`` (``write``), ``stream`` with its columns named as shown
+    (``stream.shown``: the plug-in ``ln1_plugin``, stored as ``ln1_bound``);
+    ``FileNotFoundError`` naming the command that makes them when they are absent, a warning
+    when ``meta["measuring"]`` is not this measuring code's fingerprint
+    (``fingerprint.measuring``)."""
     folder = Path(root) / FOLDER
     meta = files.read_json(folder / "meta.json")
     if meta is None:
@@ -180,7 +182,7 @@ def read(root: str | Path) -> dict:
                       f"({meta.get('measuring')!r}, this code: {fingerprint.measuring()!r}): "
                       "remake them with `vitplast weights measure dinov2-small`", stacklevel=2)
     out = {name: pd.read_csv(folder / f"{name}.csv") for name in TABLES}
-    return dict(out, meta=meta)
+    return dict(out, stream=stream.shown(out["stream"]), meta=meta)
 
 
 def means(layers: pd.DataFrame, value: str = "plasticity") -> pd.DataFrame:
