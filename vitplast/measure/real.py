@@ -91,7 +91,7 @@ def measure_model(model_name: str = "dinov2-small", *, n_pairs: int = 128,
             m = plasticity.measurement(model, pairs, protocol=protocol, batch_size=batch_size,
                                        progress=progress, keep=n_lipschitz, scales=True)
             iv = intervals.from_measurement(model, m, power_iters=power_iters)
-            rel = relative.from_measurement(m, protocol)
+            rel = relative.from_measurement(m)
             iv["component"] = iv["component"].astype(str)
             rel["component"] = rel["component"].astype(str)
             table = iv.merge(rel[["layer", "component", "s_in", "s_out",

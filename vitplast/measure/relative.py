@@ -91,14 +91,15 @@ def measure(model: nn.Module, x, y=None, *, protocol: str = "hidden", batch_size
     m = measurement(model, x, y, protocol=protocol, batch_size=batch_size, device=device,
                     workers=workers, progress=progress, statistics=False, scales=True,
                     components=components)
-    return from_measurement(m, protocol, meta=meta, components=components)
+    return from_measurement(m, meta=meta)
 
 
-def from_measurement(m, protocol: str, *, meta: dict | None = None, components=TABLE
-                     ) -> pd.DataFrame:
+def from_measurement(m, *, meta: dict | None = None) -> pd.DataFrame:
     """``measure`` read from a pass already made over the pairs (``plasticity.measurement``
     with ``scales=True``), so that one pass also serves another reading of it
-    (``intervals.from_measurement``: ``vitplast.measure.real``)."""
+    (``intervals.from_measurement``: ``vitplast.measure.real``). Its protocol and component
+    table are the measurement's (its rates' ``protocol`` and ``component`` categories)."""
+    protocol = m.rates["protocol"].iloc[0] if len(m.rates) else None
     per = (m.rates.groupby(["layer", "component"], observed=True)["rate"]
            .agg(plasticity="mean", n="count").reset_index())
     per["component"] = per["component"].astype(str)
@@ -107,7 +108,8 @@ def from_measurement(m, protocol: str, *, meta: dict | None = None, components=T
     out.insert(0, "protocol", protocol)
     for k, v in (meta or {}).items():
         out.insert(0, k, v)
-    out["component"] = pd.Categorical(out["component"], categories=list(names(components)))
+    out["component"] = pd.Categorical(out["component"],
+                                      categories=list(m.rates["component"].cat.categories))
     out.attrs["excluded"] = m.rates.attrs["excluded"]
     return out[[*(meta or {}), "protocol", "layer", "component", "plasticity", "s_in", "s_out",
                 "relative_plasticity", "n"]]
