@@ -18,6 +18,7 @@ import math
 
 import pandas as pd
 import torch
+from scipy.stats import spearmanr
 from torch import nn
 
 from vitplast import cached, models
@@ -249,9 +250,7 @@ def orders(ranked: pd.DataFrame, by: str = "c") -> pd.DataFrame:
 def spearman_fig2(g: pd.DataFrame) -> pd.Series:
     """Per task of a ranking table (one protocol): Spearman's rho of the measured plasticity
     with the paper's Fig. 2 values over the five components."""
-    from scipy import stats
-
-    return g.groupby("task").apply(lambda t: stats.spearmanr(
+    return g.groupby("task").apply(lambda t: spearmanr(
         t.set_index("component").loc[list(PLASTICITY_ORDER), "plasticity"],
         [FIG2_PLASTICITY[c] for c in PLASTICITY_ORDER]).statistic, include_groups=False)
 
