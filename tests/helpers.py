@@ -5,6 +5,7 @@ import gzip
 
 import numpy as np
 import pandas as pd
+import timm
 import torch
 from timm.models.vision_transformer import VisionTransformer
 
@@ -31,6 +32,16 @@ def tiny_vit(**kwargs) -> VisionTransformer:
             if "norm" in name:
                 p.add_(0.3 * torch.randn_like(p))
     return model
+
+
+def tiny_dinov2(**_):
+    """A tiny random ViT of DINOv2 ViT-S/14's kind (LayerScale, patch 14, 28 px)."""
+    torch.manual_seed(0)
+    m = timm.create_model("vit_small_patch14_dinov2", pretrained=False, img_size=28,
+                          embed_dim=24, depth=2, num_heads=2, num_classes=0, init_values=0.5)
+    m.pretrained_cfg = dict(m.pretrained_cfg, mean=(0.485, 0.456, 0.406),
+                            std=(0.229, 0.224, 0.225), input_size=(3, 28, 28))
+    return m.eval()
 
 
 def toy_task(n=64, seed=0):

@@ -5,16 +5,17 @@ notebooks' measuring calls run as on a GPU machine (``torch.cuda.is_available()`
 
 import copy
 
+import pandas as pd
 import pytest
 import torch
 from fake_cuda import FAKE, FakeCuda, OnDevice, on_fake_cuda
-from helpers import exec_notebook, tiny_vit, toy_task
+from helpers import exec_notebook, tiny_dinov2, tiny_vit, toy_task
 
 from vitplast import models
 from vitplast.course import notebooks
 from vitplast.datasets import tasks
 from vitplast.experiments import confounds
-from vitplast.measure import bounds, definitions, intervals, plasticity, rates
+from vitplast.measure import bounds, definitions, intervals, plasticity, rates, real
 from vitplast.measure.pairs import make_pairs
 from vitplast.train import passes, probes
 
@@ -139,6 +140,23 @@ def _assert_same(got, expected):
             _assert_same(a, b)
     else:
         assert got == pytest.approx(expected, rel=1e-4)
+
+
+def test_the_real_model_is_measured_on_the_device_it_is_given(fake_cuda, monkeypatch):
+    """``real.measure_model(device=...)``: every table of a DINOv2-shaped model on the device,
+    with the CPU's numbers (the shipped tables are measured on the CPU, the default)."""
+    def load(*_, device=None, **__):
+        model = tiny_dinov2()
+        return on_fake_cuda(model) if device == "cuda" else model
+
+    monkeypatch.setattr(models, "load_model", load)
+    monkeypatch.setattr(real, "CHECK_PAIRS", 2)
+    kw = dict(n_pairs=4, batch_size=2, n_lipschitz=1, power_iters=2, stream_images=2,
+              progress=False)
+    on_cpu = real.measure_model("tiny", **kw)
+    on_device = real.measure_model("tiny", device="cuda", **kw)
+    for name, table in on_cpu.items():
+        pd.testing.assert_frame_equal(on_device[name], table, rtol=1e-4)
 
 
 def test_load_model_puts_the_model_on_the_device(fake_cuda):

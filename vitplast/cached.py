@@ -14,11 +14,10 @@ the index passes the published ``cache-index`` schema (``vitplast/schemas/``) an
 that are there, of one length, or the file is not used: ``table_problems`` says why, a warning
 names it, and it is computed again. ``audit`` lists every such file of a cache folder.
 
-Every table made here carries the fingerprint of the code that measured it
-(``MEASURING_CODE``, ``measure.fingerprint``; ``measured_by`` in the file), compared on load
-rather than hashed into its name: a table made by other code is recomputed with one line on
-stderr saying why (``stale``), and shipped tables keep their names when
-``fingerprint.restamp`` re-stamps them.
+Every table made here carries the fingerprint of the code and component table that measured
+it (``measured_by``, ``measure.fingerprint.stamp``), compared on load rather than hashed into
+its name: a table made by other code is recomputed with one line on stderr saying why
+(``stale``), and shipped tables keep their names when ``fingerprint.restamp`` re-stamps them.
 """
 
 from __future__ import annotations
@@ -33,9 +32,9 @@ from pathlib import Path
 from vitplast import frames, schema
 from vitplast.files import atomic_path, cache_dir, read_checked, read_json, set_aside, write_json
 
-#: The fingerprint of the measuring code (``measure.fingerprint.measuring()``, the layer above,
-#: which this one does not import; a test holds the two equal): what every table made here
-#: carries, and what a table must carry to be served.
+#: ``measure.fingerprint.measuring()`` of the default component table (a layer above, not
+#: imported here; a test holds the two equal): the stamp of a table whose caller passes no
+#: ``measured_by`` (advice, probes, recipes, the explorer measure with that table), and ``audit``'s.
 MEASURING_CODE = "m1-43d6f8301868"
 
 
@@ -167,21 +166,21 @@ COMPANIONS = {"study.json": "study",
 MEASURED = ("table", "plasticity", "layers", "scales", "after", "advise")
 
 
-def companion_problems(path: str | Path) -> list[str]:
+def companion_problems(path: str | Path, components=None) -> list[str]:
     """Why the companion file at ``path`` does not pass the schema of its kind
-    (``COMPANIONS``); empty if it does."""
-    return _read_companion(path)[1]
+    (``COMPANIONS``); empty if it does. ``components``: as ``schema.problems``."""
+    return _read_companion(path, components)[1]
 
 
-def _read_companion(path: str | Path) -> tuple:
+def _read_companion(path: str | Path, components=None) -> tuple:
     """The companion at ``path`` and its ``companion_problems``, checked once per version of
-    the file within this process (``files.read_checked``)."""
-    kind = companion_kind(Path(path).name)
+    the file (and ``components``) within this process (``files.read_checked``)."""
+    kind, names = companion_kind(Path(path).name), components and tuple(components)
 
     def check(saved):
         return ["not JSON (unreadable or half-written)"] if saved is None else schema.problems(
-            kind, saved)
-    return read_checked(path, f"companion {kind}", check)
+            kind, saved, names)
+    return read_checked(path, f"companion {kind} {names or ''}", check)
 
 
 def companion_kind(name: str) -> str:
@@ -194,15 +193,16 @@ def companion_kind(name: str) -> str:
     return kind
 
 
-def companion(root: str | Path, name: str, compute=None, *,
-              measured_by: str | None = None) -> dict | None:
+def companion(root: str | Path, name: str, compute=None, *, measured_by: str | None = None,
+              components=None) -> dict | None:
     """The companion file ``root/name`` of a study store (``COMPANIONS``): when there is none,
     ``None``, or with ``compute`` (a function of no argument returning its content) its content
     computed once and written (``write_companion``): a measurement kept beside the runs.
     A file there that fails its schema is never used: with ``compute`` it is set aside
     (``files.set_aside``, with a warning naming it and its problems) and computed again; a
     measurement (``MEASURED``) made by other code too (``measured_by``, ``MEASURING_CODE`` by
-    default), one line saying so (``stale``).
+    default), one line saying so (``stale``). ``components``: the names it may hold, those of
+    the component table measured with (``schema.check``; None: any).
 
     Raises:
         ValueError: ``name`` is not a companion kind's (naming the kinds), or the file
@@ -212,7 +212,7 @@ def companion(root: str | Path, name: str, compute=None, *,
     kind = companion_kind(name)
     root = Path(root)
     path = root / name
-    saved, problems = _read_companion(path) if path.exists() else (None, [])
+    saved, problems = _read_companion(path, components) if path.exists() else (None, [])
     if problems and compute is None:
         fix = (f"refused, so that no session is lost: set it aside and start a new log "
                f"that points to it with vitplast.experiments.study_log.restart_log"
@@ -232,14 +232,16 @@ def companion(root: str | Path, name: str, compute=None, *,
         if compute is None:
             return None
         content = compute()
-        return read_json(write_companion(root, name, content, measured_by=measured_by))
+        return read_json(write_companion(root, name, content, measured_by=measured_by,
+                                         components=components))
     return saved if saved is not None and not problems else read_json(path)
 
 
 def write_companion(root: str | Path, name: str, content: dict, *,
-                    measured_by: str | None = None) -> Path:
+                    measured_by: str | None = None, components=None) -> Path:
     """Store ``content`` as the companion file ``root/name``, atomically (a measurement
-    stamped ``measured_by``, ``MEASURING_CODE`` by default); return its path.
+    stamped ``measured_by``, ``MEASURING_CODE`` by default); return its path (``components``
+    as ``companion``).
 
     Raises:
         ValueError: ``name`` is not a companion kind's (naming the kinds), or ``content``
@@ -250,14 +252,14 @@ def write_companion(root: str | Path, name: str, content: dict, *,
     stored = json.loads(json.dumps(content, default=str))
     if kind in MEASURED:
         stored["measured_by"] = measured_by or MEASURING_CODE
-    schema.check(kind, stored, f"{name}: not a complete {kind} file; not written")
+    schema.check(kind, stored, f"{name}: not a complete {kind} file; not written", components)
     return write_json(Path(root) / name, stored)
 
 
 # measured tables kept beside a study -------------------------------------------------------
 
 def kept_table(name: str, params: dict, compute, root: str | Path | None = None, *,
-               arrays: bool = False, measured_by: str | None = None):
+               arrays: bool = False, measured_by: str | None = None, components=None):
     """``load_or_compute(name, params, compute)`` in the user's cache; with ``root`` (a study's
     folder) the same table kept there instead, as the companion ``root/table-<hash>.json``
     (the hash of ``name`` and ``params``; schema ``table``): a measurement that does not change
@@ -276,7 +278,7 @@ def kept_table(name: str, params: dict, compute, root: str | Path | None = None,
     ``root/table-<hash>.npz`` (``load_or_compute``'s format, its index checked by
     ``table_problems``; ``table``, ``params`` and ``provenance`` in its ``kept`` entry); one
     that fails its index, or kept for other parameters or code (``measured_by``, default
-    ``MEASURING_CODE``), is computed again.
+    ``MEASURING_CODE``), is computed again (``components``: as ``companion``).
     """
     if root is None:
         return load_or_compute(name, params, compute, measured_by=measured_by)
@@ -286,14 +288,14 @@ def kept_table(name: str, params: dict, compute, root: str | Path | None = None,
         return _kept_arrays(Path(root) / file.replace(".json", ".npz"), asked, compute,
                             measured_by)
     saved = companion(root, file, compute=lambda: _as_kept(name, params, compute),
-                      measured_by=measured_by)
+                      measured_by=measured_by, components=components)
     problems = kept_problems(saved, asked)
     if not problems:
         return _from_kept(saved)
     warnings.warn(f"{Path(root) / file} is not used ({'; '.join(problems)}): computed again",
                   stacklevel=2)
     saved = _as_kept(name, params, compute)
-    write_companion(root, file, saved, measured_by=measured_by)
+    write_companion(root, file, saved, measured_by=measured_by, components=components)
     return _from_kept(json.loads(json.dumps(saved, default=str)))
 
 

@@ -420,6 +420,27 @@ def test_a_companion_that_fails_its_schema_is_named_and_never_used(tmp_path, nam
     assert json.loads(aside.read_text()) == change(COMPANIONS[name])
 
 
+def test_a_companion_naming_an_unknown_component_fails_naming_the_valid_ones(tmp_path):
+    """The published schema takes any component name; the store checks them against the
+    component table's (``components.names``): an audit names the file, and a write or a
+    measurement of a component ``FC9`` is refused, each naming the valid components."""
+    from vitplast.measure import components, fingerprint
+
+    valid = re.escape(str(list(components.names())))
+    bad = {**COMPANIONS["plasticity-0123.json"], "rows": [{**ROW, "component": "FC9"}]}
+    files.write_json(tmp_path / "plasticity-0123.json", bad)
+    report = Store(tmp_path).audit()
+    assert report[["file", "kind"]].values.tolist() == [["plasticity-0123.json",
+                                                         "invalid companion"]]
+    assert re.search(rf"component='FC9' is not valid: expected one of {valid}",
+                     report["problem"][0]), report["problem"][0]
+    with pytest.raises(ValueError, match=rf"not written: .*'FC9'.*{valid}"):
+        Store(tmp_path).write_companion("plasticity-4567.json", bad)
+    with pytest.raises(ValueError, match=rf"not written: .*'FC9'.*{valid}"):  # a measured one
+        cached.companion(tmp_path, "plasticity-89ab.json", lambda: bad, **fingerprint.stamp())
+    assert not (tmp_path / "plasticity-4567.json").exists()
+
+
 def test_a_damaged_study_log_restarts_keeping_its_sessions(tmp_path, fast_runs):
     """``study_log.restart_log``: the damaged log is set aside whole, the new one points to
     it, and sessions are logged again; a sweep over the store refused it before any work."""

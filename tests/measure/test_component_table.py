@@ -236,8 +236,8 @@ def test_the_sixth_unit_trains_its_patterns():
 #: module's source, one row added to ``TABLE``, is what ``vitplast.measure.components`` is in
 #: that process), then runs the kit through it: every module imports, the shipped studies'
 #: runs are unchanged, the estimator measures the row (== a recomputation by hand), notebook
-#: 02's cached pipeline measures, stamps and reads it back, and its stored table passes the
-#: schema.
+#: 02's cached pipeline measures, stamps and reads it back (as the other caches do: a table the
+#: five measured is not served), and its stored table passes the schema.
 _SIXTH_ROW = r'''
 import importlib, pkgutil, re, sys
 from pathlib import Path
@@ -257,6 +257,9 @@ module.__file__ = str(path)
 sys.modules[spec.name] = vitplast.measure.components = module
 exec(compile(text, str(path), "exec"), module.__dict__)
 
+import json
+
+import numpy as np
 import pandas as pd
 import torch
 from timm.models.vision_transformer import VisionTransformer
@@ -317,6 +320,17 @@ pd.testing.assert_frame_equal(study, again)
 now = fingerprint.measuring()
 assert frames.entries(table)["measured_by"] == now != cached.MEASURING_CODE
 
+# every measure-layer cache stamps the six's fingerprint: a table the five measured (stamped
+# with their code, under the same key) is never served, it is measured again
+rates = empirical.task_rates("vitplast_fmnist", "digits", n_pairs=8, batch_size=8)
+[kept] = (cached._folder(None)).glob("task-rates-*.npz")
+assert frames.entries(kept)["measured_by"] == now and set(rates["component"]) == set(SIX)
+with np.load(kept, allow_pickle=False) as z:
+    arrays = {k: z[k] for k in z.files if k != "measured_by"}
+np.savez(kept, measured_by=np.asarray(json.dumps(cached.MEASURING_CODE)), **arrays)
+empirical.task_rates("vitplast_fmnist", "digits", n_pairs=8, batch_size=8)
+assert len(calls) == 4 and frames.entries(kept)["measured_by"] == now
+
 # its table stored, validated: the published schema and the table's names
 summary = plasticity.summarize(study[study["protocol"] == "hidden"])
 record = dict(task="digits", n_pairs=8, protocol="hidden", rows=[
@@ -325,6 +339,8 @@ record = dict(task="digits", n_pairs=8, protocol="hidden", rows=[
 assert {r["component"] for r in record["rows"]} == set(SIX)
 assert schema.check("plasticity", record) is record
 assert schema.check("plasticity", record, components=components.names()) is record
+# and written beside a study, checked with the six's names (those of the table measured)
+cached.write_companion(".", "plasticity-0.json", record, **fingerprint.stamp())
 print("ok")
 '''
 

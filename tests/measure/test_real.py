@@ -5,21 +5,11 @@ observed lower end, the stored check pairs re-measured exactly, the store round 
 import numpy as np
 import pandas as pd
 import pytest
-import timm
-import torch
+from helpers import tiny_dinov2
 
 from vitplast import files, models
 from vitplast.measure import fingerprint, intervals, plasticity, real, relative
 from vitplast.measure.pairs import make_pairs
-
-
-def tiny_dinov2(**_):
-    torch.manual_seed(0)
-    m = timm.create_model("vit_small_patch14_dinov2", pretrained=False, img_size=28,
-                          embed_dim=24, depth=2, num_heads=2, num_classes=0, init_values=0.5)
-    m.pretrained_cfg = dict(m.pretrained_cfg, mean=(0.485, 0.456, 0.406),
-                            std=(0.229, 0.224, 0.225), input_size=(3, 28, 28))
-    return m.eval()
 
 
 @pytest.fixture
@@ -90,6 +80,7 @@ def test_write_read_round_trip_and_missing_store(tiny, tmp_path):
     back = real.read(tmp_path)
     assert back["meta"] == dict(meta, measuring=fingerprint.measuring())  # stamped by write
     pd.testing.assert_frame_equal(back["gauge"], tiny["gauge"])
+    assert "ln1_plugin" in back["stream"] and "ln1_bound" not in back["stream"]  # as shown
     files.write_json(tmp_path / real.FOLDER / "meta.json", dict(meta, measuring="m0-other"))
     with pytest.warns(UserWarning, match="other measuring code"):
         real.read(tmp_path)

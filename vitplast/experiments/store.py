@@ -53,6 +53,7 @@ from vitplast.experiments import claims
 from vitplast.experiments.runs import defining, run_hash, setting
 from vitplast.experiments.runtime import FLAG, parse_shard
 from vitplast.files import atomic_path, read_checked, write_json
+from vitplast.measure.components import names
 
 #: The outcomes a complete record may have (``runner.run_one``; the record schema's ``status``).
 STATUSES = ("ok", "diverged", "failed")
@@ -222,7 +223,7 @@ class Store:
                 kind = "invalid" if _HASH_NAME.fullmatch(path.stem) else "foreign"
                 rows.append(dict(file=path.name, kind=kind, problem="; ".join(problems)))
         for path in self._companion_files():
-            problems = companion_problems(path)
+            problems = companion_problems(path, names())
             if problems:
                 rows.append(dict(file=path.name, kind="invalid companion",
                                  problem="; ".join(problems)))
@@ -297,12 +298,14 @@ class Store:
 
     def companion(self, name: str, compute=None) -> dict | None:
         """``cached.companion`` of this store's folder: the file ``root/name`` kept beside the
-        records, read (``None`` when absent) or with ``compute`` measured once and written."""
-        return companion(self.root, name, compute)
+        records, read (``None`` when absent) or with ``compute`` measured once and written; its
+        component names checked against the component table's (``components.names``)."""
+        return companion(self.root, name, compute, components=names())
 
     def write_companion(self, name: str, content: dict) -> Path:
-        """``cached.write_companion`` of this store's folder."""
-        return write_companion(self.root, name, content)
+        """``cached.write_companion`` of this store's folder (component names checked as
+        ``companion``)."""
+        return write_companion(self.root, name, content, components=names())
 
     def clean_dead_claims(self) -> list[str]:
         """Remove the dead claims (``claims.alive``: owner gone, or heartbeat too old)

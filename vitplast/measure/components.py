@@ -23,8 +23,9 @@ proposition that bounds it and its colour in the figures. The measuring function
 table (``components=``, ``TABLE`` by default); ``extended`` adds rows to a table, as a new
 value. ``COMPONENTS``, ``LINEARS`` and ``NORMS`` are views of ``TABLE`` (``modules``,
 ``group``); every other module derives what it needs from the rows, so a row added here is
-measured, stamped (``fingerprint``), drawn, finetuned (``vitplast.train.configurations``) and
-validated with no other file changed.
+measured, stamped (``fingerprint``: every measuring cache, so that no table measured without
+the row is served), drawn, finetuned (``vitplast.train.configurations``) and validated (the
+stored files' component names are checked against ``names``) with no other file changed.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def _checked_table(table) -> tuple[Component, ...]:
 def extended(*rows: Component, table=TABLE) -> tuple[Component, ...]:
     """A new table: ``table``'s rows, then ``rows`` (``table`` itself is unchanged). Pass it as
     ``components=`` to the measuring functions, e.g. ``plasticity.measure(..., components=
-    extended(row))``, and its ``names`` to ``vitplast.schema.check`` for its stored tables."""
+    extended(row))``: their stored tables are stamped with its fingerprint and checked
+    against its ``names`` (``fingerprint.stamp``, ``vitplast.schema.check``)."""
     return _checked_table(tuple(table) + rows)
 
 

@@ -13,9 +13,8 @@ import pandas as pd
 
 from vitplast import cached, models
 from vitplast.datasets import tasks as registry
-from vitplast.measure import components as component_table
 from vitplast.measure.components import TABLE
-from vitplast.measure.fingerprint import measuring
+from vitplast.measure.fingerprint import measuring, stamp, table_key
 from vitplast.measure.pairs import PROTOCOLS, Pairs, make_pairs
 from vitplast.measure.plasticity import measure, order, ranking, scale_curve, summarize
 from vitplast.weights import ModelSpec, name_of, own
@@ -76,7 +75,8 @@ def measure_tasks(model_name: str | ModelSpec, tasks: list[str], *, protocols=PR
             key).
         components: the component table measured (``components.TABLE``; ``components.
             extended`` adds rows): its tables are stamped with its fingerprint
-            (``fingerprint.measuring``), and another table's are cached apart (``_table_key``).
+            (``fingerprint.stamp``), and another table's are cached apart
+            (``fingerprint.table_key``).
     """
     frames = []
     for ckpt in checkpoints:
@@ -99,7 +99,7 @@ def measure_tasks(model_name: str | ModelSpec, tasks: list[str], *, protocols=PR
                     continue
                 key = dict(model_name=model_name, checkpoint=ckpt, task=name, protocol=protocol,
                            source=source or "", n_pairs=n_pairs, batch_size=batch_size,
-                           **_table_key(components))
+                           **table_key(components))
                 frames.append(cached.load_or_compute("rates", key, compute,
                                                      measured_by=measuring(components)))
     return pd.concat(frames, ignore_index=True)
@@ -107,24 +107,27 @@ def measure_tasks(model_name: str | ModelSpec, tasks: list[str], *, protocols=PR
 
 def task_rates(model_name: str | ModelSpec, task: str, source: str | None = SOURCE, *,
                checkpoint: str = "final", protocol: str = "hidden", n_pairs: int = 256,
-               batch_size: int = 64, data_root: str = "", root=None) -> pd.DataFrame:
+               batch_size: int = 64, data_root: str = "", root=None,
+               components=TABLE) -> pd.DataFrame:
     """The per-pair rates of every component (``plasticity.measure``, a ``task`` column) of
     ``model_name`` (its ``checkpoint`` when embedded) on ``task_pairs(task, source)``,
     load-or-compute keyed by every argument and the model's weights
     (``models.weights_id``); with ``root``, kept beside a study there as arrays
-    (``cached.kept_table``).
+    (``cached.kept_table``); every component of ``components`` (as ``measure_tasks``: stamped
+    with its fingerprint, another table's cached apart).
 
     Paper: Definition 1 (notebook 01's estimator on the embedded model)."""
     def compute():
         model = models.load_model(model_name, checkpoint=checkpoint)
         pairs = task_pairs(task, source, n_pairs=n_pairs, model=model, data_root=data_root)
         return measure(model, pairs, protocol=protocol, batch_size=batch_size,
-                       meta=dict(task=task), progress=False)
+                       meta=dict(task=task), progress=False, components=components)
 
     key = dict(model_name=model_name, checkpoint=checkpoint, task=task, source=source or "",
                protocol=protocol, n_pairs=n_pairs, batch_size=batch_size, data_root=data_root,
-               weights=models.weights_id(model_name, [checkpoint]))
-    return cached.kept_table("task-rates", key, compute, root, arrays=True)
+               weights=models.weights_id(model_name, [checkpoint]), **table_key(components))
+    return cached.kept_table("task-rates", key, compute, root, arrays=True,
+                             **stamp(components))
 
 
 def checkpoint_epochs(model_name: str, checkpoints) -> dict[str, float]:
@@ -163,7 +166,7 @@ def plasticity_study(model_name: str | ModelSpec, tasks: list[str], *, checkpoin
                   checkpoints=list(checkpoints),
                   tasks=list(tasks), pretraining_tasks=along, source=source,
                   data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
-                  weights=models.weights_id(model_name, checkpoints), **_table_key(components))
+                  weights=models.weights_id(model_name, checkpoints), **table_key(components))
     kw = dict(source=source, data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
               workers=workers, progress=False,
               components=components)  # workers: not in the cache key (params)
@@ -174,15 +177,7 @@ def plasticity_study(model_name: str | ModelSpec, tasks: list[str], *, checkpoin
         return pd.concat(frames, ignore_index=True)
 
     return cached.kept_table("plasticity", params, compute, root, arrays=True,
-                             measured_by=measuring(components))
-
-
-def _table_key(components) -> dict:
-    """What a cache key holds of the component table measured: nothing for the default one
-    (``components.TABLE``: the keys of the shipped and cached tables as they are), else its
-    fingerprint, so that another table's measurements are cached apart."""
-    fp = component_table.fingerprint(components)
-    return {} if fp == component_table.fingerprint() else {"components": fp}
+                             **stamp(components))
 
 
 def embedded_layers(tasks, *, protocol: str = "hidden", n_pairs: int = 256) -> pd.DataFrame:
@@ -261,7 +256,7 @@ def stored_layers(root, task: str, *, n_pairs: int = 256, protocol: str = "embed
         root, f"plasticity-{cached.config_hash(settings)}.json",
         compute=lambda: dict(settings, rows=embedded_layers(
             [task], protocol=protocol, n_pairs=n_pairs).drop(columns="task").to_dict("records")),
-        measured_by=measuring())
+        **stamp())
     return pd.DataFrame(saved["rows"]).assign(task=task, protocol=protocol)
 
 
@@ -309,4 +304,4 @@ def mha_scale_curve(model_name: str | ModelSpec, task: str, scales, *, source: s
     key = dict(model_name=model_name, task=task, scales=list(scales), source=source or "",
                data_root=data_root, n_pairs=n_pairs, batch_size=batch_size,
                weights=models.weights_id(model_name))
-    return cached.kept_table("mha-scale-curve", key, compute, root)
+    return cached.kept_table("mha-scale-curve", key, compute, root, **stamp())

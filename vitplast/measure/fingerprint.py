@@ -35,6 +35,7 @@ import numpy as np
 
 from vitplast import cached, frames
 from vitplast.files import atomic_path, read_json
+from vitplast.measure import components as component_table
 from vitplast.measure.components import TABLE, fingerprint
 
 #: The version of the measuring code: bump it when a change to the estimator (``ESTIMATOR``)
@@ -63,6 +64,22 @@ def measuring(components=TABLE) -> str:
     return f"m{MEASURE_VERSION}-{fingerprint(components)}"
 
 
+def stamp(components=TABLE) -> dict:
+    """What a measuring function passes ``cached.kept_table`` / ``cached.companion`` for the
+    component table ``components`` it measured with: ``measured_by`` (``measuring``), so that
+    a table measured with other rows is stale, never served, and ``components`` (its ``names``),
+    the only component names the stored file may hold (``schema.check``)."""
+    return dict(measured_by=measuring(components), components=component_table.names(components))
+
+
+def table_key(components=TABLE) -> dict:
+    """What a cache key holds of the component table measured: nothing for the default one
+    (``components.TABLE``: the keys of the shipped and cached tables as they are), else its
+    fingerprint, so that another table's measurements are cached apart."""
+    fp = fingerprint(components)
+    return {} if fp == fingerprint() else {"components": fp}
+
+
 def estimator_hash() -> str:
     """A short hash of the estimator's code (``ESTIMATOR``), docstrings, comments and layout
     left out (each function parsed and written back by ``ast``): what a test pins, so that an
@@ -84,14 +101,14 @@ def estimator_hash() -> str:
 
 
 def restamp(folder) -> list:
-    """Write this code's fingerprint (``cached.MEASURING_CODE``, which is ``measuring()``)
-    into every table of ``folder``: each
+    """Write this code's fingerprint (``measuring()``, which is ``cached.MEASURING_CODE`` for
+    the default component table) into every table of ``folder``: each
     measured companion (``cached.MEASURED``: kept ``table-*.json``, ``plasticity-*.json``...;
     its ``measured_by`` field) and every ``.npz`` whose index passes (its ``measured_by``
     entry), values untouched; return the paths changed. Only for tables this code computes the
     same (recompute one and compare first): those made before fingerprints, or after a change
     of the fingerprint that changes no number."""
-    now, changed = cached.MEASURING_CODE, []
+    now, changed = measuring(), []
     for path in sorted(Path(folder).glob("*.npz")):
         if cached.table_problems(path) or frames.entries(path).get("measured_by") == now:
             continue
@@ -107,6 +124,6 @@ def restamp(folder) -> list:
             continue
         saved = read_json(path) if kind in cached.MEASURED else None
         if saved is not None and saved.get("measured_by") != now:
-            cached.write_companion(folder, path.name, saved)  # stamped there
+            cached.write_companion(folder, path.name, saved, measured_by=now)
             changed.append(path)
     return changed

@@ -64,6 +64,7 @@ import fnmatch
 import math
 
 import torch
+from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
 from vitplast.inputs import to_model
@@ -114,8 +115,6 @@ def check_gauge(model: nn.Module) -> None:
     LayerNorm before the blocks (``norm_pre``) or inside the patch embedding (it would
     remove the scale before the stream), non-LayerNorm norms, a missing final norm, EVA.
     """
-    from timm.models.vision_transformer import Block, VisionTransformer
-
     name = type(model).__name__
     if name == "Eva" or "eva" in str(getattr(model, "pretrained_cfg", {}).get("architecture", "")):
         _refuse("timm's EVA (rotary embeddings, SwiGLU, its own block) is not a derived case")

@@ -37,6 +37,8 @@ import math
 
 import pandas as pd
 import torch
+from scipy.stats import kendalltau
+from timm.layers import Attention
 from torch import nn
 
 from vitplast import models
@@ -44,6 +46,7 @@ from vitplast.cached import kept_table
 from vitplast.inputs import check_count
 from vitplast.measure import bounds, plasticity, rates
 from vitplast.measure.components import component_modules
+from vitplast.measure.fingerprint import stamp
 from vitplast.measure.gauge import rescale_stream
 
 _KEYS = ("model", "task", "checkpoint", "protocol")
@@ -146,8 +149,6 @@ def random_checks(n_seeds: int = 5, *, n: int = 16, d: int = 32, num_heads: int 
 
     Paper: Props. 1-4, where their assumptions hold.
     """
-    from timm.layers import Attention
-
     rows = []
     for seed in range(n_seeds):
         with torch.random.fork_rng(devices=[]), torch.no_grad():  # the global RNG is left alone
@@ -201,8 +202,6 @@ def compare_rankings(df: pd.DataFrame, column: str = "bound") -> pd.DataFrame:
 
     Paper: Takeaway 1 vs Takeaway 2; objection 2.
     """
-    from scipy.stats import kendalltau
-
     keys = [k for k in _KEYS if k in df.columns]
     out = theoretical_ranking(df, "plasticity").merge(
         theoretical_ranking(df, column), on=keys + ["component"], suffixes=("_measured", "_bound"))
@@ -225,4 +224,4 @@ def cached(name: str, key: dict, compute, root=None) -> pd.DataFrame:
     """
     if "model" in key:
         key = dict(key, weights=models.weights_id(key["model"], [key.get("checkpoint") or "final"]))
-    return kept_table(f"intervals-{name}", key, compute, root)
+    return kept_table(f"intervals-{name}", key, compute, root, **stamp())

@@ -314,9 +314,13 @@ def ranking(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def spread(df: pd.DataFrame) -> pd.DataFrame:
-    """Per protocol and component, the 5%, 50% and 95% per-pair rates, in the order of the
-    medians; ``95% / 5%`` (how far apart two pairs of one component sit) and ``median / the
-    next lower`` (the gap to the neighbour below in that order)."""
+    """Per protocol and component, the 5%, 50% and 95% of the per-row rates of ``df``, pooled
+    over every row given (layers, and tasks or whatever else ``df`` holds: a difference between
+    layers counts as spread), in the order of the medians; ``95% / 5%`` (how far apart the
+    rates of one component sit) and ``median / the next lower`` (the gap to the neighbour below
+    in that order).
+
+    Paper: Takeaway 2 (how far the per-pair rates overlap the ranking's gaps); notebook 02."""
     out = df.groupby(["protocol", "component"], observed=True)["rate"].quantile(
         [0.05, 0.5, 0.95]).unstack().sort_values(["protocol", 0.5])
     out["95% / 5%"] = out[0.95] / out[0.05]

@@ -1,5 +1,6 @@
-"""The paper's measurements on a real pretrained ViT: DINOv2 ViT-S/14, fetched by
-``vitplast weights get dinov2-small`` (``vitplast.fetched``).
+"""The paper's measurements on a real pretrained ViT with DINOv2 ViT-S/14's architecture
+(weights of unknown pretraining: ``vitplast.fetched``), fetched by ``vitplast weights get
+dinov2-small``.
 
 Paper: section 4 (Fig. 2, Takeaway 2), Props. 1-4 (Takeaway 1), and the gauge (not in the paper:
 ``vitplast.measure.gauge``, ``vitplast.measure.relative``).
@@ -52,10 +53,6 @@ TABLES = ("layers", "stream", "gauge", "check", "tasks")
 #: Pairs per source whose per-pair rates are stored (``check``): notebook 02c re-measures them
 #: where the weights are present.
 CHECK_PAIRS = 8
-#: Where the real model is measured, on every machine: the shipped tables were measured on the
-#: CPU, and ``recheck`` re-measures them as they were made. (Every measuring function moves
-#: its inputs to the model's device: on a GPU they run too, up to its kernels' round-off.)
-DEVICE = "cpu"
 
 
 def source_images(model: torch.nn.Module, source: str, n: int, *, seed: int = 0) -> torch.Tensor:
@@ -70,7 +67,8 @@ def source_images(model: torch.nn.Module, source: str, n: int, *, seed: int = 0)
 
 def measure_model(model_name: str = "dinov2-small", *, n_pairs: int = 128,
                   batch_size: int = 16, n_lipschitz: int = 4, power_iters: int = 10,
-                  stream_images: int = 16, progress: bool = True) -> dict[str, pd.DataFrame]:
+                  stream_images: int = 16, progress: bool = True,
+                  device: str = "cpu") -> dict[str, pd.DataFrame]:
     """The tables of the module docstring, measured on ``model_name`` (module docstring).
 
     Args:
@@ -79,8 +77,12 @@ def measure_model(model_name: str = "dinov2-small", *, n_pairs: int = 128,
         n_lipschitz, power_iters: inputs and power-iteration steps of the local Lipschitz
             estimate (``intervals.intervals``).
         stream_images: images per source of the stream statistics.
+        device: where the model is measured: the CPU by default, where the shipped tables were
+            measured (``recheck`` re-measures them as they were made); on a GPU it runs too
+            (every measuring function moves its inputs to the model's device), up to its
+            kernels' round-off.
     """
-    model = models.load_model(model_name, device=DEVICE)
+    model = models.load_model(model_name, device=device)
     layers, streams, checks = [], [], []
     for source in SOURCES:
         images = source_images(model, source, 2 * n_pairs)
@@ -89,7 +91,7 @@ def measure_model(model_name: str = "dinov2-small", *, n_pairs: int = 128,
             m = plasticity.measurement(model, pairs, protocol=protocol, batch_size=batch_size,
                                        progress=progress, keep=n_lipschitz, scales=True)
             iv = intervals.from_measurement(model, m, power_iters=power_iters)
-            rel = relative.from_measurement(m, protocol)
+            rel = relative.from_measurement(m)
             iv["component"] = iv["component"].astype(str)
             rel["component"] = rel["component"].astype(str)
             table = iv.merge(rel[["layer", "component", "s_in", "s_out",
@@ -112,14 +114,14 @@ def measure_model(model_name: str = "dinov2-small", *, n_pairs: int = 128,
                 check=pd.concat(checks, ignore_index=True))
 
 
-def recheck(check: pd.DataFrame, n_pairs: int, model_name: str = "dinov2-small"
-            ) -> pd.DataFrame:
+def recheck(check: pd.DataFrame, n_pairs: int, model_name: str = "dinov2-small", *,
+            device: str = "cpu") -> pd.DataFrame:
     """The stored per-pair rates ``check`` (``measure_model``'s, made with ``n_pairs`` pairs per
     source) re-measured now on the same pairs (the first ``CHECK_PAIRS`` of each source, rebuilt
     from their seeds), with
     ``rate_now`` and ``rel_diff`` (|now - stored| / stored): what notebook 02c shows where the
-    weights are present."""
-    model = models.load_model(model_name, device=DEVICE)
+    weights are present; ``device`` as ``measure_model``."""
+    model = models.load_model(model_name, device=device)
     k = int(check["pair"].max()) + 1
     frames = []
     for source, g in check.groupby("source", sort=False):
@@ -135,12 +137,13 @@ def recheck(check: pd.DataFrame, n_pairs: int, model_name: str = "dinov2-small"
 
 
 def task_plasticity(model_name: str, tasks, *, img_size: int, n_pairs: int = 128,
-                    batch_size: int = 32) -> pd.DataFrame:
+                    batch_size: int = 32, device: str = "cpu") -> pd.DataFrame:
     """Per task, protocol and component: plasticity and relative plasticity, each the mean over
     blocks, at ``img_size``, on ``n_pairs`` random pairs within the task's test set (one
     ``relative.measure`` pass per task and protocol). What the real-model study's primaries
-    read (``vitplast.experiments.study_specs.REAL_PRIMARIES``)."""
-    model = models.load_model(model_name, img_size=img_size, device=DEVICE)
+    read (``vitplast.experiments.study_specs.REAL_PRIMARIES``); ``device`` as
+    ``measure_model``."""
+    model = models.load_model(model_name, img_size=img_size, device=device)
     rows = []
     for task in tasks:
         pairs = empirical.task_pairs(task, None, n_pairs=n_pairs, model=model)
@@ -165,9 +168,11 @@ def write(tables: dict[str, pd.DataFrame], root: str | Path, meta: dict) -> Path
 
 
 def read(root: str | Path) -> dict:
-    """The stored tables and ``meta`` (``write``); ``FileNotFoundError`` naming the command
-    that makes them when they are absent, a warning when ``meta["measuring"]`` is not this
-    measuring code's fingerprint (``fingerprint.measuring``)."""
+    """The stored tables and ``meta`` (``write``), ``stream`` with its columns named as shown
+    (``stream.shown``: the plug-in ``ln1_plugin``, stored as ``ln1_bound``);
+    ``FileNotFoundError`` naming the command that makes them when they are absent, a warning
+    when ``meta["measuring"]`` is not this measuring code's fingerprint
+    (``fingerprint.measuring``)."""
     folder = Path(root) / FOLDER
     meta = files.read_json(folder / "meta.json")
     if meta is None:
@@ -179,7 +184,7 @@ def read(root: str | Path) -> dict:
                       f"({meta.get('measuring')!r}, this code: {fingerprint.measuring()!r}): "
                       "remake them with `vitplast weights measure dinov2-small`", stacklevel=2)
     out = {name: pd.read_csv(folder / f"{name}.csv") for name in TABLES}
-    return dict(out, meta=meta)
+    return dict(out, stream=stream.shown(out["stream"]), meta=meta)
 
 
 def means(layers: pd.DataFrame, value: str = "plasticity") -> pd.DataFrame:

@@ -56,6 +56,7 @@ from vitplast import cached, models
 from vitplast.measure import empirical
 from vitplast.measure.components import TABLE, names
 from vitplast.measure.empirical import SOURCE
+from vitplast.measure.fingerprint import stamp
 from vitplast.measure.gauge import rescale_stream
 from vitplast.measure.plasticity import measurement, order
 
@@ -90,14 +91,15 @@ def measure(model: nn.Module, x, y=None, *, protocol: str = "hidden", batch_size
     m = measurement(model, x, y, protocol=protocol, batch_size=batch_size, device=device,
                     workers=workers, progress=progress, statistics=False, scales=True,
                     components=components)
-    return from_measurement(m, protocol, meta=meta, components=components)
+    return from_measurement(m, meta=meta)
 
 
-def from_measurement(m, protocol: str, *, meta: dict | None = None, components=TABLE
-                     ) -> pd.DataFrame:
+def from_measurement(m, *, meta: dict | None = None) -> pd.DataFrame:
     """``measure`` read from a pass already made over the pairs (``plasticity.measurement``
     with ``scales=True``), so that one pass also serves another reading of it
-    (``intervals.from_measurement``: ``vitplast.measure.real``)."""
+    (``intervals.from_measurement``: ``vitplast.measure.real``). Its protocol and component
+    table are the measurement's (its rates' ``protocol`` and ``component`` categories)."""
+    protocol = m.rates["protocol"].iloc[0] if len(m.rates) else None
     per = (m.rates.groupby(["layer", "component"], observed=True)["rate"]
            .agg(plasticity="mean", n="count").reset_index())
     per["component"] = per["component"].astype(str)
@@ -106,7 +108,8 @@ def from_measurement(m, protocol: str, *, meta: dict | None = None, components=T
     out.insert(0, "protocol", protocol)
     for k, v in (meta or {}).items():
         out.insert(0, k, v)
-    out["component"] = pd.Categorical(out["component"], categories=list(names(components)))
+    out["component"] = pd.Categorical(out["component"],
+                                      categories=list(m.rates["component"].cat.categories))
     out.attrs["excluded"] = m.rates.attrs["excluded"]
     return out[[*(meta or {}), "protocol", "layer", "component", "plasticity", "s_in", "s_out",
                 "relative_plasticity", "n"]]
@@ -197,7 +200,7 @@ def model_rankings(tasks, recipe_folder, *, protocols=("embedding", "hidden"),
     key = dict(tasks=list(tasks), folder=folder.name, sha256=final["sha256"],
                protocols=list(protocols), source=source, data_root=data_root, n_pairs=n_pairs,
                weights=models.weights_id(models.EMBEDDED_NAME, ("final", "init")))
-    return cached.kept_table("relative-models", key, compute, root)
+    return cached.kept_table("relative-models", key, compute, root, **stamp())
 
 
 def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
@@ -213,4 +216,4 @@ def embedded_gauge_check(task: str, c: float = 8.0, *, source: str = SOURCE,
     key = dict(model=models.EMBEDDED_NAME, task=task, c=float(c), source=source,
                data_root=data_root, n_pairs=n_pairs,
                weights=models.weights_id(models.EMBEDDED_NAME))
-    return cached.kept_table("relative-gauge", key, compute, root)
+    return cached.kept_table("relative-gauge", key, compute, root, **stamp())

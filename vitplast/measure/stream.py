@@ -18,6 +18,7 @@ import math
 
 import pandas as pd
 import torch
+from scipy.stats import spearmanr
 from torch import nn
 
 from vitplast import cached, models
@@ -25,6 +26,7 @@ from vitplast.measure import empirical, gauge
 from vitplast.measure.bounds import token_sigma
 from vitplast.measure.components import TABLE, submodule
 from vitplast.measure.empirical import SOURCE
+from vitplast.measure.fingerprint import stamp
 from vitplast.measure.plasticity import measure, order, ranking
 from vitplast.measure.rates import component_inputs
 from vitplast.measure.tokens import rms_token_norm, token_images
@@ -110,7 +112,7 @@ def stream_statistics(model_name: str | ModelSpec, task: str, checkpoints, *, so
     key = dict(model_name=model_name, task=task, checkpoints=list(checkpoints), source=source,
                data_root=data_root, n_pairs=n_pairs, images="x and y of the pairs",
                r="token_scale", weights=models.weights_id(model_name, checkpoints))
-    return cached.kept_table("stream-statistics", key, compute, root)
+    return cached.kept_table("stream-statistics", key, compute, root, **stamp())
 
 
 #: The statistics ``long_statistics`` keeps: column -> (its name in a figure, what its axis
@@ -200,7 +202,7 @@ def gauge_rankings(model_name: str | ModelSpec, tasks, cs=(1.0, 8.0), *,
                weights=models.weights_id(model_name))
     return cached.kept_table("gauge-rankings", key, lambda: changed_rankings(
         model_name, tasks, cs, gauge.rescale_stream, "c", protocols, source=source,
-        data_root=data_root, n_pairs=n_pairs), root)
+        data_root=data_root, n_pairs=n_pairs), root, **stamp())
 
 
 def embedding_scale_rankings(model_name: str | ModelSpec, tasks, scales=(1.0, 2.0, 4.0, 8.0), *,
@@ -217,7 +219,7 @@ def embedding_scale_rankings(model_name: str | ModelSpec, tasks, scales=(1.0, 2.
                weights=models.weights_id(model_name))
     return cached.kept_table("embedding-scale-rankings", key, lambda: changed_rankings(
         model_name, tasks, scales, gauge.scale_embedding, "scale", ("embedding",),
-        source=source, data_root=data_root, n_pairs=n_pairs), root)
+        source=source, data_root=data_root, n_pairs=n_pairs), root, **stamp())
 
 
 def beside_fig2(ranked: pd.DataFrame, by: str | None = "c") -> pd.DataFrame:
@@ -248,9 +250,7 @@ def orders(ranked: pd.DataFrame, by: str = "c") -> pd.DataFrame:
 def spearman_fig2(g: pd.DataFrame) -> pd.Series:
     """Per task of a ranking table (one protocol): Spearman's rho of the measured plasticity
     with the paper's Fig. 2 values over the five components."""
-    from scipy import stats
-
-    return g.groupby("task").apply(lambda t: stats.spearmanr(
+    return g.groupby("task").apply(lambda t: spearmanr(
         t.set_index("component").loc[list(PLASTICITY_ORDER), "plasticity"],
         [FIG2_PLASTICITY[c] for c in PLASTICITY_ORDER]).statistic, include_groups=False)
 
