@@ -91,6 +91,11 @@ def test_a_new_key_is_one_row(monkeypatch, tmp_path):
     assert json.loads(written.read_text()) == doc
     run = runs.make_run("digits", lr=0.1)
     assert runs.run_hash({**run, "lr_floor": None}) == runs.run_hash(run)
+    # With another default the schema requires it: stored runs, which lack it, would fail.
+    other = keys.Key("lr_floor", float, 0.0, "the least learning rate of the schedule",
+                     train=True, minimum=0)
+    monkeypatch.setattr(keys, "KEYS", (*keys.KEYS[:-1], other))
+    assert "lr_floor" in keys.run_schema()["required"]
 
 
 @pytest.mark.parametrize("name", [k.name for k in keys.KEYS])
