@@ -200,7 +200,7 @@ def _sweep_with(args, parser, argv, study, kwargs) -> int:
     start, command = time.perf_counter(), "python -m vitplast " + shlex.join(argv or sys.argv[1:])
     interrupted, outcome = False, None
     try:  # with --executor submitit, jobs start while the runs are listed (jobs.prestart)
-        with (jobs.prestart(kwargs.get("folder") or Path(root) / "submitit", **kwargs)
+        with (jobs.prestart(Path(root) / "submitit", **kwargs)
               if args.executor == "submitit" else contextlib.nullcontext()) as early:
             outcome = study.run(root, runtime, Executor(args.executor, {**kwargs, **(
                 {"early": early} if early else {})}))
