@@ -164,7 +164,8 @@ def _pretrain(args, parser, argv) -> int:
 
 
 def _sweep(args, parser, argv) -> int:
-    """Run (or, with --status, only count) the study's runs the store lacks; log the session."""
+    """Run (or, with --status, only count) the study's runs the store lacks; log the session.
+    Every option is refused before a cluster job starts."""
     kwargs = _submitit_parameters(args, parser)
     if kwargs.get("cluster") == "slurm" and not shutil.which("srun"):
         print("vitplast sweep: error: --cluster slurm, but SLURM's srun is not on this "
@@ -173,12 +174,6 @@ def _sweep(args, parser, argv) -> int:
               file=sys.stderr)
         return 2
     study = studies.get(args.study)
-    return _sweep_with(args, parser, argv, study, kwargs)
-
-
-def _sweep_with(args, parser, argv, study, kwargs) -> int:
-    """``_sweep`` of ``study``: its options refused before a cluster job starts, then its
-    runs (or, with --status, their count)."""
     root = str(args.root or study.root())
     _check_sweep_args(args, parser, study, root)
     # a submitit array's jobs have --cpus-per-task each; else a SLURM job reads its own cores
