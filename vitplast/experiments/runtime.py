@@ -264,12 +264,9 @@ class Executor:
                              f"{list(CLUSTERS)}")
 
 
-def slurm_cpus(cpus_per_task: int | None = None) -> int | None:
-    """The cores of a Slurm job: ``cpus_per_task`` when given (what a submitit job array asks
-    for each job), else those of the job this process runs in (``SLURM_CPUS_PER_TASK``, the one
-    place it is read), else None (no Slurm job)."""
-    if cpus_per_task:
-        return cpus_per_task
+def slurm_cpus() -> int | None:
+    """The cores of the Slurm job this process runs in (``SLURM_CPUS_PER_TASK``, the one place
+    it is read), else None (no Slurm job)."""
     cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
     return int(cpus) if cpus.isdigit() else None
 
