@@ -27,16 +27,16 @@ def test_loaders_keep_their_workers_and_pin_memory_on_cuda():
 
 def test_a_slurm_job_reads_with_its_cpus_but_one(monkeypatch):
     """One function works the workers out (``runtime.workers``) from the cores that one
-    function reads (``runtime.slurm_cpus``): a run that names none, the ``vitplast sweep`` of a
-    submitit array (below) and a job's torch threads (``sweep.run_pack``) read them."""
+    function reads (``runtime.slurm_cpus``): a run that names none and a job's torch threads
+    (``sweep.run_pack``) read them."""
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
-    assert runtime.slurm_cpus() is None and runtime.slurm_cpus(4) == 4
+    assert runtime.slurm_cpus() is None
     assert runtime.workers() is None and runtime.workers(3, 8) == 3
     assert runtime.workers(cpus=1) == 0 and runtime.workers(cpus=4) == 3
     run = runs.make_run("digits", "head", lr=0.1, pretrained=False, steps=1)
     assert runner.build(run)[2]["workers"] == 0
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
-    assert runtime.slurm_cpus() == 8 and runtime.slurm_cpus(2) == 2
+    assert runtime.slurm_cpus() == 8
     assert runner.build(run)[2]["workers"] == 7
     assert runner.build({**run, "workers": 2})[2]["workers"] == 2
     threads = torch.get_num_threads()

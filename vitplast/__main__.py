@@ -164,7 +164,8 @@ def _pretrain(args, parser, argv) -> int:
 
 
 def _sweep(args, parser, argv) -> int:
-    """Run (or, with --status, only count) the study's runs the store lacks; log the session."""
+    """Run (or, with --status, only count) the study's runs the store lacks; log the session.
+    Every option is refused before a cluster job starts."""
     kwargs = _submitit_parameters(args, parser)
     if kwargs.get("cluster") == "slurm" and not shutil.which("srun"):
         print("vitplast sweep: error: --cluster slurm, but SLURM's srun is not on this "
@@ -173,12 +174,6 @@ def _sweep(args, parser, argv) -> int:
               file=sys.stderr)
         return 2
     study = studies.get(args.study)
-    return _sweep_with(args, parser, argv, study, kwargs)
-
-
-def _sweep_with(args, parser, argv, study, kwargs) -> int:
-    """``_sweep`` of ``study``: its options refused before a cluster job starts, then its
-    runs (or, with --status, their count)."""
     root = str(args.root or study.root())
     _check_sweep_args(args, parser, study, root)
     # a submitit array's jobs have --cpus-per-task each; else a SLURM job reads its own cores
@@ -200,7 +195,7 @@ def _sweep_with(args, parser, argv, study, kwargs) -> int:
     start, command = time.perf_counter(), "python -m vitplast " + shlex.join(argv or sys.argv[1:])
     interrupted, outcome = False, None
     try:  # with --executor submitit, jobs start while the runs are listed (jobs.prestart)
-        with (jobs.prestart(kwargs.get("folder") or Path(root) / "submitit", **kwargs)
+        with (jobs.prestart(Path(root) / "submitit", **kwargs)
               if args.executor == "submitit" else contextlib.nullcontext()) as early:
             outcome = study.run(root, runtime, Executor(args.executor, {**kwargs, **(
                 {"early": early} if early else {})}))

@@ -25,6 +25,13 @@ def test_record_status_writes_the_outcome_into_the_metadata(tmp_path):
     meta = json.loads((run / "02_fails.ipynb").read_text())["metadata"]["vitplast"]
     assert meta == dict(status="failed", profile="default", parameters=dict(value=3))
     assert not list(run.glob(".*.tmp"))  # written atomically: no temp file left
+    copy = run / "01_figure.ipynb"  # what the notebook declares there stays
+    nb = json.loads(copy.read_text())
+    nb["metadata"]["vitplast"] = dict(reads=["suite"], status="running")
+    copy.write_text(json.dumps(nb))
+    reading_copy.record_status(copy, "ok", "smoke", dict(value=1))
+    assert json.loads(copy.read_text())["metadata"]["vitplast"] == dict(
+        reads=["suite"], status="ok", profile="smoke", parameters=dict(value=1))
 
 
 def test_the_site_has_an_index_in_the_course_order_and_pages_with_their_figures(tmp_path):

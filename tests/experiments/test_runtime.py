@@ -2,6 +2,7 @@
 takes (order, setting shards, limit)."""
 
 import argparse
+import dataclasses
 
 import pytest
 
@@ -49,6 +50,8 @@ def test_select_orders_shards_and_limits(tmp_path):
 
 def test_a_runtime_refuses_bad_settings_naming_the_valid_ones():
     assert Runtime(shard="1/3").shard == (1, 3) == parse_shard((1, 3))
+    assert Runtime(shard=(1, 3)).shard == (1, 3)  # the parsed form is taken back as it is
+    assert dataclasses.replace(Runtime(shard="1/3"), limit=2) == Runtime(shard=(1, 3), limit=2)
     for bad, match in [(dict(order="random"), "valid: \\['seed-first', 'grid'\\]"),
                        (dict(precision="fp8"), f"valid: {list(PRECISIONS)}".replace("[", "\\[")
                         .replace("]", "\\]")),

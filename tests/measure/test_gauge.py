@@ -216,6 +216,6 @@ def test_gauge_runs_through_the_sweep():
 def test_equivalence_under_adamw_is_one_over_c():
     assert set(invariance.finetuning_equivalence(tiny_vit(), "FC2", 4.0, optimizer="adamw")
                .values()) == {0.25}
-    with pytest.raises(ValueError, match="sgd"):
+    with pytest.raises(ValueError, match="unknown optimizer 'lion'; valid: \\['sgd', 'adamw'\\]"):
         invariance.finetuning_equivalence(tiny_vit(), "FC2", 4.0, optimizer="lion")
 

@@ -34,26 +34,33 @@ def test_train_s_defaults_are_the_table_s():
         assert made[name].default == keys.KEY[name].default, name
 
 
+#: The hashed keys before the table, in their order: the table's hashed keys start with them.
+HASHED_BEFORE = (
+    "kind", "model", "checkpoint", "pretrained", "model_kwargs", "task", "severity",
+    "train_size", "test_size", "data_seed", "img_size", "config", "train_head", "lr", "seed",
+    "optimizer", "momentum", "weight_decay", "betas", "clip_grad_norm", "warmup_steps", "steps",
+    "batch_size", "eval_every", "label_smoothing", "lr_scales", "prepare", "ablation")
+#: The recipe defaults before the table (every ``make_run`` run holds them).
+RECIPE_DEFAULTS_BEFORE = dict(
+    train_head=True, optimizer="sgd", momentum=0.9, weight_decay=0.0, betas=[0.9, 0.999],
+    clip_grad_norm=1.0, warmup_steps=0, steps=400, batch_size=128, eval_every=100,
+    label_smoothing=0.0)
+
+
 def test_run_keys_train_keys_and_defaults_are_read_from_the_table():
-    """The lists are the table's columns, in its order; and, pinned here, what they were
-    before the table: a changed list would move every stored hash (``RUN_KEYS``)."""
-    assert runs.RUN_KEYS == (
-        "kind", "model", "checkpoint", "pretrained", "model_kwargs", "task", "severity",
-        "train_size", "test_size", "data_seed", "img_size", "config", "train_head", "lr", "seed",
-        "optimizer", "momentum", "weight_decay", "betas", "clip_grad_norm", "warmup_steps",
-        "steps", "batch_size", "eval_every", "label_smoothing", "lr_scales", "prepare",
-        "ablation")
-    assert runs.RUNTIME_KEYS == ("device", "workers", "precision", "accum_steps", "data_root",
-                                 "weights_file", "log_every")
-    assert set(runs.TRAIN_KEYS) == {
-        "config", "train_head", "lr", "seed", "optimizer", "momentum", "weight_decay", "betas",
-        "clip_grad_norm", "warmup_steps", "steps", "batch_size", "eval_every", "label_smoothing",
-        "lr_scales", "workers", "log_every", "precision", "accum_steps"}
-    assert runs.TRAIN_DEFAULTS == dict(
-        train_head=True, optimizer="sgd", momentum=0.9, weight_decay=0.0, betas=[0.9, 0.999],
-        clip_grad_norm=1.0, warmup_steps=0, steps=400, batch_size=128, eval_every=100,
-        label_smoothing=0.0)
+    """The lists are the table's columns, in its order; and, pinned here, what moves hashes:
+    the hashed keys and recipe defaults that were before the table come first and are kept, and
+    a later hashed key defaults to None (a new row moves no stored hash, and needs no edit
+    here)."""
+    assert runs.RUN_KEYS == tuple(k.name for k in keys.KEYS if k.hashed)
+    assert runs.RUNTIME_KEYS == tuple(k.name for k in keys.KEYS if not k.hashed)
+    assert runs.TRAIN_KEYS == tuple(k.name for k in keys.KEYS if k.train)
+    assert runs.RUN_KEYS[:len(HASHED_BEFORE)] == HASHED_BEFORE
+    later = runs.RUN_KEYS[len(HASHED_BEFORE):]
+    assert all(keys.KEY[name].default is None for name in later), later
     assert list(runs.TRAIN_DEFAULTS) == [k.name for k in keys.KEYS if k.recipe]
+    assert list(runs.TRAIN_DEFAULTS)[:len(RECIPE_DEFAULTS_BEFORE)] == list(RECIPE_DEFAULTS_BEFORE)
+    assert runs.TRAIN_DEFAULTS == {**dict.fromkeys(runs.TRAIN_DEFAULTS), **RECIPE_DEFAULTS_BEFORE}
     for recipe in keys.RECIPES.values():  # a recipe sets recipe keys only
         assert set(recipe) <= set(runs.TRAIN_DEFAULTS)
     assert runs.run_hash(runs.make_run("digits", lr=0.1)) == "dd8a628654014c01"  # as before
@@ -84,6 +91,11 @@ def test_a_new_key_is_one_row(monkeypatch, tmp_path):
     assert json.loads(written.read_text()) == doc
     run = runs.make_run("digits", lr=0.1)
     assert runs.run_hash({**run, "lr_floor": None}) == runs.run_hash(run)
+    # With another default the schema requires it: stored runs, which lack it, would fail.
+    other = keys.Key("lr_floor", float, 0.0, "the least learning rate of the schedule",
+                     train=True, minimum=0)
+    monkeypatch.setattr(keys, "KEYS", (*keys.KEYS[:-1], other))
+    assert "lr_floor" in keys.run_schema()["required"]
 
 
 @pytest.mark.parametrize("name", [k.name for k in keys.KEYS])

@@ -41,6 +41,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
+import papermill as pm
 import torch
 
 from vitplast.course import kernels
@@ -308,8 +309,6 @@ def _execute(i: int, nb: str, nb_params: dict, *, profile: str, out_dir: Path,
     """Run notebook ``nb`` (the ``i``-th of ``total``) with papermill into ``out_dir``; its
     row of ``run``'s summary (``status``, ``seconds``, ``error``), also recorded in its
     executed copy. Not run once Ctrl-C came."""
-    import papermill as pm
-
     if kernels.INTERRUPTED.is_set():
         return dict(status="not run")
     nb_params = {k: str(Path(v).resolve()) if k in PATH_PARAMETERS and v else v

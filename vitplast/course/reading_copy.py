@@ -52,13 +52,14 @@ text-align:left;vertical-align:top}.failed,.interrupted{color:#b00020}.ok{color:
 
 def record_status(path: str | Path, status: str, profile: str, params: dict) -> None:
     """Write a run's outcome into the executed notebook's metadata (``metadata.vitplast``:
-    status, profile, parameters), atomically; nothing when the copy is unreadable."""
+    status, profile, parameters, beside what the notebook declares there, such as its
+    ``reads``), atomically; nothing when the copy is unreadable."""
     try:
         nb = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return
-    nb.setdefault("metadata", {})["vitplast"] = dict(status=status, profile=profile,
-                                                     parameters=params)
+    nb.setdefault("metadata", {}).setdefault("vitplast", {}).update(
+        status=status, profile=profile, parameters=params)
     write_text(path, json.dumps(nb, indent=1, ensure_ascii=False))
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vitplast.train.keys import KEY
@@ -37,6 +38,19 @@ ORDERS = ("seed-first", "grid")
 PRECISIONS = KEY["precision"].choices
 #: The Python types a flag takes (``Flag.type``).
 TYPES = (int, float, str, bool)
+
+
+def parse_shard(shard: str | tuple[int, int]) -> tuple[int, int]:
+    """``"1/4"`` or ``(1, 4)`` -> (1, 4); ``ValueError`` naming the valid forms for anything
+    else, or unless ``0 <= i < n``."""
+    try:
+        i, n = (int(v) for v in (shard.split("/") if isinstance(shard, str) else shard))
+    except (ValueError, TypeError):
+        i, n = -1, 0
+    if not 0 <= i < n:
+        raise ValueError(f"shard takes 'I/N' or (I, N) with 0 <= I < N, e.g. '0/2'; "
+                         f"got {shard!r}")
+    return i, n
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,9 @@ class Flag:
             is a run key is made by ``key_flag``, from its key.
         cli: an argument of ``vitplast sweep``.
         metavar: its CLI metavar.
+        parse: reads a given value into the one stored, refusing what it cannot read, in
+            place of the type check (``shard``: ``parse_shard``, so ``"I/N"`` and ``(I, N)``
+            are both taken and ``(I, N)`` is stored); ``None``: the value as given.
     """
 
     name: str
@@ -70,6 +87,7 @@ class Flag:
     run: str = ""
     cli: bool = True
     metavar: str | None = None
+    parse: Callable | None = None
 
     def __post_init__(self):
         if self.type not in TYPES:
@@ -82,11 +100,13 @@ class Flag:
         return "--" + self.name.replace("_", "-")
 
     def check(self, value):
-        """``value``, refused (``ValueError``, naming what is valid) when not of its type (a
-        ``float`` flag takes an int too; a number is finite), outside its choices or below its
-        minimum; ``None`` passes."""
+        """``value`` (read by ``parse`` when the flag has one), refused (``ValueError``, naming
+        what is valid) when not of its type (a ``float`` flag takes an int too; a number is
+        finite), outside its choices or below its minimum; ``None`` passes."""
         if value is None:
             return value
+        if self.parse is not None:
+            return self.parse(value)
         if not _of_type(value, self.type):
             raise ValueError(f"{self.name} takes {_WORDS[self.type]}, got {value!r}")
         if self.choices and value not in self.choices:
@@ -141,7 +161,7 @@ FLAGS = (
     Flag("shard", str, "every study kind: take only every N-th setting (a run without its LR: "
          "task, configuration, seed...) from the I-th (0-based), so N processes or machines "
          "share one store; a setting's LRs, and a searched setting's whole search, stay in one "
-         "process", metavar="I/N"),
+         "process", metavar="I/N", parse=parse_shard),
     Flag("batch_lrs", bool, "train the runs that differ only in their LR as one batched "
          "computation (vitplast.train.batched): many runs per device-minute on a GPU; the "
          "same results as one by one", default=False),
@@ -208,9 +228,7 @@ class Runtime:
 
     def __post_init__(self):
         for f in FLAGS:
-            f.check(getattr(self, f.name))
-        if self.shard is not None:
-            object.__setattr__(self, "shard", parse_shard(self.shard))
+            object.__setattr__(self, f.name, f.check(getattr(self, f.name)))
 
     def given(self) -> list[str]:
         """The settings given (other than their defaults)."""
@@ -246,25 +264,9 @@ class Executor:
                              f"{list(CLUSTERS)}")
 
 
-def parse_shard(shard: str | tuple[int, int]) -> tuple[int, int]:
-    """``"1/4"`` or ``(1, 4)`` -> (1, 4); ``ValueError`` naming the valid forms for anything
-    else, or unless ``0 <= i < n``."""
-    try:
-        i, n = (int(v) for v in (shard.split("/") if isinstance(shard, str) else shard))
-    except (ValueError, TypeError):
-        i, n = -1, 0
-    if not 0 <= i < n:
-        raise ValueError(f"shard takes 'I/N' or (I, N) with 0 <= I < N, e.g. '0/2'; "
-                         f"got {shard!r}")
-    return i, n
-
-
-def slurm_cpus(cpus_per_task: int | None = None) -> int | None:
-    """The cores of a Slurm job: ``cpus_per_task`` when given (what a submitit job array asks
-    for each job), else those of the job this process runs in (``SLURM_CPUS_PER_TASK``, the one
-    place it is read), else None (no Slurm job)."""
-    if cpus_per_task:
-        return cpus_per_task
+def slurm_cpus() -> int | None:
+    """The cores of the Slurm job this process runs in (``SLURM_CPUS_PER_TASK``, the one place
+    it is read), else None (no Slurm job)."""
     cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
     return int(cpus) if cpus.isdigit() else None
 

@@ -221,7 +221,7 @@ _GAUGED = {c: STARTS[c] for c in ("head", "LN1", "MHA", "FC2", "full")}
 #: primaries cite no claim of the paper; they were first worded as one, issue 38).
 _SHARED_LR = ("it measures a recipe, not plasticity: with one LR shared by the head and the "
               "component, the gauge changes the trained branch's effective LR "
-              f"(gauge.finetuning_equivalence: at c = {_C:g}, LR / {_C * _C:g} on attn.proj "
+              f"(invariance.finetuning_equivalence: at c = {_C:g}, LR / {_C * _C:g} on attn.proj "
               "or fc2)")
 GAUGE_PRIMARIES = (
     Primary("one LR shared by head and component, same network reparametrized by the gauge: "
@@ -243,8 +243,9 @@ PAPER = PaperGrid(model=paper_datasets.PAPER_MODEL, tasks=tuple(paper_datasets.P
                   configs=tuple(configurations.PAPER_CONFIGS), lrs=tuple(paper.LRS),
                   lrs_domainnet=tuple(paper.LRS_DOMAINNET), seeds=tuple(paper.SEEDS))
 
-#: The real model: DINOv2 ViT-S/14 weights fetched by ``vitplast weights get dinov2-small``
-#: (``vitplast.fetched``). Its study is sized to a 2-core CPU by ``benchmarks/real_vit_sizing.py``:
+#: The real model: DINOv2 ViT-S/14's architecture, weights of unknown pretraining, fetched by
+#: ``vitplast weights get dinov2-small`` (``vitplast.fetched`` says what is known of them). Its
+#: study is sized to a 2-core CPU by ``benchmarks/real_vit_sizing.py``:
 #: 56 px inputs (4 x 4 patches + CLS: the position embedding resampled from 224 px, said in
 #: every record's ``model_kwargs``), 60 SGD steps of 32 images (2 epochs), 1,200 images per
 #: Fashion-MNIST task (960 to train, 240 to validate), 600 to test (digits keep their splits).
@@ -271,11 +272,11 @@ REAL_PRIMARIES = (
     Primary("MHA - LN1 on the real model (Fig. 2's most - least plastic), test accuracy",
             a=("MHA",), b=("LN1",), cites="MHA over LN1",
             paper=paper.group_gap(("MHA",), ("LN1",)), unit="points, per task (seed 0)"))
-#: The real-model study: DINOv2 ViT-S/14 finetuned on 4 tasks of 4 families (the hardest shift
-#: of Fashion-MNIST, digits, textures, symmetry), each component alone, full finetuning and the
-#: linear probe (head-only), new head in every run, seed 0 (tasks are the unit), each setting's
-#: LR searched on validation (three LRs around its start, then half-decade steps until the best
-#: is interior). Stored in ``data/real_vit/``.
+#: The real-model study: the real model (``REAL_MODEL``) finetuned on 4 tasks of 4 families
+#: (the hardest shift of Fashion-MNIST, digits, textures, symmetry), each component alone, full
+#: finetuning and the linear probe (head-only), new head in every run, seed 0 (tasks are the
+#: unit), each setting's LR searched on validation (three LRs around its start, then
+#: half-decade steps until the best is interior). Stored in ``data/real_vit/``.
 REAL = Search(
     tasks=(*PAIR, "textures", "symmetry"), seeds=(0,), precision="fp32", n_pairs=128,
     configs={"head": 0.3, "LN1": 0.1, "LN2": 0.1, "MHA": 0.03, "FC1": 0.03, "FC2": 0.03,

@@ -2,7 +2,7 @@
 
 Paper: section 5 and Takeaway 3 (finetuning each component alone). The default recipe is
 the paper's: SGD, momentum 0.9, weight decay 0, global gradient-norm clip 1.0, cosine
-schedule to 0 after a linear warm-up (``RECIPES["paper"]``).
+schedule to 0 after a linear warm-up (``keys.RECIPES["paper"]``).
 
 Frozen parameters have ``requires_grad=False`` (no gradient is ever computed for them);
 the optimizer sees only trainable ones. The best-validation weights are kept and tested.

@@ -21,6 +21,7 @@ from vitplast.datasets import tasks
 from vitplast.measure import gauge
 from vitplast.train import finetune
 from vitplast.train.configurations import trainable_names
+from vitplast.train.keys import OPTIMIZERS
 
 
 def finetuning_equivalence(model: nn.Module, config, c: float, *, optimizer: str = "sgd",
@@ -34,8 +35,8 @@ def finetuning_equivalence(model: nn.Module, config, c: float, *, optimizer: str
 
     Paper: none (issue 28; Takeaway 3 compares these configurations).
     """
-    if optimizer not in ("sgd", "adamw"):
-        raise ValueError(f"optimizer must be 'sgd' or 'adamw', got {optimizer!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; valid: {list(OPTIMIZERS)}")
     factor = 1 / (c * c) if optimizer == "sgd" else 1 / c
     trained = set(trainable_names(model, config, train_head=train_head))
     return {n: factor for n in gauge.gauged_names(model) if n in trained}

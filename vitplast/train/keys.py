@@ -18,8 +18,11 @@ Everything else is read from this table:
 
 The table's order is the schema's and the stores': its hashed keys first. A run's hash is
 over its hashed keys that are not ``None`` (``runs.run_hash``), so a new hashed key with a
-``None`` default re-hashes no stored run; a new key with another default does. Importing this
-module imports no torch (the command line reads it).
+``None`` default re-hashes no stored run. A new hashed key with another default is required
+by the run schema (``run_schema``): no stored run holds it, so each fails the schema (nothing
+is re-hashed), and ``make_run`` fills it only if it is a recipe key (``TRAIN_DEFAULTS``) or one
+of its own parameters, else its runs fail too. Importing this module imports no torch (the
+command line reads it).
 """
 
 from __future__ import annotations
@@ -172,7 +175,7 @@ _DESCRIPTION = (
 
 def run_schema() -> dict:
     """The published run schema, from ``KEYS``: a property per key; required, every hashed
-    key with a default (a run always holds it); no other key."""
+    key whose default is not None (a valid run holds it); no other key."""
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "urn:vitplast:schema:run",
@@ -199,10 +202,6 @@ def write_schema(path: Path = SCHEMA_FILE) -> Path:
     return path
 
 
-if __name__ == "__main__":  # python -m vitplast.train.keys: regenerate the published schema
-    print(f"wrote {write_schema()}")
-
-
 #: Named recipes (keyword arguments of ``train``). ``paper`` is PAPER.md section 2.
 RECIPES = {
     "paper": dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, clip_grad_norm=1.0,
@@ -213,3 +212,7 @@ RECIPES = {
     "embedded": dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, clip_grad_norm=1.0,
                      warmup_steps=12, steps=120, batch_size=64, eval_every=20),
 }
+
+
+if __name__ == "__main__":  # python -m vitplast.train.keys: regenerate the published schema
+    print(f"wrote {write_schema()}")

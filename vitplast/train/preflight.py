@@ -4,11 +4,13 @@ its batch and its gradient masks, each refusal naming the argument and what is v
 Paper: none (the guard of section 5's runs; PAPER.md section 2's recipe lies in the run
 schema's ranges).
 
-``finetune.run`` makes every check here before its first step. The refusals are the same at
-every entry: an LR or a recipe out of range gets the run schema's message
-(``vitplast.schema.check``, what a sweep's run and ``make_run`` get), and a batch that does
-not fit a training split ``check_batch``'s message, which ``experiments.runs.check_batches``
-gives ``make_run``, ``runner.run_one`` and a sweep.
+``finetune.run`` makes every check here before its first step. An LR, or a keyword of
+``SCHEMA_CHECKED`` out of its range, gets the run schema's message (``vitplast.schema.check``,
+what a sweep's run and ``make_run`` get); the optimizer, the precision and the ``COUNTS``
+keywords are refused here in words of their own (naming the valid values, or the least value
+with a hint), within the same ranges (``keys.KEY``). A batch that does not fit a training
+split gets ``check_batch``'s message, which ``experiments.runs.check_batches`` gives
+``make_run``, ``runner.run_one`` and a sweep too.
 """
 
 from __future__ import annotations
