@@ -323,9 +323,11 @@ def test_every_profile_fits_the_declared_types(profile):
 
 
 @pytest.mark.slow
-def test_a_real_ctrl_c_stops_the_run_with_one_line(tmp_path):
-    """Ctrl-C in a terminal reaches the whole process group (the CLI and the kernel): the CLI
-    exits 130 with one line, the notebook is recorded as interrupted."""
+@pytest.mark.parametrize("moment", ["in a cell", "between cells"])
+def test_a_real_ctrl_c_stops_the_run_with_one_line(tmp_path, moment):
+    """Ctrl-C in a terminal reaches the whole process group (the CLI; a kernel runs in its own
+    session): the CLI exits 130 with one line, the notebook is recorded as interrupted. Also
+    when it lands while the kernel is between cells, where a kernel ignores an interrupt."""
     import os
     import signal
     import subprocess
@@ -349,10 +351,12 @@ def test_a_real_ctrl_c_stops_the_run_with_one_line(tmp_path):
         # as a terminal starts a foreground job: Ctrl-C at its default, even when these tests
         # run as a shell's background job (which ignores SIGINT and hands that on)
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 120
-    while not _running_a_cell(out / "01_definitions.ipynb") and time.monotonic() < deadline:
-        time.sleep(0.2)  # on a loaded machine the kernel can take many seconds to start
-    time.sleep(1)
+    at = _running_a_cell if moment == "in a cell" else _between_cells
+    deadline = time.monotonic() + 300  # on a loaded machine a kernel can take long to start
+    while not at(out / "01_definitions.ipynb") and proc.poll() is None:
+        assert time.monotonic() < deadline, "the notebook never got past its setup cell"
+        time.sleep(0.2 if moment == "in a cell" else 0.005)
+    assert proc.poll() is None, f"the notebook ended before a Ctrl-C {moment} could be sent"
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -363,18 +367,27 @@ def test_a_real_ctrl_c_stops_the_run_with_one_line(tmp_path):
     assert meta["vitplast"]["status"] == "interrupted"
 
 
-def _running_a_cell(path) -> bool:
-    """Whether papermill's copy of a notebook shows a cell running after its setup cell (the
-    kernel is up and has imported the kit: a Ctrl-C lands in the notebook's own work)."""
-    import json
-
+def _cell_states(path) -> list | None:
+    """Papermill's status of each cell after the setup cell in its copy of a notebook (None
+    before the kernel has imported the kit: the setup cell not yet completed)."""
     try:
         cells = json.loads(path.read_text())["cells"]
     except (OSError, ValueError, KeyError):
-        return False
+        return None
     status = [c.get("metadata", {}).get("papermill", {}).get("status") for c in cells]
     setup = next(i for i, c in enumerate(cells) if "setup(" in "".join(c["source"]))
-    return status[setup] == "completed" and "running" in status[setup + 1:]
+    return status[setup + 1:] if status[setup] == "completed" else None
+
+
+def _running_a_cell(path) -> bool:
+    """Whether a cell after the setup cell is running (a Ctrl-C lands in the notebook's work)."""
+    return "running" in (_cell_states(path) or [])
+
+
+def _between_cells(path) -> bool:
+    """Whether, past the setup cell, no cell is running and some are still to run."""
+    states = _cell_states(path)
+    return states is not None and "running" not in states and "pending" in states
 
 
 def test_a_misspelled_task_is_an_unknown_task_before_any_kernel(capsys):
@@ -408,6 +421,43 @@ def test_notebooks_copy_puts_the_sequence_where_jupyterlab_opens_it(tmp_path, ca
     assert (dest / "03_bounds.ipynb").read_text() == "{}"
     assert main(["notebooks", "copy", str(dest), "--force"]) == 0
     assert (dest / "03_bounds.ipynb").read_text() != "{}"
+
+
+def test_a_kernel_that_never_answers_ctrl_c_is_killed_after_the_grace(tmp_path, monkeypatch):
+    """An interrupt that lands in a kernel's message handling leaves its cell's reply unsent:
+    ``GRACE`` seconds after Ctrl-C the kernel is killed and the notebook recorded as
+    interrupted, rather than the run waiting forever."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    import pandas as pd
+    import papermill
+    from nbclient.exceptions import DeadKernelError
+
+    deaf = []
+
+    def never_answers(source, target, parameters, **kwargs):
+        with open(source) as f, open(target, "w") as g:
+            g.write(f.read())
+        deaf.append(subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal("
+                                      "signal.SIGINT, signal.SIG_IGN); time.sleep(60)"]))
+        kernels._RUNNING.add(deaf[0].pid)  # a kernel the run knows, as manager() adds it
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C
+        deaf[0].wait()  # what papermill waits on: a reply this kernel never sends
+        kernels._RUNNING.discard(deaf[0].pid)
+        raise DeadKernelError("Kernel died")
+
+    monkeypatch.setattr(papermill, "execute_notebook", never_answers)
+    monkeypatch.setattr(kernels, "GRACE", 1.0)
+    start = time.monotonic()
+    with pytest.raises(notebooks.Interrupted):
+        notebooks.run("smoke", only=["01"], out_dir=tmp_path, progress=False, jobs=2)
+    assert time.monotonic() - start < 30 and deaf[0].returncode == -signal.SIGKILL
+    assert pd.read_csv(tmp_path / "summary.csv").status.tolist() == ["interrupted"]
 
 
 @pytest.mark.parametrize("ctrl_c", [True, False])

@@ -4,7 +4,10 @@
 the run's folder, write their stderr to its ``kernel.log`` and compute on ``threads_each`` of
 the cores when notebooks run side by side. A kernel runs in its own session, out of the
 terminal's reach: Ctrl-C lands in ``run``'s main thread (``note_sigint`` records it in
-``INTERRUPTED``), and ``interrupt_all`` hands it on to every kernel running.
+``INTERRUPTED``), and ``interrupt_all`` hands it on to every kernel running. A kernel between
+cells ignores that interrupt, so once Ctrl-C came a kernel's client starts no further cell
+(``NotStarted``); a kernel that has not answered within ``GRACE`` seconds is killed
+(``kill_all``).
 """
 
 from __future__ import annotations
@@ -35,9 +38,30 @@ _RUNNING: set[int] = set()
 
 def interrupt_all() -> None:
     """Send every running kernel the interrupt Ctrl-C would: its cell stops (KeyboardInterrupt)."""
+    _signal_all(signal.SIGINT)
+
+
+#: Seconds the kernels have, after ``interrupt_all``, to stop their cells before ``kill_all``:
+#: an interrupt that lands in a kernel's own message handling, not in a cell, leaves the cell's
+#: reply unsent, and papermill would wait for it forever.
+GRACE = 10.0
+
+
+def kill_all() -> None:
+    """Kill every running kernel (papermill then raises ``DeadKernelError``, recorded as an
+    interruption after Ctrl-C)."""
+    _signal_all(signal.SIGKILL)
+
+
+def _signal_all(signum: int) -> None:
     for pid in list(_RUNNING):
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGINT)
+            os.kill(pid, signum)
+
+
+class NotStarted(RuntimeError):
+    """A cell was not started: Ctrl-C came (``INTERRUPTED``) while its kernel was between cells,
+    where the kernel ignores the interrupt ``interrupt_all`` sends."""
 
 
 def manager(log: Path, cwd: Path, threads: int | None = None):
@@ -47,9 +71,19 @@ def manager(log: Path, cwd: Path, threads: int | None = None):
     stderr (startup warnings, the traceback of the interrupt sent at shutdown after Ctrl-C,
     crashes) to ``log``, not to the terminal; cell errors are in the executed notebook either
     way."""
+    from jupyter_client.asynchronous import AsyncKernelClient
     from jupyter_client.manager import AsyncKernelManager
+    from traitlets import Type
+
+    class Client(AsyncKernelClient):
+        def execute(self, *args, **kwargs):
+            if INTERRUPTED.is_set():
+                raise NotStarted("Ctrl-C came between cells: the next cell was not started")
+            return super().execute(*args, **kwargs)
 
     class KernelManager(AsyncKernelManager):
+        client_factory = Type(Client)
+
         async def start_kernel(self, **kw):
             if threads is not None:
                 kw["env"] = {**kw.get("env", os.environ), "OMP_NUM_THREADS": str(threads)}
@@ -93,5 +127,5 @@ def sigint_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
-__all__ = ["INTERRUPTED", "interrupt_all", "manager", "note_sigint", "sigint_ignored",
-           "threads_each"]
+__all__ = ["GRACE", "INTERRUPTED", "NotStarted", "interrupt_all", "kill_all", "manager",
+           "note_sigint", "sigint_ignored", "threads_each"]

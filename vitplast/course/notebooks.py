@@ -291,7 +291,9 @@ def run(profile: str = "default", only: list[str] | None = None, params: dict | 
                 kernels.INTERRUPTED.set()
                 kernels.interrupt_all()
                 with kernels.sigint_ignored():
-                    wait(futures)
+                    if wait(futures, timeout=kernels.GRACE).not_done:
+                        kernels.kill_all()  # a kernel that never answered the interrupt
+                        wait(futures)
             for row, future in zip(rows, futures):
                 row.update(future.result())
     summary = pd.DataFrame(rows)
@@ -333,7 +335,8 @@ def _execute(i: int, nb: str, nb_params: dict, *, profile: str, out_dir: Path,
     except Exception as err:  # papermill raises PapermillExecutionError; keep going
         status, error = "failed", failing_cell(target) or f"{type(err).__name__}: {err}"
         error = error.strip().splitlines()[0]  # the CLI's table: one line per notebook
-        if getattr(err, "ename", None) == "KeyboardInterrupt" or (
+        if getattr(err, "ename", None) == "KeyboardInterrupt" or isinstance(
+                err, kernels.NotStarted) or (
                 type(err).__name__ == "DeadKernelError" and kernels.INTERRUPTED.is_set()):
             status = "interrupted"  # Ctrl-C reached the kernel (and may have killed it)
             kernels.INTERRUPTED.set()
