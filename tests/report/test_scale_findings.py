@@ -35,6 +35,9 @@ def test_ranking_findings_state_each_order_and_check_the_factors():
     assert (early["family"] == "descriptive").all() and len(early) == len(table) - 2 - 2
     rho = table.set_index("claim").loc["Spearman(measured, Fig. 2) at gauge c = 1 [hidden]"]
     assert rho["measured"] == pytest.approx(-1.0) and rho["n"] == 3
+    orders = [c for c in table["claim"] if c.startswith("order at gauge")]
+    assert orders == [c for c in scale_findings.gauge_order_claims((8.0, 4.0, 1.0))
+                      if c.endswith("[hidden]")]  # the rows 02b shows and the synthesis reads
     merged = scale_findings.findings_table(
         table.iloc[:2], scale_findings.ranking_findings(gauged, scaled))
     assert len(merged) == 2 + len(table)

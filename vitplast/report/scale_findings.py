@@ -32,6 +32,18 @@ def _factor_deviation(ranked: pd.DataFrame, protocol: str) -> tuple[float, int]:
     return float(max(dev)), g["task"].nunique()
 
 
+def gauge_order_claim(c: float, protocol: str) -> str:
+    """The claim of ``ranking_findings``' order row at gauge ``c`` under ``protocol``."""
+    return f"order at gauge c = {c:g} [{protocol}]"
+
+
+def gauge_order_claims(gauge_cs) -> list[str]:
+    """The order rows at the least and largest of ``gauge_cs`` under each protocol: the ones
+    notebook 02b shows and the closing synthesis reads."""
+    return [gauge_order_claim(c, protocol) for protocol in ("embedding", "hidden")
+            for c in (min(gauge_cs), max(gauge_cs))]
+
+
 def ranking_findings(gauged: pd.DataFrame | None, embedding_scaled: pd.DataFrame | None = None,
                      *, tested: bool = True, token_ratio: float | None = None) -> list[dict]:
     """Notebook 02b's rows on the gauge (``verdicts.table`` makes them a table with the rest):
@@ -49,7 +61,7 @@ def ranking_findings(gauged: pd.DataFrame | None, embedding_scaled: pd.DataFrame
     for (protocol, c), g in gauged.groupby(["protocol", "c"]):
         text = orders(g).iloc[0, 0]
         rows.append(descriptive(
-            f"order at gauge c = {c:g} [{protocol}]", text,
+            gauge_order_claim(c, protocol), text,
             paper=f"{paper_order}, {SOURCES['fig2']}",
             verdict=same(text == paper_order), n=g["task"].nunique(),
             unit="(order, mean over tasks)"))

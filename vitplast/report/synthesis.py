@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vitplast.report import sentences
+from vitplast.report import scale_findings, sentences
+
+#: Stands in ``QUESTIONS`` for the gauge's order rows at the least and largest gauge c that
+#: notebook 02b measured (``closing``'s ``gauge_cs``; ``scale_findings.gauge_order_claims``).
+GAUGE_ORDERS = "the order at the least and largest gauge c, under each protocol"
 
 #: Each question of the synthesis -> the claims (``sentences.select``: exact, or the one claim
-#: containing it) of the rows that answer it, in order; ``{low}`` and ``{high}`` are the least
-#: and largest gauge c that notebook 02b measured (``closing``'s ``gauge_cs``).
+#: containing it) of the rows that answer it, in order.
 QUESTIONS = {
     "Is the measured ranking the paper's, and what moves it? The token scale, and the gauge": (
-        "token scale r", "embedding scales s at which the paper's order appears",
-        "order at gauge c = {low} [embedding]", "order at gauge c = {high} [embedding]",
-        "order at gauge c = {low} [hidden]", "order at gauge c = {high} [hidden]"),
+        "token scale r", "embedding scales s at which the paper's order appears", GAUGE_ORDERS),
     "Does attention beat the LayerNorms once counts are matched (P1), and at full counts (P2)?": (
         "(MHA, FC1, FC2 sparse) - LayerNorms", "MHA - LN1 at full counts"),
     "What predicts a component's gain: its plasticity (P3, both protocols) or its count?": (
@@ -54,9 +55,10 @@ def _holds(table: pd.DataFrame, claim: str) -> bool:
 
 
 def claims(*, gauge_cs) -> dict[str, list[str]]:
-    """``QUESTIONS`` with the gauge's least and largest c of ``gauge_cs`` written in."""
-    cs = dict(low=f"{min(gauge_cs):g}", high=f"{max(gauge_cs):g}")
-    return {q: [c.format(**cs) for c in asked] for q, asked in QUESTIONS.items()}
+    """``QUESTIONS`` with ``GAUGE_ORDERS`` written out for the gauge c of ``gauge_cs``."""
+    gauge = scale_findings.gauge_order_claims(gauge_cs)
+    return {q: [c for claim in asked for c in (gauge if claim == GAUGE_ORDERS else [claim])]
+            for q, asked in QUESTIONS.items()}
 
 
 def closing(*tables: pd.DataFrame, gauge_cs) -> pd.DataFrame:
@@ -95,4 +97,4 @@ def read(found: pd.DataFrame):
     return Markdown("\n".join(lines).rstrip())
 
 
-__all__ = ["QUESTIONS", "claims", "closing", "read"]
+__all__ = ["GAUGE_ORDERS", "QUESTIONS", "claims", "closing", "read"]
