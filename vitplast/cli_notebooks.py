@@ -41,9 +41,10 @@ def add_parser(sub) -> None:
                    "into its html/ (as `notebooks html`)")
     r.add_argument("--dry-run", action="store_true", help="check the names, the profile's "
                    "needs and the parameters, print what would run, and run nothing")
-    nb_sub.add_parser("list", help="list the notebooks and their parameters",
-                      description="List the notebooks and their parameters: name, type, "
-                      "default.")
+    nb_sub.add_parser("list", help="list the notebooks, their parameters and stores read",
+                      description="List the notebooks: title and minutes, each parameter "
+                      "(name, type, default), and each study store the notebook reads, with "
+                      "the parameter that names another folder for it.")
     c = nb_sub.add_parser("copy", help="copy the notebooks into a folder (for JupyterLab)",
                           description="Copy the notebook sequence (and its README and "
                           "solutions) out of the installed package into DEST, to open and edit "
@@ -70,7 +71,7 @@ def add_parser(sub) -> None:
 
 def command(args, parser, argv) -> int:
     """Do the ``notebooks`` action ``args.action``; bad input ends in ``parser.error``."""
-    from vitplast.course import notebooks
+    from vitplast.course import notebooks, parameters
 
     if args.action == "copy":
         try:
@@ -87,6 +88,8 @@ def command(args, parser, argv) -> int:
             print(f"{name}: {title} (about {minutes} minutes)")
             for key, value in notebooks.notebook_parameters(name).items():
                 print(f"  {key}: {types[key]} = {value!r}")
+            for store in parameters.reads_in_words(name):
+                print(f"  reads {store}")
         return 0
     if args.action == "html":
         return _html(args.run_dir, args.out, parser)

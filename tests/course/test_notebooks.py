@@ -80,6 +80,23 @@ def test_the_course_list_is_every_notebook_in_the_order_of_its_number():
     assert notebooks.outline("05_confounds") == ("Confounds: plasticity or parameter count?", 60)
 
 
+def test_notebooks_list_names_the_stores_each_notebook_reads(capsys):
+    """Under each notebook, a line per store its metadata declares (``READS``), naming the
+    parameter that replaces the store where one does; no such line for the others."""
+    assert main(["notebooks", "list"]) == 0
+    blocks = re.split(r"^(?=\S)", capsys.readouterr().out, flags=re.M)
+    said = {b.split(":")[0]: [line for line in b.splitlines() if line.startswith("  reads ")]
+            for b in blocks if b}
+    assert list(said) == notebooks.NOTEBOOKS
+    for name, lines in said.items():
+        declared = parameters.READS.get(name, [])
+        assert len(lines) == len(declared), (name, lines)
+        for line, (param, which) in zip(lines, declared):
+            assert (f"or the folder {param} names" in line) == bool(param), line
+            assert which.split(".")[0] in line, line
+    assert said["05_confounds"][1] == "  reads that study's baselines"
+
+
 #: The places a new notebook is written (issue 58: at most 4 files): the notebook, the course
 #: list (``NOTEBOOKS``, with its profile overrides), its worked answers and its README row.
 ROOT = Path(__file__).resolve().parents[2]

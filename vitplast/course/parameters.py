@@ -48,6 +48,16 @@ def reads(notebook: str) -> list[tuple[str | None, str]]:
 READS: dict[str, list[tuple[str | None, str]]] = {
     p.stem: found for p in sorted(NOTEBOOK_DIR.glob("*.ipynb")) if (found := reads(p.stem))}
 
+def reads_in_words(notebook: str) -> list[str]:
+    """``reads`` of ``notebook`` in words, one store each ("the suite study's store, or the
+    folder results_dir names"), for ``vitplast notebooks list``; empty where it reads none."""
+    words = {"study": "the store of the study named by `study`",
+             "study.baselines": "that study's baselines"}
+    return [words.get(which, f"the {which} study's store")
+            + (f", or the folder {param} names" if param else "")
+            for param, which in READS.get(notebook, [])]
+
+
 #: Parameters that name tasks (``vitplast.datasets.tasks.TASKS``); an empty ``source`` names none.
 TASK_PARAMETERS = ("task", "tasks", "pretraining_tasks", "source")
 
