@@ -403,8 +403,10 @@ def test_a_real_ctrl_c_on_a_sweep_ends_with_one_line(tmp_path):
              "VITPLAST_CACHE": str(tmp_path / "cache")},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal does
     deadline = time.monotonic() + 300
-    while not list(root.glob("*.json")) and time.monotonic() < deadline:
+    while not list(root.glob("*.json")) and proc.poll() is None:
+        assert time.monotonic() < deadline, "the sweep stored no record in 300 s"
         time.sleep(0.2)
+    assert proc.poll() is None, "the sweep ended before a Ctrl-C could be sent"
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
