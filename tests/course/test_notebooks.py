@@ -461,18 +461,27 @@ def test_a_kernel_that_never_answers_ctrl_c_is_killed_after_the_grace(tmp_path, 
         with open(source) as f, open(target, "w") as g:
             g.write(f.read())
         deaf.append(subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal("
-                                      "signal.SIGINT, signal.SIG_IGN); time.sleep(60)"]))
+                                      "signal.SIGINT, signal.SIG_IGN); print(flush=True); "
+                                      "time.sleep(60)"], stdout=subprocess.PIPE))
+        deaf[0].stdout.readline()  # it ignores SIGINT from here on
         kernels._RUNNING.add(deaf[0].pid)  # a kernel the run knows, as manager() adds it
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C
         deaf[0].wait()  # what papermill waits on: a reply this kernel never sends
+        deaf[0].stdout.close()
         kernels._RUNNING.discard(deaf[0].pid)
         raise DeadKernelError("Kernel died")
 
     monkeypatch.setattr(papermill, "execute_notebook", never_answers)
     monkeypatch.setattr(kernels, "GRACE", 1.0)
+    # Ctrl-C as a terminal's foreground process has it, even when these tests run as a
+    # shell's background job (which starts them with SIGINT ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     start = time.monotonic()
-    with pytest.raises(notebooks.Interrupted):
-        notebooks.run("smoke", only=["01"], out_dir=tmp_path, progress=False, jobs=2)
+    try:
+        with pytest.raises(notebooks.Interrupted):
+            notebooks.run("smoke", only=["01"], out_dir=tmp_path, progress=False, jobs=2)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - start < 30 and deaf[0].returncode == -signal.SIGKILL
     assert pd.read_csv(tmp_path / "summary.csv").status.tolist() == ["interrupted"]
 

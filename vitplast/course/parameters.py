@@ -48,6 +48,7 @@ def reads(notebook: str) -> list[tuple[str | None, str]]:
 READS: dict[str, list[tuple[str | None, str]]] = {
     p.stem: found for p in sorted(NOTEBOOK_DIR.glob("*.ipynb")) if (found := reads(p.stem))}
 
+
 def reads_in_words(notebook: str) -> list[str]:
     """``reads`` of ``notebook`` in words, one store each ("the suite study's store, or the
     folder results_dir names"), for ``vitplast notebooks list``; empty where it reads none."""
