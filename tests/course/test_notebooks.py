@@ -385,26 +385,29 @@ def test_a_real_ctrl_c_stops_the_run_with_one_line(tmp_path, moment):
 
 
 def _cell_states(path) -> list | None:
-    """Papermill's status of each cell after the setup cell in its copy of a notebook (None
-    before the kernel has imported the kit: the setup cell not yet completed)."""
+    """Papermill's status of each cell after the setup cell in its copy of a notebook, with
+    the cell's type (None before the kernel has imported the kit: the setup cell not yet
+    completed)."""
     try:
         cells = json.loads(path.read_text())["cells"]
     except (OSError, ValueError, KeyError):
         return None
-    status = [c.get("metadata", {}).get("papermill", {}).get("status") for c in cells]
+    states = [(c["cell_type"], c.get("metadata", {}).get("papermill", {}).get("status"))
+              for c in cells]
     setup = next(i for i, c in enumerate(cells) if "setup(" in "".join(c["source"]))
-    return status[setup + 1:] if status[setup] == "completed" else None
+    return states[setup + 1:] if states[setup][1] == "completed" else None
 
 
 def _running_a_cell(path) -> bool:
     """Whether a cell after the setup cell is running (a Ctrl-C lands in the notebook's work)."""
-    return "running" in (_cell_states(path) or [])
+    return any(status == "running" for _, status in _cell_states(path) or [])
 
 
 def _between_cells(path) -> bool:
-    """Whether, past the setup cell, no cell is running and some are still to run."""
+    """Whether, past the setup cell, no cell is running and a code cell is still to run."""
     states = _cell_states(path)
-    return states is not None and "running" not in states and "pending" in states
+    return states is not None and all(status != "running" for _, status in states) and (
+        ("code", "pending") in states)
 
 
 def test_a_misspelled_task_is_an_unknown_task_before_any_kernel(capsys):
