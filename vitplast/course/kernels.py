@@ -76,6 +76,8 @@ def manager(log: Path, cwd: Path, threads: int | None = None):
     from traitlets import Type
 
     class Client(AsyncKernelClient):
+        """Starts no cell once Ctrl-C came (``NotStarted``)."""
+
         def execute(self, *args, **kwargs):
             if INTERRUPTED.is_set():
                 raise NotStarted("Ctrl-C came between cells: the next cell was not started")
