@@ -168,13 +168,15 @@ def test_results_browser_on_a_tiny_store(tmp_path):
     assert [ax.get_ylabel() for ax in fig.axes] == list(plots.RUN_CURVES.values())
     assert np.isfinite(fig.axes[0].lines[0].get_ydata()).all()
     plt.close(fig)
-    # the run shown, read from its history: grad norms 1, 1/2, 1/3, 1/4 (one at the clip), one
+    # the run shown, read from its history: grad norms 1, 1/2, 1/3, 1/4 (one at its clip), one
     # evaluation (the best is the last)
     run = widgets.run_table(browser)
     assert set(run["run"]) == {runs.run_hash(runs.make_run("digits", "FC1", lr=0.1, seed=0))}
     rows = explorer_findings.explorer(run=run).set_index("claim")
-    clip = rows.filter(like="at or above the clip", axis=0).iloc[0]
+    clip = rows.filter(like="at or above its clip (1)", axis=0).iloc[0]  # the run's own clip
     assert clip["measured"] == 0.25 and clip["verdict"] == "clipping scaled some updates"
+    unclipped = explorer_findings.explorer(run=run.assign(clip_grad_norm=None))
+    assert unclipped["verdict"].iloc[-1] == "its recipe does not clip"
     best = rows.filter(like="best validation accuracy", axis=0).iloc[0]
     assert best["measured"] == "3 / 3" and best["verdict"].startswith("best at the last")
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from vitplast.stats.verdicts import TIGHT, checked, descriptive, exact, table
 
-__all__ = ["CLIP", "explorer"]
+__all__ = ["explorer"]
 
 
 def explorer(bounds_: pd.DataFrame | None = None, gamma: pd.DataFrame | None = None,
@@ -61,21 +61,17 @@ def explorer(bounds_: pd.DataFrame | None = None, gamma: pd.DataFrame | None = N
     return table(rows)
 
 
-#: The recipe's global gradient-norm clip (``finetune.train``'s ``clip_grad_norm``): a logged
-#: global norm at or above it means clipping scaled that step's update.
-CLIP = 1.0
-
-
 def _run_rows(run: pd.DataFrame) -> list[dict]:
     """The results browser's run: where its validation accuracy peaked, and how often its
-    global gradient norm sat at the clip."""
+    global gradient norm sat at its recipe's clip (``clip_grad_norm``)."""
     if not len(run):
         return [descriptive("the run shown", "none: the store is empty", paper="not reported",
                             verdict="nothing to read", n=0, unit="(runs)")]
     val = run[run["metric"] == "val_acc"].dropna(subset=["value"]).sort_values("step")
     norm = run[run["metric"] == "grad_norm"].dropna(subset=["value"])
     best, last = int(val.loc[val["value"].idxmax(), "step"]), int(val["step"].max())
-    clipped = float((norm["value"] >= CLIP).mean()) if len(norm) else math.nan
+    clip = float(run["clip_grad_norm"].fillna(0.0).max())  # null or 0: no clipping
+    clipped = float((norm["value"] >= clip).mean()) if len(norm) and clip > 0 else math.nan
     return [
         descriptive("the run shown: step of its best validation accuracy / its last evaluation",
                     f"{best} / {last}", paper="not reported", n=len(val), unit="(steps)",
@@ -83,8 +79,9 @@ def _run_rows(run: pd.DataFrame) -> list[dict]:
                     "the step budget ended" if best == last else "it peaked before the step "
                     "budget ended"),
         descriptive(f"the run shown: share of logged steps whose global gradient norm is at or "
-                    f"above the clip ({CLIP:g})", clipped, paper="not reported",
+                    f"above its clip ({clip:g})", clipped, paper="not reported",
                     n=len(norm), unit="(fraction of logged steps)",
-                    verdict="clipping scaled most updates" if clipped > 0.5 else
+                    verdict="its recipe does not clip" if clip == 0 else
+                    "clipping scaled most updates" if clipped > 0.5 else
                     "clipping scaled some updates" if clipped > 0 else
                     "clipping never acted")]

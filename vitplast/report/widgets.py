@@ -365,12 +365,14 @@ def gamma_table(gamma: Explorer, cs=(0.1, 0.5, 2.0, 10.0)) -> pd.DataFrame:
 
 def run_table(browser: Explorer) -> pd.DataFrame:
     """The results browser's current run(s) as a table: ``results.history`` rows (``run``,
-    ``step``, ``metric``, ``value``) of the runs its controls select (empty for an empty store).
+    ``step``, ``metric``, ``value``) of the runs its controls select, with each run's
+    ``clip_grad_norm`` (its recipe's clip; empty for an empty store).
     """
     if browser.compute is None:
-        return pd.DataFrame(columns=["run", "step", "metric", "value"])
+        return pd.DataFrame(columns=["run", "step", "metric", "value", "clip_grad_norm"])
     runs, curves = browser.compute()
     sel = runs
     for k, v in browser.state().items():
         sel = sel[sel[k] == v]
-    return curves[curves["run"].isin(sel["run"])].reset_index(drop=True)
+    return curves[curves["run"].isin(sel["run"])].merge(
+        sel[["run", "clip_grad_norm"]], on="run", how="left").reset_index(drop=True)

@@ -1,8 +1,8 @@
 """Finetuning: the one training loop, used for every configuration and for pretraining.
 
 Paper: section 5 and Takeaway 3 (finetuning each component alone). The default recipe is
-the paper's: SGD, momentum 0.9, weight decay 0, global gradient-norm clip 1.0, cosine
-schedule to 0 after a linear warm-up (``keys.RECIPES["paper"]``).
+the paper's, its values in ``keys.RECIPES["paper"]``: SGD with momentum, a global
+gradient-norm clip, a cosine schedule to 0 after a linear warm-up.
 
 Frozen parameters have ``requires_grad=False`` (no gradient is ever computed for them);
 the optimizer sees only trainable ones. The best-validation weights are kept and tested.
